@@ -1,0 +1,35 @@
+# make demo / make test: each sets itself up (virtualenv, pinned deps, graphviz) first.
+VENV   ?= .venv
+PYTHON ?= python3
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.relaytrace-installed
+
+.PHONY: demo test test-fast bench setup graphviz clean
+
+demo: setup
+	$(VENV)/bin/relaytrace demo
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: setup
+	$(PY) benchmarks/compile_overhead.py
+
+setup: $(STAMP) graphviz
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -e '.[torch,onnx,test]'
+	touch $(STAMP)
+
+graphviz:
+	@command -v dot >/dev/null 2>&1 || { \
+	  echo "graphviz 'dot' is missing: installing Debian's graphviz package"; \
+	  { apt-get update -q && apt-get install -y -q graphviz; } >/dev/null 2>&1 || \
+	  { echo "could not install graphviz; run: sudo apt-get install graphviz"; exit 1; }; }
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,113 @@
+"""build() and trace(): compile with TVM as usual, and come back with a Lineage."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Mapping
+
+import tvm
+from tvm import relax
+
+from .errors import RelaytraceError
+from .extract import lineage_from
+from .instrument import TraceSession, TracingInstrument
+from .lineage import Lineage
+from .origins import LayerNamer
+
+PIPELINES = ("fused", "unfused")
+
+
+class Trace:
+    """Handle returned by ``trace()``; ``lineage`` is set when the block exits."""
+
+    def __init__(self, session: TraceSession, model: str, target: str, pipeline: str):
+        self.session = session
+        self.model = model
+        self.target = target
+        self.pipeline = pipeline
+        self.lineage: Lineage | None = None
+
+    def finish(self) -> Lineage:
+        session = self.session
+        degraded = list(session.degraded)
+        if session.tracker is None:
+            raise RelaytraceError(
+                "no Relax module passed through the traced PassContext: call tvm.compile "
+                "(or relax.build) inside the `with relaytrace.trace():` block"
+            )
+        try:
+            self.lineage = lineage_from(session.tracker, self.model, self.target, self.pipeline, degraded)
+        except Exception as exc:  # the build already succeeded; keep what we can say
+            degraded.append(f"lineage extraction failed: {type(exc).__name__}: {exc}")
+            self.lineage = Lineage(self.model, self.target, self.pipeline, dict(session.tracker.origins), {},
+                                   degraded=tuple(degraded))
+        return self.lineage
+
+
+@contextlib.contextmanager
+def trace(model: str = "model", target: str = "", pipeline: str = "user",
+          layer_of: LayerNamer | None = None, progress=None, _table=None):
+    """Trace every pass run inside the block, e.g. around your own ``tvm.compile``.
+
+    The current PassContext is kept: its opt_level, config, required/disabled passes
+    and instruments stay in force, with ours added last.
+    """
+    session = TraceSession(_table, layer_of, progress)
+    handle = Trace(session, model, target, pipeline)
+    current = tvm.transform.PassContext.current()
+    ctx = tvm.transform.PassContext(
+        opt_level=current.opt_level,
+        required_pass=list(current.required_pass),
+        disabled_pass=list(current.disabled_pass),
+        config=dict(current.config),
+        instruments=list(current.instruments) + [TracingInstrument(session)],
+    )
+    with ctx:
+        yield handle
+    handle.finish()
+
+
+def pipeline_pass(pipeline, target, convert_layout: Mapping[str, list] | None = None):
+    """The Relax pipeline to run: "fused", "unfused" or a tvm Pass, after an optional
+    ConvertLayout."""
+    if isinstance(pipeline, str):
+        if pipeline == "fused":
+            base = relax.get_default_pipeline(target)
+        elif pipeline == "unfused":
+            base = relax.get_pipeline("default")
+        else:
+            raise RelaytraceError(f"unknown pipeline {pipeline!r}: use one of {PIPELINES} or a tvm Pass")
+    elif isinstance(pipeline, tvm.transform.Pass):
+        base = pipeline
+    else:
+        raise RelaytraceError(f"pipeline must be 'fused', 'unfused' or a tvm.transform.Pass, not {type(pipeline).__name__}")
+    if not convert_layout:
+        return base
+    desired = {op: list(layouts) for op, layouts in convert_layout.items()}
+    return tvm.transform.Sequential([relax.transform.ConvertLayout(desired), base], name="relaytrace_pipeline")
+
+
+def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: str | None = None,
+          opt_level: int = 3, layer_of: LayerNamer | None = None, progress=None):
+    """Compile ``mod`` for ``target``; return ``(executable, lineage)``.
+
+    The executable is exactly what ``tvm.compile`` gives for the same pipeline.
+    """
+    mod, layer_of, name = _as_irmodule(mod, layer_of, model)
+    target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
+    seq = pipeline_pass(pipeline, target, convert_layout)
+    label = pipeline if isinstance(pipeline, str) else getattr(pipeline, "info", None) and pipeline.info.name or "custom"
+    if convert_layout:
+        label = f"{label}+convert_layout({', '.join(f'{k}={v}' for k, v in convert_layout.items())})"
+    with tvm.transform.PassContext(opt_level=opt_level):
+        with trace(model=name, target=str(target), pipeline=str(label), layer_of=layer_of, progress=progress) as handle:
+            executable = tvm.compile(mod, target, relax_pipeline=seq)
+    return executable, handle.lineage
+
+
+def _as_irmodule(mod, layer_of, model):
+    if isinstance(mod, tvm.IRModule):
+        return mod, layer_of, model or "model"
+    raise RelaytraceError(
+        f"build() takes a tvm.IRModule, not {type(mod).__name__}"
+    )

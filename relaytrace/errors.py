@@ -1,0 +1,25 @@
+"""Errors a user can act on: each names what is wrong and what to do."""
+
+from __future__ import annotations
+
+import difflib
+
+
+class RelaytraceError(Exception):
+    """Base of every error relaytrace raises on purpose."""
+
+
+class UnknownNameError(RelaytraceError, KeyError):
+    """A kernel, layer or origin name that the lineage does not hold."""
+
+    def __init__(self, what: str, name: str, known):
+        close = difflib.get_close_matches(name, list(known), n=3)
+        hint = f" Did you mean: {', '.join(close)}?" if close else f" The lineage has {len(known)} {what}s."
+        super().__init__(f"unknown {what} {name!r}.{hint}")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+
+class LineageFormatError(RelaytraceError, ValueError):
+    """A lineage file that is not one, or of a schema this version cannot read."""

@@ -1,0 +1,76 @@
+"""Turn the tracker's state after the last pass into a Lineage."""
+
+from __future__ import annotations
+
+from tvm import relax
+
+from . import ir
+from .lineage import BuiltinSite, CallSite, Lineage, roles_for
+from .matching import Tracker
+
+
+def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=()) -> Lineage:
+    mod = tracker.last_mod
+    kernels: dict[str, list[CallSite]] = {}
+    builtins: list[BuiltinSite] = []
+    site_edges: set[tuple[int, int]] = set()
+    degraded = list(degraded)
+    main = mod["main"] if mod is not None and _has(mod, "main") else None
+    if main is None:
+        degraded.append("no Relax 'main' function was seen after the last pass")
+    producer: dict[int, int] = {}  # token -> position of the site that computed it
+    position = 0
+    for binding in ir.bindings(main) if main is not None else ():
+        value = binding.value
+        if not ir.is_call(value):
+            continue
+        callee, args, gv = ir.callee_and_args(value)
+        if ir.is_bookkeeping(callee):
+            continue
+        tok = tracker.token_of(binding.var)
+        if tok is None:  # a destination-passing call: its value lives in its output arg
+            tok = next((tracker.token_of(a) for a in reversed(args) if ir.is_var(a) and tracker.token_of(a) is not None), None)
+        origin_ids = tracker.origins_of_token(tok) if tok is not None else frozenset()
+        if gv is not None and isinstance(mod[gv], relax.Function):
+            continue  # a call of another Relax function runs its kernels there
+        is_kernel = gv is not None
+        for arg in args:
+            src = tracker.resolve_arg(arg)
+            if src is not None and src in producer and is_kernel:
+                site_edges.add((producer[src], position))
+        if is_kernel:
+            sites = kernels.setdefault(callee, [])
+            sites.append(CallSite(callee, len(sites), position, roles_for(origin_ids, tracker.origins)))
+        else:
+            builtins.append(BuiltinSite(callee, position, tuple(sorted(origin_ids))))
+        if tok is not None:
+            producer[tok] = position
+            producer.setdefault(_canon(tracker, tok), position)
+        position += 1
+    present = {o for sites in kernels.values() for s in sites for o in s.origin_ids}
+    present |= {o for b in builtins for o in b.origins}
+    eliminated = {o: p for o, p in tracker.eliminated.items() if o not in present}
+    history = {}
+    for tok, changes in tracker.changes.items():
+        for oid in tracker.origins_of_token(tok):
+            history.setdefault(oid, []).extend(changes)
+    return Lineage(
+        model=model, target=target, pipeline=pipeline,
+        origins=dict(tracker.origins),
+        kernels={k: tuple(v) for k, v in kernels.items()},
+        builtins=tuple(builtins),
+        events=tuple(tracker.events),
+        history_by_origin={k: tuple(sorted(v, key=lambda c: c.index)) for k, v in sorted(history.items())},
+        eliminated_by=dict(sorted(eliminated.items())),
+        edges=tuple(tracker.edges),
+        site_edges=tuple(sorted(site_edges)),
+        degraded=tuple(degraded),
+    )
+
+
+def _has(mod, name: str) -> bool:
+    return any(gv.name_hint == name for gv in mod.functions)
+
+
+def _canon(tracker: Tracker, tok: int) -> int:
+    return tracker._canon_of(tok)

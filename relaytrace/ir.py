@@ -1,0 +1,155 @@
+"""Read-only helpers over Relax IR, shared by origin assignment and tracking.
+
+TVM 0.27 moved the Relax expression classes into ``tvm.ir.expr``; keeping every
+isinstance test here means one place to adapt when TVM moves them again.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from tvm import relax
+from tvm.ir import expr as _expr
+from tvm.ir.op import Op
+
+CONSTANT_TYPES = tuple(
+    t for t in (getattr(_expr, "Constant", None), getattr(_expr, "GenericConst", None)) if t
+)
+
+# Ops that only move, reshape or recast data. A pass may insert them (ConvertLayout,
+# AlterOpImpl, mixed precision); they are "inserted", not "unresolved".
+DATA_MOVEMENT_WORDS = (
+    "permute_dims", "layout_transform", "transpose", "reshape", "astype", "cast",
+    "squeeze", "expand_dims", "flatten", "broadcast_to", "copy", "wrap_param",
+)
+
+# Calls that manage memory, shapes and checks: the VM's bookkeeping, not model ops.
+BOOKKEEPING_PREFIXES = (
+    "relax.builtin.alloc", "relax.memory.", "relax.vm.alloc", "relax.vm.kill",
+    "relax.null_value", "relax.shape_of", "relax.builtin.stop_lift_params",
+    "vm.builtin.check_", "vm.builtin.match_", "vm.builtin.make_", "vm.builtin.alloc",
+    "vm.builtin.null_value", "vm.builtin.shape_of",
+)
+
+CALL_TIR_OPS = frozenset({
+    "relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad",
+    "relax.call_dps_packed",
+})
+PACKED_OPS = frozenset({"relax.call_packed", "relax.call_builtin_with_ctx", "relax.call_pure_packed"})
+
+
+def relax_functions(mod) -> Iterator[tuple[str, relax.Function]]:
+    """Relax functions of a module, primitive (fused group) functions excluded."""
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function) and not is_primitive(func):
+            yield gv.name_hint, func
+
+
+def is_primitive(func) -> bool:
+    attrs = func.attrs
+    return attrs is not None and "Primitive" in attrs and int(attrs["Primitive"]) == 1
+
+
+def bindings(func) -> Iterator:
+    body = func.body
+    if isinstance(body, relax.SeqExpr):
+        for block in body.blocks:
+            yield from block.bindings
+
+
+def function_output(func):
+    body = func.body
+    return body.body if isinstance(body, relax.SeqExpr) else None
+
+
+def is_var(expr) -> bool:
+    return isinstance(expr, _expr.Var)
+
+
+def is_constant(expr) -> bool:
+    return isinstance(expr, CONSTANT_TYPES)
+
+
+def is_tuple(expr) -> bool:
+    return isinstance(expr, _expr.Tuple)
+
+
+def is_tuple_get_item(expr) -> bool:
+    return isinstance(expr, _expr.TupleGetItem)
+
+
+def is_call(expr) -> bool:
+    return isinstance(expr, _expr.Call)
+
+
+def callee_and_args(call) -> tuple[str, list, object | None]:
+    """(callee name, tensor-carrying arguments, GlobalVar callee or None).
+
+    ``call_tir(F, (a, b))`` and the lowered ``F(a, b, out)`` both name callee F, so
+    the two forms compare alike.
+    """
+    op = call.op
+    args = list(call.args)
+    if isinstance(op, Op):
+        name = op.name
+        if name in CALL_TIR_OPS and args:
+            target = args[0]
+            inner = args[1] if len(args) > 1 else None
+            inner_args = list(inner.fields) if is_tuple(inner) else ([inner] if inner is not None else [])
+            if isinstance(target, relax.GlobalVar):
+                return target.name_hint, inner_args, target
+            return _extern_name(target), inner_args, None
+        if name in PACKED_OPS and args:
+            return _extern_name(args[0]), args[1:], None
+        return name, args, None
+    if isinstance(op, relax.GlobalVar):
+        return op.name_hint, args, op
+    if isinstance(op, relax.ExternFunc):
+        return _extern_name(op), args, None
+    return type(op).__name__, args, None
+
+
+def _extern_name(expr) -> str:
+    if isinstance(expr, relax.ExternFunc):
+        return str(expr.global_symbol)
+    value = getattr(expr, "value", None)
+    return str(value) if value is not None else type(expr).__name__
+
+
+def is_bookkeeping(callee: str) -> bool:
+    return callee.startswith(BOOKKEEPING_PREFIXES)
+
+
+def is_data_movement(callee: str) -> bool:
+    return any(word in callee for word in DATA_MOVEMENT_WORDS)
+
+
+def short_op(callee: str) -> str:
+    """``relax.nn.conv2d`` -> ``conv2d``: the op name people read in kernel names."""
+    return callee.rsplit(".", 1)[-1]
+
+
+def tensor_types(ty) -> list[tuple[tuple, str]]:
+    """(shape, dtype) of every tensor in a (possibly tuple) type."""
+    if isinstance(ty, relax.TensorType):
+        shape = ty.shape
+        if shape is None or not hasattr(shape, "values"):
+            return [((), str(ty.dtype))]
+        return [(tuple(_dim(v) for v in shape.values), str(ty.dtype))]
+    if isinstance(ty, relax.TupleType):
+        out: list[tuple[tuple, str]] = []
+        for field in ty.fields:
+            out.extend(tensor_types(field))
+        return out
+    return []
+
+
+def _dim(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def expr_type(expr):
+    return getattr(expr, "ty", None)

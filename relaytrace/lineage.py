@@ -1,0 +1,293 @@
+"""Lineage: which original ops each kernel call site runs, and what every pass did.
+
+A Lineage is plain data: it is queried, drawn, saved and loaded without TVM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable
+
+import attrs
+from attrs import define, field
+
+from .errors import LineageFormatError, UnknownNameError
+from .matching import Change, PassEvent
+from .origins import INSERTED, OP, UNRESOLVED, Origin
+
+SCHEMA = "relaytrace.lineage/1"
+
+ANCHOR, FUSED = "anchor", "fused"
+
+
+@define(frozen=True)
+class Role:
+    origin: str
+    role: str  # anchor | fused | inserted | unresolved
+
+
+@define(frozen=True)
+class CallSite:
+    """The ``call``-th run-time call of ``kernel``; ``position`` orders all sites of main."""
+
+    kernel: str
+    call: int
+    position: int
+    roles: tuple[Role, ...]
+
+    @property
+    def origin_ids(self) -> tuple[str, ...]:
+        return tuple(r.origin for r in self.roles)
+
+    @property
+    def anchor(self) -> str | None:
+        return next((r.origin for r in self.roles if r.role == ANCHOR), None)
+
+    @property
+    def label(self) -> str:
+        return f"{self.kernel}#{self.call}"
+
+
+@define(frozen=True)
+class BuiltinSite:
+    """A call site that the VM serves with a builtin (``vm.builtin.reshape``): no kernel."""
+
+    name: str
+    position: int
+    origins: tuple[str, ...]
+
+
+@define(frozen=True)
+class Coverage:
+    call_sites: int
+    attributed_sites: int
+    origins: int
+    in_kernels: int
+    in_builtins: int
+    eliminated: int
+    unaccounted: tuple[str, ...]
+    unresolved: tuple[str, ...]
+
+    @property
+    def site_fraction(self) -> float:
+        return self.attributed_sites / self.call_sites if self.call_sites else 1.0
+
+    @property
+    def complete(self) -> bool:
+        return self.attributed_sites == self.call_sites and not self.unaccounted
+
+
+@define(frozen=True)
+class Lineage:
+    model: str
+    target: str
+    pipeline: str
+    origins: dict[str, Origin]
+    kernels: dict[str, tuple[CallSite, ...]]
+    builtins: tuple[BuiltinSite, ...] = ()
+    events: tuple[PassEvent, ...] = ()
+    history_by_origin: dict[str, tuple[Change, ...]] = field(factory=dict)
+    eliminated_by: dict[str, str] = field(factory=dict)
+    edges: tuple[tuple[str, str], ...] = ()
+    site_edges: tuple[tuple[int, int], ...] = ()
+    degraded: tuple[str, ...] = ()
+    schema: str = SCHEMA
+
+    # -- queries --------------------------------------------------------------
+
+    @property
+    def call_sites(self) -> tuple[CallSite, ...]:
+        """Every kernel call site, in run order."""
+        return tuple(sorted((s for sites in self.kernels.values() for s in sites), key=lambda s: s.position))
+
+    def site(self, kernel: str, call: int = 0) -> CallSite:
+        sites = self._sites(kernel)
+        if not 0 <= call < len(sites):
+            raise UnknownNameError("call", f"{kernel}#{call}", [s.label for s in sites])
+        return sites[call]
+
+    def origins_of(self, kernel: str, call: int | None = None) -> tuple[Origin, ...]:
+        """Origins a kernel runs: at one call site, or at all of them (in order)."""
+        sites = self._sites(kernel) if call is None else (self.site(kernel, call),)
+        ids = dict.fromkeys(o for s in sites for o in s.origin_ids)
+        return tuple(self.origins[o] for o in ids)
+
+    def kernels_of(self, name: str) -> tuple[CallSite, ...]:
+        """Call sites that run a layer or an origin (inserted ops serving it included)."""
+        ids = self.resolve(name)
+        serving = {o.id for o in self.origins.values() if set(o.serves) & ids}
+        wanted = ids | serving
+        return tuple(s for s in self.call_sites if wanted & set(s.origin_ids))
+
+    def history(self, name: str) -> tuple[Change, ...]:
+        """Each pass that rewrote the op, in order, with the rule that followed it."""
+        ids = self.resolve(name)
+        steps = [c for o in sorted(ids) for c in self.history_by_origin.get(o, ())]
+        return tuple(sorted(steps, key=lambda c: c.index))
+
+    def eliminated(self) -> dict[str, str]:
+        return dict(self.eliminated_by)
+
+    def inserted(self) -> tuple[Origin, ...]:
+        return tuple(o for o in self.origins.values() if o.kind == INSERTED)
+
+    def unresolved(self) -> tuple[Origin, ...]:
+        return tuple(o for o in self.origins.values() if o.kind == UNRESOLVED)
+
+    def layers(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(o.layer for o in self.origins.values() if o.kind == OP))
+
+    def resolve(self, name: str) -> set[str]:
+        """Origin ids named by an origin id or a layer name."""
+        if name in self.origins:
+            return {name}
+        ids = {o.id for o in self.origins.values() if o.layer == name and o.kind == OP}
+        if not ids:
+            known = list(self.origins) + list(self.layers())
+            raise UnknownNameError("layer or origin", name, known)
+        return ids
+
+    def coverage(self) -> Coverage:
+        sites = self.call_sites
+        in_kernels = {o for s in sites for o in s.origin_ids}
+        in_builtins = {o for b in self.builtins for o in b.origins}
+        inputs = [o for o in self.origins.values() if o.kind == OP]
+        unaccounted = tuple(
+            o.id for o in inputs
+            if o.id not in in_kernels and o.id not in in_builtins and o.id not in self.eliminated_by
+        )
+        return Coverage(
+            call_sites=len(sites),
+            attributed_sites=sum(1 for s in sites if s.roles),
+            origins=len(inputs),
+            in_kernels=sum(1 for o in inputs if o.id in in_kernels),
+            in_builtins=sum(1 for o in inputs if o.id in in_builtins and o.id not in in_kernels),
+            eliminated=sum(1 for o in inputs if o.id in self.eliminated_by),
+            unaccounted=unaccounted,
+            unresolved=tuple(o.id for o in self.unresolved()),
+        )
+
+    def graph(self):
+        """A networkx DiGraph: origin and call-site nodes; ``dataflow`` edges between
+        origins and between sites, ``lineage`` edges from each origin to its sites."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        for o in self.origins.values():
+            g.add_node(o.id, kind="origin", layer=o.layer, op=o.op, origin_kind=o.kind)
+        for a, b in self.edges:
+            g.add_edge(a, b, kind="dataflow")
+        by_position = {s.position: s for s in self.call_sites}
+        for s in by_position.values():
+            g.add_node(s.label, kind="call_site", kernel=s.kernel, call=s.call, position=s.position)
+            for r in s.roles:
+                g.add_edge(r.origin, s.label, kind="lineage", role=r.role)
+        for a, b in self.site_edges:
+            g.add_edge(by_position[a].label, by_position[b].label, kind="dataflow")
+        return g
+
+    def _sites(self, kernel: str) -> tuple[CallSite, ...]:
+        if kernel not in self.kernels:
+            raise UnknownNameError("kernel", kernel, self.kernels)
+        return self.kernels[kernel]
+
+    # -- persistence ----------------------------------------------------------
+
+    def to_json(self) -> dict:
+        return {
+            "schema": self.schema,
+            "model": self.model,
+            "target": self.target,
+            "pipeline": self.pipeline,
+            "origins": [attrs.asdict(o) for o in self.origins.values()],
+            "kernels": {k: [attrs.asdict(s) for s in v] for k, v in self.kernels.items()},
+            "builtins": [attrs.asdict(b) for b in self.builtins],
+            "events": [attrs.asdict(e) for e in self.events],
+            "history": {k: [attrs.asdict(c) for c in v] for k, v in self.history_by_origin.items()},
+            "eliminated": self.eliminated_by,
+            "edges": self.edges,
+            "site_edges": self.site_edges,
+            "degraded": self.degraded,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Lineage":
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+            raise LineageFormatError(
+                f"not a relaytrace lineage of schema {SCHEMA!r} (found {found!r}); "
+                "write it with Lineage.save or `relaytrace profile`"
+            )
+        try:
+            return cls(
+                model=data["model"], target=data["target"], pipeline=data["pipeline"],
+                origins={o["id"]: _make(Origin, o) for o in data["origins"]},
+                kernels={
+                    k: tuple(_make(CallSite, {**s, "roles": [_make(Role, r) for r in s["roles"]]}) for s in v)
+                    for k, v in data["kernels"].items()
+                },
+                builtins=tuple(_make(BuiltinSite, b) for b in data["builtins"]),
+                events=tuple(_make(PassEvent, e) for e in data["events"]),
+                history_by_origin={k: tuple(_make(Change, c) for c in v) for k, v in data["history"].items()},
+                eliminated_by=dict(data["eliminated"]),
+                edges=_tuples(data["edges"]),
+                site_edges=_tuples(data["site_edges"]),
+                degraded=tuple(data["degraded"]),
+            )
+        except (KeyError, TypeError) as exc:
+            raise LineageFormatError(f"lineage file is missing or has a malformed field: {exc}") from exc
+
+    def save(self, path, overwrite: bool = False) -> Path:
+        """Write JSON atomically; an existing file is kept unless ``overwrite``."""
+        return write_json(path, self.to_json(), overwrite)
+
+    @classmethod
+    def load(cls, path) -> "Lineage":
+        return cls.from_json(read_json(path, "lineage"))
+
+
+def _tuples(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def _make(cls, data: dict):
+    return cls(**{k: _tuples(v) for k, v in data.items()})
+
+
+def write_json(path, data, overwrite: bool) -> Path:
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+    return path
+
+
+def read_json(path, what: str):
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {what} file at {path}")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise LineageFormatError(f"{path} is not valid JSON (line {exc.lineno}): {exc.msg}") from exc
+
+
+def roles_for(origin_ids: Iterable[str], origins: dict[str, Origin]) -> tuple[Role, ...]:
+    """Anchor = heaviest model op (ties: earliest); other model ops fused; the rest by kind."""
+    from .ops import op_rank
+
+    ids = sorted(set(origin_ids), key=lambda o: (origins[o].kind != OP, origins[o].function, origins[o].index, o))
+    ops = [o for o in ids if origins[o].kind == OP]
+    anchor = max(ops, key=lambda o: op_rank(origins[o].op), default=None) if ops else None
+    roles = []
+    for o in ids:
+        kind = origins[o].kind
+        role = ANCHOR if o == anchor else FUSED if kind == OP else kind
+        roles.append(Role(o, role))
+    return tuple(roles)

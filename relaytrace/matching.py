@@ -1,0 +1,429 @@
+"""The tracking rules: which binding after a pass carries which origins.
+
+A *token* stands for one value of the program as the passes see it; it carries a set
+of origin ids. Tokens outlive passes: a binding that a pass rewrites is given the
+token of the binding it came from, found by one of four rules, tried in order:
+
+1. identity: the Var object survived the pass;
+2. value key: ``(callee, argument tokens)`` equals a key seen before, with
+   ``call_tir(F, args)`` and the lowered ``F(args, out)`` alike;
+3. replay: a call of a fused (``Primitive``) function is matched through its body,
+   parameters bound to this call site's arguments;
+4. name: a binding of the same name and callee that the pass no longer has.
+
+A binding no rule explains is new: *inserted* when it only moves data (a layout
+transform, a cast), otherwise *unresolved*; both get an origin of their own,
+attributed to the layers they serve and marked with the pass.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from attrs import define, field
+
+from . import ir
+from .origins import INSERTED, OP, UNRESOLVED, Origin, OriginTable
+
+IDENTITY, VALUE, REPLAY, NAME, NEW = "identity", "value", "replay", "name", "new"
+
+
+@define(frozen=True)
+class PassEvent:
+    """What one pass did to one Relax function, in origins."""
+
+    index: int
+    pass_name: str
+    function: str
+    rules: tuple[tuple[str, int], ...]
+    inserted: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
+    eliminated: tuple[str, ...] = ()
+    merged: tuple[tuple[str, ...], ...] = ()
+
+
+@define(frozen=True)
+class Change:
+    """One step of an origin's history: after pass N its op was carried by ``callee``."""
+
+    index: int
+    pass_name: str
+    function: str
+    callee: str
+    rule: str
+
+
+@define
+class _FunctionState:
+    func: object
+    tokens: list[tuple[int, str]]  # (token, callee) of each op binding, in order
+    by_name: dict[tuple[str, str], int]
+    var_names: dict[str, int]
+    origins: frozenset[str]
+
+
+@define
+class _Walk:
+    """Scratch state of one function walk."""
+
+    old: _FunctionState | None
+    claimed: set[int] = field(factory=set)
+    bookkeeping: set[int] = field(factory=set)
+    uses: dict[int, list[int]] = field(factory=dict)
+    args_of: dict[int, list[int]] = field(factory=dict)
+    new: list[tuple[int, str]] = field(factory=list)  # (token, callee) with no rule
+    rules: dict[str, int] = field(factory=dict)
+    changes: list[tuple[int, str, str]] = field(factory=list)
+
+
+class Tracker:
+    """Follows origins from pass to pass; fed one module per pass by the instrument."""
+
+    def __init__(self, table: OriginTable):
+        self.origins: dict[str, Origin] = dict(table.origins)
+        self.edges = table.edges
+        self._tok_origins: list[frozenset[str]] = []
+        self._canon: dict[int, int] = {}
+        self._var_tok: dict[int, int] = {}
+        self._var_value: dict[int, int] = {}
+        self._const_tok: dict[int, int] = {}
+        self._param_tok: dict[tuple[str, str], int] = {}
+        self._keys: dict[tuple, list[int]] = {}
+        self._pins: list = []
+        self._funcs: dict[str, _FunctionState] = {}
+        self._pass_index = 0
+        self.last_mod = None
+        self.events: list[PassEvent] = []
+        self.changes: dict[int, list[Change]] = {}
+        self.eliminated: dict[str, str] = {}
+        self._seed(table)
+
+    # -- public ---------------------------------------------------------------
+
+    def start(self, mod) -> None:
+        """Walk the input module once, so its bindings' keys are known to every rule."""
+        for name, func in ir.relax_functions(mod):
+            self._funcs[name] = self._process(mod, name, func, "input", None)
+        self.last_mod = mod
+
+    def observe(self, mod, pass_name: str) -> None:
+        """Account for one pass, given the module it produced."""
+        self._pass_index += 1
+        functions = dict(ir.relax_functions(mod))
+        if not functions:
+            return  # a pass over a TIR-only sub-module
+        self.last_mod = mod
+        for name, func in functions.items():
+            state = self._funcs.get(name)
+            if state is not None and state.func.same_as(func):
+                continue
+            self._funcs[name] = self._process(mod, name, func, pass_name, state)
+        for name in [n for n in self._funcs if n not in functions]:
+            gone = self._funcs.pop(name)
+            self._record_elimination(gone.origins, pass_name)
+
+    def origins_of_token(self, tok: int) -> frozenset[str]:
+        return self._tok_origins[tok]
+
+    def token_of(self, var) -> int | None:
+        return self._var_tok.get(var.__chandle__())
+
+    def resolve_arg(self, expr) -> int | None:
+        return self._resolve(expr, None, None)
+
+    # -- set-up ---------------------------------------------------------------
+
+    def _new_token(self, origins: Iterable[str]) -> int:
+        self._tok_origins.append(frozenset(origins))
+        return len(self._tok_origins) - 1
+
+    def _seed(self, table: OriginTable) -> None:
+        for var in table.vars:
+            self._pin(var)
+            self._var_tok[var.__chandle__()] = self._new_token({table.by_var[var.__chandle__()]})
+
+    def _pin(self, obj) -> None:
+        self._pins.append(obj)
+
+    # -- one function ---------------------------------------------------------
+
+    def _process(self, mod, fname, func, pass_name, old) -> _FunctionState:
+        walk = _Walk(old=old)
+        tokens: list[tuple[int, str]] = []
+        for param in func.params:
+            self._param_token(fname, param)
+        for binding in ir.bindings(func):
+            tok, callee = self._bind(mod, fname, binding, walk)
+            if tok is not None and callee is not None:
+                tokens.append((tok, callee))
+        self._finish_new(fname, pass_name, walk)
+        self._pin(func)
+        by_name: dict[tuple[str, str], int] = {}
+        var_names: dict[str, int] = {}
+        for binding in ir.bindings(func):
+            tok = self._var_tok.get(binding.var.__chandle__())
+            if tok is None:
+                continue
+            var_names[binding.var.name] = tok
+            if ir.is_call(binding.value):
+                by_name[(binding.var.name, ir.callee_and_args(binding.value)[0])] = tok
+        origins = frozenset().union(*(self._tok_origins[t] for t, _ in tokens)) if tokens else frozenset()
+        state = _FunctionState(func=func, tokens=tokens, by_name=by_name, var_names=var_names, origins=origins)
+        self._record_event(fname, pass_name, walk, old, state)
+        return state
+
+    def _param_token(self, fname, param) -> None:
+        handle = param.__chandle__()
+        if handle in self._var_tok:
+            return
+        key = (fname, param.name)
+        if key not in self._param_tok:
+            self._param_tok[key] = self._new_token(())
+        self._pin(param)
+        self._var_tok[handle] = self._param_tok[key]
+
+    def _bind(self, mod, fname, binding, walk: _Walk) -> tuple[int | None, str | None]:
+        var, value = binding.var, binding.value
+        handle = var.__chandle__()
+        callee = None
+        if ir.is_call(value):
+            callee, args, gv = ir.callee_and_args(value)
+            if ir.is_bookkeeping(callee):
+                walk.bookkeeping.add(handle)
+                return None, None
+        known = self._var_tok.get(handle)
+        if known is not None:
+            self._count(walk, IDENTITY)
+            if self._var_value.get(handle) != value.__chandle__():
+                self._var_value[handle] = value.__chandle__()
+                self._pin(value)
+                if callee is not None:
+                    walk.changes.append((known, callee, IDENTITY))
+            self._register(value, known, walk)
+            if callee is not None:
+                self._note_uses(known, args, walk)
+            return known, callee
+        self._pin(var)
+        self._pin(value)
+        self._var_value[handle] = value.__chandle__()
+        if not ir.is_call(value):
+            tok = self._structural(value, walk)
+            if tok is not None:
+                self._var_tok[handle] = tok
+            return tok, None
+        key = self._key(callee, args, None, walk)
+        tok, rule = self._match(key, walk), VALUE
+        if tok is None and gv is not None:
+            tok, rule = self._replay(mod, gv, args, walk), REPLAY
+        if tok is None and walk.old is not None:
+            tok, rule = self._by_name(var.name, callee, walk), NAME
+        if tok is None:
+            tok, rule = self._new_token(()), NEW
+            walk.new.append((tok, callee))
+            inputs = [t for t in key[1]]
+            if ir.is_data_movement(callee) and inputs:
+                self._canon[tok] = inputs[0]  # layout changes keep the value's identity
+        self._count(walk, rule)
+        walk.changes.append((tok, callee, rule))
+        walk.claimed.add(tok)
+        self._var_tok[handle] = tok
+        self._keys.setdefault(key, [])
+        if tok not in self._keys[key]:
+            self._keys[key].append(tok)
+        self._claim_outputs(callee, args, tok, walk)
+        self._note_uses(tok, args, walk)
+        return tok, callee
+
+    def _note_uses(self, tok, args, walk) -> None:
+        walk.args_of[tok] = [t for t in (self._raw(a) for a in args) if t is not None]
+        for t in walk.args_of[tok]:
+            walk.uses.setdefault(t, []).append(tok)
+
+    def _structural(self, value, walk) -> int | None:
+        """Aliases, tuples and projections carry the origins of what they hold."""
+        if ir.is_var(value):
+            return self._var_tok.get(value.__chandle__())
+        if ir.is_tuple_get_item(value):
+            return self._raw(value.tuple_value)
+        if ir.is_tuple(value):
+            parts = [self._raw(f) for f in value.fields]
+            key = ("tuple", tuple(self._canon_of(p) for p in parts if p is not None))
+            found = self._keys.get(key)
+            if found:
+                return found[0]
+            tok = self._new_token(frozenset().union(*(self._tok_origins[p] for p in parts if p is not None)) if parts else ())
+            self._keys[key] = [tok]
+            return tok
+        return None
+
+    def _register(self, value, tok, walk) -> None:
+        if ir.is_call(value):
+            callee, args, _ = ir.callee_and_args(value)
+            key = self._key(callee, args, None, walk)
+            bucket = self._keys.setdefault(key, [])
+            if tok not in bucket:
+                bucket.append(tok)
+
+    def _claim_outputs(self, callee, args, tok, walk) -> None:
+        """Destination-passing calls write into their trailing allocations: those vars
+        now hold this call's value."""
+        for arg in args:
+            if ir.is_var(arg) and arg.__chandle__() in walk.bookkeeping:
+                self._var_tok[arg.__chandle__()] = tok
+                self._pin(arg)
+
+    # -- keys and rules -------------------------------------------------------
+
+    def _raw(self, expr) -> int | None:
+        if ir.is_var(expr):
+            return self._var_tok.get(expr.__chandle__())
+        if ir.is_constant(expr):
+            handle = expr.__chandle__()
+            if handle not in self._const_tok:
+                self._pin(expr)
+                self._const_tok[handle] = self._new_token(())
+            return self._const_tok[handle]
+        return None
+
+    def _canon_of(self, tok: int) -> int:
+        while tok in self._canon:
+            tok = self._canon[tok]
+        return tok
+
+    def _resolve(self, expr, env, walk) -> int | None:
+        if env is not None and ir.is_var(expr) and expr.__chandle__() in env:
+            return env[expr.__chandle__()]
+        tok = self._raw(expr)
+        if tok is None and walk is not None and ir.is_var(expr) and walk.old is not None:
+            if expr.__chandle__() in walk.bookkeeping:
+                return None
+            tok = walk.old.var_names.get(expr.name)
+        return None if tok is None else self._canon_of(tok)
+
+    def _key(self, callee, args, env, walk) -> tuple:
+        resolved = []
+        for arg in args:
+            if ir.is_tuple(arg):
+                resolved.extend(self._resolve(f, env, walk) for f in arg.fields)
+            else:
+                resolved.append(self._resolve(arg, env, walk))
+        return (callee, tuple(t for t in resolved if t is not None))
+
+    def _match(self, key, walk) -> int | None:
+        found = self._keys.get(key)
+        if not found:
+            return None
+        for tok in found:
+            if tok not in walk.claimed:
+                return tok
+        return found[0]
+
+    def _by_name(self, name, callee, walk) -> int | None:
+        tok = walk.old.by_name.get((name, callee))
+        return tok if tok is not None and tok not in walk.claimed else None
+
+    def _replay(self, mod, gv, args, walk) -> int | None:
+        func = mod[gv]
+        if not ir.is_primitive(func) or len(func.params) != len(args):
+            return None
+        env = {}
+        for param, arg in zip(func.params, args):
+            tok = self._resolve(arg, None, walk)
+            if tok is not None:
+                env[param.__chandle__()] = tok
+        matched: list[int] = []
+        last = None
+        for binding in ir.bindings(func):
+            value = binding.value
+            if ir.is_call(value):
+                callee, inner_args, _ = ir.callee_and_args(value)
+                tok = self._match(self._key(callee, inner_args, env, walk), walk)
+                if tok is None:
+                    continue
+                walk.claimed.add(tok)
+                matched.append(tok)
+            elif ir.is_var(value):
+                tok = env.get(value.__chandle__())
+            else:
+                continue
+            if tok is not None:
+                env[binding.var.__chandle__()] = tok
+                last = tok
+        if not matched:
+            return None
+        result = self._new_token(frozenset().union(*(self._tok_origins[t] for t in matched)))
+        out = ir.function_output(func)
+        out_tok = env.get(out.__chandle__()) if out is not None and ir.is_var(out) else last
+        if out_tok is not None:
+            self._canon[result] = self._canon_of(out_tok)
+        return result
+
+    # -- what no rule explains ------------------------------------------------
+
+    def _finish_new(self, fname, pass_name, walk: _Walk) -> None:
+        pending = {tok: callee for tok, callee in walk.new}
+        for tok, callee in walk.new:
+            serves = self._serves(tok, pending, walk, set())
+            kind = INSERTED if ir.is_data_movement(callee) else UNRESOLVED
+            layer = self.origins[serves[0]].layer if serves else f"{fname}.{ir.short_op(callee)}"
+            oid = self._fresh_id(f"{kind}:{pass_name}:{ir.short_op(callee)}@{serves[0] if serves else fname}")
+            self.origins[oid] = Origin(
+                id=oid, layer=layer, op=callee, function=fname, index=-1,
+                kind=kind, pass_name=pass_name, serves=tuple(serves),
+            )
+            self._tok_origins[tok] = frozenset({oid})
+
+    def _serves(self, tok, pending, walk, seen) -> list[str]:
+        """The model ops an inserted binding exists for: its consumers, else its producers."""
+        seen.add(tok)
+        out: list[str] = []
+        for side in (walk.uses.get(tok, []), walk.args_of.get(tok, [])):
+            for other in side:
+                if other in seen:
+                    continue
+                if other in pending:
+                    out.extend(self._serves(other, pending, walk, seen))
+                else:
+                    out.extend(o for o in sorted(self._tok_origins[other]) if self.origins[o].kind == OP)
+            if out:
+                break
+        return list(dict.fromkeys(out))
+
+    def _fresh_id(self, base: str) -> str:
+        oid, n = base, 0
+        while oid in self.origins:
+            n += 1
+            oid = f"{base}#{n}"
+        return oid
+
+    # -- events ---------------------------------------------------------------
+
+    @staticmethod
+    def _count(walk, rule) -> None:
+        walk.rules[rule] = walk.rules.get(rule, 0) + 1
+
+    def _record_event(self, fname, pass_name, walk: _Walk, old, state) -> None:
+        if self._pass_index == 0:
+            return  # the input itself, not a pass
+        new_ids = [next(iter(self._tok_origins[t])) for t, _ in walk.new]
+        eliminated = sorted(old.origins - state.origins) if old is not None else []
+        self._record_elimination(eliminated, pass_name)
+        merged = []
+        old_tokens = {t for t, _ in old.tokens} if old is not None else set()
+        for tok, _ in state.tokens:
+            if tok not in old_tokens and len(self._tok_origins[tok]) > 1:
+                merged.append(tuple(sorted(self._tok_origins[tok])))
+        event = PassEvent(
+            index=self._pass_index, pass_name=pass_name, function=fname,
+            rules=tuple(sorted(walk.rules.items())),
+            inserted=tuple(o for o in new_ids if self.origins[o].kind == INSERTED),
+            unresolved=tuple(o for o in new_ids if self.origins[o].kind == UNRESOLVED),
+            eliminated=tuple(eliminated), merged=tuple(merged),
+        )
+        self.events.append(event)
+        for tok, callee, rule in walk.changes:
+            self.changes.setdefault(tok, []).append(Change(self._pass_index, pass_name, fname, callee, rule))
+
+    def _record_elimination(self, origin_ids, pass_name) -> None:
+        for oid in origin_ids:
+            self.eliminated.setdefault(oid, pass_name)

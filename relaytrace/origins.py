@@ -1,0 +1,112 @@
+"""Origins: one stable record per op of the input model.
+
+An id depends only on the model (layer name, op, order within the layer), never on
+the target, pipeline or layout, so two builds of one model compare id by id.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from attrs import define, field
+
+from . import ir
+
+OP = "op"
+INSERTED = "inserted"
+UNRESOLVED = "unresolved"
+
+Shape = tuple
+
+
+@define(frozen=True)
+class Origin:
+    id: str
+    layer: str
+    op: str
+    function: str
+    index: int
+    input_shapes: tuple[Shape, ...] = ()
+    input_dtypes: tuple[str, ...] = ()
+    output_shapes: tuple[Shape, ...] = ()
+    output_dtypes: tuple[str, ...] = ()
+    kind: str = OP
+    pass_name: str = ""
+    serves: tuple[str, ...] = ()
+
+    @property
+    def short_op(self) -> str:
+        return ir.short_op(self.op)
+
+
+@define(frozen=True)
+class OriginTable:
+    """Origins of one input module and the handles of the vars that carry them."""
+
+    origins: dict[str, Origin]
+    by_var: dict[int, str] = field(repr=False)
+    edges: tuple[tuple[str, str], ...] = ()
+    vars: tuple = field(default=(), repr=False)  # pins the objects behind by_var
+
+
+# A namer returns the layer name of a binding, or None for the plain-Relax default.
+LayerNamer = Callable[[str, object, int], "str | None"]
+
+
+def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
+    origins: dict[str, Origin] = {}
+    by_var: dict[int, str] = {}
+    pinned: list = []
+    edges: set[tuple[str, str]] = set()
+    used_layers: dict[str, int] = {}
+    used_ids: dict[str, int] = {}
+    for fname, func in sorted(ir.relax_functions(mod), key=lambda item: item[0]):
+        producers: dict[int, frozenset[str]] = {}
+        for index, binding in enumerate(ir.bindings(func)):
+            var, value = binding.var, binding.value
+            if not ir.is_call(value):
+                producers[var.__chandle__()] = _producers_of(value, producers)
+                continue
+            callee, args, _ = ir.callee_and_args(value)
+            if ir.is_bookkeeping(callee):
+                continue
+            layer = layer_of(fname, var, index) if layer_of else None
+            if layer is None:
+                layer = _unique(var.name if fname == "main" else f"{fname}.{var.name}", used_layers)
+            oid = _unique(f"{layer}/{ir.short_op(callee)}", used_ids, sep="#")
+            inputs = [t for a in args if ir.is_var(a) or ir.is_constant(a) for t in ir.tensor_types(ir.expr_type(a))]
+            outputs = ir.tensor_types(ir.expr_type(var))
+            origins[oid] = Origin(
+                id=oid, layer=layer, op=callee, function=fname, index=index,
+                input_shapes=tuple(s for s, _ in inputs), input_dtypes=tuple(d for _, d in inputs),
+                output_shapes=tuple(s for s, _ in outputs), output_dtypes=tuple(d for _, d in outputs),
+            )
+            handle = var.__chandle__()
+            by_var[handle] = oid
+            pinned.append(var)
+            for arg in args:
+                for src in _producers_of(arg, producers):
+                    edges.add((src, oid))
+            producers[handle] = frozenset({oid})
+    return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), vars=tuple(pinned))
+
+
+def _producers_of(expr, producers: Mapping[int, frozenset[str]]) -> frozenset[str]:
+    if ir.is_var(expr):
+        return producers.get(expr.__chandle__(), frozenset())
+    if ir.is_tuple(expr):
+        return frozenset().union(*(_producers_of(f, producers) for f in expr.fields)) if len(expr.fields) else frozenset()
+    if ir.is_tuple_get_item(expr):
+        return _producers_of(expr.tuple_value, producers)
+    return frozenset()
+
+
+def _unique(name: str, used: dict[str, int], sep: str = "_") -> str:
+    """Deterministic de-duplication: first use keeps the name, later ones get a suffix."""
+    candidate, count = name, used.get(name, 0)
+    while candidate in used:
+        count += 1
+        candidate = f"{name}{sep}{count}"
+    used[name] = count
+    used[candidate] = 0
+    return candidate

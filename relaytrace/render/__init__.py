@@ -1,0 +1,1 @@
+"""Renderers: read a Lineage (and later a Profile), write text or pictures; change nothing."""

@@ -1,0 +1,49 @@
+"""Plain-text tables for terminals."""
+
+from __future__ import annotations
+
+from ..lineage import Lineage
+
+
+def format_table(headers, rows) -> str:
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def kernel_layers_table(lineage: Lineage) -> str:
+    """One row per kernel call site, in run order: which layers it runs, in which role."""
+    rows = []
+    for site in lineage.call_sites:
+        by_role: dict[str, list[str]] = {}
+        for role in site.roles:
+            origin = lineage.origins[role.origin]
+            name = origin.layer if origin.kind == "op" else f"{origin.short_op}[{origin.pass_name}]"
+            by_role.setdefault(role.role, []).append(name)
+        rows.append([
+            site.label,
+            ", ".join(by_role.get("anchor", [])),
+            ", ".join(by_role.get("fused", [])),
+            ", ".join(by_role.get("inserted", []) + by_role.get("unresolved", [])),
+        ])
+    return format_table(["kernel#call", "anchor layer", "fused layers", "inserted / unresolved"], rows)
+
+
+def coverage_summary(lineage: Lineage) -> str:
+    cov = lineage.coverage()
+    lines = [
+        f"kernel call sites: {cov.call_sites} ({cov.attributed_sites} attributed, {100 * cov.site_fraction:.0f}%)"
+        f" of {len(lineage.kernels)} kernels",
+        f"model ops: {cov.origins} ({cov.in_kernels} in kernels, {cov.in_builtins} in VM builtins, "
+        f"{cov.eliminated} eliminated by passes)",
+    ]
+    if lineage.inserted():
+        lines.append(f"inserted by passes: {len(lineage.inserted())} ops")
+    if cov.unresolved:
+        lines.append(f"UNRESOLVED: {len(cov.unresolved)} ops no rule explains: {', '.join(cov.unresolved[:5])}")
+    if cov.unaccounted:
+        lines.append(f"UNACCOUNTED: {', '.join(cov.unaccounted[:5])}")
+    for reason in lineage.degraded:
+        lines.append(f"DEGRADED: {reason}")
+    return "\n".join(lines)
