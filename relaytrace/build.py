@@ -30,6 +30,10 @@ class Trace:
     def finish(self) -> Lineage:
         session = self.session
         degraded = list(session.degraded)
+        if session.tracker is None and degraded:
+            origins = dict(session.table.origins) if session.table is not None else {}
+            self.lineage = Lineage(self.model, self.target, self.pipeline, origins, {}, degraded=tuple(degraded))
+            return self.lineage
         if session.tracker is None:
             raise RelaytraceError(
                 "no Relax module passed through the traced PassContext: call tvm.compile "
@@ -67,7 +71,7 @@ def trace(model: str = "model", target: str = "", pipeline: str = "user",
     handle.finish()
 
 
-def pipeline_pass(pipeline, target, convert_layout: Mapping[str, list] | None = None):
+def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None = None):
     """The Relax pipeline to run: "fused", "unfused" or a tvm Pass, after an optional
     ConvertLayout."""
     if isinstance(pipeline, str):
@@ -95,7 +99,7 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
     """
     mod, layer_of, name = _as_irmodule(mod, layer_of, model)
     target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
-    seq = pipeline_pass(pipeline, target, convert_layout)
+    seq = build_pipeline(pipeline, target, convert_layout)
     label = pipeline if isinstance(pipeline, str) else getattr(pipeline, "info", None) and pipeline.info.name or "custom"
     if convert_layout:
         label = f"{label}+convert_layout({', '.join(f'{k}={v}' for k, v in convert_layout.items())})"

@@ -25,7 +25,7 @@ from attrs import define, field
 from . import ir
 from .origins import INSERTED, OP, UNRESOLVED, Origin, OriginTable
 
-IDENTITY, VALUE, REPLAY, NAME, NEW = "identity", "value", "replay", "name", "new"
+IDENTITY, VALUE, REPLAY, NAME, ARGS, NEW = "identity", "value", "replay", "name", "args", "new"
 
 
 @define(frozen=True)
@@ -60,6 +60,8 @@ class _FunctionState:
     by_name: dict[tuple[str, str], int]
     var_names: dict[str, int]
     origins: frozenset[str]
+    by_args: dict[tuple, list[int]]
+    tok_var: dict[int, tuple[int, str]]  # token -> (var handle, callee)
 
 
 @define
@@ -74,6 +76,9 @@ class _Walk:
     new: list[tuple[int, str]] = field(factory=list)  # (token, callee) with no rule
     rules: dict[str, int] = field(factory=dict)
     changes: list[tuple[int, str, str]] = field(factory=list)
+    arg_keys: dict[int, tuple] = field(factory=dict)
+    callee_of: dict[int, str] = field(factory=dict)  # var handle -> callee, after the pass
+    rewritten: set[int] = field(factory=set)  # tokens whose op this pass rewrote
 
 
 class Tracker:
@@ -152,7 +157,12 @@ class Tracker:
         tokens: list[tuple[int, str]] = []
         for param in func.params:
             self._param_token(fname, param)
-        for binding in ir.bindings(func):
+        binds = list(ir.bindings(func))
+        if old is not None:
+            for binding in binds:
+                if ir.is_call(binding.value):
+                    walk.callee_of[binding.var.__chandle__()] = ir.callee_and_args(binding.value)[0]
+        for binding in binds:
             tok, callee = self._bind(mod, fname, binding, walk)
             if tok is not None and callee is not None:
                 tokens.append((tok, callee))
@@ -160,15 +170,22 @@ class Tracker:
         self._pin(func)
         by_name: dict[tuple[str, str], int] = {}
         var_names: dict[str, int] = {}
-        for binding in ir.bindings(func):
+        by_args: dict[tuple, list[int]] = {}
+        tok_var: dict[int, tuple[int, str]] = {}
+        for binding in binds:
             tok = self._var_tok.get(binding.var.__chandle__())
             if tok is None:
                 continue
             var_names[binding.var.name] = tok
             if ir.is_call(binding.value):
-                by_name[(binding.var.name, ir.callee_and_args(binding.value)[0])] = tok
+                callee = ir.callee_and_args(binding.value)[0]
+                by_name[(binding.var.name, callee)] = tok
+                tok_var[tok] = (binding.var.__chandle__(), callee)
+                if tok in walk.arg_keys:
+                    by_args.setdefault(walk.arg_keys[tok], []).append(tok)
         origins = frozenset().union(*(self._tok_origins[t] for t, _ in tokens)) if tokens else frozenset()
-        state = _FunctionState(func=func, tokens=tokens, by_name=by_name, var_names=var_names, origins=origins)
+        state = _FunctionState(func=func, tokens=tokens, by_name=by_name, var_names=var_names, origins=origins,
+                               by_args=by_args, tok_var=tok_var)
         self._record_event(fname, pass_name, walk, old, state)
         return state
 
@@ -192,6 +209,8 @@ class Tracker:
                 walk.bookkeeping.add(handle)
                 return None, None
         known = self._var_tok.get(handle)
+        if known is not None and callee is not None and known in walk.claimed and ir.is_data_movement(callee):
+            known = None  # the var now holds a layout transform; its op moved (AlterOpImpl)
         if known is not None:
             self._count(walk, IDENTITY)
             if self._var_value.get(handle) != value.__chandle__():
@@ -199,7 +218,10 @@ class Tracker:
                 self._pin(value)
                 if callee is not None:
                     walk.changes.append((known, callee, IDENTITY))
-            self._register(value, known, walk)
+                    walk.rewritten.add(known)
+            key = self._register(value, known, walk)
+            if key is not None:
+                walk.arg_keys[known] = key[1]
             if callee is not None:
                 self._note_uses(known, args, walk)
             return known, callee
@@ -217,6 +239,8 @@ class Tracker:
             tok, rule = self._replay(mod, gv, args, walk), REPLAY
         if tok is None and walk.old is not None:
             tok, rule = self._by_name(var.name, callee, walk), NAME
+        if tok is None and walk.old is not None:
+            tok, rule = self._by_args(callee, key[1], walk), ARGS
         if tok is None:
             tok, rule = self._new_token(()), NEW
             walk.new.append((tok, callee))
@@ -225,7 +249,9 @@ class Tracker:
                 self._canon[tok] = inputs[0]  # layout changes keep the value's identity
         self._count(walk, rule)
         walk.changes.append((tok, callee, rule))
+        walk.rewritten.add(tok)
         walk.claimed.add(tok)
+        walk.arg_keys[tok] = key[1]
         self._var_tok[handle] = tok
         self._keys.setdefault(key, [])
         if tok not in self._keys[key]:
@@ -256,13 +282,15 @@ class Tracker:
             return tok
         return None
 
-    def _register(self, value, tok, walk) -> None:
-        if ir.is_call(value):
-            callee, args, _ = ir.callee_and_args(value)
-            key = self._key(callee, args, None, walk)
-            bucket = self._keys.setdefault(key, [])
-            if tok not in bucket:
-                bucket.append(tok)
+    def _register(self, value, tok, walk) -> tuple | None:
+        if not ir.is_call(value):
+            return None
+        callee, args, _ = ir.callee_and_args(value)
+        key = self._key(callee, args, None, walk)
+        bucket = self._keys.setdefault(key, [])
+        if tok not in bucket:
+            bucket.append(tok)
+        return key
 
     def _claim_outputs(self, callee, args, tok, walk) -> None:
         """Destination-passing calls write into their trailing allocations: those vars
@@ -322,6 +350,21 @@ class Tracker:
         tok = walk.old.by_name.get((name, callee))
         return tok if tok is not None and tok not in walk.claimed else None
 
+    def _by_args(self, callee, args, walk) -> int | None:
+        """An op whose implementation was swapped (AlterOpImpl): same inputs, new callee,
+        and the old binding is gone or now holds a layout transform."""
+        found = []
+        for tok in walk.old.by_args.get(args, ()):
+            if tok in walk.claimed:
+                continue
+            handle, old_callee = walk.old.tok_var[tok]
+            if ir.is_data_movement(callee) and not ir.is_data_movement(old_callee):
+                continue
+            now = walk.callee_of.get(handle)
+            if now is None or (ir.is_data_movement(now) and not ir.is_data_movement(old_callee)):
+                found.append(tok)
+        return found[0] if len(found) == 1 else None
+
     def _replay(self, mod, gv, args, walk) -> int | None:
         func = mod[gv]
         if not ir.is_primitive(func) or len(func.params) != len(args):
@@ -374,20 +417,23 @@ class Tracker:
             self._tok_origins[tok] = frozenset({oid})
 
     def _serves(self, tok, pending, walk, seen) -> list[str]:
-        """The model ops an inserted binding exists for: its consumers, else its producers."""
+        """The model ops an inserted binding exists for: the neighbours this pass
+        rewrote (consumers first), else its consumers, else its producers."""
         seen.add(tok)
-        out: list[str] = []
-        for side in (walk.uses.get(tok, []), walk.args_of.get(tok, [])):
-            for other in side:
-                if other in seen:
-                    continue
-                if other in pending:
-                    out.extend(self._serves(other, pending, walk, seen))
-                else:
-                    out.extend(o for o in sorted(self._tok_origins[other]) if self.origins[o].kind == OP)
-            if out:
-                break
-        return list(dict.fromkeys(out))
+        sides = (walk.uses.get(tok, []), walk.args_of.get(tok, []))
+        for only_rewritten in (True, False):
+            for side in sides:
+                out: list[str] = []
+                for other in side:
+                    if other in seen or (only_rewritten and other not in walk.rewritten and other not in pending):
+                        continue
+                    if other in pending:
+                        out.extend(self._serves(other, pending, walk, set(seen)))
+                    else:
+                        out.extend(o for o in sorted(self._tok_origins[other]) if self.origins[o].kind == OP)
+                if out:
+                    return list(dict.fromkeys(out))
+        return []
 
     def _fresh_id(self, base: str) -> str:
         oid, n = base, 0

@@ -1,0 +1,35 @@
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from relaytrace.relax_models import resnet_style
+
+NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
+CONFIGS = {"unfused": ("unfused", None), "fused": ("fused", None), "nhwc": ("fused", NHWC)}
+
+
+@pytest.fixture(scope="session")
+def resnet_mod():
+    return resnet_style(blocks=3)
+
+
+@pytest.fixture(scope="session")
+def builds(resnet_mod):
+    """The ResNet-style model built three ways, traced: {name: (executable, lineage)}."""
+    import relaytrace
+
+    return {
+        name: relaytrace.build(resnet_mod, "llvm", pipeline=pipe, convert_layout=layout, model="resnet_style")
+        for name, (pipe, layout) in CONFIGS.items()
+    }
+
+
+def run_vm(executable, data):
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(data)).numpy()
+
+
+@pytest.fixture(scope="session")
+def input_data():
+    return np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")

@@ -1,0 +1,75 @@
+"""Lineage queries, graph and JSON persistence, on a real fused build."""
+
+import json
+
+import pytest
+
+from relaytrace import Lineage, UnknownNameError
+from relaytrace.errors import LineageFormatError
+
+
+def test_queries(builds):
+    _, lineage = builds["fused"]
+    origins = lineage.origins_of("fused_conv2d3_add3_add4_relu2", call=1)
+    assert [o.layer for o in origins][0] == "layer2_conv2_conv"
+    sites = lineage.kernels_of("layer1_conv2_conv")
+    assert [s.label for s in sites] == ["fused_conv2d3_add3_add4_relu2#0"]
+    steps = [c.pass_name for c in lineage.history("layer1_conv2_conv")]
+    fuse_tir = next(i for i, s in enumerate(steps) if s.startswith("FuseTIR"))
+    assert steps.index("LegalizeOps") < steps.index("FuseOps") < fuse_tir
+    assert lineage.coverage().site_fraction == 1.0
+
+
+def test_unknown_names_get_suggestions(builds):
+    _, lineage = builds["fused"]
+    with pytest.raises(UnknownNameError, match="did you mean|Did you mean"):
+        lineage.origins_of("fused_conv2d3_add3_add4_relu")
+    with pytest.raises(UnknownNameError, match="layer1_conv2_conv"):
+        lineage.kernels_of("layer1_conv2_cnv")
+    with pytest.raises(UnknownNameError):
+        lineage.site("mean", call=3)
+
+
+def test_graph_has_dataflow_and_lineage_edges(builds):
+    _, lineage = builds["nhwc"]
+    g = lineage.graph()
+    kinds = {d["kind"] for _, _, d in g.edges(data=True)}
+    assert kinds == {"dataflow", "lineage"}
+    assert g.has_edge("stem_conv/conv2d", "stem_bias/add")
+    sites = [n for n, d in g.nodes(data=True) if d["kind"] == "call_site"]
+    assert len(sites) == lineage.coverage().call_sites
+
+
+@pytest.mark.parametrize("name", ["unfused", "fused", "nhwc"])
+def test_json_round_trip_is_exact(builds, tmp_path, name):
+    _, lineage = builds[name]
+    path = lineage.save(tmp_path / "lineage.json")
+    loaded = Lineage.load(path)
+    assert loaded == lineage
+    assert json.loads(path.read_text())["schema"] == "relaytrace.lineage/1"
+
+
+def test_save_never_overwrites_unless_asked(builds, tmp_path):
+    _, lineage = builds["fused"]
+    path = tmp_path / "lineage.json"
+    path.write_text("keep me")
+    with pytest.raises(FileExistsError, match="--force"):
+        lineage.save(path)
+    assert path.read_text() == "keep me"
+    lineage.save(path, overwrite=True)
+    assert Lineage.load(path) == lineage
+
+
+def test_malformed_files_get_clear_errors(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(LineageFormatError, match="line 1"):
+        Lineage.load(bad)
+    bad.write_text(json.dumps({"schema": "something/else"}))
+    with pytest.raises(LineageFormatError, match="schema"):
+        Lineage.load(bad)
+    bad.write_text(json.dumps({"schema": "relaytrace.lineage/1", "model": "m"}))
+    with pytest.raises(LineageFormatError, match="missing"):
+        Lineage.load(bad)
+    with pytest.raises(FileNotFoundError):
+        Lineage.load(tmp_path / "nope.json")

@@ -1,0 +1,170 @@
+"""Origin tracking on real TVM builds of a ResNet-style Relax model."""
+
+import re
+from collections import Counter
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import relaytrace
+from relaytrace.origins import INSERTED, OP, UNRESOLVED
+
+from .conftest import CONFIGS, run_vm
+from .passes import alter_op_impl_pipeline, user_pipeline
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_every_call_site_and_every_origin_is_accounted_for(builds, name):
+    _, lineage = builds[name]
+    cov = lineage.coverage()
+    assert cov.call_sites > 0
+    assert cov.attributed_sites == cov.call_sites
+    assert cov.unaccounted == ()
+    assert cov.unresolved == ()
+    assert lineage.degraded == ()
+    for oid, pass_name in lineage.eliminated().items():
+        assert pass_name, oid
+
+
+def _ops_in_name(kernel: str) -> Counter:
+    """fused_conv2d1_add1_add2_relu1 -> {conv2d: 1, add: 2, relu: 1}"""
+    body = kernel[len("fused_"):] if kernel.startswith("fused_") else kernel
+    return Counter(re.sub(r"\d+$", "", part) for part in re.split(r"_(?=[a-z])", body) if part)
+
+
+def test_fused_kernels_hold_exactly_the_ops_their_names_list(builds):
+    _, lineage = builds["fused"]
+    for site in lineage.call_sites:
+        ops = Counter(lineage.origins[o].short_op.replace("max_pool2d", "max_pool2d") for o in site.origin_ids)
+        named = _ops_in_name(site.kernel.replace("max_pool2d", "maxpool2d"))
+        assert sum(ops.values()) == sum(named.values()), site
+        assert {k.replace("maxpool2d", "max_pool2d") for k in named} == set(ops), site
+
+
+def test_a_shared_kernel_maps_to_distinct_layers_at_each_call_site(builds):
+    _, lineage = builds["fused"]
+    shared = {k: sites for k, sites in lineage.kernels.items() if len(sites) > 1}
+    assert shared, "the model has repeated blocks, so some fused kernel must be shared"
+    for kernel, sites in shared.items():
+        anchors = [lineage.origins[s.anchor] for s in sites]
+        assert len({a.layer for a in anchors}) == len(sites), kernel
+        # the k-th call runs the k-th occurrence in the program
+        assert [a.index for a in anchors] == sorted(a.index for a in anchors)
+    sites = lineage.kernels["fused_conv2d3_add3_add4_relu2"]
+    assert [lineage.origins[s.anchor].layer for s in sites] == ["layer1_conv2_conv", "layer2_conv2_conv"]
+
+
+def test_nhwc_inserted_permutes_serve_conv_layers_and_name_convert_layout(builds):
+    _, lineage = builds["nhwc"]
+    transposes = [s for s in lineage.call_sites if "transpose" in s.kernel]
+    assert transposes
+    for site in transposes:
+        origins = [lineage.origins[o] for o in site.origin_ids]
+        assert all(o.kind == INSERTED and o.pass_name == "ConvertLayout" for o in origins)
+        served = {lineage.origins[s].op for o in origins for s in o.serves}
+        assert served == {"relax.nn.conv2d"}
+    assert all(o.pass_name == "ConvertLayout" for o in lineage.inserted())
+
+
+def test_same_origin_ids_whatever_the_pipeline_or_layout(builds):
+    ids = [{o.id for o in lin.origins.values() if o.kind == OP} for _, lin in builds.values()]
+    assert ids[0] == ids[1] == ids[2]
+    assert len(ids[0]) == 30
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_tracing_changes_nothing(resnet_mod, builds, input_data, name):
+    executable, lineage = builds[name]
+    pipe, layout = CONFIGS[name]
+    target = tvm.target.Target("llvm")
+    seq = relaytrace.build_pipeline(pipe, target, layout)
+    with tvm.transform.PassContext(opt_level=3):
+        plain = tvm.compile(resnet_mod, target, relax_pipeline=seq)
+        with target:
+            final = relaytrace.build_pipeline(pipe, target, layout)(resnet_mod)
+    assert plain.as_text() == executable.as_text()
+    np.testing.assert_array_equal(run_vm(plain, input_data), run_vm(executable, input_data))
+    prim_funcs = {gv.name_hint for gv, f in final.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+    assert set(lineage.kernels) <= prim_funcs
+
+
+def test_alter_op_impl_layout_transforms_are_tracked(resnet_mod):
+    target = tvm.target.Target("llvm")
+    _, lineage = relaytrace.build(resnet_mod, target, pipeline=alter_op_impl_pipeline(target))
+    cov = lineage.coverage()
+    assert cov.complete and not cov.unresolved
+    replaced = lineage.kernels["relu_nchw4c"]
+    assert [lineage.origins[s.anchor].layer for s in replaced] == ["layer0_relu1", "layer0_relu2"]
+    transforms = [o for o in lineage.inserted() if o.op.startswith("te_layout_transform") or "layout_transform" in o.op]
+    assert len(transforms) == 4  # into and out of NCHW4c, at both call sites
+    assert {o.pass_name for o in transforms} == {"AlterOpImpl"}
+    for layer in ("layer0_relu1", "layer0_relu2"):
+        kernels = {s.kernel for s in lineage.kernels_of(layer)}
+        assert "relu_nchw4c" in kernels and sum("layout_transform" in k for k in kernels) == 2
+
+
+def test_a_kernel_mixing_two_layers_lists_both(builds):
+    _, lineage = builds["fused"]
+    site = lineage.site("fused_conv2d1_add1_add2_relu1")
+    layers = {lineage.origins[o].layer for o in site.origin_ids}
+    assert {"layer0_conv2_conv", "layer0_add", "layer0_relu2"} <= layers
+    assert lineage.origins[site.anchor].layer == "layer0_conv2_conv"
+
+
+def test_a_pass_no_rule_explains_is_marked_unresolved_not_guessed(resnet_mod, input_data):
+    target = tvm.target.Target("llvm")
+    executable, lineage = relaytrace.build(resnet_mod, target, pipeline=user_pipeline(target))
+    with tvm.transform.PassContext(opt_level=3):
+        plain = tvm.compile(resnet_mod, target, relax_pipeline=user_pipeline(target))
+    np.testing.assert_array_equal(run_vm(plain, input_data), run_vm(executable, input_data))
+    unresolved = lineage.unresolved()
+    assert unresolved and {o.pass_name for o in unresolved} == {"UserAddToSubtract"}
+    assert lineage.coverage().attributed_sites == lineage.coverage().call_sites
+    marked = [s for s in lineage.call_sites for r in s.roles if r.role == UNRESOLVED]
+    assert {s.kernel for s in marked} == {s.kernel for s in lineage.call_sites if "negative" in s.kernel}
+    # the add binding kept its Var, so it keeps its origin; its history shows the rewrite
+    steps = [(c.pass_name, c.callee) for c in lineage.history("layer0_add")]
+    assert ("UserAddToSubtract", "relax.subtract") in steps
+
+
+def test_an_internal_tracking_error_degrades_the_lineage_not_the_build(resnet_mod, input_data, monkeypatch):
+    from relaytrace import matching
+
+    def broken(self, *args):
+        raise RuntimeError("injected fault")
+
+    monkeypatch.setattr(matching.Tracker, "_process", broken)
+    executable, lineage = relaytrace.build(resnet_mod, "llvm", pipeline="fused")
+    assert any("injected fault" in r for r in lineage.degraded)
+    with tvm.transform.PassContext(opt_level=3):
+        plain = tvm.compile(resnet_mod, "llvm", relax_pipeline=relaytrace.build_pipeline("fused", tvm.target.Target("llvm")))
+    assert plain.as_text() == executable.as_text()
+    np.testing.assert_array_equal(run_vm(plain, input_data), run_vm(executable, input_data))
+
+
+def test_trace_composes_with_the_users_pass_context(resnet_mod):
+    seen = []
+
+    @tvm.ir.instrument.pass_instrument
+    class Count:
+        def run_after_pass(self, mod, info):
+            seen.append(info.name)
+
+    target = tvm.target.Target("llvm")
+    with tvm.transform.PassContext(opt_level=2, config={"relax.backend.use_cuda_graph": False}, instruments=[Count()]):
+        with relaytrace.trace(model="mine") as traced:
+            ctx = tvm.transform.PassContext.current()
+            assert ctx.opt_level == 2
+            assert "relax.backend.use_cuda_graph" in ctx.config
+            tvm.compile(resnet_mod, target, relax_pipeline=relax.get_default_pipeline(target))
+    assert "FuseOps" in seen
+    assert traced.lineage.coverage().complete
+    assert traced.lineage.model == "mine"
+
+
+def test_trace_without_a_build_says_what_to_do():
+    with pytest.raises(relaytrace.RelaytraceError, match="call tvm.compile"):
+        with relaytrace.trace():
+            pass
