@@ -53,8 +53,8 @@ def is_primitive(func) -> bool:
 def bindings(func) -> Iterator:
     body = func.body
     if isinstance(body, relax.SeqExpr):
-        for block in body.blocks:
-            yield from block.bindings
+        for block in body.blocks[:]:
+            yield from block.bindings[:]
 
 
 def function_output(func):
@@ -62,24 +62,44 @@ def function_output(func):
     return body.body if isinstance(body, relax.SeqExpr) else None
 
 
+_KINDS: dict[type, str] = {}
+
+
+def kind(expr) -> str:
+    """"var", "const", "tuple", "item", "call" or "other"; memoised by type, since
+    isinstance against TVM's classes is slow on the per-binding path."""
+    t = type(expr)
+    found = _KINDS.get(t)
+    if found is None:
+        found = _KINDS[t] = (
+            "var" if isinstance(expr, _expr.Var)
+            else "const" if isinstance(expr, CONSTANT_TYPES)
+            else "tuple" if isinstance(expr, _expr.Tuple)
+            else "item" if isinstance(expr, _expr.TupleGetItem)
+            else "call" if isinstance(expr, _expr.Call)
+            else "other"
+        )
+    return found
+
+
 def is_var(expr) -> bool:
-    return isinstance(expr, _expr.Var)
+    return kind(expr) == "var"
 
 
 def is_constant(expr) -> bool:
-    return isinstance(expr, CONSTANT_TYPES)
+    return kind(expr) == "const"
 
 
 def is_tuple(expr) -> bool:
-    return isinstance(expr, _expr.Tuple)
+    return kind(expr) == "tuple"
 
 
 def is_tuple_get_item(expr) -> bool:
-    return isinstance(expr, _expr.TupleGetItem)
+    return kind(expr) == "item"
 
 
 def is_call(expr) -> bool:
-    return isinstance(expr, _expr.Call)
+    return kind(expr) == "call"
 
 
 def callee_and_args(call) -> tuple[str, list, object | None]:
@@ -89,13 +109,13 @@ def callee_and_args(call) -> tuple[str, list, object | None]:
     the two forms compare alike.
     """
     op = call.op
-    args = list(call.args)
+    args = call.args[:]
     if isinstance(op, Op):
         name = op.name
         if name in CALL_TIR_OPS and args:
             target = args[0]
             inner = args[1] if len(args) > 1 else None
-            inner_args = list(inner.fields) if is_tuple(inner) else ([inner] if inner is not None else [])
+            inner_args = inner.fields[:] if is_tuple(inner) else ([inner] if inner is not None else [])
             if isinstance(target, relax.GlobalVar):
                 return target.name_hint, inner_args, target
             return _extern_name(target), inner_args, None
@@ -135,7 +155,7 @@ def tensor_types(ty) -> list[tuple[tuple, str]]:
         shape = ty.shape
         if shape is None or not hasattr(shape, "values"):
             return [((), str(ty.dtype))]
-        return [(tuple(_dim(v) for v in shape.values), str(ty.dtype))]
+        return [(tuple(_dim(v) for v in shape.values[:]), str(ty.dtype))]
     if isinstance(ty, relax.TupleType):
         out: list[tuple[tuple, str]] = []
         for field in ty.fields:

@@ -55,13 +55,50 @@ class Change:
 
 @define
 class _FunctionState:
+    """A function as the last pass left it. The name and argument indexes serve only
+    the rare binding that identity does not explain, so they are built on first use."""
+
     func: object
+    binds: list
     tokens: list[tuple[int, str]]  # (token, callee) of each op binding, in order
-    by_name: dict[tuple[str, str], int]
-    var_names: dict[str, int]
     origins: frozenset[str]
-    by_args: dict[tuple, list[int]]
-    tok_var: dict[int, tuple[int, str]]  # token -> (var handle, callee)
+    arg_keys: dict[int, tuple]
+    tracker: "Tracker"
+    _index: tuple | None = None
+
+    def _build(self) -> tuple:
+        if self._index is None:
+            by_name, var_names, by_args, tok_var = {}, {}, {}, {}
+            for binding in self.binds:
+                var = binding.var
+                tok = self.tracker._var_tok.get(var.__chandle__())
+                if tok is None:
+                    continue
+                var_names[var.name] = tok
+                call = self.tracker._call(binding.value)
+                if call is not None:
+                    by_name[(var.name, call[0])] = tok
+                    tok_var[tok] = (var.__chandle__(), call[0])
+                    if tok in self.arg_keys:
+                        by_args.setdefault(self.arg_keys[tok], []).append(tok)
+            self._index = (by_name, var_names, by_args, tok_var)
+        return self._index
+
+    @property
+    def by_name(self) -> dict[tuple[str, str], int]:
+        return self._build()[0]
+
+    @property
+    def var_names(self) -> dict[str, int]:
+        return self._build()[1]
+
+    @property
+    def by_args(self) -> dict[tuple, list[int]]:
+        return self._build()[2]
+
+    @property
+    def tok_var(self) -> dict[int, tuple[int, str]]:
+        return self._build()[3]
 
 
 @define
@@ -73,6 +110,7 @@ class _Walk:
     bookkeeping: set[int] = field(factory=set)
     uses: dict[int, list[int]] = field(factory=dict)
     args_of: dict[int, list[int]] = field(factory=dict)
+    arg_lists: list[tuple[int, list]] = field(factory=list)
     new: list[tuple[int, str]] = field(factory=list)  # (token, callee) with no rule
     rules: dict[str, int] = field(factory=dict)
     changes: list[tuple[int, str, str]] = field(factory=list)
@@ -95,6 +133,7 @@ class Tracker:
         self._param_tok: dict[tuple[str, str], int] = {}
         self._keys: dict[tuple, list[int]] = {}
         self._pins: list = []
+        self._calls: dict[int, tuple | None] = {}
         self._funcs: dict[str, _FunctionState] = {}
         self._pass_index = 0
         self.last_mod = None
@@ -155,39 +194,43 @@ class Tracker:
     def _process(self, mod, fname, func, pass_name, old) -> _FunctionState:
         walk = _Walk(old=old)
         tokens: list[tuple[int, str]] = []
-        for param in func.params:
+        for param in func.params[:]:
             self._param_token(fname, param)
         binds = list(ir.bindings(func))
         if old is not None:
             for binding in binds:
-                if ir.is_call(binding.value):
-                    walk.callee_of[binding.var.__chandle__()] = ir.callee_and_args(binding.value)[0]
+                call = self._call(binding.value)
+                if call is not None:
+                    walk.callee_of[binding.var.__chandle__()] = call[0]
+        arg_keys = dict(old.arg_keys) if old is not None else {}
+        var_tok, var_value = self._var_tok, self._var_value
         for binding in binds:
+            var, value = binding.var, binding.value
+            handle, value_handle = var.__chandle__(), value.__chandle__()
+            tok = var_tok.get(handle)
+            if tok is not None and var_value.get(handle) == value_handle:
+                call = self._calls.get(value_handle)  # fast path: the pass left it alone
+                if call is not None:
+                    tokens.append((tok, call[0]))
+                continue
             tok, callee = self._bind(mod, fname, binding, walk)
             if tok is not None and callee is not None:
                 tokens.append((tok, callee))
+        arg_keys.update(walk.arg_keys)
         self._finish_new(fname, pass_name, walk)
         self._pin(func)
-        by_name: dict[tuple[str, str], int] = {}
-        var_names: dict[str, int] = {}
-        by_args: dict[tuple, list[int]] = {}
-        tok_var: dict[int, tuple[int, str]] = {}
-        for binding in binds:
-            tok = self._var_tok.get(binding.var.__chandle__())
-            if tok is None:
-                continue
-            var_names[binding.var.name] = tok
-            if ir.is_call(binding.value):
-                callee = ir.callee_and_args(binding.value)[0]
-                by_name[(binding.var.name, callee)] = tok
-                tok_var[tok] = (binding.var.__chandle__(), callee)
-                if tok in walk.arg_keys:
-                    by_args.setdefault(walk.arg_keys[tok], []).append(tok)
         origins = frozenset().union(*(self._tok_origins[t] for t, _ in tokens)) if tokens else frozenset()
-        state = _FunctionState(func=func, tokens=tokens, by_name=by_name, var_names=var_names, origins=origins,
-                               by_args=by_args, tok_var=tok_var)
+        state = _FunctionState(func=func, binds=binds, tokens=tokens, origins=origins, arg_keys=arg_keys,
+                               tracker=self)
         self._record_event(fname, pass_name, walk, old, state)
         return state
+
+    def _call(self, value) -> tuple | None:
+        """(callee, args, GlobalVar) of a call, cached by the value's handle."""
+        handle = value.__chandle__()
+        if handle not in self._calls:
+            self._calls[handle] = ir.callee_and_args(value) if ir.is_call(value) else None
+        return self._calls[handle]
 
     def _param_token(self, fname, param) -> None:
         handle = param.__chandle__()
@@ -203,8 +246,9 @@ class Tracker:
         var, value = binding.var, binding.value
         handle = var.__chandle__()
         callee = None
-        if ir.is_call(value):
-            callee, args, gv = ir.callee_and_args(value)
+        call = self._call(value)
+        if call is not None:
+            callee, args, gv = call
             if ir.is_bookkeeping(callee):
                 walk.bookkeeping.add(handle)
                 return None, None
@@ -260,10 +304,17 @@ class Tracker:
         self._note_uses(tok, args, walk)
         return tok, callee
 
-    def _note_uses(self, tok, args, walk) -> None:
-        walk.args_of[tok] = [t for t in (self._raw(a) for a in args) if t is not None]
-        for t in walk.args_of[tok]:
-            walk.uses.setdefault(t, []).append(tok)
+    @staticmethod
+    def _note_uses(tok, args, walk) -> None:
+        walk.arg_lists.append((tok, args))
+
+    def _link_uses(self, walk) -> None:
+        """Producer/consumer links of the bindings this pass rewrote; only needed to
+        tell whom an inserted op serves."""
+        for tok, args in walk.arg_lists:
+            walk.args_of[tok] = [t for t in (self._raw(a) for a in args) if t is not None]
+            for t in walk.args_of[tok]:
+                walk.uses.setdefault(t, []).append(tok)
 
     def _structural(self, value, walk) -> int | None:
         """Aliases, tuples and projections carry the origins of what they hold."""
@@ -283,9 +334,10 @@ class Tracker:
         return None
 
     def _register(self, value, tok, walk) -> tuple | None:
-        if not ir.is_call(value):
+        call = self._call(value)
+        if call is None:
             return None
-        callee, args, _ = ir.callee_and_args(value)
+        callee, args, _ = call
         key = self._key(callee, args, None, walk)
         bucket = self._keys.setdefault(key, [])
         if tok not in bucket:
@@ -404,6 +456,9 @@ class Tracker:
     # -- what no rule explains ------------------------------------------------
 
     def _finish_new(self, fname, pass_name, walk: _Walk) -> None:
+        if not walk.new:
+            return
+        self._link_uses(walk)
         pending = {tok: callee for tok, callee in walk.new}
         for tok, callee in walk.new:
             serves = self._serves(tok, pending, walk, set())

@@ -1,0 +1,63 @@
+"""Traced / plain compile time, measured side by side (interleaved runs, median).
+
+Prints one line per model: bindings, plain median, traced median, ratio.
+Target: ratio <= 1.05, cost linear in bindings x passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import tvm
+from tvm import relax
+
+import relaytrace
+from relaytrace.relax_models import deep_chain, resnet_style
+
+
+def _bindings(mod) -> int:
+    return sum(len(b.bindings) for b in mod["main"].body.blocks)
+
+
+def _plain(mod, target):
+    with tvm.transform.PassContext(opt_level=3):
+        tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target))
+
+
+def _traced(mod, target):
+    relaytrace.build(mod, target, pipeline="fused")
+
+
+def measure(name, mod, runs: int):
+    target = tvm.target.Target("llvm")
+    _plain(mod, target)  # warm caches on both sides
+    _traced(mod, target)
+    plain, traced = [], []
+    for i in range(runs):
+        order = (_plain, _traced) if i % 2 == 0 else (_traced, _plain)
+        for fn in order:
+            start = time.perf_counter()
+            fn(mod, target)
+            (plain if fn is _plain else traced).append(time.perf_counter() - start)
+    p, t = statistics.median(plain), statistics.median(traced)
+    print(f"{name:<28} bindings={_bindings(mod):>5}  plain={p:7.3f}s  traced={t:7.3f}s  ratio={t / p:.3f}",
+          flush=True)
+    return t / p
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--deep", type=int, default=2000, help="bindings of the generated deep model")
+    args = parser.parse_args(argv)
+    measure("resnet_style(blocks=3)", resnet_style(blocks=3), args.runs)
+    measure(f"deep_chain({args.deep})", deep_chain(args.deep), args.runs)
+    measure(f"deep_chain({args.deep // 2})", deep_chain(args.deep // 2), args.runs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
