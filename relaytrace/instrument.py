@@ -3,6 +3,7 @@ nothing the tracker does can break or change the user's build."""
 
 from __future__ import annotations
 
+import gc
 import traceback
 
 import tvm
@@ -46,6 +47,10 @@ class TraceSession:
         self.tracker = tracker
 
     def _guard(self, pass_name, fn, *args) -> None:
+        # The tracker allocates many small, acyclic objects; letting them trigger
+        # full collections over TVM's large heap would cost more than the tracking.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             fn(*args)
         except Exception as exc:  # tracing must never break the build
@@ -54,6 +59,9 @@ class TraceSession:
                 f"tracking stopped at pass {pass_name}: {type(exc).__name__}: {exc} "
                 f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
             )
+        finally:
+            if collecting:
+                gc.enable()
 
 
 @tvm.ir.instrument.pass_instrument

@@ -45,6 +45,14 @@ def relax_functions(mod) -> Iterator[tuple[str, relax.Function]]:
             yield gv.name_hint, func
 
 
+def lookup(mod, gv):
+    """The function a GlobalVar names in this module, or None."""
+    try:
+        return mod[gv]
+    except Exception:  # TVM raises InternalError for a GlobalVar the module lacks
+        return None
+
+
 def is_primitive(func) -> bool:
     attrs = func.attrs
     return attrs is not None and "Primitive" in attrs and int(attrs["Primitive"]) == 1
@@ -108,25 +116,45 @@ def callee_and_args(call) -> tuple[str, list, object | None]:
     ``call_tir(F, (a, b))`` and the lowered ``F(a, b, out)`` both name callee F, so
     the two forms compare alike.
     """
-    op = call.op
+    category, name = _callee_info(call.op)
     args = call.args[:]
-    if isinstance(op, Op):
-        name = op.name
-        if name in CALL_TIR_OPS and args:
-            target = args[0]
-            inner = args[1] if len(args) > 1 else None
-            inner_args = inner.fields[:] if is_tuple(inner) else ([inner] if inner is not None else [])
-            if isinstance(target, relax.GlobalVar):
-                return target.name_hint, inner_args, target
-            return _extern_name(target), inner_args, None
-        if name in PACKED_OPS and args:
-            return _extern_name(args[0]), args[1:], None
-        return name, args, None
-    if isinstance(op, relax.GlobalVar):
-        return op.name_hint, args, op
-    if isinstance(op, relax.ExternFunc):
-        return _extern_name(op), args, None
-    return type(op).__name__, args, None
+    if category == "call_tir" and args:
+        target = args[0]
+        inner = args[1] if len(args) > 1 else None
+        inner_args = inner.fields[:] if is_tuple(inner) else ([inner] if inner is not None else [])
+        target_category, target_name = _callee_info(target)
+        return target_name, inner_args, target if target_category == "global" else None
+    if category == "packed" and args:
+        return _callee_info(args[0])[1], args[1:], None
+    return name, args, call.op if category == "global" else None
+
+
+def callee_name(call) -> str:
+    """The callee alone, without converting the arguments: cheap, for history."""
+    category, name = _callee_info(call.op)
+    if category in ("call_tir", "packed"):
+        return _callee_info(call.args[0])[1]
+    return name
+
+
+_CALLEES: dict[int, tuple[object, str, str]] = {}
+
+
+def _callee_info(op) -> tuple[str, str]:
+    """(category, name) of a callee, memoised by handle (ops are singletons and
+    GlobalVars live as long as their module)."""
+    handle = op.__chandle__()
+    found = _CALLEES.get(handle)
+    if found is None or found[0] is not op and not found[0].same_as(op):
+        if isinstance(op, Op):
+            name = op.name
+            category = "call_tir" if name in CALL_TIR_OPS else "packed" if name in PACKED_OPS else "op"
+        elif isinstance(op, relax.GlobalVar):
+            name, category = op.name_hint, "global"
+        else:
+            name, category = _extern_name(op), "extern"
+        found = _CALLEES[handle] = (op, category, name)
+    return found[1], found[2]
 
 
 def _extern_name(expr) -> str:

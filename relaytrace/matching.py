@@ -60,27 +60,27 @@ class _FunctionState:
 
     func: object
     binds: list
-    tokens: list[tuple[int, str]]  # (token, callee) of each op binding, in order
+    tokens: list[int]  # token of each op binding, in order
     origins: frozenset[str]
-    arg_keys: dict[int, tuple]
     tracker: "Tracker"
     _index: tuple | None = None
 
     def _build(self) -> tuple:
         if self._index is None:
+            tracker = self.tracker
+            tracker._flush()
             by_name, var_names, by_args, tok_var = {}, {}, {}, {}
             for binding in self.binds:
                 var = binding.var
-                tok = self.tracker._var_tok.get(var.__chandle__())
+                tok = tracker._var_tok.get(var.__chandle__())
                 if tok is None:
                     continue
                 var_names[var.name] = tok
-                call = self.tracker._call(binding.value)
+                call = tracker._call(binding.value)
                 if call is not None:
                     by_name[(var.name, call[0])] = tok
                     tok_var[tok] = (var.__chandle__(), call[0])
-                    if tok in self.arg_keys:
-                        by_args.setdefault(self.arg_keys[tok], []).append(tok)
+                    by_args.setdefault(tracker._key(call[0], call[1], None, None)[1], []).append(tok)
             self._index = (by_name, var_names, by_args, tok_var)
         return self._index
 
@@ -106,17 +106,27 @@ class _Walk:
     """Scratch state of one function walk."""
 
     old: _FunctionState | None
+    binds: list = field(factory=list)
     claimed: set[int] = field(factory=set)
     bookkeeping: set[int] = field(factory=set)
+    rewritten: set[int] = field(factory=set)  # tokens whose op this pass rewrote
     uses: dict[int, list[int]] = field(factory=dict)
     args_of: dict[int, list[int]] = field(factory=dict)
-    arg_lists: list[tuple[int, list]] = field(factory=list)
+    arg_lists: list[tuple[int, object]] = field(factory=list)  # (token, call value)
     new: list[tuple[int, str]] = field(factory=list)  # (token, callee) with no rule
     rules: dict[str, int] = field(factory=dict)
-    changes: list[tuple[int, str, str]] = field(factory=list)
-    arg_keys: dict[int, tuple] = field(factory=dict)
-    callee_of: dict[int, str] = field(factory=dict)  # var handle -> callee, after the pass
-    rewritten: set[int] = field(factory=set)  # tokens whose op this pass rewrote
+    changes: list[tuple[int, object, str]] = field(factory=list)  # (token, value, rule)
+    _callee_of: dict[int, str] | None = None
+
+    def callee_of(self, tracker: "Tracker") -> dict[int, str]:
+        """var handle -> callee after the pass; built only when the args rule asks."""
+        if self._callee_of is None:
+            self._callee_of = {}
+            for binding in self.binds:
+                call = tracker._call(binding.value)
+                if call is not None:
+                    self._callee_of[binding.var.__chandle__()] = call[0]
+        return self._callee_of
 
 
 class Tracker:
@@ -134,6 +144,7 @@ class Tracker:
         self._keys: dict[tuple, list[int]] = {}
         self._pins: list = []
         self._calls: dict[int, tuple | None] = {}
+        self._unregistered: dict[int, tuple[object, int]] = {}  # var handle -> (value, token)
         self._funcs: dict[str, _FunctionState] = {}
         self._pass_index = 0
         self.last_mod = None
@@ -146,6 +157,7 @@ class Tracker:
 
     def start(self, mod) -> None:
         """Walk the input module once, so its bindings' keys are known to every rule."""
+        self._pin(mod)
         for name, func in ir.relax_functions(mod):
             self._funcs[name] = self._process(mod, name, func, "input", None)
         self.last_mod = mod
@@ -156,7 +168,7 @@ class Tracker:
         functions = dict(ir.relax_functions(mod))
         if not functions:
             return  # a pass over a TIR-only sub-module
-        self.last_mod = mod
+        self._pin(mod)
         for name, func in functions.items():
             state = self._funcs.get(name)
             if state is not None and state.func.same_as(func):
@@ -165,6 +177,7 @@ class Tracker:
         for name in [n for n in self._funcs if n not in functions]:
             gone = self._funcs.pop(name)
             self._record_elimination(gone.origins, pass_name)
+        self.last_mod = mod  # only once the whole module is accounted for
 
     def origins_of_token(self, tok: int) -> frozenset[str]:
         return self._tok_origins[tok]
@@ -182,48 +195,60 @@ class Tracker:
         return len(self._tok_origins) - 1
 
     def _seed(self, table: OriginTable) -> None:
-        for var in table.vars:
-            self._pin(var)
-            self._var_tok[var.__chandle__()] = self._new_token({table.by_var[var.__chandle__()]})
+        self._pin(table.module)
+        for handle, oid in table.by_var.items():
+            self._var_tok[handle] = self._new_token({oid})
 
     def _pin(self, obj) -> None:
+        """Keep an IR object alive. Handles key every table here, so the C++ objects
+        behind them must outlive the build; pinning whole functions and modules does
+        that without holding (and making the GC walk) a wrapper per binding."""
         self._pins.append(obj)
 
     # -- one function ---------------------------------------------------------
 
     def _process(self, mod, fname, func, pass_name, old) -> _FunctionState:
         walk = _Walk(old=old)
-        tokens: list[tuple[int, str]] = []
+        tokens: list[int] = []
         for param in func.params[:]:
             self._param_token(fname, param)
-        binds = list(ir.bindings(func))
-        if old is not None:
-            for binding in binds:
-                call = self._call(binding.value)
-                if call is not None:
-                    walk.callee_of[binding.var.__chandle__()] = call[0]
-        arg_keys = dict(old.arg_keys) if old is not None else {}
+        binds = walk.binds = list(ir.bindings(func))
         var_tok, var_value = self._var_tok, self._var_value
         for binding in binds:
             var, value = binding.var, binding.value
             handle, value_handle = var.__chandle__(), value.__chandle__()
             tok = var_tok.get(handle)
-            if tok is not None and var_value.get(handle) == value_handle:
-                call = self._calls.get(value_handle)  # fast path: the pass left it alone
-                if call is not None:
-                    tokens.append((tok, call[0]))
-                continue
-            tok, callee = self._bind(mod, fname, binding, walk)
-            if tok is not None and callee is not None:
-                tokens.append((tok, callee))
-        arg_keys.update(walk.arg_keys)
+            if tok is not None and var_value.get(handle) != value_handle:
+                if tok in walk.claimed and self._now_moves_data(value):
+                    del var_tok[handle]  # AlterOpImpl reused the var for a layout transform
+                    tok = self._bind(mod, binding, walk)
+                else:
+                    tok = self._rewritten_in_place(handle, value, tok, walk)
+            elif tok is None:
+                tok = self._bind(mod, binding, walk)
+            if tok is not None:
+                tokens.append(tok)
         self._finish_new(fname, pass_name, walk)
         self._pin(func)
-        origins = frozenset().union(*(self._tok_origins[t] for t, _ in tokens)) if tokens else frozenset()
-        state = _FunctionState(func=func, binds=binds, tokens=tokens, origins=origins, arg_keys=arg_keys,
-                               tracker=self)
+        origins = frozenset().union(*(self._tok_origins[t] for t in tokens)) if tokens else frozenset()
+        state = _FunctionState(func=func, binds=binds, tokens=tokens, origins=origins, tracker=self)
         self._record_event(fname, pass_name, walk, old, state)
         return state
+
+    def _now_moves_data(self, value) -> bool:
+        call = self._call(value)
+        return call is not None and ir.is_data_movement(call[0])
+
+    def _rewritten_in_place(self, handle, value, tok, walk) -> int | None:
+        """Rule 1, identity: the Var survived with a new value (LegalizeOps, FuseTIR).
+        Its key is registered lazily: only a later non-identity binding looks keys up."""
+        self._var_value[handle] = value.__chandle__()
+        self._unregistered[handle] = (value, tok)
+        self._count(walk, IDENTITY)
+        walk.changes.append((tok, value, IDENTITY))
+        walk.rewritten.add(tok)
+        walk.arg_lists.append((tok, value))
+        return tok
 
     def _call(self, value) -> tuple | None:
         """(callee, args, GlobalVar) of a call, cached by the value's handle."""
@@ -239,44 +264,24 @@ class Tracker:
         key = (fname, param.name)
         if key not in self._param_tok:
             self._param_tok[key] = self._new_token(())
-        self._pin(param)
         self._var_tok[handle] = self._param_tok[key]
 
-    def _bind(self, mod, fname, binding, walk: _Walk) -> tuple[int | None, str | None]:
+    def _bind(self, mod, binding, walk: _Walk) -> int | None:
+        """A binding whose Var is new to us: rules 2 to 4, else a new token."""
         var, value = binding.var, binding.value
         handle = var.__chandle__()
-        callee = None
         call = self._call(value)
-        if call is not None:
-            callee, args, gv = call
-            if ir.is_bookkeeping(callee):
-                walk.bookkeeping.add(handle)
-                return None, None
-        known = self._var_tok.get(handle)
-        if known is not None and callee is not None and known in walk.claimed and ir.is_data_movement(callee):
-            known = None  # the var now holds a layout transform; its op moved (AlterOpImpl)
-        if known is not None:
-            self._count(walk, IDENTITY)
-            if self._var_value.get(handle) != value.__chandle__():
-                self._var_value[handle] = value.__chandle__()
-                self._pin(value)
-                if callee is not None:
-                    walk.changes.append((known, callee, IDENTITY))
-                    walk.rewritten.add(known)
-            key = self._register(value, known, walk)
-            if key is not None:
-                walk.arg_keys[known] = key[1]
-            if callee is not None:
-                self._note_uses(known, args, walk)
-            return known, callee
-        self._pin(var)
-        self._pin(value)
+        if call is not None and ir.is_bookkeeping(call[0]):
+            walk.bookkeeping.add(handle)
+            return None
         self._var_value[handle] = value.__chandle__()
-        if not ir.is_call(value):
-            tok = self._structural(value, walk)
+        if call is None:
+            tok = self._structural(value)
             if tok is not None:
                 self._var_tok[handle] = tok
-            return tok, None
+            return tok
+        callee, args, gv = call
+        self._flush()
         key = self._key(callee, args, None, walk)
         tok, rule = self._match(key, walk), VALUE
         if tok is None and gv is not None:
@@ -288,35 +293,42 @@ class Tracker:
         if tok is None:
             tok, rule = self._new_token(()), NEW
             walk.new.append((tok, callee))
-            inputs = [t for t in key[1]]
-            if ir.is_data_movement(callee) and inputs:
-                self._canon[tok] = inputs[0]  # layout changes keep the value's identity
+            if ir.is_data_movement(callee) and key[1]:
+                self._canon[tok] = key[1][0]  # a layout change keeps the value's identity
         self._count(walk, rule)
-        walk.changes.append((tok, callee, rule))
+        walk.changes.append((tok, value, rule))
         walk.rewritten.add(tok)
         walk.claimed.add(tok)
-        walk.arg_keys[tok] = key[1]
         self._var_tok[handle] = tok
-        self._keys.setdefault(key, [])
-        if tok not in self._keys[key]:
-            self._keys[key].append(tok)
-        self._claim_outputs(callee, args, tok, walk)
-        self._note_uses(tok, args, walk)
-        return tok, callee
+        self._add_key(key, tok)
+        self._claim_outputs(args, tok, walk)
+        walk.arg_lists.append((tok, value))
+        return tok
 
-    @staticmethod
-    def _note_uses(tok, args, walk) -> None:
-        walk.arg_lists.append((tok, args))
+    def _add_key(self, key, tok) -> None:
+        bucket = self._keys.setdefault(key, [])
+        if tok not in bucket:
+            bucket.append(tok)
+
+    def _flush(self) -> None:
+        """Register the keys of values that identity carried, before any look-up."""
+        pending, self._unregistered = self._unregistered, {}
+        for value, tok in pending.values():
+            call = self._call(value)
+            if call is not None:
+                self._add_key(self._key(call[0], call[1], None, None), tok)
 
     def _link_uses(self, walk) -> None:
         """Producer/consumer links of the bindings this pass rewrote; only needed to
         tell whom an inserted op serves."""
-        for tok, args in walk.arg_lists:
+        for tok, value in walk.arg_lists:
+            call = self._call(value)
+            args = call[1] if call is not None else [value]
             walk.args_of[tok] = [t for t in (self._raw(a) for a in args) if t is not None]
             for t in walk.args_of[tok]:
                 walk.uses.setdefault(t, []).append(tok)
 
-    def _structural(self, value, walk) -> int | None:
+    def _structural(self, value) -> int | None:
         """Aliases, tuples and projections carry the origins of what they hold."""
         if ir.is_var(value):
             return self._var_tok.get(value.__chandle__())
@@ -333,24 +345,12 @@ class Tracker:
             return tok
         return None
 
-    def _register(self, value, tok, walk) -> tuple | None:
-        call = self._call(value)
-        if call is None:
-            return None
-        callee, args, _ = call
-        key = self._key(callee, args, None, walk)
-        bucket = self._keys.setdefault(key, [])
-        if tok not in bucket:
-            bucket.append(tok)
-        return key
-
-    def _claim_outputs(self, callee, args, tok, walk) -> None:
+    def _claim_outputs(self, args, tok, walk) -> None:
         """Destination-passing calls write into their trailing allocations: those vars
         now hold this call's value."""
         for arg in args:
             if ir.is_var(arg) and arg.__chandle__() in walk.bookkeeping:
                 self._var_tok[arg.__chandle__()] = tok
-                self._pin(arg)
 
     # -- keys and rules -------------------------------------------------------
 
@@ -360,7 +360,6 @@ class Tracker:
         if ir.is_constant(expr):
             handle = expr.__chandle__()
             if handle not in self._const_tok:
-                self._pin(expr)
                 self._const_tok[handle] = self._new_token(())
             return self._const_tok[handle]
         return None
@@ -412,14 +411,14 @@ class Tracker:
             handle, old_callee = walk.old.tok_var[tok]
             if ir.is_data_movement(callee) and not ir.is_data_movement(old_callee):
                 continue
-            now = walk.callee_of.get(handle)
+            now = walk.callee_of(self).get(handle)
             if now is None or (ir.is_data_movement(now) and not ir.is_data_movement(old_callee)):
                 found.append(tok)
         return found[0] if len(found) == 1 else None
 
     def _replay(self, mod, gv, args, walk) -> int | None:
-        func = mod[gv]
-        if not ir.is_primitive(func) or len(func.params) != len(args):
+        func = ir.lookup(mod, gv)
+        if func is None or not ir.is_primitive(func) or len(func.params) != len(args):
             return None
         env = {}
         for param, arg in zip(func.params, args):
@@ -431,7 +430,7 @@ class Tracker:
         for binding in ir.bindings(func):
             value = binding.value
             if ir.is_call(value):
-                callee, inner_args, _ = ir.callee_and_args(value)
+                callee, inner_args, _ = self._call(value)
                 tok = self._match(self._key(callee, inner_args, env, walk), walk)
                 if tok is None:
                     continue
@@ -439,6 +438,8 @@ class Tracker:
                 matched.append(tok)
             elif ir.is_var(value):
                 tok = env.get(value.__chandle__())
+                if tok is None:
+                    tok = self._resolve(value, None, walk)
             else:
                 continue
             if tok is not None:
@@ -507,11 +508,12 @@ class Tracker:
         if self._pass_index == 0:
             return  # the input itself, not a pass
         new_ids = [next(iter(self._tok_origins[t])) for t, _ in walk.new]
+        changes = [(tok, ir.callee_name(value), rule) for tok, value, rule in walk.changes if ir.is_call(value)]
         eliminated = sorted(old.origins - state.origins) if old is not None else []
         self._record_elimination(eliminated, pass_name)
         merged = []
-        old_tokens = {t for t, _ in old.tokens} if old is not None else set()
-        for tok, _ in state.tokens:
+        old_tokens = set(old.tokens) if old is not None else set()
+        for tok in state.tokens:
             if tok not in old_tokens and len(self._tok_origins[tok]) > 1:
                 merged.append(tuple(sorted(self._tok_origins[tok])))
         event = PassEvent(
@@ -522,7 +524,7 @@ class Tracker:
             eliminated=tuple(eliminated), merged=tuple(merged),
         )
         self.events.append(event)
-        for tok, callee, rule in walk.changes:
+        for tok, callee, rule in changes:
             self.changes.setdefault(tok, []).append(Change(self._pass_index, pass_name, fname, callee, rule))
 
     def _record_elimination(self, origin_ids, pass_name) -> None:

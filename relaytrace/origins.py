@@ -46,7 +46,7 @@ class OriginTable:
     origins: dict[str, Origin]
     by_var: dict[int, str] = field(repr=False)
     edges: tuple[tuple[str, str], ...] = ()
-    vars: tuple = field(default=(), repr=False)  # pins the objects behind by_var
+    module: object = field(default=None, repr=False, eq=False)  # keeps by_var's handles valid
 
 
 # A namer returns the layer name of a binding, or None for the plain-Relax default.
@@ -56,7 +56,6 @@ LayerNamer = Callable[[str, object, int], "str | None"]
 def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
     origins: dict[str, Origin] = {}
     by_var: dict[int, str] = {}
-    pinned: list = []
     edges: set[tuple[str, str]] = set()
     used_layers: dict[str, int] = {}
     used_ids: dict[str, int] = {}
@@ -83,12 +82,11 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
             )
             handle = var.__chandle__()
             by_var[handle] = oid
-            pinned.append(var)
             for arg in args:
                 for src in _producers_of(arg, producers):
                     edges.add((src, oid))
             producers[handle] = frozenset({oid})
-    return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), vars=tuple(pinned))
+    return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), module=mod)
 
 
 def _producers_of(expr, producers: Mapping[int, frozenset[str]]) -> frozenset[str]:
