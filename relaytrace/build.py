@@ -92,12 +92,12 @@ def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None =
 
 
 def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: str | None = None,
-          opt_level: int = 3, layer_of: LayerNamer | None = None, progress=None):
+          example_args=None, opt_level: int = 3, layer_of: LayerNamer | None = None, progress=None):
     """Compile ``mod`` for ``target``; return ``(executable, lineage)``.
 
     The executable is exactly what ``tvm.compile`` gives for the same pipeline.
     """
-    mod, layer_of, name = _as_irmodule(mod, layer_of, model)
+    mod, layer_of, name = _as_irmodule(mod, layer_of, model, example_args)
     target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
     seq = build_pipeline(pipeline, target, convert_layout)
     label = pipeline if isinstance(pipeline, str) else getattr(pipeline, "info", None) and pipeline.info.name or "custom"
@@ -109,9 +109,34 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
     return executable, handle.lineage
 
 
-def _as_irmodule(mod, layer_of, model):
+def _as_irmodule(mod, layer_of, model, example_args=None):
+    """Accept an IRModule, an ImportedModel, a torch module (with example_args), or an
+    ONNX model or path."""
+    from .frontends.common import ImportedModel
+
     if isinstance(mod, tvm.IRModule):
         return mod, layer_of, model or "model"
+    if _is_torch_module(mod):
+        if example_args is None:
+            raise RelaytraceError("a torch module needs example_args=(tensor, ...) to be exported")
+        from .frontends.torch import from_torch
+
+        mod = from_torch(mod, example_args, name=model)
+    elif _is_onnx(mod):
+        from .frontends.onnx import from_onnx
+
+        mod = from_onnx(mod, name=model)
+    if isinstance(mod, ImportedModel):
+        return mod.mod, layer_of or mod.layer_of, model or mod.name
     raise RelaytraceError(
-        f"build() takes a tvm.IRModule, not {type(mod).__name__}"
+        f"build() takes a tvm.IRModule, an ImportedModel, a torch.nn.Module or an ONNX model/path, "
+        f"not {type(mod).__name__}"
     )
+
+
+def _is_torch_module(obj) -> bool:
+    return any(c.__module__.startswith("torch.nn") and c.__name__ == "Module" for c in type(obj).__mro__)
+
+
+def _is_onnx(obj) -> bool:
+    return (isinstance(obj, str) and obj.endswith(".onnx")) or type(obj).__name__ == "ModelProto"

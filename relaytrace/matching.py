@@ -371,7 +371,7 @@ class Tracker:
 
     def _resolve(self, expr, env, walk) -> int | None:
         if env is not None and ir.is_var(expr) and expr.__chandle__() in env:
-            return env[expr.__chandle__()]
+            return self._canon_of(env[expr.__chandle__()])
         tok = self._raw(expr)
         if tok is None and walk is not None and ir.is_var(expr) and walk.old is not None:
             if expr.__chandle__() in walk.bookkeeping:
@@ -395,7 +395,7 @@ class Tracker:
         for tok in found:
             if tok not in walk.claimed:
                 return tok
-        return found[0]
+        return None  # never hand one value's origins to two bindings
 
     def _by_name(self, name, callee, walk) -> int | None:
         tok = walk.old.by_name.get((name, callee))
@@ -436,10 +436,9 @@ class Tracker:
                     continue
                 walk.claimed.add(tok)
                 matched.append(tok)
-            elif ir.is_var(value):
-                tok = env.get(value.__chandle__())
-                if tok is None:
-                    tok = self._resolve(value, None, walk)
+            elif ir.is_var(value) or ir.is_tuple_get_item(value):
+                inner = value if ir.is_var(value) else value.tuple_value
+                tok = self._resolve(inner, env, walk)
             else:
                 continue
             if tok is not None:

@@ -33,6 +33,7 @@ class Origin:
     kind: str = OP
     pass_name: str = ""
     serves: tuple[str, ...] = ()
+    source_op: str = ""  # the frontend's op (aten op, ONNX op_type), when imported
 
     @property
     def short_op(self) -> str:
@@ -49,8 +50,8 @@ class OriginTable:
     module: object = field(default=None, repr=False, eq=False)  # keeps by_var's handles valid
 
 
-# A namer returns the layer name of a binding, or None for the plain-Relax default.
-LayerNamer = Callable[[str, object, int], "str | None"]
+# A namer returns (layer, source op) of a binding, or None for the plain-Relax default.
+LayerNamer = Callable[[str, object, int], "tuple[str, str] | None"]
 
 
 def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
@@ -69,9 +70,11 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
             callee, args, _ = ir.callee_and_args(value)
             if ir.is_bookkeeping(callee):
                 continue
-            layer = layer_of(fname, var, index) if layer_of else None
-            if layer is None:
-                layer = _unique(var.name if fname == "main" else f"{fname}.{var.name}", used_layers)
+            named = layer_of(fname, var, index) if layer_of else None
+            if named is None:
+                layer, source_op = _unique(var.name if fname == "main" else f"{fname}.{var.name}", used_layers), ""
+            else:
+                layer, source_op = named
             oid = _unique(f"{layer}/{ir.short_op(callee)}", used_ids, sep="#")
             inputs = [t for a in args if ir.is_var(a) or ir.is_constant(a) for t in ir.tensor_types(ir.expr_type(a))]
             outputs = ir.tensor_types(ir.expr_type(var))
@@ -79,6 +82,7 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
                 id=oid, layer=layer, op=callee, function=fname, index=index,
                 input_shapes=tuple(s for s, _ in inputs), input_dtypes=tuple(d for _, d in inputs),
                 output_shapes=tuple(s for s, _ in outputs), output_dtypes=tuple(d for _, d in outputs),
+                source_op=source_op,
             )
             handle = var.__chandle__()
             by_var[handle] = oid

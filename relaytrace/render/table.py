@@ -21,10 +21,12 @@ def kernel_layers_table(lineage: Lineage) -> str:
             origin = lineage.origins[role.origin]
             name = origin.layer if origin.kind == "op" else f"{origin.short_op}[{origin.pass_name}]"
             by_role.setdefault(role.role, []).append(name)
+        anchor = by_role.get("anchor", [])
+        fused = [name for name in dict.fromkeys(by_role.get("fused", [])) if name not in anchor]
         rows.append([
             site.label,
-            ", ".join(by_role.get("anchor", [])),
-            ", ".join(by_role.get("fused", [])),
+            ", ".join(anchor),
+            ", ".join(fused),
             ", ".join(by_role.get("inserted", []) + by_role.get("unresolved", [])),
         ])
     return format_table(["kernel#call", "anchor layer", "fused layers", "inserted / unresolved"], rows)

@@ -1,0 +1,47 @@
+"""What every frontend returns, and the optional-dependency guard they share."""
+
+from __future__ import annotations
+
+import importlib
+
+from attrs import define, field
+
+from ..errors import RelaytraceError
+
+
+@define(frozen=True)
+class ImportedModel:
+    """An IRModule whose ``main`` bindings carry frontend layer names.
+
+    ``layers`` maps a binding's var handle to ``(layer, source op)``; ``module`` keeps
+    those handles valid.
+    """
+
+    mod: object
+    name: str
+    layers: dict[int, tuple[str, str]] = field(repr=False)
+    inputs: tuple[tuple[str, tuple, str], ...] = ()  # (name, shape, dtype) of main's inputs
+
+    def layer_of(self, fname: str, var, index: int):
+        return self.layers.get(var.__chandle__()) if fname == "main" else None
+
+
+def require(module: str, extra: str):
+    """Import an optional dependency, or say exactly how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise RelaytraceError(
+            f"this needs the '{module}' package, which is not installed: "
+            f"pip install 'relaytrace[{extra}]'  ({exc})"
+        ) from None
+
+
+def main_inputs(mod) -> tuple[tuple[str, tuple, str], ...]:
+    from .. import ir
+
+    out = []
+    for param in mod["main"].params[:]:
+        for shape, dtype in ir.tensor_types(param.ty)[:1]:
+            out.append((param.name, shape, dtype))
+    return tuple(out)

@@ -1,0 +1,155 @@
+"""ONNX → Relax with ONNX node names as layers.
+
+The ONNX importer normalizes each node's result but binds it only when a consumer
+uses it, so bindings of different nodes interleave. A node owns the binding of its
+own result and, walking its dataflow backwards, every binding not owned by another
+node: what its converter emitted along the way.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from ..errors import RelaytraceError
+from .common import ImportedModel, main_inputs, require
+
+
+def from_onnx(model_or_path, shape_dict=None, name: str | None = None) -> ImportedModel:
+    onnx = require("onnx", "onnx")
+    model, label = _load(onnx, model_or_path, name)
+    importer = _recording_importer(shape_dict)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    try:
+        mod = importer.from_onnx(model.graph, opset)
+    except Exception as exc:
+        raise RelaytraceError(f"TVM could not import ONNX model {label}: {type(exc).__name__}: {exc}") from exc
+    layers = _assign(mod, importer.records)
+    return ImportedModel(mod=mod, name=label, layers=layers, inputs=main_inputs(mod))
+
+
+def _load(onnx, model_or_path, name):
+    if isinstance(model_or_path, (str, os.PathLike)):
+        path = os.fspath(model_or_path)
+        if not os.path.isfile(path):
+            raise RelaytraceError(f"no ONNX file at {path}")
+        try:
+            model = onnx.load(path)
+            onnx.checker.check_model(model)
+        except Exception as exc:
+            raise RelaytraceError(f"{path} is not a valid ONNX model: {type(exc).__name__}: {exc}") from exc
+        return model, name or os.path.splitext(os.path.basename(path))[0]
+    if not hasattr(model_or_path, "graph"):
+        raise RelaytraceError(f"from_onnx takes an onnx.ModelProto or a path, not {type(model_or_path).__name__}")
+    return model_or_path, name or (model_or_path.graph.name or "onnx_model")
+
+
+def _recording_importer(shape_dict):
+    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+
+    class RecordingImporter(ONNXGraphImporter):
+        records: list
+
+        def _construct_nodes(self, graph):
+            self.records = []
+            self._names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(graph.node)]
+            self._types = [n.op_type for n in graph.node]
+            return super()._construct_nodes(graph)
+
+        def _convert_operator(self, op_name, inputs, attrs, opset):
+            sym = super()._convert_operator(op_name, inputs, attrs, opset)
+            k = len(self.records)
+            self.records.append((self._names[k], self._types[k], sym))
+            return sym
+
+    return RecordingImporter(shape_dict or {}, {}, keep_params_in_input=False, sanitize=True)
+
+
+def _assign(mod, records) -> dict[int, tuple[str, str]]:
+    from .. import ir
+
+    binds = list(ir.bindings(mod["main"]))
+    by_var = {b.var.__chandle__(): i for i, b in enumerate(binds)}
+    by_value = {b.value.__chandle__(): i for i, b in enumerate(binds)}
+    owner: dict[int, tuple[str, str]] = {}
+    roots = []
+    for layer, op_type, sym in records:
+        for expr in (sym.fields[:] if ir.is_tuple(sym) else [sym]):
+            index = by_var.get(expr.__chandle__()) if ir.is_var(expr) else by_value.get(expr.__chandle__())
+            if index is not None and index not in owner:
+                owner[index] = (layer, op_type)
+                roots.append(index)
+    for root in roots:  # claim what each node's converter emitted on its way
+        stack = [root]
+        while stack:
+            value = binds[stack.pop()].value
+            for arg in _var_args(value, ir):
+                index = by_var.get(arg.__chandle__())
+                if index is not None and index not in owner:
+                    owner[index] = owner[root]
+                    stack.append(index)
+    layers: dict[int, tuple[str, str]] = {}
+    following = None
+    for index in range(len(binds) - 1, -1, -1):  # leftovers: the next owned binding's node
+        following = owner.get(index, following)
+        if following is not None:
+            layers[binds[index].var.__chandle__()] = owner.get(index, following)
+    return layers
+
+
+def _var_args(value, ir):
+    if ir.is_call(value):
+        for arg in value.args[:]:
+            yield from _var_args(arg, ir) if ir.is_tuple(arg) else ([arg] if ir.is_var(arg) else [])
+    elif ir.is_tuple(value):
+        for field in value.fields[:]:
+            if ir.is_var(field):
+                yield field
+    elif ir.is_tuple_get_item(value) and ir.is_var(value.tuple_value):
+        yield value.tuple_value
+    elif ir.is_var(value):
+        yield value
+
+
+def export_torch_to_onnx(module, example_args, path, opset: int = 17) -> str:
+    """Write an ONNX file from a torch module (legacy exporter, no network), atomically."""
+    torch = require("torch", "torch")
+    require("onnx", "onnx")
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=directory)
+    os.close(fd)
+    try:
+        torch.onnx.export(module.eval(), example_args, tmp, dynamo=False, opset_version=opset)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def torch_layer_name(onnx_name: str, known=None) -> str:
+    """The torch module path of a node exported by ``torch.onnx.export``.
+
+    ``/layer1/layer1.0/conv1/Conv`` -> ``layer1.0.conv1``;
+    ``/layer2/layer2.0/downsample/downsample.0/Conv`` -> ``layer2.0.downsample.0``;
+    ``/layer1/layer1.0/relu_1/Relu`` -> ``layer1.0.relu@1`` (second call of a module);
+    ``/Flatten`` -> ``Flatten`` (an op of the root module). A scope is either a name
+    relative to the scope above, or ``attr.index`` under ``attr``.
+    ``known`` (torch layer names), when given, settles whether a trailing ``_N`` is a
+    repeated call or part of the module's name.
+    """
+    parts = [p for p in onnx_name.split("/") if p]
+    scopes = parts[:-1]
+    if not scopes:
+        return parts[0] if parts else onnx_name
+    path, prev = "", None
+    for seg in scopes:
+        if prev is not None and seg.startswith(prev + "."):
+            path += seg[len(prev):]  # "conv.0" under "conv": one level down
+        else:
+            path = f"{path}.{seg}" if path else seg
+        prev = seg
+    head, _, tail = path.rpartition("_")
+    if tail.isdigit() and head and (known is None or (path not in known and head in known)):
+        return f"{head}@{tail}"
+    return path

@@ -1,0 +1,102 @@
+"""PyTorch → Relax with torch module paths as layers.
+
+torch.export records, for every fx node, the stack of modules it ran in
+(``nn_module_stack``); the innermost entry is the layer (``layer1.0.conv1``), and a
+module called twice is told apart as ``relu@1``. The Relax importer translates nodes
+in order and every binding it emits for node i precedes node i's result, so the
+bindings up to node i's result var belong to node i.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from ..errors import RelaytraceError
+from .common import ImportedModel, main_inputs, require
+
+
+def from_torch(module, example_args, name: str | None = None) -> ImportedModel:
+    torch = require("torch", "torch")
+    if not isinstance(example_args, tuple):
+        example_args = (example_args,)
+    label = name or type(module).__name__
+    try:
+        exported = torch.export.export(module.eval(), example_args)
+        exported = exported.run_decompositions()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RelaytraceError(
+            f"torch.export could not export {label} ({type(module).__name__}): {type(exc).__name__}: {first}"
+        ) from exc
+
+    importer = _recording_importer()
+    with torch.no_grad():
+        mod = importer.from_exported_program(
+            exported, keep_params_as_input=False, unwrap_unit_return_tuple=True,
+            no_bind_return_tuple=False, custom_convert_map=None,
+        )
+    layers = _assign(mod, importer.order)
+    return ImportedModel(mod=mod, name=label, layers=layers, inputs=main_inputs(mod))
+
+
+def _layer(node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return node.name
+    key, (path, _) = list(stack.items())[-1]
+    if not path:
+        return node.name  # an op in the root module's own forward
+    call = key.rsplit("@", 1)[1] if "@" in key else ""
+    return f"{path}@{call}" if call else path
+
+
+def _source_op(node) -> str:
+    target = node.target
+    return str(getattr(target, "__name__", target)).split(".")[0]
+
+
+def _assign(mod, order) -> dict[int, tuple[str, str]]:
+    """Bindings of main up to each node's result var belong to that node.
+
+    BindParams rebuilds ``main`` after translation, so result vars are found again by
+    name (the importer's names are unique within main)."""
+    from .. import ir
+
+    boundary = {}
+    for node, value in order:
+        if ir.is_var(value):
+            boundary[value.name] = node
+    layers: dict[int, tuple[str, str]] = {}
+    pending = []
+    for binding in ir.bindings(mod["main"]):
+        pending.append(binding.var)
+        node = boundary.get(binding.var.name)
+        if node is None:
+            continue
+        if node.target is operator.getitem and node.args and hasattr(node.args[0], "meta"):
+            node = node.args[0]  # a projection of a multi-output op belongs to that op
+        label = (_layer(node), _source_op(node))
+        for var in pending:
+            layers[var.__chandle__()] = label
+        pending = []
+    if pending and layers:
+        last = list(layers.values())[-1]
+        for var in pending:
+            layers[var.__chandle__()] = last
+    return layers
+
+
+def _recording_importer():
+    """An ExportedProgramImporter that remembers each call_function node and its
+    result, in translation order. Built lazily: torch is an optional dependency."""
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+    class RecordingImporter(ExportedProgramImporter):
+        order: list = []
+
+        def _translate_fx_graph(self, graph_module, nodes, inputs_vars, custom_ops=None):
+            result = super()._translate_fx_graph(graph_module, nodes, inputs_vars, custom_ops)
+            self.order = [(n, v) for n, v in self.env.items() if getattr(n, "op", None) == "call_function"]
+            return result
+
+    return RecordingImporter()

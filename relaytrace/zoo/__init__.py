@@ -1,0 +1,26 @@
+"""Reference models with torchvision's module names and parameter shapes.
+
+torchvision does not install beside the pinned torch here, so the definitions are
+our own; a torchvision state_dict loads into them. Weights are seeded random.
+"""
+
+from __future__ import annotations
+
+from ..errors import RelaytraceError
+from ..frontends.common import require
+
+MODELS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2")
+
+
+def get(name: str, seed: int = 0, batch: int = 1, image: int = 224):
+    """(torch module in eval mode, example input of shape batch x 3 x image x image)."""
+    if name not in MODELS:
+        raise RelaytraceError(f"unknown zoo model {name!r}: choose one of {', '.join(MODELS)}")
+    torch = require("torch", "torch")
+    from . import models
+
+    torch.manual_seed(seed)
+    module = getattr(models, name)()
+    models.randomize_batchnorm(module, seed)
+    example = torch.randn(batch, 3, image, image, generator=torch.Generator().manual_seed(seed + 1))
+    return module.eval(), example

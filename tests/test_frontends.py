@@ -1,0 +1,160 @@
+"""PyTorch and ONNX imports of the zoo: layer names, numerics, coverage, stable ids."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import relaytrace
+from relaytrace import zoo
+from relaytrace.errors import RelaytraceError
+from relaytrace.frontends.onnx import export_torch_to_onnx, from_onnx, torch_layer_name
+from relaytrace.frontends.torch import from_torch
+from relaytrace.origins import OP
+
+torch = pytest.importorskip("torch")
+NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
+PARAM_LEAVES = (torch.nn.Conv2d, torch.nn.Linear, torch.nn.BatchNorm2d)
+
+
+def _param_leaves(module, kinds=PARAM_LEAVES):
+    return {name for name, m in module.named_modules() if isinstance(m, kinds)}
+
+
+def _check_model(name, frontend, tmp_path):
+    module, example = zoo.get(name)
+    if frontend == "torch":
+        imported = from_torch(module, (example,), name=name)
+    else:
+        imported = from_onnx(export_torch_to_onnx(module, (example,), tmp_path / f"{name}.onnx"))
+    builds = {
+        label: relaytrace.build(imported, "llvm", pipeline=pipe, convert_layout=layout)
+        for label, pipe, layout in (("fused", "fused", None), ("unfused", "unfused", None),
+                                    ("nhwc", "fused", NHWC))
+    }
+    executable, lineage = builds["fused"]
+    out = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(example.numpy())).numpy()
+    with torch.no_grad():
+        np.testing.assert_allclose(out, module(example).numpy(), rtol=1e-4, atol=1e-4)
+    for label, (_, lin) in builds.items():
+        cov = lin.coverage()
+        assert cov.complete and not cov.unresolved and not lin.degraded, (label, cov)
+    ids = [{o.id for o in lin.origins.values() if o.kind == OP} for _, lin in builds.values()]
+    assert ids[0] == ids[1] == ids[2]
+    layers = lineage.layers()
+    if frontend == "torch":
+        expected = _param_leaves(module)
+        in_kernels = {lineage.origins[o].layer for s in lineage.call_sites for o in s.origin_ids}
+        for leaf in expected:
+            assert leaf in layers, leaf
+            assert leaf in in_kernels or any(
+                lineage.origins[o].layer == leaf for o in lineage.eliminated()), leaf
+    else:
+        # torch.onnx folds BatchNorm into the convolutions before TVM sees the model
+        expected = _param_leaves(module, (torch.nn.Conv2d, torch.nn.Linear))
+        mapped = {torch_layer_name(layer) for layer in layers}
+        assert expected <= mapped, expected - mapped
+        for layer in layers:
+            if torch_layer_name(layer) in expected:
+                assert lineage.kernels_of(layer), layer
+    return lineage
+
+
+@pytest.mark.parametrize("frontend", ["torch", "onnx"])
+def test_resnet18(frontend, tmp_path):
+    lineage = _check_model("resnet18", frontend, tmp_path)
+    conv = "layer2.0.conv1" if frontend == "torch" else "/layer2/layer2.0/conv1/Conv"
+    assert [lineage.origins[s.anchor].layer for s in lineage.kernels_of(conv)] == [conv]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("frontend", ["torch", "onnx"])
+@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2", "vgg16"])
+def test_zoo_model(name, frontend, tmp_path):
+    _check_model(name, frontend, tmp_path)
+
+
+def test_torch_layer_names_follow_module_paths_and_repeated_calls():
+    module, example = zoo.get("resnet18")
+    imported = from_torch(module, (example,))
+    _, lineage = relaytrace.build(imported, "llvm")
+    layers = set(lineage.layers())
+    assert {"conv1", "bn1", "layer1.0.relu", "layer1.0.relu@1", "layer1.0", "fc"} <= layers
+    ops = {o.source_op for o in lineage.origins.values() if o.layer == "layer1.0.conv1"}
+    assert ops == {"convolution"}
+
+
+def test_torch_and_onnx_layer_names_correspond(tmp_path):
+    module, example = zoo.get("resnet18")
+    torch_layers = set(relaytrace.build(from_torch(module, (example,)), "llvm")[1].layers())
+    onnx_model = from_onnx(export_torch_to_onnx(module, (example,), tmp_path / "r18.onnx"))
+    onnx_layers = set(relaytrace.build(onnx_model, "llvm")[1].layers())
+    mapped = {torch_layer_name(n, known=torch_layers) for n in onnx_layers}
+    convs = _param_leaves(module, (torch.nn.Conv2d, torch.nn.Linear))
+    assert convs <= mapped & torch_layers
+    assert "layer1.0.relu@1" in mapped and "layer1.0" in mapped
+
+
+@pytest.mark.parametrize("onnx_name, torch_name", [
+    ("/layer1/layer1.0/conv1/Conv", "layer1.0.conv1"),
+    ("/layer2/layer2.0/downsample/downsample.0/Conv", "layer2.0.downsample.0"),
+    ("/layer1/layer1.0/relu_1/Relu", "layer1.0.relu@1"),
+    ("/features/features.2/conv/conv.0/conv.0.0/Conv", "features.2.conv.0.0"),
+    ("/classifier/classifier.6/Gemm", "classifier.6"),
+    ("/Flatten", "Flatten"),
+])
+def test_onnx_to_torch_name_rule(onnx_name, torch_name):
+    assert torch_layer_name(onnx_name) == torch_name
+
+
+def test_build_takes_torch_modules_directly():
+    module, example = zoo.get("resnet18", image=64)
+    with pytest.raises(RelaytraceError, match="example_args"):
+        relaytrace.build(module)
+    _, lineage = relaytrace.build(module, "llvm", example_args=(example,), model="r18")
+    assert lineage.model == "r18" and "layer4.1.conv2" in lineage.layers()
+
+
+class _Unexportable(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # data-dependent control flow
+            return x + 1
+        return x - 1
+
+
+def test_unexportable_module_names_module_and_error(tmp_path):
+    with pytest.raises(RelaytraceError, match=r"torch.export could not export _Unexportable.*GuardOnDataDependent"):
+        from_torch(_Unexportable(), (torch.randn(2),))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_onnx_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"this is not a protobuf")
+    with pytest.raises(RelaytraceError, match="not a valid ONNX model"):
+        from_onnx(bad)
+    with pytest.raises(RelaytraceError, match="no ONNX file"):
+        from_onnx(tmp_path / "missing.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.onnx"]
+
+
+def test_zoo_rejects_unknown_models():
+    with pytest.raises(RelaytraceError, match="resnet50"):
+        zoo.get("resnet51")
+
+
+def test_zoo_state_dict_has_torchvision_shapes():
+    module, _ = zoo.get("resnet50")
+    sd = module.state_dict()
+    assert sd["conv1.weight"].shape == (64, 3, 7, 7)
+    assert sd["layer1.0.downsample.0.weight"].shape == (256, 64, 1, 1)
+    assert sd["layer4.2.conv3.weight"].shape == (2048, 512, 1, 1)
+    assert sd["fc.weight"].shape == (1000, 2048)
+    mb, _ = zoo.get("mobilenet_v2")
+    msd = mb.state_dict()
+    assert msd["features.1.conv.0.0.weight"].shape == (32, 1, 3, 3)
+    assert msd["features.18.0.weight"].shape == (1280, 320, 1, 1)
+    assert msd["classifier.1.weight"].shape == (1000, 1280)
+    vgg, _ = zoo.get("vgg16")
+    assert vgg.state_dict()["classifier.0.weight"].shape == (4096, 25088)
+    assert vgg.state_dict()["features.28.weight"].shape == (512, 512, 3, 3)
