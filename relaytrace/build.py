@@ -40,7 +40,8 @@ class Trace:
                 "(or relax.build) inside the `with relaytrace.trace():` block"
             )
         try:
-            self.lineage = lineage_from(session.tracker, self.model, self.target, self.pipeline, degraded)
+            self.lineage = lineage_from(session.tracker, self.model, self.target, self.pipeline, degraded,
+                                        inputs=session.inputs)
         except Exception as exc:  # the build already succeeded; keep what we can say
             degraded.append(f"lineage extraction failed: {type(exc).__name__}: {exc}")
             self.lineage = Lineage(self.model, self.target, self.pipeline, dict(session.tracker.origins), {},

@@ -9,7 +9,7 @@ from .lineage import BuiltinSite, CallSite, Lineage, roles_for
 from .matching import Tracker
 
 
-def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=()) -> Lineage:
+def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), inputs=()) -> Lineage:
     mod = tracker.last_mod
     kernels: dict[str, list[CallSite]] = {}
     builtins: list[BuiltinSite] = []
@@ -65,6 +65,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         edges=tuple(tracker.edges),
         site_edges=tuple(sorted(site_edges)),
         degraded=tuple(degraded),
+        inputs=inputs,
     )
 
 

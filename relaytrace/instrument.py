@@ -10,7 +10,7 @@ import tvm
 
 from . import ir
 from .matching import Tracker
-from .origins import LayerNamer, OriginTable, assign_origins
+from .origins import LayerNamer, OriginTable, assign_origins, main_inputs
 
 
 class TraceSession:
@@ -22,6 +22,7 @@ class TraceSession:
         self.tracker: Tracker | None = None
         self.degraded: list[str] = []
         self.passes = 0
+        self.inputs: tuple = ()
         self.progress = progress
 
     def before(self, mod, pass_name: str) -> None:
@@ -40,6 +41,7 @@ class TraceSession:
     def _start(self, mod) -> None:
         if next(ir.relax_functions(mod), None) is None:
             return
+        self.inputs = main_inputs(mod)
         if self.table is None:
             self.table = assign_origins(mod, self.layer_of)
         tracker = Tracker(self.table)

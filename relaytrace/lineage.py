@@ -93,6 +93,7 @@ class Lineage:
     edges: tuple[tuple[str, str], ...] = ()
     site_edges: tuple[tuple[int, int], ...] = ()
     degraded: tuple[str, ...] = ()
+    inputs: tuple[tuple[str, tuple, str], ...] = ()  # (name, shape, dtype) of main's params
     schema: str = SCHEMA
 
     # -- queries --------------------------------------------------------------
@@ -210,16 +211,12 @@ class Lineage:
             "edges": self.edges,
             "site_edges": self.site_edges,
             "degraded": self.degraded,
+            "inputs": self.inputs,
         }
 
     @classmethod
     def from_json(cls, data: dict) -> "Lineage":
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-            raise LineageFormatError(
-                f"not a relaytrace lineage of schema {SCHEMA!r} (found {found!r}); "
-                "write it with Lineage.save or `relaytrace profile`"
-            )
+        check_schema(data, SCHEMA, "lineage")
         try:
             return cls(
                 model=data["model"], target=data["target"], pipeline=data["pipeline"],
@@ -232,9 +229,10 @@ class Lineage:
                 events=tuple(_make(PassEvent, e) for e in data["events"]),
                 history_by_origin={k: tuple(_make(Change, c) for c in v) for k, v in data["history"].items()},
                 eliminated_by=dict(data["eliminated"]),
-                edges=_tuples(data["edges"]),
-                site_edges=_tuples(data["site_edges"]),
+                edges=tuples(data["edges"]),
+                site_edges=tuples(data["site_edges"]),
                 degraded=tuple(data["degraded"]),
+                inputs=tuples(data.get("inputs", ())),
             )
         except (KeyError, TypeError) as exc:
             raise LineageFormatError(f"lineage file is missing or has a malformed field: {exc}") from exc
@@ -248,14 +246,23 @@ class Lineage:
         return cls.from_json(read_json(path, "lineage"))
 
 
-def _tuples(value):
+def check_schema(data, schema: str, what: str) -> None:
+    if not isinstance(data, dict) or data.get("schema") != schema:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise LineageFormatError(
+            f"not a relaytrace {what} of schema {schema!r} (found {found!r}); "
+            f"write it with {what.capitalize()}.save or `relaytrace profile`"
+        )
+
+
+def tuples(value):
     if isinstance(value, (list, tuple)):
-        return tuple(_tuples(v) for v in value)
+        return tuple(tuples(v) for v in value)
     return value
 
 
 def _make(cls, data: dict):
-    return cls(**{k: _tuples(v) for k, v in data.items()})
+    return cls(**{k: tuples(v) for k, v in data.items()})
 
 
 def write_json(path, data, overwrite: bool) -> Path:

@@ -33,3 +33,24 @@ def run_vm(executable, data):
 @pytest.fixture(scope="session")
 def input_data():
     return np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
+
+
+@pytest.fixture(scope="session")
+def resnet50():
+    """zoo resnet50 imported from torch: (imported model, example input as numpy)."""
+    torch = pytest.importorskip("torch")
+    from relaytrace import zoo
+    from relaytrace.frontends.torch import from_torch
+
+    module, example = zoo.get("resnet50")
+    return from_torch(module, (example,), name="resnet50"), example.numpy()
+
+
+@pytest.fixture(scope="session")
+def resnet50_profiled(resnet50):
+    """Fused build of resnet50 and a 2-run timeline profile of it."""
+    import relaytrace
+
+    model, x = resnet50
+    executable, lineage = relaytrace.build(model, "llvm")
+    return executable, lineage, relaytrace.profile(executable, lineage, [x], repeat=2)

@@ -20,7 +20,6 @@ class ImportedModel:
     mod: object
     name: str
     layers: dict[int, tuple[str, str]] = field(repr=False)
-    inputs: tuple[tuple[str, tuple, str], ...] = ()  # (name, shape, dtype) of main's inputs
 
     def layer_of(self, fname: str, var, index: int):
         return self.layers.get(var.__chandle__()) if fname == "main" else None
@@ -35,13 +34,3 @@ def require(module: str, extra: str):
             f"this needs the '{module}' package, which is not installed: "
             f"pip install 'relaytrace[{extra}]'  ({exc})"
         ) from None
-
-
-def main_inputs(mod) -> tuple[tuple[str, tuple, str], ...]:
-    from .. import ir
-
-    out = []
-    for param in mod["main"].params[:]:
-        for shape, dtype in ir.tensor_types(param.ty)[:1]:
-            out.append((param.name, shape, dtype))
-    return tuple(out)

@@ -12,7 +12,7 @@ import os
 import tempfile
 
 from ..errors import RelaytraceError
-from .common import ImportedModel, main_inputs, require
+from .common import ImportedModel, require
 
 
 def from_onnx(model_or_path, shape_dict=None, name: str | None = None) -> ImportedModel:
@@ -25,7 +25,7 @@ def from_onnx(model_or_path, shape_dict=None, name: str | None = None) -> Import
     except Exception as exc:
         raise RelaytraceError(f"TVM could not import ONNX model {label}: {type(exc).__name__}: {exc}") from exc
     layers = _assign(mod, importer.records)
-    return ImportedModel(mod=mod, name=label, layers=layers, inputs=main_inputs(mod))
+    return ImportedModel(mod=mod, name=label, layers=layers)
 
 
 def _load(onnx, model_or_path, name):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 
 from ..errors import RelaytraceError
-from .common import ImportedModel, main_inputs, require
+from .common import ImportedModel, require
 
 
 def from_torch(module, example_args, name: str | None = None) -> ImportedModel:
@@ -36,7 +36,7 @@ def from_torch(module, example_args, name: str | None = None) -> ImportedModel:
             no_bind_return_tuple=False, custom_convert_map=None,
         )
     layers = _assign(mod, importer.order)
-    return ImportedModel(mod=mod, name=label, layers=layers, inputs=main_inputs(mod))
+    return ImportedModel(mod=mod, name=label, layers=layers)
 
 
 def _layer(node) -> str:

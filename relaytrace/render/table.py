@@ -49,3 +49,44 @@ def coverage_summary(lineage: Lineage) -> str:
     for reason in lineage.degraded:
         lines.append(f"DEGRADED: {reason}")
     return "\n".join(lines)
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1e3:.3f}"
+
+
+def layer_table(rows, top: int | None = None) -> str:
+    shown = rows[:top] if top else rows
+    return format_table(
+        ["layer", "time (ms)", "%", "inserted (ms)", "ops", "kernel calls"],
+        [[r.layer, _ms(r.us), f"{r.percent:.2f}", _ms(r.inserted_us), ",".join(r.ops), ", ".join(r.kernels)]
+         for r in shown],
+    )
+
+
+def op_type_table(rows) -> str:
+    return format_table(["op type", "time (ms)", "%", "count", "layers"],
+                        [[r.op, _ms(r.us), f"{r.percent:.2f}", r.count, r.layers] for r in rows])
+
+
+def kernel_table(rows) -> str:
+    """The columns of TVM's old profiler report, plus the layers each kernel runs."""
+    return format_table(
+        ["Name", "Duration (us)", "Percent", "Count", "Device", "Argument Shapes", "Layers"],
+        [[r.name, f"{r.us:.2f}", f"{r.percent:.2f}", r.count, r.device, r.shapes, ", ".join(r.layers)]
+         for r in rows],
+    )
+
+
+def category_table(categories) -> str:
+    rows = [[name, _ms(us), f"{pct:.2f}"] for name, us, pct in categories.rows()]
+    rows.append(["end-to-end (median)", _ms(categories.e2e_us), "100.00"])
+    text = format_table(["category", "time (ms)", "% of end-to-end"], rows)
+    if categories.inserted_by_layer:
+        caused = ", ".join(f"{layer} ({_ms(us)} ms)" for layer, us in categories.inserted_by_layer[:8])
+        text += f"\ninserted layout transforms/casts are caused by: {caused}"
+    return text
+
+
+def prefix_table(rows) -> str:
+    return format_table(["module", "time (ms)", "%"], [[k, _ms(us), f"{p:.2f}"] for k, us, p in rows])
