@@ -4,12 +4,12 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.relaytrace-installed
 
-.PHONY: demo test test-fast bench setup graphviz clean
+.PHONY: demo test test-fast bench setup graphviz browser clean
 
 demo: setup
 	$(VENV)/bin/relaytrace demo
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q
 
 test-fast: setup
@@ -17,6 +17,7 @@ test-fast: setup
 
 bench: setup
 	$(PY) benchmarks/compile_overhead.py
+	$(PY) benchmarks/profiler_fidelity.py
 
 setup: $(STAMP) graphviz
 
@@ -30,6 +31,14 @@ graphviz:
 	  echo "graphviz 'dot' is missing: installing Debian's graphviz package"; \
 	  { apt-get update -q && apt-get install -y -q graphviz; } >/dev/null 2>&1 || \
 	  { echo "could not install graphviz; run: sudo apt-get install graphviz"; exit 1; }; }
+
+# The HTML report is tested in Debian's headless Chromium; without it that test is
+# skipped with a message saying so.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the HTML report test"; \
+	  { apt-get update -q && apt-get install -y -q chromium; } >/dev/null 2>&1 || \
+	  echo "could not install chromium: the browser test will be skipped"; }
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,205 @@
+"""Graphviz pictures of a lineage, coloured by time when a profile is given.
+
+Layer graph: one node per model op, dataflow edges, one cluster per kernel call site
+(kernel name, time, percent). Inserted ops are dashed and name their pass; eliminated
+ops are grey. ``collapse=depth`` merges layers by module prefix so big models stay
+readable. Kernel graph: one node per kernel call site.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import graphviz
+
+from .. import attribution as A
+from ..errors import RelaytraceError
+from ..lineage import Lineage
+from ..origins import OP
+
+FORMATS = ("dot", "svg", "png", "pdf")
+_SCALE = ("#fff5f0", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#99000d")
+
+
+def _index(fraction: float) -> int:
+    return min(int(fraction * (len(_SCALE) - 1) + 0.5), len(_SCALE) - 1)
+
+
+def _colour(fraction: float) -> str:
+    """Colour for a share of the hottest item's time (0..1)."""
+    return _SCALE[_index(fraction)]
+
+
+def _fill(fraction: float) -> dict:
+    """Fill and a text colour that stays readable on it."""
+    return {"fillcolor": _colour(fraction), "fontcolor": "white" if _index(fraction) >= 5 else "black"}
+
+
+def _site_times(lineage: Lineage, profile) -> dict[str, float]:
+    if profile is None:
+        return {}
+    from ..profiler import KERNEL
+
+    A.check_match(lineage, profile)
+    return {f"{k}#{c}": us for (k, c), us in profile.mean_by_site(KERNEL).items()}
+
+
+def _layer_times(lineage, profile, policy) -> dict[str, float]:
+    return {r.layer: r.us for r in A.by_layer(lineage, profile, policy)} if profile is not None else {}
+
+
+def _shape(origin) -> str:
+    return "x".join(str(d) for d in origin.output_shapes[0]) if origin.output_shapes else ""
+
+
+def _legend(graph, hottest_us: float) -> None:
+    with graph.subgraph(name="cluster_legend") as legend:
+        legend.attr(label="time (share of the hottest)", fontsize="10", style="rounded")
+        previous = None
+        for i in range(len(_SCALE)):
+            name = f"legend{i}"
+            pct = int(100 * i / (len(_SCALE) - 1))
+            legend.node(name, f"{pct}% ({hottest_us * i / (len(_SCALE) - 1) / 1e3:.2f} ms)",
+                        shape="box", style="filled", fontsize="9", **_fill(i / (len(_SCALE) - 1)))
+            if previous:
+                legend.edge(previous, name, style="invis")
+            previous = name
+
+
+def layer_graph(lineage: Lineage, profile=None, collapse: int | None = None, policy: str = "anchor"):
+    if collapse is not None:
+        return _collapsed_graph(lineage, profile, collapse, policy)
+    site_us = _site_times(lineage, profile)
+    layer_us = _layer_times(lineage, profile, policy)
+    total = sum(site_us.values()) or 1.0
+    hottest = max(layer_us.values(), default=0.0) or 1.0
+    g = graphviz.Digraph(lineage.model, graph_attr={"rankdir": "TB", "fontname": "Helvetica", "fontsize": "11",
+                                                     "label": f"{lineage.model}: layers and kernels",
+                                                     "labelloc": "t"},
+                         node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
+                                    "style": "rounded,filled", "fillcolor": "white"})
+    placed: set[str] = set()
+    node = _node_names(lineage.origins)
+    for site in lineage.call_sites:
+        us = site_us.get(site.label)
+        timing = f"\n{us / 1e3:.3f} ms ({100 * us / total:.1f}%)" if us is not None else ""
+        with g.subgraph(name=f"cluster_{site.position}") as cluster:
+            cluster.attr(label=f"{site.label}{timing}", style="rounded", color="#4a6fa5", fontsize="10",
+                         id=f"site:{site.label}")
+            for oid in site.origin_ids:
+                if oid not in placed:
+                    placed.add(oid)
+                    _origin_node(cluster, node[oid], lineage.origins[oid], layer_us, hottest)
+    for origin in lineage.origins.values():
+        if origin.id not in placed and (origin.kind == OP or origin.id in lineage.eliminated_by):
+            _origin_node(g, node[origin.id], origin, layer_us, hottest,
+                         eliminated=lineage.eliminated_by.get(origin.id))
+            placed.add(origin.id)
+    for a, b in lineage.edges:
+        if a in placed and b in placed:
+            g.edge(node[a], node[b])
+    for origin in lineage.origins.values():
+        if origin.kind != OP and origin.id in placed:
+            for served in origin.serves:
+                if served in placed:
+                    g.edge(node[origin.id], node[served], style="dashed", color="#7a7a7a", arrowhead="empty")
+    if profile is not None:
+        _legend(g, hottest)
+    return g
+
+
+def _node_names(items) -> dict[str, str]:
+    """Plain DOT names; the real names (which hold ':' and '@') go in labels and ids."""
+    return {name: f"n{i}" for i, name in enumerate(items)}
+
+
+def _origin_node(graph, name, origin, layer_us, hottest, eliminated: str | None = None) -> None:
+    label = f"{origin.layer}\n{origin.short_op} {_shape(origin)}"
+    attrs = {"id": f"origin:{origin.id}", "tooltip": origin.id}
+    if eliminated:
+        attrs.update(fillcolor="#e0e0e0", fontcolor="#777777", color="#aaaaaa")
+        label += f"\n(eliminated by {eliminated})"
+    elif origin.kind != OP:
+        attrs.update(style="rounded,dashed,filled", fillcolor="#eef3ff", color="#3a5fcd")
+        label = f"{origin.short_op} {_shape(origin)}\n{origin.kind} by {origin.pass_name}\nfor {origin.layer}"
+    elif origin.layer in layer_us:
+        attrs.update(_fill(layer_us[origin.layer] / hottest))
+    graph.node(name, label, **attrs)
+
+
+def _collapsed_graph(lineage, profile, depth, policy):
+    layer_us = _layer_times(lineage, profile, policy)
+    group_us: dict[str, float] = defaultdict(float)
+    for layer, us in layer_us.items():
+        group_us[A._prefix(layer, depth)] += us
+    hottest = max(group_us.values(), default=0.0) or 1.0
+    members: dict[str, set[str]] = defaultdict(set)
+    group_of = {}
+    for o in lineage.origins.values():
+        if o.kind == OP:
+            group_of[o.id] = A._prefix(o.layer, depth)
+            members[group_of[o.id]].add(o.layer)
+    kernels: dict[str, set[str]] = defaultdict(set)
+    for site in lineage.call_sites:
+        for oid in site.origin_ids:
+            if oid in group_of:
+                kernels[group_of[oid]].add(site.kernel)
+    g = graphviz.Digraph(lineage.model, graph_attr={"rankdir": "TB", "label": f"{lineage.model} (depth {depth})",
+                                                     "labelloc": "t", "fontname": "Helvetica"},
+                         node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
+                                    "style": "rounded,filled", "fillcolor": "white"})
+    node = _node_names(dict.fromkeys(group_of.values()))
+    for group in node:
+        us = group_us.get(group)
+        timing = f"\n{us / 1e3:.3f} ms" if us is not None else ""
+        g.node(node[group], f"{group}\n{len(members[group])} layers, {len(kernels[group])} kernels{timing}",
+               id=f"group:{group}", **(_fill(us / hottest) if us is not None else {}))
+    edges = {(group_of[a], group_of[b]) for a, b in lineage.edges
+             if a in group_of and b in group_of and group_of[a] != group_of[b]}
+    for a, b in sorted(edges):
+        g.edge(node[a], node[b])
+    if profile is not None:
+        _legend(g, hottest)
+    return g
+
+
+def kernel_graph(lineage: Lineage, profile=None):
+    site_us = _site_times(lineage, profile)
+    hottest = max(site_us.values(), default=0.0) or 1.0
+    total = sum(site_us.values()) or 1.0
+    g = graphviz.Digraph(f"{lineage.model}_kernels",
+                         graph_attr={"rankdir": "TB", "label": f"{lineage.model}: kernel call sites",
+                                     "labelloc": "t", "fontname": "Helvetica"},
+                         node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
+                                    "style": "rounded,filled", "fillcolor": "white"})
+    by_position = {}
+    node = _node_names(s.label for s in lineage.call_sites)
+    for site in lineage.call_sites:
+        by_position[site.position] = site
+        layers = list(dict.fromkeys(lineage.origins[o].layer for o in site.origin_ids))
+        shown = ", ".join(layers[:3]) + (f" +{len(layers) - 3}" if len(layers) > 3 else "")
+        us = site_us.get(site.label)
+        timing = f"\n{us / 1e3:.3f} ms ({100 * us / total:.1f}%)" if us is not None else ""
+        g.node(node[site.label], f"{site.label}\n{shown}{timing}", id=f"site:{site.label}",
+               **(_fill(us / hottest) if us is not None else {}))
+    for a, b in lineage.site_edges:
+        g.edge(node[by_position[a].label], node[by_position[b].label])
+    if profile is not None:
+        _legend(g, hottest)
+    return g
+
+
+def render(graph, path, fmt: str | None = None, overwrite: bool = False) -> Path:
+    """Write ``graph`` as dot, svg, png or pdf; an existing file is kept unless asked."""
+    path = Path(path)
+    fmt = fmt or path.suffix.lstrip(".")
+    if fmt not in FORMATS:
+        raise RelaytraceError(f"unknown graph format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
+    data = graph.source.encode() if fmt == "dot" else graph.pipe(format=fmt)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return path

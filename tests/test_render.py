@@ -1,0 +1,127 @@
+"""Graphviz pictures, the HTML report (in real headless Chromium) and the Chrome trace."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from relaytrace import attribution as A
+from relaytrace.errors import RelaytraceError
+from relaytrace.render import graphviz as G
+from relaytrace.render.chrome_trace import chrome_trace
+from relaytrace.render.html import html_report
+
+CHROMIUM = shutil.which("chromium")
+
+
+@pytest.fixture(scope="module")
+def small_profiled(builds, input_data):
+    import relaytrace
+
+    executable, lineage = builds["nhwc"]
+    return lineage, relaytrace.profile(executable, lineage, [input_data], repeat=2)
+
+
+def test_dot_renders_with_dot_and_structure_without_profile(builds, tmp_path):
+    _, lineage = builds["nhwc"]
+    path = G.render(G.layer_graph(lineage), tmp_path / "layers.dot")
+    subprocess.run(["dot", "-Tsvg", str(path), "-o", str(tmp_path / "x.svg")], check=True)
+    source = path.read_text()
+    assert "ConvertLayout" in source and "dashed" in source
+    assert " ms (" not in source and "legend" not in source  # no profile: structure only
+
+
+def test_png_and_pdf_are_real_files(small_profiled, tmp_path):
+    lineage, prof = small_profiled
+    png = G.render(G.kernel_graph(lineage, prof), tmp_path / "kernels.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pdf = G.render(G.layer_graph(lineage, prof, collapse=1), tmp_path / "layers.pdf")
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+
+
+def test_render_never_overwrites_unless_asked(small_profiled, tmp_path):
+    lineage, prof = small_profiled
+    target = tmp_path / "k.svg"
+    target.write_text("mine")
+    with pytest.raises(FileExistsError, match="--force"):
+        G.render(G.kernel_graph(lineage, prof), target)
+    assert target.read_text() == "mine"
+    G.render(G.kernel_graph(lineage, prof), target, overwrite=True)
+    assert target.read_text().lstrip().startswith("<?xml")
+    with pytest.raises(RelaytraceError, match="unknown graph format"):
+        G.render(G.kernel_graph(lineage), tmp_path / "k.gif")
+
+
+def test_mismatched_profile_is_refused(builds, small_profiled):
+    _, other = builds["unfused"]
+    _, prof = small_profiled
+    with pytest.raises(RelaytraceError, match="does not match"):
+        G.layer_graph(other, prof)
+    with pytest.raises(RelaytraceError, match="does not match"):
+        html_report(other, prof)
+
+
+def test_chrome_trace_has_required_fields_for_every_call(small_profiled):
+    lineage, prof = small_profiled
+    trace = chrome_trace(lineage, prof)
+    calls = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(calls) == len(prof.records)
+    for e in calls:
+        assert {"ph", "ts", "dur", "pid", "tid", "name"} <= set(e)
+    kernel_events = [e for e in calls if e["cat"] == "kernel"]
+    assert all(e["args"]["layers"] and e["args"]["origins"] for e in kernel_events)
+    json.dumps(trace)
+
+
+@pytest.mark.slow
+def test_resnet50_svg_names_every_kernel_and_conv_layer(resnet50_profiled, tmp_path):
+    _, lineage, prof = resnet50_profiled
+    svg = G.render(G.layer_graph(lineage, prof), tmp_path / "layers.svg").read_text()
+    for kernel in lineage.kernels:
+        assert kernel in svg, kernel
+    for origin in lineage.origins.values():
+        if origin.short_op == "conv2d":
+            assert origin.layer in svg, origin.layer
+
+
+def _browser():
+    from playwright.sync_api import sync_playwright
+
+    return sync_playwright()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed and could not be "
+                                              "(run: apt-get install chromium); the HTML report was not "
+                                              "exercised in a browser")
+def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
+    lineage, prof = small_profiled
+    page_path = tmp_path / "report.html"
+    page_path.write_text(html_report(lineage, prof))
+    assert "http://" not in page_path.read_text().replace("http://www.w3.org", "")
+    with _browser() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(page_path.as_uri())
+        assert errors == []
+        assert page.locator("#layers tbody tr").count() == len(A.by_layer(lineage, prof))
+        assert page.locator("#kernels tbody tr").count() == len(lineage.kernels)
+        assert page.locator(".graph svg g.node").count() >= len(lineage.call_sites)
+        row = page.locator("#layers tbody tr", has_text="layer1_conv2_conv").first
+        row.click()
+        highlighted = page.locator("#kernels tbody tr.hl").all_inner_texts()
+        assert any("fused_conv2d3_add3_add4_relu2" in t for t in highlighted)
+        assert page.locator(".graph g.hl").count() == 1
+        page.locator("#kernels tbody tr", has_text="fused_matmul").first.click()
+        assert any("fc" in t for t in page.locator("#layers tbody tr.hl").all_inner_texts())
+        page.fill("#search", "layer2_conv1")
+        assert page.locator("#layers tbody tr:visible").count() == 1
+        page.fill("#search", "")
+        page.locator("#layers th", has_text="time (ms)").click()
+        times = [float(t) for t in page.locator("#layers tbody tr td:nth-child(2)").all_inner_texts()]
+        assert times == sorted(times)
+        browser.close()
