@@ -1,14 +1,16 @@
-"""The ``relaytrace`` command."""
+"""The ``relaytrace`` command. Exit codes: 0 success, 2 usage error, 1 failure."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
-from .errors import RelaytraceError
-
+from .errors import LineageFormatError, RelaytraceError, UsageError
 
 DEMO_MODELS = ("resnet50", "resnet18", "vgg16", "mobilenet_v2", "resnet_style")
+NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
 
 
 def load_demo_model(name: str):
@@ -25,43 +27,300 @@ def load_demo_model(name: str):
     return from_torch(module, (example,), name=name)
 
 
-def _demo(args) -> int:
-    from .build import build
-    from .render.table import coverage_summary, kernel_layers_table
+def _progress(args):
+    from .jobs import Progress
 
-    print(f"importing {args.model} ...", file=sys.stderr)
-    model = load_demo_model(args.model)
-    print(f"building ({args.pipeline}, {args.layout}) for {args.target} ...", file=sys.stderr)
-    layout = {"relax.nn.conv2d": ["NHWC", "OHWI"]} if args.layout == "NHWC" else None
-    _, lineage = build(model, args.target, pipeline=args.pipeline, convert_layout=layout, model=args.model)
-    print(kernel_layers_table(lineage))
+    return Progress(getattr(args, "quiet", False))
+
+
+def _build_and_profile(model, args, say, inputs=None):
+    import numpy as np
+
+    from .build import build
+    from .profiler import profile
+
+    say(f"building {getattr(model, 'name', 'model')} ({args.pipeline}, {args.layout}) for {args.target}")
+    executable, lineage = build(model, args.target, pipeline=args.pipeline, model=getattr(args, "name", None),
+                                convert_layout=NHWC if args.layout == "NHWC" else None,
+                                progress=say.passes)
+    if inputs is None:
+        rng = np.random.default_rng(0)
+        inputs = [rng.standard_normal(shape).astype(dtype) for _, shape, dtype in lineage.inputs]
+    say(f"profiling ({args.mode}, {args.repeat} run(s))")
+    prof = profile(executable, lineage, list(inputs), repeat=args.repeat, mode=args.mode, progress=say)
+    return lineage, prof
+
+
+def _print_summary(lineage, prof, out: Path | None, top: int = 10) -> None:
+    from . import attribution as A
+    from .render.table import category_table, coverage_summary, layer_table
+
+    print(f"{lineage.model}: {prof.summary()}")
+    print()
+    print(f"top {top} layers:")
+    print(layer_table(A.by_layer(lineage, prof), top=top))
+    print()
+    print(category_table(A.by_category(lineage, prof)))
     print()
     print(coverage_summary(lineage))
-    if args.save:
-        lineage.save(args.save, overwrite=args.force)
-        print(f"lineage written to {args.save}")
+    if out is not None:
+        from .jobs import OUTPUTS
+
+        print()
+        print(f"written to {out}/: {', '.join(OUTPUTS)}")
+
+
+def cmd_demo(args) -> int:
+    from .jobs import prepare_out_dir, write_outputs
+
+    say = _progress(args)
+    out = prepare_out_dir(args.out, args.force)
+    say(f"importing {args.model}")
+    args.name = args.model
+    lineage, prof = _build_and_profile(load_demo_model(args.model), args, say)
+    write_outputs(out, lineage, prof)
+    _print_summary(lineage, prof, out)
     return 0
 
 
+def cmd_profile(args) -> int:
+    from .jobs import load_model, parse_shape, prepare_out_dir, write_outputs
+
+    shapes = [parse_shape(s) for s in args.input_shape]
+    say = _progress(args)
+    out = prepare_out_dir(args.out, args.force)
+    say(f"importing {args.model}")
+    loaded = load_model(args.model, shapes, args.dtype)
+    lineage, prof = _build_and_profile(loaded.model, args, say, loaded.inputs)
+    write_outputs(out, lineage, prof, collapse=args.collapse)
+    _print_summary(lineage, prof, out)
+    return 0
+
+
+def cmd_render(args) -> int:
+    from .lineage import Lineage
+    from .profiler import Profile
+    from .render import graphviz as G
+    from .render.html import html_report
+
+    source = Path(args.source)
+    lineage_path = source / "lineage.json" if source.is_dir() else source
+    profile_path = Path(args.profile) if args.profile else (
+        lineage_path.with_name("profile.json") if lineage_path.with_name("profile.json").is_file() else None)
+    lineage = Lineage.load(lineage_path)
+    prof = Profile.load(profile_path) if profile_path else None
+    stem = lineage_path.parent / ("report" if args.format == "html" else f"{args.graph}")
+    out = Path(args.out) if args.out else stem.with_suffix(f".{args.format}")
+    if args.format == "html":
+        if prof is None:
+            raise UsageError("the HTML report needs a profile: pass --profile profile.json")
+        if out.exists() and not args.force:
+            raise FileExistsError(f"{out} exists; pass --force to replace it")
+        out.write_text(html_report(lineage, prof))
+    else:
+        graph = (G.layer_graph(lineage, prof, collapse=args.collapse) if args.graph == "layers"
+                 else G.kernel_graph(lineage, prof))
+        G.render(graph, out, args.format, overwrite=args.force)
+    print(out)
+    return 0
+
+
+def cmd_query(args) -> int:
+    from .lineage import Lineage
+
+    lineage = Lineage.load(args.lineage)
+    if args.kernel:
+        name, _, call = args.kernel.partition("#")
+        if call and not call.isdigit():
+            raise UsageError(f"--kernel takes NAME or NAME#CALL, not {args.kernel!r}")
+        sites = [lineage.site(name, int(call))] if call else list(lineage.sites(name))
+        result = [{"site": s.label, "origins": [
+            {"origin": r.origin, "role": r.role, "layer": lineage.origins[r.origin].layer,
+             "op": lineage.origins[r.origin].short_op} for r in s.roles]} for s in sites]
+        text = "\n".join(f"{s['site']}:\n" + "\n".join(
+            f"  {o['role']:<10} {o['layer']}  ({o['op']}, {o['origin']})" for o in s["origins"]) for s in result)
+    elif args.layer:
+        sites = lineage.kernels_of(args.layer)
+        result = {"layer": args.layer, "kernel_calls": [s.label for s in sites]}
+        text = f"{args.layer} runs in: " + (", ".join(result["kernel_calls"]) or "no kernel")
+        gone = [f"{o} (eliminated by {p})" for o, p in lineage.eliminated().items() if o in lineage.resolve(args.layer)]
+        if gone:
+            result["eliminated"] = gone
+            text += "\n" + "\n".join(gone)
+    else:
+        steps = lineage.history(args.history)
+        result = [{"pass_index": c.index, "pass": c.pass_name, "function": c.function, "callee": c.callee,
+                   "rule": c.rule} for c in steps]
+        text = f"history of {args.history}:\n" + "\n".join(
+            f"  #{c['pass_index']:<4} {c['pass']:<28} -> {c['callee']}  [{c['rule']}]" for c in result)
+    print(json.dumps(result, indent=1) if args.json else text)
+    return 0
+
+
+def cmd_diff(args) -> int:
+    from . import diff as D
+    from .jobs import find_pair
+    from .lineage import Lineage
+    from .profiler import Profile
+    from .render.table import format_table
+
+    lineage_a, profile_a = (Lineage.load(p) if i == 0 else Profile.load(p)
+                            for i, p in enumerate(find_pair(args.a)))
+    if args.reference:
+        rows, unknown = D.compare_reference(lineage_a, profile_a, D.read_reference(args.reference))
+        headers = ["layer", "ours (ms)", "reference (ms)", "reference / ours", "kernel calls"]
+    else:
+        if not args.b:
+            raise UsageError("diff needs B (a second output DIR or profile.json) or --reference CSV")
+        lineage_b, profile_b = (Lineage.load(p) if i == 0 else Profile.load(p)
+                                for i, p in enumerate(find_pair(args.b)))
+        rows, unknown = D.compare(lineage_a, profile_a, lineage_b, profile_b), ()
+        headers = ["layer", "A (ms)", "B (ms)", "B / A", "kernel calls A -> B"]
+
+    def ms(us):
+        return "missing" if us is None else f"{us / 1e3:.3f}"
+
+    table = [[r.layer, ms(r.a_us), ms(r.b_us), "-" if r.ratio is None else f"{r.ratio:.3f}",
+              " ".join(r.kernels_a) + ("" if args.reference else " -> " + " ".join(r.kernels_b))]
+             for r in rows]
+    print(format_table(headers, table))
+    missing = [r.layer for r in rows if r.b_us is None]
+    if args.reference and missing:
+        print(f"\n{len(missing)} layer(s) missing from the reference: {', '.join(missing[:10])}"
+              f"{' ...' if len(missing) > 10 else ''}")
+    if unknown:
+        print(f"\n{len(unknown)} reference layer(s) not in the model: {', '.join(unknown[:10])}")
+    if args.out and not args.reference:
+        from .render.diff_graph import diff_graph
+        from .render import graphviz as G
+
+        path = G.render(diff_graph(lineage_a, rows), Path(args.out), overwrite=args.force)
+        print(f"\ngraph coloured by speedup: {path}")
+    return 0
+
+
+def cmd_tasks(args) -> int:
+    import tvm
+
+    from . import tasks as T
+    from .build import build
+    from .render.table import format_table
+
+    say = _progress(args)
+    if Path(args.model).is_dir():
+        raise UsageError("tasks needs the model (an .onnx file or file.py:factory), not an output DIR: "
+                         "tasks are extracted from a fresh build")
+    from .jobs import load_model, parse_shape
+
+    loaded = load_model(args.model, [parse_shape(s) for s in args.input_shape], args.dtype)
+    target = T.tuning_target(args.target) if args.tune else tvm.target.Target(args.target)
+    mod = loaded.model.mod
+    say("building (fused) and extracting MetaSchedule tasks")
+    _, lineage = build(loaded.model, target, progress=say.passes)
+    rows = T.extract(mod, target, lineage)
+    print(format_table(["task", "weight", "kernels", "layers"],
+                       [[r.name, r.weight, " ".join(r.kernels), ", ".join(r.layers)] for r in rows]))
+    print(f"\n{len(rows)} tasks, total weight {sum(r.weight for r in rows)} "
+          f"= {len(lineage.call_sites)} kernel call sites")
+    if args.tune:
+        if not args.db:
+            raise UsageError("--tune needs --db DIR for the tuning database")
+        pipeline = T.tune(mod, target, args.db, args.tune, len(rows), progress=say)
+        say("rebuilding with the tuned schedules")
+        _, tuned = build(loaded.model, target, pipeline=pipeline, progress=say.passes)
+        cov = tuned.coverage()
+        print(f"tuned build: {cov.attributed_sites}/{cov.call_sites} kernel call sites attributed"
+              f"{'' if cov.complete else ' (INCOMPLETE)'}")
+        if args.out:
+            tuned.save(args.out, overwrite=args.force)
+            print(f"tuned lineage written to {args.out}")
+    return 0
+
+
+def _add_build_options(p) -> None:
+    p.add_argument("--target", default="llvm", help="TVM target (default llvm)")
+    p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
+    p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
+                   help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
+    p.add_argument("--mode", choices=["timeline", "isolated"], default="timeline")
+    p.add_argument("--repeat", type=int, default=3, help="profiled runs (default 3)")
+
+
+def _add_model_options(p) -> None:
+    p.add_argument("model", metavar="MODEL", help="an .onnx file or path/to/file.py:factory")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224",
+                   help="input shape (repeatable); needed for ONNX models with dynamic shapes")
+    p.add_argument("--dtype", default="float32")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="relaytrace", description="Map TVM kernels back to model layers.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="build a built-in model and show which layers each kernel runs")
-    demo.add_argument("--model", choices=DEMO_MODELS, default="resnet50", help="built-in model (default resnet50)")
-    demo.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
-    demo.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW")
-    demo.add_argument("--target", default="llvm")
-    demo.add_argument("--save", metavar="LINEAGE.json", help="also write the lineage as JSON")
-    demo.add_argument("--force", action="store_true", help="overwrite existing output files")
-    demo.set_defaults(run=_demo)
+    parser = argparse.ArgumentParser(prog="relaytrace",
+                                     description="Map TVM kernels, and their time, back to model layers.")
+    parser.add_argument("--quiet", action="store_true", help="no progress messages")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("demo", help="import, build, profile and report a built-in model")
+    p.add_argument("--model", choices=DEMO_MODELS, default="resnet50")
+    p.add_argument("--out", default="relaytrace-out", help="output DIR (default relaytrace-out)")
+    p.add_argument("--force", action="store_true", help="write into an existing DIR")
+    _add_build_options(p)
+    p.set_defaults(run=cmd_demo, repeat=1, name=None)
+
+    p = sub.add_parser("profile", help="build and profile a model file; write every output")
+    _add_model_options(p)
+    _add_build_options(p)
+    p.add_argument("--out", required=True, help="output DIR")
+    p.add_argument("--force", action="store_true", help="write into an existing DIR")
+    p.add_argument("--collapse", type=int, help="group layers.svg by module prefix depth")
+    p.set_defaults(run=cmd_profile)
+
+    p = sub.add_parser("render", help="draw a saved lineage (and profile)")
+    p.add_argument("source", metavar="DIR|lineage.json")
+    p.add_argument("--profile", metavar="profile.json")
+    p.add_argument("--format", choices=["svg", "png", "pdf", "dot", "html"], default="svg")
+    p.add_argument("--graph", choices=["layers", "kernels"], default="layers")
+    p.add_argument("--collapse", type=int, metavar="N", help="group layers by module prefix depth N")
+    p.add_argument("--out", help="output file (default: beside the lineage)")
+    p.add_argument("--force", action="store_true", help="replace an existing file")
+    p.set_defaults(run=cmd_render)
+
+    p = sub.add_parser("query", help="ask a saved lineage which layers a kernel runs, and more")
+    p.add_argument("lineage", metavar="lineage.json")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--kernel", metavar="NAME[#CALL]")
+    which.add_argument("--layer", metavar="NAME")
+    which.add_argument("--history", metavar="LAYER")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=cmd_query)
+
+    p = sub.add_parser("diff", help="compare two profiles of one model layer by layer")
+    p.add_argument("a", metavar="A", help="output DIR or profile.json")
+    p.add_argument("b", metavar="B", nargs="?", help="output DIR or profile.json")
+    p.add_argument("--reference", metavar="layers.csv", help="external per-layer times (layer,time_us)")
+    p.add_argument("--out", metavar="diff.svg", help="also draw the layer graph coloured by speedup")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(run=cmd_diff)
+
+    p = sub.add_parser("tasks", help="MetaSchedule tuning tasks, their weights and layers")
+    _add_model_options(p)
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--tune", type=int, metavar="N", help="tune N trials per task, then rebuild")
+    p.add_argument("--db", metavar="DIR", help="tuning database directory")
+    p.add_argument("--out", metavar="lineage.json", help="write the tuned build's lineage")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(run=cmd_tasks)
     return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (RelaytraceError, FileExistsError, FileNotFoundError) as exc:
+    except UsageError as exc:
+        print(f"relaytrace: usage error: {exc}", file=sys.stderr)
+        return 2
+    except (RelaytraceError, LineageFormatError, FileExistsError, FileNotFoundError) as exc:
         print(f"relaytrace: error: {exc}", file=sys.stderr)
         return 1
 

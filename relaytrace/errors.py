@@ -23,3 +23,7 @@ class UnknownNameError(RelaytraceError, KeyError):
 
 class LineageFormatError(RelaytraceError, ValueError):
     """A lineage file that is not one, or of a schema this version cannot read."""
+
+
+class UsageError(RelaytraceError):
+    """Bad command-line input (the CLI exits with 2)."""

@@ -34,18 +34,18 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         if gv is not None and isinstance(mod[gv], relax.Function):
             continue  # a call of another Relax function runs its kernels there
         is_kernel = gv is not None
-        for arg in args:
-            src = tracker.resolve_arg(arg)
-            if src is not None and src in producer and is_kernel:
-                site_edges.add((producer[src], position))
+        sources = {producer[src] for src in map(tracker.resolve_arg, args) if src is not None and src in producer}
         if is_kernel:
             sites = kernels.setdefault(callee, [])
             sites.append(CallSite(callee, len(sites), position, roles_for(origin_ids, tracker.origins)))
-        else:
+            site_edges.update((src, position) for src in sources if src != position)
+            made_by = position
+        else:  # a builtin (reshape) passes its input's producer on
             builtins.append(BuiltinSite(callee, position, tuple(sorted(origin_ids))))
-        if tok is not None:
-            producer[tok] = position
-            producer.setdefault(_canon(tracker, tok), position)
+            made_by = min(sources) if sources else None
+        if tok is not None and made_by is not None:
+            producer[tok] = made_by
+            producer.setdefault(tracker.canonical(tok), made_by)
         position += 1
     present = {o for sites in kernels.values() for s in sites for o in s.origin_ids}
     present |= {o for b in builtins for o in b.origins}
@@ -71,7 +71,3 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
 
 def _has(mod, name: str) -> bool:
     return any(gv.name_hint == name for gv in mod.functions)
-
-
-def _canon(tracker: Tracker, tok: int) -> int:
-    return tracker._canon_of(tok)

@@ -104,14 +104,14 @@ class Lineage:
         return tuple(sorted((s for sites in self.kernels.values() for s in sites), key=lambda s: s.position))
 
     def site(self, kernel: str, call: int = 0) -> CallSite:
-        sites = self._sites(kernel)
+        sites = self.sites(kernel)
         if not 0 <= call < len(sites):
             raise UnknownNameError("call", f"{kernel}#{call}", [s.label for s in sites])
         return sites[call]
 
     def origins_of(self, kernel: str, call: int | None = None) -> tuple[Origin, ...]:
         """Origins a kernel runs: at one call site, or at all of them (in order)."""
-        sites = self._sites(kernel) if call is None else (self.site(kernel, call),)
+        sites = self.sites(kernel) if call is None else (self.site(kernel, call),)
         ids = dict.fromkeys(o for s in sites for o in s.origin_ids)
         return tuple(self.origins[o] for o in ids)
 
@@ -189,7 +189,8 @@ class Lineage:
             g.add_edge(by_position[a].label, by_position[b].label, kind="dataflow")
         return g
 
-    def _sites(self, kernel: str) -> tuple[CallSite, ...]:
+    def sites(self, kernel: str) -> tuple[CallSite, ...]:
+        """Every call site of one kernel, in run order."""
         if kernel not in self.kernels:
             raise UnknownNameError("kernel", kernel, self.kernels)
         return self.kernels[kernel]

@@ -185,6 +185,9 @@ class Tracker:
     def token_of(self, var) -> int | None:
         return self._var_tok.get(var.__chandle__())
 
+    def canonical(self, tok: int) -> int:
+        return self._canon_of(tok)
+
     def resolve_arg(self, expr) -> int | None:
         return self._resolve(expr, None, None)
 

@@ -1,0 +1,95 @@
+"""Two profiles of one model, or one profile against external timings, layer by layer.
+
+Layers are matched by stable origin ids, so fused vs unfused, NCHW vs NHWC and
+before vs after tuning line up."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from attrs import define
+
+from . import attribution as A
+from .errors import RelaytraceError
+from .origins import OP
+
+
+@define(frozen=True)
+class LayerDiff:
+    layer: str
+    a_us: float | None
+    b_us: float | None
+    kernels_a: tuple[str, ...]
+    kernels_b: tuple[str, ...]
+
+    @property
+    def ratio(self) -> float | None:
+        """b / a: below 1 means B is faster."""
+        if self.a_us is None or self.b_us is None or self.a_us == 0:
+            return None
+        return self.b_us / self.a_us
+
+
+def same_model(lineage_a, lineage_b) -> None:
+    ids_a = {o.id for o in lineage_a.origins.values() if o.kind == OP}
+    ids_b = {o.id for o in lineage_b.origins.values() if o.kind == OP}
+    if ids_a != ids_b:
+        only_a, only_b = sorted(ids_a - ids_b), sorted(ids_b - ids_a)
+        raise RelaytraceError(
+            f"these are different models ({lineage_a.model!r} vs {lineage_b.model!r}): "
+            f"{len(only_a)} ops only in A (e.g. {', '.join(only_a[:3])}), "
+            f"{len(only_b)} only in B (e.g. {', '.join(only_b[:3])})"
+        )
+
+
+def compare(lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor") -> tuple[LayerDiff, ...]:
+    same_model(lineage_a, lineage_b)
+    a = {r.layer: r for r in A.by_layer(lineage_a, profile_a, policy)}
+    b = {r.layer: r for r in A.by_layer(lineage_b, profile_b, policy)}
+    layers = list(dict.fromkeys(list(lineage_a.layers()) + list(a) + list(b)))
+    return tuple(
+        LayerDiff(layer, a[layer].us if layer in a else None, b[layer].us if layer in b else None,
+                  _kernels(lineage_a, layer), _kernels(lineage_b, layer))
+        for layer in layers
+    )
+
+
+def _kernels(lineage, layer) -> tuple[str, ...]:
+    try:
+        return tuple(s.label for s in lineage.kernels_of(layer))
+    except KeyError:
+        return ()
+
+
+def read_reference(path) -> dict[str, float]:
+    """External per-layer times: a CSV with a ``layer`` column and ``time_us`` (or
+    ``time_ms``) column."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no reference file at {path}")
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        fields = reader.fieldnames or []
+        unit = "time_us" if "time_us" in fields else "time_ms" if "time_ms" in fields else None
+        if "layer" not in fields or unit is None:
+            raise RelaytraceError(f"{path}: needs columns 'layer' and 'time_us' or 'time_ms' (found {fields})")
+        out = {}
+        for line, row in enumerate(reader, start=2):
+            try:
+                value = float(row[unit])
+            except (TypeError, ValueError):
+                raise RelaytraceError(f"{path}:{line}: {unit} {row[unit]!r} is not a number") from None
+            out[row["layer"]] = value * (1e3 if unit == "time_ms" else 1.0)
+    return out
+
+
+def compare_reference(lineage, profile, reference: dict[str, float], policy: str = "anchor"):
+    """Layers of the model against the reference; a layer the reference lacks is None
+    (missing), never zero. Reference layers the model does not have are returned too."""
+    ours = {r.layer: r.us for r in A.by_layer(lineage, profile, policy)}
+    layers = list(dict.fromkeys(list(ours) + [layer for layer in lineage.layers() if layer not in ours]))
+    rows = tuple(LayerDiff(layer, ours.get(layer), reference.get(layer), _kernels(lineage, layer), ())
+                 for layer in layers)
+    unknown = tuple(layer for layer in reference if layer not in set(layers))
+    return rows, unknown

@@ -1,0 +1,147 @@
+"""The CLI's jobs as functions: load a model from a file, write every output of a
+profiled build into a directory at once (or not at all)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from attrs import define
+
+from .errors import RelaytraceError, UsageError
+
+OUTPUTS = ("lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg",
+           "report.html", "trace.json")
+
+
+class Progress:
+    """One line per step on stderr; silent with --quiet."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+        self._last_pass = 0
+
+    def __call__(self, message: str) -> None:
+        if not self.quiet:
+            print(f"[relaytrace] {message}", file=sys.stderr, flush=True)
+
+    def passes(self, count: int, name: str) -> None:
+        if not self.quiet and count - self._last_pass >= 25:
+            self._last_pass = count
+            print(f"[relaytrace]   {count} passes done ({name})", file=sys.stderr, flush=True)
+
+
+@define(frozen=True)
+class LoadedModel:
+    model: object  # an ImportedModel
+    inputs: tuple  # numpy arrays, one per input of main
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``data:1x3x224x224`` -> ("data", (1, 3, 224, 224))."""
+    name, sep, dims = text.rpartition(":")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+        if not sep or not name or any(d <= 0 for d in shape):
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"cannot parse input shape {text!r}: write NAME:1x3x224x224") from None
+    return name, shape
+
+
+def load_model(spec: str, shapes=(), dtype: str = "float32", seed: int = 0) -> LoadedModel:
+    """MODEL is an .onnx file or ``path/to/file.py:factory`` returning (torch module, example inputs)."""
+    if spec.endswith(".onnx"):
+        from .frontends.onnx import from_onnx
+
+        if not Path(spec).is_file():
+            raise RelaytraceError(f"no ONNX file at {spec}")
+        shape_dict = dict(shapes)
+        imported = from_onnx(spec, shape_dict=shape_dict or None)
+        from .origins import main_inputs
+
+        rng = np.random.default_rng(seed)
+        inputs = tuple(rng.standard_normal(s).astype(d if not shape_dict else dtype)
+                       for _, s, d in main_inputs(imported.mod))
+        return LoadedModel(imported, inputs)
+    path, sep, factory = spec.rpartition(":")
+    if not sep or not path.endswith(".py"):
+        raise UsageError(f"MODEL must be an .onnx file or path/to/file.py:factory, not {spec!r}")
+    if not Path(path).is_file():
+        raise RelaytraceError(f"no Python file at {path}")
+    loader = importlib.util.spec_from_file_location(f"relaytrace_user_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(loader)
+    try:
+        loader.loader.exec_module(module)
+    except Exception as exc:
+        raise RelaytraceError(f"{path} failed to import: {type(exc).__name__}: {exc}") from exc
+    if not hasattr(module, factory):
+        raise RelaytraceError(f"{path} has no function {factory!r}")
+    made = getattr(module, factory)()
+    if not (isinstance(made, tuple) and len(made) == 2):
+        raise RelaytraceError(f"{factory}() must return (torch module, example inputs)")
+    torch_module, example = made
+    example = example if isinstance(example, tuple) else (example,)
+    from .frontends.torch import from_torch
+
+    imported = from_torch(torch_module, example, name=Path(path).stem)
+    return LoadedModel(imported, tuple(e.detach().numpy() for e in example))
+
+
+def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
+    """Refuse an existing directory unless forced; nothing is written yet."""
+    out = Path(out)
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists; pass --force to write into it")
+    if out.exists() and not out.is_dir():
+        raise RelaytraceError(f"{out} exists and is not a directory")
+    return out
+
+
+def write_outputs(out: Path, lineage, profile, policy: str = "anchor", collapse: int | None = None) -> Path:
+    """Write every output into a fresh temporary directory, then move them into
+    ``out``: a failure half-way leaves ``out`` as it was."""
+    from . import attribution as A
+    from .render import export
+    from .render import graphviz as G
+    from .render.chrome_trace import chrome_trace
+    from .render.html import html_report
+    import json
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".relaytrace-", dir=out.parent))
+    try:
+        lineage.save(staging / "lineage.json")
+        profile.save(staging / "profile.json")
+        (staging / "layers.csv").write_text(export.layers_csv(A.by_layer(lineage, profile, policy)))
+        (staging / "kernels.csv").write_text(export.kernels_csv(A.by_kernel(lineage, profile)))
+        G.render(G.layer_graph(lineage, profile, collapse=collapse, policy=policy), staging / "layers.svg")
+        G.render(G.kernel_graph(lineage, profile), staging / "kernels.svg")
+        (staging / "report.html").write_text(html_report(lineage, profile, policy))
+        (staging / "trace.json").write_text(json.dumps(chrome_trace(lineage, profile)))
+        out.mkdir(exist_ok=True)
+        for name in OUTPUTS:
+            os.replace(staging / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def find_pair(path) -> tuple[Path, Path]:
+    """(lineage.json, profile.json) from an output DIR or a profile.json beside its lineage."""
+    path = Path(path)
+    if path.is_dir():
+        lineage, profile = path / "lineage.json", path / "profile.json"
+    elif path.name.endswith(".json"):
+        profile, lineage = path, path.with_name("lineage.json")
+    else:
+        raise RelaytraceError(f"{path} is neither an output directory nor a profile.json")
+    for p in (lineage, profile):
+        if not p.is_file():
+            raise FileNotFoundError(f"missing {p} (run `relaytrace profile ... --out DIR` first)")
+    return lineage, profile

@@ -1,0 +1,94 @@
+"""MetaSchedule tuning tasks of a fused build, mapped to kernels and layers.
+
+A task is one PrimFunc after FuseTIR; its weight is how many call sites run it,
+which is also how often each layer's tuning pays off (seed 003's weighting)."""
+
+from __future__ import annotations
+
+from attrs import define
+
+from .errors import RelaytraceError
+
+
+@define(frozen=True)
+class TaskRow:
+    name: str
+    weight: int
+    kernels: tuple[str, ...]
+    layers: tuple[str, ...]
+
+
+def tuning_target(spec: str):
+    """MetaSchedule needs the core count in the target; add this machine's if absent."""
+    import os
+
+    import tvm
+
+    target = tvm.target.Target(spec)
+    if target.kind.name == "llvm" and "num-cores" not in target.attrs:
+        config = dict(target.export())
+        config["num-cores"] = os.cpu_count() or 1
+        target = tvm.target.Target(config)
+    return target
+
+
+def _stages(target):
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    return (cpu.library_dispatch_passes(target) + cpu.legalize_passes(target),
+            cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))
+
+
+def fused_module(mod, target):
+    """The module as the fused CPU pipeline has it just after FuseTIR: what MetaSchedule tunes."""
+    import tvm
+
+    front, _ = _stages(target)
+    with target, tvm.transform.PassContext(opt_level=3):
+        return tvm.transform.Sequential(front)(mod)
+
+
+def extract(mod, target, lineage) -> tuple[TaskRow, ...]:
+    import tvm.s_tir.meta_schedule as ms
+
+    tasks = ms.relax_integration.extract_tasks(fused_module(mod, target), target)
+    rows = []
+    for task in tasks:
+        name = task.task_name
+        sites = lineage.kernels.get(name, ())
+        layers = tuple(dict.fromkeys(lineage.origins[s.anchor].layer for s in sites if s.anchor))
+        rows.append(TaskRow(name, int(task.weight), (name,) if sites else (), layers))
+    return tuple(sorted(rows, key=lambda r: (-r.weight, r.name)))
+
+
+def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=None):
+    """Tune every task for a few trials; returns the pipeline that applies the database."""
+    import tvm
+    import tvm.s_tir.meta_schedule as ms
+    from tvm import relax
+
+    if trials_per_task < 1:
+        raise RelaytraceError("--tune needs at least 1 trial per task")
+    fused = fused_module(mod, target)
+    if progress:
+        progress(f"tuning {tasks} task(s), {trials_per_task} trial(s) each, database in {work_dir}")
+    database = ms.relax_integration.tune_relax(
+        fused, {}, target, work_dir, max_trials_global=trials_per_task * tasks,
+        max_trials_per_task=trials_per_task, num_trials_per_iter=min(trials_per_task, 64),
+        cost_model="random", seed=0,
+    )
+
+    @tvm.transform.module_pass(opt_level=0, name="MetaScheduleApplyDatabase")
+    def apply_database(m, ctx):
+        with target, database:
+            return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(m)
+
+    front, back = _stages(target)
+
+    @tvm.transform.module_pass(opt_level=0, name="tuned_pipeline")
+    def pipeline(m, ctx):
+        """The fused CPU pipeline with the tuned schedules applied after FuseTIR."""
+        with target:
+            return tvm.transform.Sequential(front + [apply_database] + back)(m)
+
+    return pipeline

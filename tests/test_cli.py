@@ -1,0 +1,161 @@
+"""The relaytrace command, run as a subprocess, as users run it."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY = f"{FIXTURES / 'tiny_model.py'}:make"
+OUTPUTS = {"lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg",
+           "report.html", "trace.json"}
+
+
+def run(*args, cwd=None):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, "-m", "relaytrace.cli", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def onnx_file(tmp_path_factory):
+    from relaytrace import zoo
+    from relaytrace.frontends.onnx import export_torch_to_onnx
+
+    module, example = zoo.get("resnet18", image=64)
+    path = tmp_path_factory.mktemp("onnx") / "resnet18.onnx"
+    return export_torch_to_onnx(module, (example,), path)
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """resnet18 (64x64, from a factory file) profiled fused and unfused."""
+    base = tmp_path_factory.mktemp("runs")
+    factory = base / "r18.py"
+    factory.write_text("from relaytrace import zoo\n\ndef make():\n    return zoo.get('resnet18', image=64)\n")
+    for pipeline in ("fused", "unfused"):
+        done = run("--quiet", "profile", f"{factory}:make", "--pipeline", pipeline, "--repeat", "1",
+                   "--out", base / pipeline)
+        assert done.returncode == 0, done.stderr
+    return base
+
+
+def test_profile_onnx_writes_every_output(onnx_file, tmp_path):
+    out = tmp_path / "out"
+    done = run("profile", onnx_file, "--repeat", "1", "--out", out)
+    assert done.returncode == 0, done.stderr
+    assert {p.name for p in out.iterdir()} == OUTPUTS
+    layers = [row["layer"] for row in csv.DictReader((out / "layers.csv").open())]
+    assert "/layer1/layer1.0/conv1/Conv" in layers
+    assert "/Conv" in done.stdout and "/layer" in done.stdout  # the top-10 table names ONNX layers
+    assert "[relaytrace]" in done.stderr  # progress shown
+    kernels = list(csv.DictReader((out / "kernels.csv").open()))
+    assert kernels and all(k["layers"] for k in kernels)
+
+
+def test_profile_torch_factory_writes_every_output(tmp_path):
+    out = tmp_path / "out"
+    done = run("--quiet", "profile", TINY, "--repeat", "1", "--out", out, "--layout", "NHWC")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert {p.name for p in out.iterdir()} == OUTPUTS
+    text = (out / "layers.csv").read_text()
+    assert "conv1" in text and "conv2" in text and "fc" in text
+    assert json.loads((out / "trace.json").read_text())["traceEvents"]
+
+
+def test_query_render_and_json(two_runs, tmp_path):
+    lineage = two_runs / "fused" / "lineage.json"
+    done = run("query", lineage, "--layer", "layer2.0.conv1")
+    assert done.returncode == 0 and "layer2.0.conv1 runs in:" in done.stdout
+    done = run("query", lineage, "--kernel", "fused_matmul_add4#0", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)[0]["origins"][0]["layer"] == "fc"
+    done = run("query", lineage, "--history", "layer1.0.conv1")
+    assert "LegalizeOps" in done.stdout
+    done = run("query", lineage, "--kernel", "no_such_kernel")
+    assert done.returncode == 1 and "unknown kernel" in done.stderr
+    out = tmp_path / "k.png"
+    done = run("render", two_runs / "fused", "--format", "png", "--graph", "kernels", "--out", out)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    done = run("render", two_runs / "fused", "--format", "png", "--graph", "kernels", "--out", out)
+    assert done.returncode == 1 and "--force" in done.stderr
+
+
+def test_diff_fused_vs_unfused_lists_every_conv_layer_on_both_sides(two_runs, tmp_path):
+    done = run("diff", two_runs / "fused", two_runs / "unfused", "--out", tmp_path / "diff.svg")
+    assert done.returncode == 0, done.stderr
+    from relaytrace import zoo
+
+    module, _ = zoo.get("resnet18")
+    import torch
+
+    convs = [n for n, m in module.named_modules() if isinstance(m, torch.nn.Conv2d)]
+    lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    for conv in convs:
+        fields = lines[conv].split()
+        assert fields[1] != "missing" and fields[2] != "missing", lines[conv]
+    assert (tmp_path / "diff.svg").read_text().count("<svg") == 1
+
+
+def test_diff_reference_reports_missing_layers_not_zero(two_runs, tmp_path):
+    reference = tmp_path / "hand.csv"
+    reference.write_text("layer,time_us\nconv1,1000\nlayer1.0.conv1,250.5\nnot.in.model,3\n")
+    done = run("diff", two_runs / "fused", "--reference", reference)
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("layer1.0.conv2 "))
+    assert "missing" in row and " 0.000 " not in row
+    assert "missing from the reference" in done.stdout
+    assert "not.in.model" in done.stdout
+
+
+def test_tasks_weights_sum_to_call_sites_and_tuning_keeps_full_lineage(tmp_path):
+    done = run("--quiet", "tasks", TINY)
+    assert done.returncode == 0, done.stderr
+    total = next(line for line in done.stdout.splitlines() if line.endswith("kernel call sites"))
+    weight, sites = total.split("total weight ")[1].split(" = ")
+    assert int(weight) == int(sites.split()[0])
+    done = run("--quiet", "tasks", TINY, "--tune", "1", "--db", tmp_path / "db", "--out", tmp_path / "tuned.json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "kernel call sites attributed" in done.stdout and "INCOMPLETE" not in done.stdout
+    from relaytrace import Lineage
+
+    assert Lineage.load(tmp_path / "tuned.json").coverage().complete
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["profile", "missing.onnx", "--out", "o"], 1, "no ONNX file"),
+    (["profile", TINY, "--input-shape", "x:1xAx3", "--out", "o"], 2, "cannot parse input shape"),
+    (["profile", "model.txt", "--out", "o"], 2, "MODEL must be"),
+    (["query", "missing.json", "--layer", "x"], 1, "no lineage file"),
+    (["demo", "--model", "nope"], 2, "invalid choice"),
+])
+def test_bad_input_exit_codes_one_line_reasons_and_nothing_written(tmp_path, args, code, message):
+    done = run(*args, cwd=tmp_path)
+    assert done.returncode == code
+    assert message in done.stderr
+    assert len([line for line in done.stderr.splitlines() if line.startswith("relaytrace")]) >= 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_out_dir_is_refused_without_force(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    done = run("profile", TINY, "--out", out)
+    assert done.returncode == 1 and "--force" in done.stderr
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_diff_of_two_different_models_is_refused(tmp_path, two_runs):
+    other = tmp_path / "other"
+    done = run("--quiet", "profile", f"{FIXTURES / 'tiny_model.py'}:make", "--repeat", "1", "--out", other)
+    assert done.returncode == 0, done.stderr
+    done = run("diff", two_runs / "fused", other)
+    assert done.returncode == 1 and "different models" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
