@@ -31,7 +31,7 @@ tbody tr:hover td{background:#f6f8ff;cursor:pointer}
 _SCRIPT = r"""
 const data = JSON.parse(document.getElementById('relaytrace-data').textContent);
 const tables = {};
-function cell(v){ return (typeof v === 'number') ? v.toFixed(3) : (Array.isArray(v) ? v.join(', ') : String(v)); }
+function cell(v){ return (typeof v === 'number') ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : (Array.isArray(v) ? v.join(', ') : String(v)); }
 function build(id, columns, rows, keyOf){
   const table = document.getElementById(id);
   const head = table.createTHead().insertRow();
