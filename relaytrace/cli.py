@@ -309,6 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="lineage.json", help="write the tuned build's lineage")
     p.add_argument("--force", action="store_true")
     p.set_defaults(run=cmd_tasks)
+
+    from .legacy.cli import add_parser as add_legacy
+
+    add_legacy(sub)
     return parser
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..errors import RelaytraceError
 from ..frontends.common import require
 
-MODELS = ("resnet18", "resnet50", "vgg16", "mobilenet_v2")
+MODELS = ("resnet18", "resnet50", "resnet50_v1", "vgg16", "mobilenet_v2")
 
 
 def get(name: str, seed: int = 0, batch: int = 1, image: int = 224):

@@ -38,13 +38,18 @@ class BasicBlock(nn.Module):
 
 
 class Bottleneck(nn.Module):
+    """torchvision's (v1.5) strides the 3x3 conv; the original ResNet v1 (Caffe, MXNet,
+    the Relay-era TVM tutorials) strides the first 1x1 conv."""
+
     expansion = 4
+    stride_in_1x1 = False
 
     def __init__(self, inplanes, planes, stride=1, downsample=None):
         super().__init__()
-        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+        first, second = (stride, 1) if self.stride_in_1x1 else (1, stride)
+        self.conv1 = nn.Conv2d(inplanes, planes, 1, first, bias=False)
         self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+        self.conv2 = nn.Conv2d(planes, planes, 3, second, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(planes)
         self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(planes * 4)
@@ -98,6 +103,15 @@ def resnet18():
 
 def resnet50():
     return ResNet(Bottleneck, [3, 4, 6, 3])
+
+
+class BottleneckV1(Bottleneck):
+    stride_in_1x1 = True
+
+
+def resnet50_v1():
+    """ResNet-50 v1: the model of the Relay-era threads (same names and parameter shapes)."""
+    return ResNet(BottleneckV1, [3, 4, 6, 3])
 
 
 class VGG(nn.Module):

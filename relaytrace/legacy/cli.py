@@ -1,0 +1,113 @@
+"""``relaytrace legacy``: answer a Relay-era question from the artifacts alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import UsageError
+from . import match as M
+from . import summary as S
+from .autotvm import parse_log, parse_tasks, parse_workload_lists
+from .relay_ir import parse_relay_ir
+from .reports import parse_reports
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("legacy", help="read Relay-era IR, profiler reports and AutoTVM tasks/logs offline")
+    p.add_argument("--relay-ir", metavar="FILE", help="printed Relay IR of main (a whole paste is fine)")
+    p.add_argument("--report", metavar="FILE", help="debug_executor / profiler_vm / debug-runtime report(s)")
+    p.add_argument("--autotvm-tasks", metavar="FILE", help="printed AutoTVM task listing")
+    p.add_argument("--autotvm-log", metavar="FILE", help="AutoTVM tuning log (JSON lines)")
+    p.add_argument("--workloads", metavar="FILE", help="listed workload tuples to match log records to")
+    p.add_argument("--repeats-from", metavar="ZOO_MODEL",
+                   help="count workload repeats in a zoo model (e.g. resnet50_v1) when there is no Relay IR")
+    p.add_argument("--out", metavar="DIR", help="also write matches.json into DIR")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(run=run)
+
+
+def _read(path: str | None, what: str) -> str | None:
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no {what} file at {p}")
+    return p.read_text(errors="replace")
+
+
+def run(args) -> int:
+    if not any((args.relay_ir, args.report, args.autotvm_tasks, args.autotvm_log)):
+        raise UsageError("give at least one of --relay-ir, --report, --autotvm-tasks, --autotvm-log")
+    out_dir = Path(args.out) if args.out else None
+    if out_dir is not None and out_dir.exists() and not args.force:
+        raise FileExistsError(f"{out_dir} exists; pass --force to write into it")
+    texts = {k: _read(getattr(args, k), k.replace("_", "-"))
+             for k in ("relay_ir", "report", "autotvm_tasks", "autotvm_log", "workloads")}
+    issues, result = [], {}
+    graph = None
+    if texts["relay_ir"]:
+        graph = parse_relay_ir(texts["relay_ir"], args.relay_ir)
+        issues += graph.issues
+        print(f"Relay IR: {len(graph.ops)} ops, {len(M.chains(graph))} fusable op chains")
+    if texts["report"]:
+        reports, found = parse_reports(texts["report"], args.report)
+        issues += found
+        result["reports"] = []
+        for report in reports:
+            pure, mixed, total = M.layout_transform_share(report)
+            print(f"\nreport at line {report.line} ({report.kind}, {len(report.rows)} kernels, "
+                  f"total {total / 1e3:.3f} ms): layout_transform kernels {100 * pure / total:.2f}% "
+                  f"of the time; kernels containing a layout_transform {100 * mixed / total:.2f}%")
+            print(S.matches_table(M.match_rows(report.rows, graph)) if graph else
+                  "  (give --relay-ir to match kernels to Relay ops)")
+            shares = S.op_type_shares(report)
+            print("op-type shares: " + ", ".join(f"{op} {pct:.2f}%" for op, _, pct in shares))
+            entry = {"line": report.line, "kind": report.kind, "total_us": total, "layout_transform_us": pure,
+                     "with_layout_transform_us": mixed, "op_types": {op: us for op, us, _ in shares}}
+            if graph:
+                entry["layers_us"] = S.layer_times(M.match_rows(report.rows, graph))
+            result["reports"].append(entry)
+    if texts["autotvm_tasks"]:
+        tasks, found = parse_tasks(texts["autotvm_tasks"], args.autotvm_tasks)
+        issues += found
+        if graph:
+            matched = M.match_tasks(tasks, graph)
+            print("\nAutoTVM tasks -> Relay ops (repeats = layers sharing the tuned schedule):")
+            print(S.tasks_table(matched))
+            result["tasks"] = {f"{t.task.index} {t.task.name}": [c.label for c in t.chains] for t in matched}
+        else:
+            print(f"\n{len(tasks)} AutoTVM tasks (give --relay-ir to map them to ops)")
+    if texts["autotvm_log"]:
+        records, found = parse_log(texts["autotvm_log"], args.autotvm_log)
+        issues += found
+        lists, found = parse_workload_lists(texts["workloads"] or texts["autotvm_log"])
+        workloads = next(iter(lists.values()), ())
+        repeats = (M.repeats_in_graph(graph) if graph else _zoo_repeats(args.repeats_from))
+        matched = M.match_log(records, workloads, repeats)
+        print(f"\ntuning log: {len(records)} records")
+        print(S.log_table(matched, workloads))
+        total = M.weighted_total_s(matched)
+        print(f"total conv2d/dense time weighted by repeats: {total * 1e3:.2f} ms "
+              f"(unweighted sum {sum(r.cost_s or 0 for r in records) * 1e3:.2f} ms)")
+        result["log_weighted_total_ms"] = total * 1e3
+    if issues:
+        print(f"\n{len(issues)} line(s) could not be read fully:")
+        for issue in issues:
+            print(f"  {issue}")
+    result["issues"] = [str(i) for i in issues]
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "matches.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def _zoo_repeats(name: str | None):
+    from collections import Counter
+
+    if not name:
+        return Counter()
+    from .. import zoo
+
+    module, example = zoo.get(name)
+    return M.repeats_in_torch(module, example)

@@ -1,0 +1,112 @@
+"""Printed Relay IR -> ops with shapes and attributes.
+
+Reads the text ``print(mod["main"])`` gave: ``%3 = nn.conv2d(%2, meta[relay.Constant][2]
+/* ty=Tensor[(64, 64, 3, 3), float32] */, padding=[1, 1, 1, 1]) /* ty=Tensor[(1, 64, 224, 224), float32] */;``
+"""
+
+from __future__ import annotations
+
+import re
+
+from attrs import define, field
+
+from .common import Issue, Shape, shape
+
+_INPUT = re.compile(r"%(\w+)\s*:\s*Tensor\[\(([^)]*)\),\s*(\w+)\]")
+_BINDING = re.compile(r"^\s*(?:%(\d+)\s*=\s*)?([A-Za-z_][\w.]*)\((.*)\)\s*/\*\s*ty=(.*?)\s*\*/\s*;?(.*)$")
+_BINDING_START = re.compile(r"^[a-z_]+\.[a-z_][\w.]*\(")
+_PROJECTION = re.compile(r"^\s*%(\d+)\s*=\s*%(\d+)\.(\d+)\s*;?\s*$")
+_TENSOR = re.compile(r"Tensor\[\(([^)]*)\),\s*(\w+)\]")
+_CONST = re.compile(r"meta\[relay\.Constant\]\[\d+\]\s*/\*\s*ty=Tensor\[\(([^)]*)\),\s*\w+\]\s*\*/(?:\s*/\*[^*]*\*/)*")
+_REF = re.compile(r"%(\w+)")
+_ATTR = re.compile(r"(\w+)=(\[[^\]]*\]|\"[^\"]*\"|[^,]+)")
+
+
+@define(frozen=True)
+class RelayOp:
+    index: int          # position among ops, in program order
+    var: str            # "%3" ("" for the returned expression)
+    op: str             # "nn.conv2d"
+    inputs: tuple[str, ...]      # referenced vars ("%2", "%data")
+    weights: tuple[Shape, ...]   # constant argument shapes
+    attrs: dict = field(factory=dict, eq=False)
+    out_shape: Shape = ()
+    dtype: str = ""
+    line: int = 0
+
+    @property
+    def short(self) -> str:
+        return self.op.rsplit(".", 1)[-1]
+
+    @property
+    def layer(self) -> str:
+        return f"{self.var or '%out'} {self.op}"
+
+
+@define(frozen=True)
+class RelayGraph:
+    inputs: dict[str, tuple[Shape, str]]
+    ops: tuple[RelayOp, ...]
+    issues: tuple[Issue, ...] = ()
+
+    def consumers(self) -> dict[str, list[RelayOp]]:
+        out: dict[str, list[RelayOp]] = {}
+        for op in self.ops:
+            for ref in op.inputs:
+                out.setdefault(ref, []).append(op)
+        return out
+
+    def shape_of(self, ref: str) -> Shape | None:
+        if ref in self.inputs:
+            return self.inputs[ref][0]
+        for op in self.ops:
+            if op.var == ref:
+                return op.out_shape
+        return None
+
+
+def parse_relay_ir(text: str, source: str = "relay-ir") -> RelayGraph:
+    inputs: dict[str, tuple[Shape, str]] = {}
+    ops: list[RelayOp] = []
+    issues: list[Issue] = []
+    aliases: dict[str, str] = {}
+    lines = text.splitlines()
+    has_fn = any(line.lstrip().startswith("fn ") for line in lines)
+    inside = not has_fn
+    for number, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if stripped.startswith("fn ") and not ops:
+            inside = True
+            for name, dims, dtype in _INPUT.findall(stripped):
+                inputs[f"%{name}"] = (shape(dims), dtype)
+            continue
+        if not inside or not stripped or stripped == "{":
+            continue
+        if stripped == "}":
+            break  # the end of main; anything after is not this function
+        projection = _PROJECTION.match(stripped)
+        if projection:
+            aliases[f"%{projection.group(1)}"] = f"%{projection.group(2)}"
+            continue
+        match = _BINDING.match(stripped)
+        if not match:
+            if stripped.startswith("%") or _BINDING_START.match(stripped):
+                issues.append(Issue(source, number, f"not a Relay binding: {stripped[:80]!r}"))
+            continue
+        var, op, body, ty, trailing = match.groups()
+        if trailing.strip():
+            issues.append(Issue(source, number, f"text after the binding ignored: {trailing.strip()[:60]!r}"))
+        tensors = _TENSOR.findall(ty)
+        weights = tuple(shape(dims) for dims in _CONST.findall(body))
+        plain = _CONST.sub("", body)
+        refs = tuple(aliases.get(f"%{r}", f"%{r}") for r in _REF.findall(plain.split("=", 1)[0] if "=" in plain
+                                                                          else plain))
+        attrs = {k: v.strip() for k, v in _ATTR.findall(plain)}
+        ops.append(RelayOp(
+            index=len(ops), var=f"%{var}" if var else "", op=op, inputs=refs, weights=weights, attrs=attrs,
+            out_shape=shape(tensors[0][0]) if tensors else (), dtype=tensors[0][1] if tensors else "",
+            line=number,
+        ))
+    if not ops:
+        issues.append(Issue(source, 0, "no Relay bindings found"))
+    return RelayGraph(inputs, tuple(ops), tuple(issues))

@@ -1,0 +1,168 @@
+"""Profiler reports of the Relay era, as printed and pasted.
+
+- profiler_vm / debug_executor ``Report`` tables: a header with ``Name`` and
+  ``Duration (us)``, columns in any order, optional columns empty, numbers with any
+  digit grouping (``11,64,595.59``), closing ``Sum`` / ``Total`` lines. Several may
+  stand in one paste.
+- the older debug-runtime table: ``Node Name Ops Time(us) Time(%) Shape Inputs Outputs``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from attrs import define, field
+
+from .common import Issue, Shape, number, shape
+
+_CELL = re.compile(r"\S+(?: \S+)*")
+_OLD_ROW = re.compile(r"^(\S+)\s+(\S+)\s+([\d.,]+)\s+([\d.,]+)\s+(\([\d,\s]*\))\s+(\d+)\s+(\d+)\s*$")
+
+
+@define(frozen=True)
+class ReportRow:
+    name: str            # the kernel (node) name
+    function: str        # the fused function it runs (debug runtime "Ops"; else the name)
+    duration_us: float
+    percent: float | None
+    count: int
+    out_shape: Shape = ()
+    arg_shapes: tuple[Shape, ...] = ()
+    columns: dict = field(factory=dict, eq=False)
+    line: int = 0
+
+
+@define(frozen=True)
+class Report:
+    kind: str            # "table" (profiler_vm / debug_executor) | "debug_runtime"
+    line: int            # where its header stands
+    rows: tuple[ReportRow, ...]
+    sum_us: float | None
+    total_us: float | None
+    issues: tuple[Issue, ...] = ()
+
+    @property
+    def kernel_us(self) -> float:
+        return sum(r.duration_us for r in self.rows)
+
+
+def parse_reports(text: str, source: str = "report") -> tuple[tuple[Report, ...], tuple[Issue, ...]]:
+    lines = text.splitlines()
+    reports, issues = [], []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if "Name" in line and "Duration (us)" in line:
+            report, i = _table(lines, i, source)
+        elif line.strip().startswith("Node Name") and "Time(us)" in line:
+            report, i = _old_table(lines, i, source)
+        else:
+            i += 1
+            continue
+        reports.append(report)
+        issues.extend(report.issues)
+    if not reports:
+        issues.append(Issue(source, 0, "no profiler report found (no 'Name ... Duration (us)' or "
+                                       "'Node Name ... Time(us)' header)"))
+    return tuple(reports), tuple(issues)
+
+
+def _cells(line: str):
+    return [(m.group(0), m.start(), m.end()) for m in _CELL.finditer(line)]
+
+
+def _column(cell, columns) -> str:
+    """The header a cell stands under: most overlap, else the nearest."""
+    _, start, end = cell
+    best = max(columns, key=lambda c: (min(end, c[2]) - max(start, c[1]), -abs(start - c[1])))
+    return best[0]
+
+
+def _table(lines, at, source):
+    columns = _cells(lines[at])
+    rows, issues = [], []
+    sum_us = total_us = None
+    i = at + 1
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        if not stripped:
+            i += 1
+            if rows:
+                break
+            continue
+        if stripped.startswith("---"):
+            i += 1
+            continue
+        cells = _cells(line)
+        first = cells[0][0]
+        values = {_column(c, columns[1:]): c[0] for c in cells[1:]}
+        if first in ("Sum", "Total"):
+            try:
+                value = number(values.get("Duration (us)", "nan"))
+            except ValueError:
+                issues.append(Issue(source, i + 1, f"{first} line without a duration"))
+                value = None
+            sum_us, total_us = (value, total_us) if first == "Sum" else (sum_us, value)
+            i += 1
+            if first == "Total":
+                break
+            continue
+        if "Duration (us)" not in values:
+            issues.append(Issue(source, i + 1, f"row without a duration, skipped: {stripped[:70]!r}"))
+            i += 1
+            continue
+        try:
+            duration = number(values["Duration (us)"])
+            percent = number(values["Percent"]) if "Percent" in values else None
+            count = int(number(values.get("Count", "1")))
+        except ValueError as exc:
+            issues.append(Issue(source, i + 1, f"unreadable number ({exc}), row skipped"))
+            i += 1
+            continue
+        shapes = tuple(shape(s) for s in re.findall(r"\[([\d,\s]*)\]", values.get("Argument Shapes", "")))
+        rows.append(ReportRow(first, _function(first), duration, percent, count,
+                              shapes[-1] if shapes else (), shapes, values, i + 1))
+        i += 1
+    if total_us is None:
+        issues.append(Issue(source, i, f"report at line {at + 1} has no Total line (truncated paste?)"))
+    return Report("table", at + 1, tuple(rows), sum_us, total_us, tuple(issues)), i
+
+
+def _function(name: str) -> str:
+    """Graph-executor kernels carry a ``tvmgen_default_`` prefix; the VM's do not."""
+    return name[len("tvmgen_default_"):] if name.startswith("tvmgen_default_") else name
+
+
+def _old_table(lines, at, source):
+    rows, issues = [], []
+    total_us = None
+    i = at + 1
+    while i < len(lines):
+        stripped = lines[i].strip()
+        if not stripped or stripped.startswith("---"):
+            i += 1
+            if rows and not stripped:
+                break
+            continue
+        if stripped.startswith("Total_time"):
+            parts = stripped.split()
+            try:
+                total_us = number(parts[2])
+            except (IndexError, ValueError):
+                issues.append(Issue(source, i + 1, "Total_time line without a time"))
+            i += 1
+            break
+        m = _OLD_ROW.match(stripped)
+        if not m:
+            if stripped.startswith("fused_") or stripped.startswith("tvmgen_"):
+                issues.append(Issue(source, i + 1, f"unreadable debug-runtime row: {stripped[:70]!r}"))
+                i += 1
+                continue
+            break  # the table ended
+        name, ops, t, pct, out, _, _ = m.groups()
+        rows.append(ReportRow(name, ops, number(t), number(pct), 1, shape(out), (), {}, i + 1))
+        i += 1
+    if total_us is None:
+        issues.append(Issue(source, i, f"debug-runtime table at line {at + 1} has no Total_time line"))
+    return Report("debug_runtime", at + 1, tuple(rows), None, total_us, tuple(issues)), i
