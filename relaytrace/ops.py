@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from . import ir
 
 # Higher ranks win the anchor of a fused kernel: the op people would name it by.
@@ -13,6 +15,7 @@ _RANKS = (
 )
 
 
+@lru_cache(maxsize=None)
 def op_rank(op: str) -> int:
     name = ir.short_op(op)
     for rank, words in _RANKS:
