@@ -78,7 +78,7 @@ def cmd_demo(args) -> int:
     say(f"importing {args.model}")
     args.name = args.model
     lineage, prof = _build_and_profile(load_demo_model(args.model), args, say)
-    write_outputs(out, lineage, prof)
+    write_outputs(out, lineage, prof, {"model": f"demo:{args.model}", "input_shapes": [], "dtype": "float32"})
     _print_summary(lineage, prof, out)
     return 0
 
@@ -92,9 +92,17 @@ def cmd_profile(args) -> int:
     say(f"importing {args.model}")
     loaded = load_model(args.model, shapes, args.dtype)
     lineage, prof = _build_and_profile(loaded.model, args, say, loaded.inputs)
-    write_outputs(out, lineage, prof, collapse=args.collapse)
+    write_outputs(out, lineage, prof, {"model": str(Path(args.model).resolve()) if args.model.endswith(".onnx")
+                                       else _absolute_factory(args.model),
+                                       "input_shapes": args.input_shape, "dtype": args.dtype},
+                  collapse=args.collapse)
     _print_summary(lineage, prof, out)
     return 0
+
+
+def _absolute_factory(spec: str) -> str:
+    path, _, factory = spec.rpartition(":")
+    return f"{Path(path).resolve()}:{factory}"
 
 
 def cmd_render(args) -> int:
@@ -206,13 +214,19 @@ def cmd_tasks(args) -> int:
     from .build import build
     from .render.table import format_table
 
-    say = _progress(args)
-    if Path(args.model).is_dir():
-        raise UsageError("tasks needs the model (an .onnx file or file.py:factory), not an output DIR: "
-                         "tasks are extracted from a fresh build")
-    from .jobs import load_model, parse_shape
+    from .jobs import load_model, parse_shape, run_info
 
-    loaded = load_model(args.model, [parse_shape(s) for s in args.input_shape], args.dtype)
+    say = _progress(args)
+    spec, shapes, dtype = args.model, args.input_shape, args.dtype
+    if Path(spec).is_dir():  # an output DIR: rebuild the model it was made from
+        info = run_info(spec)
+        spec, shapes, dtype = info["model"], info["input_shapes"], info["dtype"]
+    if spec.startswith("demo:"):
+        from .jobs import LoadedModel
+
+        loaded = LoadedModel(load_demo_model(spec[len("demo:"):]), ())
+    else:
+        loaded = load_model(spec, [parse_shape(s) for s in shapes], dtype)
     target = T.tuning_target(args.target) if args.tune else tvm.target.Target(args.target)
     mod = loaded.model.mod
     say("building (fused) and extracting MetaSchedule tasks")
@@ -247,7 +261,7 @@ def _add_build_options(p) -> None:
 
 
 def _add_model_options(p) -> None:
-    p.add_argument("model", metavar="MODEL", help="an .onnx file or path/to/file.py:factory")
+    p.add_argument("model", metavar="MODEL", help="an .onnx file or path/to/file.py:factory (tasks: or an output DIR)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224",
                    help="input shape (repeatable); needed for ONNX models with dynamic shapes")
     p.add_argument("--dtype", default="float32")

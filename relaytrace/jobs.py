@@ -4,6 +4,7 @@ profiled build into a directory at once (or not at all)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -16,7 +17,7 @@ from attrs import define
 from .errors import RelaytraceError, UsageError
 
 OUTPUTS = ("lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg",
-           "report.html", "trace.json")
+           "report.html", "trace.json", "run.json")
 
 
 class Progress:
@@ -103,7 +104,8 @@ def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
     return out
 
 
-def write_outputs(out: Path, lineage, profile, policy: str = "anchor", collapse: int | None = None) -> Path:
+def write_outputs(out: Path, lineage, profile, run: dict, policy: str = "anchor",
+                  collapse: int | None = None) -> Path:
     """Write every output into a fresh temporary directory, then move them into
     ``out``: a failure half-way leaves ``out`` as it was."""
     from . import attribution as A
@@ -111,7 +113,6 @@ def write_outputs(out: Path, lineage, profile, policy: str = "anchor", collapse:
     from .render import graphviz as G
     from .render.chrome_trace import chrome_trace
     from .render.html import html_report
-    import json
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".relaytrace-", dir=out.parent))
@@ -124,12 +125,21 @@ def write_outputs(out: Path, lineage, profile, policy: str = "anchor", collapse:
         G.render(G.kernel_graph(lineage, profile), staging / "kernels.svg")
         (staging / "report.html").write_text(html_report(lineage, profile, policy))
         (staging / "trace.json").write_text(json.dumps(chrome_trace(lineage, profile)))
+        (staging / "run.json").write_text(json.dumps(run, indent=1))  # how to rebuild: `tasks DIR`
         out.mkdir(exist_ok=True)
         for name in OUTPUTS:
             os.replace(staging / name, out / name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def run_info(path) -> dict:
+    """The model spec and options an output DIR was made with (its run.json)."""
+    info = Path(path) / "run.json"
+    if not info.is_file():
+        raise FileNotFoundError(f"{info} is missing: pass the model itself (an .onnx file or file.py:factory)")
+    return json.loads(info.read_text())
 
 
 def find_pair(path) -> tuple[Path, Path]:

@@ -11,7 +11,7 @@ import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = f"{FIXTURES / 'tiny_model.py'}:make"
-OUTPUTS = {"lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg",
+OUTPUTS = {"lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg", "run.json",
            "report.html", "trace.json"}
 
 
@@ -114,7 +114,10 @@ def test_diff_reference_reports_missing_layers_not_zero(two_runs, tmp_path):
     assert "not.in.model" in done.stdout
 
 
-def test_tasks_weights_sum_to_call_sites_and_tuning_keeps_full_lineage(tmp_path):
+def test_tasks_weights_sum_to_call_sites_and_tuning_keeps_full_lineage(tmp_path, two_runs):
+    from_dir = run("--quiet", "tasks", two_runs / "fused")  # the model a profile DIR was made from
+    assert from_dir.returncode == 0, from_dir.stderr
+    assert "conv2d" in from_dir.stdout and "layer1.0.conv1" in from_dir.stdout
     done = run("--quiet", "tasks", TINY)
     assert done.returncode == 0, done.stderr
     total = next(line for line in done.stdout.splitlines() if line.endswith("kernel call sites"))
