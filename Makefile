@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.relaytrace-installed
 .PHONY: demo test test-fast bench setup graphviz browser clean
 
 demo: setup
-	$(VENV)/bin/relaytrace demo
+	$(VENV)/bin/relaytrace demo --out relaytrace-out --force
 
 test: setup browser
 	$(PY) -m pytest -q
