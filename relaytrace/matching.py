@@ -135,7 +135,7 @@ class Tracker:
     def __init__(self, table: OriginTable):
         self.origins: dict[str, Origin] = dict(table.origins)
         self.edges = table.edges
-        self._tok_origins: list[frozenset[str]] = []
+        self._tok_origins: list[tuple[str, ...]] = []
         self._canon: dict[int, int] = {}
         self._var_tok: dict[int, int] = {}
         self._var_value: dict[int, int] = {}
@@ -143,7 +143,6 @@ class Tracker:
         self._param_tok: dict[tuple[str, str], int] = {}
         self._keys: dict[tuple, list[int]] = {}
         self._pins: list = []
-        self._calls: dict[int, tuple | None] = {}
         self._unregistered: dict[int, tuple[object, int]] = {}  # var handle -> (value, token)
         self._funcs: dict[str, _FunctionState] = {}
         self._pass_index = 0
@@ -179,7 +178,7 @@ class Tracker:
             self._record_elimination(gone.origins, pass_name)
         self.last_mod = mod  # only once the whole module is accounted for
 
-    def origins_of_token(self, tok: int) -> frozenset[str]:
+    def origins_of_token(self, tok: int) -> tuple[str, ...]:
         return self._tok_origins[tok]
 
     def token_of(self, var) -> int | None:
@@ -194,7 +193,7 @@ class Tracker:
     # -- set-up ---------------------------------------------------------------
 
     def _new_token(self, origins: Iterable[str]) -> int:
-        self._tok_origins.append(frozenset(origins))
+        self._tok_origins.append(tuple(sorted(set(origins))))  # tuples of str: not GC-tracked
         return len(self._tok_origins) - 1
 
     def _seed(self, table: OriginTable) -> None:
@@ -254,11 +253,9 @@ class Tracker:
         return tok
 
     def _call(self, value) -> tuple | None:
-        """(callee, args, GlobalVar) of a call, cached by the value's handle."""
-        handle = value.__chandle__()
-        if handle not in self._calls:
-            self._calls[handle] = ir.callee_and_args(value) if ir.is_call(value) else None
-        return self._calls[handle]
+        """(callee, args, GlobalVar) of a call. Not cached: a cache would keep a Python
+        wrapper per argument alive for the garbage collector to walk."""
+        return ir.callee_and_args(value) if ir.is_call(value) else None
 
     def _param_token(self, fname, param) -> None:
         handle = param.__chandle__()
@@ -472,7 +469,7 @@ class Tracker:
                 id=oid, layer=layer, op=callee, function=fname, index=-1,
                 kind=kind, pass_name=pass_name, serves=tuple(serves),
             )
-            self._tok_origins[tok] = frozenset({oid})
+            self._tok_origins[tok] = (oid,)
 
     def _serves(self, tok, pending, walk, seen) -> list[str]:
         """The model ops an inserted binding exists for: the neighbours this pass

@@ -60,6 +60,14 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
     edges: set[tuple[str, str]] = set()
     used_layers: dict[str, int] = {}
     used_ids: dict[str, int] = {}
+    types: dict[int, list] = {}  # handle -> tensor types: each var's type is read once
+
+    def types_of(expr) -> list:
+        handle = expr.__chandle__()
+        if handle not in types:
+            types[handle] = ir.tensor_types(ir.expr_type(expr))
+        return types[handle]
+
     for fname, func in sorted(ir.relax_functions(mod), key=lambda item: item[0]):
         producers: dict[int, frozenset[str]] = {}
         for index, binding in enumerate(ir.bindings(func)):
@@ -76,8 +84,8 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
             else:
                 layer, source_op = named
             oid = _unique(f"{layer}/{ir.short_op(callee)}", used_ids, sep="#")
-            inputs = [t for a in args if ir.is_var(a) or ir.is_constant(a) for t in ir.tensor_types(ir.expr_type(a))]
-            outputs = ir.tensor_types(ir.expr_type(var))
+            inputs = [t for a in args if ir.is_var(a) or ir.is_constant(a) for t in types_of(a)]
+            outputs = types_of(var)
             origins[oid] = Origin(
                 id=oid, layer=layer, op=callee, function=fname, index=index,
                 input_shapes=tuple(s for s, _ in inputs), input_dtypes=tuple(d for _, d in inputs),
