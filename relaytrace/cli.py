@@ -278,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="relaytrace-out", help="output DIR (default relaytrace-out)")
     p.add_argument("--force", action="store_true", help="write into an existing DIR")
     _add_build_options(p)
-    p.set_defaults(run=cmd_demo, repeat=1, name=None)
+    p.set_defaults(run=cmd_demo, name=None)
 
     p = sub.add_parser("profile", help="build and profile a model file; write every output")
     _add_model_options(p)

@@ -245,6 +245,8 @@ class Tracker:
         """Rule 1, identity: the Var survived with a new value (LegalizeOps, FuseTIR).
         Its key is registered lazily: only a later non-identity binding looks keys up."""
         self._var_value[handle] = value.__chandle__()
+        if ir.is_call(value) and ir.is_bookkeeping(ir.callee_name(value)):
+            return tok  # a kernel's output buffer whose allocation was re-planned
         self._unregistered[handle] = (value, tok)
         self._count(walk, IDENTITY)
         walk.changes.append((tok, value, IDENTITY))

@@ -15,6 +15,7 @@ def test_queries(builds):
     sites = lineage.kernels_of("layer1_conv2_conv")
     assert [s.label for s in sites] == ["fused_conv2d3_add3_add4_relu2#0"]
     steps = [c.pass_name for c in lineage.history("layer1_conv2_conv")]
+    assert not any("alloc" in c.callee for c in lineage.history("layer1_conv2_conv"))  # buffers are not ops
     fuse_tir = next(i for i, s in enumerate(steps) if s.startswith("FuseTIR"))
     assert steps.index("LegalizeOps") < steps.index("FuseOps") < fuse_tir
     assert lineage.coverage().site_fraction == 1.0
