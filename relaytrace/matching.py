@@ -144,6 +144,7 @@ class Tracker:
         self._keys: dict[tuple, list[int]] = {}
         self._pins: list = []
         self._unregistered: dict[int, tuple[object, int]] = {}  # var handle -> (value, token)
+        self._recipes: dict[int, tuple] = {}
         self._funcs: dict[str, _FunctionState] = {}
         self._pass_index = 0
         self.last_mod = None
@@ -245,8 +246,6 @@ class Tracker:
         """Rule 1, identity: the Var survived with a new value (LegalizeOps, FuseTIR).
         Its key is registered lazily: only a later non-identity binding looks keys up."""
         self._var_value[handle] = value.__chandle__()
-        if ir.is_call(value) and ir.is_bookkeeping(ir.callee_name(value)):
-            return tok  # a kernel's output buffer whose allocation was re-planned
         self._unregistered[handle] = (value, tok)
         self._count(walk, IDENTITY)
         walk.changes.append((tok, value, IDENTITY))
@@ -317,7 +316,7 @@ class Tracker:
         pending, self._unregistered = self._unregistered, {}
         for value, tok in pending.values():
             call = self._call(value)
-            if call is not None:
+            if call is not None and not ir.is_bookkeeping(call[0]):
                 self._add_key(self._key(call[0], call[1], None, None), tok)
 
     def _link_uses(self, walk) -> None:
@@ -420,40 +419,70 @@ class Tracker:
 
     def _replay(self, mod, gv, args, walk) -> int | None:
         func = ir.lookup(mod, gv)
-        if func is None or not ir.is_primitive(func) or len(func.params) != len(args):
+        if func is None or not ir.is_primitive(func):
             return None
-        env = {}
-        for param, arg in zip(func.params, args):
+        params, steps, output = self._recipe(func)
+        if len(params) != len(args):
+            return None
+        env: dict[int, int] = {}
+        for param, arg in zip(params, args):
             tok = self._resolve(arg, None, walk)
             if tok is not None:
-                env[param.__chandle__()] = tok
+                env[param] = tok
         matched: list[int] = []
         last = None
-        for binding in ir.bindings(func):
-            value = binding.value
-            if ir.is_call(value):
-                callee, inner_args, _ = self._call(value)
-                tok = self._match(self._key(callee, inner_args, env, walk), walk)
+        for var, callee, refs in steps:
+            resolved = [self._canon_of(env[r]) if r in env else self._canon_of(self._var_tok[r])
+                        if r in self._var_tok else None for r in refs]
+            if callee is None:  # an alias or a projection
+                tok = resolved[0] if resolved else None
+            else:
+                tok = self._match((callee, tuple(t for t in resolved if t is not None)), walk)
                 if tok is None:
                     continue
                 walk.claimed.add(tok)
                 matched.append(tok)
-            elif ir.is_var(value) or ir.is_tuple_get_item(value):
-                inner = value if ir.is_var(value) else value.tuple_value
-                tok = self._resolve(inner, env, walk)
-            else:
-                continue
             if tok is not None:
-                env[binding.var.__chandle__()] = tok
+                env[var] = tok
                 last = tok
         if not matched:
             return None
         result = self._new_token(frozenset().union(*(self._tok_origins[t] for t in matched)))
-        out = ir.function_output(func)
-        out_tok = env.get(out.__chandle__()) if out is not None and ir.is_var(out) else last
+        out_tok = env.get(output, last) if output is not None else last
         if out_tok is not None:
             self._canon[result] = self._canon_of(out_tok)
         return result
+
+    def _recipe(self, func) -> tuple:
+        """A fused function's body read once, as plain data: (param handles, steps of
+        (var handle, callee or None for aliases, argument handles), output handle).
+        Every call site of a shared group is replayed from it without touching TVM."""
+        handle = func.__chandle__()
+        if handle not in self._recipes:
+            steps = []
+            for binding in ir.bindings(func):
+                value = binding.value
+                if ir.is_call(value):
+                    callee, inner_args, _ = ir.callee_and_args(value)
+                    refs = [self._ref(f) for a in inner_args for f in (a.fields[:] if ir.is_tuple(a) else [a])]
+                    steps.append((binding.var.__chandle__(), callee, tuple(r for r in refs if r is not None)))
+                elif ir.is_var(value) or ir.is_tuple_get_item(value):
+                    inner = value if ir.is_var(value) else value.tuple_value
+                    steps.append((binding.var.__chandle__(), None, (inner.__chandle__(),)))
+            out = ir.function_output(func)
+            self._recipes[handle] = (tuple(p.__chandle__() for p in func.params[:]), tuple(steps),
+                                     out.__chandle__() if out is not None and ir.is_var(out) else None)
+        return self._recipes[handle]
+
+    def _ref(self, expr) -> int | None:
+        """A var's handle, or a constant's token registered under its handle."""
+        if ir.is_var(expr):
+            return expr.__chandle__()
+        tok = self._raw(expr)
+        if tok is None:
+            return None
+        self._var_tok.setdefault(expr.__chandle__(), tok)
+        return expr.__chandle__()
 
     # -- what no rule explains ------------------------------------------------
 
@@ -509,7 +538,9 @@ class Tracker:
         if self._pass_index == 0:
             return  # the input itself, not a pass
         new_ids = [next(iter(self._tok_origins[t])) for t, _ in walk.new]
-        changes = [(tok, ir.callee_name(value), rule) for tok, value, rule in walk.changes if ir.is_call(value)]
+        named = ((tok, ir.callee_name(value), rule) for tok, value, rule in walk.changes if ir.is_call(value))
+        # a kernel's output buffer re-planned by the memory passes is not a change of its op
+        changes = [change for change in named if not ir.is_bookkeeping(change[1])]
         eliminated = sorted(old.origins - state.origins) if old is not None else []
         self._record_elimination(eliminated, pass_name)
         merged = []
