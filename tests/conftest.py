@@ -38,7 +38,7 @@ def input_data():
 @pytest.fixture(scope="session")
 def resnet50():
     """zoo resnet50 imported from torch: (imported model, example input as numpy)."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from relaytrace import zoo
     from relaytrace.frontends.torch import from_torch
 

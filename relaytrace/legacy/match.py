@@ -15,7 +15,7 @@ from collections import Counter
 
 from attrs import define
 
-from .autotvm import LogRecord, Task, Workload, op_of
+from .autotvm import LogRecord, Task, Workload
 from .common import Shape, unpack, unpack_kernel
 from .relay_ir import RelayGraph, RelayOp
 from .reports import ReportRow
