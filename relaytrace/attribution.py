@@ -91,12 +91,10 @@ class Categories:
 
 def check_match(lineage: Lineage, profile: Profile) -> None:
     """A profile must come from an executable of this lineage: same kernels, same calls."""
-    ran = defaultdict(int)
+    ran: dict[str, int] = defaultdict(int)
     for (name, call) in profile.mean_by_site(KERNEL):
         ran[name] = max(ran[name], call + 1)
-    problems = [f"{k}: lineage {len(v)} call(s), profile {ran.get(k, 0)}"
-                for k, v in lineage.kernels.items() if ran.get(k, 0) != len(v)]
-    problems += [f"{k}: in the profile, not in the lineage" for k in ran if k not in lineage.kernels]
+    problems = lineage.call_count_mismatches(ran)
     if problems:
         raise RelaytraceError(
             f"profile of {profile.model!r} does not match lineage of {lineage.model!r} "
@@ -164,12 +162,13 @@ def by_prefix(rows: tuple[LayerRow, ...], depth: int) -> tuple[tuple[str, float,
     """Layer times summed by module-hierarchy prefix: depth 1 gives ``layer1``, ``fc``..."""
     sums: dict[str, float] = defaultdict(float)
     for r in rows:
-        sums[_prefix(r.layer, depth)] += r.us
+        sums[module_prefix(r.layer, depth)] += r.us
     total = sum(sums.values()) or 1.0
     return tuple(sorted(((k, v, 100.0 * v / total) for k, v in sums.items()), key=lambda x: -x[1]))
 
 
-def _prefix(layer: str, depth: int) -> str:
+def module_prefix(layer: str, depth: int) -> str:
+    """``layer3.1.conv2`` at depth 1 -> ``layer3``; ONNX ``/layer3/...`` alike."""
     sep = "/" if layer.startswith("/") else "."
     parts = [p for p in layer.split("@")[0].split(sep) if p]
     return sep.join(parts[:depth]) if sep == "." else "/" + "/".join(parts[:depth])

@@ -30,34 +30,32 @@ class Trace:
     def finish(self) -> Lineage:
         session = self.session
         degraded = list(session.degraded)
-        if session.tracker is None and degraded:
-            origins = dict(session.table.origins) if session.table is not None else {}
-            self.lineage = Lineage(self.model, self.target, self.pipeline, origins, {}, degraded=tuple(degraded))
-            return self.lineage
-        if session.tracker is None:
+        if session.tracker is None and not degraded:
             raise RelaytraceError(
                 "no Relax module passed through the traced PassContext: call tvm.compile "
                 "(or relax.build) inside the `with relaytrace.trace():` block"
             )
-        try:
-            self.lineage = lineage_from(session.tracker, self.model, self.target, self.pipeline, degraded,
-                                        inputs=session.inputs)
-        except Exception as exc:  # the build already succeeded; keep what we can say
-            degraded.append(f"lineage extraction failed: {type(exc).__name__}: {exc}")
-            self.lineage = Lineage(self.model, self.target, self.pipeline, dict(session.tracker.origins), {},
-                                   degraded=tuple(degraded))
+        if session.tracker is not None:
+            try:
+                self.lineage = lineage_from(session.tracker, self.model, self.target, self.pipeline, degraded,
+                                            inputs=session.inputs)
+                return self.lineage
+            except Exception as exc:  # the build already succeeded; keep what we can say
+                degraded.append(f"lineage extraction failed: {type(exc).__name__}: {exc}")
+        origins = session.tracker.origins if session.tracker else session.table.origins if session.table else {}
+        self.lineage = Lineage(self.model, self.target, self.pipeline, dict(origins), {}, degraded=tuple(degraded))
         return self.lineage
 
 
 @contextlib.contextmanager
 def trace(model: str = "model", target: str = "", pipeline: str = "user",
-          layer_of: LayerNamer | None = None, progress=None, _table=None):
+          layer_of: LayerNamer | None = None, progress=None):
     """Trace every pass run inside the block, e.g. around your own ``tvm.compile``.
 
     The current PassContext is kept: its opt_level, config, required/disabled passes
     and instruments stay in force, with ours added last.
     """
-    session = TraceSession(_table, layer_of, progress)
+    session = TraceSession(layer_of, progress)
     handle = Trace(session, model, target, pipeline)
     current = tvm.transform.PassContext.current()
     ctx = tvm.transform.PassContext(
@@ -101,7 +99,7 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
     mod, layer_of, name = _as_irmodule(mod, layer_of, model, example_args)
     target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
     seq = build_pipeline(pipeline, target, convert_layout)
-    label = pipeline if isinstance(pipeline, str) else getattr(pipeline, "info", None) and pipeline.info.name or "custom"
+    label = pipeline if isinstance(pipeline, str) else pipeline.info.name
     if convert_layout:
         label = f"{label}+convert_layout({', '.join(f'{k}={v}' for k, v in convert_layout.items())})"
     with tvm.transform.PassContext(opt_level=opt_level):

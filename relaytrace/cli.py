@@ -167,21 +167,17 @@ def cmd_query(args) -> int:
 
 def cmd_diff(args) -> int:
     from . import diff as D
-    from .jobs import find_pair
-    from .lineage import Lineage
-    from .profiler import Profile
+    from .jobs import load_pair
     from .render.table import format_table
 
-    lineage_a, profile_a = (Lineage.load(p) if i == 0 else Profile.load(p)
-                            for i, p in enumerate(find_pair(args.a)))
+    lineage_a, profile_a = load_pair(args.a)
     if args.reference:
         rows, unknown = D.compare_reference(lineage_a, profile_a, D.read_reference(args.reference))
         headers = ["layer", "ours (ms)", "reference (ms)", "reference / ours", "kernel calls"]
     else:
         if not args.b:
             raise UsageError("diff needs B (a second output DIR or profile.json) or --reference CSV")
-        lineage_b, profile_b = (Lineage.load(p) if i == 0 else Profile.load(p)
-                                for i, p in enumerate(find_pair(args.b)))
+        lineage_b, profile_b = load_pair(args.b)
         rows, unknown = D.compare(lineage_a, profile_a, lineage_b, profile_b), ()
         headers = ["layer", "A (ms)", "B (ms)", "B / A", "kernel calls A -> B"]
 

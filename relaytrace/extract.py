@@ -15,7 +15,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     builtins: list[BuiltinSite] = []
     site_edges: set[tuple[int, int]] = set()
     degraded = list(degraded)
-    main = mod["main"] if mod is not None and _has(mod, "main") else None
+    main = ir.lookup(mod, "main") if mod is not None else None
     if main is None:
         degraded.append("no Relax 'main' function was seen after the last pass")
     producer: dict[int, int] = {}  # token -> position of the site that computed it
@@ -29,9 +29,10 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
             continue
         tok = tracker.token_of(binding.var)
         if tok is None:  # a destination-passing call: its value lives in its output arg
-            tok = next((tracker.token_of(a) for a in reversed(args) if ir.is_var(a) and tracker.token_of(a) is not None), None)
+            outs = (tracker.token_of(a) for a in reversed(args) if ir.is_var(a))
+            tok = next((t for t in outs if t is not None), None)
         origin_ids = tracker.origins_of_token(tok) if tok is not None else frozenset()
-        if gv is not None and isinstance(mod[gv], relax.Function):
+        if gv is not None and isinstance(ir.lookup(mod, gv), relax.Function):
             continue  # a call of another Relax function runs its kernels there
         is_kernel = gv is not None
         sources = {producer[src] for src in map(tracker.resolve_arg, args) if src is not None and src in producer}
@@ -67,7 +68,3 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         degraded=tuple(degraded),
         inputs=inputs,
     )
-
-
-def _has(mod, name: str) -> bool:
-    return any(gv.name_hint == name for gv in mod.functions)

@@ -16,8 +16,8 @@ from .origins import LayerNamer, OriginTable, assign_origins, main_inputs
 class TraceSession:
     """State of one traced build: origins of the input, the tracker, what went wrong."""
 
-    def __init__(self, table: OriginTable | None = None, layer_of: LayerNamer | None = None, progress=None):
-        self.table = table
+    def __init__(self, layer_of: LayerNamer | None = None, progress=None):
+        self.table: OriginTable | None = None
         self.layer_of = layer_of
         self.tracker: Tracker | None = None
         self.degraded: list[str] = []
@@ -42,8 +42,7 @@ class TraceSession:
         if next(ir.relax_functions(mod), None) is None:
             return
         self.inputs = main_inputs(mod)
-        if self.table is None:
-            self.table = assign_origins(mod, self.layer_of)
+        self.table = assign_origins(mod, self.layer_of)
         tracker = Tracker(self.table)
         tracker.start(mod)
         self.tracker = tracker

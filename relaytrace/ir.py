@@ -46,7 +46,7 @@ def relax_functions(mod) -> Iterator[tuple[str, relax.Function]]:
 
 
 def lookup(mod, gv):
-    """The function a GlobalVar names in this module, or None."""
+    """The function a GlobalVar (or a name) names in this module, or None."""
     try:
         return mod[gv]
     except Exception:  # TVM raises InternalError for a GlobalVar the module lacks

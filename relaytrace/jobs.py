@@ -142,8 +142,11 @@ def run_info(path) -> dict:
     return json.loads(info.read_text())
 
 
-def find_pair(path) -> tuple[Path, Path]:
-    """(lineage.json, profile.json) from an output DIR or a profile.json beside its lineage."""
+def load_pair(path):
+    """(Lineage, Profile) saved in an output DIR, or a profile.json beside its lineage."""
+    from .lineage import Lineage
+    from .profiler import Profile
+
     path = Path(path)
     if path.is_dir():
         lineage, profile = path / "lineage.json", path / "profile.json"
@@ -154,4 +157,4 @@ def find_pair(path) -> tuple[Path, Path]:
     for p in (lineage, profile):
         if not p.is_file():
             raise FileNotFoundError(f"missing {p} (run `relaytrace profile ... --out DIR` first)")
-    return lineage, profile
+    return Lineage.load(lineage), Profile.load(profile)

@@ -137,6 +137,13 @@ class Lineage:
     def unresolved(self) -> tuple[Origin, ...]:
         return tuple(o for o in self.origins.values() if o.kind == UNRESOLVED)
 
+    def call_count_mismatches(self, ran: dict[str, int]) -> list[str]:
+        """How ``ran`` (kernel -> calls seen in a run or profile) differs from the call
+        sites here: the evidence that a lineage belongs to another build."""
+        problems = [f"{k}: {len(v)} call site(s) in the lineage, {ran.get(k, 0)} ran"
+                    for k, v in self.kernels.items() if ran.get(k, 0) != len(v)]
+        return problems + [f"{k}: ran, but is not in the lineage" for k in ran if k not in self.kernels]
+
     def layers(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(o.layer for o in self.origins.values() if o.kind == OP))
 

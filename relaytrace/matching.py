@@ -2,14 +2,16 @@
 
 A *token* stands for one value of the program as the passes see it; it carries a set
 of origin ids. Tokens outlive passes: a binding that a pass rewrites is given the
-token of the binding it came from, found by one of four rules, tried in order:
+token of the binding it came from, found by one of five rules, tried in order:
 
 1. identity: the Var object survived the pass;
 2. value key: ``(callee, argument tokens)`` equals a key seen before, with
    ``call_tir(F, args)`` and the lowered ``F(args, out)`` alike;
 3. replay: a call of a fused (``Primitive``) function is matched through its body,
    parameters bound to this call site's arguments;
-4. name: a binding of the same name and callee that the pass no longer has.
+4. name: a binding of the same name and callee that the pass no longer has;
+5. args: the same inputs as an old binding that is gone or now moves data (an
+   implementation swapped by AlterOpImpl).
 
 A binding no rule explains is new: *inserted* when it only moves data (a layout
 transform, a cast), otherwise *unresolved*; both get an origin of their own,
@@ -68,7 +70,6 @@ class _FunctionState:
     def _build(self) -> tuple:
         if self._index is None:
             tracker = self.tracker
-            tracker._flush()
             by_name, var_names, by_args, tok_var = {}, {}, {}, {}
             for binding in self.binds:
                 var = binding.var
@@ -336,7 +337,7 @@ class Tracker:
         if ir.is_tuple_get_item(value):
             return self._raw(value.tuple_value)
         if ir.is_tuple(value):
-            parts = [self._raw(f) for f in value.fields]
+            parts = [self._raw(f) for f in value.fields[:]]
             key = ("tuple", tuple(self._canon_of(p) for p in parts if p is not None))
             found = self._keys.get(key)
             if found:
@@ -432,8 +433,8 @@ class Tracker:
         matched: list[int] = []
         last = None
         for var, callee, refs in steps:
-            resolved = [self._canon_of(env[r]) if r in env else self._canon_of(self._var_tok[r])
-                        if r in self._var_tok else None for r in refs]
+            resolved = [self._canon_of(const) if const is not None else self._canon_of(env[r]) if r in env
+                        else None for r, const in refs]
             if callee is None:  # an alias or a projection
                 tok = resolved[0] if resolved else None
             else:
@@ -455,7 +456,8 @@ class Tracker:
 
     def _recipe(self, func) -> tuple:
         """A fused function's body read once, as plain data: (param handles, steps of
-        (var handle, callee or None for aliases, argument handles), output handle).
+        (var handle, callee or None for aliases, arguments as (var handle, constant
+        token)), output handle).
         Every call site of a shared group is replayed from it without touching TVM."""
         handle = func.__chandle__()
         if handle not in self._recipes:
@@ -468,21 +470,18 @@ class Tracker:
                     steps.append((binding.var.__chandle__(), callee, tuple(r for r in refs if r is not None)))
                 elif ir.is_var(value) or ir.is_tuple_get_item(value):
                     inner = value if ir.is_var(value) else value.tuple_value
-                    steps.append((binding.var.__chandle__(), None, (inner.__chandle__(),)))
+                    steps.append((binding.var.__chandle__(), None, ((inner.__chandle__(), None),)))
             out = ir.function_output(func)
             self._recipes[handle] = (tuple(p.__chandle__() for p in func.params[:]), tuple(steps),
                                      out.__chandle__() if out is not None and ir.is_var(out) else None)
         return self._recipes[handle]
 
-    def _ref(self, expr) -> int | None:
-        """A var's handle, or a constant's token registered under its handle."""
+    def _ref(self, expr) -> tuple[int | None, int | None] | None:
+        """(var handle, None) for a var, (None, token) for a constant, else None."""
         if ir.is_var(expr):
-            return expr.__chandle__()
+            return (expr.__chandle__(), None)
         tok = self._raw(expr)
-        if tok is None:
-            return None
-        self._var_tok.setdefault(expr.__chandle__(), tok)
-        return expr.__chandle__()
+        return None if tok is None else (None, tok)
 
     # -- what no rule explains ------------------------------------------------
 

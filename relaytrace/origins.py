@@ -124,10 +124,11 @@ def _unique(name: str, used: dict[str, int], sep: str = "_") -> str:
 
 def main_inputs(mod) -> tuple[tuple[str, tuple, str], ...]:
     """(name, shape, dtype) of each tensor parameter of ``main``: what a run needs."""
-    if not any(gv.name_hint == "main" for gv in mod.functions):
+    main = ir.lookup(mod, "main")
+    if main is None:
         return ()
     out = []
-    for param in mod["main"].params[:]:
+    for param in main.params[:]:
         for shape, dtype in ir.tensor_types(ir.expr_type(param))[:1]:
             out.append((param.name, shape, dtype))
     return tuple(out)

@@ -226,14 +226,9 @@ def _check_names(lineage: Lineage, info: dict[str, ArgInfo]) -> None:
     ran: dict[str, int] = {}
     for label in info:
         name, _, k = label.rpartition("#")
-        ran[name] = max(ran.get(name, 0), int(k) + 1)
-    problems = []
-    for name, sites in lineage.kernels.items():
-        if ran.get(name, 0) != len(sites):
-            problems.append(f"{name}: {len(sites)} call site(s) in the lineage, {ran.get(name, 0)} at run time")
-    for name in ran:
-        if name not in lineage.kernels and not name.startswith("vm.builtin."):
-            problems.append(f"{name}: ran, but is not in the lineage")
+        if not name.startswith("vm.builtin."):
+            ran[name] = max(ran.get(name, 0), int(k) + 1)
+    problems = lineage.call_count_mismatches(ran)
     if problems:
         raise RelaytraceError("the lineage does not match this executable: " + "; ".join(problems[:8]))
 

@@ -51,7 +51,6 @@ def test_seed000_every_debug_runtime_row_is_matched_or_lists_candidates():
     for m in matches:
         layout_only = set(m.ops) == {"layout_transform"}
         assert m.matched or m.candidates or layout_only, m.row.name
-        assert not (m.matched and m.candidates and len(m.matched) == 1 and m.row.count > 1)
     matched_chains = [c.index for m in matches for c in m.matched]
     assert len(matched_chains) == len(set(matched_chains))  # no op claimed twice
     by_name = {m.row.name: m for m in matches}
@@ -69,10 +68,11 @@ def test_seed000_every_debug_runtime_row_is_matched_or_lists_candidates():
 def test_seed002_layout_transform_share_of_each_report():
     reports, issues = parse_reports(SEED2)
     assert len(reports) == 6 and not issues
+    # the Sum lines of the four graph-tuned reports count 84 kernel calls
+    assert [sum(row.count for row in r.rows) for r in reports[:4]] == [84] * 4
     shares = []
     for r in reports:
         assert r.sum_us == pytest.approx(r.kernel_us, abs=0.1)  # no row lost or misread
-        assert sum(row.count for row in r.rows) in (84, 0) or r.kind == "table"
         pure, mixed, total = M.layout_transform_share(r)
         assert total == r.total_us and pure <= mixed <= total
         shares.append(pure / total)

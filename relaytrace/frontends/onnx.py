@@ -93,7 +93,7 @@ def _assign(mod, records) -> dict[int, tuple[str, str]]:
     for index in range(len(binds) - 1, -1, -1):  # leftovers: the next owned binding's node
         following = owner.get(index, following)
         if following is not None:
-            layers[binds[index].var.__chandle__()] = owner.get(index, following)
+            layers[binds[index].var.__chandle__()] = following
     return layers
 
 

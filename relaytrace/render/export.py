@@ -20,11 +20,6 @@ def kernels_csv(rows) -> str:
                  for r in rows])
 
 
-def op_types_csv(rows) -> str:
-    return _csv(["op", "time_us", "percent", "count", "layers"],
-                [[r.op, f"{r.us:.3f}", f"{r.percent:.4f}", r.count, r.layers] for r in rows])
-
-
 def _csv(headers, rows) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")

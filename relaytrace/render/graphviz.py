@@ -132,13 +132,13 @@ def _collapsed_graph(lineage, profile, depth, policy):
     layer_us = _layer_times(lineage, profile, policy)
     group_us: dict[str, float] = defaultdict(float)
     for layer, us in layer_us.items():
-        group_us[A._prefix(layer, depth)] += us
+        group_us[A.module_prefix(layer, depth)] += us
     hottest = max(group_us.values(), default=0.0) or 1.0
     members: dict[str, set[str]] = defaultdict(set)
     group_of = {}
     for o in lineage.origins.values():
         if o.kind == OP:
-            group_of[o.id] = A._prefix(o.layer, depth)
+            group_of[o.id] = A.module_prefix(o.layer, depth)
             members[group_of[o.id]].add(o.layer)
     kernels: dict[str, set[str]] = defaultdict(set)
     for site in lineage.call_sites:

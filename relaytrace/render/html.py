@@ -78,7 +78,7 @@ document.querySelectorAll('.graph g.node').forEach(g => { if (g.id.startsWith('s
 """
 
 
-def report_data(lineage: Lineage, profile, policy: str = "anchor") -> dict:
+def report_data(lineage: Lineage, profile, categories, policy: str = "anchor") -> dict:
     layers = A.by_layer(lineage, profile, policy)
     layer_sites: dict[str, list[str]] = {}
     for s in lineage.call_sites:
@@ -95,18 +95,17 @@ def report_data(lineage: Lineage, profile, policy: str = "anchor") -> dict:
                      "shapes": r.shapes, "layers": list(r.layers)} for r in A.by_kernel(lineage, profile)],
         "op_types": [{"op": r.op, "ms": r.us / 1e3, "percent": r.percent, "count": r.count, "layers": r.layers}
                      for r in A.by_op_type(lineage, profile, policy)],
-        "categories": [{"name": n, "ms": us / 1e3, "percent": p}
-                       for n, us, p in A.by_category(lineage, profile, policy).rows()],
+        "categories": [{"name": n, "ms": us / 1e3, "percent": p} for n, us, p in categories.rows()],
         "layer_sites": layer_sites,
         "kernel_sites": {k: [s.label for s in v] for k, v in lineage.kernels.items()},
     }
 
 
 def html_report(lineage: Lineage, profile, policy: str = "anchor") -> str:
-    data = report_data(lineage, profile, policy)
+    cats = A.by_category(lineage, profile, policy)
+    data = report_data(lineage, profile, cats, policy)
     svg = G.kernel_graph(lineage, profile).pipe(format="svg").decode()
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype
-    cats = A.by_category(lineage, profile, policy)
     caused = ", ".join(f"{html.escape(layer)} ({us / 1e3:.3f} ms)" for layer, us in cats.inserted_by_layer[:6])
     payload = json.dumps(data).replace("</", "<\\/")
     return f"""<!DOCTYPE html>

@@ -12,26 +12,6 @@ def format_table(headers, rows) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def kernel_layers_table(lineage: Lineage) -> str:
-    """One row per kernel call site, in run order: which layers it runs, in which role."""
-    rows = []
-    for site in lineage.call_sites:
-        by_role: dict[str, list[str]] = {}
-        for role in site.roles:
-            origin = lineage.origins[role.origin]
-            name = origin.layer if origin.kind == "op" else f"{origin.short_op}[{origin.pass_name}]"
-            by_role.setdefault(role.role, []).append(name)
-        anchor = by_role.get("anchor", [])
-        fused = [name for name in dict.fromkeys(by_role.get("fused", [])) if name not in anchor]
-        rows.append([
-            site.label,
-            ", ".join(anchor),
-            ", ".join(fused),
-            ", ".join(by_role.get("inserted", []) + by_role.get("unresolved", [])),
-        ])
-    return format_table(["kernel#call", "anchor layer", "fused layers", "inserted / unresolved"], rows)
-
-
 def coverage_summary(lineage: Lineage) -> str:
     cov = lineage.coverage()
     lines = [
@@ -86,7 +66,3 @@ def category_table(categories) -> str:
         caused = ", ".join(f"{layer} ({_ms(us)} ms)" for layer, us in categories.inserted_by_layer[:8])
         text += f"\ninserted layout transforms/casts are caused by: {caused}"
     return text
-
-
-def prefix_table(rows) -> str:
-    return format_table(["module", "time (ms)", "%"], [[k, _ms(us), f"{p:.2f}"] for k, us, p in rows])
