@@ -10,7 +10,7 @@ from tvm import relax
 
 from .errors import RelaytraceError
 from .extract import lineage_from
-from .instrument import TraceSession, TracingInstrument
+from .instrument import TraceSession, TracingInstrument, gc_paused
 from .lineage import Lineage
 from .origins import LayerNamer
 
@@ -37,8 +37,9 @@ class Trace:
             )
         if session.tracker is not None:
             try:
-                self.lineage = lineage_from(session.tracker, self.model, self.target, self.pipeline, degraded,
-                                            inputs=session.inputs)
+                with gc_paused():
+                    self.lineage = lineage_from(session.tracker, self.model, self.target, self.pipeline, degraded,
+                                                inputs=session.inputs)
                 return self.lineage
             except Exception as exc:  # the build already succeeded; keep what we can say
                 degraded.append(f"lineage extraction failed: {type(exc).__name__}: {exc}")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from tvm import relax
 
 from . import ir
 from .lineage import BuiltinSite, CallSite, Lineage, roles_for
-from .matching import Tracker
+from .matching import Change, Tracker
+
+_BY_INDEX = attrgetter("index")
 
 
 def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), inputs=()) -> Lineage:
@@ -51,8 +55,9 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     present = {o for sites in kernels.values() for s in sites for o in s.origin_ids}
     present |= {o for b in builtins for o in b.origins}
     eliminated = {o: p for o, p in tracker.eliminated.items() if o not in present}
-    history = {}
-    for tok, changes in tracker.changes.items():
+    history: dict[str, list[Change]] = {}
+    for tok, fields in tracker.changes.items():
+        changes = [Change(*f) for f in fields]
         for oid in tracker.origins_of_token(tok):
             history.setdefault(oid, []).extend(changes)
     return Lineage(
@@ -61,7 +66,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         kernels={k: tuple(v) for k, v in kernels.items()},
         builtins=tuple(builtins),
         events=tuple(tracker.events),
-        history_by_origin={k: tuple(sorted(v, key=lambda c: c.index)) for k, v in sorted(history.items())},
+        history_by_origin={k: tuple(sorted(v, key=_BY_INDEX)) for k, v in sorted(history.items())},
         eliminated_by=dict(sorted(eliminated.items())),
         edges=tuple(tracker.edges),
         site_edges=tuple(sorted(site_edges)),

@@ -3,6 +3,7 @@ nothing the tracker does can break or change the user's build."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import traceback
 
@@ -48,21 +49,29 @@ class TraceSession:
         self.tracker = tracker
 
     def _guard(self, pass_name, fn, *args) -> None:
-        # The tracker allocates many small, acyclic objects; letting them trigger
-        # full collections over TVM's large heap would cost more than the tracking.
-        collecting = gc.isenabled()
-        gc.disable()
         try:
-            fn(*args)
+            with gc_paused():
+                fn(*args)
         except Exception as exc:  # tracing must never break the build
             where = traceback.extract_tb(exc.__traceback__)[-1]
             self.degraded.append(
                 f"tracking stopped at pass {pass_name}: {type(exc).__name__}: {exc} "
                 f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
             )
-        finally:
-            if collecting:
-                gc.enable()
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Tracking allocates many small, short-lived objects; each collection they would
+    set off walks TVM's and torch's large heaps, and would cost more than the tracking.
+    What tracking keeps is mostly atomic tuples, which the collector does not track."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 @tvm.ir.instrument.pass_instrument

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import tvm_ffi
 from tvm import relax
 from tvm.ir import expr as _expr
 from tvm.ir.op import Op
@@ -38,6 +39,16 @@ CALL_TIR_OPS = frozenset({
 PACKED_OPS = frozenset({"relax.call_packed", "relax.call_builtin_with_ctx", "relax.call_pure_packed"})
 
 
+_ARRAY_SIZE = tvm_ffi.get_global_func("ffi.ArraySize")
+_ARRAY_ITEM = tvm_ffi.get_global_func("ffi.ArrayGetItem")
+
+
+def items(array) -> list:
+    """The elements of an FFI Array. Slicing an Array goes through Python helpers per
+    element; on the per-binding path that costs more than the tracking itself."""
+    return [_ARRAY_ITEM(array, i) for i in range(_ARRAY_SIZE(array))]
+
+
 def relax_functions(mod) -> Iterator[tuple[str, relax.Function]]:
     """Relax functions of a module, primitive (fused group) functions excluded."""
     for gv, func in mod.functions.items():
@@ -61,8 +72,8 @@ def is_primitive(func) -> bool:
 def bindings(func) -> Iterator:
     body = func.body
     if isinstance(body, relax.SeqExpr):
-        for block in body.blocks[:]:
-            yield from block.bindings[:]
+        for block in items(body.blocks):
+            yield from items(block.bindings)
 
 
 def function_output(func):
@@ -117,11 +128,11 @@ def callee_and_args(call) -> tuple[str, list, object | None]:
     the two forms compare alike.
     """
     category, name = _callee_info(call.op)
-    args = call.args[:]
+    args = items(call.args)
     if category == "call_tir" and args:
         target = args[0]
         inner = args[1] if len(args) > 1 else None
-        inner_args = inner.fields[:] if is_tuple(inner) else ([inner] if inner is not None else [])
+        inner_args = items(inner.fields) if is_tuple(inner) else ([inner] if inner is not None else [])
         target_category, target_name = _callee_info(target)
         return target_name, inner_args, target if target_category == "global" else None
     if category == "packed" and args:
@@ -133,7 +144,7 @@ def callee_name(call) -> str:
     """The callee alone, without converting the arguments: cheap, for history."""
     category, name = _callee_info(call.op)
     if category in ("call_tir", "packed"):
-        return _callee_info(call.args[0])[1]
+        return _callee_info(_ARRAY_ITEM(call.args, 0))[1]
     return name
 
 
@@ -141,11 +152,11 @@ _CALLEES: dict[int, tuple[object, str, str]] = {}
 
 
 def _callee_info(op) -> tuple[str, str]:
-    """(category, name) of a callee, memoised by handle (ops are singletons and
-    GlobalVars live as long as their module)."""
+    """(category, name) of a callee, memoised by handle. Each entry holds the callee
+    object, so its handle cannot be reused by another object while the entry lives."""
     handle = op.__chandle__()
     found = _CALLEES.get(handle)
-    if found is None or found[0] is not op and not found[0].same_as(op):
+    if found is None:
         if isinstance(op, Op):
             name = op.name
             category = "call_tir" if name in CALL_TIR_OPS else "packed" if name in PACKED_OPS else "op"
@@ -183,13 +194,32 @@ def tensor_types(ty) -> list[tuple[tuple, str]]:
         shape = ty.shape
         if shape is None or not hasattr(shape, "values"):
             return [((), str(ty.dtype))]
-        return [(tuple(_dim(v) for v in shape.values[:]), str(ty.dtype))]
+        return [(tuple(_dim(v) for v in items(shape.values)), str(ty.dtype))]
     if isinstance(ty, relax.TupleType):
         out: list[tuple[tuple, str]] = []
         for field in ty.fields:
             out.extend(tensor_types(field))
         return out
     return []
+
+
+_TYPES: dict[int, tuple[tuple[tuple, str], ...]] = {}
+
+
+def tensor_types_cached(ty) -> tuple[tuple[tuple, str], ...]:
+    """``tensor_types``, memoised by structural hash: a model repeats a few shapes
+    thousands of times, and hashing is a quarter of the cost of reading a shape.
+    (Two different types sharing a 64-bit hash among a model's few thousand types
+    has odds below 1e-11.)"""
+    if ty is None:
+        return ()
+    key = tvm_ffi.structural_hash(ty)
+    found = _TYPES.get(key)
+    if found is None:
+        if len(_TYPES) > 100_000:  # a long-lived process building many models
+            _TYPES.clear()
+        found = _TYPES[key] = tuple(tensor_types(ty))
+    return found
 
 
 def _dim(value):

@@ -20,6 +20,7 @@ attributed to the layers they serve and marked with the pass.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Iterable
 
 from attrs import define, field
@@ -55,23 +56,33 @@ class Change:
     rule: str
 
 
+@define(frozen=True)
+class _Index:
+    """Look-ups into a function as the last pass left it, for the rules after identity."""
+
+    by_name: dict[tuple[str, str], int]  # (var name, callee) -> token
+    var_names: dict[str, int]
+    by_args: dict[tuple, list[int]]  # argument tokens -> tokens
+    tok_var: dict[int, tuple[int, str]]  # token -> (var handle, callee)
+
+
 @define
 class _FunctionState:
-    """A function as the last pass left it. The name and argument indexes serve only
-    the rare binding that identity does not explain, so they are built on first use."""
+    """A function as the last pass left it, as handles and tokens: no Python wrapper
+    outlives the walk, so none piles up for the garbage collector. The index serves
+    only the rare binding that identity does not explain, so it is built on first use."""
 
     func: object
-    binds: list
     tokens: list[int]  # token of each op binding, in order
     origins: frozenset[str]
-    tracker: "Tracker"
-    _index: tuple | None = None
+    var_of: dict[int, int]  # binding handle -> var handle: a binding the next pass keeps is skipped
+    bookkeeping: set[int]  # var handles of memory/shape bookkeeping bindings
+    _index: _Index | None = None
 
-    def _build(self) -> tuple:
+    def index(self, tracker: "Tracker") -> _Index:
         if self._index is None:
-            tracker = self.tracker
             by_name, var_names, by_args, tok_var = {}, {}, {}, {}
-            for binding in self.binds:
+            for binding in ir.bindings(self.func):
                 var = binding.var
                 tok = tracker._var_tok.get(var.__chandle__())
                 if tok is None:
@@ -81,49 +92,32 @@ class _FunctionState:
                 if call is not None:
                     by_name[(var.name, call[0])] = tok
                     tok_var[tok] = (var.__chandle__(), call[0])
-                    by_args.setdefault(tracker._key(call[0], call[1], None, None)[1], []).append(tok)
-            self._index = (by_name, var_names, by_args, tok_var)
+                    by_args.setdefault(tracker._key(call[0], call[1])[1], []).append(tok)
+            self._index = _Index(by_name, var_names, by_args, tok_var)
         return self._index
-
-    @property
-    def by_name(self) -> dict[tuple[str, str], int]:
-        return self._build()[0]
-
-    @property
-    def var_names(self) -> dict[str, int]:
-        return self._build()[1]
-
-    @property
-    def by_args(self) -> dict[tuple, list[int]]:
-        return self._build()[2]
-
-    @property
-    def tok_var(self) -> dict[int, tuple[int, str]]:
-        return self._build()[3]
 
 
 @define
 class _Walk:
     """Scratch state of one function walk."""
 
+    func: object
     old: _FunctionState | None
-    binds: list = field(factory=list)
     claimed: set[int] = field(factory=set)
     bookkeeping: set[int] = field(factory=set)
-    rewritten: set[int] = field(factory=set)  # tokens whose op this pass rewrote
+    changes: list[tuple[int, list, str, str | None]] = field(factory=list)  # (token, args, rule, callee)
+    new: list[tuple[int, str]] = field(factory=list)  # (token, callee) with no rule
+    # filled only when some binding is new, to tell whom it serves:
+    rewritten: set[int] = field(factory=set)
     uses: dict[int, list[int]] = field(factory=dict)
     args_of: dict[int, list[int]] = field(factory=dict)
-    arg_lists: list[tuple[int, object]] = field(factory=list)  # (token, call value)
-    new: list[tuple[int, str]] = field(factory=list)  # (token, callee) with no rule
-    rules: dict[str, int] = field(factory=dict)
-    changes: list[tuple[int, object, str]] = field(factory=list)  # (token, value, rule)
     _callee_of: dict[int, str] | None = None
 
     def callee_of(self, tracker: "Tracker") -> dict[int, str]:
         """var handle -> callee after the pass; built only when the args rule asks."""
         if self._callee_of is None:
             self._callee_of = {}
-            for binding in self.binds:
+            for binding in ir.bindings(self.func):
                 call = tracker._call(binding.value)
                 if call is not None:
                     self._callee_of[binding.var.__chandle__()] = call[0]
@@ -142,15 +136,15 @@ class Tracker:
         self._var_value: dict[int, int] = {}
         self._const_tok: dict[int, int] = {}
         self._param_tok: dict[tuple[str, str], int] = {}
-        self._keys: dict[tuple, list[int]] = {}
+        self._keys: dict[tuple, tuple[int, ...]] = {}
         self._pins: list = []
-        self._unregistered: dict[int, tuple[object, int]] = {}  # var handle -> (value, token)
         self._recipes: dict[int, tuple] = {}
         self._funcs: dict[str, _FunctionState] = {}
         self._pass_index = 0
         self.last_mod = None
         self.events: list[PassEvent] = []
-        self.changes: dict[int, list[Change]] = {}
+        # token -> Change fields per pass, as tuples of str and int: the GC does not track them
+        self.changes: dict[int, tuple[tuple, ...]] = {}
         self.eliminated: dict[str, str] = {}
         self._seed(table)
 
@@ -190,7 +184,7 @@ class Tracker:
         return self._canon_of(tok)
 
     def resolve_arg(self, expr) -> int | None:
-        return self._resolve(expr, None, None)
+        return self._resolve(expr)
 
     # -- set-up ---------------------------------------------------------------
 
@@ -212,15 +206,27 @@ class Tracker:
     # -- one function ---------------------------------------------------------
 
     def _process(self, mod, fname, func, pass_name, old) -> _FunctionState:
-        walk = _Walk(old=old)
+        walk = _Walk(func=func, old=old)
         tokens: list[int] = []
-        for param in func.params[:]:
+        for param in ir.items(func.params):
             self._param_token(fname, param)
-        binds = walk.binds = list(ir.bindings(func))
         var_tok, var_value = self._var_tok, self._var_value
-        for binding in binds:
+        kept, kept_bookkeeping = (old.var_of, old.bookkeeping) if old is not None else ({}, set())
+        var_of: dict[int, int] = {}
+        for binding in ir.bindings(func):
+            binding_handle = binding.__chandle__()
+            handle = kept.get(binding_handle)
+            if handle is not None:  # the pass kept this binding object: nothing in it changed
+                var_of[binding_handle] = handle
+                tok = var_tok.get(handle)
+                if tok is not None:
+                    tokens.append(tok)
+                elif handle in kept_bookkeeping:
+                    walk.bookkeeping.add(handle)
+                continue
             var, value = binding.var, binding.value
             handle, value_handle = var.__chandle__(), value.__chandle__()
+            var_of[binding_handle] = handle
             tok = var_tok.get(handle)
             if tok is not None and var_value.get(handle) != value_handle:
                 if tok in walk.claimed and self._now_moves_data(value):
@@ -235,7 +241,8 @@ class Tracker:
         self._finish_new(fname, pass_name, walk)
         self._pin(func)
         origins = frozenset().union(*(self._tok_origins[t] for t in tokens)) if tokens else frozenset()
-        state = _FunctionState(func=func, binds=binds, tokens=tokens, origins=origins, tracker=self)
+        state = _FunctionState(func=func, tokens=tokens, origins=origins, var_of=var_of,
+                               bookkeeping=walk.bookkeeping)
         self._record_event(fname, pass_name, walk, old, state)
         return state
 
@@ -243,15 +250,19 @@ class Tracker:
         call = self._call(value)
         return call is not None and ir.is_data_movement(call[0])
 
-    def _rewritten_in_place(self, handle, value, tok, walk) -> int | None:
+    def _rewritten_in_place(self, handle, value, tok, walk) -> int:
         """Rule 1, identity: the Var survived with a new value (LegalizeOps, FuseTIR).
-        Its key is registered lazily: only a later non-identity binding looks keys up."""
+        The new value's key is registered at once, for later passes' value rule."""
         self._var_value[handle] = value.__chandle__()
-        self._unregistered[handle] = (value, tok)
-        self._count(walk, IDENTITY)
-        walk.changes.append((tok, value, IDENTITY))
-        walk.rewritten.add(tok)
-        walk.arg_lists.append((tok, value))
+        call = self._call(value)
+        if call is None:
+            walk.changes.append((tok, [value], IDENTITY, None))
+            return tok
+        callee, args, _ = call
+        if ir.is_bookkeeping(callee):
+            return tok  # an output buffer re-planned by the memory passes: not a change of the op
+        self._add_key(self._key(callee, args), tok)
+        walk.changes.append((tok, args, IDENTITY, callee))
         return tok
 
     def _call(self, value) -> tuple | None:
@@ -283,8 +294,7 @@ class Tracker:
                 self._var_tok[handle] = tok
             return tok
         callee, args, gv = call
-        self._flush()
-        key = self._key(callee, args, None, walk)
+        key = self._key(callee, args, walk)
         tok, rule = self._match(key, walk), VALUE
         if tok is None and gv is not None:
             tok, rule = self._replay(mod, gv, args, walk), REPLAY
@@ -297,35 +307,23 @@ class Tracker:
             walk.new.append((tok, callee))
             if ir.is_data_movement(callee) and key[1]:
                 self._canon[tok] = key[1][0]  # a layout change keeps the value's identity
-        self._count(walk, rule)
-        walk.changes.append((tok, value, rule))
-        walk.rewritten.add(tok)
+        walk.changes.append((tok, args, rule, callee))
         walk.claimed.add(tok)
         self._var_tok[handle] = tok
         self._add_key(key, tok)
         self._claim_outputs(args, tok, walk)
-        walk.arg_lists.append((tok, value))
         return tok
 
     def _add_key(self, key, tok) -> None:
-        bucket = self._keys.setdefault(key, [])
+        bucket = self._keys.get(key, ())
         if tok not in bucket:
-            bucket.append(tok)
-
-    def _flush(self) -> None:
-        """Register the keys of values that identity carried, before any look-up."""
-        pending, self._unregistered = self._unregistered, {}
-        for value, tok in pending.values():
-            call = self._call(value)
-            if call is not None and not ir.is_bookkeeping(call[0]):
-                self._add_key(self._key(call[0], call[1], None, None), tok)
+            self._keys[key] = bucket + (tok,)  # a tuple of ints: the GC need not track it
 
     def _link_uses(self, walk) -> None:
         """Producer/consumer links of the bindings this pass rewrote; only needed to
         tell whom an inserted op serves."""
-        for tok, value in walk.arg_lists:
-            call = self._call(value)
-            args = call[1] if call is not None else [value]
+        for tok, args, _, _ in walk.changes:
+            walk.rewritten.add(tok)
             walk.args_of[tok] = [t for t in (self._raw(a) for a in args) if t is not None]
             for t in walk.args_of[tok]:
                 walk.uses.setdefault(t, []).append(tok)
@@ -337,13 +335,13 @@ class Tracker:
         if ir.is_tuple_get_item(value):
             return self._raw(value.tuple_value)
         if ir.is_tuple(value):
-            parts = [self._raw(f) for f in value.fields[:]]
+            parts = [self._raw(f) for f in ir.items(value.fields)]
             key = ("tuple", tuple(self._canon_of(p) for p in parts if p is not None))
             found = self._keys.get(key)
             if found:
                 return found[0]
             tok = self._new_token(frozenset().union(*(self._tok_origins[p] for p in parts if p is not None)) if parts else ())
-            self._keys[key] = [tok]
+            self._keys[key] = (tok,)
             return tok
         return None
 
@@ -357,38 +355,48 @@ class Tracker:
     # -- keys and rules -------------------------------------------------------
 
     def _raw(self, expr) -> int | None:
-        if ir.is_var(expr):
+        kind = ir.kind(expr)
+        if kind == "var":
             return self._var_tok.get(expr.__chandle__())
-        if ir.is_constant(expr):
-            handle = expr.__chandle__()
-            if handle not in self._const_tok:
-                self._const_tok[handle] = self._new_token(())
-            return self._const_tok[handle]
+        if kind == "const":
+            return self._const_token(expr.__chandle__())
         return None
+
+    def _const_token(self, handle: int) -> int:
+        tok = self._const_tok.get(handle)
+        if tok is None:
+            tok = self._const_tok[handle] = self._new_token(())
+        return tok
 
     def _canon_of(self, tok: int) -> int:
         while tok in self._canon:
             tok = self._canon[tok]
         return tok
 
-    def _resolve(self, expr, env, walk) -> int | None:
-        if env is not None and ir.is_var(expr) and expr.__chandle__() in env:
-            return self._canon_of(env[expr.__chandle__()])
-        tok = self._raw(expr)
-        if tok is None and walk is not None and ir.is_var(expr) and walk.old is not None:
-            if expr.__chandle__() in walk.bookkeeping:
-                return None
-            tok = walk.old.var_names.get(expr.name)
+    def _resolve(self, expr, walk=None) -> int | None:
+        """An argument's canonical token. Inside a walk, a var the pass re-created
+        under its old name (and not yet bound) is found by that name."""
+        kind = ir.kind(expr)
+        if kind == "var":
+            handle = expr.__chandle__()
+            tok = self._var_tok.get(handle)
+            if tok is None and walk is not None and walk.old is not None and handle not in walk.bookkeeping:
+                tok = walk.old.index(self).var_names.get(expr.name)
+        elif kind == "const":
+            tok = self._const_token(expr.__chandle__())
+        else:
+            return None
         return None if tok is None else self._canon_of(tok)
 
-    def _key(self, callee, args, env, walk) -> tuple:
+    def _key(self, callee, args, walk=None) -> tuple:
+        """(callee, canonical argument tokens): what a value computes, whatever its var."""
         resolved = []
         for arg in args:
-            if ir.is_tuple(arg):
-                resolved.extend(self._resolve(f, env, walk) for f in arg.fields)
-            else:
-                resolved.append(self._resolve(arg, env, walk))
-        return (callee, tuple(t for t in resolved if t is not None))
+            for part in (ir.items(arg.fields) if ir.kind(arg) == "tuple" else (arg,)):
+                tok = self._resolve(part, walk)
+                if tok is not None:
+                    resolved.append(tok)
+        return (callee, tuple(resolved))
 
     def _match(self, key, walk) -> int | None:
         found = self._keys.get(key)
@@ -400,17 +408,18 @@ class Tracker:
         return None  # never hand one value's origins to two bindings
 
     def _by_name(self, name, callee, walk) -> int | None:
-        tok = walk.old.by_name.get((name, callee))
+        tok = walk.old.index(self).by_name.get((name, callee))
         return tok if tok is not None and tok not in walk.claimed else None
 
     def _by_args(self, callee, args, walk) -> int | None:
         """An op whose implementation was swapped (AlterOpImpl): same inputs, new callee,
         and the old binding is gone or now holds a layout transform."""
         found = []
-        for tok in walk.old.by_args.get(args, ()):
+        index = walk.old.index(self)
+        for tok in index.by_args.get(args, ()):
             if tok in walk.claimed:
                 continue
-            handle, old_callee = walk.old.tok_var[tok]
+            handle, old_callee = index.tok_var[tok]
             if ir.is_data_movement(callee) and not ir.is_data_movement(old_callee):
                 continue
             now = walk.callee_of(self).get(handle)
@@ -427,7 +436,7 @@ class Tracker:
             return None
         env: dict[int, int] = {}
         for param, arg in zip(params, args):
-            tok = self._resolve(arg, None, walk)
+            tok = self._resolve(arg, walk)
             if tok is not None:
                 env[param] = tok
         matched: list[int] = []
@@ -466,13 +475,13 @@ class Tracker:
                 value = binding.value
                 if ir.is_call(value):
                     callee, inner_args, _ = ir.callee_and_args(value)
-                    refs = [self._ref(f) for a in inner_args for f in (a.fields[:] if ir.is_tuple(a) else [a])]
+                    refs = [self._ref(f) for a in inner_args for f in (ir.items(a.fields) if ir.is_tuple(a) else [a])]
                     steps.append((binding.var.__chandle__(), callee, tuple(r for r in refs if r is not None)))
                 elif ir.is_var(value) or ir.is_tuple_get_item(value):
                     inner = value if ir.is_var(value) else value.tuple_value
                     steps.append((binding.var.__chandle__(), None, ((inner.__chandle__(), None),)))
             out = ir.function_output(func)
-            self._recipes[handle] = (tuple(p.__chandle__() for p in func.params[:]), tuple(steps),
+            self._recipes[handle] = (tuple(p.__chandle__() for p in ir.items(func.params)), tuple(steps),
                                      out.__chandle__() if out is not None and ir.is_var(out) else None)
         return self._recipes[handle]
 
@@ -529,34 +538,30 @@ class Tracker:
 
     # -- events ---------------------------------------------------------------
 
-    @staticmethod
-    def _count(walk, rule) -> None:
-        walk.rules[rule] = walk.rules.get(rule, 0) + 1
-
     def _record_event(self, fname, pass_name, walk: _Walk, old, state) -> None:
         if self._pass_index == 0:
             return  # the input itself, not a pass
         new_ids = [next(iter(self._tok_origins[t])) for t, _ in walk.new]
-        named = ((tok, ir.callee_name(value), rule) for tok, value, rule in walk.changes if ir.is_call(value))
-        # a kernel's output buffer re-planned by the memory passes is not a change of its op
-        changes = [change for change in named if not ir.is_bookkeeping(change[1])]
         eliminated = sorted(old.origins - state.origins) if old is not None else []
         self._record_elimination(eliminated, pass_name)
         merged = []
         old_tokens = set(old.tokens) if old is not None else set()
-        for tok in state.tokens:
-            if tok not in old_tokens and len(self._tok_origins[tok]) > 1:
-                merged.append(tuple(sorted(self._tok_origins[tok])))
+        if not old_tokens.issuperset(state.tokens):
+            for tok in state.tokens:
+                if tok not in old_tokens and len(self._tok_origins[tok]) > 1:
+                    merged.append(tuple(sorted(self._tok_origins[tok])))
         event = PassEvent(
             index=self._pass_index, pass_name=pass_name, function=fname,
-            rules=tuple(sorted(walk.rules.items())),
+            rules=tuple(sorted(Counter(change[2] for change in walk.changes).items())),
             inserted=tuple(o for o in new_ids if self.origins[o].kind == INSERTED),
             unresolved=tuple(o for o in new_ids if self.origins[o].kind == UNRESOLVED),
             eliminated=tuple(eliminated), merged=tuple(merged),
         )
         self.events.append(event)
-        for tok, callee, rule in changes:
-            self.changes.setdefault(tok, []).append(Change(self._pass_index, pass_name, fname, callee, rule))
+        history = self.changes
+        for tok, _, rule, callee in walk.changes:
+            if callee is not None:
+                history[tok] = history.get(tok, ()) + ((self._pass_index, pass_name, fname, callee, rule),)
 
     def _record_elimination(self, origin_ids, pass_name) -> None:
         for oid in origin_ids:

@@ -60,12 +60,12 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
     edges: set[tuple[str, str]] = set()
     used_layers: dict[str, int] = {}
     used_ids: dict[str, int] = {}
-    types: dict[int, list] = {}  # handle -> tensor types: each var's type is read once
+    types: dict[int, tuple] = {}  # handle -> tensor types: each var's type is read once
 
-    def types_of(expr) -> list:
+    def types_of(expr) -> tuple:
         handle = expr.__chandle__()
         if handle not in types:
-            types[handle] = ir.tensor_types(ir.expr_type(expr))
+            types[handle] = ir.tensor_types_cached(ir.expr_type(expr))
         return types[handle]
 
     for fname, func in sorted(ir.relax_functions(mod), key=lambda item: item[0]):
@@ -128,7 +128,7 @@ def main_inputs(mod) -> tuple[tuple[str, tuple, str], ...]:
     if main is None:
         return ()
     out = []
-    for param in main.params[:]:
+    for param in ir.items(main.params):
         for shape, dtype in ir.tensor_types(ir.expr_type(param))[:1]:
             out.append((param.name, shape, dtype))
     return tuple(out)
