@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from operator import attrgetter
-
 from tvm import relax
 
 from . import ir
 from .lineage import BuiltinSite, CallSite, Lineage, roles_for
 from .matching import Change, Tracker
-
-_BY_INDEX = attrgetter("index")
 
 
 def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), inputs=()) -> Lineage:
@@ -28,9 +24,9 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         value = binding.value
         if not ir.is_call(value):
             continue
-        callee, args, gv = ir.callee_and_args(value)
-        if ir.is_bookkeeping(callee):
+        if ir.is_bookkeeping(ir.callee_name(value)):
             continue
+        callee, args, gv = ir.callee_and_args(value)
         tok = tracker.token_of(binding.var)
         if tok is None:  # a destination-passing call: its value lives in its output arg
             outs = (tracker.token_of(a) for a in reversed(args) if ir.is_var(a))
@@ -56,8 +52,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     present |= {o for b in builtins for o in b.origins}
     eliminated = {o: p for o, p in tracker.eliminated.items() if o not in present}
     history: dict[str, list[Change]] = {}
-    for tok, fields in tracker.changes.items():
-        changes = [Change(*f) for f in fields]
+    for tok, changes in tracker.changes.items():
         for oid in tracker.origins_of_token(tok):
             history.setdefault(oid, []).extend(changes)
     return Lineage(
@@ -66,7 +61,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         kernels={k: tuple(v) for k, v in kernels.items()},
         builtins=tuple(builtins),
         events=tuple(tracker.events),
-        history_by_origin={k: tuple(sorted(v, key=_BY_INDEX)) for k, v in sorted(history.items())},
+        history_by_origin={k: tuple(sorted(v)) for k, v in sorted(history.items())},
         eliminated_by=dict(sorted(eliminated.items())),
         edges=tuple(tracker.edges),
         site_edges=tuple(sorted(site_edges)),

@@ -69,11 +69,14 @@ def is_primitive(func) -> bool:
     return attrs is not None and "Primitive" in attrs and int(attrs["Primitive"]) == 1
 
 
-def bindings(func) -> Iterator:
+def bindings(func) -> list:
+    """The bindings of a function's body, in order."""
     body = func.body
+    out: list = []
     if isinstance(body, relax.SeqExpr):
         for block in items(body.blocks):
-            yield from items(block.bindings)
+            out += items(block.bindings)
+    return out
 
 
 def function_output(func):
@@ -203,22 +206,23 @@ def tensor_types(ty) -> list[tuple[tuple, str]]:
     return []
 
 
-_TYPES: dict[int, tuple[tuple[tuple, str], ...]] = {}
+_TYPES: dict[int, tuple[tuple[tuple, ...], tuple[str, ...]]] = {}
 
 
-def tensor_types_cached(ty) -> tuple[tuple[tuple, str], ...]:
-    """``tensor_types``, memoised by structural hash: a model repeats a few shapes
-    thousands of times, and hashing is a quarter of the cost of reading a shape.
-    (Two different types sharing a 64-bit hash among a model's few thousand types
-    has odds below 1e-11.)"""
+def shapes_and_dtypes(ty) -> tuple[tuple[tuple, ...], tuple[str, ...]]:
+    """(shapes, dtypes) of the tensors in a type, memoised by structural hash: a model
+    repeats a few types thousands of times, and hashing costs a quarter of reading
+    a shape. (Two different types sharing a 64-bit hash among a model's few thousand
+    types has odds below 1e-11.)"""
     if ty is None:
-        return ()
+        return (), ()
     key = tvm_ffi.structural_hash(ty)
     found = _TYPES.get(key)
     if found is None:
         if len(_TYPES) > 100_000:  # a long-lived process building many models
             _TYPES.clear()
-        found = _TYPES[key] = tuple(tensor_types(ty))
+        pairs = tensor_types(ty)
+        found = _TYPES[key] = (tuple(s for s, _ in pairs), tuple(d for _, d in pairs))
     return found
 
 

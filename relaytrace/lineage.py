@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import attrs
 from attrs import define, field
@@ -22,8 +22,9 @@ SCHEMA = "relaytrace.lineage/1"
 ANCHOR, FUSED = "anchor", "fused"
 
 
-@define(frozen=True)
-class Role:
+class Role(NamedTuple):
+    """An origin's part in a call site. A NamedTuple for the same reason as Change."""
+
     origin: str
     role: str  # anchor | fused | inserted | unresolved
 
@@ -211,10 +212,11 @@ class Lineage:
             "target": self.target,
             "pipeline": self.pipeline,
             "origins": [attrs.asdict(o) for o in self.origins.values()],
-            "kernels": {k: [attrs.asdict(s) for s in v] for k, v in self.kernels.items()},
+            "kernels": {k: [{**attrs.asdict(s, recurse=False), "roles": [r._asdict() for r in s.roles]} for s in v]
+                        for k, v in self.kernels.items()},
             "builtins": [attrs.asdict(b) for b in self.builtins],
             "events": [attrs.asdict(e) for e in self.events],
-            "history": {k: [attrs.asdict(c) for c in v] for k, v in self.history_by_origin.items()},
+            "history": {k: [c._asdict() for c in v] for k, v in self.history_by_origin.items()},
             "eliminated": self.eliminated_by,
             "edges": self.edges,
             "site_edges": self.site_edges,
@@ -297,12 +299,11 @@ def roles_for(origin_ids: Iterable[str], origins: dict[str, Origin]) -> tuple[Ro
     """Anchor = heaviest model op (ties: earliest); other model ops fused; the rest by kind."""
     from .ops import op_rank
 
-    ids = sorted(set(origin_ids), key=lambda o: (origins[o].kind != OP, origins[o].function, origins[o].index, o))
-    ops = [o for o in ids if origins[o].kind == OP]
-    anchor = max(ops, key=lambda o: op_rank(origins[o].op), default=None) if ops else None
-    roles = []
-    for o in ids:
-        kind = origins[o].kind
-        role = ANCHOR if o == anchor else FUSED if kind == OP else kind
-        roles.append(Role(o, role))
-    return tuple(roles)
+    found = sorted((origins[o] for o in set(origin_ids)), key=_site_order)
+    ops = [o for o in found if o.kind == OP]
+    anchor = max(ops, key=lambda o: op_rank(o.op)).id if ops else None
+    return tuple(Role(o.id, ANCHOR if o.id == anchor else FUSED if o.kind == OP else o.kind) for o in found)
+
+
+def _site_order(origin: Origin) -> tuple:
+    return (origin.kind != OP, origin.function, origin.index, origin.id)

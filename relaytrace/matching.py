@@ -21,7 +21,7 @@ attributed to the layers they serve and marked with the pass.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from attrs import define, field
 
@@ -45,9 +45,12 @@ class PassEvent:
     merged: tuple[tuple[str, ...], ...] = ()
 
 
-@define(frozen=True)
-class Change:
-    """One step of an origin's history: after pass N its op was carried by ``callee``."""
+class Change(NamedTuple):
+    """One step of an origin's history: after pass N its op was carried by ``callee``.
+
+    A NamedTuple rather than an attrs class: a build records one per rewritten
+    binding per pass, and a tuple of str and int is cheaper to make and is not
+    tracked by the garbage collector."""
 
     index: int
     pass_name: str
@@ -105,7 +108,7 @@ class _Walk:
     old: _FunctionState | None
     claimed: set[int] = field(factory=set)
     bookkeeping: set[int] = field(factory=set)
-    changes: list[tuple[int, list, str, str | None]] = field(factory=list)  # (token, args, rule, callee)
+    changes: list[tuple[int, object, str, str | None]] = field(factory=list)  # (token, value, rule, callee)
     new: list[tuple[int, str]] = field(factory=list)  # (token, callee) with no rule
     # filled only when some binding is new, to tell whom it serves:
     rewritten: set[int] = field(factory=set)
@@ -137,14 +140,15 @@ class Tracker:
         self._const_tok: dict[int, int] = {}
         self._param_tok: dict[tuple[str, str], int] = {}
         self._keys: dict[tuple, tuple[int, ...]] = {}
+        self._unregistered: dict[int, tuple[int, int, int]] = {}  # var handle -> (function handle, position, token)
+        self._unregistered_in: dict[int, object] = {}  # function handle -> function
         self._pins: list = []
         self._recipes: dict[int, tuple] = {}
         self._funcs: dict[str, _FunctionState] = {}
         self._pass_index = 0
         self.last_mod = None
         self.events: list[PassEvent] = []
-        # token -> Change fields per pass, as tuples of str and int: the GC does not track them
-        self.changes: dict[int, tuple[tuple, ...]] = {}
+        self.changes: dict[int, tuple[Change, ...]] = {}  # token -> its changes, pass by pass
         self.eliminated: dict[str, str] = {}
         self._seed(table)
 
@@ -213,7 +217,7 @@ class Tracker:
         var_tok, var_value = self._var_tok, self._var_value
         kept, kept_bookkeeping = (old.var_of, old.bookkeeping) if old is not None else ({}, set())
         var_of: dict[int, int] = {}
-        for binding in ir.bindings(func):
+        for position, binding in enumerate(ir.bindings(func)):
             binding_handle = binding.__chandle__()
             handle = kept.get(binding_handle)
             if handle is not None:  # the pass kept this binding object: nothing in it changed
@@ -233,7 +237,7 @@ class Tracker:
                     del var_tok[handle]  # AlterOpImpl reused the var for a layout transform
                     tok = self._bind(mod, binding, walk)
                 else:
-                    tok = self._rewritten_in_place(handle, value, tok, walk)
+                    tok = self._rewritten_in_place(func, position, handle, value, tok, walk)
             elif tok is None:
                 tok = self._bind(mod, binding, walk)
             if tok is not None:
@@ -250,19 +254,18 @@ class Tracker:
         call = self._call(value)
         return call is not None and ir.is_data_movement(call[0])
 
-    def _rewritten_in_place(self, handle, value, tok, walk) -> int:
+    def _rewritten_in_place(self, func, position, handle, value, tok, walk) -> int:
         """Rule 1, identity: the Var survived with a new value (LegalizeOps, FuseTIR).
-        The new value's key is registered at once, for later passes' value rule."""
+        The new value's key is registered lazily (``_flush``): most are superseded by
+        the next in-place rewrite before any binding looks keys up."""
         self._var_value[handle] = value.__chandle__()
-        call = self._call(value)
-        if call is None:
-            walk.changes.append((tok, [value], IDENTITY, None))
-            return tok
-        callee, args, _ = call
-        if ir.is_bookkeeping(callee):
+        callee = ir.callee_name(value) if ir.is_call(value) else None
+        if callee is not None and ir.is_bookkeeping(callee):
             return tok  # an output buffer re-planned by the memory passes: not a change of the op
-        self._add_key(self._key(callee, args), tok)
-        walk.changes.append((tok, args, IDENTITY, callee))
+        if callee is not None:
+            self._unregistered[handle] = (func.__chandle__(), position, tok)
+            self._unregistered_in[func.__chandle__()] = func
+        walk.changes.append((tok, value, IDENTITY, callee))
         return tok
 
     def _call(self, value) -> tuple | None:
@@ -294,6 +297,7 @@ class Tracker:
                 self._var_tok[handle] = tok
             return tok
         callee, args, gv = call
+        self._flush()
         key = self._key(callee, args, walk)
         tok, rule = self._match(key, walk), VALUE
         if tok is None and gv is not None:
@@ -307,7 +311,7 @@ class Tracker:
             walk.new.append((tok, callee))
             if ir.is_data_movement(callee) and key[1]:
                 self._canon[tok] = key[1][0]  # a layout change keeps the value's identity
-        walk.changes.append((tok, args, rule, callee))
+        walk.changes.append((tok, value, rule, callee))
         walk.claimed.add(tok)
         self._var_tok[handle] = tok
         self._add_key(key, tok)
@@ -319,11 +323,29 @@ class Tracker:
         if tok not in bucket:
             self._keys[key] = bucket + (tok,)  # a tuple of ints: the GC need not track it
 
+    def _flush(self) -> None:
+        """Register the keys of values that identity carried, before any look-up. They
+        are found again by position in their (pinned) function, so that no Python
+        wrapper is held from pass to pass."""
+        if not self._unregistered:
+            return
+        by_func: dict[int, list[tuple[int, int]]] = {}
+        for func_handle, position, tok in self._unregistered.values():
+            by_func.setdefault(func_handle, []).append((position, tok))
+        for func_handle, entries in by_func.items():
+            binds = ir.bindings(self._unregistered_in[func_handle])
+            for position, tok in entries:
+                callee, args, _ = ir.callee_and_args(binds[position].value)
+                self._add_key(self._key(callee, args), tok)
+        self._unregistered, self._unregistered_in = {}, {}
+
     def _link_uses(self, walk) -> None:
         """Producer/consumer links of the bindings this pass rewrote; only needed to
         tell whom an inserted op serves."""
-        for tok, args, _, _ in walk.changes:
+        for tok, value, _, _ in walk.changes:
             walk.rewritten.add(tok)
+            call = self._call(value)
+            args = call[1] if call is not None else [value]
             walk.args_of[tok] = [t for t in (self._raw(a) for a in args) if t is not None]
             for t in walk.args_of[tok]:
                 walk.uses.setdefault(t, []).append(tok)
@@ -561,7 +583,7 @@ class Tracker:
         history = self.changes
         for tok, _, rule, callee in walk.changes:
             if callee is not None:
-                history[tok] = history.get(tok, ()) + ((self._pass_index, pass_name, fname, callee, rule),)
+                history[tok] = history.get(tok, ()) + (Change(self._pass_index, pass_name, fname, callee, rule),)
 
     def _record_elimination(self, origin_ids, pass_name) -> None:
         for oid in origin_ids:

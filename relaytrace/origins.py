@@ -60,13 +60,14 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
     edges: set[tuple[str, str]] = set()
     used_layers: dict[str, int] = {}
     used_ids: dict[str, int] = {}
-    types: dict[int, tuple] = {}  # handle -> tensor types: each var's type is read once
+    types: dict[int, tuple[tuple, tuple]] = {}  # handle -> (shapes, dtypes): each var's type is read once
 
-    def types_of(expr) -> tuple:
+    def types_of(expr) -> tuple[tuple, tuple]:
         handle = expr.__chandle__()
-        if handle not in types:
-            types[handle] = ir.tensor_types_cached(ir.expr_type(expr))
-        return types[handle]
+        found = types.get(handle)
+        if found is None:
+            found = types[handle] = ir.shapes_and_dtypes(ir.expr_type(expr))
+        return found
 
     for fname, func in sorted(ir.relax_functions(mod), key=lambda item: item[0]):
         producers: dict[int, frozenset[str]] = {}
@@ -84,31 +85,40 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
             else:
                 layer, source_op = named
             oid = _unique(f"{layer}/{ir.short_op(callee)}", used_ids, sep="#")
-            inputs = [t for a in args if ir.is_var(a) or ir.is_constant(a) for t in types_of(a)]
-            outputs = types_of(var)
+            in_shapes, in_dtypes = (), ()
+            for arg in args:
+                if ir.kind(arg) in ("var", "const"):
+                    shapes, dtypes = types_of(arg)
+                    in_shapes += shapes
+                    in_dtypes += dtypes
+                for src in _producers_of(arg, producers):
+                    edges.add((src, oid))
+            out_shapes, out_dtypes = types_of(var)
             origins[oid] = Origin(
                 id=oid, layer=layer, op=callee, function=fname, index=index,
-                input_shapes=tuple(s for s, _ in inputs), input_dtypes=tuple(d for _, d in inputs),
-                output_shapes=tuple(s for s, _ in outputs), output_dtypes=tuple(d for _, d in outputs),
+                input_shapes=in_shapes, input_dtypes=in_dtypes, output_shapes=out_shapes, output_dtypes=out_dtypes,
                 source_op=source_op,
             )
             handle = var.__chandle__()
             by_var[handle] = oid
-            for arg in args:
-                for src in _producers_of(arg, producers):
-                    edges.add((src, oid))
             producers[handle] = frozenset({oid})
     return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), module=mod)
 
 
+_NONE: frozenset[str] = frozenset()
+
+
 def _producers_of(expr, producers: Mapping[int, frozenset[str]]) -> frozenset[str]:
-    if ir.is_var(expr):
-        return producers.get(expr.__chandle__(), frozenset())
-    if ir.is_tuple(expr):
-        return frozenset().union(*(_producers_of(f, producers) for f in expr.fields)) if len(expr.fields) else frozenset()
-    if ir.is_tuple_get_item(expr):
+    kind = ir.kind(expr)
+    if kind == "var":
+        return producers.get(expr.__chandle__(), _NONE)
+    if kind == "const":
+        return _NONE
+    if kind == "tuple":
+        return _NONE.union(*(_producers_of(f, producers) for f in ir.items(expr.fields)))
+    if kind == "item":
         return _producers_of(expr.tuple_value, producers)
-    return frozenset()
+    return _NONE
 
 
 def _unique(name: str, used: dict[str, int], sep: str = "_") -> str:

@@ -68,7 +68,7 @@ def _recording_importer(shape_dict):
 def _assign(mod, records) -> dict[int, tuple[str, str]]:
     from .. import ir
 
-    binds = list(ir.bindings(mod["main"]))
+    binds = ir.bindings(mod["main"])
     by_var = {b.var.__chandle__(): i for i, b in enumerate(binds)}
     by_value = {b.value.__chandle__(): i for i, b in enumerate(binds)}
     owner: dict[int, tuple[str, str]] = {}
