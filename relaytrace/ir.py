@@ -130,17 +130,20 @@ def callee_and_args(call) -> tuple[str, list, object | None]:
     ``call_tir(F, (a, b))`` and the lowered ``F(a, b, out)`` both name callee F, so
     the two forms compare alike.
     """
-    category, name = _callee_info(call.op)
+    op = call.op
+    category, name = _callee_info(op)
     args = items(call.args)
     if category == "call_tir" and args:
-        target = args[0]
+        target_category, target_name = _callee_info(args[0])
         inner = args[1] if len(args) > 1 else None
-        inner_args = items(inner.fields) if is_tuple(inner) else ([inner] if inner is not None else [])
-        target_category, target_name = _callee_info(target)
-        return target_name, inner_args, target if target_category == "global" else None
+        if inner is None:
+            inner_args = []
+        else:
+            inner_args = items(inner.fields) if kind(inner) == "tuple" else [inner]
+        return target_name, inner_args, args[0] if target_category == "global" else None
     if category == "packed" and args:
         return _callee_info(args[0])[1], args[1:], None
-    return name, args, call.op if category == "global" else None
+    return name, args, op if category == "global" else None
 
 
 def callee_name(call) -> str:

@@ -114,6 +114,7 @@ class _Walk:
     rewritten: set[int] = field(factory=set)
     uses: dict[int, list[int]] = field(factory=dict)
     args_of: dict[int, list[int]] = field(factory=dict)
+    recipes: dict[int, tuple | None] = field(factory=dict)  # callee GlobalVar handle -> its recipe
     _callee_of: dict[int, str] | None = None
 
     def callee_of(self, tracker: "Tracker") -> dict[int, str]:
@@ -244,7 +245,10 @@ class Tracker:
                 tokens.append(tok)
         self._finish_new(fname, pass_name, walk)
         self._pin(func)
-        origins = frozenset().union(*(self._tok_origins[t] for t in tokens)) if tokens else frozenset()
+        if old is not None and tokens == old.tokens:
+            origins = old.origins  # the common case: no op appeared or went away
+        else:
+            origins = frozenset().union(*(self._tok_origins[t] for t in tokens))
         state = _FunctionState(func=func, tokens=tokens, origins=origins, var_of=var_of,
                                bookkeeping=walk.bookkeeping)
         self._record_event(fname, pass_name, walk, old, state)
@@ -286,17 +290,17 @@ class Tracker:
         """A binding whose Var is new to us: rules 2 to 4, else a new token."""
         var, value = binding.var, binding.value
         handle = var.__chandle__()
-        call = self._call(value)
-        if call is not None and ir.is_bookkeeping(call[0]):
-            walk.bookkeeping.add(handle)
-            return None
-        self._var_value[handle] = value.__chandle__()
-        if call is None:
+        if not ir.is_call(value):
+            self._var_value[handle] = value.__chandle__()
             tok = self._structural(value)
             if tok is not None:
                 self._var_tok[handle] = tok
             return tok
-        callee, args, gv = call
+        if ir.is_bookkeeping(ir.callee_name(value)):  # read the callee alone: allocations are many
+            walk.bookkeeping.add(handle)
+            return None
+        self._var_value[handle] = value.__chandle__()
+        callee, args, gv = ir.callee_and_args(value)
         self._flush()
         key = self._key(callee, args, walk)
         tok, rule = self._match(key, walk), VALUE
@@ -370,6 +374,8 @@ class Tracker:
     def _claim_outputs(self, args, tok, walk) -> None:
         """Destination-passing calls write into their trailing allocations: those vars
         now hold this call's value."""
+        if not walk.bookkeeping:
+            return
         for arg in args:
             if ir.is_var(arg) and arg.__chandle__() in walk.bookkeeping:
                 self._var_tok[arg.__chandle__()] = tok
@@ -450,10 +456,13 @@ class Tracker:
         return found[0] if len(found) == 1 else None
 
     def _replay(self, mod, gv, args, walk) -> int | None:
-        func = ir.lookup(mod, gv)
-        if func is None or not ir.is_primitive(func):
+        recipe = walk.recipes.get(gv.__chandle__(), False)
+        if recipe is False:
+            func = ir.lookup(mod, gv)
+            recipe = walk.recipes[gv.__chandle__()] = self._recipe(func) if func is not None else None
+        if recipe is None:
             return None
-        params, steps, output = self._recipe(func)
+        params, steps, output = recipe
         if len(params) != len(args):
             return None
         env: dict[int, int] = {}
@@ -463,13 +472,17 @@ class Tracker:
                 env[param] = tok
         matched: list[int] = []
         last = None
+        canon = self._canon_of
         for var, callee, refs in steps:
-            resolved = [self._canon_of(const) if const is not None else self._canon_of(env[r]) if r in env
-                        else None for r, const in refs]
+            resolved = []
+            for ref, const in refs:
+                tok = const if const is not None else env.get(ref)
+                if tok is not None:
+                    resolved.append(canon(tok))
             if callee is None:  # an alias or a projection
                 tok = resolved[0] if resolved else None
             else:
-                tok = self._match((callee, tuple(t for t in resolved if t is not None)), walk)
+                tok = self._match((callee, tuple(resolved)), walk)
                 if tok is None:
                     continue
                 walk.claimed.add(tok)
@@ -485,13 +498,16 @@ class Tracker:
             self._canon[result] = self._canon_of(out_tok)
         return result
 
-    def _recipe(self, func) -> tuple:
+    def _recipe(self, func) -> tuple | None:
         """A fused function's body read once, as plain data: (param handles, steps of
         (var handle, callee or None for aliases, arguments as (var handle, constant
-        token)), output handle).
+        token)), output handle); None for a function that is not a fused group.
         Every call site of a shared group is replayed from it without touching TVM."""
         handle = func.__chandle__()
         if handle not in self._recipes:
+            if not ir.is_primitive(func):
+                self._recipes[handle] = None
+                return None
             steps = []
             for binding in ir.bindings(func):
                 value = binding.value
@@ -564,11 +580,11 @@ class Tracker:
         if self._pass_index == 0:
             return  # the input itself, not a pass
         new_ids = [next(iter(self._tok_origins[t])) for t, _ in walk.new]
-        eliminated = sorted(old.origins - state.origins) if old is not None else []
-        self._record_elimination(eliminated, pass_name)
-        merged = []
-        old_tokens = set(old.tokens) if old is not None else set()
-        if not old_tokens.issuperset(state.tokens):
+        eliminated, merged = [], []
+        if old is None or state.tokens != old.tokens:
+            eliminated = sorted(old.origins - state.origins) if old is not None else []
+            self._record_elimination(eliminated, pass_name)
+            old_tokens = set(old.tokens) if old is not None else set()
             for tok in state.tokens:
                 if tok not in old_tokens and len(self._tok_origins[tok]) > 1:
                     merged.append(tuple(sorted(self._tok_origins[tok])))

@@ -62,8 +62,7 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
     used_ids: dict[str, int] = {}
     types: dict[int, tuple[tuple, tuple]] = {}  # handle -> (shapes, dtypes): each var's type is read once
 
-    def types_of(expr) -> tuple[tuple, tuple]:
-        handle = expr.__chandle__()
+    def types_of(expr, handle: int) -> tuple[tuple, tuple]:
         found = types.get(handle)
         if found is None:
             found = types[handle] = ir.shapes_and_dtypes(ir.expr_type(expr))
@@ -87,19 +86,24 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
             oid = _unique(f"{layer}/{ir.short_op(callee)}", used_ids, sep="#")
             in_shapes, in_dtypes = (), ()
             for arg in args:
-                if ir.kind(arg) in ("var", "const"):
-                    shapes, dtypes = types_of(arg)
+                kind = ir.kind(arg)
+                if kind == "var" or kind == "const":
+                    arg_handle = arg.__chandle__()
+                    shapes, dtypes = types_of(arg, arg_handle)
                     in_shapes += shapes
                     in_dtypes += dtypes
-                for src in _producers_of(arg, producers):
+                    sources = producers.get(arg_handle, _NONE)
+                else:
+                    sources = _producers_of(arg, producers)
+                for src in sources:
                     edges.add((src, oid))
-            out_shapes, out_dtypes = types_of(var)
+            handle = var.__chandle__()
+            out_shapes, out_dtypes = types_of(var, handle)
             origins[oid] = Origin(
                 id=oid, layer=layer, op=callee, function=fname, index=index,
                 input_shapes=in_shapes, input_dtypes=in_dtypes, output_shapes=out_shapes, output_dtypes=out_dtypes,
                 source_op=source_op,
             )
-            handle = var.__chandle__()
             by_var[handle] = oid
             producers[handle] = frozenset({oid})
     return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), module=mod)
