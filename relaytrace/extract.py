@@ -19,6 +19,8 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     if main is None:
         degraded.append("no Relax 'main' function was seen after the last pass")
     producer: dict[int, int] = {}  # token -> position of the site that computed it
+    relax_callees = {gv.name_hint for gv, func in mod.functions.items() if isinstance(func, relax.Function)} \
+        if mod is not None else set()
     position = 0
     for binding in ir.bindings(main) if main is not None else ():
         value = binding.value
@@ -32,7 +34,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
             outs = (tracker.token_of(a) for a in reversed(args) if ir.is_var(a))
             tok = next((t for t in outs if t is not None), None)
         origin_ids = tracker.origins_of_token(tok) if tok is not None else frozenset()
-        if gv is not None and isinstance(ir.lookup(mod, gv), relax.Function):
+        if gv is not None and callee in relax_callees:
             continue  # a call of another Relax function runs its kernels there
         is_kernel = gv is not None
         sources = {producer[src] for src in map(tracker.resolve_arg, args) if src is not None and src in producer}

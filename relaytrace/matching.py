@@ -263,14 +263,20 @@ class Tracker:
         The new value's key is registered lazily (``_flush``): most are superseded by
         the next in-place rewrite before any binding looks keys up."""
         self._var_value[handle] = value.__chandle__()
+        if self._pass_index == 0:  # the input's own op bindings: only their keys are news
+            self._unregister(func, position, handle, tok)
+            return tok
         callee = ir.callee_name(value) if ir.is_call(value) else None
         if callee is not None and ir.is_bookkeeping(callee):
             return tok  # an output buffer re-planned by the memory passes: not a change of the op
         if callee is not None:
-            self._unregistered[handle] = (func.__chandle__(), position, tok)
-            self._unregistered_in[func.__chandle__()] = func
+            self._unregister(func, position, handle, tok)
         walk.changes.append((tok, value, IDENTITY, callee))
         return tok
+
+    def _unregister(self, func, position, handle, tok) -> None:
+        self._unregistered[handle] = (func.__chandle__(), position, tok)
+        self._unregistered_in[func.__chandle__()] = func
 
     def _call(self, value) -> tuple | None:
         """(callee, args, GlobalVar) of a call. Not cached: a cache would keep a Python
@@ -338,9 +344,10 @@ class Tracker:
             by_func.setdefault(func_handle, []).append((position, tok))
         for func_handle, entries in by_func.items():
             binds = ir.bindings(self._unregistered_in[func_handle])
+            add_key, key = self._add_key, self._key
             for position, tok in entries:
                 callee, args, _ = ir.callee_and_args(binds[position].value)
-                self._add_key(self._key(callee, args), tok)
+                add_key(key(callee, args), tok)
         self._unregistered, self._unregistered_in = {}, {}
 
     def _link_uses(self, walk) -> None:
@@ -420,11 +427,11 @@ class Tracker:
         """(callee, canonical argument tokens): what a value computes, whatever its var."""
         resolved = []
         for arg in args:
-            for part in (ir.items(arg.fields) if ir.kind(arg) == "tuple" else (arg,)):
-                tok = self._resolve(part, walk)
-                if tok is not None:
-                    resolved.append(tok)
-        return (callee, tuple(resolved))
+            if ir.kind(arg) == "tuple":
+                resolved.extend(self._resolve(part, walk) for part in ir.items(arg.fields))
+            else:
+                resolved.append(self._resolve(arg, walk))
+        return (callee, tuple(t for t in resolved if t is not None))
 
     def _match(self, key, walk) -> int | None:
         found = self._keys.get(key)
