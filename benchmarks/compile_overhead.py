@@ -1,12 +1,15 @@
 """Traced / plain compile time, measured side by side (interleaved runs, median).
 
-Prints one line per model: bindings, plain median, traced median, ratio.
+Prints one line per model: bindings, plain and traced medians (and minimums), the
+ratio of medians and the extra time it stands for. Each run starts after a full
+garbage collection, so that one side does not pay for garbage the other left.
 Target: ratio <= 1.05, cost linear in bindings x passes.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -39,18 +42,21 @@ def measure(name, mod, runs: int):
     for i in range(runs):
         order = (_plain, _traced) if i % 2 == 0 else (_traced, _plain)
         for fn in order:
+            gc.collect()
             start = time.perf_counter()
             fn(mod, target)
             (plain if fn is _plain else traced).append(time.perf_counter() - start)
     p, t = statistics.median(plain), statistics.median(traced)
-    print(f"{name:<28} bindings={_bindings(mod):>5}  plain={p:7.3f}s  traced={t:7.3f}s  ratio={t / p:.3f}",
+    bindings = _bindings(mod)
+    print(f"{name:<24} bindings={bindings:>5}  plain={p:6.3f}s (min {min(plain):6.3f})  "
+          f"traced={t:6.3f}s (min {min(traced):6.3f})  ratio={t / p:.3f}  extra={(t - p) * 1e3:4.0f}ms",
           flush=True)
     return t / p
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--deep", type=int, default=2000, help="bindings of the generated deep model")
     args = parser.parse_args(argv)
     measure("resnet_style(blocks=3)", resnet_style(blocks=3), args.runs)

@@ -163,6 +163,8 @@ def _callee_info(op) -> tuple[str, str]:
     handle = op.__chandle__()
     found = _CALLEES.get(handle)
     if found is None:
+        if len(_CALLEES) > 100_000:  # a long-lived process building many models
+            _CALLEES.clear()
         if isinstance(op, Op):
             name = op.name
             category = "call_tir" if name in CALL_TIR_OPS else "packed" if name in PACKED_OPS else "op"

@@ -344,10 +344,9 @@ class Tracker:
             by_func.setdefault(func_handle, []).append((position, tok))
         for func_handle, entries in by_func.items():
             binds = ir.bindings(self._unregistered_in[func_handle])
-            add_key, key = self._add_key, self._key
             for position, tok in entries:
                 callee, args, _ = ir.callee_and_args(binds[position].value)
-                add_key(key(callee, args), tok)
+                self._add_key(self._key(callee, args), tok)
         self._unregistered, self._unregistered_in = {}, {}
 
     def _link_uses(self, walk) -> None:
