@@ -266,7 +266,8 @@ def check_schema(data, schema: str, what: str) -> None:
 
 
 def tuples(value):
-    if isinstance(value, (list, tuple)):
+    """JSON lists back to tuples, all the way down; records (NamedTuples) stay records."""
+    if type(value) in (list, tuple):
         return tuple(tuples(v) for v in value)
     return value
 

@@ -6,6 +6,8 @@ import pytest
 
 from relaytrace import Lineage, UnknownNameError
 from relaytrace.errors import LineageFormatError
+from relaytrace.lineage import Role
+from relaytrace.matching import Change
 
 
 def test_queries(builds):
@@ -48,6 +50,12 @@ def test_json_round_trip_is_exact(builds, tmp_path, name):
     loaded = Lineage.load(path)
     assert loaded == lineage
     assert json.loads(path.read_text())["schema"] == "relaytrace.lineage/1"
+    # records come back as records, not as tuples that merely compare equal
+    assert all(type(r) is Role for s in loaded.call_sites for r in s.roles)
+    assert all(type(c) is Change for h in loaded.history_by_origin.values() for c in h)
+    anchor = next(s.anchor for s in loaded.call_sites if s.anchor)
+    history = loaded.history(anchor)
+    assert history and all(type(c) is Change for c in history)
 
 
 def test_save_never_overwrites_unless_asked(builds, tmp_path):
