@@ -17,6 +17,7 @@ test-fast: setup
 
 bench: setup
 	$(PY) benchmarks/compile_overhead.py
+	$(PY) benchmarks/tracking_breakdown.py
 	$(PY) benchmarks/profiler_fidelity.py
 
 setup: $(STAMP) graphviz
