@@ -144,7 +144,7 @@ class Tracker:
         self._unregistered: dict[int, tuple[int, int, int]] = {}  # var handle -> (function handle, position, token)
         self._unregistered_in: dict[int, object] = {}  # function handle -> function
         self._pins: list = []
-        self._recipes: dict[int, tuple] = {}
+        self._recipes: dict[int, tuple | None] = {}
         self._funcs: dict[str, _FunctionState] = {}
         self._pass_index = 0
         self.last_mod = None

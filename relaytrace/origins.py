@@ -62,7 +62,8 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
     used_ids: dict[str, int] = {}
     types: dict[int, tuple[tuple, tuple]] = {}  # handle -> (shapes, dtypes): each var's type is read once
 
-    def types_of(expr, handle: int) -> tuple[tuple, tuple]:
+    def types_of(expr) -> tuple[tuple, tuple]:
+        handle = expr.__chandle__()
         found = types.get(handle)
         if found is None:
             found = types[handle] = ir.shapes_and_dtypes(ir.expr_type(expr))
@@ -86,19 +87,14 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
             oid = _unique(f"{layer}/{ir.short_op(callee)}", used_ids, sep="#")
             in_shapes, in_dtypes = (), ()
             for arg in args:
-                kind = ir.kind(arg)
-                if kind == "var" or kind == "const":
-                    arg_handle = arg.__chandle__()
-                    shapes, dtypes = types_of(arg, arg_handle)
+                if ir.kind(arg) in ("var", "const"):
+                    shapes, dtypes = types_of(arg)
                     in_shapes += shapes
                     in_dtypes += dtypes
-                    sources = producers.get(arg_handle, _NONE)
-                else:
-                    sources = _producers_of(arg, producers)
-                for src in sources:
+                for src in _producers_of(arg, producers):
                     edges.add((src, oid))
+            out_shapes, out_dtypes = types_of(var)
             handle = var.__chandle__()
-            out_shapes, out_dtypes = types_of(var, handle)
             origins[oid] = Origin(
                 id=oid, layer=layer, op=callee, function=fname, index=index,
                 input_shapes=in_shapes, input_dtypes=in_dtypes, output_shapes=out_shapes, output_dtypes=out_dtypes,
