@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tvm import relax
 
+from . import digest as dg
 from . import ir
 from .lineage import BuiltinSite, CallSite, Lineage, roles_for
 from .matching import Change, Tracker
@@ -22,16 +23,15 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     relax_callees = {gv.name_hint for gv, func in mod.functions.items() if isinstance(func, relax.Function)} \
         if mod is not None else set()
     position = 0
-    for binding in ir.bindings(main) if main is not None else ():
-        value = binding.value
-        if not ir.is_call(value):
+    d = dg.read(main) if main is not None else None
+    for index in range(len(d.vars) if d is not None else 0):
+        callee = dg.callee_of(d, index)
+        if callee is None or ir.is_bookkeeping(callee):
             continue
-        if ir.is_bookkeeping(ir.callee_name(value)):
-            continue
-        callee, args, gv = ir.callee_and_args(value)
-        tok = tracker.token_of(binding.var)
+        callee, args, gv = dg.call(d, index)
+        tok = tracker.token_of(d.vars[index])
         if tok is None:  # a destination-passing call: its value lives in its output arg
-            outs = (tracker.token_of(a) for a in reversed(args) if ir.is_var(a))
+            outs = (tracker.token_of(a[1]) for a in reversed(args) if a[0] == dg.VAR)
             tok = next((t for t in outs if t is not None), None)
         origin_ids = tracker.origins_of_token(tok) if tok is not None else frozenset()
         if gv is not None and callee in relax_callees:

@@ -6,12 +6,12 @@ isinstance test here means one place to adapt when TVM moves them again.
 
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 import tvm_ffi
 from tvm import relax
 from tvm.ir import expr as _expr
-from tvm.ir.op import Op
 
 CONSTANT_TYPES = tuple(
     t for t in (getattr(_expr, "Constant", None), getattr(_expr, "GenericConst", None)) if t
@@ -108,10 +108,6 @@ def is_var(expr) -> bool:
     return kind(expr) == "var"
 
 
-def is_constant(expr) -> bool:
-    return kind(expr) == "const"
-
-
 def is_tuple(expr) -> bool:
     return kind(expr) == "tuple"
 
@@ -124,69 +120,12 @@ def is_call(expr) -> bool:
     return kind(expr) == "call"
 
 
-def callee_and_args(call) -> tuple[str, list, object | None]:
-    """(callee name, tensor-carrying arguments, GlobalVar callee or None).
-
-    ``call_tir(F, (a, b))`` and the lowered ``F(a, b, out)`` both name callee F, so
-    the two forms compare alike.
-    """
-    op = call.op
-    category, name = _callee_info(op)
-    args = items(call.args)
-    if category == "call_tir" and args:
-        target_category, target_name = _callee_info(args[0])
-        inner = args[1] if len(args) > 1 else None
-        if inner is None:
-            inner_args = []
-        else:
-            inner_args = items(inner.fields) if kind(inner) == "tuple" else [inner]
-        return target_name, inner_args, args[0] if target_category == "global" else None
-    if category == "packed" and args:
-        return _callee_info(args[0])[1], args[1:], None
-    return name, args, op if category == "global" else None
-
-
-def callee_name(call) -> str:
-    """The callee alone, without converting the arguments: cheap, for history."""
-    category, name = _callee_info(call.op)
-    if category in ("call_tir", "packed"):
-        return _callee_info(_ARRAY_ITEM(call.args, 0))[1]
-    return name
-
-
-_CALLEES: dict[int, tuple[object, str, str]] = {}
-
-
-def _callee_info(op) -> tuple[str, str]:
-    """(category, name) of a callee, memoised by handle. Each entry holds the callee
-    object, so its handle cannot be reused by another object while the entry lives."""
-    handle = op.__chandle__()
-    found = _CALLEES.get(handle)
-    if found is None:
-        if len(_CALLEES) > 100_000:  # a long-lived process building many models
-            _CALLEES.clear()
-        if isinstance(op, Op):
-            name = op.name
-            category = "call_tir" if name in CALL_TIR_OPS else "packed" if name in PACKED_OPS else "op"
-        elif isinstance(op, relax.GlobalVar):
-            name, category = op.name_hint, "global"
-        else:
-            name, category = _extern_name(op), "extern"
-        found = _CALLEES[handle] = (op, category, name)
-    return found[1], found[2]
-
-
-def _extern_name(expr) -> str:
-    if isinstance(expr, relax.ExternFunc):
-        return str(expr.global_symbol)
-    value = getattr(expr, "value", None)
-    return str(value) if value is not None else type(expr).__name__
-
-
+@functools.lru_cache(maxsize=65536)  # asked per binding per pass, about a few dozen names
 def is_bookkeeping(callee: str) -> bool:
     return callee.startswith(BOOKKEEPING_PREFIXES)
 
 
+@functools.lru_cache(maxsize=65536)
 def is_data_movement(callee: str) -> bool:
     return any(word in callee for word in DATA_MOVEMENT_WORDS)
 
@@ -209,26 +148,6 @@ def tensor_types(ty) -> list[tuple[tuple, str]]:
             out.extend(tensor_types(field))
         return out
     return []
-
-
-_TYPES: dict[int, tuple[tuple[tuple, ...], tuple[str, ...]]] = {}
-
-
-def shapes_and_dtypes(ty) -> tuple[tuple[tuple, ...], tuple[str, ...]]:
-    """(shapes, dtypes) of the tensors in a type, memoised by structural hash: a model
-    repeats a few types thousands of times, and hashing costs a quarter of reading
-    a shape. (Two different types sharing a 64-bit hash among a model's few thousand
-    types has odds below 1e-11.)"""
-    if ty is None:
-        return (), ()
-    key = tvm_ffi.structural_hash(ty)
-    found = _TYPES.get(key)
-    if found is None:
-        if len(_TYPES) > 100_000:  # a long-lived process building many models
-            _TYPES.clear()
-        pairs = tensor_types(ty)
-        found = _TYPES[key] = (tuple(s for s, _ in pairs), tuple(d for _, d in pairs))
-    return found
 
 
 def _dim(value):

@@ -25,7 +25,9 @@ from typing import Iterable, NamedTuple
 
 from attrs import define, field
 
+from . import digest as dg
 from . import ir
+from .digest import CALL, CONST, ITEM, TUPLE, VAR
 from .origins import INSERTED, OP, UNRESOLVED, Origin, OriginTable
 
 IDENTITY, VALUE, REPLAY, NAME, ARGS, NEW = "identity", "value", "replay", "name", "args", "new"
@@ -76,6 +78,7 @@ class _FunctionState:
     only the rare binding that identity does not explain, so it is built on first use."""
 
     func: object
+    digest: dg.Digest
     tokens: list[int]  # token of each op binding, in order
     origins: frozenset[str]
     var_of: dict[int, int]  # binding handle -> var handle: a binding the next pass keeps is skipped
@@ -85,16 +88,17 @@ class _FunctionState:
     def index(self, tracker: "Tracker") -> _Index:
         if self._index is None:
             by_name, var_names, by_args, tok_var = {}, {}, {}, {}
-            for binding in ir.bindings(self.func):
-                var = binding.var
-                tok = tracker._var_tok.get(var.__chandle__())
+            d = _full(self.digest, self.func)
+            for position, handle in enumerate(d.vars):
+                tok = tracker._var_tok.get(handle)
                 if tok is None:
                     continue
-                var_names[var.name] = tok
-                call = tracker._call(binding.value)
+                name = dg.name(d, position)
+                var_names[name] = tok
+                call = dg.call(d, position)
                 if call is not None:
-                    by_name[(var.name, call[0])] = tok
-                    tok_var[tok] = (var.__chandle__(), call[0])
+                    by_name[(name, call[0])] = tok
+                    tok_var[tok] = (handle, call[0])
                     by_args.setdefault(tracker._key(call[0], call[1])[1], []).append(tok)
             self._index = _Index(by_name, var_names, by_args, tok_var)
         return self._index
@@ -105,10 +109,11 @@ class _Walk:
     """Scratch state of one function walk."""
 
     func: object
+    d: dg.Digest
     old: _FunctionState | None
     claimed: set[int] = field(factory=set)
     bookkeeping: set[int] = field(factory=set)
-    changes: list[tuple[int, object, str, str | None]] = field(factory=list)  # (token, value, rule, callee)
+    changes: list[tuple[int, int, str, str | None]] = field(factory=list)  # (token, position, rule, callee)
     new: list[tuple[int, str]] = field(factory=list)  # (token, callee) with no rule
     # filled only when some binding is new, to tell whom it serves:
     rewritten: set[int] = field(factory=set)
@@ -116,16 +121,24 @@ class _Walk:
     args_of: dict[int, list[int]] = field(factory=dict)
     recipes: dict[int, tuple | None] = field(factory=dict)  # callee GlobalVar handle -> its recipe
     _callee_of: dict[int, str] | None = None
+    _names: dict[int, str] | None = None
 
     def callee_of(self, tracker: "Tracker") -> dict[int, str]:
         """var handle -> callee after the pass; built only when the args rule asks."""
         if self._callee_of is None:
             self._callee_of = {}
-            for binding in ir.bindings(self.func):
-                call = tracker._call(binding.value)
-                if call is not None:
-                    self._callee_of[binding.var.__chandle__()] = call[0]
+            d = _full(self.d, self.func)
+            for position, handle in enumerate(d.vars):
+                callee = dg.callee_of(d, position)
+                if callee is not None:
+                    self._callee_of[handle] = callee
         return self._callee_of
+
+    def names(self) -> dict[int, str]:
+        """var handle -> name; built only when a var must be found by its old name."""
+        if self._names is None:
+            self._names = dg.names_by_handle(_full(self.d, self.func))
+        return self._names
 
 
 class Tracker:
@@ -133,6 +146,7 @@ class Tracker:
 
     def __init__(self, table: OriginTable):
         self.origins: dict[str, Origin] = dict(table.origins)
+        self._input_digests = table.digests
         self.edges = table.edges
         self._tok_origins: list[tuple[str, ...]] = []
         self._canon: dict[int, int] = {}
@@ -141,8 +155,7 @@ class Tracker:
         self._const_tok: dict[int, int] = {}
         self._param_tok: dict[tuple[str, str], int] = {}
         self._keys: dict[tuple, tuple[int, ...]] = {}
-        self._unregistered: dict[int, tuple[int, int, int]] = {}  # var handle -> (function handle, position, token)
-        self._unregistered_in: dict[int, object] = {}  # function handle -> function
+        self._unregistered: dict[int, tuple[dg.Digest, int, int]] = {}  # var handle -> (digest, position, token)
         self._pins: list = []
         self._recipes: dict[int, tuple | None] = {}
         self._funcs: dict[str, _FunctionState] = {}
@@ -182,14 +195,15 @@ class Tracker:
     def origins_of_token(self, tok: int) -> tuple[str, ...]:
         return self._tok_origins[tok]
 
-    def token_of(self, var) -> int | None:
-        return self._var_tok.get(var.__chandle__())
+    def token_of(self, var_handle: int) -> int | None:
+        return self._var_tok.get(var_handle)
 
     def canonical(self, tok: int) -> int:
         return self._canon_of(tok)
 
-    def resolve_arg(self, expr) -> int | None:
-        return self._resolve(expr)
+    def resolve_arg(self, arg: tuple) -> int | None:
+        """The canonical token of an argument node (``digest.node``)."""
+        return self._resolve(arg)
 
     # -- set-up ---------------------------------------------------------------
 
@@ -211,36 +225,37 @@ class Tracker:
     # -- one function ---------------------------------------------------------
 
     def _process(self, mod, fname, func, pass_name, old) -> _FunctionState:
-        walk = _Walk(func=func, old=old)
+        if self._pass_index == 0 and fname in self._input_digests:
+            d = self._input_digests.pop(fname)  # origin assignment read this same function
+        else:
+            d = dg.read(func, old.func if old is not None else None)
+        walk = _Walk(func=func, d=d, old=old)
         tokens: list[int] = []
-        for param in ir.items(func.params):
-            self._param_token(fname, param)
+        for handle, name in zip(d.params, d.param_names):
+            self._param_token(fname, handle, name)
         var_tok, var_value = self._var_tok, self._var_value
         kept, kept_bookkeeping = (old.var_of, old.bookkeeping) if old is not None else ({}, set())
         var_of: dict[int, int] = {}
-        for position, binding in enumerate(ir.bindings(func)):
-            binding_handle = binding.__chandle__()
-            handle = kept.get(binding_handle)
-            if handle is not None:  # the pass kept this binding object: nothing in it changed
-                var_of[binding_handle] = handle
-                tok = var_tok.get(handle)
+        for position, (binding_handle, handle, value_handle) in enumerate(zip(d.bindings, d.vars, d.values)):
+            kept_var = kept.get(binding_handle)
+            if kept_var is not None:  # the pass kept this binding object: nothing in it changed
+                var_of[binding_handle] = kept_var
+                tok = var_tok.get(kept_var)
                 if tok is not None:
                     tokens.append(tok)
-                elif handle in kept_bookkeeping:
-                    walk.bookkeeping.add(handle)
+                elif kept_var in kept_bookkeeping:
+                    walk.bookkeeping.add(kept_var)
                 continue
-            var, value = binding.var, binding.value
-            handle, value_handle = var.__chandle__(), value.__chandle__()
             var_of[binding_handle] = handle
             tok = var_tok.get(handle)
             if tok is not None and var_value.get(handle) != value_handle:
-                if tok in walk.claimed and self._now_moves_data(value):
+                if tok in walk.claimed and ir.is_data_movement(dg.callee_of(d, position) or ""):
                     del var_tok[handle]  # AlterOpImpl reused the var for a layout transform
-                    tok = self._bind(mod, binding, walk)
+                    tok = self._bind(mod, position, walk)
                 else:
-                    tok = self._rewritten_in_place(func, position, handle, value, tok, walk)
+                    tok = self._rewritten_in_place(position, handle, tok, walk)
             elif tok is None:
-                tok = self._bind(mod, binding, walk)
+                tok = self._bind(mod, position, walk)
             if tok is not None:
                 tokens.append(tok)
         self._finish_new(fname, pass_name, walk)
@@ -249,71 +264,58 @@ class Tracker:
             origins = old.origins  # the common case: no op appeared or went away
         else:
             origins = frozenset().union(*(self._tok_origins[t] for t in tokens))
-        state = _FunctionState(func=func, tokens=tokens, origins=origins, var_of=var_of,
+        state = _FunctionState(func=func, digest=d, tokens=tokens, origins=origins, var_of=var_of,
                                bookkeeping=walk.bookkeeping)
         self._record_event(fname, pass_name, walk, old, state)
         return state
 
-    def _now_moves_data(self, value) -> bool:
-        call = self._call(value)
-        return call is not None and ir.is_data_movement(call[0])
-
-    def _rewritten_in_place(self, func, position, handle, value, tok, walk) -> int:
+    def _rewritten_in_place(self, position, handle, tok, walk) -> int:
         """Rule 1, identity: the Var survived with a new value (LegalizeOps, FuseTIR).
         The new value's key is registered lazily (``_flush``): most are superseded by
         the next in-place rewrite before any binding looks keys up."""
-        self._var_value[handle] = value.__chandle__()
+        self._var_value[handle] = walk.d.values[position]
         if self._pass_index == 0:  # the input's own op bindings: only their keys are news
-            self._unregister(func, position, handle, tok)
+            self._unregistered[handle] = (walk.d, position, tok)
             return tok
-        callee = ir.callee_name(value) if ir.is_call(value) else None
+        callee = dg.callee_of(walk.d, position)
         if callee is not None and ir.is_bookkeeping(callee):
             return tok  # an output buffer re-planned by the memory passes: not a change of the op
         if callee is not None:
-            self._unregister(func, position, handle, tok)
-        walk.changes.append((tok, value, IDENTITY, callee))
+            self._unregistered[handle] = (walk.d, position, tok)
+        walk.changes.append((tok, position, IDENTITY, callee))
         return tok
 
-    def _unregister(self, func, position, handle, tok) -> None:
-        self._unregistered[handle] = (func.__chandle__(), position, tok)
-        self._unregistered_in[func.__chandle__()] = func
-
-    def _call(self, value) -> tuple | None:
-        """(callee, args, GlobalVar) of a call. Not cached: a cache would keep a Python
-        wrapper per argument alive for the garbage collector to walk."""
-        return ir.callee_and_args(value) if ir.is_call(value) else None
-
-    def _param_token(self, fname, param) -> None:
-        handle = param.__chandle__()
+    def _param_token(self, fname, handle, name) -> None:
         if handle in self._var_tok:
             return
-        key = (fname, param.name)
+        key = (fname, name)
         if key not in self._param_tok:
             self._param_tok[key] = self._new_token(())
         self._var_tok[handle] = self._param_tok[key]
 
-    def _bind(self, mod, binding, walk: _Walk) -> int | None:
+    def _bind(self, mod, position, walk: _Walk) -> int | None:
         """A binding whose Var is new to us: rules 2 to 4, else a new token."""
-        var, value = binding.var, binding.value
-        handle = var.__chandle__()
-        if not ir.is_call(value):
-            self._var_value[handle] = value.__chandle__()
+        d = walk.d
+        handle = d.vars[position]
+        value = dg.value(d, position)
+        if value[0] != CALL:
+            self._var_value[handle] = d.values[position]
             tok = self._structural(value)
             if tok is not None:
                 self._var_tok[handle] = tok
             return tok
-        if ir.is_bookkeeping(ir.callee_name(value)):  # read the callee alone: allocations are many
+        callee, args, gv = dg.call_parts(value)
+        if ir.is_bookkeeping(callee):
             walk.bookkeeping.add(handle)
             return None
-        self._var_value[handle] = value.__chandle__()
-        callee, args, gv = ir.callee_and_args(value)
+        self._var_value[handle] = d.values[position]
         self._flush()
         key = self._key(callee, args, walk)
         tok, rule = self._match(key, walk), VALUE
         if tok is None and gv is not None:
-            tok, rule = self._replay(mod, gv, args, walk), REPLAY
+            tok, rule = self._replay(mod, gv, callee, args, walk), REPLAY
         if tok is None and walk.old is not None:
-            tok, rule = self._by_name(var.name, callee, walk), NAME
+            tok, rule = self._by_name(dg.name(d, position), callee, walk), NAME
         if tok is None and walk.old is not None:
             tok, rule = self._by_args(callee, key[1], walk), ARGS
         if tok is None:
@@ -321,7 +323,7 @@ class Tracker:
             walk.new.append((tok, callee))
             if ir.is_data_movement(callee) and key[1]:
                 self._canon[tok] = key[1][0]  # a layout change keeps the value's identity
-        walk.changes.append((tok, value, rule, callee))
+        walk.changes.append((tok, position, rule, callee))
         walk.claimed.add(tok)
         self._var_tok[handle] = tok
         self._add_key(key, tok)
@@ -335,39 +337,32 @@ class Tracker:
 
     def _flush(self) -> None:
         """Register the keys of values that identity carried, before any look-up. They
-        are found again by position in their (pinned) function, so that no Python
-        wrapper is held from pass to pass."""
+        are read again by position from their function's digest."""
         if not self._unregistered:
             return
-        by_func: dict[int, list[tuple[int, int]]] = {}
-        for func_handle, position, tok in self._unregistered.values():
-            by_func.setdefault(func_handle, []).append((position, tok))
-        for func_handle, entries in by_func.items():
-            binds = ir.bindings(self._unregistered_in[func_handle])
-            for position, tok in entries:
-                callee, args, _ = ir.callee_and_args(binds[position].value)
-                self._add_key(self._key(callee, args), tok)
-        self._unregistered, self._unregistered_in = {}, {}
+        for d, position, tok in self._unregistered.values():
+            callee, args, _ = dg.call(d, position)
+            self._add_key(self._key(callee, args), tok)
+        self._unregistered = {}
 
     def _link_uses(self, walk) -> None:
         """Producer/consumer links of the bindings this pass rewrote; only needed to
         tell whom an inserted op serves."""
-        for tok, value, _, _ in walk.changes:
+        for tok, position, _, _ in walk.changes:
             walk.rewritten.add(tok)
-            call = self._call(value)
-            args = call[1] if call is not None else [value]
+            value = dg.value(walk.d, position)
+            args = dg.call_parts(value)[1] if value[0] == CALL else [value]
             walk.args_of[tok] = [t for t in (self._raw(a) for a in args) if t is not None]
             for t in walk.args_of[tok]:
                 walk.uses.setdefault(t, []).append(tok)
 
     def _structural(self, value) -> int | None:
         """Aliases, tuples and projections carry the origins of what they hold."""
-        if ir.is_var(value):
-            return self._var_tok.get(value.__chandle__())
-        if ir.is_tuple_get_item(value):
-            return self._raw(value.tuple_value)
-        if ir.is_tuple(value):
-            parts = [self._raw(f) for f in ir.items(value.fields)]
+        kind = value[0]
+        if kind == ITEM:
+            return self._raw(value[2])
+        if kind == TUPLE:
+            parts = [self._raw(f) for f in value[2]]
             key = ("tuple", tuple(self._canon_of(p) for p in parts if p is not None))
             found = self._keys.get(key)
             if found:
@@ -375,25 +370,25 @@ class Tracker:
             tok = self._new_token(frozenset().union(*(self._tok_origins[p] for p in parts if p is not None)) if parts else ())
             self._keys[key] = (tok,)
             return tok
-        return None
+        return self._var_tok.get(value[1]) if kind == VAR else None  # an alias
 
     def _claim_outputs(self, args, tok, walk) -> None:
         """Destination-passing calls write into their trailing allocations: those vars
         now hold this call's value."""
         if not walk.bookkeeping:
             return
-        for arg in args:
-            if ir.is_var(arg) and arg.__chandle__() in walk.bookkeeping:
-                self._var_tok[arg.__chandle__()] = tok
+        for kind, handle, _ in args:
+            if kind == VAR and handle in walk.bookkeeping:
+                self._var_tok[handle] = tok
 
     # -- keys and rules -------------------------------------------------------
 
-    def _raw(self, expr) -> int | None:
-        kind = ir.kind(expr)
-        if kind == "var":
-            return self._var_tok.get(expr.__chandle__())
-        if kind == "const":
-            return self._const_token(expr.__chandle__())
+    def _raw(self, node) -> int | None:
+        kind = node[0]
+        if kind == VAR:
+            return self._var_tok.get(node[1])
+        if kind == CONST:
+            return self._const_token(node[1])
         return None
 
     def _const_token(self, handle: int) -> int:
@@ -407,17 +402,16 @@ class Tracker:
             tok = self._canon[tok]
         return tok
 
-    def _resolve(self, expr, walk=None) -> int | None:
+    def _resolve(self, node, walk=None) -> int | None:
         """An argument's canonical token. Inside a walk, a var the pass re-created
         under its old name (and not yet bound) is found by that name."""
-        kind = ir.kind(expr)
-        if kind == "var":
-            handle = expr.__chandle__()
+        kind, handle = node[0], node[1]
+        if kind == VAR:
             tok = self._var_tok.get(handle)
             if tok is None and walk is not None and walk.old is not None and handle not in walk.bookkeeping:
-                tok = walk.old.index(self).var_names.get(expr.name)
-        elif kind == "const":
-            tok = self._const_token(expr.__chandle__())
+                tok = walk.old.index(self).var_names.get(walk.names().get(handle))
+        elif kind == CONST:
+            tok = self._const_token(handle)
         else:
             return None
         return None if tok is None else self._canon_of(tok)
@@ -426,8 +420,8 @@ class Tracker:
         """(callee, canonical argument tokens): what a value computes, whatever its var."""
         resolved = []
         for arg in args:
-            if ir.kind(arg) == "tuple":
-                resolved.extend(self._resolve(part, walk) for part in ir.items(arg.fields))
+            if arg[0] == TUPLE:
+                resolved.extend(self._resolve(part, walk) for part in arg[2])
             else:
                 resolved.append(self._resolve(arg, walk))
         return (callee, tuple(t for t in resolved if t is not None))
@@ -461,11 +455,11 @@ class Tracker:
                 found.append(tok)
         return found[0] if len(found) == 1 else None
 
-    def _replay(self, mod, gv, args, walk) -> int | None:
-        recipe = walk.recipes.get(gv.__chandle__(), False)
+    def _replay(self, mod, gv, name, args, walk) -> int | None:
+        recipe = walk.recipes.get(gv, False)
         if recipe is False:
-            func = ir.lookup(mod, gv)
-            recipe = walk.recipes[gv.__chandle__()] = self._recipe(func) if func is not None else None
+            func = ir.lookup(mod, name)
+            recipe = walk.recipes[gv] = self._recipe(func) if func is not None else None
         if recipe is None:
             return None
         params, steps, output = recipe
@@ -514,26 +508,26 @@ class Tracker:
             if not ir.is_primitive(func):
                 self._recipes[handle] = None
                 return None
+            d = dg.read(func)
             steps = []
-            for binding in ir.bindings(func):
-                value = binding.value
-                if ir.is_call(value):
-                    callee, inner_args, _ = ir.callee_and_args(value)
-                    refs = [self._ref(f) for a in inner_args for f in (ir.items(a.fields) if ir.is_tuple(a) else [a])]
-                    steps.append((binding.var.__chandle__(), callee, tuple(r for r in refs if r is not None)))
-                elif ir.is_var(value) or ir.is_tuple_get_item(value):
-                    inner = value if ir.is_var(value) else value.tuple_value
-                    steps.append((binding.var.__chandle__(), None, ((inner.__chandle__(), None),)))
-            out = ir.function_output(func)
-            self._recipes[handle] = (tuple(p.__chandle__() for p in ir.items(func.params)), tuple(steps),
-                                     out.__chandle__() if out is not None and ir.is_var(out) else None)
+            for position, var in enumerate(d.vars):
+                value = dg.value(d, position)
+                if value[0] == CALL:
+                    callee, inner_args, _ = dg.call_parts(value)
+                    refs = [self._ref(f) for a in inner_args for f in (a[2] if a[0] == TUPLE else [a])]
+                    steps.append((var, callee, tuple(r for r in refs if r is not None)))
+                elif value[0] in (VAR, ITEM):
+                    inner = value if value[0] == VAR else value[2]
+                    steps.append((var, None, ((inner[1], None),)))
+            out = dg.output(d)
+            self._recipes[handle] = (tuple(d.params), tuple(steps), out[1] if out is not None and out[0] == VAR else None)
         return self._recipes[handle]
 
-    def _ref(self, expr) -> tuple[int | None, int | None] | None:
+    def _ref(self, node) -> tuple[int | None, int | None] | None:
         """(var handle, None) for a var, (None, token) for a constant, else None."""
-        if ir.is_var(expr):
-            return (expr.__chandle__(), None)
-        tok = self._raw(expr)
+        if node[0] == VAR:
+            return (node[1], None)
+        tok = self._raw(node)
         return None if tok is None else (None, tok)
 
     # -- what no rule explains ------------------------------------------------
@@ -610,3 +604,8 @@ class Tracker:
     def _record_elimination(self, origin_ids, pass_name) -> None:
         for oid in origin_ids:
             self.eliminated.setdefault(oid, pass_name)
+
+
+def _full(d: dg.Digest, func) -> dg.Digest:
+    """A digest with every binding, for the look-ups that need the kept ones too."""
+    return dg.read(func) if d.partial else d

@@ -10,6 +10,7 @@ from typing import Callable, Mapping
 
 from attrs import define, field
 
+from . import digest as dg
 from . import ir
 
 OP = "op"
@@ -48,10 +49,13 @@ class OriginTable:
     by_var: dict[int, str] = field(repr=False)
     edges: tuple[tuple[str, str], ...] = ()
     module: object = field(default=None, repr=False, eq=False)  # keeps by_var's handles valid
+    # function name -> the digest origins were read from, for the tracker's first walk
+    digests: dict = field(factory=dict, repr=False, eq=False)
 
 
-# A namer returns (layer, source op) of a binding, or None for the plain-Relax default.
-LayerNamer = Callable[[str, object, int], "tuple[str, str] | None"]
+# A namer returns (layer, source op) of a binding, given its function's name, its var's
+# handle (``var.__chandle__()``) and its position, or None for the plain-Relax default.
+LayerNamer = Callable[[str, int, int], "tuple[str, str] | None"]
 
 
 def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
@@ -60,41 +64,35 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
     edges: set[tuple[str, str]] = set()
     used_layers: dict[str, int] = {}
     used_ids: dict[str, int] = {}
-    types: dict[int, tuple[tuple, tuple]] = {}  # handle -> (shapes, dtypes): each var's type is read once
-
-    def types_of(expr) -> tuple[tuple, tuple]:
-        handle = expr.__chandle__()
-        found = types.get(handle)
-        if found is None:
-            found = types[handle] = ir.shapes_and_dtypes(ir.expr_type(expr))
-        return found
+    digests: dict[str, dg.Digest] = {}
 
     for fname, func in sorted(ir.relax_functions(mod), key=lambda item: item[0]):
+        d = digests[fname] = dg.read(func, types=True)
         producers: dict[int, frozenset[str]] = {}
-        for index, binding in enumerate(ir.bindings(func)):
-            var, value = binding.var, binding.value
-            if not ir.is_call(value):
-                producers[var.__chandle__()] = _producers_of(value, producers)
+        for index, handle in enumerate(d.vars):
+            value = dg.value(d, index)
+            if value[0] != dg.CALL:
+                producers[handle] = _producers_of(value, producers)
                 continue
-            callee, args, _ = ir.callee_and_args(value)
+            callee, args, _ = dg.call_parts(value)
             if ir.is_bookkeeping(callee):
                 continue
-            named = layer_of(fname, var, index) if layer_of else None
+            named = layer_of(fname, handle, index) if layer_of else None
             if named is None:
-                layer, source_op = _unique(var.name if fname == "main" else f"{fname}.{var.name}", used_layers), ""
+                name = dg.name(d, index)
+                layer, source_op = _unique(name if fname == "main" else f"{fname}.{name}", used_layers), ""
             else:
                 layer, source_op = named
             oid = _unique(f"{layer}/{ir.short_op(callee)}", used_ids, sep="#")
             in_shapes, in_dtypes = (), ()
             for arg in args:
-                if ir.kind(arg) in ("var", "const"):
-                    shapes, dtypes = types_of(arg)
+                if arg[0] in (dg.VAR, dg.CONST):
+                    shapes, dtypes = dg.shapes_and_dtypes(d, arg[2])
                     in_shapes += shapes
                     in_dtypes += dtypes
                 for src in _producers_of(arg, producers):
                     edges.add((src, oid))
-            out_shapes, out_dtypes = types_of(var)
-            handle = var.__chandle__()
+            out_shapes, out_dtypes = dg.shapes_and_dtypes(d, d.var_types[index])
             origins[oid] = Origin(
                 id=oid, layer=layer, op=callee, function=fname, index=index,
                 input_shapes=in_shapes, input_dtypes=in_dtypes, output_shapes=out_shapes, output_dtypes=out_dtypes,
@@ -102,22 +100,20 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
             )
             by_var[handle] = oid
             producers[handle] = frozenset({oid})
-    return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), module=mod)
+    return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), module=mod, digests=digests)
 
 
 _NONE: frozenset[str] = frozenset()
 
 
-def _producers_of(expr, producers: Mapping[int, frozenset[str]]) -> frozenset[str]:
-    kind = ir.kind(expr)
-    if kind == "var":
-        return producers.get(expr.__chandle__(), _NONE)
-    if kind == "const":
-        return _NONE
-    if kind == "tuple":
-        return _NONE.union(*(_producers_of(f, producers) for f in ir.items(expr.fields)))
-    if kind == "item":
-        return _producers_of(expr.tuple_value, producers)
+def _producers_of(node, producers: Mapping[int, frozenset[str]]) -> frozenset[str]:
+    kind = node[0]
+    if kind == dg.VAR:
+        return producers.get(node[1], _NONE)
+    if kind == dg.TUPLE:
+        return _NONE.union(*(_producers_of(f, producers) for f in node[2]))
+    if kind == dg.ITEM:
+        return _producers_of(node[2], producers)
     return _NONE
 
 

@@ -21,8 +21,8 @@ class ImportedModel:
     name: str
     layers: dict[int, tuple[str, str]] = field(repr=False)
 
-    def layer_of(self, fname: str, var, index: int):
-        return self.layers.get(var.__chandle__()) if fname == "main" else None
+    def layer_of(self, fname: str, var_handle: int, index: int):
+        return self.layers.get(var_handle) if fname == "main" else None
 
 
 def require(module: str, extra: str):

@@ -1,0 +1,333 @@
+"""A Relax function read in one go, as plain ints and strings.
+
+The tracker reads every function after every pass. Read attribute by attribute from
+Python, each read is an FFI call and a wrapper object, and those reads were most of
+the tracking time. ``read(func)`` returns the whole function as a ``Digest`` instead:
+handles (object addresses, which key the tracker's tables), names, and every value
+as a flat prefix-order *stream* of ``(kind, handle, payload)`` triples.
+
+Two writers produce the same digest: ``native/digest.cc``, compiled once per machine
+with tvm_ffi's ``load_inline`` (cached on disk) and used when a C++ compiler is
+there, and ``_python_digest`` below, used otherwise or when ``RELAYTRACE_NATIVE=0``.
+The tests compare both on real modules.
+
+Stream payloads: a var or constant's type (see ``TYPES_NOT_ASKED``); a
+tuple's field count, its fields following; a projection's index, its tuple following;
+a call's argument count, its callee then its arguments following; a callee's name
+(an index into the string table).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from array import array
+from pathlib import Path
+
+from attrs import define
+from tvm import relax
+from tvm.ir import Op, StringImm
+
+from . import ir
+
+OTHER, VAR, CONST, TUPLE, ITEM, CALL, OP, GLOBAL, EXTERN = range(9)
+_HEAD = 3  # n_params, n_bindings, output offset
+# A type is the string-table index of its text, or one of these. The text holds each
+# tensor's dtype and dims, split by ASCII separators: a printed symbolic dim may hold
+# commas and brackets, never those.
+DIM, DTYPE, TENSOR = "\x1f", "\x1e", "\x1d"
+TYPES_NOT_ASKED, SYMBOLIC = -2, -1  # SYMBOLIC (native only): a dim only Python can print
+
+
+@define(frozen=True, slots=True)
+class Digest:
+    params: list[int]
+    param_names: list[str]
+    param_types: list[int]
+    bindings: list[int]  # binding object handles, in order
+    vars: list[int]
+    values: list[int]
+    name_at: list[int]  # var names, as string-table indices
+    var_types: list[int]
+    value_at: list[int]  # where each binding's value starts in the stream; -1: known binding
+    callee_at: list[int]  # the name of a call's callee (``call_parts``); -1: not a call
+    output_at: int  # where the body's result starts, -1 without one
+    stream: list[int]
+    strings: list[str]
+    partial: bool  # some bindings were known (``read(func, old)``) and left out
+
+
+# -- reading the stream ---------------------------------------------------------
+
+def node(d, at: int) -> tuple[tuple, int]:
+    """The expression at ``at`` as ``(kind, handle, payload)`` and where the next
+    starts. Payload: type (var, const), field nodes (tuple), the tuple node
+    (item), ``(callee node, argument nodes)`` (call), the name (callees)."""
+    s = d.stream
+    kind, handle, payload = s[at], s[at + 1], s[at + 2]
+    at += 3
+    if kind == VAR or kind == CONST:
+        return (kind, handle, payload), at
+    if kind == TUPLE or kind == CALL:
+        if kind == CALL:
+            callee, at = node(d, at)
+        parts = []
+        for _ in range(payload):
+            if s[at] == VAR or s[at] == CONST:  # most arguments: read here, not by a call
+                parts.append((s[at], s[at + 1], s[at + 2]))
+                at += 3
+            else:
+                part, at = node(d, at)
+                parts.append(part)
+        return (kind, handle, parts if kind == TUPLE else (callee, parts)), at
+    if kind == ITEM:
+        inner, at = node(d, at)
+        return (kind, handle, inner), at
+    return (kind, handle, d.strings[payload]), at
+
+
+def value(d: Digest, position: int) -> tuple:
+    return node(d, d.value_at[position])[0]
+
+
+def output(d: Digest) -> tuple | None:
+    return node(d, d.output_at)[0] if d.output_at >= 0 else None
+
+
+def call(d: Digest, position: int) -> tuple[str, list, int | None] | None:
+    """``call_parts`` of a call binding; None for any other binding."""
+    at = d.value_at[position]
+    return call_parts(node(d, at)[0]) if d.stream[at] == CALL else None
+
+
+def call_parts(call: tuple) -> tuple[str, list, int | None]:
+    """(callee name, tensor-carrying argument nodes, GlobalVar handle or None) of a
+    call node. ``call_tir(F, (a, b))`` and the lowered ``F(a, b, out)`` both name
+    callee F, so the two forms compare alike."""
+    callee, args = call[2]
+    category, name = _category(callee)
+    if category == "call_tir" and args:
+        target = args[0]
+        inner = args[1] if len(args) > 1 else None
+        inner_args = [] if inner is None else inner[2] if inner[0] == TUPLE else [inner]
+        return _category(target)[1], inner_args, target[1] if target[0] == GLOBAL else None
+    if category == "packed" and args:
+        return _category(args[0])[1], args[1:], None
+    return name, args, callee[1] if category == "global" else None
+
+
+def callee_of(d: Digest, position: int) -> str | None:
+    """The callee of a call binding, as ``call_parts`` names it; None otherwise."""
+    at = d.callee_at[position]
+    return d.strings[at] if at >= 0 else None
+
+
+def _category(callee: tuple) -> tuple[str, str]:
+    kind, _, name = callee
+    if kind == OP:
+        return ("call_tir" if name in ir.CALL_TIR_OPS else "packed" if name in ir.PACKED_OPS else "op"), name
+    if kind == GLOBAL:
+        return "global", name
+    return "extern", name if isinstance(name, str) else _KIND_NAMES[kind]
+
+
+_KIND_NAMES = {VAR: "Var", CONST: "Constant", TUPLE: "Tuple", ITEM: "TupleGetItem", CALL: "Call"}
+
+
+def name(d: Digest, position: int) -> str:
+    return d.strings[d.name_at[position]]
+
+
+def names_by_handle(d: Digest) -> dict[int, str]:
+    """var handle -> name, parameters included: for a var a pass re-created."""
+    found = dict(zip(d.params, d.param_names))
+    found.update((var, d.strings[at]) for var, at in zip(d.vars, d.name_at) if at >= 0)
+    return found
+
+
+# -- writing it -----------------------------------------------------------------
+
+def read(func, old=None, types: bool = False) -> Digest:
+    """The digest of one Relax function, by the native writer when it is available.
+    Bindings that ``old`` (the function before a pass) has too are left out: a pass
+    keeps most binding objects, and the tracker needs only their handles."""
+    native = _native()
+    if native is None:
+        return _python_digest(func, old, types)
+    words, strings = native(func, old, types, _UNWRAP)
+    d = _decode(array("q", bytes(words)).tolist(), bytes(strings).decode().split("\0")[:-1])
+    if types and (SYMBOLIC in d.var_types or SYMBOLIC in d.param_types):
+        return _python_digest(func, old, types)
+    return d
+
+
+_UNWRAP = "\0".join(sorted(ir.CALL_TIR_OPS | ir.PACKED_OPS))
+_SHAPES: dict[str, tuple[tuple[tuple, ...], tuple[str, ...]]] = {}
+
+
+def shapes_and_dtypes(d: Digest, type_: int) -> tuple[tuple[tuple, ...], tuple[str, ...]]:
+    """(shapes, dtypes) of the tensors in a digest's type, memoised by its text."""
+    text = d.strings[type_]
+    found = _SHAPES.get(text)
+    if found is None:
+        if len(_SHAPES) > 100_000:  # a long-lived process building many models
+            _SHAPES.clear()
+        tensors = [t.split(DTYPE) for t in text.split(TENSOR)] if text else []
+        found = _SHAPES[text] = (tuple(tuple(_dim(v) for v in dims.split(DIM)) if dims else () for _, dims in tensors),
+                                 tuple(dtype for dtype, _ in tensors))
+    return found
+
+
+def _dim(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _type_text(ty) -> str:
+    if ty is None:
+        return ""
+    return TENSOR.join(dtype + DTYPE + DIM.join(map(str, shape)) for shape, dtype in ir.tensor_types(ty))
+
+
+def _decode(words: list[int], strings: list[str]) -> Digest:
+    n_params, n, output_at = words[0], words[1], words[2]
+    p = words[_HEAD:_HEAD + 3 * n_params]
+    c = _HEAD + 3 * n_params
+    stream_at = c + 7 * n
+    value_at = words[c + 5 * n:c + 6 * n]
+    return Digest(
+        params=p[0::3], param_names=[strings[i] for i in p[1::3]], param_types=p[2::3],
+        bindings=words[c:c + n], vars=words[c + n:c + 2 * n], values=words[c + 2 * n:c + 3 * n],
+        name_at=words[c + 3 * n:c + 4 * n], var_types=words[c + 4 * n:c + 5 * n],
+        value_at=value_at, callee_at=words[c + 6 * n:stream_at], output_at=output_at, stream=words[stream_at:],
+        strings=strings, partial=-1 in value_at,
+    )
+
+
+class _PythonWriter:
+    """The same digest as native/digest.cc, read attribute by attribute. It has a
+    digest's ``stream`` and ``strings``, so ``node`` reads it while it is written."""
+
+    def __init__(self, types: bool):
+        self.types = types
+        self.stream: list[int] = []
+        self.strings: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def string(self, text: str) -> int:
+        found = self._index.get(text)
+        if found is None:
+            found = self._index[text] = len(self.strings)
+            self.strings.append(text)
+        return found
+
+    def type_(self, expr) -> int:
+        return self.string(_type_text(ir.expr_type(expr))) if self.types else TYPES_NOT_ASKED
+
+    def expr(self, e) -> None:
+        kind = ir.kind(e)
+        if kind == "var":
+            self.put(VAR, e, self.type_(e))
+        elif kind == "const":
+            self.put(CONST, e, self.type_(e))
+        elif kind == "tuple":
+            fields = ir.items(e.fields)
+            self.put(TUPLE, e, len(fields))
+            for f in fields:
+                self.expr(f)
+        elif kind == "item":
+            self.put(ITEM, e, int(e.index))
+            self.expr(e.tuple_value)
+        elif kind == "call":
+            args = ir.items(e.args)
+            self.put(CALL, e, len(args))
+            self.expr(e.op)
+            for a in args:
+                self.expr(a)
+        else:
+            self.callee(e)
+
+    def callee(self, e) -> None:
+        if isinstance(e, Op):
+            self.put(OP, e, self.string(e.name))
+        elif isinstance(e, relax.GlobalVar):
+            self.put(GLOBAL, e, self.string(e.name_hint))
+        elif isinstance(e, relax.ExternFunc):
+            self.put(EXTERN, e, self.string(str(e.global_symbol)))
+        elif isinstance(e, StringImm):
+            self.put(EXTERN, e, self.string(str(e.value)))
+        else:
+            self.put(OTHER, e, self.string(type(e).__tvm_ffi_type_info__.type_key.rsplit(".", 1)[-1]))
+
+    def put(self, kind: int, e, payload: int) -> None:
+        self.stream += (kind, e.__chandle__(), payload)
+
+
+def _python_digest(func, old=None, types: bool = False) -> Digest:
+    w = _PythonWriter(types)
+    params = ir.items(func.params)
+    head = [len(params), 0, -1]
+    for p in params:
+        head += (p.__chandle__(), w.string(p.name), w.type_(p))
+    binds = ir.bindings(func)
+    head[1] = len(binds)
+    known = {b.__chandle__() for b in ir.bindings(old)} if old is not None else set()
+    columns: list[list[int]] = [[] for _ in range(7)]
+    for b in binds:
+        if b.__chandle__() in known:
+            for column, word in zip(columns, (b.__chandle__(), 0, 0, -1, TYPES_NOT_ASKED, -1, -1)):
+                column.append(word)
+            continue
+        var = b.var
+        name, type_, at = w.string(var.name), w.type_(var), len(w.stream)
+        w.expr(b.value)
+        callee = call_parts(node(w, at)[0])[0] if w.stream[at] == CALL else None
+        for column, word in zip(columns, (b.__chandle__(), var.__chandle__(), b.value.__chandle__(),
+                                          name, type_, at, -1 if callee is None else w.string(callee))):
+            column.append(word)
+    out = ir.function_output(func)
+    if out is not None:
+        head[2] = len(w.stream)
+        w.expr(out)
+    return _decode(head + [x for column in columns for x in column] + w.stream, w.strings)
+
+
+# -- the native writer ----------------------------------------------------------
+
+_SOURCE = Path(__file__).with_name("native") / "digest.cc"
+_state: dict[str, object] = {}
+_lock = threading.Lock()
+
+
+def _native():
+    """The compiled writer, built on first use; None when it cannot be (no compiler,
+    or ``RELAYTRACE_NATIVE=0``), in which case the Python writer serves, slower."""
+    if os.environ.get("RELAYTRACE_NATIVE", "1") == "0":
+        return None
+    if "fn" not in _state:
+        with _lock:
+            if "fn" not in _state:
+                _state["fn"] = _build()
+    return _state["fn"]
+
+
+def _build():
+    try:
+        import tvm_ffi.cpp
+
+        module = tvm_ffi.cpp.load_inline("relaytrace_digest", cpp_sources=_SOURCE.read_text(),
+                                         functions=["digest"], extra_cflags=["-O2"])
+        return module.digest
+    except Exception as exc:  # no compiler, no headers: the Python writer does the same job
+        _state["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        warnings.warn(f"relaytrace: native IR reader unavailable ({_state['error']}); "
+                      "tracing uses the slower Python reader", RuntimeWarning, stacklevel=3)
+        return None
+
+
+def native_status() -> str:
+    """'native' or 'python (<why>)': which writer serves this process."""
+    return "native" if _native() is not None else f"python ({_state.get('error', 'RELAYTRACE_NATIVE=0')})"
