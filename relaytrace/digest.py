@@ -14,7 +14,8 @@ The tests compare both on real modules.
 Stream payloads: a var or constant's type (see ``TYPES_NOT_ASKED``); a
 tuple's field count, its fields following; a projection's index, its tuple following;
 a call's argument count, its callee then its arguments following; a callee's name
-(an index into the string table).
+(an index into the string table). Each call binding's value is followed by its *call
+record*, the call as the tracker compares calls (``call_record``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tvm.ir import Op, StringImm
 from . import ir
 
 OTHER, VAR, CONST, TUPLE, ITEM, CALL, OP, GLOBAL, EXTERN = range(9)
+FIELD = 16  # added to the kind of an argument atom that is a field of a tuple argument
 _HEAD = 3  # n_params, n_bindings, output offset
 # A type is the string-table index of its text, or one of these. The text holds each
 # tensor's dtype and dims, split by ASCII separators: a printed symbolic dim may hold
@@ -51,7 +53,7 @@ class Digest:
     name_at: list[int]  # var names, as string-table indices
     var_types: list[int]
     value_at: list[int]  # where each binding's value starts in the stream; -1: known binding
-    callee_at: list[int]  # the name of a call's callee (``call_parts``); -1: not a call
+    call_at: list[int]  # where each call binding's call record starts; -1: not a call
     output_at: int  # where the body's result starts, -1 without one
     stream: list[int]
     strings: list[str]
@@ -96,7 +98,7 @@ def output(d: Digest) -> tuple | None:
 
 
 def call(d: Digest, position: int) -> tuple[str, list, int | None] | None:
-    """``call_parts`` of a call binding; None for any other binding."""
+    """``call_parts`` of a call binding, with argument nodes; None for any other binding."""
     at = d.value_at[position]
     return call_parts(node(d, at)[0]) if d.stream[at] == CALL else None
 
@@ -119,8 +121,25 @@ def call_parts(call: tuple) -> tuple[str, list, int | None]:
 
 def callee_of(d: Digest, position: int) -> str | None:
     """The callee of a call binding, as ``call_parts`` names it; None otherwise."""
-    at = d.callee_at[position]
-    return d.strings[at] if at >= 0 else None
+    at = d.call_at[position]
+    return d.strings[d.stream[at]] if at >= 0 else None
+
+
+def arguments(atoms: list[int]) -> list[tuple[int, int]]:
+    """(kind, handle) of a call record's own arguments, tuple fields left out."""
+    return [(atoms[i], atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] < FIELD]
+
+
+def call_record(d: Digest, position: int) -> tuple[str, int, list[int]] | None:
+    """(callee, GlobalVar handle or 0, atoms) of a call binding, None otherwise; what
+    ``call_parts`` says, without building nodes. The atoms are a flat list of
+    ``kind, handle, type`` triples (type 0 but for vars and constants): each argument,
+    a tuple argument followed by its fields with ``FIELD`` added to their kind."""
+    at = d.call_at[position]
+    if at < 0:
+        return None
+    s = d.stream
+    return d.strings[s[at]], s[at + 1], s[at + 3:at + 3 + 3 * s[at + 2]]
 
 
 def _category(callee: tuple) -> tuple[str, str]:
@@ -155,14 +174,14 @@ def read(func, old=None, types: bool = False) -> Digest:
     native = _native()
     if native is None:
         return _python_digest(func, old, types)
-    words, strings = native(func, old, types, _UNWRAP)
+    words, strings = native(func, old, types, *_UNWRAP)
     d = _decode(array("q", bytes(words)).tolist(), bytes(strings).decode().split("\0")[:-1])
     if types and (SYMBOLIC in d.var_types or SYMBOLIC in d.param_types):
         return _python_digest(func, old, types)
     return d
 
 
-_UNWRAP = "\0".join(sorted(ir.CALL_TIR_OPS | ir.PACKED_OPS))
+_UNWRAP = ("\0".join(sorted(ir.CALL_TIR_OPS)), "\0".join(sorted(ir.PACKED_OPS)))  # what call_parts unwraps
 _SHAPES: dict[str, tuple[tuple[tuple, ...], tuple[str, ...]]] = {}
 
 
@@ -202,7 +221,7 @@ def _decode(words: list[int], strings: list[str]) -> Digest:
         params=p[0::3], param_names=[strings[i] for i in p[1::3]], param_types=p[2::3],
         bindings=words[c:c + n], vars=words[c + n:c + 2 * n], values=words[c + 2 * n:c + 3 * n],
         name_at=words[c + 3 * n:c + 4 * n], var_types=words[c + 4 * n:c + 5 * n],
-        value_at=value_at, callee_at=words[c + 6 * n:stream_at], output_at=output_at, stream=words[stream_at:],
+        value_at=value_at, call_at=words[c + 6 * n:stream_at], output_at=output_at, stream=words[stream_at:],
         strings=strings, partial=-1 in value_at,
     )
 
@@ -265,6 +284,25 @@ class _PythonWriter:
     def put(self, kind: int, e, payload: int) -> None:
         self.stream += (kind, e.__chandle__(), payload)
 
+    def call_record(self, at: int) -> int:
+        """The record of the call written at ``at``; -1 when it is not a call."""
+        if self.stream[at] != CALL:
+            return -1
+        callee, args, gv = call_parts(node(self, at)[0])
+        record = len(self.stream)
+        self.stream += (self.string(callee), gv or 0, 0)
+        for arg in args:
+            self.stream += _atom(arg, 0)
+            if arg[0] == TUPLE:
+                for field in arg[2]:
+                    self.stream += _atom(field, FIELD)
+        self.stream[record + 2] = (len(self.stream) - record - 3) // 3
+        return record
+
+
+def _atom(arg: tuple, flag: int) -> tuple[int, int, int]:
+    return arg[0] + flag, arg[1], arg[2] if arg[0] == VAR or arg[0] == CONST else 0
+
 
 def _python_digest(func, old=None, types: bool = False) -> Digest:
     w = _PythonWriter(types)
@@ -284,9 +322,9 @@ def _python_digest(func, old=None, types: bool = False) -> Digest:
         var = b.var
         name, type_, at = w.string(var.name), w.type_(var), len(w.stream)
         w.expr(b.value)
-        callee = call_parts(node(w, at)[0])[0] if w.stream[at] == CALL else None
+        record = w.call_record(at)
         for column, word in zip(columns, (b.__chandle__(), var.__chandle__(), b.value.__chandle__(),
-                                          name, type_, at, -1 if callee is None else w.string(callee))):
+                                          name, type_, at, record)):
             column.append(word)
     out = ir.function_output(func)
     if out is not None:

@@ -25,19 +25,20 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     position = 0
     d = dg.read(main) if main is not None else None
     for index in range(len(d.vars) if d is not None else 0):
-        callee = dg.callee_of(d, index)
-        if callee is None or ir.is_bookkeeping(callee):
+        record = dg.call_record(d, index)
+        if record is None or ir.is_bookkeeping(record[0]):
             continue
-        callee, args, gv = dg.call(d, index)
+        callee, gv, atoms = record
+        args = dg.arguments(atoms)
         tok = tracker.token_of(d.vars[index])
         if tok is None:  # a destination-passing call: its value lives in its output arg
-            outs = (tracker.token_of(a[1]) for a in reversed(args) if a[0] == dg.VAR)
+            outs = (tracker.token_of(handle) for kind, handle in reversed(args) if kind == dg.VAR)
             tok = next((t for t in outs if t is not None), None)
         origin_ids = tracker.origins_of_token(tok) if tok is not None else frozenset()
-        if gv is not None and callee in relax_callees:
+        if gv and callee in relax_callees:
             continue  # a call of another Relax function runs its kernels there
-        is_kernel = gv is not None
-        sources = {producer[src] for src in map(tracker.resolve_arg, args) if src is not None and src in producer}
+        is_kernel = bool(gv)
+        sources = {producer[src] for src in (tracker.resolve_arg(*arg) for arg in args) if src is not None and src in producer}
         if is_kernel:
             sites = kernels.setdefault(callee, [])
             sites.append(CallSite(callee, len(sites), position, roles_for(origin_ids, tracker.origins)))

@@ -27,7 +27,7 @@ from attrs import define, field
 
 from . import digest as dg
 from . import ir
-from .digest import CALL, CONST, ITEM, TUPLE, VAR
+from .digest import CONST, FIELD, ITEM, TUPLE, VAR
 from .origins import INSERTED, OP, UNRESOLVED, Origin, OriginTable
 
 IDENTITY, VALUE, REPLAY, NAME, ARGS, NEW = "identity", "value", "replay", "name", "args", "new"
@@ -95,11 +95,12 @@ class _FunctionState:
                     continue
                 name = dg.name(d, position)
                 var_names[name] = tok
-                call = dg.call(d, position)
-                if call is not None:
-                    by_name[(name, call[0])] = tok
-                    tok_var[tok] = (handle, call[0])
-                    by_args.setdefault(tracker._key(call[0], call[1])[1], []).append(tok)
+                record = dg.call_record(d, position)
+                if record is not None:
+                    callee, _, atoms = record
+                    by_name[(name, callee)] = tok
+                    tok_var[tok] = (handle, callee)
+                    by_args.setdefault(tracker._key(callee, atoms)[1], []).append(tok)
             self._index = _Index(by_name, var_names, by_args, tok_var)
         return self._index
 
@@ -201,9 +202,9 @@ class Tracker:
     def canonical(self, tok: int) -> int:
         return self._canon_of(tok)
 
-    def resolve_arg(self, arg: tuple) -> int | None:
-        """The canonical token of an argument node (``digest.node``)."""
-        return self._resolve(arg)
+    def resolve_arg(self, kind: int, handle: int) -> int | None:
+        """The canonical token of a call argument (``digest.arguments``)."""
+        return self._resolve(kind, handle)
 
     # -- set-up ---------------------------------------------------------------
 
@@ -297,23 +298,23 @@ class Tracker:
         """A binding whose Var is new to us: rules 2 to 4, else a new token."""
         d = walk.d
         handle = d.vars[position]
-        value = dg.value(d, position)
-        if value[0] != CALL:
+        record = dg.call_record(d, position)
+        if record is None:
             self._var_value[handle] = d.values[position]
-            tok = self._structural(value)
+            tok = self._structural(dg.value(d, position))
             if tok is not None:
                 self._var_tok[handle] = tok
             return tok
-        callee, args, gv = dg.call_parts(value)
+        callee, gv, atoms = record
         if ir.is_bookkeeping(callee):
             walk.bookkeeping.add(handle)
             return None
         self._var_value[handle] = d.values[position]
         self._flush()
-        key = self._key(callee, args, walk)
+        key = self._key(callee, atoms, walk)
         tok, rule = self._match(key, walk), VALUE
-        if tok is None and gv is not None:
-            tok, rule = self._replay(mod, gv, callee, args, walk), REPLAY
+        if tok is None and gv:
+            tok, rule = self._replay(mod, gv, callee, atoms, walk), REPLAY
         if tok is None and walk.old is not None:
             tok, rule = self._by_name(dg.name(d, position), callee, walk), NAME
         if tok is None and walk.old is not None:
@@ -327,7 +328,7 @@ class Tracker:
         walk.claimed.add(tok)
         self._var_tok[handle] = tok
         self._add_key(key, tok)
-        self._claim_outputs(args, tok, walk)
+        self._claim_outputs(atoms, tok, walk)
         return tok
 
     def _add_key(self, key, tok) -> None:
@@ -341,8 +342,8 @@ class Tracker:
         if not self._unregistered:
             return
         for d, position, tok in self._unregistered.values():
-            callee, args, _ = dg.call(d, position)
-            self._add_key(self._key(callee, args), tok)
+            callee, _, atoms = dg.call_record(d, position)
+            self._add_key(self._key(callee, atoms), tok)
         self._unregistered = {}
 
     def _link_uses(self, walk) -> None:
@@ -350,9 +351,10 @@ class Tracker:
         tell whom an inserted op serves."""
         for tok, position, _, _ in walk.changes:
             walk.rewritten.add(tok)
+            record = dg.call_record(walk.d, position)
             value = dg.value(walk.d, position)
-            args = dg.call_parts(value)[1] if value[0] == CALL else [value]
-            walk.args_of[tok] = [t for t in (self._raw(a) for a in args) if t is not None]
+            args = dg.arguments(record[2]) if record is not None else [value[:2]]
+            walk.args_of[tok] = [t for t in (self._raw(kind, handle) for kind, handle in args) if t is not None]
             for t in walk.args_of[tok]:
                 walk.uses.setdefault(t, []).append(tok)
 
@@ -360,9 +362,9 @@ class Tracker:
         """Aliases, tuples and projections carry the origins of what they hold."""
         kind = value[0]
         if kind == ITEM:
-            return self._raw(value[2])
+            return self._raw(*value[2][:2])
         if kind == TUPLE:
-            parts = [self._raw(f) for f in value[2]]
+            parts = [self._raw(*f[:2]) for f in value[2]]
             key = ("tuple", tuple(self._canon_of(p) for p in parts if p is not None))
             found = self._keys.get(key)
             if found:
@@ -372,23 +374,22 @@ class Tracker:
             return tok
         return self._var_tok.get(value[1]) if kind == VAR else None  # an alias
 
-    def _claim_outputs(self, args, tok, walk) -> None:
+    def _claim_outputs(self, atoms, tok, walk) -> None:
         """Destination-passing calls write into their trailing allocations: those vars
         now hold this call's value."""
         if not walk.bookkeeping:
             return
-        for kind, handle, _ in args:
+        for kind, handle in dg.arguments(atoms):
             if kind == VAR and handle in walk.bookkeeping:
                 self._var_tok[handle] = tok
 
     # -- keys and rules -------------------------------------------------------
 
-    def _raw(self, node) -> int | None:
-        kind = node[0]
+    def _raw(self, kind, handle) -> int | None:
         if kind == VAR:
-            return self._var_tok.get(node[1])
+            return self._var_tok.get(handle)
         if kind == CONST:
-            return self._const_token(node[1])
+            return self._const_token(handle)
         return None
 
     def _const_token(self, handle: int) -> int:
@@ -402,10 +403,9 @@ class Tracker:
             tok = self._canon[tok]
         return tok
 
-    def _resolve(self, node, walk=None) -> int | None:
+    def _resolve(self, kind, handle, walk=None) -> int | None:
         """An argument's canonical token. Inside a walk, a var the pass re-created
         under its old name (and not yet bound) is found by that name."""
-        kind, handle = node[0], node[1]
         if kind == VAR:
             tok = self._var_tok.get(handle)
             if tok is None and walk is not None and walk.old is not None and handle not in walk.bookkeeping:
@@ -416,15 +416,17 @@ class Tracker:
             return None
         return None if tok is None else self._canon_of(tok)
 
-    def _key(self, callee, args, walk=None) -> tuple:
-        """(callee, canonical argument tokens): what a value computes, whatever its var."""
+    def _key(self, callee, atoms, walk=None) -> tuple:
+        """(callee, canonical tokens of the vars and constants among its arguments and
+        their tuples' fields): what a value computes, whatever its var."""
         resolved = []
-        for arg in args:
-            if arg[0] == TUPLE:
-                resolved.extend(self._resolve(part, walk) for part in arg[2])
-            else:
-                resolved.append(self._resolve(arg, walk))
-        return (callee, tuple(t for t in resolved if t is not None))
+        for i in range(0, len(atoms), 3):
+            kind = atoms[i] % FIELD
+            if kind == VAR or kind == CONST:
+                tok = self._resolve(kind, atoms[i + 1], walk)
+                if tok is not None:
+                    resolved.append(tok)
+        return (callee, tuple(resolved))
 
     def _match(self, key, walk) -> int | None:
         found = self._keys.get(key)
@@ -455,7 +457,7 @@ class Tracker:
                 found.append(tok)
         return found[0] if len(found) == 1 else None
 
-    def _replay(self, mod, gv, name, args, walk) -> int | None:
+    def _replay(self, mod, gv, name, atoms, walk) -> int | None:
         recipe = walk.recipes.get(gv, False)
         if recipe is False:
             func = ir.lookup(mod, name)
@@ -463,11 +465,12 @@ class Tracker:
         if recipe is None:
             return None
         params, steps, output = recipe
+        args = dg.arguments(atoms)
         if len(params) != len(args):
             return None
         env: dict[int, int] = {}
-        for param, arg in zip(params, args):
-            tok = self._resolve(arg, walk)
+        for param, (kind, handle) in zip(params, args):
+            tok = self._resolve(kind, handle, walk)
             if tok is not None:
                 env[param] = tok
         matched: list[int] = []
@@ -511,10 +514,12 @@ class Tracker:
             d = dg.read(func)
             steps = []
             for position, var in enumerate(d.vars):
+                record = dg.call_record(d, position)
                 value = dg.value(d, position)
-                if value[0] == CALL:
-                    callee, inner_args, _ = dg.call_parts(value)
-                    refs = [self._ref(f) for a in inner_args for f in (a[2] if a[0] == TUPLE else [a])]
+                if record is not None:
+                    callee, _, atoms = record
+                    refs = [self._ref(atoms[i] % FIELD, atoms[i + 1]) for i in range(0, len(atoms), 3)
+                            if atoms[i] != TUPLE]  # a tuple argument is read through its fields
                     steps.append((var, callee, tuple(r for r in refs if r is not None)))
                 elif value[0] in (VAR, ITEM):
                     inner = value if value[0] == VAR else value[2]
@@ -523,11 +528,11 @@ class Tracker:
             self._recipes[handle] = (tuple(d.params), tuple(steps), out[1] if out is not None and out[0] == VAR else None)
         return self._recipes[handle]
 
-    def _ref(self, node) -> tuple[int | None, int | None] | None:
+    def _ref(self, kind, handle) -> tuple[int | None, int | None] | None:
         """(var handle, None) for a var, (None, token) for a constant, else None."""
-        if node[0] == VAR:
-            return (node[1], None)
-        tok = self._raw(node)
+        if kind == VAR:
+            return (handle, None)
+        tok = self._raw(kind, handle)
         return None if tok is None else (None, tok)
 
     # -- what no rule explains ------------------------------------------------

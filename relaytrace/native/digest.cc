@@ -1,8 +1,8 @@
 // One FFI call per Relax function instead of one per attribute: the tracker reads each
 // function after every pass, and from Python each field read costs a call and a wrapper.
 // The apache-tvm wheel ships no Relax headers, so fields are read by reflection, by the
-// names Python sees. The layout written here is documented, and decoded, in digest.py;
-// digest.py also holds a Python writer of the same layout, and the tests compare both.
+// names Python sees. The layout is described, and decoded, in digest.py, which also
+// holds a Python writer of the same layout; the tests compare the two.
 #include <tvm/ffi/tvm_ffi.h>
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/dtype.h>
@@ -19,6 +19,7 @@ using namespace tvm::ffi;  // NOLINT
 namespace {
 
 enum Kind : int64_t { kOther = 0, kVar, kConst, kTuple, kItem, kCall, kOp, kGlobal, kExtern };
+constexpr int64_t kField = 16;  // an argument atom that is a field of a tuple argument
 constexpr int64_t kNotAsked = -2, kSymbolic = -1;
 constexpr char kDim = '\x1f', kDtype = '\x1e', kTensor = '\x1d';
 
@@ -68,9 +69,21 @@ struct Schema {
 
 int64_t Handle(const Object* obj) { return reinterpret_cast<int64_t>(obj); }
 
+std::unordered_set<std::string> Split(const std::string& joined) {
+  std::unordered_set<std::string> out;
+  for (size_t start = 0, end; start < joined.size(); start = end + 1) {
+    end = joined.find('\0', start);
+    if (end == std::string::npos) end = joined.size();
+    out.emplace(joined.substr(start, end - start));
+  }
+  return out;
+}
+
 class Writer {
  public:
-  Writer(const Schema& s, bool types) : s_(s), types_(types) {}
+  Writer(const Schema& s, bool types, std::unordered_set<std::string> tir_ops,
+         std::unordered_set<std::string> packed_ops)
+      : s_(s), types_(types), tir_ops_(std::move(tir_ops)), packed_ops_(std::move(packed_ops)) {}
 
   std::vector<int64_t> out;
   std::string strings;
@@ -86,15 +99,8 @@ class Writer {
     return index;
   }
 
-  // A callee's name; an expression that is not a callee goes by its kind.
-  int64_t NameOf(size_t at) {
-    static const char* kinds[] = {"", "Var", "Constant", "Tuple", "TupleGetItem", "Call"};
-    return out[at] >= kOp || out[at] == kOther ? out[at + 2] : Str(kinds[out[at]]);
-  }
-
   // A type as text: per tensor its dtype and dims, split by ASCII separators as in
-  // digest.py; interned. What origins need of a type, cheaper than a structural hash. kNotAsked without types; kSymbolic for a
-  // shape with symbolic dims, which only Python can print.
+  // digest.py; interned. What origins need of a type, cheaper than a structural hash.
   int64_t Type(const Object* expr) {
     if (!types_) return kNotAsked;
     auto found = types_of_.find(expr);  // a var is written once bound, then once per use
@@ -106,6 +112,75 @@ class Writer {
     return type;
   }
 
+  // One expression, prefix order: kind, handle, then the kind's payload.
+  void Expr(const Object* e) {
+    if (IsA(e, s_.var)) {
+      Put(kVar, Handle(e), Type(e));
+    } else if (IsA(e, s_.constant) || IsA(e, s_.generic_const)) {
+      Put(kConst, Handle(e), Type(e));
+    } else if (IsA(e, s_.tuple)) {
+      Array<ObjectRef> fields = s_.fields(e).cast<Array<ObjectRef>>();
+      Put(kTuple, Handle(e), static_cast<int64_t>(fields.size()));
+      for (const ObjectRef& f : fields) Expr(f.get());
+    } else if (IsA(e, s_.item)) {
+      Put(kItem, Handle(e), s_.item_index(e).cast<int64_t>());
+      Expr(s_.tuple_value(e).cast<ObjectRef>().get());
+    } else if (IsA(e, s_.call)) {
+      Array<ObjectRef> args = s_.call_args(e).cast<Array<ObjectRef>>();
+      Put(kCall, Handle(e), static_cast<int64_t>(args.size()));
+      Expr(s_.call_op(e).cast<ObjectRef>().get());
+      for (const ObjectRef& a : args) Expr(a.get());
+    } else {
+      Callee(e);
+    }
+  }
+
+  // The call record of the value written at `at`, as digest.call_record reads it:
+  // callee name, GlobalVar handle (0: none), the atom count and the arguments as
+  // atoms (kind, handle, type), a tuple argument followed by its fields marked kField. call_tir(F, (a, b))
+  // and call_packed("f", a, b) are unwrapped to F(a, b) and f(a, b). -1: not a call.
+  int64_t CallRecord(size_t at) {
+    if (out[at] != kCall) return -1;
+    size_t callee = at + 3;
+    std::vector<size_t> args;
+    for (size_t p = Skip(callee), i = 0; i < static_cast<size_t>(out[at + 2]); ++i, p = Skip(p)) {
+      args.push_back(p);
+    }
+    int64_t name = NameOf(callee), global = out[callee] == kGlobal ? out[callee + 1] : 0;
+    std::string op = out[callee] == kOp ? string_list_[name] : std::string();
+    if (!args.empty() && tir_ops_.count(op)) {
+      name = NameOf(args[0]);
+      global = out[args[0]] == kGlobal ? out[args[0] + 1] : 0;
+      std::vector<size_t> inner;
+      if (args.size() > 1 && out[args[1]] == kTuple) {
+        for (size_t p = args[1] + 3, i = 0; i < static_cast<size_t>(out[args[1] + 2]); ++i, p = Skip(p)) {
+          inner.push_back(p);
+        }
+      } else if (args.size() > 1) {
+        inner.push_back(args[1]);
+      }
+      args = inner;
+    } else if (!args.empty() && packed_ops_.count(op)) {
+      name = NameOf(args[0]);
+      global = 0;
+      args.erase(args.begin());
+    }
+    int64_t record = static_cast<int64_t>(out.size());
+    out.push_back(name);
+    out.push_back(global);
+    size_t count_at = out.size();
+    out.push_back(0);
+    for (size_t arg : args) {
+      Atom(arg, 0);
+      if (out[arg] == kTuple) {
+        for (size_t p = arg + 3, i = 0; i < static_cast<size_t>(out[arg + 2]); ++i, p = Skip(p)) Atom(p, kField);
+      }
+    }
+    out[count_at] = static_cast<int64_t>((out.size() - count_at - 1) / 3);
+    return record;
+  }
+
+ private:
   bool TypeText(const Object* ty, std::string* text) {
     if (IsA(ty, s_.tuple_type)) {
       for (const ObjectRef& f : s_.tuple_fields(ty).cast<Array<ObjectRef>>()) {
@@ -131,29 +206,6 @@ class Writer {
     return true;
   }
 
-  // One expression, prefix order: kind, handle, then the kind's payload.
-  void Expr(const Object* e) {
-    if (IsA(e, s_.var)) {
-      Put(kVar, e, Type(e));
-    } else if (IsA(e, s_.constant) || IsA(e, s_.generic_const)) {
-      Put(kConst, e, Type(e));
-    } else if (IsA(e, s_.tuple)) {
-      Array<ObjectRef> fields = s_.fields(e).cast<Array<ObjectRef>>();
-      Put(kTuple, e, static_cast<int64_t>(fields.size()));
-      for (const ObjectRef& f : fields) Expr(f.get());
-    } else if (IsA(e, s_.item)) {
-      Put(kItem, e, s_.item_index(e).cast<int64_t>());
-      Expr(s_.tuple_value(e).cast<ObjectRef>().get());
-    } else if (IsA(e, s_.call)) {
-      Array<ObjectRef> args = s_.call_args(e).cast<Array<ObjectRef>>();
-      Put(kCall, e, static_cast<int64_t>(args.size()));
-      Expr(s_.call_op(e).cast<ObjectRef>().get());
-      for (const ObjectRef& a : args) Expr(a.get());
-    } else {
-      Callee(e);
-    }
-  }
-
   // Ops, functions and symbols recur at many call sites: each is named once per call.
   void Callee(const Object* e) {
     auto found = callees_.find(e);
@@ -173,38 +225,46 @@ class Writer {
       }
       found = callees_.emplace(e, named).first;
     }
-    Put(found->second.first, e, found->second.second);
+    Put(found->second.first, Handle(e), found->second.second);
   }
 
-  // The name a call is known by: its op's, or for the ops in `unwrap` (call_tir,
-  // call_packed, ...) that of their first argument, as digest.call_parts says.
-  int64_t CalleeName(size_t at, const std::unordered_set<std::string>& unwrap) {
-    if (out[at] != kCall) return -1;
-    int64_t name = NameOf(at + 3);
-    if (out[at + 3] == kOp && out[at + 2] > 0 && unwrap.count(string_list_[name])) return NameOf(at + 6);
-    return name;
+  // Where the expression after the one at `at` starts.
+  size_t Skip(size_t at) const {
+    int64_t kind = out[at], payload = out[at + 2];
+    at += 3;
+    if (kind == kItem) return Skip(at);
+    if (kind == kCall) at = Skip(at);
+    if (kind == kTuple || kind == kCall) {
+      for (int64_t i = 0; i < payload; ++i) at = Skip(at);
+    }
+    return at;
   }
 
-  void Put(int64_t kind, const Object* e, int64_t payload) {
+  // A callee's name; an expression that is not a callee goes by its kind.
+  int64_t NameOf(size_t at) {
+    static const char* kinds[] = {"", "Var", "Constant", "Tuple", "TupleGetItem", "Call"};
+    return out[at] >= kOp || out[at] == kOther ? out[at + 2] : Str(kinds[out[at]]);
+  }
+
+  void Atom(size_t at, int64_t flag) {
+    Put(out[at] + flag, out[at + 1], out[at] == kVar || out[at] == kConst ? out[at + 2] : 0);
+  }
+
+  void Put(int64_t kind, int64_t handle, int64_t payload) {
     out.push_back(kind);
-    out.push_back(Handle(e));
+    out.push_back(handle);
     out.push_back(payload);
   }
 
- private:
   const Schema& s_;
   bool types_;
+  std::unordered_set<std::string> tir_ops_, packed_ops_;
   std::unordered_map<std::string, int64_t> string_index_;
   std::vector<std::string> string_list_;
   std::unordered_map<const Object*, int64_t> types_of_;
   std::unordered_map<const Object*, std::pair<int64_t, int64_t>> callees_;
 };
 
-// [n_params, n_bindings, output offset | -1], params as (handle, name, type), bindings
-// as seven columns (binding, var, value handles, name, var type, value offset, callee
-// name), then the
-// expression stream; returned with the string table. A binding object that `old` also
-// has is written as its handle alone (zeros, value offset -1): the tracker knows it.
 // The bindings of a function's body, in order, and the body's result (null without one).
 const Object* Bindings(const Schema& s, const ObjectRef& func, std::vector<const Object*>* out) {
   ObjectRef body = s.body(func).cast<ObjectRef>();
@@ -217,17 +277,15 @@ const Object* Bindings(const Schema& s, const ObjectRef& func, std::vector<const
 
 }  // namespace
 
-Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String unwrap_ops) {
+// [n_params, n_bindings, output offset | -1], params as (handle, name, type), bindings
+// as seven columns (binding, var, value handles, name, var type, value offset, call
+// record offset), then the stream: each value followed by its call record. Returned
+// with the string table. A binding object that `old` also has is written as its
+// handle alone (zeros, offsets -1): the tracker knows it already.
+Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String tir_ops, String packed_ops) {
   static const Schema schema;
   const Schema& s = schema;
-  Writer w(s, types);
-  std::unordered_set<std::string> unwrap;
-  std::string ops = unwrap_ops;
-  for (size_t start = 0, end; start < ops.size(); start = end + 1) {
-    end = ops.find('\0', start);
-    if (end == std::string::npos) end = ops.size();
-    unwrap.emplace(ops.substr(start, end - start));
-  }
+  Writer w(s, types, Split(tir_ops), Split(packed_ops));
   Array<ObjectRef> params = s.params(func).cast<Array<ObjectRef>>();
   std::vector<const Object*> bindings;
   const Object* output = Bindings(s, func, &bindings);
@@ -263,15 +321,13 @@ Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String un
     size_t at = w.out.size();
     cols[5 * n + i] = static_cast<int64_t>(at);
     w.Expr(value.get());
-    cols[6 * n + i] = w.CalleeName(at, unwrap);
+    cols[6 * n + i] = w.CallRecord(at);
   }
   if (output != nullptr) {
     head[2] = static_cast<int64_t>(w.out.size());
     w.Expr(output);
   }
-  std::string bytes;
-  size_t words = head.size() + cols.size() + w.out.size();
-  bytes.resize(words * sizeof(int64_t));
+  std::string bytes((head.size() + cols.size() + w.out.size()) * sizeof(int64_t), '\0');
   char* at = bytes.data();
   for (const std::vector<int64_t>* part : {&head, &cols, &w.out}) {
     std::memcpy(at, part->data(), part->size() * sizeof(int64_t));
