@@ -58,6 +58,7 @@ class Digest:
     stream: list[int]
     strings: list[str]
     partial: bool  # some bindings were known (``read(func, old)``) and left out
+    changed: list[int]  # positions of the bindings written in full
 
 
 # -- reading the stream ---------------------------------------------------------
@@ -169,8 +170,9 @@ def names_by_handle(d: Digest) -> dict[int, str]:
 
 def read(func, old=None, types: bool = False) -> Digest:
     """The digest of one Relax function, by the native writer when it is available.
-    Bindings that ``old`` (the function before a pass) has too are left out: a pass
-    keeps most binding objects, and the tracker needs only their handles."""
+    Bindings that ``old`` (the function before a pass) has too are left out but for
+    their and their vars' handles: a pass keeps most binding objects, and the tracker
+    knows the rest of them already."""
     native = _native()
     if native is None:
         return _python_digest(func, old, types)
@@ -222,7 +224,7 @@ def _decode(words: list[int], strings: list[str]) -> Digest:
         bindings=words[c:c + n], vars=words[c + n:c + 2 * n], values=words[c + 2 * n:c + 3 * n],
         name_at=words[c + 3 * n:c + 4 * n], var_types=words[c + 4 * n:c + 5 * n],
         value_at=value_at, call_at=words[c + 6 * n:stream_at], output_at=output_at, stream=words[stream_at:],
-        strings=strings, partial=-1 in value_at,
+        strings=strings, partial=-1 in value_at, changed=[i for i, at in enumerate(value_at) if at >= 0],
     )
 
 
@@ -316,7 +318,7 @@ def _python_digest(func, old=None, types: bool = False) -> Digest:
     columns: list[list[int]] = [[] for _ in range(7)]
     for b in binds:
         if b.__chandle__() in known:
-            for column, word in zip(columns, (b.__chandle__(), 0, 0, -1, TYPES_NOT_ASKED, -1, -1)):
+            for column, word in zip(columns, (b.__chandle__(), b.var.__chandle__(), 0, -1, TYPES_NOT_ASKED, -1, -1)):
                 column.append(word)
             continue
         var = b.var

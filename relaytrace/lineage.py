@@ -15,6 +15,7 @@ from attrs import define, field
 
 from .errors import LineageFormatError, UnknownNameError
 from .matching import Change, PassEvent
+from .ops import op_rank
 from .origins import INSERTED, OP, UNRESOLVED, Origin
 
 SCHEMA = "relaytrace.lineage/1"
@@ -298,8 +299,6 @@ def read_json(path, what: str):
 
 def roles_for(origin_ids: Iterable[str], origins: dict[str, Origin]) -> tuple[Role, ...]:
     """Anchor = heaviest model op (ties: earliest); other model ops fused; the rest by kind."""
-    from .ops import op_rank
-
     found = sorted((origins[o] for o in set(origin_ids)), key=_site_order)
     ops = [o for o in found if o.kind == OP]
     anchor = max(ops, key=lambda o: op_rank(o.op)).id if ops else None

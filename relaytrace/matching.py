@@ -81,7 +81,6 @@ class _FunctionState:
     digest: dg.Digest
     tokens: list[int]  # token of each op binding, in order
     origins: frozenset[str]
-    var_of: dict[int, int]  # binding handle -> var handle: a binding the next pass keeps is skipped
     bookkeeping: set[int]  # var handles of memory/shape bookkeeping bindings
     _index: _Index | None = None
 
@@ -235,21 +234,17 @@ class Tracker:
         for handle, name in zip(d.params, d.param_names):
             self._param_token(fname, handle, name)
         var_tok, var_value = self._var_tok, self._var_value
-        kept, kept_bookkeeping = (old.var_of, old.bookkeeping) if old is not None else ({}, set())
-        var_of: dict[int, int] = {}
-        for position, (binding_handle, handle, value_handle) in enumerate(zip(d.bindings, d.vars, d.values)):
-            kept_var = kept.get(binding_handle)
-            if kept_var is not None:  # the pass kept this binding object: nothing in it changed
-                var_of[binding_handle] = kept_var
-                tok = var_tok.get(kept_var)
-                if tok is not None:
-                    tokens.append(tok)
-                elif kept_var in kept_bookkeeping:
-                    walk.bookkeeping.add(kept_var)
-                continue
-            var_of[binding_handle] = handle
+        # A binding object the pass kept (the digest leaves it out) changed in nothing:
+        # its var's token is all there is to know. Bindings the pass rewrote cannot
+        # change the tokens of vars bound before them, so these can be read first.
+        toks = [var_tok.get(var) for var in d.vars]
+        if d.partial:
+            walk.bookkeeping = {var for var, tok, at in zip(d.vars, toks, d.value_at)
+                                if at < 0 and tok is None and var in old.bookkeeping}
+        for position in d.changed:
+            handle = d.vars[position]
             tok = var_tok.get(handle)
-            if tok is not None and var_value.get(handle) != value_handle:
+            if tok is not None and var_value.get(handle) != d.values[position]:
                 if tok in walk.claimed and ir.is_data_movement(dg.callee_of(d, position) or ""):
                     del var_tok[handle]  # AlterOpImpl reused the var for a layout transform
                     tok = self._bind(mod, position, walk)
@@ -257,16 +252,15 @@ class Tracker:
                     tok = self._rewritten_in_place(position, handle, tok, walk)
             elif tok is None:
                 tok = self._bind(mod, position, walk)
-            if tok is not None:
-                tokens.append(tok)
+            toks[position] = tok
+        tokens = [tok for tok in toks if tok is not None]
         self._finish_new(fname, pass_name, walk)
         self._pin(func)
         if old is not None and tokens == old.tokens:
             origins = old.origins  # the common case: no op appeared or went away
         else:
             origins = frozenset().union(*(self._tok_origins[t] for t in tokens))
-        state = _FunctionState(func=func, digest=d, tokens=tokens, origins=origins, var_of=var_of,
-                               bookkeeping=walk.bookkeeping)
+        state = _FunctionState(func=func, digest=d, tokens=tokens, origins=origins, bookkeeping=walk.bookkeeping)
         self._record_event(fname, pass_name, walk, old, state)
         return state
 
@@ -601,10 +595,13 @@ class Tracker:
             eliminated=tuple(eliminated), merged=tuple(merged),
         )
         self.events.append(event)
-        history = self.changes
+        history, made = self.changes, {}
         for tok, _, rule, callee in walk.changes:
             if callee is not None:
-                history[tok] = history.get(tok, ()) + (Change(self._pass_index, pass_name, fname, callee, rule),)
+                change = made.get((callee, rule))  # immutable: one record serves every token alike
+                if change is None:
+                    change = made[(callee, rule)] = Change(self._pass_index, pass_name, fname, callee, rule)
+                history[tok] = history.get(tok, ()) + (change,)
 
     def _record_elimination(self, origin_ids, pass_name) -> None:
         for oid in origin_ids:

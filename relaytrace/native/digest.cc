@@ -280,8 +280,8 @@ const Object* Bindings(const Schema& s, const ObjectRef& func, std::vector<const
 // [n_params, n_bindings, output offset | -1], params as (handle, name, type), bindings
 // as seven columns (binding, var, value handles, name, var type, value offset, call
 // record offset), then the stream: each value followed by its call record. Returned
-// with the string table. A binding object that `old` also has is written as its
-// handle alone (zeros, offsets -1): the tracker knows it already.
+// with the string table. A binding object that `old` also has is written as its and
+// its var's handles alone (zeros, offsets -1): the tracker knows the rest already.
 Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String tir_ops, String packed_ops) {
   static const Schema schema;
   const Schema& s = schema;
@@ -304,7 +304,9 @@ Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String ti
   }
   std::vector<int64_t> cols(7 * n);
   for (size_t i = 0; i < n; ++i) {
+    ObjectRef var = s.binding_var(bindings[i]).cast<ObjectRef>();
     cols[i] = Handle(bindings[i]);
+    cols[n + i] = Handle(var.get());
     if (known.count(bindings[i])) {
       cols[3 * n + i] = -1;
       cols[4 * n + i] = kNotAsked;
@@ -312,9 +314,7 @@ Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String ti
       cols[6 * n + i] = -1;
       continue;
     }
-    ObjectRef var = s.binding_var(bindings[i]).cast<ObjectRef>();
     ObjectRef value = s.binding_value(bindings[i]).cast<ObjectRef>();
-    cols[n + i] = Handle(var.get());
     cols[2 * n + i] = Handle(value.get());
     cols[3 * n + i] = w.Str(s.var_name(var).cast<String>());
     cols[4 * n + i] = w.Type(var.get());
