@@ -413,13 +413,16 @@ class Tracker:
     def _key(self, callee, atoms, walk=None) -> tuple:
         """(callee, canonical tokens of the vars and constants among its arguments and
         their tuples' fields): what a value computes, whatever its var."""
-        resolved = []
+        var_tok, canon, resolved = self._var_tok, self._canon, []
         for i in range(0, len(atoms), 3):
-            kind = atoms[i] % FIELD
-            if kind == VAR or kind == CONST:
-                tok = self._resolve(kind, atoms[i + 1], walk)
-                if tok is not None:
-                    resolved.append(tok)
+            kind, handle = atoms[i] % FIELD, atoms[i + 1]
+            tok = var_tok.get(handle) if kind == VAR else None
+            if tok is None:  # a constant, another kind, or a var known only by name
+                tok = self._resolve(kind, handle, walk)
+            elif tok in canon:  # the common case above, without a call: this is hot
+                tok = self._canon_of(tok)
+            if tok is not None:
+                resolved.append(tok)
         return (callee, tuple(resolved))
 
     def _match(self, key, walk) -> int | None:

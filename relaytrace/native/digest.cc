@@ -114,24 +114,32 @@ class Writer {
 
   // One expression, prefix order: kind, handle, then the kind's payload.
   void Expr(const Object* e) {
-    if (IsA(e, s_.var)) {
-      Put(kVar, Handle(e), Type(e));
-    } else if (IsA(e, s_.constant) || IsA(e, s_.generic_const)) {
-      Put(kConst, Handle(e), Type(e));
-    } else if (IsA(e, s_.tuple)) {
-      Array<ObjectRef> fields = s_.fields(e).cast<Array<ObjectRef>>();
-      Put(kTuple, Handle(e), static_cast<int64_t>(fields.size()));
-      for (const ObjectRef& f : fields) Expr(f.get());
-    } else if (IsA(e, s_.item)) {
-      Put(kItem, Handle(e), s_.item_index(e).cast<int64_t>());
-      Expr(s_.tuple_value(e).cast<ObjectRef>().get());
-    } else if (IsA(e, s_.call)) {
-      Array<ObjectRef> args = s_.call_args(e).cast<Array<ObjectRef>>();
-      Put(kCall, Handle(e), static_cast<int64_t>(args.size()));
-      Expr(s_.call_op(e).cast<ObjectRef>().get());
-      for (const ObjectRef& a : args) Expr(a.get());
-    } else {
-      Callee(e);
+    switch (ClassOf(e)) {
+      case kVarClass:
+        Put(kVar, Handle(e), Type(e));
+        break;
+      case kConstClass:
+        Put(kConst, Handle(e), Type(e));
+        break;
+      case kTupleClass: {
+        Array<ObjectRef> fields = s_.fields(e).cast<Array<ObjectRef>>();
+        Put(kTuple, Handle(e), static_cast<int64_t>(fields.size()));
+        for (const ObjectRef& f : fields) Expr(f.get());
+        break;
+      }
+      case kItemClass:
+        Put(kItem, Handle(e), s_.item_index(e).cast<int64_t>());
+        Expr(s_.tuple_value(e).cast<ObjectRef>().get());
+        break;
+      case kCallClass: {
+        Array<ObjectRef> args = s_.call_args(e).cast<Array<ObjectRef>>();
+        Put(kCall, Handle(e), static_cast<int64_t>(args.size()));
+        Expr(s_.call_op(e).cast<ObjectRef>().get());
+        for (const ObjectRef& a : args) Expr(a.get());
+        break;
+      }
+      default:
+        Callee(e);
     }
   }
 
@@ -142,7 +150,8 @@ class Writer {
   int64_t CallRecord(size_t at) {
     if (out[at] != kCall) return -1;
     size_t callee = at + 3;
-    std::vector<size_t> args;
+    std::vector<size_t>& args = args_;
+    args.clear();
     for (size_t p = Skip(callee), i = 0; i < static_cast<size_t>(out[at + 2]); ++i, p = Skip(p)) {
       args.push_back(p);
     }
@@ -151,7 +160,8 @@ class Writer {
     if (!args.empty() && tir_ops_.count(op)) {
       name = NameOf(args[0]);
       global = out[args[0]] == kGlobal ? out[args[0] + 1] : 0;
-      std::vector<size_t> inner;
+      std::vector<size_t>& inner = inner_;
+      inner.clear();
       if (args.size() > 1 && out[args[1]] == kTuple) {
         for (size_t p = args[1] + 3, i = 0; i < static_cast<size_t>(out[args[1] + 2]); ++i, p = Skip(p)) {
           inner.push_back(p);
@@ -159,7 +169,7 @@ class Writer {
       } else if (args.size() > 1) {
         inner.push_back(args[1]);
       }
-      args = inner;
+      args.swap(inner);
     } else if (!args.empty() && packed_ops_.count(op)) {
       name = NameOf(args[0]);
       global = 0;
@@ -206,22 +216,53 @@ class Writer {
     return true;
   }
 
+  // What an object is, by its runtime type index: classified once per type, since
+  // the ancestor walk behind IsA would otherwise run for every expression.
+  enum Class : int8_t {
+    kUnknown = 0, kVarClass, kConstClass, kTupleClass, kItemClass, kCallClass, kOpClass,
+    kGlobalClass, kExternFuncClass, kStringImmClass, kOtherClass
+  };
+
+  Class ClassOf(const Object* e) {
+    size_t index = static_cast<size_t>(e->type_index());
+    if (index >= classes_.size()) classes_.resize(index + 1, kUnknown);
+    if (classes_[index] == kUnknown) {
+      classes_[index] = IsA(e, s_.var)                                        ? kVarClass
+                        : IsA(e, s_.constant) || IsA(e, s_.generic_const)     ? kConstClass
+                        : IsA(e, s_.tuple)                                    ? kTupleClass
+                        : IsA(e, s_.item)                                     ? kItemClass
+                        : IsA(e, s_.call)                                     ? kCallClass
+                        : IsA(e, s_.op)                                       ? kOpClass
+                        : IsA(e, s_.global)                                   ? kGlobalClass
+                        : IsA(e, s_.extern_func)                              ? kExternFuncClass
+                        : IsA(e, s_.string_imm)                               ? kStringImmClass
+                                                                              : kOtherClass;
+    }
+    return classes_[index];
+  }
+
   // Ops, functions and symbols recur at many call sites: each is named once per call.
   void Callee(const Object* e) {
     auto found = callees_.find(e);
     if (found == callees_.end()) {
       std::pair<int64_t, int64_t> named;
-      if (IsA(e, s_.op)) {
-        named = {kOp, Str(s_.op_name(e).cast<String>())};
-      } else if (IsA(e, s_.global)) {
-        named = {kGlobal, Str(s_.name_hint(e).cast<String>())};
-      } else if (IsA(e, s_.extern_func)) {
-        named = {kExtern, Str(s_.global_symbol(e).cast<String>())};
-      } else if (IsA(e, s_.string_imm)) {
-        named = {kExtern, Str(s_.string_value(e).cast<String>())};
-      } else {
-        std::string key = e->GetTypeKey();
-        named = {kOther, Str(key.substr(key.rfind('.') + 1))};
+      switch (ClassOf(e)) {
+        case kOpClass:
+          named = {kOp, Str(s_.op_name(e).cast<String>())};
+          break;
+        case kGlobalClass:
+          named = {kGlobal, Str(s_.name_hint(e).cast<String>())};
+          break;
+        case kExternFuncClass:
+          named = {kExtern, Str(s_.global_symbol(e).cast<String>())};
+          break;
+        case kStringImmClass:
+          named = {kExtern, Str(s_.string_value(e).cast<String>())};
+          break;
+        default: {
+          std::string key = e->GetTypeKey();
+          named = {kOther, Str(key.substr(key.rfind('.') + 1))};
+        }
       }
       found = callees_.emplace(e, named).first;
     }
@@ -263,6 +304,8 @@ class Writer {
   std::vector<std::string> string_list_;
   std::unordered_map<const Object*, int64_t> types_of_;
   std::unordered_map<const Object*, std::pair<int64_t, int64_t>> callees_;
+  std::vector<Class> classes_;
+  std::vector<size_t> args_, inner_;  // CallRecord's scratch, kept to spare an allocation per call
 };
 
 // The bindings of a function's body, in order, and the body's result (null without one).
