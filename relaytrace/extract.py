@@ -55,16 +55,21 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     present |= {o for b in builtins for o in b.origins}
     eliminated = {o: p for o, p in tracker.eliminated.items() if o not in present}
     history: dict[str, list[Change]] = {}
+    merged: set[str] = set()  # origins whose history comes from several tokens: to be put in pass order
     for tok, changes in tracker.changes.items():
         for oid in tracker.origins_of_token(tok):
-            history.setdefault(oid, []).extend(changes)
+            if oid in history:
+                history[oid].extend(changes)
+                merged.add(oid)
+            else:
+                history[oid] = list(changes)
     return Lineage(
         model=model, target=target, pipeline=pipeline,
         origins=dict(tracker.origins),
         kernels={k: tuple(v) for k, v in kernels.items()},
         builtins=tuple(builtins),
         events=tuple(tracker.events),
-        history_by_origin={k: tuple(sorted(v)) for k, v in sorted(history.items())},
+        history_by_origin={k: tuple(sorted(v) if k in merged else v) for k, v in sorted(history.items())},
         eliminated_by=dict(sorted(eliminated.items())),
         edges=tuple(tracker.edges),
         site_edges=tuple(sorted(site_edges)),
