@@ -18,6 +18,7 @@ import tvm
 from tvm import relax
 
 import relaytrace
+from relaytrace.digest import native_status
 from relaytrace.relax_models import deep_chain, resnet_style
 
 
@@ -59,6 +60,7 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--deep", type=int, default=2000, help="bindings of the generated deep model")
     args = parser.parse_args(argv)
+    print(f"IR reader: {native_status()}  (RELAYTRACE_NATIVE=0 measures the Python one)", flush=True)
     measure("resnet_style(blocks=3)", resnet_style(blocks=3), args.runs)
     measure(f"deep_chain({args.deep})", deep_chain(args.deep), args.runs)
     measure(f"deep_chain({args.deep // 2})", deep_chain(args.deep // 2), args.runs)

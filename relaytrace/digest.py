@@ -26,6 +26,7 @@ import warnings
 from array import array
 from pathlib import Path
 
+import tvm_ffi
 from attrs import define
 from tvm import relax
 from tvm.ir import Op, StringImm
@@ -91,6 +92,7 @@ def node(d, at: int) -> tuple[tuple, int]:
 
 
 def value(d: Digest, position: int) -> tuple:
+    """The value node of a binding written in full (see ``Digest.changed``)."""
     return node(d, d.value_at[position])[0]
 
 
@@ -176,7 +178,11 @@ def read(func, old=None, types: bool = False) -> Digest:
     native = _native()
     if native is None:
         return _python_digest(func, old, types)
-    words, strings = native(func, old, types, *_UNWRAP)
+    try:
+        words, strings = native(func, old, types, *_UNWRAP)
+    except Exception as exc:  # a TVM whose IR the reader does not know: Python reads it
+        _give_up(exc)
+        return _python_digest(func, old, types)
     d = _decode(array("q", bytes(words)).tolist(), bytes(strings).decode().split("\0")[:-1])
     if types and (SYMBOLIC in d.var_types or SYMBOLIC in d.param_types):
         return _python_digest(func, old, types)
@@ -205,6 +211,9 @@ def _dim(text: str):
         return int(text)
     except ValueError:
         return text
+
+
+_TYPE_TEXTS: dict[int | None, str] = {None: ""}  # structural hash -> type text (the Python writer's)
 
 
 def _type_text(ty) -> str:
@@ -237,6 +246,8 @@ class _PythonWriter:
         self.stream: list[int] = []
         self.strings: list[str] = []
         self._index: dict[str, int] = {}
+        self._types_of: dict[int, int] = {}
+        self._callees: dict[int, tuple[int, int]] = {}
 
     def string(self, text: str) -> int:
         found = self._index.get(text)
@@ -246,7 +257,22 @@ class _PythonWriter:
         return found
 
     def type_(self, expr) -> int:
-        return self.string(_type_text(ir.expr_type(expr))) if self.types else TYPES_NOT_ASKED
+        """As the C++ writer: once per expression, and the text once per distinct type
+        (by structural hash: reading a shape costs more than hashing it)."""
+        if not self.types:
+            return TYPES_NOT_ASKED
+        found = self._types_of.get(expr.__chandle__())
+        if found is None:
+            ty = ir.expr_type(expr)
+            key = tvm_ffi.structural_hash(ty) if ty is not None else None
+            text = _TYPE_TEXTS.get(key)
+            if text is None:
+                if len(_TYPE_TEXTS) > 100_000:  # a long-lived process building many models
+                    _TYPE_TEXTS.clear()
+                    _TYPE_TEXTS[None] = ""
+                text = _TYPE_TEXTS[key] = _type_text(ty)
+            found = self._types_of[expr.__chandle__()] = self.string(text)
+        return found
 
     def expr(self, e) -> None:
         kind = ir.kind(e)
@@ -272,16 +298,22 @@ class _PythonWriter:
             self.callee(e)
 
     def callee(self, e) -> None:
-        if isinstance(e, Op):
-            self.put(OP, e, self.string(e.name))
-        elif isinstance(e, relax.GlobalVar):
-            self.put(GLOBAL, e, self.string(e.name_hint))
-        elif isinstance(e, relax.ExternFunc):
-            self.put(EXTERN, e, self.string(str(e.global_symbol)))
-        elif isinstance(e, StringImm):
-            self.put(EXTERN, e, self.string(str(e.value)))
-        else:
-            self.put(OTHER, e, self.string(type(e).__tvm_ffi_type_info__.type_key.rsplit(".", 1)[-1]))
+        """Named once per object, as the C++ writer does: ops recur at every call site."""
+        handle = e.__chandle__()
+        found = self._callees.get(handle)
+        if found is None:
+            if isinstance(e, Op):
+                found = (OP, self.string(e.name))
+            elif isinstance(e, relax.GlobalVar):
+                found = (GLOBAL, self.string(e.name_hint))
+            elif isinstance(e, relax.ExternFunc):
+                found = (EXTERN, self.string(str(e.global_symbol)))
+            elif isinstance(e, StringImm):
+                found = (EXTERN, self.string(str(e.value)))
+            else:
+                found = (OTHER, self.string(type(e).__tvm_ffi_type_info__.type_key.rsplit(".", 1)[-1]))
+            self._callees[handle] = found
+        self.stream += (found[0], handle, found[1])
 
     def put(self, kind: int, e, payload: int) -> None:
         self.stream += (kind, e.__chandle__(), payload)
@@ -362,10 +394,16 @@ def _build():
                                          functions=["digest"], extra_cflags=["-O2"])
         return module.digest
     except Exception as exc:  # no compiler, no headers: the Python writer does the same job
-        _state["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        warnings.warn(f"relaytrace: native IR reader unavailable ({_state['error']}); "
-                      "tracing uses the slower Python reader", RuntimeWarning, stacklevel=3)
+        _give_up(exc)
         return None
+
+
+def _give_up(exc: Exception) -> None:
+    """Serve this process with the Python writer from now on, and say why once."""
+    lines = str(exc).strip().splitlines()
+    _state["fn"], _state["error"] = None, f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    warnings.warn(f"relaytrace: native IR reader unavailable ({_state['error']}); "
+                  "tracing uses the slower Python reader", RuntimeWarning, stacklevel=4)
 
 
 def native_status() -> str:

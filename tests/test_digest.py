@@ -114,3 +114,16 @@ def test_a_reader_that_cannot_build_falls_back_to_python_with_a_warning(tmp_path
         _, lineage = relaytrace.build(resnet_style(blocks=2), "llvm", model="m")
     assert digest.native_status().startswith("python (")
     assert not lineage.degraded and lineage.coverage().complete
+
+
+def test_a_reader_that_does_not_know_this_tvm_falls_back_to_python_with_a_warning(tmp_path, monkeypatch):
+    """A reader built against a type this TVM lacks (as a future TVM might rename one)
+    compiles, refuses at its first call, and the Python reader finishes the build."""
+    renamed = tmp_path / "digest.cc"
+    renamed.write_text(digest._SOURCE.read_text().replace('Lookup("ir.TupleGetItem")', 'Lookup("ir.NoSuchItem")'))
+    monkeypatch.setattr(digest, "_SOURCE", renamed)
+    monkeypatch.setattr(digest, "_state", {})
+    with pytest.warns(RuntimeWarning, match="needs the TVM type ir.NoSuchItem"):
+        _, lineage = relaytrace.build(resnet_style(blocks=2), "llvm", model="m")
+    assert digest.native_status().startswith("python (")
+    assert not lineage.degraded and lineage.coverage().complete

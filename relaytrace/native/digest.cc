@@ -28,10 +28,15 @@ struct TypeRef {
   int32_t depth;
 };
 
-TypeRef Lookup(const char* key) {
+// A type this reader depends on; a TVM without it gets an error naming it (and the
+// Python reader takes over) rather than a digest that silently misreads.
+TypeRef Lookup(const char* key, bool required = true) {
   TVMFFIByteArray bytes{key, std::char_traits<char>::length(key)};
   int32_t index = -1;
-  if (TVMFFITypeKeyToIndex(&bytes, &index) != 0) return TypeRef{-1, -1};
+  if (TVMFFITypeKeyToIndex(&bytes, &index) != 0 || index < 0) {
+    TVM_FFI_CHECK(!required, RuntimeError) << "relaytrace's IR reader needs the TVM type " << key;
+    return TypeRef{-1, -1};
+  }
   return TypeRef{index, TVMFFIGetTypeInfo(index)->type_depth};
 }
 
@@ -45,8 +50,8 @@ bool IsA(const Object* obj, const TypeRef& type) {
 }
 
 struct Schema {
-  TypeRef var = Lookup("ir.Var"), constant = Lookup("ir.Constant"),
-          generic_const = Lookup("ir.GenericConst"), tuple = Lookup("ir.Tuple"),
+  TypeRef var = Lookup("ir.Var"), constant = Lookup("ir.Constant", false),
+          generic_const = Lookup("ir.GenericConst", false), tuple = Lookup("ir.Tuple"),
           item = Lookup("ir.TupleGetItem"), call = Lookup("ir.Call"), op = Lookup("ir.Op"),
           global = Lookup("ir.GlobalVar"), extern_func = Lookup("relax.expr.ExternFunc"),
           string_imm = Lookup("ir.StringImm"), seq = Lookup("relax.expr.SeqExpr"),
@@ -323,8 +328,8 @@ const Object* Bindings(const Schema& s, const ObjectRef& func, std::vector<const
 // [n_params, n_bindings, output offset | -1], params as (handle, name, type), bindings
 // as seven columns (binding, var, value handles, name, var type, value offset, call
 // record offset), then the stream: each value followed by its call record. Returned
-// with the string table. A binding object that `old` also has is written as its and
-// its var's handles alone (zeros, offsets -1): the tracker knows the rest already.
+// with the string table. Of a binding object that `old` also has, only its own and
+// its var's handles are written (the rest zeros, offsets -1): the tracker knows it.
 Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String tir_ops, String packed_ops) {
   static const Schema schema;
   const Schema& s = schema;
