@@ -146,7 +146,7 @@ class Tracker:
 
     def __init__(self, table: OriginTable):
         self.origins: dict[str, Origin] = dict(table.origins)
-        self._input_digests = table.digests
+        self._input_digests = dict(table.digests)  # popped as used; the table stays as it was
         self.edges = table.edges
         self._tok_origins: list[tuple[str, ...]] = []
         self._canon: dict[int, int] = {}
@@ -230,7 +230,6 @@ class Tracker:
         else:
             d = dg.read(func, old.func if old is not None else None)
         walk = _Walk(func=func, d=d, old=old)
-        tokens: list[int] = []
         for handle, name in zip(d.params, d.param_names):
             self._param_token(fname, handle, name)
         var_tok, var_value = self._var_tok, self._var_value
@@ -346,8 +345,7 @@ class Tracker:
         for tok, position, _, _ in walk.changes:
             walk.rewritten.add(tok)
             record = dg.call_record(walk.d, position)
-            value = dg.value(walk.d, position)
-            args = dg.arguments(record[2]) if record is not None else [value[:2]]
+            args = dg.arguments(record[2]) if record is not None else [dg.value(walk.d, position)[:2]]
             walk.args_of[tok] = [t for t in (self._raw(kind, handle) for kind, handle in args) if t is not None]
             for t in walk.args_of[tok]:
                 walk.uses.setdefault(t, []).append(tok)
@@ -512,13 +510,14 @@ class Tracker:
             steps = []
             for position, var in enumerate(d.vars):
                 record = dg.call_record(d, position)
-                value = dg.value(d, position)
                 if record is not None:
                     callee, _, atoms = record
                     refs = [self._ref(atoms[i] % FIELD, atoms[i + 1]) for i in range(0, len(atoms), 3)
                             if atoms[i] != TUPLE]  # a tuple argument is read through its fields
                     steps.append((var, callee, tuple(r for r in refs if r is not None)))
-                elif value[0] in (VAR, ITEM):
+                    continue
+                value = dg.value(d, position)
+                if value[0] in (VAR, ITEM):  # an alias or a projection
                     inner = value if value[0] == VAR else value[2]
                     steps.append((var, None, ((inner[1], None),)))
             out = dg.output(d)
