@@ -28,8 +28,6 @@ from pathlib import Path
 
 import tvm_ffi
 from attrs import define
-from tvm import relax
-from tvm.ir import Op, StringImm
 
 from . import ir
 
@@ -48,8 +46,7 @@ class Digest:
     params: list[int]
     param_names: list[str]
     param_types: list[int]
-    bindings: list[int]  # binding object handles, in order
-    vars: list[int]
+    vars: list[int]  # of the bindings, in order
     values: list[int]
     name_at: list[int]  # var names, as string-table indices
     var_types: list[int]
@@ -58,8 +55,12 @@ class Digest:
     output_at: int  # where the body's result starts, -1 without one
     stream: list[int]
     strings: list[str]
-    partial: bool  # some bindings were known (``read(func, old)``) and left out
     changed: list[int]  # positions of the bindings written in full
+
+    @property
+    def partial(self) -> bool:
+        """Some bindings were known (``read(func, old)``) and left out."""
+        return len(self.changed) < len(self.vars)
 
 
 # -- reading the stream ---------------------------------------------------------
@@ -98,12 +99,6 @@ def value(d: Digest, position: int) -> tuple:
 
 def output(d: Digest) -> tuple | None:
     return node(d, d.output_at)[0] if d.output_at >= 0 else None
-
-
-def call(d: Digest, position: int) -> tuple[str, list, int | None] | None:
-    """``call_parts`` of a call binding, with argument nodes; None for any other binding."""
-    at = d.value_at[position]
-    return call_parts(node(d, at)[0]) if d.stream[at] == CALL else None
 
 
 def call_parts(call: tuple) -> tuple[str, list, int | None]:
@@ -173,8 +168,8 @@ def names_by_handle(d: Digest) -> dict[int, str]:
 def read(func, old=None, types: bool = False) -> Digest:
     """The digest of one Relax function, by the native writer when it is available.
     Bindings that ``old`` (the function before a pass) has too are left out but for
-    their and their vars' handles: a pass keeps most binding objects, and the tracker
-    knows the rest of them already."""
+    their vars' handles: a pass keeps most binding objects, and the tracker knows the
+    rest of them already."""
     native = _native()
     if native is None:
         return _python_digest(func, old, types)
@@ -226,14 +221,14 @@ def _decode(words: list[int], strings: list[str]) -> Digest:
     n_params, n, output_at = words[0], words[1], words[2]
     p = words[_HEAD:_HEAD + 3 * n_params]
     c = _HEAD + 3 * n_params
-    stream_at = c + 7 * n
-    value_at = words[c + 5 * n:c + 6 * n]
+    stream_at = c + 6 * n
+    value_at = words[c + 4 * n:c + 5 * n]
     return Digest(
         params=p[0::3], param_names=[strings[i] for i in p[1::3]], param_types=p[2::3],
-        bindings=words[c:c + n], vars=words[c + n:c + 2 * n], values=words[c + 2 * n:c + 3 * n],
-        name_at=words[c + 3 * n:c + 4 * n], var_types=words[c + 4 * n:c + 5 * n],
-        value_at=value_at, call_at=words[c + 6 * n:stream_at], output_at=output_at, stream=words[stream_at:],
-        strings=strings, partial=-1 in value_at, changed=[i for i, at in enumerate(value_at) if at >= 0],
+        vars=words[c:c + n], values=words[c + n:c + 2 * n],
+        name_at=words[c + 2 * n:c + 3 * n], var_types=words[c + 3 * n:c + 4 * n],
+        value_at=value_at, call_at=words[c + 5 * n:stream_at], output_at=output_at, stream=words[stream_at:],
+        strings=strings, changed=[i for i, at in enumerate(value_at) if at >= 0],
     )
 
 
@@ -302,17 +297,8 @@ class _PythonWriter:
         handle = e.__chandle__()
         found = self._callees.get(handle)
         if found is None:
-            if isinstance(e, Op):
-                found = (OP, self.string(e.name))
-            elif isinstance(e, relax.GlobalVar):
-                found = (GLOBAL, self.string(e.name_hint))
-            elif isinstance(e, relax.ExternFunc):
-                found = (EXTERN, self.string(str(e.global_symbol)))
-            elif isinstance(e, StringImm):
-                found = (EXTERN, self.string(str(e.value)))
-            else:
-                found = (OTHER, self.string(type(e).__tvm_ffi_type_info__.type_key.rsplit(".", 1)[-1]))
-            self._callees[handle] = found
+            category, name = ir.callee_category(e)
+            found = self._callees[handle] = (_CALLEE_KINDS[category], self.string(name))
         self.stream += (found[0], handle, found[1])
 
     def put(self, kind: int, e, payload: int) -> None:
@@ -334,6 +320,9 @@ class _PythonWriter:
         return record
 
 
+_CALLEE_KINDS = {"op": OP, "global": GLOBAL, "extern": EXTERN, "other": OTHER}
+
+
 def _atom(arg: tuple, flag: int) -> tuple[int, int, int]:
     return arg[0] + flag, arg[1], arg[2] if arg[0] == VAR or arg[0] == CONST else 0
 
@@ -347,18 +336,17 @@ def _python_digest(func, old=None, types: bool = False) -> Digest:
     binds = ir.bindings(func)
     head[1] = len(binds)
     known = {b.__chandle__() for b in ir.bindings(old)} if old is not None else set()
-    columns: list[list[int]] = [[] for _ in range(7)]
+    columns: list[list[int]] = [[] for _ in range(6)]
     for b in binds:
         if b.__chandle__() in known:
-            for column, word in zip(columns, (b.__chandle__(), b.var.__chandle__(), 0, -1, TYPES_NOT_ASKED, -1, -1)):
+            for column, word in zip(columns, (b.var.__chandle__(), 0, -1, TYPES_NOT_ASKED, -1, -1)):
                 column.append(word)
             continue
         var = b.var
         name, type_, at = w.string(var.name), w.type_(var), len(w.stream)
         w.expr(b.value)
         record = w.call_record(at)
-        for column, word in zip(columns, (b.__chandle__(), var.__chandle__(), b.value.__chandle__(),
-                                          name, type_, at, record)):
+        for column, word in zip(columns, (var.__chandle__(), b.value.__chandle__(), name, type_, at, record)):
             column.append(word)
     out = ir.function_output(func)
     if out is not None:

@@ -1,4 +1,4 @@
-"""Read-only helpers over Relax IR, shared by origin assignment and tracking.
+"""Read-only helpers over Relax IR, for the frontends and the Python IR reader.
 
 TVM 0.27 moved the Relax expression classes into ``tvm.ir.expr``; keeping every
 isinstance test here means one place to adapt when TVM moves them again.
@@ -11,7 +11,9 @@ from typing import Iterator
 
 import tvm_ffi
 from tvm import relax
+from tvm.ir import StringImm
 from tvm.ir import expr as _expr
+from tvm.ir.op import Op
 
 CONSTANT_TYPES = tuple(
     t for t in (getattr(_expr, "Constant", None), getattr(_expr, "GenericConst", None)) if t
@@ -118,6 +120,20 @@ def is_tuple_get_item(expr) -> bool:
 
 def is_call(expr) -> bool:
     return kind(expr) == "call"
+
+
+def callee_category(expr) -> tuple[str, str]:
+    """("op" | "global" | "extern" | "other", name) of a call's callee; what is no
+    callee goes by its type's name. native/digest.cc classifies alike."""
+    if isinstance(expr, Op):
+        return "op", expr.name
+    if isinstance(expr, relax.GlobalVar):
+        return "global", expr.name_hint
+    if isinstance(expr, relax.ExternFunc):
+        return "extern", str(expr.global_symbol)
+    if isinstance(expr, StringImm):
+        return "extern", str(expr.value)
+    return "other", type(expr).__tvm_ffi_type_info__.type_key.rsplit(".", 1)[-1]
 
 
 @functools.lru_cache(maxsize=65536)  # asked per binding per pass, about a few dozen names

@@ -225,9 +225,8 @@ class Tracker:
     # -- one function ---------------------------------------------------------
 
     def _process(self, mod, fname, func, pass_name, old) -> _FunctionState:
-        if self._pass_index == 0 and fname in self._input_digests:
-            d = self._input_digests.pop(fname)  # origin assignment read this same function
-        else:
+        d = self._input_digests.pop(fname, None)  # origin assignment read the input's functions
+        if d is None:
             d = dg.read(func, old.func if old is not None else None)
         walk = _Walk(func=func, d=d, old=old)
         for handle, name in zip(d.params, d.param_names):

@@ -62,16 +62,19 @@ def test_a_digest_reads_calls_as_the_tracker_needs_them(native):
     mains = [m["main"] for m in _modules_of_a_build(resnet_style(blocks=2), relax.get_default_pipeline)
              if "main" in [gv.name_hint for gv in m.functions]]
     d = digest.read(mains[-1])  # main as the VM will run it
-    callees = [digest.callee_of(d, i) for i in range(len(d.bindings))]
+    callees = [digest.callee_of(d, i) for i in range(len(d.vars))]
     kernels = [c for c in callees if c and c.startswith("fused_")]
     assert kernels, callees
     for position, callee in enumerate(callees):
-        call = digest.call(d, position)
-        assert (call is None) == (callee is None)
-        if call is not None:
-            assert call[0] == callee
-            if callee in kernels:  # a lowered fused call: F(inputs..., output buffer)
-                assert call[2] is not None and all(kind in (digest.VAR, digest.CONST) for kind, _, _ in call[1])
+        value, record = digest.value(d, position), digest.call_record(d, position)
+        assert (record is None) == (callee is None) == (value[0] != digest.CALL)
+        if record is None:
+            continue
+        name, args, gv = digest.call_parts(value)  # the call record says what decoding the call says
+        assert record[0] == name == callee and record[1] == (gv or 0)
+        assert digest.arguments(record[2]) == [arg[:2] for arg in args]
+        if callee in kernels:  # a lowered fused call: F(inputs..., output buffer)
+            assert gv and all(kind in (digest.VAR, digest.CONST) for kind, _ in digest.arguments(record[2]))
 
 
 def _symbolic_module():
@@ -105,25 +108,20 @@ def test_tracing_gives_the_same_lineage_with_either_reader(native, monkeypatch):
     assert lineages["1"] == lineages["0"]
 
 
-def test_a_reader_that_cannot_build_falls_back_to_python_with_a_warning(tmp_path, monkeypatch):
-    broken = tmp_path / "digest.cc"
-    broken.write_text("this is not C++\n")
-    monkeypatch.setattr(digest, "_SOURCE", broken)
+@pytest.mark.parametrize("source, warning", [
+    # no C++ at all: the build of the reader fails
+    (lambda text: "this is not C++\n", "native IR reader unavailable"),
+    # a reader built against a type this TVM lacks, as a future TVM might rename one:
+    # it compiles and refuses at its first call
+    (lambda text: text.replace('Lookup("ir.TupleGetItem")', 'Lookup("ir.NoSuchItem")'),
+     "needs the TVM type ir.NoSuchItem"),
+], ids=["cannot_build", "unknown_type"])
+def test_a_reader_that_cannot_serve_falls_back_to_python_with_a_warning(tmp_path, monkeypatch, source, warning):
+    changed = tmp_path / "digest.cc"
+    changed.write_text(source(digest._SOURCE.read_text()))
+    monkeypatch.setattr(digest, "_SOURCE", changed)
     monkeypatch.setattr(digest, "_state", {})
-    with pytest.warns(RuntimeWarning, match="native IR reader unavailable"):
-        _, lineage = relaytrace.build(resnet_style(blocks=2), "llvm", model="m")
-    assert digest.native_status().startswith("python (")
-    assert not lineage.degraded and lineage.coverage().complete
-
-
-def test_a_reader_that_does_not_know_this_tvm_falls_back_to_python_with_a_warning(tmp_path, monkeypatch):
-    """A reader built against a type this TVM lacks (as a future TVM might rename one)
-    compiles, refuses at its first call, and the Python reader finishes the build."""
-    renamed = tmp_path / "digest.cc"
-    renamed.write_text(digest._SOURCE.read_text().replace('Lookup("ir.TupleGetItem")', 'Lookup("ir.NoSuchItem")'))
-    monkeypatch.setattr(digest, "_SOURCE", renamed)
-    monkeypatch.setattr(digest, "_state", {})
-    with pytest.warns(RuntimeWarning, match="needs the TVM type ir.NoSuchItem"):
+    with pytest.warns(RuntimeWarning, match=warning):
         _, lineage = relaytrace.build(resnet_style(blocks=2), "llvm", model="m")
     assert digest.native_status().startswith("python (")
     assert not lineage.degraded and lineage.coverage().complete

@@ -326,10 +326,10 @@ const Object* Bindings(const Schema& s, const ObjectRef& func, std::vector<const
 }  // namespace
 
 // [n_params, n_bindings, output offset | -1], params as (handle, name, type), bindings
-// as seven columns (binding, var, value handles, name, var type, value offset, call
-// record offset), then the stream: each value followed by its call record. Returned
-// with the string table. Of a binding object that `old` also has, only its own and
-// its var's handles are written (the rest zeros, offsets -1): the tracker knows it.
+// as six columns (var and value handles, name, var type, value offset, call record
+// offset), then the stream: each value followed by its call record. Returned with
+// the string table. Of a binding object that `old` also has, only its var's handle is
+// written (the rest zeros, offsets -1): the tracker knows the rest.
 Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String tir_ops, String packed_ops) {
   static const Schema schema;
   const Schema& s = schema;
@@ -350,26 +350,25 @@ Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String ti
     head.push_back(w.Str(s.var_name(p).cast<String>()));
     head.push_back(w.Type(p.get()));
   }
-  std::vector<int64_t> cols(7 * n);
+  std::vector<int64_t> cols(6 * n);
   for (size_t i = 0; i < n; ++i) {
     ObjectRef var = s.binding_var(bindings[i]).cast<ObjectRef>();
-    cols[i] = Handle(bindings[i]);
-    cols[n + i] = Handle(var.get());
+    cols[i] = Handle(var.get());
     if (known.count(bindings[i])) {
-      cols[3 * n + i] = -1;
-      cols[4 * n + i] = kNotAsked;
+      cols[2 * n + i] = -1;
+      cols[3 * n + i] = kNotAsked;
+      cols[4 * n + i] = -1;
       cols[5 * n + i] = -1;
-      cols[6 * n + i] = -1;
       continue;
     }
     ObjectRef value = s.binding_value(bindings[i]).cast<ObjectRef>();
-    cols[2 * n + i] = Handle(value.get());
-    cols[3 * n + i] = w.Str(s.var_name(var).cast<String>());
-    cols[4 * n + i] = w.Type(var.get());
+    cols[n + i] = Handle(value.get());
+    cols[2 * n + i] = w.Str(s.var_name(var).cast<String>());
+    cols[3 * n + i] = w.Type(var.get());
     size_t at = w.out.size();
-    cols[5 * n + i] = static_cast<int64_t>(at);
+    cols[4 * n + i] = static_cast<int64_t>(at);
     w.Expr(value.get());
-    cols[6 * n + i] = w.CallRecord(at);
+    cols[5 * n + i] = w.CallRecord(at);
   }
   if (output != nullptr) {
     head[2] = static_cast<int64_t>(w.out.size());
