@@ -8,10 +8,12 @@
 #include <tvm/ffi/dtype.h>
 #include <tvm/ffi/reflection/accessor.h>
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <string>
+#include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 using namespace tvm::ffi;  // NOLINT
@@ -49,8 +51,57 @@ bool IsA(const Object* obj, const TypeRef& type) {
   return info->type_depth > type.depth && info->type_ancestors[type.depth]->type_index == type.index;
 }
 
+// A field of a TVM object. One that holds an object is read in place, as the pointer
+// at its offset: no reference count is touched (the function being read keeps every
+// part alive) and no getter is called, which halves the reader's time. A field whose
+// declared type is not an object goes through its reflection getter.
+class Field {
+ public:
+  Field(const char* type_key, const char* name) : info_(reflection::GetFieldInfo(type_key, name)) {
+    int32_t type = info_->field_static_type_index;
+    in_place_ = info_->size == sizeof(void*) && type >= TypeIndex::kTVMFFIStaticObjectBegin &&
+                type != TypeIndex::kTVMFFIStr && type != TypeIndex::kTVMFFIBytes;
+  }
+
+  // The object in the field, borrowed; null for None.
+  const Object* Obj(const Object* obj) const {
+    const char* addr = reinterpret_cast<const char*>(obj) + info_->offset;
+    if (in_place_) return *reinterpret_cast<const Object* const*>(addr);
+    Optional<ObjectRef> value = (*this)(obj).cast<Optional<ObjectRef>>();
+    return value.has_value() ? value.value().get() : nullptr;  // still held by `obj`
+  }
+
+  Any operator()(const Object* obj) const {
+    Any result;
+    void* addr = const_cast<char*>(reinterpret_cast<const char*>(obj) + info_->offset);
+    TVM_FFI_CHECK_SAFE_CALL(info_->getter(addr, reinterpret_cast<TVMFFIAny*>(&result)));
+    return result;
+  }
+
+ private:
+  const TVMFFIFieldInfo* info_;
+  bool in_place_;
+};
+
+// The elements of an Array field, borrowed like Field::Obj's.
+class Seq {
+ public:
+  explicit Seq(const Object* array) : array_(static_cast<const ArrayObj*>(array)) {
+    TVM_FFI_CHECK(array != nullptr && array->type_index() == TypeIndex::kTVMFFIArray, RuntimeError)
+        << "relaytrace's IR reader expected an Array";
+  }
+  size_t size() const { return array_->size(); }
+  const Object* operator[](size_t i) const {
+    const TVMFFIAny* any = reinterpret_cast<const TVMFFIAny*>(&(*array_)[static_cast<int64_t>(i)]);
+    return any->type_index >= TypeIndex::kTVMFFIStaticObjectBegin ? reinterpret_cast<const Object*>(any->v_obj) : nullptr;
+  }
+
+ private:
+  const ArrayObj* array_;
+};
+
 struct Schema {
-  TypeRef var = Lookup("ir.Var"), constant = Lookup("ir.Constant", false),
+  TypeRef function = Lookup("relax.expr.Function"), var = Lookup("ir.Var"), constant = Lookup("ir.Constant", false),
           generic_const = Lookup("ir.GenericConst", false), tuple = Lookup("ir.Tuple"),
           item = Lookup("ir.TupleGetItem"), call = Lookup("ir.Call"), op = Lookup("ir.Op"),
           global = Lookup("ir.GlobalVar"), extern_func = Lookup("relax.expr.ExternFunc"),
@@ -58,12 +109,11 @@ struct Schema {
           tensor_type = Lookup("relax.TensorType"), tuple_type = Lookup("ir.TupleType"),
           prim_type = Lookup("ir.PrimType"), shape_expr = Lookup("relax.expr.ShapeExpr"),
           int_imm = Lookup("ir.IntImm");
-  reflection::FieldGetter params{"relax.expr.Function", "params"},
-      body{"relax.expr.Function", "body"}, blocks{"relax.expr.SeqExpr", "blocks"},
-      seq_body{"relax.expr.SeqExpr", "body"}, bindings{"relax.expr.BindingBlock", "bindings"},
-      binding_var{"relax.expr.Binding", "var"}, binding_value{"relax.expr.VarBinding", "value"},
-      var_name{"ir.Var", "name"}, ty{"ir.Expr", "ty"}, call_op{"ir.Call", "op"},
-      call_args{"ir.Call", "args"}, fields{"ir.Tuple", "fields"},
+  Field params{"relax.expr.Function", "params"}, body{"relax.expr.Function", "body"},
+      blocks{"relax.expr.SeqExpr", "blocks"}, seq_body{"relax.expr.SeqExpr", "body"},
+      bindings{"relax.expr.BindingBlock", "bindings"}, binding_var{"relax.expr.Binding", "var"},
+      binding_value{"relax.expr.VarBinding", "value"}, var_name{"ir.Var", "name"}, ty{"ir.Expr", "ty"},
+      call_op{"ir.Call", "op"}, call_args{"ir.Call", "args"}, fields{"ir.Tuple", "fields"},
       tuple_value{"ir.TupleGetItem", "tuple_value"}, item_index{"ir.TupleGetItem", "index"},
       op_name{"ir.Op", "name"}, name_hint{"ir.GlobalVar", "name_hint"},
       global_symbol{"relax.expr.ExternFunc", "global_symbol"}, string_value{"ir.StringImm", "value"},
@@ -74,33 +124,35 @@ struct Schema {
 
 int64_t Handle(const Object* obj) { return reinterpret_cast<int64_t>(obj); }
 
-std::unordered_set<std::string> Split(const std::string& joined) {
-  std::unordered_set<std::string> out;
+std::string_view View(const String& text) { return std::string_view(text.data(), text.size()); }
+
+std::vector<std::string> Split(const std::string& joined) {
+  std::vector<std::string> out;
   for (size_t start = 0, end; start < joined.size(); start = end + 1) {
     end = joined.find('\0', start);
     if (end == std::string::npos) end = joined.size();
-    out.emplace(joined.substr(start, end - start));
+    out.push_back(joined.substr(start, end - start));
   }
   return out;
 }
 
 class Writer {
  public:
-  Writer(const Schema& s, bool types, std::unordered_set<std::string> tir_ops,
-         std::unordered_set<std::string> packed_ops)
+  Writer(const Schema& s, bool types, std::vector<std::string> tir_ops, std::vector<std::string> packed_ops)
       : s_(s), types_(types), tir_ops_(std::move(tir_ops)), packed_ops_(std::move(packed_ops)) {}
 
   std::vector<int64_t> out;
   std::string strings;
 
-  int64_t Str(const std::string& text) {
+  // Interned by view: the views point into `texts_`, whose elements never move.
+  int64_t Str(std::string_view text) {
     auto found = string_index_.find(text);
     if (found != string_index_.end()) return found->second;
-    int64_t index = static_cast<int64_t>(string_index_.size());
-    string_index_.emplace(text, index);
+    int64_t index = static_cast<int64_t>(texts_.size());
+    texts_.emplace_back(text);
+    string_index_.emplace(texts_.back(), index);
     strings += text;
     strings.push_back('\0');
-    string_list_.push_back(text);
     return index;
   }
 
@@ -110,9 +162,9 @@ class Writer {
     if (!types_) return kNotAsked;
     auto found = types_of_.find(expr);  // a var is written once bound, then once per use
     if (found != types_of_.end()) return found->second;
-    Optional<ObjectRef> ty = s_.ty(expr).cast<Optional<ObjectRef>>();
-    std::string text;
-    int64_t type = ty.has_value() && !TypeText(ty.value().get(), &text) ? kSymbolic : Str(text);
+    const Object* ty = s_.ty.Obj(expr);
+    text_.clear();
+    int64_t type = ty != nullptr && !TypeText(ty, &text_) ? kSymbolic : Str(text_);
     types_of_.emplace(expr, type);
     return type;
   }
@@ -127,20 +179,20 @@ class Writer {
         Put(kConst, Handle(e), Type(e));
         break;
       case kTupleClass: {
-        Array<ObjectRef> fields = s_.fields(e).cast<Array<ObjectRef>>();
+        Seq fields(s_.fields.Obj(e));
         Put(kTuple, Handle(e), static_cast<int64_t>(fields.size()));
-        for (const ObjectRef& f : fields) Expr(f.get());
+        for (size_t i = 0; i < fields.size(); ++i) Expr(fields[i]);
         break;
       }
       case kItemClass:
         Put(kItem, Handle(e), s_.item_index(e).cast<int64_t>());
-        Expr(s_.tuple_value(e).cast<ObjectRef>().get());
+        Expr(s_.tuple_value.Obj(e));
         break;
       case kCallClass: {
-        Array<ObjectRef> args = s_.call_args(e).cast<Array<ObjectRef>>();
+        Seq args(s_.call_args.Obj(e));
         Put(kCall, Handle(e), static_cast<int64_t>(args.size()));
-        Expr(s_.call_op(e).cast<ObjectRef>().get());
-        for (const ObjectRef& a : args) Expr(a.get());
+        Expr(s_.call_op.Obj(e));
+        for (size_t i = 0; i < args.size(); ++i) Expr(args[i]);
         break;
       }
       default:
@@ -161,8 +213,8 @@ class Writer {
       args.push_back(p);
     }
     int64_t name = NameOf(callee), global = out[callee] == kGlobal ? out[callee + 1] : 0;
-    std::string op = out[callee] == kOp ? string_list_[name] : std::string();
-    if (!args.empty() && tir_ops_.count(op)) {
+    Wrapper wrapper = out[callee] == kOp ? WrapperOf(name) : kNone;
+    if (!args.empty() && wrapper == kCallTir) {
       name = NameOf(args[0]);
       global = out[args[0]] == kGlobal ? out[args[0] + 1] : 0;
       std::vector<size_t>& inner = inner_;
@@ -175,7 +227,7 @@ class Writer {
         inner.push_back(args[1]);
       }
       args.swap(inner);
-    } else if (!args.empty() && packed_ops_.count(op)) {
+    } else if (!args.empty() && wrapper == kPacked) {
       name = NameOf(args[0]);
       global = 0;
       args.erase(args.begin());
@@ -198,27 +250,36 @@ class Writer {
  private:
   bool TypeText(const Object* ty, std::string* text) {
     if (IsA(ty, s_.tuple_type)) {
-      for (const ObjectRef& f : s_.tuple_fields(ty).cast<Array<ObjectRef>>()) {
-        if (!TypeText(f.get(), text)) return false;
+      Seq fields(s_.tuple_fields.Obj(ty));
+      for (size_t i = 0; i < fields.size(); ++i) {
+        if (!TypeText(fields[i], text)) return false;
       }
       return true;
     }
     if (!IsA(ty, s_.tensor_type)) return true;  // no tensor in it
-    ObjectRef dtype = s_.tensor_dtype(ty).cast<ObjectRef>();
-    if (!IsA(dtype.get(), s_.prim_type)) return false;
+    const Object* dtype = s_.tensor_dtype.Obj(ty);
+    if (dtype == nullptr || !IsA(dtype, s_.prim_type)) return false;
     if (!text->empty()) text->push_back(kTensor);
-    *text += DLDataTypeToString(s_.prim_dtype(dtype).cast<DLDataType>());
+    *text += DtypeText(s_.prim_dtype(dtype).cast<DLDataType>());
     text->push_back(kDtype);
-    Optional<ObjectRef> shape = s_.tensor_shape(ty).cast<Optional<ObjectRef>>();
-    if (!shape.has_value() || !IsA(shape.value().get(), s_.shape_expr)) return true;
-    bool first = true;
-    for (const ObjectRef& dim : s_.shape_values(shape.value()).cast<Array<ObjectRef>>()) {
-      if (!IsA(dim.get(), s_.int_imm)) return false;
-      if (!first) text->push_back(kDim);
-      *text += std::to_string(s_.int_value(dim).cast<int64_t>());
-      first = false;
+    const Object* shape = s_.tensor_shape.Obj(ty);
+    if (shape == nullptr || !IsA(shape, s_.shape_expr)) return true;
+    Seq dims(s_.shape_values.Obj(shape));
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i] == nullptr || !IsA(dims[i], s_.int_imm)) return false;
+      if (i > 0) text->push_back(kDim);
+      *text += std::to_string(s_.int_value(dims[i]).cast<int64_t>());
     }
     return true;
+  }
+
+  // A model has a handful of dtypes; printing one is a call into the FFI library.
+  const std::string& DtypeText(DLDataType dtype) {
+    for (const auto& [known, text] : dtypes_) {
+      if (known.code == dtype.code && known.bits == dtype.bits && known.lanes == dtype.lanes) return text;
+    }
+    dtypes_.emplace_back(dtype, std::string(DLDataTypeToString(dtype)));
+    return dtypes_.back().second;
   }
 
   // What an object is, by its runtime type index: classified once per type, since
@@ -246,6 +307,22 @@ class Writer {
     return classes_[index];
   }
 
+  // Whether an op wraps its callee (call_tir, call_packed): decided once per op name.
+  enum Wrapper : int8_t { kUndecided = 0, kNone, kCallTir, kPacked };
+
+  Wrapper WrapperOf(int64_t name) {
+    size_t index = static_cast<size_t>(name);
+    if (index >= wrappers_.size()) wrappers_.resize(index + 1, kUndecided);
+    if (wrappers_[index] == kUndecided) {
+      const std::string& text = texts_[index];
+      auto in = [&text](const std::vector<std::string>& ops) {
+        return std::find(ops.begin(), ops.end(), text) != ops.end();
+      };
+      wrappers_[index] = in(tir_ops_) ? kCallTir : in(packed_ops_) ? kPacked : kNone;
+    }
+    return wrappers_[index];
+  }
+
   // Ops, functions and symbols recur at many call sites: each is named once per call.
   void Callee(const Object* e) {
     auto found = callees_.find(e);
@@ -253,16 +330,16 @@ class Writer {
       std::pair<int64_t, int64_t> named;
       switch (ClassOf(e)) {
         case kOpClass:
-          named = {kOp, Str(s_.op_name(e).cast<String>())};
+          named = {kOp, Str(View(s_.op_name(e).cast<String>()))};
           break;
         case kGlobalClass:
-          named = {kGlobal, Str(s_.name_hint(e).cast<String>())};
+          named = {kGlobal, Str(View(s_.name_hint(e).cast<String>()))};
           break;
         case kExternFuncClass:
-          named = {kExtern, Str(s_.global_symbol(e).cast<String>())};
+          named = {kExtern, Str(View(s_.global_symbol(e).cast<String>()))};
           break;
         case kStringImmClass:
-          named = {kExtern, Str(s_.string_value(e).cast<String>())};
+          named = {kExtern, Str(View(s_.string_value(e).cast<String>()))};
           break;
         default: {
           std::string key = e->GetTypeKey();
@@ -304,23 +381,28 @@ class Writer {
 
   const Schema& s_;
   bool types_;
-  std::unordered_set<std::string> tir_ops_, packed_ops_;
-  std::unordered_map<std::string, int64_t> string_index_;
-  std::vector<std::string> string_list_;
+  std::vector<std::string> tir_ops_, packed_ops_;
+  std::deque<std::string> texts_;
+  std::unordered_map<std::string_view, int64_t> string_index_;
   std::unordered_map<const Object*, int64_t> types_of_;
   std::unordered_map<const Object*, std::pair<int64_t, int64_t>> callees_;
+  std::vector<std::pair<DLDataType, std::string>> dtypes_;
   std::vector<Class> classes_;
+  std::vector<Wrapper> wrappers_;
+  std::string text_;
   std::vector<size_t> args_, inner_;  // CallRecord's scratch, kept to spare an allocation per call
 };
 
 // The bindings of a function's body, in order, and the body's result (null without one).
-const Object* Bindings(const Schema& s, const ObjectRef& func, std::vector<const Object*>* out) {
-  ObjectRef body = s.body(func).cast<ObjectRef>();
-  if (!IsA(body.get(), s.seq)) return nullptr;
-  for (const ObjectRef& block : s.blocks(body).cast<Array<ObjectRef>>()) {
-    for (const ObjectRef& b : s.bindings(block).cast<Array<ObjectRef>>()) out->push_back(b.get());
+const Object* Bindings(const Schema& s, const Object* func, std::vector<const Object*>* out) {
+  const Object* body = s.body.Obj(func);
+  if (body == nullptr || !IsA(body, s.seq)) return nullptr;
+  Seq blocks(s.blocks.Obj(body));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    Seq bindings(s.bindings.Obj(blocks[i]));
+    for (size_t j = 0; j < bindings.size(); ++j) out->push_back(bindings[j]);
   }
-  return s.seq_body(body).cast<ObjectRef>().get();
+  return s.seq_body.Obj(body);
 }
 
 }  // namespace
@@ -333,41 +415,43 @@ const Object* Bindings(const Schema& s, const ObjectRef& func, std::vector<const
 Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String tir_ops, String packed_ops) {
   static const Schema schema;
   const Schema& s = schema;
+  TVM_FFI_CHECK(IsA(func.get(), s.function) && (!old.has_value() || IsA(old.value().get(), s.function)),
+                TypeError) << "relaytrace's IR reader reads Relax functions only";
   Writer w(s, types, Split(tir_ops), Split(packed_ops));
-  Array<ObjectRef> params = s.params(func).cast<Array<ObjectRef>>();
+  Seq params(s.params.Obj(func.get()));
   std::vector<const Object*> bindings;
-  const Object* output = Bindings(s, func, &bindings);
-  std::unordered_set<const Object*> known;
+  const Object* output = Bindings(s, func.get(), &bindings);
+  std::vector<const Object*> known;  // sorted: a look-up per binding, no allocation per entry
   if (old.has_value()) {
-    std::vector<const Object*> old_bindings;
-    Bindings(s, old.value(), &old_bindings);
-    known.insert(old_bindings.begin(), old_bindings.end());
+    Bindings(s, old.value().get(), &known);
+    std::sort(known.begin(), known.end());
   }
   size_t n = bindings.size();
+  w.out.reserve(24 * n);
   std::vector<int64_t> head = {static_cast<int64_t>(params.size()), static_cast<int64_t>(n), -1};
-  for (const ObjectRef& p : params) {
-    head.push_back(Handle(p.get()));
-    head.push_back(w.Str(s.var_name(p).cast<String>()));
-    head.push_back(w.Type(p.get()));
+  for (size_t i = 0; i < params.size(); ++i) {
+    head.push_back(Handle(params[i]));
+    head.push_back(w.Str(View(s.var_name(params[i]).cast<String>())));
+    head.push_back(w.Type(params[i]));
   }
   std::vector<int64_t> cols(6 * n);
   for (size_t i = 0; i < n; ++i) {
-    ObjectRef var = s.binding_var(bindings[i]).cast<ObjectRef>();
-    cols[i] = Handle(var.get());
-    if (known.count(bindings[i])) {
+    const Object* var = s.binding_var.Obj(bindings[i]);
+    cols[i] = Handle(var);
+    if (std::binary_search(known.begin(), known.end(), bindings[i])) {
       cols[2 * n + i] = -1;
       cols[3 * n + i] = kNotAsked;
       cols[4 * n + i] = -1;
       cols[5 * n + i] = -1;
       continue;
     }
-    ObjectRef value = s.binding_value(bindings[i]).cast<ObjectRef>();
-    cols[n + i] = Handle(value.get());
-    cols[2 * n + i] = w.Str(s.var_name(var).cast<String>());
-    cols[3 * n + i] = w.Type(var.get());
+    const Object* value = s.binding_value.Obj(bindings[i]);
+    cols[n + i] = Handle(value);
+    cols[2 * n + i] = w.Str(View(s.var_name(var).cast<String>()));
+    cols[3 * n + i] = w.Type(var);
     size_t at = w.out.size();
     cols[4 * n + i] = static_cast<int64_t>(at);
-    w.Expr(value.get());
+    w.Expr(value);
     cols[5 * n + i] = w.CallRecord(at);
   }
   if (output != nullptr) {
