@@ -165,19 +165,23 @@ def names_by_handle(d: Digest) -> dict[int, str]:
 
 # -- writing it -----------------------------------------------------------------
 
-def read(func, old=None, types: bool = False) -> Digest:
+def read(func, old=None, types: bool = False) -> Digest | None:
     """The digest of one Relax function, by the native writer when it is available.
     Bindings that ``old`` (the function before a pass) has too are left out but for
     their vars' handles: a pass keeps most binding objects, and the tracker knows the
-    rest of them already."""
+    rest of them already. None when ``func`` has all of ``old``'s params, bindings and
+    result: many passes rebuild a function they changed nothing in."""
     native = _native()
     if native is None:
         return _python_digest(func, old, types)
     try:
-        words, strings = native(func, old, types, *_UNWRAP)
+        result = native(func, old, types, *_UNWRAP)
     except Exception as exc:  # a TVM whose IR the reader does not know: Python reads it
         _give_up(exc)
         return _python_digest(func, old, types)
+    if not result:
+        return None
+    words, strings = result
     d = _decode(array("q", bytes(words)).tolist(), bytes(strings).decode().split("\0")[:-1])
     if types and (SYMBOLIC in d.var_types or SYMBOLIC in d.param_types):
         return _python_digest(func, old, types)
@@ -327,15 +331,19 @@ def _atom(arg: tuple, flag: int) -> tuple[int, int, int]:
     return arg[0] + flag, arg[1], arg[2] if arg[0] == VAR or arg[0] == CONST else 0
 
 
-def _python_digest(func, old=None, types: bool = False) -> Digest:
-    w = _PythonWriter(types)
+def _python_digest(func, old=None, types: bool = False) -> Digest | None:
     params = ir.items(func.params)
-    head = [len(params), 0, -1]
+    binds = ir.bindings(func)
+    out = ir.function_output(func)
+    known = [b.__chandle__() for b in ir.bindings(old)] if old is not None else []
+    if old is not None and _handles(params) == _handles(ir.items(old.params)) \
+            and _handles(binds) == known and _handles([out]) == _handles([ir.function_output(old)]):
+        return None
+    known = set(known)
+    w = _PythonWriter(types)
+    head = [len(params), len(binds), -1]
     for p in params:
         head += (p.__chandle__(), w.string(p.name), w.type_(p))
-    binds = ir.bindings(func)
-    head[1] = len(binds)
-    known = {b.__chandle__() for b in ir.bindings(old)} if old is not None else set()
     columns: list[list[int]] = [[] for _ in range(6)]
     for b in binds:
         if b.__chandle__() in known:
@@ -348,11 +356,14 @@ def _python_digest(func, old=None, types: bool = False) -> Digest:
         record = w.call_record(at)
         for column, word in zip(columns, (var.__chandle__(), b.value.__chandle__(), name, type_, at, record)):
             column.append(word)
-    out = ir.function_output(func)
     if out is not None:
         head[2] = len(w.stream)
         w.expr(out)
     return _decode(head + [x for column in columns for x in column] + w.stream, w.strings)
+
+
+def _handles(objects) -> list[int]:
+    return [o.__chandle__() if o is not None else 0 for o in objects]
 
 
 # -- the native writer ----------------------------------------------------------

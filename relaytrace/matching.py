@@ -213,8 +213,10 @@ class Tracker:
 
     def _seed(self, table: OriginTable) -> None:
         self._pin(table.module)
+        tok_origins, var_tok = self._tok_origins, self._var_tok
         for handle, oid in table.by_var.items():
-            self._var_tok[handle] = self._new_token({oid})
+            var_tok[handle] = len(tok_origins)
+            tok_origins.append((oid,))
 
     def _pin(self, obj) -> None:
         """Keep an IR object alive. Handles key every table here, so the C++ objects
@@ -228,6 +230,8 @@ class Tracker:
         d = self._input_digests.pop(fname, None)  # origin assignment read the input's functions
         if d is None:
             d = dg.read(func, old.func if old is not None else None)
+            if d is None:  # the same bindings in a rebuilt function: no binding to account for
+                return self._rebuilt(fname, func, pass_name, old)
         walk = _Walk(func=func, d=d, old=old)
         for handle, name in zip(d.params, d.param_names):
             self._param_token(fname, handle, name)
@@ -260,6 +264,13 @@ class Tracker:
             origins = frozenset().union(*(self._tok_origins[t] for t in tokens))
         state = _FunctionState(func=func, digest=d, tokens=tokens, origins=origins, bookkeeping=walk.bookkeeping)
         self._record_event(fname, pass_name, walk, old, state)
+        return state
+
+    def _rebuilt(self, fname, func, pass_name, old: _FunctionState) -> _FunctionState:
+        self._pin(func)
+        state = _FunctionState(func=func, digest=old.digest, tokens=old.tokens, origins=old.origins,
+                               bookkeeping=old.bookkeeping, index=old._index)
+        self._record_event(fname, pass_name, _Walk(func=func, d=old.digest, old=old), old, state)
         return state
 
     def _rewritten_in_place(self, position, handle, tok, walk) -> int:

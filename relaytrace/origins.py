@@ -20,8 +20,12 @@ UNRESOLVED = "unresolved"
 Shape = tuple
 
 
-@define(frozen=True)
+@define(frozen=True, slots=False)
 class Origin:
+    """One op of the input model. Not slotted: attrs fills a frozen instance's
+    ``__dict__`` directly but a slotted one through a setter call per field, and a
+    build makes one Origin per op; this halves that."""
+
     id: str
     layer: str
     op: str
@@ -70,11 +74,11 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
         d = digests[fname] = dg.read(func, types=True)
         producers: dict[int, frozenset[str]] = {}
         for index, handle in enumerate(d.vars):
-            value = dg.value(d, index)
-            if value[0] != dg.CALL:
-                producers[handle] = _producers_of(value, producers)
+            record = dg.call_record(d, index)
+            if record is None:
+                producers[handle] = _producers_of(dg.value(d, index), producers)
                 continue
-            callee, args, _ = dg.call_parts(value)
+            callee, _, atoms = record
             if ir.is_bookkeeping(callee):
                 continue
             named = layer_of(fname, handle, index) if layer_of else None
@@ -85,13 +89,16 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
                 layer, source_op = named
             oid = _unique(f"{layer}/{ir.short_op(callee)}", used_ids, sep="#")
             in_shapes, in_dtypes = (), ()
-            for arg in args:
-                if arg[0] in (dg.VAR, dg.CONST):
-                    shapes, dtypes = dg.shapes_and_dtypes(d, arg[2])
+            for i in range(0, len(atoms), 3):
+                kind = atoms[i]
+                if kind == dg.VAR or kind == dg.CONST:
+                    shapes, dtypes = dg.shapes_and_dtypes(d, atoms[i + 2])
                     in_shapes += shapes
                     in_dtypes += dtypes
-                for src in _producers_of(arg, producers):
-                    edges.add((src, oid))
+            sources = _atom_producers(atoms, producers)
+            if sources is None:  # an argument the call record does not spell out
+                sources = _NONE.union(*(_producers_of(arg, producers) for arg in dg.call_parts(dg.value(d, index))[1]))
+            edges.update((src, oid) for src in sources)
             out_shapes, out_dtypes = dg.shapes_and_dtypes(d, d.var_types[index])
             origins[oid] = Origin(
                 id=oid, layer=layer, op=callee, function=fname, index=index,
@@ -99,7 +106,7 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
                 source_op=source_op,
             )
             by_var[handle] = oid
-            producers[handle] = frozenset({oid})
+            producers[handle] = frozenset((oid,))
     return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), module=mod, digests=digests)
 
 
@@ -115,6 +122,20 @@ def _producers_of(node, producers: Mapping[int, frozenset[str]]) -> frozenset[st
     if kind == dg.ITEM:
         return _producers_of(node[2], producers)
     return _NONE
+
+
+def _atom_producers(atoms: list[int], producers: Mapping[int, frozenset[str]]) -> set[str] | None:
+    """Producers of a call's arguments from its call record: vars and the fields of
+    tuple arguments. None when an argument is a projection or a nested tuple, whose
+    vars the record leaves out."""
+    found: set[str] = set()
+    for i in range(0, len(atoms), 3):
+        kind = atoms[i] % dg.FIELD
+        if kind == dg.VAR:
+            found.update(producers.get(atoms[i + 1], _NONE))
+        elif kind == dg.ITEM or atoms[i] == dg.TUPLE + dg.FIELD:
+            return None
+    return found
 
 
 def _unique(name: str, used: dict[str, int], sep: str = "_") -> str:

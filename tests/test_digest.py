@@ -7,7 +7,7 @@ from tvm import relax
 from tvm.relax import op as R
 
 import relaytrace
-from relaytrace import digest
+from relaytrace import digest, ir
 from relaytrace.origins import assign_origins
 from relaytrace.relax_models import resnet_style
 
@@ -43,7 +43,7 @@ def test_native_and_python_readers_agree_on_every_function_after_every_pass(nati
     pipeline = alter_op_impl_pipeline if case == "alter_op_impl" else relax.get_default_pipeline
     modules = _modules_of_a_build(resnet_style(blocks=2), pipeline, NHWC if case == "nhwc" else None)
     last: dict[str, object] = {}
-    compared = partial = 0
+    compared = partial = rebuilt = 0
     for mod in modules:
         for gv, func in mod.functions.items():
             if not isinstance(func, relax.Function):
@@ -53,9 +53,15 @@ def test_native_and_python_readers_agree_on_every_function_after_every_pass(nati
                 a, b = digest.read(func, before, types), digest._python_digest(func, before, types)
                 assert a == b, (gv.name_hint, before is not None, types)
                 compared += 1
-                partial += a.partial
+                if a is None:  # old's bindings, in old or in a new function object
+                    assert before is not None
+                    assert [b.__chandle__() for b in ir.bindings(func)] == [b.__chandle__() for b in ir.bindings(before)]
+                    rebuilt += not before.same_as(func)
+                else:
+                    partial += a.partial
             last[gv.name_hint] = func
-    assert compared > 100 and partial > 10  # fused groups, lowered calls and kept bindings were all seen
+    # fused groups, lowered calls, kept bindings and rebuilt functions were all seen
+    assert compared > 100 and partial > 5 and rebuilt > 10
 
 
 def test_a_digest_reads_calls_as_the_tracker_needs_them(native):

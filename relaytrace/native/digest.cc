@@ -411,7 +411,8 @@ const Object* Bindings(const Schema& s, const Object* func, std::vector<const Ob
 // as six columns (var and value handles, name, var type, value offset, call record
 // offset), then the stream: each value followed by its call record. Returned with
 // the string table. Of a binding object that `old` also has, only its var's handle is
-// written (the rest zeros, offsets -1): the tracker knows the rest.
+// written (the rest zeros, offsets -1): the tracker knows the rest. Nothing at all
+// when `old` has the same params, bindings and result: a rebuilt function around them.
 Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String tir_ops, String packed_ops) {
   static const Schema schema;
   const Schema& s = schema;
@@ -423,7 +424,11 @@ Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String ti
   const Object* output = Bindings(s, func.get(), &bindings);
   std::vector<const Object*> known;  // sorted: a look-up per binding, no allocation per entry
   if (old.has_value()) {
-    Bindings(s, old.value().get(), &known);
+    const Object* old_output = Bindings(s, old.value().get(), &known);
+    Seq old_params(s.params.Obj(old.value().get()));
+    bool same_params = old_params.size() == params.size();
+    for (size_t i = 0; same_params && i < params.size(); ++i) same_params = params[i] == old_params[i];
+    if (same_params && output == old_output && known == bindings) return Array<Any>{};
     std::sort(known.begin(), known.end());
   }
   size_t n = bindings.size();
