@@ -89,7 +89,7 @@ class _FunctionState:
             by_name, var_names, by_args, tok_var = {}, {}, {}, {}
             d = _full(self.digest, self.func)
             for position, handle in enumerate(d.vars):
-                tok = tracker._var_tok.get(handle)
+                tok = tracker._atom_tok.get(handle)
                 if tok is None:
                     continue
                 name = dg.name(d, position)
@@ -149,10 +149,13 @@ class Tracker:
         self._input_digests = dict(table.digests)  # popped as used; the table stays as it was
         self.edges = table.edges
         self._tok_origins: list[tuple[str, ...]] = []
+        # token -> the token whose value it carries (a layout change, a fused group's
+        # output). Flat: only a new token is aliased, to a canonical one (``_alias``).
         self._canon: dict[int, int] = {}
-        self._var_tok: dict[int, int] = {}
+        # the token of each var and constant, by handle: one table, so that most keys
+        # are looked up at C speed (``_key``); handles of distinct live objects differ
+        self._atom_tok: dict[int, int] = {}
         self._var_value: dict[int, int] = {}
-        self._const_tok: dict[int, int] = {}
         self._param_tok: dict[tuple[str, str], int] = {}
         self._keys: dict[tuple, tuple[int, ...]] = {}
         self._unregistered: dict[int, tuple[dg.Digest, int, int]] = {}  # var handle -> (digest, position, token)
@@ -196,7 +199,7 @@ class Tracker:
         return self._tok_origins[tok]
 
     def token_of(self, var_handle: int) -> int | None:
-        return self._var_tok.get(var_handle)
+        return self._atom_tok.get(var_handle)
 
     def canonical(self, tok: int) -> int:
         return self._canon_of(tok)
@@ -213,9 +216,9 @@ class Tracker:
 
     def _seed(self, table: OriginTable) -> None:
         self._pin(table.module)
-        tok_origins, var_tok = self._tok_origins, self._var_tok
+        tok_origins, atom_tok = self._tok_origins, self._atom_tok
         for handle, oid in table.by_var.items():
-            var_tok[handle] = len(tok_origins)
+            atom_tok[handle] = len(tok_origins)
             tok_origins.append((oid,))
 
     def _pin(self, obj) -> None:
@@ -235,20 +238,20 @@ class Tracker:
         walk = _Walk(func=func, d=d, old=old)
         for handle, name in zip(d.params, d.param_names):
             self._param_token(fname, handle, name)
-        var_tok, var_value = self._var_tok, self._var_value
+        atom_tok, var_value = self._atom_tok, self._var_value
         # A binding object the pass kept (the digest leaves it out) changed in nothing:
         # its var's token is all there is to know. Bindings the pass rewrote cannot
         # change the tokens of vars bound before them, so these can be read first.
-        toks = [var_tok.get(var) for var in d.vars]
+        toks = [atom_tok.get(var) for var in d.vars]
         if d.partial:
             walk.bookkeeping = {var for var, tok, at in zip(d.vars, toks, d.value_at)
                                 if at < 0 and tok is None and var in old.bookkeeping}
         for position in d.changed:
             handle = d.vars[position]
-            tok = var_tok.get(handle)
+            tok = atom_tok.get(handle)
             if tok is not None and var_value.get(handle) != d.values[position]:
                 if tok in walk.claimed and ir.is_data_movement(dg.callee_of(d, position) or ""):
-                    del var_tok[handle]  # AlterOpImpl reused the var for a layout transform
+                    del atom_tok[handle]  # AlterOpImpl reused the var for a layout transform
                     tok = self._bind(mod, position, walk)
                 else:
                     tok = self._rewritten_in_place(position, handle, tok, walk)
@@ -290,12 +293,12 @@ class Tracker:
         return tok
 
     def _param_token(self, fname, handle, name) -> None:
-        if handle in self._var_tok:
+        if handle in self._atom_tok:
             return
         key = (fname, name)
         if key not in self._param_tok:
             self._param_tok[key] = self._new_token(())
-        self._var_tok[handle] = self._param_tok[key]
+        self._atom_tok[handle] = self._param_tok[key]
 
     def _bind(self, mod, position, walk: _Walk) -> int | None:
         """A binding whose Var is new to us: rules 2 to 4, else a new token."""
@@ -306,7 +309,7 @@ class Tracker:
             self._var_value[handle] = d.values[position]
             tok = self._structural(dg.value(d, position))
             if tok is not None:
-                self._var_tok[handle] = tok
+                self._atom_tok[handle] = tok
             return tok
         callee, gv, atoms = record
         if ir.is_bookkeeping(callee):
@@ -326,10 +329,10 @@ class Tracker:
             tok, rule = self._new_token(()), NEW
             walk.new.append((tok, callee))
             if ir.is_data_movement(callee) and key[1]:
-                self._canon[tok] = key[1][0]  # a layout change keeps the value's identity
+                self._alias(tok, key[1][0])  # a layout change keeps the value's identity
         walk.changes.append((tok, position, rule, callee))
         walk.claimed.add(tok)
-        self._var_tok[handle] = tok
+        self._atom_tok[handle] = tok
         self._add_key(key, tok)
         self._claim_outputs(atoms, tok, walk)
         return tok
@@ -374,7 +377,7 @@ class Tracker:
             tok = self._new_token(frozenset().union(*(self._tok_origins[p] for p in parts if p is not None)) if parts else ())
             self._keys[key] = (tok,)
             return tok
-        return self._var_tok.get(value[1]) if kind == VAR else None  # an alias
+        return self._atom_tok.get(value[1]) if kind == VAR else None  # an alias
 
     def _claim_outputs(self, atoms, tok, walk) -> None:
         """Destination-passing calls write into their trailing allocations: those vars
@@ -383,33 +386,34 @@ class Tracker:
             return
         for kind, handle in dg.arguments(atoms):
             if kind == VAR and handle in walk.bookkeeping:
-                self._var_tok[handle] = tok
+                self._atom_tok[handle] = tok
 
     # -- keys and rules -------------------------------------------------------
 
     def _raw(self, kind, handle) -> int | None:
         if kind == VAR:
-            return self._var_tok.get(handle)
+            return self._atom_tok.get(handle)
         if kind == CONST:
             return self._const_token(handle)
         return None
 
     def _const_token(self, handle: int) -> int:
-        tok = self._const_tok.get(handle)
+        tok = self._atom_tok.get(handle)
         if tok is None:
-            tok = self._const_tok[handle] = self._new_token(())
+            tok = self._atom_tok[handle] = self._new_token(())
         return tok
 
     def _canon_of(self, tok: int) -> int:
-        while tok in self._canon:
-            tok = self._canon[tok]
-        return tok
+        return self._canon.get(tok, tok)
+
+    def _alias(self, new_tok: int, tok: int) -> None:
+        self._canon[new_tok] = self._canon.get(tok, tok)
 
     def _resolve(self, kind, handle, walk=None) -> int | None:
         """An argument's canonical token. Inside a walk, a var the pass re-created
         under its old name (and not yet bound) is found by that name."""
         if kind == VAR:
-            tok = self._var_tok.get(handle)
+            tok = self._atom_tok.get(handle)
             if tok is None and walk is not None and walk.old is not None and handle not in walk.bookkeeping:
                 tok = walk.old.index(self).var_names.get(walk.names().get(handle))
         elif kind == CONST:
@@ -421,16 +425,15 @@ class Tracker:
     def _key(self, callee, atoms, walk=None) -> tuple:
         """(callee, canonical tokens of the vars and constants among its arguments and
         their tuples' fields): what a value computes, whatever its var."""
-        var_tok, canon, resolved = self._var_tok, self._canon, []
-        for i in range(0, len(atoms), 3):
-            kind, handle = atoms[i] % FIELD, atoms[i + 1]
-            tok = var_tok.get(handle) if kind == VAR else None
-            if tok is None:  # a constant, another kind, or a var known only by name
-                tok = self._resolve(kind, handle, walk)
-            elif tok in canon:  # the common case above, without a call: this is hot
-                tok = self._canon_of(tok)
+        canon, toks = self._canon, tuple(map(self._atom_tok.get, atoms[1::3]))  # hot: at C speed
+        if None not in toks:
+            return (callee, tuple(map(canon.get, toks, toks)))
+        resolved = []
+        for i, tok in zip(range(0, len(atoms), 3), toks):
+            if tok is None:  # a constant seen first, a var known only by name, a tuple, another atom
+                tok = self._resolve(atoms[i] % FIELD, atoms[i + 1], walk)
             if tok is not None:
-                resolved.append(tok)
+                resolved.append(canon.get(tok, tok))
         return (callee, tuple(resolved))
 
     def _match(self, key, walk) -> int | None:
@@ -503,7 +506,7 @@ class Tracker:
         result = self._new_token(frozenset().union(*(self._tok_origins[t] for t in matched)))
         out_tok = env.get(output, last) if output is not None else last
         if out_tok is not None:
-            self._canon[result] = self._canon_of(out_tok)
+            self._alias(result, out_tok)
         return result
 
     def _recipe(self, func) -> tuple | None:

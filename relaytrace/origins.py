@@ -98,13 +98,12 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
             sources = _atom_producers(atoms, producers)
             if sources is None:  # an argument the call record does not spell out
                 sources = _NONE.union(*(_producers_of(arg, producers) for arg in dg.call_parts(dg.value(d, index))[1]))
-            edges.update((src, oid) for src in sources)
+            for src in sources:
+                edges.add((src, oid))
             out_shapes, out_dtypes = dg.shapes_and_dtypes(d, d.var_types[index])
-            origins[oid] = Origin(
-                id=oid, layer=layer, op=callee, function=fname, index=index,
-                input_shapes=in_shapes, input_dtypes=in_dtypes, output_shapes=out_shapes, output_dtypes=out_dtypes,
-                source_op=source_op,
-            )
+            # positional: a keyword call costs twice the construction, once per op
+            origins[oid] = Origin(oid, layer, callee, fname, index, in_shapes, in_dtypes, out_shapes, out_dtypes,
+                                  source_op=source_op)
             by_var[handle] = oid
             producers[handle] = frozenset((oid,))
     return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), module=mod, digests=digests)
