@@ -20,6 +20,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     if main is None:
         degraded.append("no Relax 'main' function was seen after the last pass")
     producer: dict[int, int] = {}  # token -> position of the site that computed it
+    present: set[str] = set()  # origins some call site runs
     relax_callees = {gv.name_hint for gv, func in mod.functions.items() if isinstance(func, relax.Function)} \
         if mod is not None else set()
     position = 0
@@ -29,17 +30,16 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         if record is None or ir.is_bookkeeping(record[0]):
             continue
         callee, gv, atoms = record
-        args = dg.arguments(atoms)
         tok = tracker.token_of(d.vars[index])
         if tok is None:  # a destination-passing call: its value lives in its output arg
-            outs = (tracker.token_of(handle) for kind, handle in reversed(args) if kind == dg.VAR)
+            outs = (tracker.token_of(handle) for kind, handle in reversed(dg.arguments(atoms)) if kind == dg.VAR)
             tok = next((t for t in outs if t is not None), None)
-        origin_ids = tracker.origins_of_token(tok) if tok is not None else frozenset()
+        origin_ids = tracker.origins_of_token(tok) if tok is not None else ()
         if gv and callee in relax_callees:
             continue  # a call of another Relax function runs its kernels there
-        is_kernel = bool(gv)
-        sources = {producer[src] for src in (tracker.resolve_arg(*arg) for arg in args) if src is not None and src in producer}
-        if is_kernel:
+        sources = {producer[src] for src in tracker.argument_tokens(atoms) if src in producer}
+        present.update(origin_ids)
+        if gv:  # a kernel
             sites = kernels.setdefault(callee, [])
             sites.append(CallSite(callee, len(sites), position, roles_for(origin_ids, tracker.origins)))
             site_edges.update((src, position) for src in sources if src != position)
@@ -51,8 +51,6 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
             producer[tok] = made_by
             producer.setdefault(tracker.canonical(tok), made_by)
         position += 1
-    present = {o for sites in kernels.values() for s in sites for o in s.origin_ids}
-    present |= {o for b in builtins for o in b.origins}
     eliminated = {o: p for o, p in tracker.eliminated.items() if o not in present}
     history: dict[str, list[Change]] = {}
     merged: set[str] = set()  # origins whose history comes from several tokens: to be put in pass order

@@ -299,10 +299,13 @@ def read_json(path, what: str):
 
 def roles_for(origin_ids: Iterable[str], origins: dict[str, Origin]) -> tuple[Role, ...]:
     """Anchor = heaviest model op (ties: earliest); other model ops fused; the rest by kind."""
-    found = sorted((origins[o] for o in set(origin_ids)), key=_site_order)
-    ops = [o for o in found if o.kind == OP]
-    anchor = max(ops, key=lambda o: op_rank(o.op)).id if ops else None
-    return tuple(Role(o.id, ANCHOR if o.id == anchor else FUSED if o.kind == OP else o.kind) for o in found)
+    found = sorted(map(origins.__getitem__, set(origin_ids)), key=_site_order)
+    anchor = max((o for o in found if o.kind == OP), key=_op_rank, default=None)
+    return tuple(Role(o.id, ANCHOR if o is anchor else FUSED if o.kind == OP else o.kind) for o in found)
+
+
+def _op_rank(origin: Origin) -> int:
+    return op_rank(origin.op)
 
 
 def _site_order(origin: Origin) -> tuple:
