@@ -251,9 +251,13 @@ class _PythonWriter:
     def string(self, text: str) -> int:
         found = self._index.get(text)
         if found is None:
-            found = self._index[text] = len(self.strings)
-            self.strings.append(text)
+            found = self._index[text] = self.append(text)
         return found
+
+    def append(self, text: str) -> int:
+        """A var's name: not interned, as the C++ writer does."""
+        self.strings.append(text)
+        return len(self.strings) - 1
 
     def type_(self, expr) -> int:
         """As the C++ writer: once per expression, and the text once per distinct type
@@ -343,7 +347,7 @@ def _python_digest(func, old=None, types: bool = False) -> Digest | None:
     w = _PythonWriter(types)
     head = [len(params), len(binds), -1]
     for p in params:
-        head += (p.__chandle__(), w.string(p.name), w.type_(p))
+        head += (p.__chandle__(), w.append(p.name), w.type_(p))
     columns: list[list[int]] = [[] for _ in range(6)]
     for b in binds:
         if b.__chandle__() in known:
@@ -351,7 +355,7 @@ def _python_digest(func, old=None, types: bool = False) -> Digest | None:
                 column.append(word)
             continue
         var = b.var
-        name, type_, at = w.string(var.name), w.type_(var), len(w.stream)
+        name, type_, at = w.append(var.name), w.type_(var), len(w.stream)
         w.expr(b.value)
         record = w.call_record(at)
         for column, word in zip(columns, (var.__chandle__(), b.value.__chandle__(), name, type_, at, record)):

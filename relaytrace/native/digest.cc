@@ -71,6 +71,26 @@ class Field {
     return value.has_value() ? value.value().get() : nullptr;  // still held by `obj`
   }
 
+  // The text of a string field, read in place from its cell (a short string inline,
+  // else a string object) without a getter call or a copy; a cell that holds anything
+  // else goes through the getter, the copy kept in `keep`.
+  std::string_view Text(const Object* obj, String* keep) const {
+    if (const TVMFFIAny* cell = Cell(obj); cell != nullptr && cell->type_index == TypeIndex::kTVMFFISmallStr) {
+      return std::string_view(cell->v_bytes, cell->small_str_len);
+    } else if (cell != nullptr && cell->type_index == TypeIndex::kTVMFFIStr) {
+      const TVMFFIByteArray* bytes = TVMFFIBytesGetByteArrayPtr(cell->v_obj);
+      return std::string_view(bytes->data, bytes->size);
+    }
+    *keep = (*this)(obj).cast<String>();
+    return std::string_view(keep->data(), keep->size());
+  }
+
+  // An integer field (a shape's dims are big-integer cells), in place when it fits.
+  int64_t Int(const Object* obj) const {
+    const TVMFFIAny* cell = Cell(obj);
+    return cell != nullptr && cell->type_index == TypeIndex::kTVMFFIInt ? cell->v_int64 : (*this)(obj).cast<int64_t>();
+  }
+
   Any operator()(const Object* obj) const {
     Any result;
     void* addr = const_cast<char*>(reinterpret_cast<const char*>(obj) + info_->offset);
@@ -79,6 +99,12 @@ class Field {
   }
 
  private:
+  // The field as a value cell, when it is one.
+  const TVMFFIAny* Cell(const Object* obj) const {
+    if (info_->size != sizeof(TVMFFIAny)) return nullptr;
+    return reinterpret_cast<const TVMFFIAny*>(reinterpret_cast<const char*>(obj) + info_->offset);
+  }
+
   const TVMFFIFieldInfo* info_;
   bool in_place_;
 };
@@ -124,8 +150,6 @@ struct Schema {
 
 int64_t Handle(const Object* obj) { return reinterpret_cast<int64_t>(obj); }
 
-std::string_view View(const String& text) { return std::string_view(text.data(), text.size()); }
-
 std::vector<std::string> Split(const std::string& joined) {
   std::vector<std::string> out;
   for (size_t start = 0, end; start < joined.size(); start = end + 1) {
@@ -138,22 +162,31 @@ std::vector<std::string> Split(const std::string& joined) {
 
 class Writer {
  public:
+  enum Wrapper : int8_t { kNone = 0, kCallTir, kPacked };
+
   Writer(const Schema& s, bool types, std::vector<std::string> tir_ops, std::vector<std::string> packed_ops)
       : s_(s), types_(types), tir_ops_(std::move(tir_ops)), packed_ops_(std::move(packed_ops)) {}
 
   std::vector<int64_t> out;
   std::string strings;
+  String keep;  // a name read through a getter, while it is copied
 
   // Interned by view: the views point into `texts_`, whose elements never move.
   int64_t Str(std::string_view text) {
     auto found = string_index_.find(text);
     if (found != string_index_.end()) return found->second;
-    int64_t index = static_cast<int64_t>(texts_.size());
     texts_.emplace_back(text);
+    int64_t index = Append(text);
     string_index_.emplace(texts_.back(), index);
+    return index;
+  }
+
+  // A var's name, not interned: names seldom repeat within a function, and hashing
+  // and storing each would be half the reader's time.
+  int64_t Append(std::string_view text) {
     strings += text;
     strings.push_back('\0');
-    return index;
+    return count_++;
   }
 
   // A type as text: per tensor its dtype and dims, split by ASCII separators as in
@@ -213,7 +246,7 @@ class Writer {
       args.push_back(p);
     }
     int64_t name = NameOf(callee), global = out[callee] == kGlobal ? out[callee + 1] : 0;
-    Wrapper wrapper = out[callee] == kOp ? WrapperOf(name) : kNone;
+    Wrapper wrapper = out[callee] == kOp ? wrappers_[name] : kNone;
     if (!args.empty() && wrapper == kCallTir) {
       name = NameOf(args[0]);
       global = out[args[0]] == kGlobal ? out[args[0] + 1] : 0;
@@ -268,7 +301,7 @@ class Writer {
     for (size_t i = 0; i < dims.size(); ++i) {
       if (dims[i] == nullptr || !IsA(dims[i], s_.int_imm)) return false;
       if (i > 0) text->push_back(kDim);
-      *text += std::to_string(s_.int_value(dims[i]).cast<int64_t>());
+      *text += std::to_string(s_.int_value.Int(dims[i]));
     }
     return true;
   }
@@ -307,20 +340,16 @@ class Writer {
     return classes_[index];
   }
 
-  // Whether an op wraps its callee (call_tir, call_packed): decided once per op name.
-  enum Wrapper : int8_t { kUndecided = 0, kNone, kCallTir, kPacked };
-
-  Wrapper WrapperOf(int64_t name) {
-    size_t index = static_cast<size_t>(name);
-    if (index >= wrappers_.size()) wrappers_.resize(index + 1, kUndecided);
-    if (wrappers_[index] == kUndecided) {
-      const std::string& text = texts_[index];
-      auto in = [&text](const std::vector<std::string>& ops) {
-        return std::find(ops.begin(), ops.end(), text) != ops.end();
-      };
-      wrappers_[index] = in(tir_ops_) ? kCallTir : in(packed_ops_) ? kPacked : kNone;
-    }
-    return wrappers_[index];
+  // An op's name, and whether the op wraps its callee (call_tir, call_packed).
+  int64_t OpName(const Object* op) {
+    std::string_view text = s_.op_name.Text(op, &keep);
+    int64_t name = Str(text);
+    auto in = [text](const std::vector<std::string>& ops) {
+      return std::find(ops.begin(), ops.end(), text) != ops.end();
+    };
+    if (static_cast<size_t>(name) >= wrappers_.size()) wrappers_.resize(name + 1, kNone);
+    wrappers_[name] = in(tir_ops_) ? kCallTir : in(packed_ops_) ? kPacked : kNone;
+    return name;
   }
 
   // Ops, functions and symbols recur at many call sites: each is named once per call.
@@ -330,16 +359,16 @@ class Writer {
       std::pair<int64_t, int64_t> named;
       switch (ClassOf(e)) {
         case kOpClass:
-          named = {kOp, Str(View(s_.op_name(e).cast<String>()))};
+          named = {kOp, OpName(e)};
           break;
         case kGlobalClass:
-          named = {kGlobal, Str(View(s_.name_hint(e).cast<String>()))};
+          named = {kGlobal, Str(s_.name_hint.Text(e, &keep))};
           break;
         case kExternFuncClass:
-          named = {kExtern, Str(View(s_.global_symbol(e).cast<String>()))};
+          named = {kExtern, Str(s_.global_symbol.Text(e, &keep))};
           break;
         case kStringImmClass:
-          named = {kExtern, Str(View(s_.string_value(e).cast<String>()))};
+          named = {kExtern, Str(s_.string_value.Text(e, &keep))};
           break;
         default: {
           std::string key = e->GetTypeKey();
@@ -388,7 +417,8 @@ class Writer {
   std::unordered_map<const Object*, std::pair<int64_t, int64_t>> callees_;
   std::vector<std::pair<DLDataType, std::string>> dtypes_;
   std::vector<Class> classes_;
-  std::vector<Wrapper> wrappers_;
+  std::vector<Wrapper> wrappers_;  // by string index: set for op names
+  int64_t count_ = 0;
   std::string text_;
   std::vector<size_t> args_, inner_;  // CallRecord's scratch, kept to spare an allocation per call
 };
@@ -436,7 +466,7 @@ Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String ti
   std::vector<int64_t> head = {static_cast<int64_t>(params.size()), static_cast<int64_t>(n), -1};
   for (size_t i = 0; i < params.size(); ++i) {
     head.push_back(Handle(params[i]));
-    head.push_back(w.Str(View(s.var_name(params[i]).cast<String>())));
+    head.push_back(w.Append(s.var_name.Text(params[i], &w.keep)));
     head.push_back(w.Type(params[i]));
   }
   std::vector<int64_t> cols(6 * n);
@@ -452,7 +482,7 @@ Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String ti
     }
     const Object* value = s.binding_value.Obj(bindings[i]);
     cols[n + i] = Handle(value);
-    cols[2 * n + i] = w.Str(View(s.var_name(var).cast<String>()));
+    cols[2 * n + i] = w.Append(s.var_name.Text(var, &w.keep));
     cols[3 * n + i] = w.Type(var);
     size_t at = w.out.size();
     cols[4 * n + i] = static_cast<int64_t>(at);
