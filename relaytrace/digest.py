@@ -39,21 +39,26 @@ _HEAD = 3  # n_params, n_bindings, output offset
 # commas and brackets, never those.
 DIM, DTYPE, TENSOR = "\x1f", "\x1e", "\x1d"
 TYPES_NOT_ASKED, SYMBOLIC = -2, -1  # SYMBOLIC (native only): a dim only Python can print
+Ints = array  # of int64 words
 
 
 @define(frozen=True, slots=True)
 class Digest:
-    params: list[int]
+    """The int columns are ``array('q')``, not lists: a list would make a Python int
+    of every word up front, which cost more than the native read; the tracker reads
+    about half of them."""
+
+    params: Ints
     param_names: list[str]
-    param_types: list[int]
-    vars: list[int]  # of the bindings, in order
-    values: list[int]
-    name_at: list[int]  # var names, as string-table indices
-    var_types: list[int]
-    value_at: list[int]  # where each binding's value starts in the stream; -1: known binding
-    call_at: list[int]  # where each call binding's call record starts; -1: not a call
+    param_types: Ints
+    vars: Ints  # of the bindings, in order
+    values: Ints
+    name_at: Ints  # var names, as string-table indices
+    var_types: Ints
+    value_at: Ints  # where each binding's value starts in the stream; -1: known binding
+    call_at: Ints  # where each call binding's call record starts; -1: not a call
     output_at: int  # where the body's result starts, -1 without one
-    stream: list[int]
+    stream: Ints
     strings: list[str]
     changed: list[int]  # positions of the bindings written in full
 
@@ -123,14 +128,14 @@ def callee_of(d: Digest, position: int) -> str | None:
     return d.strings[d.stream[at]] if at >= 0 else None
 
 
-def arguments(atoms: list[int]) -> list[tuple[int, int]]:
+def arguments(atoms: Ints) -> list[tuple[int, int]]:
     """(kind, handle) of a call record's own arguments, tuple fields left out."""
     return [(atoms[i], atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] < FIELD]
 
 
-def call_record(d: Digest, position: int) -> tuple[str, int, list[int]] | None:
+def call_record(d: Digest, position: int) -> tuple[str, int, Ints] | None:
     """(callee, GlobalVar handle or 0, atoms) of a call binding, None otherwise; what
-    ``call_parts`` says, without building nodes. The atoms are a flat list of
+    ``call_parts`` says, without building nodes. The atoms are a flat array of
     ``kind, handle, type`` triples (type 0 but for vars and constants): each argument,
     a tuple argument followed by its fields with ``FIELD`` added to their kind."""
     at = d.call_at[position]
@@ -182,7 +187,7 @@ def read(func, old=None, types: bool = False) -> Digest | None:
     if not result:
         return None
     words, strings = result
-    d = _decode(array("q", bytes(words)).tolist(), bytes(strings).decode().split("\0")[:-1])
+    d = _decode(array("q", words), bytes(strings).decode().split("\0")[:-1])
     if types and (SYMBOLIC in d.var_types or SYMBOLIC in d.param_types):
         return _python_digest(func, old, types)
     return d
@@ -221,7 +226,7 @@ def _type_text(ty) -> str:
     return TENSOR.join(dtype + DTYPE + DIM.join(map(str, shape)) for shape, dtype in ir.tensor_types(ty))
 
 
-def _decode(words: list[int], strings: list[str]) -> Digest:
+def _decode(words: Ints, strings: list[str]) -> Digest:
     n_params, n, output_at = words[0], words[1], words[2]
     p = words[_HEAD:_HEAD + 3 * n_params]
     c = _HEAD + 3 * n_params
@@ -363,7 +368,7 @@ def _python_digest(func, old=None, types: bool = False) -> Digest | None:
     if out is not None:
         head[2] = len(w.stream)
         w.expr(out)
-    return _decode(head + [x for column in columns for x in column] + w.stream, w.strings)
+    return _decode(array("q", head + [x for column in columns for x in column] + w.stream), w.strings)
 
 
 def _handles(objects) -> list[int]:

@@ -204,7 +204,7 @@ class Tracker:
     def canonical(self, tok: int) -> int:
         return self._canon_of(tok)
 
-    def argument_tokens(self, atoms: list[int]) -> list[int | None]:
+    def argument_tokens(self, atoms: dg.Ints) -> list[int | None]:
         """The canonical token of each of a call record's own arguments (tuple fields
         left out); None for one that carries no token."""
         toks = [self._atom_tok.get(atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] < FIELD]
