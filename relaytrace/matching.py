@@ -479,19 +479,20 @@ class Tracker:
         if len(params) != len(args):
             return None
         env: dict[int, int] = {}
-        for param, (kind, handle) in zip(params, args):
-            tok = self._resolve(kind, handle, walk)
+        for param, tok, (kind, handle) in zip(params, self.argument_tokens(atoms), args):
+            if tok is None:  # a constant seen first, or a var known only by name
+                tok = self._resolve(kind, handle, walk)
             if tok is not None:
                 env[param] = tok
         matched: list[int] = []
         last = None
-        canon = self._canon_of
+        canon = self._canon
         for var, callee, refs in steps:
             resolved = []
             for ref, const in refs:
                 tok = const if const is not None else env.get(ref)
                 if tok is not None:
-                    resolved.append(canon(tok))
+                    resolved.append(canon.get(tok, tok))
             if callee is None:  # an alias or a projection
                 tok = resolved[0] if resolved else None
             else:
