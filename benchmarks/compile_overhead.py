@@ -1,8 +1,13 @@
 """Traced / plain compile time, measured side by side (interleaved runs, median).
 
-Prints one line per model: bindings, plain and traced medians (and minimums), the
-ratio of medians and the extra time it stands for. Each run starts after a full
-garbage collection, so that one side does not pay for garbage the other left.
+Each run builds the model plainly and traced, back to back (the order alternating),
+and takes the ratio of the two; the ratio printed is the median of these per-run
+ratios, with their interquartile range. Pairing the two builds of a run cancels the
+drift of this machine's speed over the minute a model takes (on a shared 2-core VM
+it moves the plain build's median by several percent between invocations), which a
+ratio of the two sides' medians does not. Also printed: bindings, the plain and
+traced medians and the extra time. Each build starts after a full garbage
+collection, so that one side does not pay for garbage the other left.
 Target: ratio <= 1.05, cost linear in bindings x passes.
 """
 
@@ -48,16 +53,17 @@ def measure(name, mod, runs: int):
             fn(mod, target)
             (plain if fn is _plain else traced).append(time.perf_counter() - start)
     p, t = statistics.median(plain), statistics.median(traced)
-    bindings = _bindings(mod)
-    print(f"{name:<24} bindings={bindings:>5}  plain={p:6.3f}s (min {min(plain):6.3f})  "
-          f"traced={t:6.3f}s (min {min(traced):6.3f})  ratio={t / p:.3f}  extra={(t - p) * 1e3:4.0f}ms",
-          flush=True)
-    return t / p
+    ratios = sorted(b / a for a, b in zip(plain, traced))
+    ratio = statistics.median(ratios)
+    quartiles = statistics.quantiles(ratios, n=4)
+    print(f"{name:<24} bindings={_bindings(mod):>5}  plain={p:6.3f}s  traced={t:6.3f}s  "
+          f"ratio={ratio:.3f} (IQR {quartiles[0]:.3f}-{quartiles[2]:.3f})  extra={(t - p) * 1e3:4.0f}ms", flush=True)
+    return ratio
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--deep", type=int, default=2000, help="bindings of the generated deep model")
     args = parser.parse_args(argv)
     print(f"IR reader: {native_status()}  (RELAYTRACE_NATIVE=0 measures the Python one)", flush=True)

@@ -1,9 +1,10 @@
 """Where the tracking time goes, pass by pass, without TVM's own work in the way.
 
 Records the modules of one plain build, then replays them through a fresh
-TraceSession several times and prints the fastest time of each stage: origin
-assignment with the input walk, each pass the tracker follows, and lineage
-extraction. Use it to see what a change to the tracker buys; use
+TraceSession several times and prints the fastest time of each stage: what the
+instrument does during the build (record each pass's functions), then, as after a
+traced build, origin assignment with the input walk, each pass the tracker follows,
+and lineage extraction. Use it to see what a change to the tracker buys; use
 compile_overhead.py for the ratio the target is about.
 """
 
@@ -43,11 +44,15 @@ def record(mod, target) -> list[tuple[bool, object, str]]:
 def replay(calls) -> dict[str, float]:
     stages: dict[str, float] = defaultdict(float)
     session = TraceSession()
+    start = time.perf_counter()
     for after, mod, name in calls:
-        start = time.perf_counter()
         (session.after if after else session.before)(mod, name)
-        stage = name if after else "origins + input walk"
-        stages[stage] += time.perf_counter() - start
+    stages["recording (in the build)"] = time.perf_counter() - start
+    start = time.perf_counter()
+    for stage in session.tracking():
+        now = time.perf_counter()
+        stages[stage] += now - start
+        start = now
     start = time.perf_counter()
     with gc_paused():
         lineage = lineage_from(session.tracker, "model", "llvm", "fused", session.degraded)

@@ -29,6 +29,7 @@ class Trace:
 
     def finish(self) -> Lineage:
         session = self.session
+        session.track()
         degraded = list(session.degraded)
         if session.tracker is None and not degraded:
             raise RelaytraceError(

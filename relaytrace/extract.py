@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from tvm import relax
-
 from . import digest as dg
 from . import ir
 from .lineage import BuiltinSite, CallSite, Lineage, roles_for
@@ -11,18 +9,16 @@ from .matching import Change, Tracker
 
 
 def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), inputs=()) -> Lineage:
-    mod = tracker.last_mod
+    functions = tracker.last_functions  # every Relax function, fused groups included
     kernels: dict[str, list[CallSite]] = {}
     builtins: list[BuiltinSite] = []
     site_edges: set[tuple[int, int]] = set()
     degraded = list(degraded)
-    main = ir.lookup(mod, "main") if mod is not None else None
+    main = functions.get("main")
     if main is None:
         degraded.append("no Relax 'main' function was seen after the last pass")
     producer: dict[int, int] = {}  # token -> position of the site that computed it
     present: set[str] = set()  # origins some call site runs
-    relax_callees = {gv.name_hint for gv, func in mod.functions.items() if isinstance(func, relax.Function)} \
-        if mod is not None else set()
     position = 0
     d = dg.read(main) if main is not None else None
     for index in range(len(d.vars) if d is not None else 0):
@@ -35,7 +31,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
             outs = (tracker.token_of(handle) for kind, handle in reversed(dg.arguments(atoms)) if kind == dg.VAR)
             tok = next((t for t in outs if t is not None), None)
         origin_ids = tracker.origins_of_token(tok) if tok is not None else ()
-        if gv and callee in relax_callees:
+        if gv and callee in functions:
             continue  # a call of another Relax function runs its kernels there
         sources = {producer[src] for src in tracker.argument_tokens(atoms) if src in producer}
         present.update(origin_ids)

@@ -1,11 +1,13 @@
-"""The PassInstrument: thin. It hands each module to the tracker and makes sure that
-nothing the tracker does can break or change the user's build."""
+"""The PassInstrument: thin. During the build it only records what each pass left;
+origins are followed through the record once the build is done, so nothing the
+tracker does can break, change or slow the user's build while it runs."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
 import traceback
+from typing import Iterator
 
 import tvm
 
@@ -15,7 +17,13 @@ from .origins import LayerNamer, OriginTable, assign_origins, main_inputs
 
 
 class TraceSession:
-    """State of one traced build: origins of the input, the tracker, what went wrong."""
+    """State of one traced build: the recorded passes, the origins of the input, the
+    tracker, what went wrong.
+
+    Why record first and track after: interleaved with TVM's own work, every pass's
+    tracking started with cold caches, and cost a quarter more than the same work
+    done in one go. A pass's record is its module's Relax functions (``ir.function_map``),
+    taken when the pass ran: functions never change, a module object may."""
 
     def __init__(self, layer_of: LayerNamer | None = None, progress=None):
         self.table: OriginTable | None = None
@@ -25,27 +33,52 @@ class TraceSession:
         self.passes = 0
         self.inputs: tuple = ()
         self.progress = progress
+        self.input: dict | None = None  # the functions of the first module seen
+        self._first_pass = ""  # the pass that module went into
+        self.recorded: list[tuple[dict, str]] = []  # (functions, pass name) after each pass since
 
     def before(self, mod, pass_name: str) -> None:
-        if self.tracker is not None or self.degraded:
-            return
-        self._guard(pass_name, self._start, mod)
+        if self.input is None and not self.degraded:
+            self._guard(pass_name, self._take_input, mod, pass_name)
 
     def after(self, mod, pass_name: str) -> None:
         self.passes += 1
         if self.progress is not None:
             self.progress(self.passes, pass_name)
-        if self.tracker is None or self.degraded:
-            return
-        self._guard(pass_name, self.tracker.observe, mod, pass_name)
+        if self.input is not None and not self.degraded:
+            self._guard(pass_name, self._record, mod, pass_name)
 
-    def _start(self, mod) -> None:
-        if next(ir.relax_functions(mod), None) is None:
+    def tracking(self) -> Iterator[str]:
+        """Follow origins through what was recorded, naming each step once it is done
+        (``benchmarks/tracking_breakdown.py`` times them)."""
+        if self.input is None or self.tracker is not None:
             return
-        self.inputs = main_inputs(mod)
-        self.table = assign_origins(mod, self.layer_of)
+        self._guard(self._first_pass, self._start)
+        yield "origins + input walk"
+        for functions, pass_name in self.recorded:
+            if self.degraded:
+                break
+            self._guard(pass_name, self.tracker.observe, functions, pass_name)
+            yield pass_name
+        self.recorded = []
+
+    def track(self) -> None:
+        for _ in self.tracking():
+            pass
+
+    def _take_input(self, mod, pass_name: str) -> None:
+        functions = ir.function_map(mod)
+        if ir.model_functions(functions):
+            self.inputs = main_inputs(mod)
+            self.input, self._first_pass = functions, pass_name
+
+    def _record(self, mod, pass_name: str) -> None:
+        self.recorded.append((ir.function_map(mod), pass_name))
+
+    def _start(self) -> None:
+        self.table = assign_origins(self.input, self.layer_of)
         tracker = Tracker(self.table)
-        tracker.start(mod)
+        tracker.start(self.input)
         self.tracker = tracker
 
     def _guard(self, pass_name, fn, *args) -> None:

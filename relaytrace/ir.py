@@ -7,7 +7,6 @@ isinstance test here means one place to adapt when TVM moves them again.
 from __future__ import annotations
 
 import functools
-from typing import Iterator
 
 import tvm_ffi
 from tvm import relax
@@ -51,11 +50,17 @@ def items(array) -> list:
     return [_ARRAY_ITEM(array, i) for i in range(_ARRAY_SIZE(array))]
 
 
-def relax_functions(mod) -> Iterator[tuple[str, relax.Function]]:
-    """Relax functions of a module, primitive (fused group) functions excluded."""
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function) and not is_primitive(func):
-            yield gv.name_hint, func
+def function_map(mod) -> dict[str, relax.Function]:
+    """The Relax functions of a module by name, fused groups included, as the module
+    holds them now: functions never change, but a Python pass may change the module
+    object in place."""
+    return {gv.name_hint: func for gv, func in mod.functions.items() if isinstance(func, relax.Function)}
+
+
+def model_functions(functions: dict[str, relax.Function]) -> dict[str, relax.Function]:
+    """The functions whose bindings carry origins: fused groups (primitive functions)
+    are followed through their call sites."""
+    return {name: func for name, func in functions.items() if not is_primitive(func)}
 
 
 def lookup(mod, gv):

@@ -163,7 +163,7 @@ class Tracker:
         self._recipes: dict[int, tuple | None] = {}
         self._funcs: dict[str, _FunctionState] = {}
         self._pass_index = 0
-        self.last_mod = None
+        self.last_functions: dict[str, object] = {}
         self.events: list[PassEvent] = []
         self.changes: dict[int, tuple[Change, ...]] = {}  # token -> its changes, pass by pass
         self.eliminated: dict[str, str] = {}
@@ -171,29 +171,30 @@ class Tracker:
 
     # -- public ---------------------------------------------------------------
 
-    def start(self, mod) -> None:
-        """Walk the input module once, so its bindings' keys are known to every rule."""
-        self._pin(mod)
-        for name, func in ir.relax_functions(mod):
-            self._funcs[name] = self._process(mod, name, func, "input", None)
-        self.last_mod = mod
+    def start(self, functions: dict[str, object]) -> None:
+        """Walk the input's functions (``ir.function_map``) once, so their bindings'
+        keys are known to every rule."""
+        self._pin(functions)
+        for name, func in ir.model_functions(functions).items():
+            self._funcs[name] = self._process(functions, name, func, "input", None)
+        self.last_functions = functions
 
-    def observe(self, mod, pass_name: str) -> None:
-        """Account for one pass, given the module it produced."""
+    def observe(self, functions: dict[str, object], pass_name: str) -> None:
+        """Account for one pass, given the functions of the module it produced."""
         self._pass_index += 1
-        functions = dict(ir.relax_functions(mod))
-        if not functions:
+        model = ir.model_functions(functions)
+        if not model:
             return  # a pass over a TIR-only sub-module
-        self._pin(mod)
-        for name, func in functions.items():
+        self._pin(functions)
+        for name, func in model.items():
             state = self._funcs.get(name)
             if state is not None and state.func.same_as(func):
                 continue
-            self._funcs[name] = self._process(mod, name, func, pass_name, state)
-        for name in [n for n in self._funcs if n not in functions]:
+            self._funcs[name] = self._process(functions, name, func, pass_name, state)
+        for name in [n for n in self._funcs if n not in model]:
             gone = self._funcs.pop(name)
             self._record_elimination(gone.origins, pass_name)
-        self.last_mod = mod  # only once the whole module is accounted for
+        self.last_functions = functions  # only once all of them are accounted for
 
     def origins_of_token(self, tok: int) -> tuple[str, ...]:
         return self._tok_origins[tok]
@@ -217,7 +218,7 @@ class Tracker:
         return len(self._tok_origins) - 1
 
     def _seed(self, table: OriginTable) -> None:
-        self._pin(table.module)
+        self._pin(table.functions)
         tok_origins, atom_tok = self._tok_origins, self._atom_tok
         for handle, oid in table.by_var.items():
             atom_tok[handle] = len(tok_origins)
@@ -225,13 +226,13 @@ class Tracker:
 
     def _pin(self, obj) -> None:
         """Keep an IR object alive. Handles key every table here, so the C++ objects
-        behind them must outlive the build; pinning whole functions and modules does
+        behind them must outlive the build; pinning each pass's function map does
         that without holding (and making the GC walk) a wrapper per binding."""
         self._pins.append(obj)
 
     # -- one function ---------------------------------------------------------
 
-    def _process(self, mod, fname, func, pass_name, old) -> _FunctionState:
+    def _process(self, functions, fname, func, pass_name, old) -> _FunctionState:
         d = self._input_digests.pop(fname, None)  # origin assignment read the input's functions
         if d is None:
             d = dg.read(func, old.func if old is not None else None)
@@ -254,11 +255,11 @@ class Tracker:
             if tok is not None and var_value.get(handle) != d.values[position]:
                 if tok in walk.claimed and ir.is_data_movement(dg.callee_of(d, position) or ""):
                     del atom_tok[handle]  # AlterOpImpl reused the var for a layout transform
-                    tok = self._bind(mod, position, walk)
+                    tok = self._bind(functions, position, walk)
                 else:
                     tok = self._rewritten_in_place(position, handle, tok, walk)
             elif tok is None:
-                tok = self._bind(mod, position, walk)
+                tok = self._bind(functions, position, walk)
             toks[position] = tok
         tokens = [tok for tok in toks if tok is not None]
         self._finish_new(fname, pass_name, walk)
@@ -302,7 +303,7 @@ class Tracker:
             self._param_tok[key] = self._new_token(())
         self._atom_tok[handle] = self._param_tok[key]
 
-    def _bind(self, mod, position, walk: _Walk) -> int | None:
+    def _bind(self, functions, position, walk: _Walk) -> int | None:
         """A binding whose Var is new to us: rules 2 to 4, else a new token."""
         d = walk.d
         handle = d.vars[position]
@@ -322,7 +323,7 @@ class Tracker:
         key = self._key(callee, atoms, walk)
         tok, rule = self._match(key, walk), VALUE
         if tok is None and gv:
-            tok, rule = self._replay(mod, gv, callee, atoms, walk), REPLAY
+            tok, rule = self._replay(functions, gv, callee, atoms, walk), REPLAY
         if tok is None and walk.old is not None:
             tok, rule = self._by_name(dg.name(d, position), callee, walk), NAME
         if tok is None and walk.old is not None:
@@ -467,10 +468,10 @@ class Tracker:
                 found.append(tok)
         return found[0] if len(found) == 1 else None
 
-    def _replay(self, mod, gv, name, atoms, walk) -> int | None:
+    def _replay(self, functions, gv, name, atoms, walk) -> int | None:
         recipe = walk.recipes.get(gv, False)
         if recipe is False:
-            func = ir.lookup(mod, name)
+            func = functions.get(name)
             recipe = walk.recipes[gv] = self._recipe(func) if func is not None else None
         if recipe is None:
             return None

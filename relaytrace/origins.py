@@ -52,7 +52,7 @@ class OriginTable:
     origins: dict[str, Origin]
     by_var: dict[int, str] = field(repr=False)
     edges: tuple[tuple[str, str], ...] = ()
-    module: object = field(default=None, repr=False, eq=False)  # keeps by_var's handles valid
+    functions: dict = field(factory=dict, repr=False, eq=False)  # keeps by_var's handles valid
     # function name -> the digest origins were read from, for the tracker's first walk
     digests: dict = field(factory=dict, repr=False, eq=False)
 
@@ -62,7 +62,8 @@ class OriginTable:
 LayerNamer = Callable[[str, int, int], "tuple[str, str] | None"]
 
 
-def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
+def assign_origins(functions: dict, layer_of: LayerNamer | None = None) -> OriginTable:
+    """Origins of the input's functions (``ir.function_map`` of the module)."""
     origins: dict[str, Origin] = {}
     by_var: dict[int, str] = {}
     edges: set[tuple[str, str]] = set()
@@ -70,7 +71,7 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
     used_ids: dict[str, int] = {}
     digests: dict[str, dg.Digest] = {}
 
-    for fname, func in sorted(ir.relax_functions(mod), key=lambda item: item[0]):
+    for fname, func in sorted(ir.model_functions(functions).items(), key=lambda item: item[0]):
         d = digests[fname] = dg.read(func, types=True)
         producers: dict[int, frozenset[str]] = {}
         for index, handle in enumerate(d.vars):
@@ -106,7 +107,8 @@ def assign_origins(mod, layer_of: LayerNamer | None = None) -> OriginTable:
                                   source_op=source_op)
             by_var[handle] = oid
             producers[handle] = frozenset((oid,))
-    return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), module=mod, digests=digests)
+    return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), functions=functions,
+                       digests=digests)
 
 
 _NONE: frozenset[str] = frozenset()

@@ -96,7 +96,7 @@ def _symbolic_module():
 
 
 def test_symbolic_shapes_are_read_by_python_and_kept_in_origins(native):
-    table = assign_origins(_symbolic_module())
+    table = assign_origins(ir.function_map(_symbolic_module()))
     assert table.origins["act/relu"].input_shapes == (("n", 4),)
     assert table.origins["twice/add"].output_shapes == (("n", 4),)
     assert table.origins["twice/add"].input_dtypes == ("float32", "float32")
