@@ -1,4 +1,4 @@
-"""Passes used by the tests: a real AlterOpImpl set-up and a user rewrite no rule explains."""
+"""Passes used by the tests: a real AlterOpImpl set-up and user rewrites no rule explains."""
 
 import tvm
 from tvm import relax, te
@@ -49,5 +49,15 @@ def add_to_subtract(mod, ctx):
     return mutator.builder_.get()
 
 
-def user_pipeline(target):
-    return tvm.transform.Sequential([add_to_subtract, relax.get_default_pipeline(target)])
+@tvm.transform.module_pass(opt_level=0, name="UserAddToSubtractInPlace")
+def add_to_subtract_in_place(mod, ctx):
+    """The same rewrite, written into the module object the pass was given."""
+    mutator = _AddToSubtract(mod)
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mod[gv] = mutator.visit_expr(func)
+    return mod
+
+
+def user_pipeline(target, rewrite=add_to_subtract):
+    return tvm.transform.Sequential([relax.transform.Normalize(), rewrite, relax.get_default_pipeline(target)])
