@@ -28,6 +28,12 @@ class Trace:
         self.lineage: Lineage | None = None
 
     def finish(self) -> Lineage:
+        try:
+            return self._finish()
+        finally:  # the lineage is plain data: the IR, tables and reader thread can go
+            self.session = None
+
+    def _finish(self) -> Lineage:
         session = self.session
         session.track()
         degraded = list(session.degraded)

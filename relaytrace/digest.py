@@ -180,10 +180,54 @@ def read(func, old=None, types: bool = False) -> Digest | None:
     if native is None:
         return _python_digest(func, old, types)
     try:
-        result = native(func, old, types, *_UNWRAP)
+        result = native.digest(func, old, types, *_UNWRAP)
     except Exception as exc:  # a TVM whose IR the reader does not know: Python reads it
         _give_up(exc)
         return _python_digest(func, old, types)
+    return _from_native(result, func, old, types)
+
+
+class ReadAhead:
+    """Reads functions on a native thread, in the order they are added, while the
+    caller goes on (``read_ahead`` in digest.cc): the instrument adds each function a
+    pass changed during the build, and the tracker's reads then find them done. A
+    read not added, or any read without the native writer, is done when asked."""
+
+    def __init__(self):
+        self._at: dict[tuple[int, int, bool], int] = {}
+        self._add = self._take = None
+        native = _native()
+        if native is not None:
+            try:
+                self._add, self._take = native.read_ahead(*_UNWRAP)
+            except Exception as exc:
+                _give_up(exc)
+
+    def add(self, func, old=None, types: bool = False) -> None:
+        key = _read_key(func, old, types)
+        if self._add is not None and key not in self._at:
+            self._at[key] = len(self._at)
+            self._add(func, old, types)
+
+    def read(self, func, old=None, types: bool = False) -> Digest | None:
+        """``read(func, old, types)``, from the thread when it was added."""
+        at = self._at.get(_read_key(func, old, types)) if self._take is not None else None
+        if at is None:
+            return read(func, old, types)
+        try:
+            result = self._take(at)
+        except Exception as exc:  # as read() does
+            self._add = self._take = None
+            _give_up(exc)
+            return _python_digest(func, old, types)
+        return _from_native(result, func, old, types)
+
+
+def _read_key(func, old, types: bool) -> tuple[int, int, bool]:
+    return func.__chandle__(), old.__chandle__() if old is not None else 0, bool(types)
+
+
+def _from_native(result, func, old, types: bool) -> Digest | None:
     if not result:
         return None
     words, strings = result
@@ -383,24 +427,24 @@ _lock = threading.Lock()
 
 
 def _native():
-    """The compiled writer, built on first use; None when it cannot be (no compiler,
-    or ``RELAYTRACE_NATIVE=0``), in which case the Python writer serves, slower."""
+    """The compiled writer (``digest`` and ``read_ahead``), built on first use; None
+    when it cannot be (no compiler, or ``RELAYTRACE_NATIVE=0``), in which case the
+    Python writer serves, slower."""
     if os.environ.get("RELAYTRACE_NATIVE", "1") == "0":
         return None
-    if "fn" not in _state:
+    if "module" not in _state:
         with _lock:
-            if "fn" not in _state:
-                _state["fn"] = _build()
-    return _state["fn"]
+            if "module" not in _state:
+                _state["module"] = _build()
+    return _state["module"]
 
 
 def _build():
     try:
         import tvm_ffi.cpp
 
-        module = tvm_ffi.cpp.load_inline("relaytrace_digest", cpp_sources=_SOURCE.read_text(),
-                                         functions=["digest"], extra_cflags=["-O2"])
-        return module.digest
+        return tvm_ffi.cpp.load_inline("relaytrace_digest", cpp_sources=_SOURCE.read_text(),
+                                       functions=["digest", "read_ahead"], extra_cflags=["-O2"])
     except Exception as exc:  # no compiler, no headers: the Python writer does the same job
         _give_up(exc)
         return None
@@ -409,7 +453,7 @@ def _build():
 def _give_up(exc: Exception) -> None:
     """Serve this process with the Python writer from now on, and say why once."""
     lines = str(exc).strip().splitlines()
-    _state["fn"], _state["error"] = None, f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    _state["module"], _state["error"] = None, f"{type(exc).__name__}: {lines[0] if lines else ''}"
     warnings.warn(f"relaytrace: native IR reader unavailable ({_state['error']}); "
                   "tracing uses the slower Python reader", RuntimeWarning, stacklevel=4)
 

@@ -20,7 +20,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     producer: dict[int, int] = {}  # token -> position of the site that computed it
     present: set[str] = set()  # origins some call site runs
     position = 0
-    d = dg.read(main) if main is not None else None
+    d = tracker.read(main) if main is not None else None
     for index in range(len(d.vars) if d is not None else 0):
         record = dg.call_record(d, index)
         if record is None or ir.is_bookkeeping(record[0]):

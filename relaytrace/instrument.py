@@ -11,8 +11,9 @@ from typing import Iterator
 
 import tvm
 
+from . import digest as dg
 from . import ir
-from .matching import Tracker
+from .matching import Tracker, reads_of_pass
 from .origins import LayerNamer, OriginTable, assign_origins, main_inputs
 
 
@@ -36,6 +37,8 @@ class TraceSession:
         self.input: dict | None = None  # the functions of the first module seen
         self._first_pass = ""  # the pass that module went into
         self.recorded: list[tuple[dict, str]] = []  # (functions, pass name) after each pass since
+        self.reader: dg.ReadAhead | None = None  # reads what the tracker will read, meanwhile
+        self._current: dict = {}  # the model functions as the last recorded pass left them
 
     def before(self, mod, pass_name: str) -> None:
         if self.input is None and not self.degraded:
@@ -68,16 +71,26 @@ class TraceSession:
 
     def _take_input(self, mod, pass_name: str) -> None:
         functions = ir.function_map(mod)
-        if ir.model_functions(functions):
+        model = ir.model_functions(functions)
+        if model:
             self.inputs = main_inputs(mod)
-            self.input, self._first_pass = functions, pass_name
+            self.input, self._first_pass, self._current = functions, pass_name, model
+            self.reader = dg.ReadAhead()
+            for _, func in sorted(model.items()):  # what origin assignment reads
+                self.reader.add(func, None, True)
 
     def _record(self, mod, pass_name: str) -> None:
-        self.recorded.append((ir.function_map(mod), pass_name))
+        functions = ir.function_map(mod)
+        self.recorded.append((functions, pass_name))
+        self._current, reads = reads_of_pass(self._current, functions)
+        for func, old in reads:
+            self.reader.add(func, old)
 
     def _start(self) -> None:
-        self.table = assign_origins(self.input, self.layer_of)
-        tracker = Tracker(self.table)
+        if "main" in self._current:
+            self.reader.add(self._current["main"])  # what extraction reads
+        self.table = assign_origins(self.input, self.layer_of, self.reader.read)
+        tracker = Tracker(self.table, self.reader.read)
         tracker.start(self.input)
         self.tracker = tracker
 

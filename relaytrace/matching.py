@@ -144,7 +144,8 @@ class _Walk:
 class Tracker:
     """Follows origins from pass to pass; fed one module per pass by the instrument."""
 
-    def __init__(self, table: OriginTable):
+    def __init__(self, table: OriginTable, read=dg.read):
+        self.read = read  # of each function a pass changed: ``digest.read`` or a ``ReadAhead``'s
         self.origins: dict[str, Origin] = dict(table.origins)
         self._input_digests = dict(table.digests)  # popped as used; the table stays as it was
         self.edges = table.edges
@@ -235,7 +236,7 @@ class Tracker:
     def _process(self, functions, fname, func, pass_name, old) -> _FunctionState:
         d = self._input_digests.pop(fname, None)  # origin assignment read the input's functions
         if d is None:
-            d = dg.read(func, old.func if old is not None else None)
+            d = self.read(func, old.func if old is not None else None)
             if d is None:  # the same bindings in a rebuilt function: no binding to account for
                 return self._rebuilt(fname, func, pass_name, old)
         walk = _Walk(func=func, d=d, old=old)
@@ -625,6 +626,22 @@ class Tracker:
     def _record_elimination(self, origin_ids, pass_name) -> None:
         for oid in origin_ids:
             self.eliminated.setdefault(oid, pass_name)
+
+
+def reads_of_pass(current: dict, functions: dict) -> tuple[dict, list[tuple[object, object]]]:
+    """What a Tracker will read of a pass (``observe``): each function the pass
+    changed, against the one before it, given the model functions as the pass before
+    left them. Returns the model functions after the pass and those reads, for a
+    ``digest.ReadAhead`` to do while the build goes on."""
+    model = ir.model_functions(functions)
+    if not model:
+        return current, []  # a pass over a TIR-only sub-module
+    reads = []
+    for name, func in model.items():
+        old = current.get(name)
+        if old is None or not old.same_as(func):
+            reads.append((func, old))
+    return model, reads
 
 
 def _full(d: dg.Digest, func) -> dg.Digest:

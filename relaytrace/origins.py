@@ -62,8 +62,9 @@ class OriginTable:
 LayerNamer = Callable[[str, int, int], "tuple[str, str] | None"]
 
 
-def assign_origins(functions: dict, layer_of: LayerNamer | None = None) -> OriginTable:
-    """Origins of the input's functions (``ir.function_map`` of the module)."""
+def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=dg.read) -> OriginTable:
+    """Origins of the input's functions (``ir.function_map`` of the module); ``read``
+    reads each, typed (``digest.read`` or a ``ReadAhead``'s)."""
     origins: dict[str, Origin] = {}
     by_var: dict[int, str] = {}
     edges: set[tuple[str, str]] = set()
@@ -72,7 +73,7 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None) -> Origi
     digests: dict[str, dg.Digest] = {}
 
     for fname, func in sorted(ir.model_functions(functions).items(), key=lambda item: item[0]):
-        d = digests[fname] = dg.read(func, types=True)
+        d = digests[fname] = read(func, None, True)
         producers: dict[int, frozenset[str]] = {}
         for index, handle in enumerate(d.vars):
             record = dg.call_record(d, index)

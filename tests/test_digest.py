@@ -42,26 +42,30 @@ def native():
 def test_native_and_python_readers_agree_on_every_function_after_every_pass(native, case):
     pipeline = alter_op_impl_pipeline if case == "alter_op_impl" else relax.get_default_pipeline
     modules = _modules_of_a_build(resnet_style(blocks=2), pipeline, NHWC if case == "nhwc" else None)
-    last: dict[str, object] = {}
-    compared = partial = rebuilt = 0
+    reads, last = [], {}
     for mod in modules:
         for gv, func in mod.functions.items():
-            if not isinstance(func, relax.Function):
-                continue
-            old = last.get(gv.name_hint)
-            for before, types in ((None, True), (None, False), (old, False)):
-                a, b = digest.read(func, before, types), digest._python_digest(func, before, types)
-                assert a == b, (gv.name_hint, before is not None, types)
-                compared += 1
-                if a is None:  # old's bindings, in old or in a new function object
-                    assert before is not None
-                    assert [b.__chandle__() for b in ir.bindings(func)] == [b.__chandle__() for b in ir.bindings(before)]
-                    rebuilt += not before.same_as(func)
-                else:
-                    partial += a.partial
-            last[gv.name_hint] = func
+            if isinstance(func, relax.Function):
+                old = last.get(gv.name_hint)
+                reads += [(gv.name_hint, func, before, types) for before, types in ((None, True), (None, False), (old, False))]
+                last[gv.name_hint] = func
+    ahead = digest.ReadAhead()  # reads on its own thread what is added, as during a traced build
+    for _, func, before, types in reads:
+        ahead.add(func, before, types)
+    compared = partial = rebuilt = 0
+    for name, func, before, types in reads:
+        a, b = digest.read(func, before, types), digest._python_digest(func, before, types)
+        assert a == b == ahead.read(func, before, types), (name, before is not None, types)
+        compared += 1
+        if a is None:  # old's bindings, in old or in a new function object
+            assert before is not None
+            assert [b.__chandle__() for b in ir.bindings(func)] == [b.__chandle__() for b in ir.bindings(before)]
+            rebuilt += not before.same_as(func)
+        else:
+            partial += a.partial
     # fused groups, lowered calls, kept bindings and rebuilt functions were all seen
     assert compared > 100 and partial > 5 and rebuilt > 10
+    assert digest.native_status() == "native"  # no read on the thread failed over to Python
 
 
 def test_a_digest_reads_calls_as_the_tracker_needs_them(native):

@@ -9,10 +9,14 @@
 #include <tvm/ffi/reflection/accessor.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -500,4 +504,97 @@ Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String ti
     at += part->size() * sizeof(int64_t);
   }
   return Array<Any>{Bytes(std::move(bytes)), Bytes(std::move(w.strings))};
+}
+
+namespace {
+
+// The functions each pass changed are read on a thread of their own, in the order
+// they are handed over, while TVM goes on compiling and, after the build, while the
+// tracker works through those already read. The thread touches no Python and only
+// reads IR objects, which no one changes once built (the caller holds them).
+class ReadAhead {
+ public:
+  ReadAhead(String tir_ops, String packed_ops)
+      : tir_ops_(std::move(tir_ops)), packed_ops_(std::move(packed_ops)), worker_([this] { Run(); }) {}
+
+  ~ReadAhead() {  // reads not yet started are dropped
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    worker_.join();
+  }
+
+  void Add(ObjectRef func, Optional<ObjectRef> old, bool types) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      reads_.push_back(Read{std::move(func), std::move(old), types, Array<Any>(), std::string()});
+    }
+    wake_.notify_all();
+  }
+
+  // The i-th digest, once read; a read that failed raises here, with its reason.
+  Array<Any> Take(int64_t i) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    TVM_FFI_CHECK(i >= 0 && static_cast<size_t>(i) < reads_.size(), IndexError) << "no read " << i;
+    ready_.wait(lock, [&] { return done_ > static_cast<size_t>(i); });
+    TVM_FFI_CHECK(reads_[i].error.empty(), RuntimeError) << reads_[i].error;
+    return reads_[i].result;
+  }
+
+ private:
+  struct Read {
+    ObjectRef func;
+    Optional<ObjectRef> old;
+    bool types;
+    Array<Any> result;
+    std::string error;
+  };
+
+  void Run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [&] { return stop_ || done_ < reads_.size(); });
+      if (stop_) return;
+      Read& read = reads_[done_];  // a deque: other threads' push_back leave it in place
+      ObjectRef func = read.func;
+      Optional<ObjectRef> old = read.old;
+      bool types = read.types;
+      lock.unlock();
+      Array<Any> result;
+      std::string error;
+      try {
+        result = digest(func, old, types, tir_ops_, packed_ops_);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      lock.lock();
+      read.result = std::move(result);
+      read.error = std::move(error);
+      ++done_;
+      ready_.notify_all();
+    }
+  }
+
+  String tir_ops_, packed_ops_;
+  std::deque<Read> reads_;
+  size_t done_ = 0;
+  bool stop_ = false;
+  std::mutex mutex_;
+  std::condition_variable wake_, ready_;
+  std::thread worker_;  // last: started once the rest is in place
+};
+
+}  // namespace
+
+// A reader on its own thread, as two functions: add(func, old, types) queues a read
+// as `digest` would make it; take(i) waits for the i-th and returns it.
+Array<Any> read_ahead(String tir_ops, String packed_ops) {
+  auto reader = std::make_shared<ReadAhead>(std::move(tir_ops), std::move(packed_ops));
+  Function add = Function::FromTyped([reader](ObjectRef func, Optional<ObjectRef> old, bool types) {
+    reader->Add(std::move(func), std::move(old), types);
+  });
+  Function take = Function::FromTyped([reader](int64_t i) { return reader->Take(i); });
+  return Array<Any>{add, take};
 }
