@@ -48,15 +48,14 @@ def replay(calls) -> dict[str, float]:
     for after, mod, name in calls:
         (session.after if after else session.before)(mod, name)
     stages["recording (in the build)"] = time.perf_counter() - start
-    start = time.perf_counter()
-    for stage in session.tracking():
-        now = time.perf_counter()
-        stages[stage] += now - start
-        start = now
-    start = time.perf_counter()
-    with gc_paused():
+    with gc_paused():  # as Trace.finish does
+        start = time.perf_counter()
+        for stage in session.tracking():
+            now = time.perf_counter()
+            stages[stage] += now - start
+            start = now
         lineage = lineage_from(session.tracker, "model", "llvm", "fused", session.degraded)
-    stages["lineage extraction"] = time.perf_counter() - start
+        stages["lineage extraction"] = time.perf_counter() - start
     if lineage.degraded:
         raise SystemExit(f"tracking degraded: {lineage.degraded}")
     return stages

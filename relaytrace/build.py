@@ -29,7 +29,8 @@ class Trace:
 
     def finish(self) -> Lineage:
         try:
-            return self._finish()
+            with gc_paused():
+                return self._finish()
         finally:  # the lineage is plain data: the IR, tables and reader thread can go
             self.session = None
 
@@ -44,9 +45,8 @@ class Trace:
             )
         if session.tracker is not None:
             try:
-                with gc_paused():
-                    self.lineage = lineage_from(session.tracker, self.model, self.target, self.pipeline, degraded,
-                                                inputs=session.inputs)
+                self.lineage = lineage_from(session.tracker, self.model, self.target, self.pipeline, degraded,
+                                            inputs=session.inputs)
                 return self.lineage
             except Exception as exc:  # the build already succeeded; keep what we can say
                 degraded.append(f"lineage extraction failed: {type(exc).__name__}: {exc}")

@@ -33,7 +33,7 @@ from . import ir
 
 OTHER, VAR, CONST, TUPLE, ITEM, CALL, OP, GLOBAL, EXTERN = range(9)
 FIELD = 16  # added to the kind of an argument atom that is a field of a tuple argument
-_HEAD = 3  # n_params, n_bindings, output offset
+_HEAD = 4  # n_params, n_bindings, output offset, n_changed
 # A type is the string-table index of its text, or one of these. The text holds each
 # tensor's dtype and dims, split by ASCII separators: a printed symbolic dim may hold
 # commas and brackets, never those.
@@ -271,7 +271,7 @@ def _type_text(ty) -> str:
 
 
 def _decode(words: Ints, strings: list[str]) -> Digest:
-    n_params, n, output_at = words[0], words[1], words[2]
+    n_params, n, output_at, n_changed = words[0], words[1], words[2], words[3]
     p = words[_HEAD:_HEAD + 3 * n_params]
     c = _HEAD + 3 * n_params
     stream_at = c + 6 * n
@@ -280,8 +280,8 @@ def _decode(words: Ints, strings: list[str]) -> Digest:
         params=p[0::3], param_names=[strings[i] for i in p[1::3]], param_types=p[2::3],
         vars=words[c:c + n], values=words[c + n:c + 2 * n],
         name_at=words[c + 2 * n:c + 3 * n], var_types=words[c + 3 * n:c + 4 * n],
-        value_at=value_at, call_at=words[c + 5 * n:stream_at], output_at=output_at, stream=words[stream_at:],
-        strings=strings, changed=[i for i, at in enumerate(value_at) if at >= 0],
+        value_at=value_at, call_at=words[c + 5 * n:stream_at], output_at=output_at,
+        stream=words[stream_at:len(words) - n_changed], strings=strings, changed=words[len(words) - n_changed:].tolist(),
     )
 
 
@@ -394,16 +394,18 @@ def _python_digest(func, old=None, types: bool = False) -> Digest | None:
         return None
     known = set(known)
     w = _PythonWriter(types)
-    head = [len(params), len(binds), -1]
+    head = [len(params), len(binds), -1, 0]
     for p in params:
         head += (p.__chandle__(), w.append(p.name), w.type_(p))
     columns: list[list[int]] = [[] for _ in range(6)]
-    for b in binds:
+    changed: list[int] = []
+    for position, b in enumerate(binds):
         if b.__chandle__() in known:
             for column, word in zip(columns, (b.var.__chandle__(), 0, -1, TYPES_NOT_ASKED, -1, -1)):
                 column.append(word)
             continue
         var = b.var
+        changed.append(position)
         name, type_, at = w.append(var.name), w.type_(var), len(w.stream)
         w.expr(b.value)
         record = w.call_record(at)
@@ -412,7 +414,8 @@ def _python_digest(func, old=None, types: bool = False) -> Digest | None:
     if out is not None:
         head[2] = len(w.stream)
         w.expr(out)
-    return _decode(array("q", head + [x for column in columns for x in column] + w.stream), w.strings)
+    head[3] = len(changed)
+    return _decode(array("q", head + [x for column in columns for x in column] + w.stream + changed), w.strings)
 
 
 def _handles(objects) -> list[int]:

@@ -66,8 +66,9 @@ class TraceSession:
         self.recorded = []
 
     def track(self) -> None:
-        for _ in self.tracking():
-            pass
+        with gc_paused():
+            for _ in self.tracking():
+                pass
 
     def _take_input(self, mod, pass_name: str) -> None:
         functions = ir.function_map(mod)
@@ -96,8 +97,7 @@ class TraceSession:
 
     def _guard(self, pass_name, fn, *args) -> None:
         try:
-            with gc_paused():
-                fn(*args)
+            fn(*args)
         except Exception as exc:  # tracing must never break the build
             where = traceback.extract_tb(exc.__traceback__)[-1]
             self.degraded.append(
@@ -110,7 +110,9 @@ class TraceSession:
 def gc_paused():
     """Tracking allocates many small, short-lived objects; each collection they would
     set off walks TVM's and torch's large heaps, and would cost more than the tracking.
-    What tracking keeps is mostly atomic tuples, which the collector does not track."""
+    What tracking keeps is mostly atomic tuples, which the collector does not track.
+    One pause around all of it: a pause per step let a collection of everything the
+    step made run at each step's end."""
     collecting = gc.isenabled()
     gc.disable()
     try:

@@ -441,9 +441,10 @@ const Object* Bindings(const Schema& s, const Object* func, std::vector<const Ob
 
 }  // namespace
 
-// [n_params, n_bindings, output offset | -1], params as (handle, name, type), bindings
-// as six columns (var and value handles, name, var type, value offset, call record
-// offset), then the stream: each value followed by its call record. Returned with
+// [n_params, n_bindings, output offset | -1, n_changed], params as (handle, name, type),
+// bindings as six columns (var and value handles, name, var type, value offset, call
+// record offset), the stream (each value followed by its call record), then the
+// positions of the bindings written in full. Returned with
 // the string table. Of a binding object that `old` also has, only its var's handle is
 // written (the rest zeros, offsets -1): the tracker knows the rest. Nothing at all
 // when `old` has the same params, bindings and result: a rebuilt function around them.
@@ -467,13 +468,13 @@ Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String ti
   }
   size_t n = bindings.size();
   w.out.reserve(24 * n);
-  std::vector<int64_t> head = {static_cast<int64_t>(params.size()), static_cast<int64_t>(n), -1};
+  std::vector<int64_t> head = {static_cast<int64_t>(params.size()), static_cast<int64_t>(n), -1, 0};
   for (size_t i = 0; i < params.size(); ++i) {
     head.push_back(Handle(params[i]));
     head.push_back(w.Append(s.var_name.Text(params[i], &w.keep)));
     head.push_back(w.Type(params[i]));
   }
-  std::vector<int64_t> cols(6 * n);
+  std::vector<int64_t> cols(6 * n), changed;
   for (size_t i = 0; i < n; ++i) {
     const Object* var = s.binding_var.Obj(bindings[i]);
     cols[i] = Handle(var);
@@ -485,6 +486,7 @@ Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String ti
       continue;
     }
     const Object* value = s.binding_value.Obj(bindings[i]);
+    changed.push_back(static_cast<int64_t>(i));
     cols[n + i] = Handle(value);
     cols[2 * n + i] = w.Append(s.var_name.Text(var, &w.keep));
     cols[3 * n + i] = w.Type(var);
@@ -497,9 +499,10 @@ Array<Any> digest(ObjectRef func, Optional<ObjectRef> old, bool types, String ti
     head[2] = static_cast<int64_t>(w.out.size());
     w.Expr(output);
   }
-  std::string bytes((head.size() + cols.size() + w.out.size()) * sizeof(int64_t), '\0');
+  head[3] = static_cast<int64_t>(changed.size());
+  std::string bytes((head.size() + cols.size() + w.out.size() + changed.size()) * sizeof(int64_t), '\0');
   char* at = bytes.data();
-  for (const std::vector<int64_t>* part : {&head, &cols, &w.out}) {
+  for (const std::vector<int64_t>* part : {&head, &cols, &w.out, &changed}) {
     std::memcpy(at, part->data(), part->size() * sizeof(int64_t));
     at += part->size() * sizeof(int64_t);
   }
