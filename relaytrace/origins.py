@@ -75,6 +75,7 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=dg.
     for fname, func in sorted(ir.model_functions(functions).items(), key=lambda item: item[0]):
         d = digests[fname] = read(func, None, True)
         producers: dict[int, frozenset[str]] = {}
+        prefix = "" if fname == "main" else f"{fname}."
         for index, handle in enumerate(d.vars):
             record = dg.call_record(d, index)
             if record is None:
@@ -85,15 +86,13 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=dg.
                 continue
             named = layer_of(fname, handle, index) if layer_of else None
             if named is None:
-                name = dg.name(d, index)
-                layer, source_op = _unique(name if fname == "main" else f"{fname}.{name}", used_layers), ""
+                layer, source_op = _unique(prefix + d.strings[d.name_at[index]], used_layers), ""
             else:
                 layer, source_op = named
             oid = _unique(f"{layer}/{ir.short_op(callee)}", used_ids, sep="#")
             in_shapes, in_dtypes = (), ()
             for i in range(0, len(atoms), 3):
-                kind = atoms[i]
-                if kind == dg.VAR or kind == dg.CONST:
+                if atoms[i] == dg.VAR or atoms[i] == dg.CONST:
                     shapes, dtypes = dg.shapes_and_dtypes(d, atoms[i + 2])
                     in_shapes += shapes
                     in_dtypes += dtypes
@@ -142,7 +141,10 @@ def _atom_producers(atoms: list[int], producers: Mapping[int, frozenset[str]]) -
 
 def _unique(name: str, used: dict[str, int], sep: str = "_") -> str:
     """Deterministic de-duplication: first use keeps the name, later ones get a suffix."""
-    candidate, count = name, used.get(name, 0)
+    if name not in used:
+        used[name] = 0
+        return name
+    candidate, count = name, used[name]
     while candidate in used:
         count += 1
         candidate = f"{name}{sep}{count}"
