@@ -142,7 +142,7 @@ class _Walk:
 
 
 class Tracker:
-    """Follows origins from pass to pass; fed one module per pass by the instrument."""
+    """Follows origins from pass to pass; fed, pass by pass, the functions each one left."""
 
     def __init__(self, table: OriginTable, read=dg.read):
         self.read = read  # of each function a pass changed: ``digest.read`` or a ``ReadAhead``'s

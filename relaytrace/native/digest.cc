@@ -1,8 +1,9 @@
 // One FFI call per Relax function instead of one per attribute: the tracker reads each
 // function after every pass, and from Python each field read costs a call and a wrapper.
-// The apache-tvm wheel ships no Relax headers, so fields are read by reflection, by the
-// names Python sees. The layout is described, and decoded, in digest.py, which also
-// holds a Python writer of the same layout; the tests compare the two.
+// The apache-tvm wheel ships no Relax headers, so fields are found by reflection, by the
+// names Python sees, and read at the offsets it gives (class Field). The layout is
+// described, and decoded, in digest.py, which also holds a Python writer of the same
+// layout; the tests compare the two. ReadAhead, at the end, does the reads on a thread.
 #include <tvm/ffi/tvm_ffi.h>
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/dtype.h>
