@@ -182,8 +182,7 @@ def read(func, old=None, types: bool = False) -> Digest | None:
     try:
         result = native.digest(func, old, types, *_UNWRAP)
     except Exception as exc:  # a TVM whose IR the reader does not know: Python reads it
-        _give_up(exc)
-        return _python_digest(func, old, types)
+        return _python_instead(exc, func, old, types)
     return _from_native(result, func, old, types)
 
 
@@ -218,9 +217,13 @@ class ReadAhead:
             result = self._take(at)
         except Exception as exc:  # as read() does
             self._add = self._take = None
-            _give_up(exc)
-            return _python_digest(func, old, types)
+            return _python_instead(exc, func, old, types)
         return _from_native(result, func, old, types)
+
+
+def _python_instead(exc: Exception, func, old, types: bool) -> Digest | None:
+    _give_up(exc)
+    return _python_digest(func, old, types)
 
 
 def _read_key(func, old, types: bool) -> tuple[int, int, bool]:
@@ -249,16 +252,9 @@ def shapes_and_dtypes(d: Digest, type_: int) -> tuple[tuple[tuple, ...], tuple[s
         if len(_SHAPES) > 100_000:  # a long-lived process building many models
             _SHAPES.clear()
         tensors = [t.split(DTYPE) for t in text.split(TENSOR)] if text else []
-        found = _SHAPES[text] = (tuple(tuple(_dim(v) for v in dims.split(DIM)) if dims else () for _, dims in tensors),
+        found = _SHAPES[text] = (tuple(tuple(ir.dim(v) for v in dims.split(DIM)) if dims else () for _, dims in tensors),
                                  tuple(dtype for dtype, _ in tensors))
     return found
-
-
-def _dim(text: str):
-    try:
-        return int(text)
-    except ValueError:
-        return text
 
 
 _TYPE_TEXTS: dict[int | None, str] = {None: ""}  # structural hash -> type text (the Python writer's)

@@ -13,7 +13,7 @@ import tvm
 
 from . import digest as dg
 from . import ir
-from .matching import Tracker, reads_of_pass
+from .matching import Tracker, changed_functions
 from .origins import LayerNamer, OriginTable, assign_origins, main_inputs
 
 
@@ -66,9 +66,8 @@ class TraceSession:
         self.recorded = []
 
     def track(self) -> None:
-        with gc_paused():
-            for _ in self.tracking():
-                pass
+        for _ in self.tracking():
+            pass
 
     def _take_input(self, mod, pass_name: str) -> None:
         functions = ir.function_map(mod)
@@ -83,9 +82,11 @@ class TraceSession:
     def _record(self, mod, pass_name: str) -> None:
         functions = ir.function_map(mod)
         self.recorded.append((functions, pass_name))
-        self._current, reads = reads_of_pass(self._current, functions)
-        for func, old in reads:
-            self.reader.add(func, old)
+        model, changed = changed_functions(self._current, functions)
+        if model:
+            for name in changed:
+                self.reader.add(model[name], self._current.get(name))
+            self._current = model
 
     def _start(self) -> None:
         if "main" in self._current:

@@ -162,7 +162,7 @@ def tensor_types(ty) -> list[tuple[tuple, str]]:
         shape = ty.shape
         if shape is None or not hasattr(shape, "values"):
             return [((), str(ty.dtype))]
-        return [(tuple(_dim(v) for v in items(shape.values)), str(ty.dtype))]
+        return [(tuple(dim(v) for v in items(shape.values)), str(ty.dtype))]
     if isinstance(ty, relax.TupleType):
         out: list[tuple[tuple, str]] = []
         for field in ty.fields:
@@ -171,7 +171,8 @@ def tensor_types(ty) -> list[tuple[tuple, str]]:
     return []
 
 
-def _dim(value):
+def dim(value):
+    """A dimension as an int when it is one, else as printed (a symbolic dim)."""
     try:
         return int(value)
     except (TypeError, ValueError):

@@ -123,7 +123,7 @@ class _Walk:
     _callee_of: dict[int, str] | None = None
     _names: dict[int, str] | None = None
 
-    def callee_of(self, tracker: "Tracker") -> dict[int, str]:
+    def callee_of(self) -> dict[int, str]:
         """var handle -> callee after the pass; built only when the args rule asks."""
         if self._callee_of is None:
             self._callee_of = {}
@@ -183,15 +183,12 @@ class Tracker:
     def observe(self, functions: dict[str, object], pass_name: str) -> None:
         """Account for one pass, given the functions of the module it produced."""
         self._pass_index += 1
-        model = ir.model_functions(functions)
+        model, changed = changed_functions({name: state.func for name, state in self._funcs.items()}, functions)
         if not model:
             return  # a pass over a TIR-only sub-module
         self._pin(functions)
-        for name, func in model.items():
-            state = self._funcs.get(name)
-            if state is not None and state.func.same_as(func):
-                continue
-            self._funcs[name] = self._process(functions, name, func, pass_name, state)
+        for name in changed:
+            self._funcs[name] = self._process(functions, name, model[name], pass_name, self._funcs.get(name))
         for name in [n for n in self._funcs if n not in model]:
             gone = self._funcs.pop(name)
             self._record_elimination(gone.origins, pass_name)
@@ -226,9 +223,10 @@ class Tracker:
             tok_origins.append((oid,))
 
     def _pin(self, obj) -> None:
-        """Keep an IR object alive. Handles key every table here, so the C++ objects
-        behind them must outlive the build; pinning each pass's function map does
-        that without holding (and making the GC walk) a wrapper per binding."""
+        """Keep IR objects alive. Handles key every table here, so the C++ objects
+        behind them must outlive the tracking; pinning each pass's function map (every
+        function the tracker reads is in one) does that without holding (and making
+        the GC walk) a wrapper per binding."""
         self._pins.append(obj)
 
     # -- one function ---------------------------------------------------------
@@ -264,7 +262,6 @@ class Tracker:
             toks[position] = tok
         tokens = [tok for tok in toks if tok is not None]
         self._finish_new(fname, pass_name, walk)
-        self._pin(func)
         if old is not None and tokens == old.tokens:
             origins = old.origins  # the common case: no op appeared or went away
         else:
@@ -274,7 +271,6 @@ class Tracker:
         return state
 
     def _rebuilt(self, fname, func, pass_name, old: _FunctionState) -> _FunctionState:
-        self._pin(func)
         state = _FunctionState(func=func, digest=old.digest, tokens=old.tokens, origins=old.origins,
                                bookkeeping=old.bookkeeping, index=old._index)
         self._record_event(fname, pass_name, _Walk(func=func, d=old.digest, old=old), old, state)
@@ -464,7 +460,7 @@ class Tracker:
             handle, old_callee = index.tok_var[tok]
             if ir.is_data_movement(callee) and not ir.is_data_movement(old_callee):
                 continue
-            now = walk.callee_of(self).get(handle)
+            now = walk.callee_of().get(handle)
             if now is None or (ir.is_data_movement(now) and not ir.is_data_movement(old_callee)):
                 found.append(tok)
         return found[0] if len(found) == 1 else None
@@ -628,20 +624,13 @@ class Tracker:
             self.eliminated.setdefault(oid, pass_name)
 
 
-def reads_of_pass(current: dict, functions: dict) -> tuple[dict, list[tuple[object, object]]]:
-    """What a Tracker will read of a pass (``observe``): each function the pass
-    changed, against the one before it, given the model functions as the pass before
-    left them. Returns the model functions after the pass and those reads, for a
-    ``digest.ReadAhead`` to do while the build goes on."""
+def changed_functions(before: dict, functions: dict) -> tuple[dict, list[str]]:
+    """The model functions a pass left (``ir.model_functions``; none after a pass over a
+    TIR-only sub-module) and the names of those it changed, given the model functions
+    as the pass before left them: what ``Tracker.observe`` reads, and so what the
+    instrument hands a ``digest.ReadAhead`` to read while the build goes on."""
     model = ir.model_functions(functions)
-    if not model:
-        return current, []  # a pass over a TIR-only sub-module
-    reads = []
-    for name, func in model.items():
-        old = current.get(name)
-        if old is None or not old.same_as(func):
-            reads.append((func, old))
-    return model, reads
+    return model, [name for name, func in model.items() if name not in before or not before[name].same_as(func)]
 
 
 def _full(d: dg.Digest, func) -> dg.Digest:

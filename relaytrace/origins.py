@@ -96,11 +96,9 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=dg.
                     shapes, dtypes = dg.shapes_and_dtypes(d, atoms[i + 2])
                     in_shapes += shapes
                     in_dtypes += dtypes
-            sources = _atom_producers(atoms, producers)
-            if sources is None:  # an argument the call record does not spell out
-                sources = _NONE.union(*(_producers_of(arg, producers) for arg in dg.call_parts(dg.value(d, index))[1]))
-            for src in sources:
-                edges.add((src, oid))
+            for arg in dg.call_parts(dg.value(d, index))[1]:
+                for src in _producers_of(arg, producers):
+                    edges.add((src, oid))
             out_shapes, out_dtypes = dg.shapes_and_dtypes(d, d.var_types[index])
             # positional: a keyword call costs twice the construction, once per op
             origins[oid] = Origin(oid, layer, callee, fname, index, in_shapes, in_dtypes, out_shapes, out_dtypes,
@@ -123,20 +121,6 @@ def _producers_of(node, producers: Mapping[int, frozenset[str]]) -> frozenset[st
     if kind == dg.ITEM:
         return _producers_of(node[2], producers)
     return _NONE
-
-
-def _atom_producers(atoms: list[int], producers: Mapping[int, frozenset[str]]) -> set[str] | None:
-    """Producers of a call's arguments from its call record: vars and the fields of
-    tuple arguments. None when an argument is a projection or a nested tuple, whose
-    vars the record leaves out."""
-    found: set[str] = set()
-    for i in range(0, len(atoms), 3):
-        kind = atoms[i] % dg.FIELD
-        if kind == dg.VAR:
-            found.update(producers.get(atoms[i + 1], _NONE))
-        elif kind == dg.ITEM or atoms[i] == dg.TUPLE + dg.FIELD:
-            return None
-    return found
 
 
 def _unique(name: str, used: dict[str, int], sep: str = "_") -> str:

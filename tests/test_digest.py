@@ -59,7 +59,7 @@ def test_native_and_python_readers_agree_on_every_function_after_every_pass(nati
         compared += 1
         if a is None:  # old's bindings, in old or in a new function object
             assert before is not None
-            assert [b.__chandle__() for b in ir.bindings(func)] == [b.__chandle__() for b in ir.bindings(before)]
+            assert [x.__chandle__() for x in ir.bindings(func)] == [x.__chandle__() for x in ir.bindings(before)]
             rebuilt += not before.same_as(func)
         else:
             partial += a.partial

@@ -56,10 +56,11 @@ bool IsA(const Object* obj, const TypeRef& type) {
   return info->type_depth > type.depth && info->type_ancestors[type.depth]->type_index == type.index;
 }
 
-// A field of a TVM object. One that holds an object is read in place, as the pointer
-// at its offset: no reference count is touched (the function being read keeps every
-// part alive) and no getter is called, which halves the reader's time. A field whose
-// declared type is not an object goes through its reflection getter.
+// A field of a TVM object, read in place at its offset when its declared type (an
+// object) or its value cell (a string, an integer) says what is there: no getter call,
+// no copy, no reference count touched (the function being read keeps every part
+// alive). A var's name through its getter was half of the reader's time. Anything
+// else goes through the field's reflection getter.
 class Field {
  public:
   Field(const char* type_key, const char* name) : info_(reflection::GetFieldInfo(type_key, name)) {
@@ -80,9 +81,11 @@ class Field {
   // else a string object) without a getter call or a copy; a cell that holds anything
   // else goes through the getter, the copy kept in `keep`.
   std::string_view Text(const Object* obj, String* keep) const {
-    if (const TVMFFIAny* cell = Cell(obj); cell != nullptr && cell->type_index == TypeIndex::kTVMFFISmallStr) {
+    const TVMFFIAny* cell = Cell(obj);
+    if (cell != nullptr && cell->type_index == TypeIndex::kTVMFFISmallStr) {
       return std::string_view(cell->v_bytes, cell->small_str_len);
-    } else if (cell != nullptr && cell->type_index == TypeIndex::kTVMFFIStr) {
+    }
+    if (cell != nullptr && cell->type_index == TypeIndex::kTVMFFIStr) {
       const TVMFFIByteArray* bytes = TVMFFIBytesGetByteArrayPtr(cell->v_obj);
       return std::string_view(bytes->data, bytes->size);
     }
@@ -186,8 +189,8 @@ class Writer {
     return index;
   }
 
-  // A var's name, not interned: names seldom repeat within a function, and hashing
-  // and storing each would be half the reader's time.
+  // A var's name, not interned: names seldom repeat within a function, so a look-up
+  // per binding would find nothing to share.
   int64_t Append(std::string_view text) {
     strings += text;
     strings.push_back('\0');
