@@ -10,23 +10,33 @@ Policies for a kernel that runs several model ops:
 - ``split``: time is divided by each op's estimated FLOPs.
 Inserted ops (layout transforms, casts) are their own category, billed to the layers
 they serve: under ``anchor`` a kernel holding only inserted ops is all "inserted";
-under ``split`` inserted ops also take their FLOP share of mixed kernels.
+under ``split`` inserted ops also take their FLOP share of mixed kernels. Ops no rule
+explains are "unresolved", never counted as inserted. Every share carries the
+verification verdict of its call site, and every roll-up the worst of its sites'.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
+import attrs
 from attrs import define
 
 from .errors import RelaytraceError
 from .lineage import ANCHOR, Lineage
 from .ops import estimated_flops
-from .origins import OP
+from .origins import OP, UNRESOLVED
+from .verify import SUSPECT, UNVERIFIED, VERIFIED
 from .profiler import BUILTIN, KERNEL, Profile
 
 POLICIES = ("anchor", "split")
 COMPUTE, INSERTED = "compute", "inserted"
+_WORST = {VERIFIED: 0, UNVERIFIED: 1, SUSPECT: 2}
+
+
+def worst(statuses) -> str:
+    """The worst of some verification verdicts (suspect > unverified > verified)."""
+    return max(statuses, key=_WORST.__getitem__, default=VERIFIED)
 
 
 @define(frozen=True)
@@ -38,8 +48,9 @@ class Share:
     layer: str
     origin: str
     op: str
-    category: str  # compute | inserted
+    category: str  # compute | inserted | unresolved
     us: float
+    status: str = VERIFIED  # the site's verification verdict
 
 
 @define(frozen=True)
@@ -51,6 +62,7 @@ class LayerRow:
     inserted_us: float
     ops: tuple[str, ...]
     kernels: tuple[str, ...]
+    status: str = VERIFIED  # the worst verdict of the sites that bill this layer
 
 
 @define(frozen=True)
@@ -71,6 +83,7 @@ class KernelRow:
     device: str
     shapes: str
     layers: tuple[str, ...]
+    status: str = VERIFIED  # the worst verdict of this kernel's call sites
 
 
 @define(frozen=True)
@@ -81,11 +94,15 @@ class Categories:
     gap_us: float
     e2e_us: float
     inserted_by_layer: tuple[tuple[str, float], ...]
+    unresolved_us: float = 0.0  # ops no rule explains: neither compute nor inserted
+    suspect_us: float = 0.0  # kernel time at call sites whose attribution the IR contradicts
+    unverified_us: float = 0.0  # kernel time at call sites the IR could not confirm
 
     def rows(self):
         total = self.e2e_us or 1.0
         return [(name, us, 100.0 * us / total) for name, us in (
             ("compute", self.compute_us), ("inserted layout/casts", self.inserted_us),
+            ("unresolved ops", self.unresolved_us),
             ("VM builtins", self.builtin_us), ("unexplained gap", self.gap_us))]
 
 
@@ -107,10 +124,13 @@ def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[
         raise RelaytraceError(f"unknown policy {policy!r}: use one of {POLICIES}")
     check_match(lineage, profile)
     times = profile.mean_by_site(KERNEL)
+    checks = lineage.site_checks()
     out: list[Share] = []
     for site in lineage.call_sites:
         us = times[(site.kernel, site.call)]
-        out.extend(_split_site(lineage, site, us, policy))
+        status = checks[site.position].status
+        out.extend(attrs.evolve(share, status=status) if status != VERIFIED else share
+                   for share in _split_site(lineage, site, us, policy))
     return tuple(out)
 
 
@@ -128,6 +148,9 @@ def _split_site(lineage, site, us, policy):
         part = us * weight / total
         if origin.kind == OP:
             result.append(Share(site.label, site.kernel, origin.layer, origin.id, origin.short_op, COMPUTE, part))
+        elif origin.kind == UNRESOLVED:  # billed to the layers it sits among, but not as inserted
+            result.extend(attrs.evolve(share, category=UNRESOLVED)
+                          for share in _inserted_shares(lineage, site, origin, part))
         else:
             result.extend(_inserted_shares(lineage, site, origin, part))
     return result
@@ -146,13 +169,16 @@ def by_layer(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tupl
     total = sum(s.us for s in parts) or 1.0
     rows: dict[str, dict] = {}
     for s in parts:
-        row = rows.setdefault(s.layer, {"compute": 0.0, "inserted": 0.0, "ops": {}, "kernels": {}})
+        row = rows.setdefault(s.layer, {COMPUTE: 0.0, INSERTED: 0.0, UNRESOLVED: 0.0, "ops": {}, "kernels": {},
+                                        "status": set()})
         row[s.category] += s.us
         row["ops"][s.op] = None
         row["kernels"][s.site] = None
+        row["status"].add(s.status)
     result = [
-        LayerRow(layer, r["compute"] + r["inserted"], 100.0 * (r["compute"] + r["inserted"]) / total,
-                 r["compute"], r["inserted"], tuple(r["ops"]), tuple(r["kernels"]))
+        LayerRow(layer, r[COMPUTE] + r[INSERTED] + r[UNRESOLVED],
+                 100.0 * (r[COMPUTE] + r[INSERTED] + r[UNRESOLVED]) / total,
+                 r[COMPUTE], r[INSERTED], tuple(r["ops"]), tuple(r["kernels"]), worst(r["status"]))
         for layer, r in rows.items()
     ]
     return tuple(sorted(result, key=lambda r: -r.us))
@@ -181,12 +207,12 @@ def by_op_type(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tu
     total = sum(s.us for s in parts) or 1.0
     us: dict[str, float] = defaultdict(float)
     for s in parts:
-        us[s.op if s.category == COMPUTE else f"{s.op} (inserted)"] += s.us
+        us[s.op if s.category == COMPUTE else f"{s.op} ({s.category})"] += s.us
     ran = [lineage.origins[o] for site in lineage.call_sites for o in site.origin_ids]
     counts: dict[str, set] = defaultdict(set)
     layers: dict[str, set] = defaultdict(set)
     for o in ran:
-        key = o.short_op if o.kind == OP else f"{o.short_op} (inserted)"
+        key = o.short_op if o.kind == OP else f"{o.short_op} ({o.kind})"
         counts[key].add(o.id)
         layers[key].add(o.layer)
     rows = [OpTypeRow(op, us.get(op, 0.0), 100.0 * us.get(op, 0.0) / total, len(counts[op]), len(layers[op]))
@@ -200,6 +226,7 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
     check_match(lineage, profile)
     times = profile.mean_by_site(KERNEL)
     total = sum(times.values()) or 1.0
+    checks = lineage.site_checks()
     rows = []
     for name, sites in lineage.kernels.items():
         us = sum(times[(name, s.call)] for s in sites)
@@ -207,7 +234,8 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
         shapes = ", ".join(f"{d}{list(s)}" for s, d in zip(arg.shapes, arg.dtypes)) if arg else ""
         layers = tuple(dict.fromkeys(lineage.origins[r.origin].layer for s in sites for r in s.roles
                                      if r.role == ANCHOR or lineage.origins[r.origin].kind == OP))
-        rows.append(KernelRow(name, us, 100.0 * us / total, len(sites), profile.device, shapes, layers))
+        rows.append(KernelRow(name, us, 100.0 * us / total, len(sites), profile.device, shapes, layers,
+                              worst(checks[s.position].status for s in sites)))
     return tuple(sorted(rows, key=lambda r: -r.us))
 
 
@@ -219,7 +247,10 @@ def by_category(lineage: Lineage, profile: Profile, policy: str = "anchor") -> C
             inserted[s.layer] += s.us
     builtin = sum(profile.mean_by_site(BUILTIN).values())
     compute = sum(s.us for s in parts if s.category == COMPUTE)
+    unresolved = sum(s.us for s in parts if s.category == UNRESOLVED)
     ins = sum(inserted.values())
     e2e = profile.e2e_median_us
-    return Categories(compute, ins, builtin, e2e - compute - ins - builtin, e2e,
-                      tuple(sorted(inserted.items(), key=lambda kv: -kv[1])))
+    return Categories(compute, ins, builtin, e2e - compute - ins - unresolved - builtin, e2e,
+                      tuple(sorted(inserted.items(), key=lambda kv: -kv[1])), unresolved,
+                      sum(s.us for s in parts if s.status == SUSPECT),
+                      sum(s.us for s in parts if s.status == UNVERIFIED))

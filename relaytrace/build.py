@@ -46,7 +46,7 @@ class Trace:
         if session.tracker is not None:
             try:
                 self.lineage = lineage_from(session.tracker, self.model, self.target, self.pipeline, degraded,
-                                            inputs=session.inputs)
+                                            inputs=session.inputs, members=session.members)
                 return self.lineage
             except Exception as exc:  # the build already succeeded; keep what we can say
                 degraded.append(f"lineage extraction failed: {type(exc).__name__}: {exc}")

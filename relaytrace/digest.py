@@ -73,7 +73,8 @@ class Digest:
 def node(d, at: int) -> tuple[tuple, int]:
     """The expression at ``at`` as ``(kind, handle, payload)`` and where the next
     starts. Payload: type (var, const), field nodes (tuple), the tuple node
-    (item), ``(callee node, argument nodes)`` (call), the name (callees)."""
+    (item, followed by the index as a fourth element), ``(callee node, argument
+    nodes)`` (call), the name (callees)."""
     s = d.stream
     kind, handle, payload = s[at], s[at + 1], s[at + 2]
     at += 3
@@ -93,7 +94,7 @@ def node(d, at: int) -> tuple[tuple, int]:
         return (kind, handle, parts if kind == TUPLE else (callee, parts)), at
     if kind == ITEM:
         inner, at = node(d, at)
-        return (kind, handle, inner), at
+        return (kind, handle, inner, payload), at
     return (kind, handle, d.strings[payload]), at
 
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import attrs
+
 from . import digest as dg
 from . import ir
 from .lineage import BuiltinSite, CallSite, Lineage, roles_for
 from .matching import Change, Tracker
+from .verify import verify
 
 
-def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), inputs=()) -> Lineage:
+def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), inputs=(),
+                 members=None) -> Lineage:
+    """The lineage the tracker's state describes, verified against ``members`` (kernel
+    -> its PrimFuncs, read from the recorded IR; ``verify.kernel_members``)."""
     functions = tracker.last_functions  # every Relax function, fused groups included
     kernels: dict[str, list[CallSite]] = {}
     builtins: list[BuiltinSite] = []
@@ -33,7 +39,11 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         origin_ids = tracker.origins_of_token(tok) if tok is not None else ()
         if gv and callee in functions:
             continue  # a call of another Relax function runs its kernels there
-        sources = {producer[src] for src in tracker.argument_tokens(atoms) if src in producer}
+        # an argument's own token first: an inserted layout change shares its input's
+        # canonical token, but its site is the one that feeds this call
+        sources = {producer[raw if raw in producer else src]
+                   for raw, src in zip(tracker.argument_tokens(atoms, False), tracker.argument_tokens(atoms))
+                   if raw in producer or src in producer}
         present.update(origin_ids)
         if gv:  # a kernel
             sites = kernels.setdefault(callee, [])
@@ -57,7 +67,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
                 merged.add(oid)
             else:
                 history[oid] = list(changes)
-    return Lineage(
+    lineage = Lineage(
         model=model, target=target, pipeline=pipeline,
         origins=dict(tracker.origins),
         kernels={k: tuple(v) for k, v in kernels.items()},
@@ -69,4 +79,6 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         site_edges=tuple(sorted(site_edges)),
         degraded=tuple(degraded),
         inputs=inputs,
+        kernel_members=dict(sorted((members or {}).items())),
     )
+    return attrs.evolve(lineage, verification=verify(lineage))

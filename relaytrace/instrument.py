@@ -15,6 +15,7 @@ from . import digest as dg
 from . import ir
 from .matching import Tracker, changed_functions
 from .origins import LayerNamer, OriginTable, assign_origins, main_inputs
+from .verify import kernel_members
 
 
 class TraceSession:
@@ -39,6 +40,7 @@ class TraceSession:
         self.recorded: list[tuple[dict, str]] = []  # (functions, pass name) after each pass since
         self.reader: dg.ReadAhead | None = None  # reads what the tracker will read, meanwhile
         self._current: dict = {}  # the model functions as the last recorded pass left them
+        self.members: dict = {}  # kernel -> the PrimFuncs it is made of (``verify.kernel_members``)
 
     def before(self, mod, pass_name: str) -> None:
         if self.input is None and not self.degraded:
@@ -63,7 +65,14 @@ class TraceSession:
                 break
             self._guard(pass_name, self.tracker.observe, functions, pass_name)
             yield pass_name
+        if not self.degraded:
+            self._guard("verification", self._read_members)
+            yield "kernel members (verification)"
         self.recorded = []
+
+    def _read_members(self) -> None:
+        """What each kernel is made of, from the recorded IR alone (``verify``)."""
+        self.members = kernel_members(self.input, self.recorded, self.reader.read)
 
     def track(self) -> None:
         for _ in self.tracking():

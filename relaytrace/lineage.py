@@ -17,6 +17,7 @@ from .errors import LineageFormatError, UnknownNameError
 from .matching import Change, PassEvent
 from .ops import op_rank
 from .origins import INSERTED, OP, UNRESOLVED, Origin
+from .verify import SUSPECT, UNVERIFIED, Member, SiteCheck, Verification, verify
 
 SCHEMA = "relaytrace.lineage/1"
 
@@ -71,14 +72,23 @@ class Coverage:
     eliminated: int
     unaccounted: tuple[str, ...]
     unresolved: tuple[str, ...]
+    suspect: tuple[str, ...] = ()  # labels of call sites whose origins contradict the IR
+    unverified: tuple[str, ...] = ()  # labels of call sites the IR could not confirm
+    problems: tuple[str, ...] = ()  # broken invariants (``Verification.problems``)
 
     @property
     def site_fraction(self) -> float:
         return self.attributed_sites / self.call_sites if self.call_sites else 1.0
 
     @property
+    def verified_sites(self) -> int:
+        return self.call_sites - len(self.suspect) - len(self.unverified)
+
+    @property
     def complete(self) -> bool:
-        return self.attributed_sites == self.call_sites and not self.unaccounted
+        """Every site attributed, every op accounted for, and nothing the IR contradicts."""
+        return (self.attributed_sites == self.call_sites and not self.unaccounted
+                and not self.suspect and not self.problems)
 
 
 @define(frozen=True)
@@ -96,6 +106,8 @@ class Lineage:
     site_edges: tuple[tuple[int, int], ...] = ()
     degraded: tuple[str, ...] = ()
     inputs: tuple[tuple[str, tuple, str], ...] = ()  # (name, shape, dtype) of main's params
+    kernel_members: dict[str, tuple[Member, ...]] = field(factory=dict)  # kernel -> its PrimFuncs, from the IR
+    verification: Verification | None = None  # ``verify()`` of this lineage, made by the build
     schema: str = SCHEMA
 
     # -- queries --------------------------------------------------------------
@@ -177,7 +189,29 @@ class Lineage:
             eliminated=sum(1 for o in inputs if o.id in self.eliminated_by),
             unaccounted=unaccounted,
             unresolved=tuple(o.id for o in self.unresolved()),
+            suspect=self._sites_with(SUSPECT),
+            unverified=self._sites_with(UNVERIFIED),
+            problems=self.verification.problems if self.verification is not None else (),
         )
+
+    def _sites_with(self, status: str) -> tuple[str, ...]:
+        checks = self.site_checks()
+        return tuple(s.label for s in self.call_sites if checks[s.position].status == status)
+
+    def site_checks(self) -> dict[int, SiteCheck]:
+        """position -> the verification verdict of each call site; a lineage saved
+        without one counts every site as unverified."""
+        if self.verification is None:
+            return {s.position: SiteCheck(s.position, UNVERIFIED, ("this lineage was never verified",))
+                    for s in self.call_sites}
+        return self.verification.by_position()
+
+    def check(self, site: CallSite) -> SiteCheck:
+        return self.site_checks()[site.position]
+
+    def verify(self) -> Verification:
+        """Check this lineage again against the kernel members it holds (see ``verify``)."""
+        return verify(self)
 
     def graph(self):
         """A networkx DiGraph: origin and call-site nodes; ``dataflow`` edges between
@@ -223,6 +257,8 @@ class Lineage:
             "site_edges": self.site_edges,
             "degraded": self.degraded,
             "inputs": self.inputs,
+            "kernel_members": {k: [attrs.asdict(m) for m in v] for k, v in self.kernel_members.items()},
+            "verification": attrs.asdict(self.verification) if self.verification is not None else None,
         }
 
     @classmethod
@@ -244,6 +280,9 @@ class Lineage:
                 site_edges=tuples(data["site_edges"]),
                 degraded=tuple(data["degraded"]),
                 inputs=tuples(data.get("inputs", ())),
+                kernel_members={k: tuple(_make(Member, m) for m in v)
+                                for k, v in data.get("kernel_members", {}).items()},
+                verification=_verification(data.get("verification")),
             )
         except (KeyError, TypeError) as exc:
             raise LineageFormatError(f"lineage file is missing or has a malformed field: {exc}") from exc
@@ -295,6 +334,12 @@ def read_json(path, what: str):
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise LineageFormatError(f"{path} is not valid JSON (line {exc.lineno}): {exc.msg}") from exc
+
+
+def _verification(data) -> Verification | None:
+    if data is None:
+        return None
+    return Verification(sites=tuple(_make(SiteCheck, c) for c in data["sites"]), problems=tuples(data["problems"]))
 
 
 def roles_for(origin_ids: Iterable[str], origins: dict[str, Origin]) -> tuple[Role, ...]:

@@ -31,6 +31,7 @@ from .digest import CONST, FIELD, ITEM, TUPLE, VAR
 from .origins import INSERTED, OP, UNRESOLVED, Origin, OriginTable
 
 IDENTITY, VALUE, REPLAY, NAME, ARGS, NEW = "identity", "value", "replay", "name", "args", "new"
+_UNKNOWN = object()  # a replayed var whose value no step could follow
 
 
 @define(frozen=True)
@@ -203,11 +204,11 @@ class Tracker:
     def canonical(self, tok: int) -> int:
         return self._canon_of(tok)
 
-    def argument_tokens(self, atoms: dg.Ints) -> list[int | None]:
-        """The canonical token of each of a call record's own arguments (tuple fields
-        left out); None for one that carries no token."""
+    def argument_tokens(self, atoms: dg.Ints, canonical: bool = True) -> list[int | None]:
+        """The token of each of a call record's own arguments (tuple fields left out),
+        canonical unless asked otherwise; None for one that carries no token."""
         toks = [self._atom_tok.get(atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] < FIELD]
-        return list(map(self._canon.get, toks, toks))
+        return list(map(self._canon.get, toks, toks)) if canonical else toks
 
     # -- set-up ---------------------------------------------------------------
 
@@ -367,7 +368,8 @@ class Tracker:
         """Aliases, tuples and projections carry the origins of what they hold."""
         kind = value[0]
         if kind == ITEM:
-            return self._raw(*value[2][:2])
+            tup = self._raw(*value[2][:2])
+            return None if tup is None else self._item_token(tup, value[3])
         if kind == TUPLE:
             parts = [self._raw(*f[:2]) for f in value[2]]
             key = ("tuple", tuple(self._canon_of(p) for p in parts if p is not None))
@@ -378,6 +380,18 @@ class Tracker:
             self._keys[key] = (tok,)
             return tok
         return self._atom_tok.get(value[1]) if kind == VAR else None  # an alias
+
+    def _item_token(self, tup: int, index: int) -> int:
+        """The token of one field of a tuple value: one per (tuple, index), so the
+        three outputs of a split are three values to the rules, each carrying the
+        origins of what made the tuple."""
+        key = ("item", self._canon_of(tup), index)
+        found = self._keys.get(key)
+        if found:
+            return found[0]
+        tok = self._new_token(self._tok_origins[tup])
+        self._keys[key] = (tok,)
+        return tok
 
     def _claim_outputs(self, atoms, tok, walk) -> None:
         """Destination-passing calls write into their trailing allocations: those vars
@@ -446,8 +460,14 @@ class Tracker:
         return None  # never hand one value's origins to two bindings
 
     def _by_name(self, name, callee, walk) -> int | None:
-        tok = walk.old.index(self).by_name.get((name, callee))
-        return tok if tok is not None and tok not in walk.claimed else None
+        """Rule 4: the old binding of this name and callee, if the pass no longer has
+        its var (generated names such as ``lv20`` recur: a binding still there keeps
+        its own token)."""
+        index = walk.old.index(self)
+        tok = index.by_name.get((name, callee))
+        if tok is None or tok in walk.claimed or index.tok_var[tok][0] in walk.names():
+            return None
+        return tok
 
     def _by_args(self, callee, args, walk) -> int | None:
         """An op whose implementation was swapped (AlterOpImpl): same inputs, new callee,
@@ -472,49 +492,56 @@ class Tracker:
             recipe = walk.recipes[gv] = self._recipe(func) if func is not None else None
         if recipe is None:
             return None
-        params, steps, output = recipe
+        params, steps, outputs, tuple_output = recipe
         args = dg.arguments(atoms)
         if len(params) != len(args):
             return None
-        env: dict[int, int] = {}
+        env: dict[int, int | None] = {}  # None: an argument no key holds (as ``_key`` leaves it out)
         for param, tok, (kind, handle) in zip(params, self.argument_tokens(atoms), args):
             if tok is None:  # a constant seen first, or a var known only by name
                 tok = self._resolve(kind, handle, walk)
-            if tok is not None:
+            if tok is not None or kind not in (VAR, CONST):
                 env[param] = tok
         matched: list[int] = []
-        last = None
         canon = self._canon
-        for var, callee, refs in steps:
+        for var, callee, refs, index in steps:
             resolved = []
             for ref, const in refs:
-                tok = const if const is not None else env.get(ref)
+                tok = const if const is not None else env.get(ref, _UNKNOWN)
+                if tok is _UNKNOWN:
+                    break  # an input this replay could not follow: no key to trust
                 if tok is not None:
                     resolved.append(canon.get(tok, tok))
-            if callee is None:  # an alias or a projection
-                tok = resolved[0] if resolved else None
             else:
-                tok = self._match((callee, tuple(resolved)), walk)
-                if tok is None:
-                    continue
-                walk.claimed.add(tok)
-                matched.append(tok)
-            if tok is not None:
+                if callee is None:  # an alias, or a projection of field ``index``
+                    if not resolved:
+                        continue
+                    tok = resolved[0] if index is None else self._item_token(resolved[0], index)
+                else:
+                    tok = self._match((callee, tuple(resolved)), walk)
+                    if tok is None:
+                        continue
+                    walk.claimed.add(tok)
+                    matched.append(tok)
                 env[var] = tok
-                last = tok
         if not matched:
             return None
         result = self._new_token(frozenset().union(*(self._tok_origins[t] for t in matched)))
-        out_tok = env.get(output, last) if output is not None else last
-        if out_tok is not None:
-            self._alias(result, out_tok)
+        if tuple_output:  # each field of the call's result is the value its step made
+            for i, field in enumerate(outputs):
+                if field in env:
+                    self._keys[("item", result, i)] = (env[field],)
+        elif outputs and outputs[0] in env:
+            self._alias(result, env[outputs[0]])
         return result
 
     def _recipe(self, func) -> tuple | None:
         """A fused function's body read once, as plain data: (param handles, steps of
-        (var handle, callee or None for aliases, arguments as (var handle, constant
-        token)), output handle); None for a function that is not a fused group.
-        Every call site of a shared group is replayed from it without touching TVM."""
+        (var handle, callee or None for aliases and projections, arguments as (var
+        handle, constant token), field index of a projection or None), the var
+        handles of the result, whether the result is a tuple of them); None for a
+        function that is not a fused group. Every call site of a shared group is
+        replayed from it without touching TVM."""
         handle = func.__chandle__()
         if handle not in self._recipes:
             if not ir.is_primitive(func):
@@ -528,14 +555,17 @@ class Tracker:
                     callee, _, atoms = record
                     refs = [self._ref(atoms[i] % FIELD, atoms[i + 1]) for i in range(0, len(atoms), 3)
                             if atoms[i] != TUPLE]  # a tuple argument is read through its fields
-                    steps.append((var, callee, tuple(r for r in refs if r is not None)))
+                    steps.append((var, callee, tuple(r for r in refs if r is not None), None))
                     continue
                 value = dg.value(d, position)
-                if value[0] in (VAR, ITEM):  # an alias or a projection
-                    inner = value if value[0] == VAR else value[2]
-                    steps.append((var, None, ((inner[1], None),)))
+                if value[0] == VAR:  # an alias
+                    steps.append((var, None, ((value[1], None),), None))
+                elif value[0] == ITEM and value[2][0] == VAR:  # a projection
+                    steps.append((var, None, ((value[2][1], None),), value[3]))
             out = dg.output(d)
-            self._recipes[handle] = (tuple(d.params), tuple(steps), out[1] if out is not None and out[0] == VAR else None)
+            fields = out[2] if out is not None and out[0] == TUPLE else [out] if out is not None else []
+            outputs = tuple(f[1] for f in fields if f[0] == VAR)
+            self._recipes[handle] = (tuple(d.params), tuple(steps), outputs, out is not None and out[0] == TUPLE)
         return self._recipes[handle]
 
     def _ref(self, kind, handle) -> tuple[int | None, int | None] | None:

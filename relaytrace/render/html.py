@@ -26,6 +26,7 @@ tbody tr:hover td{background:#f6f8ff;cursor:pointer}
 .graph{border:1px solid #ddd;overflow:auto;max-height:640px}
 .graph g.hl > polygon,.graph g.hl > path{stroke:#e6a100;stroke-width:4px}
 .num{text-align:right;font-variant-numeric:tabular-nums}
+.bad{color:#b00020;font-weight:bold} .warn{color:#8a5a00;font-weight:bold} .good{color:#1b6e20}
 """
 
 _SCRIPT = r"""
@@ -66,8 +67,10 @@ function pick(id, r){
 function search(q){ q = q.toLowerCase();
   Object.values(tables).forEach(t => Array.from(t.body.rows).forEach(tr => {
     tr.style.display = !q || tr.dataset.text.includes(q) ? '' : 'none'; })); }
-build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted (ms)','inserted_ms'],['ops','ops'],['kernel calls','sites']], data.layers, r => r.layer);
-build('kernels', [['Name','name'],['Duration (us)','us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers']], data.kernels, r => r.name);
+build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted (ms)','inserted_ms'],['ops','ops'],['kernel calls','sites'],['verification','status']], data.layers, r => r.layer);
+build('kernels', [['Name','name'],['Duration (us)','us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['verification','status']], data.kernels, r => r.name);
+build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
+tables.checks.keyOf = r => r.site;
 build('optypes', [['op type','op'],['time (ms)','ms'],['%','percent'],['count','count'],['layers','layers']], data.op_types, r => r.op);
 build('categories', [['category','name'],['time (ms)','ms'],['% of end-to-end','percent']], data.categories, r => r.name);
 tables.layers.keyOf = r => r.layer; tables.kernels.keyOf = r => r.name;
@@ -80,6 +83,7 @@ document.querySelectorAll('.graph g.node').forEach(g => { if (g.id.startsWith('s
 
 def report_data(lineage: Lineage, profile, categories, policy: str = "anchor") -> dict:
     layers = A.by_layer(lineage, profile, policy)
+    checks = lineage.site_checks()
     layer_sites: dict[str, list[str]] = {}
     for s in lineage.call_sites:
         for o in s.origin_ids:
@@ -90,9 +94,12 @@ def report_data(lineage: Lineage, profile, categories, policy: str = "anchor") -
                     layer_sites[layer].append(s.label)
     return {
         "layers": [{"layer": r.layer, "ms": r.us / 1e3, "percent": r.percent, "inserted_ms": r.inserted_us / 1e3,
-                    "ops": list(r.ops), "sites": list(r.kernels)} for r in layers],
+                    "ops": list(r.ops), "sites": list(r.kernels), "status": r.status} for r in layers],
         "kernels": [{"name": r.name, "us": r.us, "percent": r.percent, "count": r.count, "device": r.device,
-                     "shapes": r.shapes, "layers": list(r.layers)} for r in A.by_kernel(lineage, profile)],
+                     "shapes": r.shapes, "layers": list(r.layers), "status": r.status}
+                    for r in A.by_kernel(lineage, profile)],
+        "checks": [{"site": s.label, "status": checks[s.position].status, "reasons": list(checks[s.position].reasons)}
+                   for s in lineage.call_sites if checks[s.position].status != "verified"],
         "op_types": [{"op": r.op, "ms": r.us / 1e3, "percent": r.percent, "count": r.count, "layers": r.layers}
                      for r in A.by_op_type(lineage, profile, policy)],
         "categories": [{"name": n, "ms": us / 1e3, "percent": p} for n, us, p in categories.rows()],
@@ -108,6 +115,12 @@ def html_report(lineage: Lineage, profile, policy: str = "anchor") -> str:
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype
     caused = ", ".join(f"{html.escape(layer)} ({us / 1e3:.3f} ms)" for layer, us in cats.inserted_by_layer[:6])
     payload = json.dumps(data).replace("</", "<\\/")
+    cov = lineage.coverage()
+    verdict = (f"{cov.verified_sites} of {cov.call_sites} call sites verified against the compiled IR; "
+               f"{len(cov.suspect)} suspect, {len(cov.unverified)} unverified"
+               + ("" if not (cov.suspect or cov.unverified) else ": their times below may be billed to the wrong layers"))
+    verdict_class = "bad" if cov.suspect or cov.problems else "warn" if cov.unverified else "good"
+    problems = "".join(f"<p class=\"bad\">{html.escape(p)}</p>" for p in cov.problems)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>relaytrace: {html.escape(lineage.model)}</title><style>{_STYLE}</style></head>
@@ -119,6 +132,8 @@ def html_report(lineage: Lineage, profile, policy: str = "anchor") -> str:
 {"<br>inserted layout transforms are caused by: " + caused if caused else ""}</div>
 <input id="search" type="search" placeholder="search layers, kernels, ops">
 <h2>Categories</h2><table id="categories"></table>
+<h2>Verification</h2><p class="{verdict_class}">{html.escape(verdict)}</p>{problems}
+<table id="checks"></table>
 <h2>Layers</h2><p>Click a layer to highlight its kernels (table and graph).</p><table id="layers"></table>
 <h2>Kernels</h2><p>Click a kernel to highlight the layers it runs.</p><table id="kernels"></table>
 <h2>Op types</h2><table id="optypes"></table>

@@ -22,6 +22,16 @@ def coverage_summary(lineage: Lineage) -> str:
     ]
     if lineage.inserted():
         lines.append(f"inserted by passes: {len(lineage.inserted())} ops")
+    lines.append(f"verified against the compiled IR: {cov.verified_sites} of {cov.call_sites} call sites")
+    checks = lineage.site_checks()
+    by_label = {site.label: checks[site.position] for site in lineage.call_sites}
+    for word, labels in (("SUSPECT", cov.suspect), ("UNVERIFIED", cov.unverified)):
+        if labels:
+            first = by_label[labels[0]]
+            lines.append(f"{word}: {len(labels)} call sites ({', '.join(labels[:5])}"
+                         f"{', ...' if len(labels) > 5 else ''}); {labels[0]}: {first.reasons[0]}")
+    for problem in cov.problems[:5]:
+        lines.append(f"SUSPECT LINEAGE: {problem}")
     if cov.unresolved:
         lines.append(f"UNRESOLVED: {len(cov.unresolved)} ops no rule explains: {', '.join(cov.unresolved[:5])}")
     if cov.unaccounted:
@@ -38,9 +48,9 @@ def _ms(us: float) -> str:
 def layer_table(rows, top: int | None = None) -> str:
     shown = rows[:top] if top else rows
     return format_table(
-        ["layer", "time (ms)", "%", "inserted (ms)", "ops", "kernel calls"],
-        [[r.layer, _ms(r.us), f"{r.percent:.2f}", _ms(r.inserted_us), ",".join(r.ops), ", ".join(r.kernels)]
-         for r in shown],
+        ["layer", "time (ms)", "%", "inserted (ms)", "ops", "kernel calls", "verification"],
+        [[r.layer, _ms(r.us), f"{r.percent:.2f}", _ms(r.inserted_us), ",".join(r.ops), ", ".join(r.kernels),
+          r.status] for r in shown],
     )
 
 
@@ -62,6 +72,10 @@ def category_table(categories) -> str:
     rows = [[name, _ms(us), f"{pct:.2f}"] for name, us, pct in categories.rows()]
     rows.append(["end-to-end (median)", _ms(categories.e2e_us), "100.00"])
     text = format_table(["category", "time (ms)", "% of end-to-end"], rows)
+    for word, us in (("SUSPECT", categories.suspect_us), ("UNVERIFIED", categories.unverified_us)):
+        if us:
+            text += (f"\n{word}: {_ms(us)} ms ({100 * us / (categories.e2e_us or 1):.1f}%) ran at call sites "
+                     f"whose attribution is {word.lower()}")
     if categories.inserted_by_layer:
         caused = ", ".join(f"{layer} ({_ms(us)} ms)" for layer, us in categories.inserted_by_layer[:8])
         text += f"\ninserted layout transforms/casts are caused by: {caused}"

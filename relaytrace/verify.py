@@ -1,0 +1,264 @@
+"""Verification: does each call site's lineage account for what its kernel is made of?
+
+Coverage says every site has *an* origin; this says whether they are the *right*
+ones, against ground truth read from the recorded IR, not from the tracker:
+
+- **Members.** A fused kernel is the Relax function FuseOps made (FuseTIR keeps its
+  name); its body lists the PrimFuncs it is made of, one call each. An unfused
+  kernel is one PrimFunc.
+- **What a PrimFunc computes.** A pass that lowers an op to a PrimFunc (LegalizeOps)
+  or swaps one PrimFunc for another (AlterOpImpl) keeps the binding's Var: the same
+  Var bound to ``relax.nn.conv2d`` before and to ``call_tir(conv2d4, ...)`` after says
+  that ``conv2d4`` computes a ``relax.nn.conv2d``.
+
+``kernel_members(recording)`` reads that truth once per build (it needs TVM);
+``verify(lineage)`` is pure: each site's origins must match its members one to one,
+op for op, and the lineage must keep its invariants (a fusion pass eliminates no
+compute op; an origin runs at one site; an inserted op sits next to the layer it
+serves). A site that fails is **suspect**, with the reasons; one whose truth is not
+known is **unverified**, with why. Nothing is waived.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from attrs import define, field
+
+VERIFIED, SUSPECT, UNVERIFIED = "verified", "suspect", "unverified"
+FUSION_PASSES = frozenset({"FuseOps", "FuseTIR"})
+
+
+@define(frozen=True)
+class Member:
+    """One PrimFunc a kernel is made of, and the ops it is known to compute (empty:
+    no pass showed which op it came from)."""
+
+    prim_func: str
+    ops: tuple[str, ...]
+
+
+@define(frozen=True)
+class SiteCheck:
+    """The verdict on one kernel call site (``position`` as in ``CallSite``)."""
+
+    position: int
+    status: str  # verified | suspect | unverified
+    reasons: tuple[str, ...] = ()
+
+
+@define(frozen=True)
+class Verification:
+    """Every kernel site's verdict, and what is wrong beyond single sites."""
+
+    sites: tuple[SiteCheck, ...] = ()
+    problems: tuple[str, ...] = ()  # broken invariants not tied to one site
+
+    def by_position(self) -> dict[int, SiteCheck]:
+        return {s.position: s for s in self.sites}
+
+    def count(self, status: str) -> int:
+        return sum(1 for s in self.sites if s.status == status)
+
+    @property
+    def ok(self) -> bool:
+        """True when every site is verified and no invariant is broken."""
+        return not self.problems and all(s.status == VERIFIED for s in self.sites)
+
+    def summary(self) -> str:
+        return (f"{self.count(VERIFIED)} verified, {self.count(SUSPECT)} suspect, "
+                f"{self.count(UNVERIFIED)} unverified call sites; {len(self.problems)} other problems")
+
+
+# -- the check (pure) -----------------------------------------------------------
+
+def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> Verification:
+    """Check every kernel call site of ``lineage`` against ``members`` (kernel ->
+    its PrimFuncs; default: the lineage's own ``kernel_members``)."""
+    members = lineage.kernel_members if members is None else members
+    origins = lineage.origins
+    sites = lineage.call_sites
+    where: dict[str, list] = {}
+    for site in sites:
+        for oid in site.origin_ids:
+            if origins[oid].kind == "op":
+                where.setdefault(oid, []).append(site)
+    neighbours = _neighbours(lineage)
+    checks = []
+    for site in sites:
+        if site.kernel not in members:
+            checks.append(SiteCheck(site.position, UNVERIFIED,
+                                    (f"kernel {site.kernel} was not seen being made by any recorded pass",)))
+            continue
+        reasons, unknown = _account(site, members[site.kernel], origins)
+        for oid in site.origin_ids:
+            if len(where.get(oid, ())) > 1:
+                others = [s.label for s in where[oid] if s is not site]
+                reasons.append(f"{oid} is also attributed to {', '.join(others)}")
+        reasons += _misplaced_inserted(site, lineage, where, neighbours)
+        if reasons:
+            checks.append(SiteCheck(site.position, SUSPECT, tuple(reasons + unknown)))
+        elif unknown:
+            checks.append(SiteCheck(site.position, UNVERIFIED, tuple(unknown)))
+        else:
+            checks.append(SiteCheck(site.position, VERIFIED))
+    problems = [
+        f"{oid} ({origins[oid].short_op}) is reported eliminated by {pass_name}, a fusion pass, "
+        f"which eliminates no compute op"
+        for oid, pass_name in lineage.eliminated_by.items()
+        if pass_name in FUSION_PASSES and origins[oid].kind == "op" and not _moves_data(origins[oid].op)
+    ]
+    problems += [f"{oid} is reported eliminated by {lineage.eliminated_by[oid]} but runs at "
+                 f"{', '.join(s.label for s in where[oid])}" for oid in lineage.eliminated_by if oid in where]
+    return Verification(tuple(checks), tuple(problems))
+
+
+def _account(site, kernel_members: tuple[Member, ...], origins) -> tuple[list[str], list[str]]:
+    """Match the site's origins to the kernel's members one to one by op; return
+    (reasons it is wrong, reasons it cannot be told)."""
+    reasons: list[str] = []
+    unknown: list[str] = []
+    claimants = []
+    for oid in site.origin_ids:
+        origin = origins[oid]
+        if origin.kind == "unresolved":
+            unknown.append(f"{oid}: an op no tracking rule explains (made by {origin.pass_name})")
+        claimants.append(origin)
+    known = [m for m in kernel_members if m.ops]
+    for m in kernel_members:
+        if not m.ops:
+            unknown.append(f"member {m.prim_func}: no recorded pass shows which op it computes")
+    match = _matching(known, claimants)
+    for i, m in enumerate(known):
+        if i not in match:
+            reasons.append(f"member {m.prim_func} ({'/'.join(_short(o) for o in m.ops)}) is not explained "
+                           f"by any origin at this site")
+    matched = set(match.values())
+    for j, origin in enumerate(claimants):
+        if j not in matched and origin.kind != "unresolved" and len(known) == len(kernel_members):
+            reasons.append(f"{origin.id} ({origin.short_op}) is attributed here, but the kernel computes "
+                           f"no {origin.short_op} for it")
+    return reasons, unknown
+
+
+def _matching(members: list[Member], origins: list) -> dict[int, int]:
+    """A maximum one-to-one matching of members to origins of one of their ops
+    (augmenting paths: kernels have a few dozen members at most)."""
+    owner: dict[int, int] = {}  # origin index -> member index
+
+    def place(i: int, seen: set[int]) -> bool:
+        for j, origin in enumerate(origins):
+            if j in seen or origin.op not in members[i].ops:
+                continue
+            seen.add(j)
+            if j not in owner or place(owner[j], seen):
+                owner[j] = i
+                return True
+        return False
+
+    for i in range(len(members)):
+        place(i, set())
+    return {i: j for j, i in owner.items()}
+
+
+def _neighbours(lineage) -> dict[int, set[int]]:
+    """Positions of sites next to each site in the final program's data flow, builtins
+    passed through (a reshape served by the VM sits between two kernels)."""
+    out: dict[int, set[int]] = {}
+    for a, b in lineage.site_edges:
+        out.setdefault(a, set()).add(b)
+        out.setdefault(b, set()).add(a)
+    return out
+
+
+def _misplaced_inserted(site, lineage, where, neighbours) -> list[str]:
+    """An inserted op must sit at, or next to, a site of a layer it serves."""
+    reasons = []
+    for oid in site.origin_ids:
+        origin = lineage.origins[oid]
+        if origin.kind != "inserted" or not origin.serves:
+            continue
+        served = [s.position for o in origin.serves for s in where.get(o, ())]
+        if not served:
+            continue  # served ops folded away or run as builtins: nothing to compare with
+        near = {site.position} | neighbours.get(site.position, set())
+        if not near.intersection(served):
+            reasons.append(f"{oid} serves {', '.join(origin.serves)}, which run at no neighbouring site")
+    return reasons
+
+
+def _moves_data(op: str) -> bool:
+    from .ops import op_rank
+
+    return op_rank(op) == 0
+
+
+def _short(op: str) -> str:
+    return op.rsplit(".", 1)[-1]
+
+
+# -- the truth, from the recorded IR (needs TVM) --------------------------------
+
+def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], read) -> dict[str, tuple[Member, ...]]:
+    """kernel name -> its members, from the functions of the input and of each
+    recorded pass (``ir.function_map``s); ``read`` reads a function's digest."""
+    from . import digest as dg
+    from . import ir
+
+    prim_ops: dict[str, set[str]] = {}
+    groups: dict[str, object] = {}  # fused group name -> its function, as the last pass that had it left it
+    calls_before = _op_calls(input_functions, read, dg, ir, prim_ops, input_=True)
+    for functions, _ in recorded:
+        for name, func in functions.items():
+            if ir.is_primitive(func):
+                groups[name] = func
+        calls_before = _op_calls(functions, read, dg, ir, prim_ops, calls_before)
+    out: dict[str, tuple[Member, ...]] = {}
+    for name, func in groups.items():
+        d = read(func)
+        out[name] = tuple(Member(callee, tuple(sorted(prim_ops.get(callee, ()))))
+                          for callee, gv, _ in _calls(d, dg) if gv and not ir.is_bookkeeping(callee))
+    for prim, ops in prim_ops.items():
+        out.setdefault(prim, (Member(prim, tuple(sorted(ops))),))
+    return out
+
+
+def _calls(d, dg):
+    for position in range(len(d.vars)):
+        record = dg.call_record(d, position)
+        if record is not None:
+            yield record
+
+
+def _op_calls(functions: dict, read, dg, ir, prim_ops: dict, before: dict | None = None,
+              input_: bool = False) -> dict:
+    """var handle -> what it computes (an op name, or a PrimFunc's ops) in the model
+    functions; a Var that computed op X and now calls PrimFunc P shows P computes X.
+    Functions already read are read from the cache kept in ``before``."""
+    before = before or {"_read": {}}
+    cache: dict = before["_read"]
+    now: dict = {"_read": cache}
+    for func in ir.model_functions(functions).values():
+        handle = func.__chandle__()
+        if handle not in cache:
+            cache[handle] = read(func)
+        d = cache[handle]
+        for position, var in enumerate(d.vars):
+            record = dg.call_record(d, position)
+            if record is None:
+                continue
+            callee, gv, _ = record
+            if ir.is_bookkeeping(callee):
+                continue
+            if not gv:
+                now[var] = (callee,) if callee.startswith("relax.") else ()
+                continue
+            if callee in functions:
+                continue  # a call of a Relax function (a fused group, a subfunction)
+            was = before.get(var)
+            if was:
+                prim_ops.setdefault(callee, set()).update(was)
+            elif input_:  # the input itself calls a PrimFunc (a frontend's emit_te): the op is its name
+                prim_ops.setdefault(callee, set()).add(callee)
+            now[var] = tuple(prim_ops.get(callee, ()))
+    return now

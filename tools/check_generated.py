@@ -1,0 +1,77 @@
+"""Build many generated models through torch and ONNX, unfused / fused / NHWC, and
+count verified and suspect call sites: the search for attribution bugs.
+
+    .venv/bin/python tools/check_generated.py --seeds 0-199 [--jobs 2] [--show 5]
+
+Prints one line per build that is not clean (suspect / unverified sites, problems),
+then the totals: models, builds, call sites verified / suspect / unverified, seconds.
+Exits 1 when anything is not clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+
+
+def _seeds(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+def _check(seed: int):
+    warnings.simplefilter("ignore")
+    from relaytrace.zoo.generated import check
+
+    try:
+        return seed, check(seed), None
+    except Exception as exc:  # a crash is a finding too
+        return seed, [], f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0-19", help="e.g. 0-199 or 1,5,9 (default 0-19)")
+    parser.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
+    parser.add_argument("--show", type=int, default=3, help="reasons shown per bad build")
+    args = parser.parse_args(argv)
+    seeds = _seeds(args.seeds)
+    start = time.perf_counter()
+    totals = dict(models=0, builds=0, sites=0, verified=0, suspect=0, unverified=0, bad=0, crashed=0, skipped=0)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for seed, checks, crash in pool.map(_check, seeds):
+            totals["models"] += 1
+            if crash:
+                totals["crashed"] += 1
+                print(f"seed {seed}: CRASHED {crash}", flush=True)
+            for c in checks:
+                if c.skipped:
+                    totals["skipped"] += 1
+                    print(f"seed {seed} {c.frontend} {c.pipeline}: skipped, {c.skipped}", flush=True)
+                    continue
+                totals["builds"] += 1
+                totals["sites"] += c.sites
+                totals["verified"] += c.verified
+                totals["suspect"] += len(c.suspect)
+                totals["unverified"] += len(c.unverified)
+                if not c.ok:
+                    totals["bad"] += 1
+                    print(f"seed {seed} {c.frontend} {c.pipeline}: {len(c.suspect)} suspect, "
+                          f"{len(c.unverified)} unverified, {len(c.problems)} problems", flush=True)
+                    for line in (c.problems + c.suspect + c.unverified)[:args.show]:
+                        print(f"    {line}", flush=True)
+    seconds = time.perf_counter() - start
+    print(f"{totals['models']} models ({totals['crashed']} crashed), {totals['builds']} builds "
+          f"({totals['bad']} not clean, {totals['skipped']} skipped: TVM cannot build them), {totals['sites']} call sites: {totals['verified']} verified, "
+          f"{totals['suspect']} suspect, {totals['unverified']} unverified; {seconds:.0f} s")
+    return 1 if totals["bad"] or totals["crashed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
