@@ -142,10 +142,12 @@ def cmd_query(args) -> int:
         if call and not call.isdigit():
             raise UsageError(f"--kernel takes NAME or NAME#CALL, not {args.kernel!r}")
         sites = [lineage.site(name, int(call))] if call else list(lineage.sites(name))
-        result = [{"site": s.label, "origins": [
+        result = [{"site": s.label, "verification": lineage.check(s).status,
+                   "reasons": list(lineage.check(s).reasons), "origins": [
             {"origin": r.origin, "role": r.role, "layer": lineage.origins[r.origin].layer,
              "op": lineage.origins[r.origin].short_op} for r in s.roles]} for s in sites]
-        text = "\n".join(f"{s['site']}:\n" + "\n".join(
+        text = "\n".join(f"{s['site']}: {s['verification'].upper()}\n" + "".join(
+            f"  ! {reason}\n" for reason in s["reasons"]) + "\n".join(
             f"  {o['role']:<10} {o['layer']}  ({o['op']}, {o['origin']})" for o in s["origins"]) for s in result)
     elif args.layer:
         sites = lineage.kernels_of(args.layer)

@@ -38,6 +38,7 @@ class TraceSession:
         self.input: dict | None = None  # the functions of the first module seen
         self._first_pass = ""  # the pass that module went into
         self.recorded: list[tuple[dict, str]] = []  # (functions, pass name) after each pass since
+        self.modules: list = []  # the module each recorded pass returned, for its PrimFuncs' attributes
         self.reader: dg.ReadAhead | None = None  # reads what the tracker will read, meanwhile
         self._current: dict = {}  # the model functions as the last recorded pass left them
         self.members: dict = {}  # kernel -> the PrimFuncs it is made of (``verify.kernel_members``)
@@ -68,11 +69,11 @@ class TraceSession:
         if not self.degraded:
             self._guard("verification", self._read_members)
             yield "kernel members (verification)"
-        self.recorded = []
+        self.recorded, self.modules = [], []
 
     def _read_members(self) -> None:
         """What each kernel is made of, from the recorded IR alone (``verify``)."""
-        self.members = kernel_members(self.input, self.recorded, self.reader.read)
+        self.members = kernel_members(self.input, self.recorded, self.reader.read, self.modules)
 
     def track(self) -> None:
         for _ in self.tracking():
@@ -91,6 +92,7 @@ class TraceSession:
     def _record(self, mod, pass_name: str) -> None:
         functions = ir.function_map(mod)
         self.recorded.append((functions, pass_name))
+        self.modules.append(mod)
         model, changed = changed_functions(self._current, functions)
         if model:
             for name in changed:

@@ -14,8 +14,8 @@ ones, against ground truth read from the recorded IR, not from the tracker:
 ``kernel_members(recording)`` reads that truth once per build (it needs TVM);
 ``verify(lineage)`` is pure: each site's origins must match its members one to one,
 op for op, and the lineage must keep its invariants (a fusion pass eliminates no
-compute op; an origin runs at one site; an inserted op sits next to the layer it
-serves). A site that fails is **suspect**, with the reasons; one whose truth is not
+compute op; an origin runs at one site; the model's data flow runs forwards through
+the sites; an inserted op sits next to the layer it serves). A site that fails is **suspect**, with the reasons; one whose truth is not
 known is **unverified**, with why. Nothing is waived.
 """
 
@@ -84,6 +84,7 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
             if origins[oid].kind == "op":
                 where.setdefault(oid, []).append(site)
     neighbours = _neighbours(lineage)
+    out_of_order = _out_of_order(lineage, where)
     checks = []
     for site in sites:
         if site.kernel not in members:
@@ -96,6 +97,7 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
                 others = [s.label for s in where[oid] if s is not site]
                 reasons.append(f"{oid} is also attributed to {', '.join(others)}")
         reasons += _misplaced_inserted(site, lineage, where, neighbours)
+        reasons += out_of_order.get(site.position, [])
         if reasons:
             checks.append(SiteCheck(site.position, SUSPECT, tuple(reasons + unknown)))
         elif unknown:
@@ -161,6 +163,21 @@ def _matching(members: list[Member], origins: list) -> dict[int, int]:
     return {i: j for j, i in owner.items()}
 
 
+def _out_of_order(lineage, where) -> dict[int, list[str]]:
+    """Reasons per site position where the model's data flow runs backwards: an op
+    whose result another op reads must run at the same site or an earlier one. Two
+    ops of one kind swapped between sites pass the op-for-op match; not this."""
+    out: dict[int, list[str]] = {}
+    for producer, consumer in lineage.edges:
+        for a in where.get(producer, ()):
+            for b in where.get(consumer, ()):
+                if a.position > b.position:
+                    why = f"{producer} runs at {a.label}, after {b.label}, where {consumer} reads its result"
+                    out.setdefault(a.position, []).append(why)
+                    out.setdefault(b.position, []).append(why)
+    return out
+
+
 def _neighbours(lineage) -> dict[int, set[int]]:
     """Positions of sites next to each site in the final program's data flow, builtins
     passed through (a reshape served by the VM sits between two kernels)."""
@@ -199,66 +216,91 @@ def _short(op: str) -> str:
 
 # -- the truth, from the recorded IR (needs TVM) --------------------------------
 
-def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], read) -> dict[str, tuple[Member, ...]]:
+def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], read,
+                   modules=()) -> dict[str, tuple[Member, ...]]:
     """kernel name -> its members, from the functions of the input and of each
-    recorded pass (``ir.function_map``s); ``read`` reads a function's digest."""
+    recorded pass (``ir.function_map``s); ``read(func, old)`` reads a function's digest
+    (bindings ``old`` has too left out; None when it has them all). ``modules``, the
+    modules the passes returned, are asked for the ``operator_name`` attribute of
+    PrimFuncs no binding explains: the op an implementation (AlterOpImpl's) declares."""
     from . import digest as dg
     from . import ir
 
     prim_ops: dict[str, set[str]] = {}
     groups: dict[str, object] = {}  # fused group name -> its function, as the last pass that had it left it
-    calls_before = _op_calls(input_functions, read, dg, ir, prim_ops, input_=True)
-    for functions, _ in recorded:
+    computes = _Computes(read, prim_ops)
+    computes.record(input_functions, input_=True)
+    modules = list(modules)
+    members_at = None  # the module whose PrimFuncs the kernels are made of: FuseOps' (or the last)
+    for i, (functions, _) in enumerate(recorded):
         for name, func in functions.items():
             if ir.is_primitive(func):
                 groups[name] = func
-        calls_before = _op_calls(functions, read, dg, ir, prim_ops, calls_before)
+        if not groups:  # once fused, ops are found through the groups, and main need not be read
+            computes.record(functions)
+        if i < len(modules) and ir.model_functions(functions) and (not groups or members_at is None):
+            members_at = modules[i]
+    named = _declared_ops(members_at, ir) if members_at is not None else {}
+    for prim, op in named.items():
+        prim_ops.setdefault(prim, set()).add(op)
     out: dict[str, tuple[Member, ...]] = {}
     for name, func in groups.items():
         d = read(func)
-        out[name] = tuple(Member(callee, tuple(sorted(prim_ops.get(callee, ()))))
-                          for callee, gv, _ in _calls(d, dg) if gv and not ir.is_bookkeeping(callee))
+        calls = (dg.call_record(d, position) for position in range(len(d.vars)))
+        out[name] = tuple(Member(c[0], tuple(sorted(prim_ops.get(c[0], ()))))
+                          for c in calls if c is not None and c[1] and not ir.is_bookkeeping(c[0]))
     for prim, ops in prim_ops.items():
         out.setdefault(prim, (Member(prim, tuple(sorted(ops))),))
     return out
 
 
-def _calls(d, dg):
-    for position in range(len(d.vars)):
-        record = dg.call_record(d, position)
-        if record is not None:
-            yield record
+def _declared_ops(mod, ir) -> dict[str, str]:
+    """PrimFunc name -> the op its ``operator_name`` attribute declares."""
+    out: dict[str, str] = {}
+    for gv, func in mod.functions.items():
+        attrs = getattr(func, "attrs", None)
+        if not isinstance(func, ir.relax.Function) and attrs is not None and "operator_name" in attrs:
+            out[gv.name_hint] = str(attrs["operator_name"])
+    return out
 
 
-def _op_calls(functions: dict, read, dg, ir, prim_ops: dict, before: dict | None = None,
-              input_: bool = False) -> dict:
-    """var handle -> what it computes (an op name, or a PrimFunc's ops) in the model
-    functions; a Var that computed op X and now calls PrimFunc P shows P computes X.
-    Functions already read are read from the cache kept in ``before``."""
-    before = before or {"_read": {}}
-    cache: dict = before["_read"]
-    now: dict = {"_read": cache}
-    for func in ir.model_functions(functions).values():
-        handle = func.__chandle__()
-        if handle not in cache:
-            cache[handle] = read(func)
-        d = cache[handle]
-        for position, var in enumerate(d.vars):
-            record = dg.call_record(d, position)
-            if record is None:
+class _Computes:
+    """What each binding of the model functions computes, pass by pass: an op name,
+    or the ops of the PrimFunc it calls. A Var that computed op X before a pass and
+    calls PrimFunc P after it shows that P computes X (``prim_ops``)."""
+
+    def __init__(self, read, prim_ops: dict[str, set[str]]):
+        self.read = read
+        self.prim_ops = prim_ops
+        self.state: dict[str, tuple[object, dict[int, tuple[str, ...]]]] = {}  # name -> (function, var -> ops)
+
+    def record(self, functions: dict, input_: bool = False) -> None:
+        from . import digest as dg
+        from . import ir
+
+        for name, func in ir.model_functions(functions).items():
+            old_func, old = self.state.get(name, (None, {}))
+            if old_func is not None and old_func.same_as(func):
                 continue
-            callee, gv, _ = record
-            if ir.is_bookkeeping(callee):
+            d = self.read(func, old_func)
+            if d is None:  # rebuilt around the same bindings
+                self.state[name] = (func, old)
                 continue
-            if not gv:
-                now[var] = (callee,) if callee.startswith("relax.") else ()
-                continue
-            if callee in functions:
-                continue  # a call of a Relax function (a fused group, a subfunction)
-            was = before.get(var)
-            if was:
-                prim_ops.setdefault(callee, set()).update(was)
-            elif input_:  # the input itself calls a PrimFunc (a frontend's emit_te): the op is its name
-                prim_ops.setdefault(callee, set()).add(callee)
-            now[var] = tuple(prim_ops.get(callee, ()))
-    return now
+            now = {var: old[var] for var, at in zip(d.vars, d.value_at) if at < 0 and var in old}
+            for position in d.changed:
+                record = dg.call_record(d, position)
+                if record is None or ir.is_bookkeeping(record[0]):
+                    continue
+                callee, gv, _ = record
+                var = d.vars[position]
+                if not gv:  # an op; one a pass wrote in place of another still computes that one
+                    was = old.get(var, ()) if callee.startswith("relax.") else ()
+                    now[var] = tuple(sorted({callee, *was})) if callee.startswith("relax.") else ()
+                elif callee not in functions:  # a PrimFunc (not a fused group or a subfunction)
+                    was = old.get(var)
+                    if was:
+                        self.prim_ops.setdefault(callee, set()).update(was)
+                    elif input_:  # the input itself calls a PrimFunc (a frontend's emit_te): the op is its name
+                        self.prim_ops.setdefault(callee, set()).add(callee)
+                    now[var] = tuple(self.prim_ops.get(callee, ()))
+            self.state[name] = (func, now)

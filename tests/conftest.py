@@ -1,3 +1,4 @@
+import attrs
 import numpy as np
 import pytest
 import tvm
@@ -54,3 +55,20 @@ def resnet50_profiled(resnet50):
     model, x = resnet50
     executable, lineage = relaytrace.build(model, "llvm")
     return executable, lineage, relaytrace.profile(executable, lineage, [x], repeat=2)
+
+
+def move_origin(lineage, origin: str, to):
+    """The lineage with ``origin`` taken from its call site and put at call site ``to``:
+    a deliberately wrong lineage, for verification to catch."""
+    from relaytrace.lineage import Role
+
+    kernels = {}
+    for kernel, sites in lineage.kernels.items():
+        moved = []
+        for site in sites:
+            roles = tuple(r for r in site.roles if r.origin != origin)
+            if site.position == to.position:
+                roles += (Role(origin, "fused"),)
+            moved.append(attrs.evolve(site, roles=roles))
+        kernels[kernel] = tuple(moved)
+    return attrs.evolve(lineage, kernels=kernels)

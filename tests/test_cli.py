@@ -65,6 +65,10 @@ def test_profile_torch_factory_writes_every_output(tmp_path):
     assert {p.name for p in out.iterdir()} == OUTPUTS
     text = (out / "layers.csv").read_text()
     assert "conv1" in text and "conv2" in text and "fc" in text
+    rows = list(csv.DictReader((out / "layers.csv").open())) + list(csv.DictReader((out / "kernels.csv").open()))
+    assert rows and {r["verification"] for r in rows} == {"verified"}
+    sites = len(json.loads((out / "lineage.json").read_text())["verification"]["sites"])
+    assert f"verified against the compiled IR: {sites} of {sites} call sites" in done.stdout
     assert json.loads((out / "trace.json").read_text())["traceEvents"]
 
 
@@ -75,6 +79,7 @@ def test_query_render_and_json(two_runs, tmp_path):
     done = run("query", lineage, "--kernel", "fused_matmul_add4#0", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)[0]["origins"][0]["layer"] == "fc"
+    assert json.loads(done.stdout)[0]["verification"] == "verified"
     done = run("query", lineage, "--history", "layer1.0.conv1")
     assert "LegalizeOps" in done.stdout
     done = run("query", lineage, "--kernel", "no_such_kernel")

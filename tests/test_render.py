@@ -4,6 +4,7 @@ import json
 import shutil
 import subprocess
 
+import attrs
 import pytest
 
 from relaytrace import attribution as A
@@ -11,6 +12,8 @@ from relaytrace.errors import RelaytraceError
 from relaytrace.render import graphviz as G
 from relaytrace.render.chrome_trace import chrome_trace
 from relaytrace.render.html import html_report
+
+from .conftest import move_origin
 
 CHROMIUM = shutil.which("chromium")
 
@@ -124,4 +127,17 @@ def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
         page.locator("#layers th", has_text="time (ms)").click()
         times = [float(t) for t in page.locator("#layers tbody tr td:nth-child(2)").all_inner_texts()]
         assert times == sorted(times)
+        assert page.locator("p.good", has_text=f"{len(lineage.call_sites)} of {len(lineage.call_sites)} call sites "
+                                              "verified").count() == 1
+        assert page.locator("#checks").count() == 0  # nothing to list
+        convs = [s for s in lineage.call_sites if "conv2d" in s.kernel]
+        broken = attrs.evolve(move_origin(lineage, convs[0].anchor, convs[1]), verification=None)
+        broken = attrs.evolve(broken, verification=broken.verify())
+        page_path.write_text(html_report(broken, prof))
+        page.goto(page_path.as_uri())
+        assert errors == []
+        suspect = broken.coverage().suspect
+        assert page.locator("p.bad", has_text=f"{len(suspect)} suspect").count() == 1
+        assert sorted(page.locator("#checks tbody tr td:first-child").all_inner_texts()) == sorted(suspect)
+        assert page.locator("#layers tbody tr", has_text="suspect").count() >= 1
         browser.close()

@@ -9,10 +9,10 @@ import attrs
 import pytest
 
 import relaytrace
-from relaytrace.lineage import CallSite, Lineage, Role
+from relaytrace.lineage import Lineage
 from relaytrace.verify import SUSPECT, VERIFIED
 
-from .conftest import NHWC
+from .conftest import NHWC, move_origin
 
 CONV = "relax.nn.conv2d"
 
@@ -82,26 +82,12 @@ def test_gpt_onnx_puts_qk_matmul_in_its_fused_kernel(tmp_path):
     assert lineage.verification.ok, lineage.verification.summary()
 
 
-def _move(lineage: Lineage, origin: str, to: CallSite) -> Lineage:
-    """The lineage with ``origin`` taken from its site and put at ``to``."""
-    kernels = {}
-    for kernel, sites in lineage.kernels.items():
-        moved = []
-        for site in sites:
-            roles = tuple(r for r in site.roles if r.origin != origin)
-            if site.position == to.position:
-                roles += (Role(origin, "fused"),)
-            moved.append(attrs.evolve(site, roles=roles))
-        kernels[kernel] = tuple(moved)
-    return attrs.evolve(lineage, kernels=kernels)
-
-
 def test_verification_flags_an_origin_moved_to_another_site(builds):
     _, lineage = builds["fused"]
     assert lineage.verification.ok
     sites = [s for s in lineage.call_sites if CONV in _computes(lineage, s)]
     source, target = sites[0], sites[-1]
-    broken = _move(lineage, source.anchor, target)
+    broken = move_origin(lineage, source.anchor, target)
     checks = broken.verify().by_position()
     assert checks[source.position].status == SUSPECT
     assert any("conv2d" in r and "not explained" in r for r in checks[source.position].reasons)
@@ -111,11 +97,22 @@ def test_verification_flags_an_origin_moved_to_another_site(builds):
     assert all(checks[s.position].status == VERIFIED for s in untouched)
 
 
+def test_verification_flags_two_ops_of_one_kind_swapped_between_sites(builds):
+    """Each site still computes a conv for a conv origin, but data now flows backwards."""
+    _, lineage = builds["fused"]
+    a, b = [s for s in lineage.call_sites if CONV in _computes(lineage, s)][:2]
+    swapped = move_origin(move_origin(lineage, a.anchor, b), b.anchor, a)
+    checks = swapped.verify().by_position()
+    for site in (a, b):
+        assert checks[site.position].status == SUSPECT
+        assert any("reads its result" in r for r in checks[site.position].reasons)
+
+
 def test_verification_flags_a_compute_op_eliminated_by_fusion(builds):
     _, lineage = builds["fused"]
     conv = next(o for o in lineage.origins.values() if o.op == CONV)
     site = lineage.kernels_of(conv.id)[0]
-    broken = attrs.evolve(_move(lineage, conv.id, site), eliminated_by={**lineage.eliminated_by, conv.id: "FuseOps"})
+    broken = attrs.evolve(move_origin(lineage, conv.id, site), eliminated_by={**lineage.eliminated_by, conv.id: "FuseOps"})
     broken = attrs.evolve(broken, verification=broken.verify())
     problems = broken.verification.problems
     assert any(conv.id in p and "fusion pass" in p for p in problems)
@@ -131,7 +128,7 @@ def test_suspect_sites_reach_coverage_summary_and_json(builds, tmp_path):
     text = coverage_summary(lineage)
     assert f"verified against the compiled IR: {len(lineage.call_sites)} of {len(lineage.call_sites)}" in text
     sites = [s for s in lineage.call_sites if CONV in _computes(lineage, s)]
-    broken = _move(lineage, sites[0].anchor, sites[1])
+    broken = move_origin(lineage, sites[0].anchor, sites[1])
     broken = attrs.evolve(broken, verification=broken.verify())
     cov = broken.coverage()
     assert not cov.complete and {sites[0].label, sites[1].label} <= set(cov.suspect)
@@ -163,3 +160,35 @@ def test_generated_models_verify_in_every_pipeline_and_frontend(seed, tmp_path):
     for c in built:
         assert c.ok, (c.frontend, c.pipeline, c.problems, c.suspect, c.unverified)
         assert c.sites == c.verified > 0
+
+
+def test_alter_op_impl_kernels_verify_by_their_declared_operator(resnet_mod):
+    """AlterOpImpl swaps a PrimFunc for one declaring ``operator_name``: the swapped-in
+    kernel is known to compute that op, and its layout transforms are inserted ops."""
+    import tvm
+
+    from .passes import alter_op_impl_pipeline
+
+    target = tvm.target.Target("llvm")
+    _, lineage = relaytrace.build(resnet_mod, target, pipeline=alter_op_impl_pipeline(target))
+    blocked = [s for s in lineage.call_sites if s.kernel.startswith("relu_nchw4c")]
+    assert blocked and all(_computes(lineage, s) == {"relax.nn.relu"} for s in blocked)
+    assert lineage.verification.ok, lineage.verification.summary()
+
+
+def test_ops_a_user_pass_made_up_leave_their_sites_unverified_not_suspect(resnet_mod):
+    """x + y -> x - (-y): the subtract that took the add's Var computes the add; the
+    negative no rule explains makes its site unverified, said as such."""
+    import tvm
+
+    from .passes import user_pipeline
+
+    target = tvm.target.Target("llvm")
+    _, lineage = relaytrace.build(resnet_mod, target, pipeline=user_pipeline(target))
+    cov = lineage.coverage()
+    assert cov.suspect == () and cov.unverified
+    for label in cov.unverified:
+        site = next(s for s in lineage.call_sites if s.label == label)
+        assert any("no tracking rule explains" in r for r in lineage.check(site).reasons)
+        assert any(lineage.origins[o].kind == "unresolved" for o in site.origin_ids)
+    assert cov.verified_sites == cov.call_sites - len(cov.unverified) > 0

@@ -69,8 +69,9 @@ function search(q){ q = q.toLowerCase();
     tr.style.display = !q || tr.dataset.text.includes(q) ? '' : 'none'; })); }
 build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted (ms)','inserted_ms'],['ops','ops'],['kernel calls','sites'],['verification','status']], data.layers, r => r.layer);
 build('kernels', [['Name','name'],['Duration (us)','us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['verification','status']], data.kernels, r => r.name);
-build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
-tables.checks.keyOf = r => r.site;
+if (data.checks.length){
+  build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
+  tables.checks.keyOf = r => r.site; }
 build('optypes', [['op type','op'],['time (ms)','ms'],['%','percent'],['count','count'],['layers','layers']], data.op_types, r => r.op);
 build('categories', [['category','name'],['time (ms)','ms'],['% of end-to-end','percent']], data.categories, r => r.name);
 tables.layers.keyOf = r => r.layer; tables.kernels.keyOf = r => r.name;
@@ -118,7 +119,9 @@ def html_report(lineage: Lineage, profile, policy: str = "anchor") -> str:
     cov = lineage.coverage()
     verdict = (f"{cov.verified_sites} of {cov.call_sites} call sites verified against the compiled IR; "
                f"{len(cov.suspect)} suspect, {len(cov.unverified)} unverified"
-               + ("" if not (cov.suspect or cov.unverified) else ": their times below may be billed to the wrong layers"))
+               + ("" if not (cov.suspect or cov.unverified) else
+                  f": {(cats.suspect_us + cats.unverified_us) / 1e3:.3f} ms ran there, and may be billed "
+                  f"to the wrong layers below"))
     verdict_class = "bad" if cov.suspect or cov.problems else "warn" if cov.unverified else "good"
     problems = "".join(f"<p class=\"bad\">{html.escape(p)}</p>" for p in cov.problems)
     return f"""<!DOCTYPE html>
@@ -133,7 +136,7 @@ def html_report(lineage: Lineage, profile, policy: str = "anchor") -> str:
 <input id="search" type="search" placeholder="search layers, kernels, ops">
 <h2>Categories</h2><table id="categories"></table>
 <h2>Verification</h2><p class="{verdict_class}">{html.escape(verdict)}</p>{problems}
-<table id="checks"></table>
+{'<table id="checks"></table>' if data["checks"] else ""}
 <h2>Layers</h2><p>Click a layer to highlight its kernels (table and graph).</p><table id="layers"></table>
 <h2>Kernels</h2><p>Click a kernel to highlight the layers it runs.</p><table id="kernels"></table>
 <h2>Op types</h2><table id="optypes"></table>
