@@ -18,7 +18,6 @@ from collections import defaultdict
 import tvm
 from tvm import relax
 
-from relaytrace.digest import native_status
 from relaytrace.extract import lineage_from
 from relaytrace.instrument import TraceSession, gc_paused
 from relaytrace.relax_models import deep_chain, resnet_style
@@ -66,7 +65,6 @@ def main(argv=None) -> int:
     parser.add_argument("--deep", type=int, default=2000, help="bindings of the generated deep model; 0: resnet_style")
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args(argv)
-    print(f"IR reader: {native_status()}  (RELAYTRACE_NATIVE=0 measures the Python one)", flush=True)
     mod = deep_chain(args.deep) if args.deep else resnet_style(blocks=3)
     calls = record(mod, tvm.target.Target("llvm"))
     best: dict[str, float] = {}

@@ -1,15 +1,11 @@
 """A Relax function read in one go, as plain ints and strings.
 
-The tracker reads every function after every pass. Read attribute by attribute from
-Python, each read is an FFI call and a wrapper object, and those reads were most of
-the tracking time. ``read(func)`` returns the whole function as a ``Digest`` instead:
-handles (object addresses, which key the tracker's tables), names, and every value
-as a flat prefix-order *stream* of ``(kind, handle, payload)`` triples.
-
-Two writers produce the same digest: ``native/digest.cc``, compiled once per machine
-with tvm_ffi's ``load_inline`` (cached on disk) and used when a C++ compiler is
-there, and ``_python_digest`` below, used otherwise or when ``RELAYTRACE_NATIVE=0``.
-The tests compare both on real modules.
+The tracker reads every function after every pass. ``read(func)`` returns the whole
+function as a ``Digest``: handles (object addresses, which key the tracker's tables),
+names, and every value as a flat prefix-order *stream* of ``(kind, handle, payload)``
+triples, so the rules compare Python ints instead of TVM objects. Two shortcuts keep
+re-reading cheap whatever the language: a binding a pass kept is left out but for
+its var's handle, and a function rebuilt around the same bindings is not read again.
 
 Stream payloads: a var or constant's type (see ``TYPES_NOT_ASKED``); a
 tuple's field count, its fields following; a projection's index, its tuple following;
@@ -20,11 +16,7 @@ record*, the call as the tracker compares calls (``call_record``).
 
 from __future__ import annotations
 
-import os
-import threading
-import warnings
 from array import array
-from pathlib import Path
 
 import tvm_ffi
 from attrs import define
@@ -38,15 +30,14 @@ _HEAD = 4  # n_params, n_bindings, output offset, n_changed
 # tensor's dtype and dims, split by ASCII separators: a printed symbolic dim may hold
 # commas and brackets, never those.
 DIM, DTYPE, TENSOR = "\x1f", "\x1e", "\x1d"
-TYPES_NOT_ASKED, SYMBOLIC = -2, -1  # SYMBOLIC (native only): a dim only Python can print
+TYPES_NOT_ASKED = -2
 Ints = array  # of int64 words
 
 
 @define(frozen=True, slots=True)
 class Digest:
-    """The int columns are ``array('q')``, not lists: a list would make a Python int
-    of every word up front, which cost more than the native read; the tracker reads
-    about half of them."""
+    """A function as the tracker reads it. The int columns are ``array('q')``: compact,
+    and nothing in them for the garbage collector to walk."""
 
     params: Ints
     param_names: list[str]
@@ -172,76 +163,48 @@ def names_by_handle(d: Digest) -> dict[int, str]:
 # -- writing it -----------------------------------------------------------------
 
 def read(func, old=None, types: bool = False) -> Digest | None:
-    """The digest of one Relax function, by the native writer when it is available.
-    Bindings that ``old`` (the function before a pass) has too are left out but for
-    their vars' handles: a pass keeps most binding objects, and the tracker knows the
-    rest of them already. None when ``func`` has all of ``old``'s params, bindings and
-    result: many passes rebuild a function they changed nothing in."""
-    native = _native()
-    if native is None:
-        return _python_digest(func, old, types)
-    try:
-        result = native.digest(func, old, types, *_UNWRAP)
-    except Exception as exc:  # a TVM whose IR the reader does not know: Python reads it
-        return _python_instead(exc, func, old, types)
-    return _from_native(result, func, old, types)
-
-
-class ReadAhead:
-    """Reads functions on a native thread, in the order they are added, while the
-    caller goes on (``read_ahead`` in digest.cc): the instrument adds each function a
-    pass changed during the build, and the tracker's reads then find them done. A
-    read not added, or any read without the native writer, is done when asked."""
-
-    def __init__(self):
-        self._at: dict[tuple[int, int, bool], int] = {}
-        self._add = self._take = None
-        native = _native()
-        if native is not None:
-            try:
-                self._add, self._take = native.read_ahead(*_UNWRAP)
-            except Exception as exc:
-                _give_up(exc)
-
-    def add(self, func, old=None, types: bool = False) -> None:
-        key = _read_key(func, old, types)
-        if self._add is not None and key not in self._at:
-            self._at[key] = len(self._at)
-            self._add(func, old, types)
-
-    def read(self, func, old=None, types: bool = False) -> Digest | None:
-        """``read(func, old, types)``, from the thread when it was added."""
-        at = self._at.get(_read_key(func, old, types)) if self._take is not None else None
-        if at is None:
-            return read(func, old, types)
-        try:
-            result = self._take(at)
-        except Exception as exc:  # as read() does
-            self._add = self._take = None
-            return _python_instead(exc, func, old, types)
-        return _from_native(result, func, old, types)
-
-
-def _python_instead(exc: Exception, func, old, types: bool) -> Digest | None:
-    _give_up(exc)
-    return _python_digest(func, old, types)
-
-
-def _read_key(func, old, types: bool) -> tuple[int, int, bool]:
-    return func.__chandle__(), old.__chandle__() if old is not None else 0, bool(types)
-
-
-def _from_native(result, func, old, types: bool) -> Digest | None:
-    if not result:
+    """The digest of one Relax function. Bindings that ``old`` (the function before a
+    pass) has too are left out but for their vars' handles: a pass keeps most binding
+    objects, and the tracker knows the rest of them already. None when ``func`` has
+    all of ``old``'s params, bindings and result: many passes rebuild a function they
+    changed nothing in. ``types`` asks for each var's type (origin assignment does)."""
+    params = ir.items(func.params)
+    binds = ir.bindings(func)
+    out = ir.function_output(func)
+    known = [b.__chandle__() for b in ir.bindings(old)] if old is not None else []
+    if old is not None and _handles(params) == _handles(ir.items(old.params)) \
+            and _handles(binds) == known and _handles([out]) == _handles([ir.function_output(old)]):
         return None
-    words, strings = result
-    d = _decode(array("q", words), bytes(strings).decode().split("\0")[:-1])
-    if types and (SYMBOLIC in d.var_types or SYMBOLIC in d.param_types):
-        return _python_digest(func, old, types)
-    return d
+    known = set(known)
+    w = _Writer(types)
+    head = [len(params), len(binds), -1, 0]
+    for p in params:
+        head += (p.__chandle__(), w.append(p.name), w.type_(p))
+    columns: list[list[int]] = [[] for _ in range(6)]
+    changed: list[int] = []
+    for position, b in enumerate(binds):
+        if b.__chandle__() in known:
+            for column, word in zip(columns, (b.var.__chandle__(), 0, -1, TYPES_NOT_ASKED, -1, -1)):
+                column.append(word)
+            continue
+        var = b.var
+        changed.append(position)
+        name, type_, at = w.append(var.name), w.type_(var), len(w.stream)
+        w.expr(b.value)
+        record = w.call_record(at)
+        for column, word in zip(columns, (var.__chandle__(), b.value.__chandle__(), name, type_, at, record)):
+            column.append(word)
+    if out is not None:
+        head[2] = len(w.stream)
+        w.expr(out)
+    head[3] = len(changed)
+    return _decode(array("q", head + [x for column in columns for x in column] + w.stream + changed), w.strings)
 
 
-_UNWRAP = ("\0".join(sorted(ir.CALL_TIR_OPS)), "\0".join(sorted(ir.PACKED_OPS)))  # what call_parts unwraps
+def _handles(objects) -> list[int]:
+    return [o.__chandle__() if o is not None else 0 for o in objects]
+
+
 _SHAPES: dict[str, tuple[tuple[tuple, ...], tuple[str, ...]]] = {}
 
 
@@ -282,9 +245,9 @@ def _decode(words: Ints, strings: list[str]) -> Digest:
     )
 
 
-class _PythonWriter:
-    """The same digest as native/digest.cc, read attribute by attribute. It has a
-    digest's ``stream`` and ``strings``, so ``node`` reads it while it is written."""
+class _Writer:
+    """Writes a digest, attribute by attribute. It has a digest's ``stream`` and
+    ``strings``, so ``node`` reads it while it is written."""
 
     def __init__(self, types: bool):
         self.types = types
@@ -301,12 +264,12 @@ class _PythonWriter:
         return found
 
     def append(self, text: str) -> int:
-        """A var's name: not interned, as the C++ writer does."""
+        """A var's name: not interned (names rarely repeat; a look-up per name costs more)."""
         self.strings.append(text)
         return len(self.strings) - 1
 
     def type_(self, expr) -> int:
-        """As the C++ writer: once per expression, and the text once per distinct type
+        """Once per expression, and the text once per distinct type
         (by structural hash: reading a shape costs more than hashing it)."""
         if not self.types:
             return TYPES_NOT_ASKED
@@ -347,7 +310,7 @@ class _PythonWriter:
             self.callee(e)
 
     def callee(self, e) -> None:
-        """Named once per object, as the C++ writer does: ops recur at every call site."""
+        """Named once per object: ops recur at every call site."""
         handle = e.__chandle__()
         found = self._callees.get(handle)
         if found is None:
@@ -379,85 +342,3 @@ _CALLEE_KINDS = {"op": OP, "global": GLOBAL, "extern": EXTERN, "other": OTHER}
 
 def _atom(arg: tuple, flag: int) -> tuple[int, int, int]:
     return arg[0] + flag, arg[1], arg[2] if arg[0] == VAR or arg[0] == CONST else 0
-
-
-def _python_digest(func, old=None, types: bool = False) -> Digest | None:
-    params = ir.items(func.params)
-    binds = ir.bindings(func)
-    out = ir.function_output(func)
-    known = [b.__chandle__() for b in ir.bindings(old)] if old is not None else []
-    if old is not None and _handles(params) == _handles(ir.items(old.params)) \
-            and _handles(binds) == known and _handles([out]) == _handles([ir.function_output(old)]):
-        return None
-    known = set(known)
-    w = _PythonWriter(types)
-    head = [len(params), len(binds), -1, 0]
-    for p in params:
-        head += (p.__chandle__(), w.append(p.name), w.type_(p))
-    columns: list[list[int]] = [[] for _ in range(6)]
-    changed: list[int] = []
-    for position, b in enumerate(binds):
-        if b.__chandle__() in known:
-            for column, word in zip(columns, (b.var.__chandle__(), 0, -1, TYPES_NOT_ASKED, -1, -1)):
-                column.append(word)
-            continue
-        var = b.var
-        changed.append(position)
-        name, type_, at = w.append(var.name), w.type_(var), len(w.stream)
-        w.expr(b.value)
-        record = w.call_record(at)
-        for column, word in zip(columns, (var.__chandle__(), b.value.__chandle__(), name, type_, at, record)):
-            column.append(word)
-    if out is not None:
-        head[2] = len(w.stream)
-        w.expr(out)
-    head[3] = len(changed)
-    return _decode(array("q", head + [x for column in columns for x in column] + w.stream + changed), w.strings)
-
-
-def _handles(objects) -> list[int]:
-    return [o.__chandle__() if o is not None else 0 for o in objects]
-
-
-# -- the native writer ----------------------------------------------------------
-
-_SOURCE = Path(__file__).with_name("native") / "digest.cc"
-_state: dict[str, object] = {}
-_lock = threading.Lock()
-
-
-def _native():
-    """The compiled writer (``digest`` and ``read_ahead``), built on first use; None
-    when it cannot be (no compiler, or ``RELAYTRACE_NATIVE=0``), in which case the
-    Python writer serves, slower."""
-    if os.environ.get("RELAYTRACE_NATIVE", "1") == "0":
-        return None
-    if "module" not in _state:
-        with _lock:
-            if "module" not in _state:
-                _state["module"] = _build()
-    return _state["module"]
-
-
-def _build():
-    try:
-        import tvm_ffi.cpp
-
-        return tvm_ffi.cpp.load_inline("relaytrace_digest", cpp_sources=_SOURCE.read_text(),
-                                       functions=["digest", "read_ahead"], extra_cflags=["-O2"])
-    except Exception as exc:  # no compiler, no headers: the Python writer does the same job
-        _give_up(exc)
-        return None
-
-
-def _give_up(exc: Exception) -> None:
-    """Serve this process with the Python writer from now on, and say why once."""
-    lines = str(exc).strip().splitlines()
-    _state["module"], _state["error"] = None, f"{type(exc).__name__}: {lines[0] if lines else ''}"
-    warnings.warn(f"relaytrace: native IR reader unavailable ({_state['error']}); "
-                  "tracing uses the slower Python reader", RuntimeWarning, stacklevel=4)
-
-
-def native_status() -> str:
-    """'native' or 'python (<why>)': which writer serves this process."""
-    return "native" if _native() is not None else f"python ({_state.get('error', 'RELAYTRACE_NATIVE=0')})"

@@ -13,7 +13,7 @@ import tvm
 
 from . import digest as dg
 from . import ir
-from .matching import Tracker, changed_functions
+from .matching import Tracker
 from .origins import LayerNamer, OriginTable, assign_origins, main_inputs
 from .verify import kernel_members
 
@@ -39,8 +39,6 @@ class TraceSession:
         self._first_pass = ""  # the pass that module went into
         self.recorded: list[tuple[dict, str]] = []  # (functions, pass name) after each pass since
         self.modules: list = []  # the module each recorded pass returned, for its PrimFuncs' attributes
-        self.reader: dg.ReadAhead | None = None  # reads what the tracker will read, meanwhile
-        self._current: dict = {}  # the model functions as the last recorded pass left them
         self.members: dict = {}  # kernel -> the PrimFuncs it is made of (``verify.kernel_members``)
 
     def before(self, mod, pass_name: str) -> None:
@@ -73,7 +71,7 @@ class TraceSession:
 
     def _read_members(self) -> None:
         """What each kernel is made of, from the recorded IR alone (``verify``)."""
-        self.members = kernel_members(self.input, self.recorded, self.reader.read, self.modules)
+        self.members = kernel_members(self.input, self.recorded, dg.read, self.modules)
 
     def track(self) -> None:
         for _ in self.tracking():
@@ -81,29 +79,17 @@ class TraceSession:
 
     def _take_input(self, mod, pass_name: str) -> None:
         functions = ir.function_map(mod)
-        model = ir.model_functions(functions)
-        if model:
+        if ir.model_functions(functions):
             self.inputs = main_inputs(mod)
-            self.input, self._first_pass, self._current = functions, pass_name, model
-            self.reader = dg.ReadAhead()
-            for _, func in sorted(model.items()):  # what origin assignment reads
-                self.reader.add(func, None, True)
+            self.input, self._first_pass = functions, pass_name
 
     def _record(self, mod, pass_name: str) -> None:
-        functions = ir.function_map(mod)
-        self.recorded.append((functions, pass_name))
+        self.recorded.append((ir.function_map(mod), pass_name))
         self.modules.append(mod)
-        model, changed = changed_functions(self._current, functions)
-        if model:
-            for name in changed:
-                self.reader.add(model[name], self._current.get(name))
-            self._current = model
 
     def _start(self) -> None:
-        if "main" in self._current:
-            self.reader.add(self._current["main"])  # what extraction reads
-        self.table = assign_origins(self.input, self.layer_of, self.reader.read)
-        tracker = Tracker(self.table, self.reader.read)
+        self.table = assign_origins(self.input, self.layer_of)
+        tracker = Tracker(self.table)
         tracker.start(self.input)
         self.tracker = tracker
 

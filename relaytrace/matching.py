@@ -146,7 +146,7 @@ class Tracker:
     """Follows origins from pass to pass; fed, pass by pass, the functions each one left."""
 
     def __init__(self, table: OriginTable, read=dg.read):
-        self.read = read  # of each function a pass changed: ``digest.read`` or a ``ReadAhead``'s
+        self.read = read  # of each function a pass changed: ``digest.read``
         self.origins: dict[str, Origin] = dict(table.origins)
         self._input_digests = dict(table.digests)  # popped as used; the table stays as it was
         self.edges = table.edges
@@ -657,8 +657,7 @@ class Tracker:
 def changed_functions(before: dict, functions: dict) -> tuple[dict, list[str]]:
     """The model functions a pass left (``ir.model_functions``; none after a pass over a
     TIR-only sub-module) and the names of those it changed, given the model functions
-    as the pass before left them: what ``Tracker.observe`` reads, and so what the
-    instrument hands a ``digest.ReadAhead`` to read while the build goes on."""
+    as the pass before left them."""
     model = ir.model_functions(functions)
     return model, [name for name, func in model.items() if name not in before or not before[name].same_as(func)]
 

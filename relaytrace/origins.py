@@ -64,7 +64,7 @@ LayerNamer = Callable[[str, int, int], "tuple[str, str] | None"]
 
 def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=dg.read) -> OriginTable:
     """Origins of the input's functions (``ir.function_map`` of the module); ``read``
-    reads each, typed (``digest.read`` or a ``ReadAhead``'s)."""
+    reads each, typed (``digest.read``)."""
     origins: dict[str, Origin] = {}
     by_var: dict[int, str] = {}
     edges: set[tuple[str, str]] = set()
