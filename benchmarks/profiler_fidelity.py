@@ -19,7 +19,7 @@ from tvm import relax
 
 import relaytrace
 from relaytrace.cli import load_demo_model
-from relaytrace.profiler import KERNEL
+from relaytrace.model.profile import KERNEL
 
 
 def main(argv=None) -> int:

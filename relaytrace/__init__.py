@@ -1,10 +1,24 @@
-"""relaytrace: map every TVM kernel, and every microsecond, back to model layers."""
+"""relaytrace: map every TVM kernel, and every microsecond, back to model layers.
+
+The data (``Lineage``, ``Origin``, ``Profile``) is importable without TVM; ``build``,
+``trace``, ``build_pipeline`` and ``profile`` import TVM when first called.
+"""
 
 from .build import build, build_pipeline, trace
-from .profiler import Profile, profile
 from .errors import RelaytraceError, UnknownNameError
-from .lineage import Lineage
-from .origins import Origin
+from .model.lineage import Lineage
+from .model.origin import Origin
+from .model.profile import Profile
 
 __version__ = "0.1.0"
-__all__ = ["build", "build_pipeline", "profile", "Profile", "trace", "Lineage", "Origin", "RelaytraceError", "UnknownNameError", "__version__"]
+__all__ = ["build", "build_pipeline", "profile", "Profile", "trace", "Lineage", "Origin", "RelaytraceError",
+           "UnknownNameError", "__version__"]
+
+
+
+def __getattr__(name: str):
+    if name == "profile":  # profiler.py imports TVM
+        from .profiler import profile
+
+        return profile
+    raise AttributeError(f"module 'relaytrace' has no attribute {name!r}")

@@ -23,11 +23,11 @@ import attrs
 from attrs import define
 
 from .errors import RelaytraceError
-from .lineage import ANCHOR, Lineage
-from .ops import estimated_flops
-from .origins import OP, UNRESOLVED
-from .verify import SUSPECT, UNVERIFIED, VERIFIED
-from .profiler import BUILTIN, KERNEL, Profile
+from .model.lineage import ANCHOR, Lineage
+from .model.ops import estimated_flops
+from .model.origin import OP, UNRESOLVED
+from .model.verification import SUSPECT, UNVERIFIED, VERIFIED
+from .model.profile import BUILTIN, KERNEL, Profile
 
 POLICIES = ("anchor", "split")
 COMPUTE, INSERTED = "compute", "inserted"

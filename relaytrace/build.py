@@ -1,18 +1,20 @@
-"""build() and trace(): compile with TVM as usual, and come back with a Lineage."""
+"""build() and trace(): compile with TVM as usual, and come back with a Lineage.
+
+TVM is imported when one of them is called, not when this module is: ``import
+relaytrace`` stays TVM-free for the data layer and the CLI's reading commands.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Mapping
-
-import tvm
-from tvm import relax
+from typing import TYPE_CHECKING, Mapping
 
 from .errors import RelaytraceError
-from .extract import lineage_from
-from .instrument import TraceSession, TracingInstrument, gc_paused
-from .lineage import Lineage
-from .origins import LayerNamer
+from .model.lineage import Lineage
+
+if TYPE_CHECKING:
+    from .instrument import TraceSession
+    from .origins import LayerNamer
 
 PIPELINES = ("fused", "unfused")
 
@@ -28,6 +30,8 @@ class Trace:
         self.lineage: Lineage | None = None
 
     def finish(self) -> Lineage:
+        from .instrument import gc_paused
+
         try:
             with gc_paused():
                 return self._finish()
@@ -35,6 +39,8 @@ class Trace:
             self.session = None
 
     def _finish(self) -> Lineage:
+        from .extract import lineage_from
+
         session = self.session
         session.track()
         degraded = list(session.degraded)
@@ -63,6 +69,10 @@ def trace(model: str = "model", target: str = "", pipeline: str = "user",
     The current PassContext is kept: its opt_level, config, required/disabled passes
     and instruments stay in force, with ours added last.
     """
+    import tvm
+
+    from .instrument import TraceSession, TracingInstrument
+
     session = TraceSession(layer_of, progress)
     handle = Trace(session, model, target, pipeline)
     current = tvm.transform.PassContext.current()
@@ -81,6 +91,9 @@ def trace(model: str = "model", target: str = "", pipeline: str = "user",
 def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None = None):
     """The Relax pipeline to run: "fused", "unfused" or a tvm Pass, after an optional
     ConvertLayout."""
+    import tvm
+    from tvm import relax
+
     if isinstance(pipeline, str):
         if pipeline == "fused":
             base = relax.get_default_pipeline(target)
@@ -104,6 +117,8 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
 
     The executable is exactly what ``tvm.compile`` gives for the same pipeline.
     """
+    import tvm
+
     mod, layer_of, name = _as_irmodule(mod, layer_of, model, example_args)
     target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
     seq = build_pipeline(pipeline, target, convert_layout)
@@ -119,6 +134,8 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
 def _as_irmodule(mod, layer_of, model, example_args=None):
     """Accept an IRModule, an ImportedModel, a torch module (with example_args), or an
     ONNX model or path."""
+    import tvm
+
     from .frontends.common import ImportedModel
 
     if isinstance(mod, tvm.IRModule):

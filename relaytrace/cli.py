@@ -106,8 +106,8 @@ def _absolute_factory(spec: str) -> str:
 
 
 def cmd_render(args) -> int:
-    from .lineage import Lineage
-    from .profiler import Profile
+    from .model.lineage import Lineage
+    from .model.profile import Profile
     from .render import graphviz as G
     from .render.html import html_report
 
@@ -134,7 +134,7 @@ def cmd_render(args) -> int:
 
 
 def cmd_query(args) -> int:
-    from .lineage import Lineage
+    from .model.lineage import Lineage
 
     lineage = Lineage.load(args.lineage)
     if args.kernel:

@@ -12,7 +12,7 @@ from attrs import define
 
 from . import attribution as A
 from .errors import RelaytraceError
-from .origins import OP
+from .model.origin import OP
 
 
 @define(frozen=True)

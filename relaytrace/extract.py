@@ -6,9 +6,10 @@ import attrs
 
 from . import digest as dg
 from . import ir
-from .lineage import BuiltinSite, CallSite, Lineage, roles_for
-from .matching import Change, Tracker
-from .verify import verify
+from .model.lineage import BuiltinSite, CallSite, Lineage, roles_for
+from .matching import Tracker
+from .model.journal import Change
+from .model.verification import verify
 
 
 def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), inputs=(),

@@ -15,7 +15,7 @@ from . import digest as dg
 from . import ir
 from .matching import Tracker
 from .origins import LayerNamer, OriginTable, assign_origins, main_inputs
-from .verify import kernel_members
+from .truth import kernel_members
 
 
 class TraceSession:

@@ -6,31 +6,16 @@ isinstance test here means one place to adapt when TVM moves them again.
 
 from __future__ import annotations
 
-import functools
-
 import tvm_ffi
 from tvm import relax
 from tvm.ir import StringImm
 from tvm.ir import expr as _expr
 from tvm.ir.op import Op
 
+from .model.ops import is_bookkeeping, is_data_movement, short_op  # noqa: F401 (the tracker asks ir)
+
 CONSTANT_TYPES = tuple(
     t for t in (getattr(_expr, "Constant", None), getattr(_expr, "GenericConst", None)) if t
-)
-
-# Ops that only move, reshape or recast data. A pass may insert them (ConvertLayout,
-# AlterOpImpl, mixed precision); they are "inserted", not "unresolved".
-DATA_MOVEMENT_WORDS = (
-    "permute_dims", "layout_transform", "transpose", "reshape", "astype", "cast",
-    "squeeze", "expand_dims", "flatten", "broadcast_to", "copy", "wrap_param",
-)
-
-# Calls that manage memory, shapes and checks: the VM's bookkeeping, not model ops.
-BOOKKEEPING_PREFIXES = (
-    "relax.builtin.alloc", "relax.memory.", "relax.vm.alloc", "relax.vm.kill",
-    "relax.null_value", "relax.shape_of", "relax.builtin.stop_lift_params",
-    "vm.builtin.check_", "vm.builtin.match_", "vm.builtin.make_", "vm.builtin.alloc",
-    "vm.builtin.null_value", "vm.builtin.shape_of",
 )
 
 CALL_TIR_OPS = frozenset({
@@ -139,21 +124,6 @@ def callee_category(expr) -> tuple[str, str]:
     if isinstance(expr, StringImm):
         return "extern", str(expr.value)
     return "other", type(expr).__tvm_ffi_type_info__.type_key.rsplit(".", 1)[-1]
-
-
-@functools.lru_cache(maxsize=65536)  # asked per binding per pass, about a few dozen names
-def is_bookkeeping(callee: str) -> bool:
-    return callee.startswith(BOOKKEEPING_PREFIXES)
-
-
-@functools.lru_cache(maxsize=65536)
-def is_data_movement(callee: str) -> bool:
-    return any(word in callee for word in DATA_MOVEMENT_WORDS)
-
-
-def short_op(callee: str) -> str:
-    """``relax.nn.conv2d`` -> ``conv2d``: the op name people read in kernel names."""
-    return callee.rsplit(".", 1)[-1]
 
 
 def tensor_types(ty) -> list[tuple[tuple, str]]:

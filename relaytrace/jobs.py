@@ -144,8 +144,8 @@ def run_info(path) -> dict:
 
 def load_pair(path):
     """(Lineage, Profile) saved in an output DIR, or a profile.json beside its lineage."""
-    from .lineage import Lineage
-    from .profiler import Profile
+    from .model.lineage import Lineage
+    from .model.profile import Profile
 
     path = Path(path)
     if path.is_dir():

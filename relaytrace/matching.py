@@ -21,45 +21,20 @@ attributed to the layers they serve and marked with the pass.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, NamedTuple
+from typing import Iterable
 
 from attrs import define, field
 
 from . import digest as dg
 from . import ir
 from .digest import CONST, FIELD, ITEM, TUPLE, VAR
-from .origins import INSERTED, OP, UNRESOLVED, Origin, OriginTable
+from .model import ops
+from .model.journal import Change, PassEvent
+from .model.origin import INSERTED, OP, UNRESOLVED, Origin
+from .origins import OriginTable
 
 IDENTITY, VALUE, REPLAY, NAME, ARGS, NEW = "identity", "value", "replay", "name", "args", "new"
 _UNKNOWN = object()  # a replayed var whose value no step could follow
-
-
-@define(frozen=True)
-class PassEvent:
-    """What one pass did to one Relax function, in origins."""
-
-    index: int
-    pass_name: str
-    function: str
-    rules: tuple[tuple[str, int], ...]
-    inserted: tuple[str, ...] = ()
-    unresolved: tuple[str, ...] = ()
-    eliminated: tuple[str, ...] = ()
-    merged: tuple[tuple[str, ...], ...] = ()
-
-
-class Change(NamedTuple):
-    """One step of an origin's history: after pass N its op was carried by ``callee``.
-
-    A NamedTuple rather than an attrs class: a build records one per rewritten
-    binding per pass, and a tuple of str and int is cheaper to make and is not
-    tracked by the garbage collector."""
-
-    index: int
-    pass_name: str
-    function: str
-    callee: str
-    rule: str
 
 
 @define(frozen=True)
@@ -253,7 +228,7 @@ class Tracker:
             handle = d.vars[position]
             tok = atom_tok.get(handle)
             if tok is not None and var_value.get(handle) != d.values[position]:
-                if tok in walk.claimed and ir.is_data_movement(dg.callee_of(d, position) or ""):
+                if tok in walk.claimed and ops.is_data_movement(dg.callee_of(d, position) or ""):
                     del atom_tok[handle]  # AlterOpImpl reused the var for a layout transform
                     tok = self._bind(functions, position, walk)
                 else:
@@ -286,7 +261,7 @@ class Tracker:
             self._unregistered[handle] = (walk.d, position, tok)
             return tok
         callee = dg.callee_of(walk.d, position)
-        if callee is not None and ir.is_bookkeeping(callee):
+        if callee is not None and ops.is_bookkeeping(callee):
             return tok  # an output buffer re-planned by the memory passes: not a change of the op
         if callee is not None:
             self._unregistered[handle] = (walk.d, position, tok)
@@ -313,7 +288,7 @@ class Tracker:
                 self._atom_tok[handle] = tok
             return tok
         callee, gv, atoms = record
-        if ir.is_bookkeeping(callee):
+        if ops.is_bookkeeping(callee):
             walk.bookkeeping.add(handle)
             return None
         self._var_value[handle] = d.values[position]
@@ -329,7 +304,7 @@ class Tracker:
         if tok is None:
             tok, rule = self._new_token(()), NEW
             walk.new.append((tok, callee))
-            if ir.is_data_movement(callee) and key[1]:
+            if ops.is_data_movement(callee) and key[1]:
                 self._alias(tok, key[1][0])  # a layout change keeps the value's identity
         walk.changes.append((tok, position, rule, callee))
         walk.claimed.add(tok)
@@ -478,10 +453,10 @@ class Tracker:
             if tok in walk.claimed:
                 continue
             handle, old_callee = index.tok_var[tok]
-            if ir.is_data_movement(callee) and not ir.is_data_movement(old_callee):
+            if ops.is_data_movement(callee) and not ops.is_data_movement(old_callee):
                 continue
             now = walk.callee_of().get(handle)
-            if now is None or (ir.is_data_movement(now) and not ir.is_data_movement(old_callee)):
+            if now is None or (ops.is_data_movement(now) and not ops.is_data_movement(old_callee)):
                 found.append(tok)
         return found[0] if len(found) == 1 else None
 
@@ -584,9 +559,9 @@ class Tracker:
         pending = {tok: callee for tok, callee in walk.new}
         for tok, callee in walk.new:
             serves = self._serves(tok, pending, walk, set())
-            kind = INSERTED if ir.is_data_movement(callee) else UNRESOLVED
-            layer = self.origins[serves[0]].layer if serves else f"{fname}.{ir.short_op(callee)}"
-            oid = self._fresh_id(f"{kind}:{pass_name}:{ir.short_op(callee)}@{serves[0] if serves else fname}")
+            kind = INSERTED if ops.is_data_movement(callee) else UNRESOLVED
+            layer = self.origins[serves[0]].layer if serves else f"{fname}.{ops.short_op(callee)}"
+            oid = self._fresh_id(f"{kind}:{pass_name}:{ops.short_op(callee)}@{serves[0] if serves else fname}")
             self.origins[oid] = Origin(
                 id=oid, layer=layer, op=callee, function=fname, index=-1,
                 kind=kind, pass_name=pass_name, serves=tuple(serves),

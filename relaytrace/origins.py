@@ -1,8 +1,5 @@
-"""Origins: one stable record per op of the input model.
-
-An id depends only on the model (layer name, op, order within the layer), never on
-the target, pipeline or layout, so two builds of one model compare id by id.
-"""
+"""Origin assignment: an ``Origin`` (``model.origin``) for every op binding of the
+input module, with the handles of the vars that carry them."""
 
 from __future__ import annotations
 
@@ -12,38 +9,8 @@ from attrs import define, field
 
 from . import digest as dg
 from . import ir
-
-OP = "op"
-INSERTED = "inserted"
-UNRESOLVED = "unresolved"
-
-Shape = tuple
-
-
-@define(frozen=True, slots=False)
-class Origin:
-    """One op of the input model. Not slotted: attrs fills a frozen instance's
-    ``__dict__`` directly but a slotted one through a setter call per field, and a
-    build makes one Origin per op; this halves that."""
-
-    id: str
-    layer: str
-    op: str
-    function: str
-    index: int
-    input_shapes: tuple[Shape, ...] = ()
-    input_dtypes: tuple[str, ...] = ()
-    output_shapes: tuple[Shape, ...] = ()
-    output_dtypes: tuple[str, ...] = ()
-    kind: str = OP
-    pass_name: str = ""
-    serves: tuple[str, ...] = ()
-    source_op: str = ""  # the frontend's op (aten op, ONNX op_type), when imported
-
-    @property
-    def short_op(self) -> str:
-        return ir.short_op(self.op)
-
+from .model.ops import is_bookkeeping, short_op
+from .model.origin import Origin
 
 @define(frozen=True)
 class OriginTable:
@@ -82,14 +49,14 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=dg.
                 producers[handle] = _producers_of(dg.value(d, index), producers)
                 continue
             callee, _, atoms = record
-            if ir.is_bookkeeping(callee):
+            if is_bookkeeping(callee):
                 continue
             named = layer_of(fname, handle, index) if layer_of else None
             if named is None:
                 layer, source_op = _unique(prefix + d.strings[d.name_at[index]], used_layers), ""
             else:
                 layer, source_op = named
-            oid = _unique(f"{layer}/{ir.short_op(callee)}", used_ids, sep="#")
+            oid = _unique(f"{layer}/{short_op(callee)}", used_ids, sep="#")
             in_shapes, in_dtypes = (), ()
             for i in range(0, len(atoms), 3):
                 if atoms[i] == dg.VAR or atoms[i] == dg.CONST:

@@ -60,7 +60,7 @@ def resnet50_profiled(resnet50):
 def move_origin(lineage, origin: str, to):
     """The lineage with ``origin`` taken from its call site and put at call site ``to``:
     a deliberately wrong lineage, for verification to catch."""
-    from relaytrace.lineage import Role
+    from relaytrace.model.lineage import Role
 
     kernels = {}
     for kernel, sites in lineage.kernels.items():

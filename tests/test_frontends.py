@@ -10,7 +10,7 @@ from relaytrace import zoo
 from relaytrace.errors import RelaytraceError
 from relaytrace.frontends.onnx import export_torch_to_onnx, from_onnx, torch_layer_name
 from relaytrace.frontends.torch import from_torch
-from relaytrace.origins import OP
+from relaytrace.model.origin import OP
 
 torch = pytest.importorskip("torch")
 NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}

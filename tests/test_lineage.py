@@ -6,8 +6,8 @@ import pytest
 
 from relaytrace import Lineage, UnknownNameError
 from relaytrace.errors import LineageFormatError
-from relaytrace.lineage import Role
-from relaytrace.matching import Change
+from relaytrace.model.lineage import Role
+from relaytrace.model.journal import Change
 
 
 def test_queries(builds):

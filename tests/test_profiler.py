@@ -7,7 +7,7 @@ import pytest
 import relaytrace
 from relaytrace import attribution as A
 from relaytrace.errors import LineageFormatError, RelaytraceError
-from relaytrace.profiler import KERNEL, Profile
+from relaytrace.model.profile import KERNEL, Profile
 from relaytrace.render import export
 from relaytrace.render.table import category_table, kernel_table, layer_table, op_type_table
 

@@ -9,7 +9,7 @@ import tvm
 from tvm import relax
 
 import relaytrace
-from relaytrace.origins import INSERTED, OP, UNRESOLVED
+from relaytrace.model.origin import INSERTED, OP, UNRESOLVED
 from relaytrace.relax_models import resnet_style
 
 from .conftest import CONFIGS, run_vm

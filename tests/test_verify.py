@@ -9,8 +9,8 @@ import attrs
 import pytest
 
 import relaytrace
-from relaytrace.lineage import Lineage
-from relaytrace.verify import SUSPECT, VERIFIED
+from relaytrace.model.lineage import Lineage
+from relaytrace.model.verification import SUSPECT, VERIFIED
 
 from .conftest import NHWC, move_origin
 

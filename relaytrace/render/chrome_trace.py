@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..lineage import Lineage
-from ..profiler import KERNEL
+from ..model.lineage import Lineage
+from ..model.profile import KERNEL
 
 
 def chrome_trace(lineage: Lineage, profile) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import graphviz
 
-from ..origins import OP
+from ..model.origin import OP
 from .graphviz import _node_names
 
 _FASTER = ("#edf8e9", "#bae4b3", "#74c476", "#31a354", "#006d2c")

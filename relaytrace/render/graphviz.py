@@ -15,8 +15,8 @@ import graphviz
 
 from .. import attribution as A
 from ..errors import RelaytraceError
-from ..lineage import Lineage
-from ..origins import OP
+from ..model.lineage import Lineage
+from ..model.origin import OP
 
 FORMATS = ("dot", "svg", "png", "pdf")
 _SCALE = ("#fff5f0", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#99000d")
@@ -39,7 +39,7 @@ def _fill(fraction: float) -> dict:
 def _site_times(lineage: Lineage, profile) -> dict[str, float]:
     if profile is None:
         return {}
-    from ..profiler import KERNEL
+    from ..model.profile import KERNEL
 
     A.check_match(lineage, profile)
     return {f"{k}#{c}": us for (k, c), us in profile.mean_by_site(KERNEL).items()}

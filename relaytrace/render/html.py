@@ -10,7 +10,7 @@ import html
 import json
 
 from .. import attribution as A
-from ..lineage import Lineage
+from ..model.lineage import Lineage
 from . import graphviz as G
 
 _STYLE = """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..lineage import Lineage
+from ..model.lineage import Lineage
 
 
 def format_table(headers, rows) -> str:

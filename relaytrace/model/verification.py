@@ -11,8 +11,8 @@ ones, against ground truth read from the recorded IR, not from the tracker:
   Var bound to ``relax.nn.conv2d`` before and to ``call_tir(conv2d4, ...)`` after says
   that ``conv2d4`` computes a ``relax.nn.conv2d``.
 
-``kernel_members(recording)`` reads that truth once per build (it needs TVM);
-``verify(lineage)`` is pure: each site's origins must match its members one to one,
+``truth.kernel_members`` reads that truth once per build (it needs TVM); ``verify``
+here is pure: each site's origins must match its members one to one,
 op for op, and the lineage must keep its invariants (a fusion pass eliminates no
 compute op; an origin runs at one site; the model's data flow runs forwards through
 the sites; an inserted op sits next to the layer it serves). A site that fails is **suspect**, with the reasons; one whose truth is not
@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from attrs import define, field
+from attrs import define
+
+from .ops import is_data_movement
 
 VERIFIED, SUSPECT, UNVERIFIED = "verified", "suspect", "unverified"
 FUSION_PASSES = frozenset({"FuseOps", "FuseTIR"})
@@ -205,102 +207,8 @@ def _misplaced_inserted(site, lineage, where, neighbours) -> list[str]:
 
 
 def _moves_data(op: str) -> bool:
-    from .ops import op_rank
-
-    return op_rank(op) == 0
+    return is_data_movement(op)
 
 
 def _short(op: str) -> str:
     return op.rsplit(".", 1)[-1]
-
-
-# -- the truth, from the recorded IR (needs TVM) --------------------------------
-
-def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], read,
-                   modules=()) -> dict[str, tuple[Member, ...]]:
-    """kernel name -> its members, from the functions of the input and of each
-    recorded pass (``ir.function_map``s); ``read(func, old)`` reads a function's digest
-    (bindings ``old`` has too left out; None when it has them all). ``modules``, the
-    modules the passes returned, are asked for the ``operator_name`` attribute of
-    PrimFuncs no binding explains: the op an implementation (AlterOpImpl's) declares."""
-    from . import digest as dg
-    from . import ir
-
-    prim_ops: dict[str, set[str]] = {}
-    groups: dict[str, object] = {}  # fused group name -> its function, as the last pass that had it left it
-    computes = _Computes(read, prim_ops)
-    computes.record(input_functions, input_=True)
-    modules = list(modules)
-    members_at = None  # the module whose PrimFuncs the kernels are made of: FuseOps' (or the last)
-    for i, (functions, _) in enumerate(recorded):
-        for name, func in functions.items():
-            if ir.is_primitive(func):
-                groups[name] = func
-        if not groups:  # once fused, ops are found through the groups, and main need not be read
-            computes.record(functions)
-        if i < len(modules) and ir.model_functions(functions) and (not groups or members_at is None):
-            members_at = modules[i]
-    named = _declared_ops(members_at, ir) if members_at is not None else {}
-    for prim, op in named.items():
-        prim_ops.setdefault(prim, set()).add(op)
-    out: dict[str, tuple[Member, ...]] = {}
-    for name, func in groups.items():
-        d = read(func)
-        calls = (dg.call_record(d, position) for position in range(len(d.vars)))
-        out[name] = tuple(Member(c[0], tuple(sorted(prim_ops.get(c[0], ()))))
-                          for c in calls if c is not None and c[1] and not ir.is_bookkeeping(c[0]))
-    for prim, ops in prim_ops.items():
-        out.setdefault(prim, (Member(prim, tuple(sorted(ops))),))
-    return out
-
-
-def _declared_ops(mod, ir) -> dict[str, str]:
-    """PrimFunc name -> the op its ``operator_name`` attribute declares."""
-    out: dict[str, str] = {}
-    for gv, func in mod.functions.items():
-        attrs = getattr(func, "attrs", None)
-        if not isinstance(func, ir.relax.Function) and attrs is not None and "operator_name" in attrs:
-            out[gv.name_hint] = str(attrs["operator_name"])
-    return out
-
-
-class _Computes:
-    """What each binding of the model functions computes, pass by pass: an op name,
-    or the ops of the PrimFunc it calls. A Var that computed op X before a pass and
-    calls PrimFunc P after it shows that P computes X (``prim_ops``)."""
-
-    def __init__(self, read, prim_ops: dict[str, set[str]]):
-        self.read = read
-        self.prim_ops = prim_ops
-        self.state: dict[str, tuple[object, dict[int, tuple[str, ...]]]] = {}  # name -> (function, var -> ops)
-
-    def record(self, functions: dict, input_: bool = False) -> None:
-        from . import digest as dg
-        from . import ir
-
-        for name, func in ir.model_functions(functions).items():
-            old_func, old = self.state.get(name, (None, {}))
-            if old_func is not None and old_func.same_as(func):
-                continue
-            d = self.read(func, old_func)
-            if d is None:  # rebuilt around the same bindings
-                self.state[name] = (func, old)
-                continue
-            now = {var: old[var] for var, at in zip(d.vars, d.value_at) if at < 0 and var in old}
-            for position in d.changed:
-                record = dg.call_record(d, position)
-                if record is None or ir.is_bookkeeping(record[0]):
-                    continue
-                callee, gv, _ = record
-                var = d.vars[position]
-                if not gv:  # an op; one a pass wrote in place of another still computes that one
-                    was = old.get(var, ()) if callee.startswith("relax.") else ()
-                    now[var] = tuple(sorted({callee, *was})) if callee.startswith("relax.") else ()
-                elif callee not in functions:  # a PrimFunc (not a fused group or a subfunction)
-                    was = old.get(var)
-                    if was:
-                        self.prim_ops.setdefault(callee, set()).update(was)
-                    elif input_:  # the input itself calls a PrimFunc (a frontend's emit_te): the op is its name
-                        self.prim_ops.setdefault(callee, set()).add(callee)
-                    now[var] = tuple(self.prim_ops.get(callee, ()))
-            self.state[name] = (func, now)

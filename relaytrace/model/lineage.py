@@ -1,23 +1,21 @@
-"""Lineage: which original ops each kernel call site runs, and what every pass did.
-
-A Lineage is plain data: it is queried, drawn, saved and loaded without TVM.
-"""
+"""Lineage: which original ops each kernel call site runs, what every pass did, and
+whether the compiled IR confirms it. Plain data: queried, drawn, saved and loaded
+without TVM."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
 import attrs
 from attrs import define, field
 
-from .errors import LineageFormatError, UnknownNameError
-from .matching import Change, PassEvent
+from ..errors import LineageFormatError, UnknownNameError
+from .journal import Change, PassEvent
+from .jsonio import check_schema, make_record, read_json, tuples, write_json
 from .ops import op_rank
-from .origins import INSERTED, OP, UNRESOLVED, Origin
-from .verify import SUSPECT, UNVERIFIED, Member, SiteCheck, Verification, verify
+from .origin import INSERTED, OP, UNRESOLVED, Origin
+from .verification import SUSPECT, UNVERIFIED, Member, SiteCheck, Verification, verify
 
 SCHEMA = "relaytrace.lineage/1"
 
@@ -267,20 +265,20 @@ class Lineage:
         try:
             return cls(
                 model=data["model"], target=data["target"], pipeline=data["pipeline"],
-                origins={o["id"]: _make(Origin, o) for o in data["origins"]},
+                origins={o["id"]: make_record(Origin, o) for o in data["origins"]},
                 kernels={
-                    k: tuple(_make(CallSite, {**s, "roles": [_make(Role, r) for r in s["roles"]]}) for s in v)
+                    k: tuple(make_record(CallSite, {**s, "roles": [make_record(Role, r) for r in s["roles"]]}) for s in v)
                     for k, v in data["kernels"].items()
                 },
-                builtins=tuple(_make(BuiltinSite, b) for b in data["builtins"]),
-                events=tuple(_make(PassEvent, e) for e in data["events"]),
-                history_by_origin={k: tuple(_make(Change, c) for c in v) for k, v in data["history"].items()},
+                builtins=tuple(make_record(BuiltinSite, b) for b in data["builtins"]),
+                events=tuple(make_record(PassEvent, e) for e in data["events"]),
+                history_by_origin={k: tuple(make_record(Change, c) for c in v) for k, v in data["history"].items()},
                 eliminated_by=dict(data["eliminated"]),
                 edges=tuples(data["edges"]),
                 site_edges=tuples(data["site_edges"]),
                 degraded=tuple(data["degraded"]),
                 inputs=tuples(data.get("inputs", ())),
-                kernel_members={k: tuple(_make(Member, m) for m in v)
+                kernel_members={k: tuple(make_record(Member, m) for m in v)
                                 for k, v in data.get("kernel_members", {}).items()},
                 verification=_verification(data.get("verification")),
             )
@@ -296,50 +294,10 @@ class Lineage:
         return cls.from_json(read_json(path, "lineage"))
 
 
-def check_schema(data, schema: str, what: str) -> None:
-    if not isinstance(data, dict) or data.get("schema") != schema:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise LineageFormatError(
-            f"not a relaytrace {what} of schema {schema!r} (found {found!r}); "
-            f"write it with {what.capitalize()}.save or `relaytrace profile`"
-        )
-
-
-def tuples(value):
-    """JSON lists back to tuples, all the way down; records (NamedTuples) stay records."""
-    if type(value) in (list, tuple):
-        return tuple(tuples(v) for v in value)
-    return value
-
-
-def _make(cls, data: dict):
-    return cls(**{k: tuples(v) for k, v in data.items()})
-
-
-def write_json(path, data, overwrite: bool) -> Path:
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
-    return path
-
-
-def read_json(path, what: str):
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no {what} file at {path}")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise LineageFormatError(f"{path} is not valid JSON (line {exc.lineno}): {exc.msg}") from exc
-
-
 def _verification(data) -> Verification | None:
     if data is None:
         return None
-    return Verification(sites=tuple(_make(SiteCheck, c) for c in data["sites"]), problems=tuples(data["problems"]))
+    return Verification(sites=tuple(make_record(SiteCheck, c) for c in data["sites"]), problems=tuples(data["problems"]))
 
 
 def roles_for(origin_ids: Iterable[str], origins: dict[str, Origin]) -> tuple[Role, ...]:

@@ -1,0 +1,98 @@
+"""What the names of ops say: which only move data, which manage memory, how heavy
+each is. Plain tables, no TVM: the tracker, verification, attribution and the Relay-era
+readers share them.
+
+Names come in two forms: a Relax op (``relax.permute_dims``) and, after legalization,
+a PrimFunc named after its compute with a number (``transpose16``). Both are looked up
+exactly: the op by name, the PrimFunc by its name without the number.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+# Ops that only move, reshape or recast data. A pass may insert them (ConvertLayout,
+# AlterOpImpl, mixed precision); they are "inserted", not "unresolved".
+DATA_MOVEMENT_OPS = frozenset({
+    "relax.permute_dims", "relax.layout_transform", "relax.reshape", "relax.astype", "relax.squeeze",
+    "relax.expand_dims", "relax.flatten", "relax.broadcast_to", "relax.wrap_param", "relax.builtin.copy",
+    "vm.builtin.reshape", "vm.builtin.copy",
+})
+# the PrimFuncs LegalizeOps makes of them, by compute name (``transpose16`` -> transpose)
+DATA_MOVEMENT_PRIMFUNCS = frozenset({
+    "transpose", "layout_transform", "te_layout_transform", "reshape", "cast", "squeeze", "expand_dims",
+    "flatten", "broadcast_to", "copy",
+})
+
+# Calls that manage memory, shapes and checks: the VM's bookkeeping, not model ops.
+BOOKKEEPING_PREFIXES = (
+    "relax.builtin.alloc", "relax.memory.", "relax.vm.alloc", "relax.vm.kill",
+    "relax.null_value", "relax.shape_of", "relax.builtin.stop_lift_params",
+    "vm.builtin.check_", "vm.builtin.match_", "vm.builtin.make_", "vm.builtin.alloc",
+    "vm.builtin.null_value", "vm.builtin.shape_of",
+)
+
+# Higher ranks win the anchor of a fused kernel: the op people would name it by.
+_RANKS = (
+    (4, ("conv", "matmul", "dense", "linear", "batch_matmul", "einsum", "attention")),
+    (3, ("pool", "adaptive")),
+    (2, ("softmax", "norm", "mean", "sum", "max", "min", "reduce", "cumsum", "topk", "argmax")),
+)
+
+
+def short_op(callee: str) -> str:
+    """``relax.nn.conv2d`` -> ``conv2d``: the op name people read in kernel names."""
+    return callee.rsplit(".", 1)[-1]
+
+
+@lru_cache(maxsize=65536)  # asked per binding per pass, about a few dozen names
+def is_bookkeeping(callee: str) -> bool:
+    return callee.startswith(BOOKKEEPING_PREFIXES)
+
+
+@lru_cache(maxsize=65536)
+def is_data_movement(callee: str) -> bool:
+    """An op or a legalized PrimFunc that only moves data (``conv2d_transpose`` does not)."""
+    if callee in DATA_MOVEMENT_OPS:
+        return True
+    return "." not in callee and re.sub(r"\d+$", "", callee) in DATA_MOVEMENT_PRIMFUNCS
+
+
+@lru_cache(maxsize=None)
+def op_rank(op: str) -> int:
+    if is_data_movement(op):
+        return 0
+    name = short_op(op)
+    for rank, words in _RANKS:
+        if any(word in name for word in words):
+            return rank
+    return 1  # elementwise and the rest
+
+
+def _prod(shape) -> int:
+    out = 1
+    for d in shape:
+        out *= d if isinstance(d, int) else 1
+    return out
+
+
+def estimated_flops(origin) -> float:
+    """A rough operation count, only used to split a fused kernel's time by weight.
+
+    Shapes are those of the input model (NCHW/OIHW for convolutions), so the estimate
+    does not depend on the layout a build chose.
+    """
+    out = sum(_prod(s) for s in origin.output_shapes) or 1
+    name = short_op(origin.op)
+    ins = origin.input_shapes
+    if "conv" in name and len(ins) > 1 and len(ins[1]) >= 3:
+        return 2.0 * out * _prod(ins[1][1:])
+    if any(w in name for w in ("matmul", "dense", "linear")) and ins and ins[0]:
+        k = ins[0][-1] if isinstance(ins[0][-1], int) else 1
+        return 2.0 * out * k
+    if "pool" in name and ins and ins[0]:
+        return float(_prod(ins[0]))
+    if op_rank(origin.op) == 0:
+        return 0.5 * out
+    return float(out)

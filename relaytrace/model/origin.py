@@ -1,0 +1,42 @@
+"""Origins: one stable record per op of the input model.
+
+An id depends only on the model (layer name, op, order within the layer), never on
+the target, pipeline or layout, so two builds of one model compare id by id.
+"""
+
+from __future__ import annotations
+
+from attrs import define
+
+from .ops import short_op
+
+OP = "op"
+INSERTED = "inserted"
+UNRESOLVED = "unresolved"
+
+Shape = tuple
+
+
+@define(frozen=True, slots=False)
+class Origin:
+    """One op of the input model. Not slotted: attrs fills a frozen instance's
+    ``__dict__`` directly but a slotted one through a setter call per field, and a
+    build makes one Origin per op; this halves that."""
+
+    id: str
+    layer: str
+    op: str
+    function: str
+    index: int
+    input_shapes: tuple[Shape, ...] = ()
+    input_dtypes: tuple[str, ...] = ()
+    output_shapes: tuple[Shape, ...] = ()
+    output_dtypes: tuple[str, ...] = ()
+    kind: str = OP
+    pass_name: str = ""
+    serves: tuple[str, ...] = ()
+    source_op: str = ""  # the frontend's op (aten op, ONNX op_type), when imported
+
+    @property
+    def short_op(self) -> str:
+        return short_op(self.op)

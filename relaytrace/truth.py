@@ -1,0 +1,99 @@
+"""Ground truth for verification, read from a traced build's record (needs TVM).
+
+``kernel_members`` says what each kernel is made of: the fused group FuseOps made
+(FuseTIR keeps its name) and its member PrimFuncs, or one PrimFunc; and which op
+each PrimFunc computes, shown by the IR itself (see ``model.verification``).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from . import digest as dg
+from . import ir
+from .model.ops import is_bookkeeping
+from .model.verification import Member
+
+
+def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], read,
+                   modules=()) -> dict[str, tuple[Member, ...]]:
+    """kernel name -> its members, from the functions of the input and of each
+    recorded pass (``ir.function_map``s); ``read(func, old)`` reads a function's digest
+    (bindings ``old`` has too left out; None when it has them all). ``modules``, the
+    modules the passes returned, are asked for the ``operator_name`` attribute of
+    PrimFuncs no binding explains: the op an implementation (AlterOpImpl's) declares."""
+    prim_ops: dict[str, set[str]] = {}
+    groups: dict[str, object] = {}  # fused group name -> its function, as the last pass that had it left it
+    computes = _Computes(read, prim_ops)
+    computes.record(input_functions, input_=True)
+    modules = list(modules)
+    members_at = None  # the module whose PrimFuncs the kernels are made of: FuseOps' (or the last)
+    for i, (functions, _) in enumerate(recorded):
+        for name, func in functions.items():
+            if ir.is_primitive(func):
+                groups[name] = func
+        if not groups:  # once fused, ops are found through the groups, and main need not be read
+            computes.record(functions)
+        if i < len(modules) and ir.model_functions(functions) and (not groups or members_at is None):
+            members_at = modules[i]
+    named = _declared_ops(members_at) if members_at is not None else {}
+    for prim, op in named.items():
+        prim_ops.setdefault(prim, set()).add(op)
+    out: dict[str, tuple[Member, ...]] = {}
+    for name, func in groups.items():
+        d = read(func)
+        calls = (dg.call_record(d, position) for position in range(len(d.vars)))
+        out[name] = tuple(Member(c[0], tuple(sorted(prim_ops.get(c[0], ()))))
+                          for c in calls if c is not None and c[1] and not is_bookkeeping(c[0]))
+    for prim, ops in prim_ops.items():
+        out.setdefault(prim, (Member(prim, tuple(sorted(ops))),))
+    return out
+
+
+def _declared_ops(mod) -> dict[str, str]:
+    """PrimFunc name -> the op its ``operator_name`` attribute declares."""
+    out: dict[str, str] = {}
+    for gv, func in mod.functions.items():
+        attrs = getattr(func, "attrs", None)
+        if not isinstance(func, ir.relax.Function) and attrs is not None and "operator_name" in attrs:
+            out[gv.name_hint] = str(attrs["operator_name"])
+    return out
+
+
+class _Computes:
+    """What each binding of the model functions computes, pass by pass: an op name,
+    or the ops of the PrimFunc it calls. A Var that computed op X before a pass and
+    calls PrimFunc P after it shows that P computes X (``prim_ops``)."""
+
+    def __init__(self, read, prim_ops: dict[str, set[str]]):
+        self.read = read
+        self.prim_ops = prim_ops
+        self.state: dict[str, tuple[object, dict[int, tuple[str, ...]]]] = {}  # name -> (function, var -> ops)
+
+    def record(self, functions: dict, input_: bool = False) -> None:
+        for name, func in ir.model_functions(functions).items():
+            old_func, old = self.state.get(name, (None, {}))
+            if old_func is not None and old_func.same_as(func):
+                continue
+            d = self.read(func, old_func)
+            if d is None:  # rebuilt around the same bindings
+                self.state[name] = (func, old)
+                continue
+            now = {var: old[var] for var, at in zip(d.vars, d.value_at) if at < 0 and var in old}
+            for position in d.changed:
+                record = dg.call_record(d, position)
+                if record is None or is_bookkeeping(record[0]):
+                    continue
+                callee, gv, _ = record
+                var = d.vars[position]
+                if not gv:  # an op; one a pass wrote in place of another still computes that one
+                    was = old.get(var, ()) if callee.startswith("relax.") else ()
+                    now[var] = tuple(sorted({callee, *was})) if callee.startswith("relax.") else ()
+                elif callee not in functions:  # a PrimFunc (not a fused group or a subfunction)
+                    was = old.get(var)
+                    if was:
+                        self.prim_ops.setdefault(callee, set()).update(was)
+                    elif input_:  # the input itself calls a PrimFunc (a frontend's emit_te): the op is its name
+                        self.prim_ops.setdefault(callee, set()).add(callee)
+                    now[var] = tuple(self.prim_ops.get(callee, ()))
+            self.state[name] = (func, now)
