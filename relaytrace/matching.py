@@ -4,14 +4,18 @@ A *token* stands for one value of the program as the passes see it; it carries a
 of origin ids. Tokens outlive passes: a binding that a pass rewrites is given the
 token of the binding it came from, found by one of five rules, tried in order:
 
-1. identity: the Var object survived the pass;
+1. identity: the Var object survived the pass (unless it named another value and
+   now calls something of its own, or AlterOpImpl reused it for a layout transform);
 2. value key: ``(callee, argument tokens)`` equals a key seen before, with
    ``call_tir(F, args)`` and the lowered ``F(args, out)`` alike;
 3. replay: a call of a fused (``Primitive``) function is matched through its body,
    parameters bound to this call site's arguments;
-4. name: a binding of the same name and callee that the pass no longer has;
-5. args: the same inputs as an old binding that is gone or now moves data (an
-   implementation swapped by AlterOpImpl).
+4. args: the same inputs as an old binding that is gone or now moves data (an
+   implementation swapped by AlterOpImpl);
+5. inputs: the same op on the same tensor inputs as a binding whose var the pass
+   dropped, with constant arguments rewritten (ConvertLayout's new axes).
+
+Names are never evidence: generated names such as ``lv20`` recur.
 
 A binding no rule explains is new: *inserted* when it only moves data (a layout
 transform, a cast), otherwise *unresolved*; both get an origin of their own,
@@ -33,7 +37,7 @@ from .model.journal import Change, PassEvent
 from .model.origin import INSERTED, OP, UNRESOLVED, Origin
 from .origins import OriginTable
 
-IDENTITY, VALUE, REPLAY, NAME, ARGS, NEW = "identity", "value", "replay", "name", "args", "new"
+IDENTITY, VALUE, REPLAY, ARGS, INPUTS, NEW = "identity", "value", "replay", "args", "inputs", "new"
 _UNKNOWN = object()  # a replayed var whose value no step could follow
 
 
@@ -41,10 +45,9 @@ _UNKNOWN = object()  # a replayed var whose value no step could follow
 class _Index:
     """Look-ups into a function as the last pass left it, for the rules after identity."""
 
-    by_name: dict[tuple[str, str], int]  # (var name, callee) -> token
-    var_names: dict[str, int]
     by_args: dict[tuple, list[int]]  # argument tokens -> tokens
     tok_var: dict[int, tuple[int, str]]  # token -> (var handle, callee)
+    by_inputs: dict[tuple, list[tuple[int, tuple]]]  # (callee, var argument tokens) -> (token, all argument tokens)
 
 
 @define
@@ -62,21 +65,20 @@ class _FunctionState:
 
     def index(self, tracker: "Tracker") -> _Index:
         if self._index is None:
-            by_name, var_names, by_args, tok_var = {}, {}, {}, {}
+            by_args, tok_var, by_inputs = {}, {}, {}
             d = _full(self.digest, self.func)
             for position, handle in enumerate(d.vars):
                 tok = tracker._atom_tok.get(handle)
                 if tok is None:
                     continue
-                name = dg.name(d, position)
-                var_names[name] = tok
                 record = dg.call_record(d, position)
                 if record is not None:
                     callee, _, atoms = record
-                    by_name[(name, callee)] = tok
                     tok_var[tok] = (handle, callee)
-                    by_args.setdefault(tracker._key(callee, atoms)[1], []).append(tok)
-            self._index = _Index(by_name, var_names, by_args, tok_var)
+                    args = tracker._key(callee, atoms)[1]
+                    by_args.setdefault(args, []).append(tok)
+                    by_inputs.setdefault((callee, tracker._var_inputs(atoms)), []).append((tok, args))
+            self._index = _Index(by_args, tok_var, by_inputs)
         return self._index
 
 
@@ -96,8 +98,8 @@ class _Walk:
     uses: dict[int, list[int]] = field(factory=dict)
     args_of: dict[int, list[int]] = field(factory=dict)
     recipes: dict[int, tuple | None] = field(factory=dict)  # callee GlobalVar handle -> its recipe
+    _present: set[int] | None = None
     _callee_of: dict[int, str] | None = None
-    _names: dict[int, str] | None = None
 
     def callee_of(self) -> dict[int, str]:
         """var handle -> callee after the pass; built only when the args rule asks."""
@@ -110,11 +112,11 @@ class _Walk:
                     self._callee_of[handle] = callee
         return self._callee_of
 
-    def names(self) -> dict[int, str]:
-        """var handle -> name; built only when a var must be found by its old name."""
-        if self._names is None:
-            self._names = dg.names_by_handle(_full(self.d, self.func))
-        return self._names
+    def present(self) -> set[int]:
+        """Handles of the vars bound after the pass; built only when a rule asks."""
+        if self._present is None:
+            self._present = set(self.d.vars)
+        return self._present
 
 
 class Tracker:
@@ -133,6 +135,7 @@ class Tracker:
         # are looked up at C speed (``_key``); handles of distinct live objects differ
         self._atom_tok: dict[int, int] = {}
         self._var_value: dict[int, int] = {}
+        self._aliases: set[int] = set()  # vars bound to another value (an alias, a tuple, a field)
         self._param_tok: dict[tuple[str, str], int] = {}
         self._keys: dict[tuple, tuple[int, ...]] = {}
         self._unregistered: dict[int, tuple[dg.Digest, int, int]] = {}  # var handle -> (digest, position, token)
@@ -228,7 +231,13 @@ class Tracker:
             handle = d.vars[position]
             tok = atom_tok.get(handle)
             if tok is not None and var_value.get(handle) != d.values[position]:
-                if tok in walk.claimed and ops.is_data_movement(dg.callee_of(d, position) or ""):
+                if handle in self._aliases and d.call_at[position] >= 0:
+                    # a var that named another binding's value now calls something of its
+                    # own (ConvertLayout's permute into the output var): not that value
+                    del atom_tok[handle]
+                    self._aliases.discard(handle)
+                    tok = self._bind(functions, position, walk)
+                elif tok in walk.claimed and ops.is_data_movement(dg.callee_of(d, position) or ""):
                     del atom_tok[handle]  # AlterOpImpl reused the var for a layout transform
                     tok = self._bind(functions, position, walk)
                 else:
@@ -286,6 +295,7 @@ class Tracker:
             tok = self._structural(dg.value(d, position))
             if tok is not None:
                 self._atom_tok[handle] = tok
+                self._aliases.add(handle)
             return tok
         callee, gv, atoms = record
         if ops.is_bookkeeping(callee):
@@ -293,14 +303,14 @@ class Tracker:
             return None
         self._var_value[handle] = d.values[position]
         self._flush()
-        key = self._key(callee, atoms, walk)
+        key = self._key(callee, atoms)
         tok, rule = self._match(key, walk), VALUE
         if tok is None and gv:
             tok, rule = self._replay(functions, gv, callee, atoms, walk), REPLAY
         if tok is None and walk.old is not None:
-            tok, rule = self._by_name(dg.name(d, position), callee, walk), NAME
-        if tok is None and walk.old is not None:
             tok, rule = self._by_args(callee, key[1], walk), ARGS
+        if tok is None and walk.old is not None:
+            tok, rule = self._by_inputs(callee, atoms, key[1], walk), INPUTS
         if tok is None:
             tok, rule = self._new_token(()), NEW
             walk.new.append((tok, callee))
@@ -353,6 +363,9 @@ class Tracker:
                 return found[0]
             tok = self._new_token(frozenset().union(*(self._tok_origins[p] for p in parts if p is not None)) if parts else ())
             self._keys[key] = (tok,)
+            for i, part in enumerate(parts):  # (a, b)[0] is a
+                if part is not None:
+                    self._keys[("item", tok, i)] = (part,)
             return tok
         return self._atom_tok.get(value[1]) if kind == VAR else None  # an alias
 
@@ -398,20 +411,17 @@ class Tracker:
     def _alias(self, new_tok: int, tok: int) -> None:
         self._canon[new_tok] = self._canon.get(tok, tok)
 
-    def _resolve(self, kind, handle, walk=None) -> int | None:
-        """An argument's canonical token. Inside a walk, a var the pass re-created
-        under its old name (and not yet bound) is found by that name."""
+    def _resolve(self, kind, handle) -> int | None:
+        """An argument's canonical token (a constant seen for the first time gets one)."""
         if kind == VAR:
             tok = self._atom_tok.get(handle)
-            if tok is None and walk is not None and walk.old is not None and handle not in walk.bookkeeping:
-                tok = walk.old.index(self).var_names.get(walk.names().get(handle))
         elif kind == CONST:
             tok = self._const_token(handle)
         else:
             return None
         return None if tok is None else self._canon_of(tok)
 
-    def _key(self, callee, atoms, walk=None) -> tuple:
+    def _key(self, callee, atoms) -> tuple:
         """(callee, canonical tokens of the vars and constants among its arguments and
         their tuples' fields): what a value computes, whatever its var."""
         canon, toks = self._canon, tuple(map(self._atom_tok.get, atoms[1::3]))  # hot: at C speed
@@ -419,8 +429,8 @@ class Tracker:
             return (callee, tuple(map(canon.get, toks, toks)))
         resolved = []
         for i, tok in zip(range(0, len(atoms), 3), toks):
-            if tok is None:  # a constant seen first, a var known only by name, a tuple, another atom
-                tok = self._resolve(atoms[i] % FIELD, atoms[i + 1], walk)
+            if tok is None:  # a constant seen first, a tuple, another atom
+                tok = self._resolve(atoms[i] % FIELD, atoms[i + 1])
             if tok is not None:
                 resolved.append(canon.get(tok, tok))
         return (callee, tuple(resolved))
@@ -433,16 +443,6 @@ class Tracker:
             if tok not in walk.claimed:
                 return tok
         return None  # never hand one value's origins to two bindings
-
-    def _by_name(self, name, callee, walk) -> int | None:
-        """Rule 4: the old binding of this name and callee, if the pass no longer has
-        its var (generated names such as ``lv20`` recur: a binding still there keeps
-        its own token)."""
-        index = walk.old.index(self)
-        tok = index.by_name.get((name, callee))
-        if tok is None or tok in walk.claimed or index.tok_var[tok][0] in walk.names():
-            return None
-        return tok
 
     def _by_args(self, callee, args, walk) -> int | None:
         """An op whose implementation was swapped (AlterOpImpl): same inputs, new callee,
@@ -460,6 +460,27 @@ class Tracker:
                 found.append(tok)
         return found[0] if len(found) == 1 else None
 
+    def _by_inputs(self, callee, atoms, args, walk) -> int | None:
+        """The same op on the same tensor inputs as a binding whose var the pass
+        dropped, its constant arguments rewritten (ConvertLayout turns a slice's axis 1
+        into 3). Of several such bindings, the one whose constants agree most; none
+        when that is not one."""
+        index = walk.old.index(self)
+        present = walk.present()
+        found = [(sum(a == b for a, b in zip(old_args, args)), tok)
+                 for tok, old_args in index.by_inputs.get((callee, self._var_inputs(atoms)), ())
+                 if tok not in walk.claimed and index.tok_var[tok][0] not in present]
+        if not found:
+            return None
+        best = max(score for score, _ in found)
+        winners = [tok for score, tok in found if score == best]
+        return winners[0] if len(winners) == 1 else None
+
+    def _var_inputs(self, atoms) -> tuple:
+        """Canonical tokens of a call's var arguments (tuple fields included), constants left out."""
+        toks = (self._atom_tok.get(atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] % FIELD == VAR)
+        return tuple(self._canon_of(t) for t in toks if t is not None)
+
     def _replay(self, functions, gv, name, atoms, walk) -> int | None:
         recipe = walk.recipes.get(gv, False)
         if recipe is False:
@@ -473,8 +494,8 @@ class Tracker:
             return None
         env: dict[int, int | None] = {}  # None: an argument no key holds (as ``_key`` leaves it out)
         for param, tok, (kind, handle) in zip(params, self.argument_tokens(atoms), args):
-            if tok is None:  # a constant seen first, or a var known only by name
-                tok = self._resolve(kind, handle, walk)
+            if tok is None:  # a constant seen first
+                tok = self._resolve(kind, handle)
             if tok is not None or kind not in (VAR, CONST):
                 env[param] = tok
         matched: list[int] = []

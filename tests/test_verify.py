@@ -192,26 +192,3 @@ def test_ops_a_user_pass_made_up_leave_their_sites_unverified_not_suspect(resnet
         assert any("no tracking rule explains" in r for r in lineage.check(site).reasons)
         assert any(lineage.origins[o].kind == "unresolved" for o in site.origin_ids)
     assert cov.verified_sites == cov.call_sites - len(cov.unverified) > 0
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["resnet18", "resnet50", "resnet50_v1", "vgg16", "mobilenet_v2"])
-def test_zoo_verifies_in_every_pipeline_through_torch_and_onnx(name, tmp_path):
-    """Every call site of every zoo model verified: unfused, fused and NHWC, imported
-    from torch and from an ONNX export of the same module."""
-    pytest.importorskip("torch")
-    from relaytrace import zoo
-    from relaytrace.frontends.onnx import export_torch_to_onnx, from_onnx
-    from relaytrace.frontends.torch import from_torch
-
-    from .conftest import CONFIGS
-
-    module, example = zoo.get(name)
-    models = {"torch": from_torch(module, (example,), name=name),
-              "onnx": from_onnx(export_torch_to_onnx(module, (example,), tmp_path / f"{name}.onnx"), name=name)}
-    for frontend, model in models.items():
-        for config, (pipeline, layout) in CONFIGS.items():
-            _, lineage = relaytrace.build(model, "llvm", pipeline=pipeline, convert_layout=layout)
-            cov = lineage.coverage()
-            assert lineage.verification.ok and cov.complete and not cov.unverified, \
-                (frontend, config, lineage.verification.summary(), cov.suspect[:3], cov.unverified[:3])

@@ -5,7 +5,8 @@ and weights. A model is an image stage (conv, depthwise, grouped and transposed
 conv, batchnorm, channels-first LayerNorm written out, nn.LayerNorm after a permute,
 GELU / SiLU / ReLU6 / sigmoid gating, residual adds, split + concat, pooling, a
 module called twice), optionally followed by a token stage (flatten + transpose,
-causal self-attention, an MLP), and a linear head. Module names say what a layer
+causal self-attention, an MLP), and a linear head or none (the feature map is the
+output, as in dense prediction). Module names say what a layer
 is (``b3_dwconv``), so a lineage reads against the model at a glance.
 """
 
@@ -166,16 +167,16 @@ def generate(seed: int):
                 self.tokens = nn.Sequential(*stage)
             self.head = nn.Linear(c, 10)
             self.input_shape = (1, 3, size_in, size_in)
+            self.dense = rng.random() < 0.25  # a dense prediction: the feature map is the output
 
         def forward(self, x):
             x = self.stem(x)
             for layer in self.blocks.values():
                 x = layer(x)
             if self.tokens is not None:
-                x = self.tokens(x.flatten(2).transpose(1, 2)).mean(1)
-            else:
-                x = x.mean([2, 3])
-            return self.head(x)
+                x = self.tokens(x.flatten(2).transpose(1, 2))
+                return x if self.dense else self.head(x.mean(1))
+            return x if self.dense else self.head(x.mean([2, 3]))
 
     size_in = rng.choice([8, 16])
     module = Generated()
