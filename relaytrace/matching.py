@@ -445,15 +445,19 @@ class Tracker:
         return None  # never hand one value's origins to two bindings
 
     def _by_args(self, callee, args, walk) -> int | None:
-        """An op whose implementation was swapped (AlterOpImpl): same inputs, new callee,
-        and the old binding is gone or now holds a layout transform."""
+        """An op whose implementation was swapped (AlterOpImpl): one PrimFunc for
+        another on the same inputs, and the old binding is gone or now holds a layout
+        transform. Not one Relax op for another: a pass that writes sigmoid where relu
+        was has made a new op."""
+        if not ops.is_prim_func(callee):
+            return None
         found = []
         index = walk.old.index(self)
         for tok in index.by_args.get(args, ()):
             if tok in walk.claimed:
                 continue
             handle, old_callee = index.tok_var[tok]
-            if ops.is_data_movement(callee) and not ops.is_data_movement(old_callee):
+            if not ops.is_prim_func(old_callee) or ops.is_data_movement(callee) and not ops.is_data_movement(old_callee):
                 continue
             now = walk.callee_of().get(handle)
             if now is None or (ops.is_data_movement(now) and not ops.is_data_movement(old_callee)):

@@ -51,12 +51,18 @@ def is_bookkeeping(callee: str) -> bool:
     return callee.startswith(BOOKKEEPING_PREFIXES)
 
 
+def is_prim_func(callee: str) -> bool:
+    """A callee named as a PrimFunc or Relax function (``conv2d4``), not an op or a
+    packed function (``relax.nn.conv2d``, ``vm.builtin.reshape``)."""
+    return "." not in callee
+
+
 @lru_cache(maxsize=65536)
 def is_data_movement(callee: str) -> bool:
     """An op or a legalized PrimFunc that only moves data (``conv2d_transpose`` does not)."""
     if callee in DATA_MOVEMENT_OPS:
         return True
-    return "." not in callee and re.sub(r"\d+$", "", callee) in DATA_MOVEMENT_PRIMFUNCS
+    return is_prim_func(callee) and re.sub(r"\d+$", "", callee) in DATA_MOVEMENT_PRIMFUNCS
 
 
 @lru_cache(maxsize=None)
