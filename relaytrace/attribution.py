@@ -165,7 +165,11 @@ def _inserted_shares(lineage, site, origin, us):
 
 
 def by_layer(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[LayerRow, ...]:
-    parts = shares(lineage, profile, policy)
+    return layers_from(shares(lineage, profile, policy))
+
+
+def layers_from(parts: tuple[Share, ...]) -> tuple[LayerRow, ...]:
+    """Shares summed by layer, slowest first; they add up to the kernel time."""
     total = sum(s.us for s in parts) or 1.0
     rows: dict[str, dict] = {}
     for s in parts:
@@ -203,7 +207,10 @@ def module_prefix(layer: str, depth: int) -> str:
 def by_op_type(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[OpTypeRow, ...]:
     """Time per op type, with how many ops of that type ran (repeats counted): the
     weighting seed 003 asks for."""
-    parts = shares(lineage, profile, policy)
+    return op_types_from(lineage, shares(lineage, profile, policy))
+
+
+def op_types_from(lineage: Lineage, parts: tuple[Share, ...]) -> tuple[OpTypeRow, ...]:
     total = sum(s.us for s in parts) or 1.0
     us: dict[str, float] = defaultdict(float)
     for s in parts:
@@ -240,7 +247,11 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
 
 
 def by_category(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Categories:
-    parts = shares(lineage, profile, policy)
+    return categories_from(shares(lineage, profile, policy), profile)
+
+
+def categories_from(parts: tuple[Share, ...], profile: Profile) -> Categories:
+    """Where end-to-end time went: compute, inserted, unresolved, VM builtins, gap."""
     inserted: dict[str, float] = defaultdict(float)
     for s in parts:
         if s.category == INSERTED:

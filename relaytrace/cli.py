@@ -51,18 +51,17 @@ def _build_and_profile(model, args, say, inputs=None):
     return lineage, prof
 
 
-def _print_summary(lineage, prof, out: Path | None, top: int = 10) -> None:
-    from . import attribution as A
+def _print_summary(report, out: Path | None, top: int = 10) -> None:
     from .render.table import category_table, coverage_summary, layer_table
 
-    print(f"{lineage.model}: {prof.summary()}")
+    print(f"{report.lineage.model}: {report.profile.summary()}")
     print()
     print(f"top {top} layers:")
-    print(layer_table(A.by_layer(lineage, prof), top=top))
+    print(layer_table(report.layers, top=top))
     print()
-    print(category_table(A.by_category(lineage, prof)))
+    print(category_table(report.categories))
     print()
-    print(coverage_summary(lineage))
+    print(coverage_summary(report.lineage))
     if out is not None:
         from .jobs import OUTPUTS
 
@@ -72,31 +71,33 @@ def _print_summary(lineage, prof, out: Path | None, top: int = 10) -> None:
 
 def cmd_demo(args) -> int:
     from .jobs import prepare_out_dir, write_outputs
+    from .report import make_report
 
     say = _progress(args)
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {args.model}")
     args.name = args.model
-    lineage, prof = _build_and_profile(load_demo_model(args.model), args, say)
-    write_outputs(out, lineage, prof, {"model": f"demo:{args.model}", "input_shapes": [], "dtype": "float32"})
-    _print_summary(lineage, prof, out)
+    report = make_report(*_build_and_profile(load_demo_model(args.model), args, say))
+    write_outputs(out, report, {"model": f"demo:{args.model}", "input_shapes": [], "dtype": "float32"})
+    _print_summary(report, out)
     return 0
 
 
 def cmd_profile(args) -> int:
     from .jobs import load_model, parse_shape, prepare_out_dir, write_outputs
+    from .report import make_report
 
     shapes = [parse_shape(s) for s in args.input_shape]
     say = _progress(args)
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {args.model}")
     loaded = load_model(args.model, shapes, args.dtype)
-    lineage, prof = _build_and_profile(loaded.model, args, say, loaded.inputs)
-    write_outputs(out, lineage, prof, {"model": str(Path(args.model).resolve()) if args.model.endswith(".onnx")
+    report = make_report(*_build_and_profile(loaded.model, args, say, loaded.inputs))
+    write_outputs(out, report, {"model": str(Path(args.model).resolve()) if args.model.endswith(".onnx")
                                        else _absolute_factory(args.model),
                                        "input_shapes": args.input_shape, "dtype": args.dtype},
                   collapse=args.collapse)
-    _print_summary(lineage, prof, out)
+    _print_summary(report, out)
     return 0
 
 
@@ -110,24 +111,25 @@ def cmd_render(args) -> int:
     from .model.profile import Profile
     from .render import graphviz as G
     from .render.html import html_report
+    from .report import make_report
 
     source = Path(args.source)
     lineage_path = source / "lineage.json" if source.is_dir() else source
     profile_path = Path(args.profile) if args.profile else (
         lineage_path.with_name("profile.json") if lineage_path.with_name("profile.json").is_file() else None)
     lineage = Lineage.load(lineage_path)
-    prof = Profile.load(profile_path) if profile_path else None
+    report = make_report(lineage, Profile.load(profile_path)) if profile_path else None
     stem = lineage_path.parent / ("report" if args.format == "html" else f"{args.graph}")
     out = Path(args.out) if args.out else stem.with_suffix(f".{args.format}")
     if args.format == "html":
-        if prof is None:
+        if report is None:
             raise UsageError("the HTML report needs a profile: pass --profile profile.json")
         if out.exists() and not args.force:
             raise FileExistsError(f"{out} exists; pass --force to replace it")
-        out.write_text(html_report(lineage, prof))
+        out.write_text(html_report(report))
     else:
-        graph = (G.layer_graph(lineage, prof, collapse=args.collapse) if args.graph == "layers"
-                 else G.kernel_graph(lineage, prof))
+        graph = (G.layer_graph(lineage, report, collapse=args.collapse) if args.graph == "layers"
+                 else G.kernel_graph(lineage, report))
         G.render(graph, out, args.format, overwrite=args.force)
     print(out)
     return 0

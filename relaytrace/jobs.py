@@ -104,26 +104,25 @@ def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
     return out
 
 
-def write_outputs(out: Path, lineage, profile, run: dict, policy: str = "anchor",
-                  collapse: int | None = None) -> Path:
-    """Write every output into a fresh temporary directory, then move them into
-    ``out``: a failure half-way leaves ``out`` as it was."""
-    from . import attribution as A
+def write_outputs(out: Path, report, run: dict, collapse: int | None = None) -> Path:
+    """Write every output of a ``Report`` into a fresh temporary directory, then move
+    them into ``out``: a failure half-way leaves ``out`` as it was."""
     from .render import export
     from .render import graphviz as G
     from .render.chrome_trace import chrome_trace
     from .render.html import html_report
 
+    lineage, profile = report.lineage, report.profile
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".relaytrace-", dir=out.parent))
     try:
         lineage.save(staging / "lineage.json")
         profile.save(staging / "profile.json")
-        (staging / "layers.csv").write_text(export.layers_csv(A.by_layer(lineage, profile, policy)))
-        (staging / "kernels.csv").write_text(export.kernels_csv(A.by_kernel(lineage, profile)))
-        G.render(G.layer_graph(lineage, profile, collapse=collapse, policy=policy), staging / "layers.svg")
-        G.render(G.kernel_graph(lineage, profile), staging / "kernels.svg")
-        (staging / "report.html").write_text(html_report(lineage, profile, policy))
+        (staging / "layers.csv").write_text(export.layers_csv(report.layers))
+        (staging / "kernels.csv").write_text(export.kernels_csv(report.kernels))
+        G.render(G.layer_graph(lineage, report, collapse=collapse), staging / "layers.svg")
+        G.render(G.kernel_graph(lineage, report), staging / "kernels.svg")
+        (staging / "report.html").write_text(html_report(report))
         (staging / "trace.json").write_text(json.dumps(chrome_trace(lineage, profile)))
         (staging / "run.json").write_text(json.dumps(run, indent=1))  # how to rebuild: `tasks DIR`
         out.mkdir(exist_ok=True)

@@ -119,7 +119,7 @@ def test_diff_reference_reports_missing_layers_not_zero(two_runs, tmp_path):
     assert "not.in.model" in done.stdout
 
 
-def test_tasks_weights_sum_to_call_sites_and_tuning_keeps_full_lineage(tmp_path, two_runs):
+def test_tasks_weights_sum_to_call_sites(two_runs):
     from_dir = run("--quiet", "tasks", two_runs / "fused")  # the model a profile DIR was made from
     assert from_dir.returncode == 0, from_dir.stderr
     assert "conv2d" in from_dir.stdout and "layer1.0.conv1" in from_dir.stdout
@@ -128,6 +128,11 @@ def test_tasks_weights_sum_to_call_sites_and_tuning_keeps_full_lineage(tmp_path,
     total = next(line for line in done.stdout.splitlines() if line.endswith("kernel call sites"))
     weight, sites = total.split("total weight ")[1].split(" = ")
     assert int(weight) == int(sites.split()[0])
+
+
+@pytest.mark.slow
+def test_tuning_keeps_full_lineage(tmp_path):
+    """MetaSchedule tuning (minutes on 2 cores) and a full lineage of the tuned build."""
     done = run("--quiet", "tasks", TINY, "--tune", "1", "--db", tmp_path / "db", "--out", tmp_path / "tuned.json")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "kernel call sites attributed" in done.stdout and "INCOMPLETE" not in done.stdout

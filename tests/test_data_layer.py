@@ -25,6 +25,7 @@ USE_SAVED = textwrap.dedent("""
     from relaytrace.model.profile import Profile
     from relaytrace.render import export, graphviz as G, html, table
     from relaytrace.render.chrome_trace import chrome_trace
+    from relaytrace.report import make_report
 
     lineage, prof = Lineage.load(sys.argv[1]), Profile.load(sys.argv[2])
     assert lineage.verify() == lineage.verification and lineage.verification.ok
@@ -34,8 +35,10 @@ USE_SAVED = textwrap.dedent("""
     assert abs(sum(r.us for r in rows) - prof.kernel_us) < 1e-6 * prof.kernel_us
     assert "verified against the compiled IR" in table.coverage_summary(lineage)
     assert "verification" in export.kernels_csv(A.by_kernel(lineage, prof))
-    assert "Verification" in html.html_report(lineage, prof)
-    assert G.layer_graph(lineage, prof).source.startswith("digraph")
+    report = make_report(lineage, prof)
+    assert report.layers == rows
+    assert "Verification" in html.html_report(report)
+    assert G.layer_graph(lineage, report).source.startswith("digraph")
     assert chrome_trace(lineage, prof)["traceEvents"]
     loaded = [m for m in sys.modules if m.split(".")[0] in ("tvm", "tvm_ffi", "torch", "onnx")]
     assert not loaded, loaded

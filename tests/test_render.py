@@ -7,11 +7,11 @@ import subprocess
 import attrs
 import pytest
 
-from relaytrace import attribution as A
 from relaytrace.errors import RelaytraceError
 from relaytrace.render import graphviz as G
 from relaytrace.render.chrome_trace import chrome_trace
 from relaytrace.render.html import html_report
+from relaytrace.report import make_report
 
 from .conftest import move_origin
 
@@ -37,9 +37,9 @@ def test_dot_renders_with_dot_and_structure_without_profile(builds, tmp_path):
 
 def test_png_and_pdf_are_real_files(small_profiled, tmp_path):
     lineage, prof = small_profiled
-    png = G.render(G.kernel_graph(lineage, prof), tmp_path / "kernels.png")
+    png = G.render(G.kernel_graph(lineage, make_report(lineage, prof)), tmp_path / "kernels.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    pdf = G.render(G.layer_graph(lineage, prof, collapse=1), tmp_path / "layers.pdf")
+    pdf = G.render(G.layer_graph(lineage, make_report(lineage, prof), collapse=1), tmp_path / "layers.pdf")
     assert pdf.read_bytes()[:5] == b"%PDF-"
 
 
@@ -48,9 +48,9 @@ def test_render_never_overwrites_unless_asked(small_profiled, tmp_path):
     target = tmp_path / "k.svg"
     target.write_text("mine")
     with pytest.raises(FileExistsError, match="--force"):
-        G.render(G.kernel_graph(lineage, prof), target)
+        G.render(G.kernel_graph(lineage, make_report(lineage, prof)), target)
     assert target.read_text() == "mine"
-    G.render(G.kernel_graph(lineage, prof), target, overwrite=True)
+    G.render(G.kernel_graph(lineage, make_report(lineage, prof)), target, overwrite=True)
     assert target.read_text().lstrip().startswith("<?xml")
     with pytest.raises(RelaytraceError, match="unknown graph format"):
         G.render(G.kernel_graph(lineage), tmp_path / "k.gif")
@@ -60,9 +60,7 @@ def test_mismatched_profile_is_refused(builds, small_profiled):
     _, other = builds["unfused"]
     _, prof = small_profiled
     with pytest.raises(RelaytraceError, match="does not match"):
-        G.layer_graph(other, prof)
-    with pytest.raises(RelaytraceError, match="does not match"):
-        html_report(other, prof)
+        make_report(other, prof)
 
 
 def test_chrome_trace_has_required_fields_for_every_call(small_profiled):
@@ -80,7 +78,7 @@ def test_chrome_trace_has_required_fields_for_every_call(small_profiled):
 @pytest.mark.slow
 def test_resnet50_svg_names_every_kernel_and_conv_layer(resnet50_profiled, tmp_path):
     _, lineage, prof = resnet50_profiled
-    svg = G.render(G.layer_graph(lineage, prof), tmp_path / "layers.svg").read_text()
+    svg = G.render(G.layer_graph(lineage, make_report(lineage, prof)), tmp_path / "layers.svg").read_text()
     for kernel in lineage.kernels:
         assert kernel in svg, kernel
     for origin in lineage.origins.values():
@@ -100,7 +98,7 @@ def _browser():
 def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
     lineage, prof = small_profiled
     page_path = tmp_path / "report.html"
-    page_path.write_text(html_report(lineage, prof))
+    page_path.write_text(html_report(make_report(lineage, prof)))
     assert "http://" not in page_path.read_text().replace("http://www.w3.org", "")
     with _browser() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
@@ -111,7 +109,7 @@ def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(page_path.as_uri())
         assert errors == []
-        assert page.locator("#layers tbody tr").count() == len(A.by_layer(lineage, prof))
+        assert page.locator("#layers tbody tr").count() == len(make_report(lineage, prof).layers)
         assert page.locator("#kernels tbody tr").count() == len(lineage.kernels)
         assert page.locator(".graph svg g.node").count() >= len(lineage.call_sites)
         row = page.locator("#layers tbody tr", has_text="layer1_conv2_conv").first
@@ -133,7 +131,7 @@ def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
         convs = [s for s in lineage.call_sites if "conv2d" in s.kernel]
         broken = attrs.evolve(move_origin(lineage, convs[0].anchor, convs[1]), verification=None)
         broken = attrs.evolve(broken, verification=broken.verify())
-        page_path.write_text(html_report(broken, prof))
+        page_path.write_text(html_report(make_report(broken, prof)))
         page.goto(page_path.as_uri())
         assert errors == []
         suspect = broken.coverage().suspect

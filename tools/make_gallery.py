@@ -11,6 +11,7 @@ import relaytrace
 from relaytrace.cli import load_demo_model
 from relaytrace.render import graphviz as G
 from relaytrace.render.html import html_report
+from relaytrace.report import make_report
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "gallery"
 
@@ -23,10 +24,11 @@ def main() -> int:
         executable, lineage = relaytrace.build(load_demo_model(name), "llvm", convert_layout=layout, model=tag)
         x = np.random.default_rng(0).standard_normal(lineage.inputs[0][1]).astype("float32")
         prof = relaytrace.profile(executable, lineage, [x], repeat=1)
-        G.render(G.layer_graph(lineage, prof, collapse=2), OUT / f"{tag}_layers_depth2.png", overwrite=True)
-        G.render(G.kernel_graph(lineage, prof), OUT / f"{tag}_kernels.svg", overwrite=True)
-        G.render(G.layer_graph(lineage, prof), OUT / f"{tag}_layers.svg", overwrite=True)
-        (OUT / f"{tag}_report.html").write_text(html_report(lineage, prof))
+        report = make_report(lineage, prof)
+        G.render(G.layer_graph(lineage, report, collapse=2), OUT / f"{tag}_layers_depth2.png", overwrite=True)
+        G.render(G.kernel_graph(lineage, report), OUT / f"{tag}_kernels.svg", overwrite=True)
+        G.render(G.layer_graph(lineage, report), OUT / f"{tag}_layers.svg", overwrite=True)
+        (OUT / f"{tag}_report.html").write_text(html_report(report))
         print(tag, prof.summary())
     return 0
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import io
 
-from .. import attribution as A
-
 
 def layers_csv(rows) -> str:
     return _csv(["layer", "time_us", "percent", "compute_us", "inserted_us", "ops", "kernel_calls", "verification"],
@@ -28,12 +26,13 @@ def _csv(headers, rows) -> str:
     return buf.getvalue()
 
 
-def attribution_json(lineage, profile, policy: str = "anchor", depth: int = 1) -> dict:
-    layers = A.by_layer(lineage, profile, policy)
-    cats = A.by_category(lineage, profile, policy)
+def attribution_json(report, depth: int = 1) -> dict:
+    """A ``Report`` as JSON: summary, categories, layers, modules at ``depth``, op
+    types, kernels, each with its verification verdict."""
+    lineage, profile, cats = report.lineage, report.profile, report.categories
     return {
         "model": lineage.model,
-        "policy": policy,
+        "policy": report.policy,
         "summary": {"kernel_us": profile.kernel_us, "builtin_us": profile.builtin_us,
                     "e2e_median_us": profile.e2e_median_us, "gap_us": profile.gap_us},
         "categories": {name: us for name, us, _ in cats.rows()},
@@ -41,11 +40,11 @@ def attribution_json(lineage, profile, policy: str = "anchor", depth: int = 1) -
         "inserted_by_layer": dict(cats.inserted_by_layer),
         "layers": [{"layer": r.layer, "us": r.us, "percent": r.percent, "compute_us": r.compute_us,
                     "inserted_us": r.inserted_us, "ops": r.ops, "kernel_calls": r.kernels,
-                    "verification": r.status} for r in layers],
-        "modules": [{"module": k, "us": us, "percent": p} for k, us, p in A.by_prefix(layers, depth)],
+                    "verification": r.status} for r in report.layers],
+        "modules": [{"module": k, "us": us, "percent": p} for k, us, p in report.modules(depth)],
         "op_types": [{"op": r.op, "us": r.us, "percent": r.percent, "count": r.count, "layers": r.layers}
-                     for r in A.by_op_type(lineage, profile, policy)],
+                     for r in report.op_types],
         "kernels": [{"name": r.name, "us": r.us, "percent": r.percent, "count": r.count, "device": r.device,
                      "argument_shapes": r.shapes, "layers": r.layers, "verification": r.status}
-                    for r in A.by_kernel(lineage, profile)],
+                    for r in report.kernels],
     }

@@ -1,4 +1,4 @@
-"""Graphviz pictures of a lineage, coloured by time when a profile is given.
+"""Graphviz pictures of a lineage, coloured by time when a ``Report`` is given.
 
 Layer graph: one node per model op, dataflow edges, one cluster per kernel call site
 (kernel name, time, percent). Inserted ops are dashed and name their pass; eliminated
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import graphviz
 
-from .. import attribution as A
+from .. import attribution as A  # module_prefix
 from ..errors import RelaytraceError
 from ..model.lineage import Lineage
 from ..model.origin import OP
@@ -36,17 +36,12 @@ def _fill(fraction: float) -> dict:
     return {"fillcolor": _colour(fraction), "fontcolor": "white" if _index(fraction) >= 5 else "black"}
 
 
-def _site_times(lineage: Lineage, profile) -> dict[str, float]:
-    if profile is None:
-        return {}
-    from ..model.profile import KERNEL
-
-    A.check_match(lineage, profile)
-    return {f"{k}#{c}": us for (k, c), us in profile.mean_by_site(KERNEL).items()}
+def _site_times(report) -> dict[str, float]:
+    return dict(report.site_us) if report is not None else {}
 
 
-def _layer_times(lineage, profile, policy) -> dict[str, float]:
-    return {r.layer: r.us for r in A.by_layer(lineage, profile, policy)} if profile is not None else {}
+def _layer_times(report) -> dict[str, float]:
+    return {r.layer: r.us for r in report.layers} if report is not None else {}
 
 
 def _shape(origin) -> str:
@@ -67,11 +62,12 @@ def _legend(graph, hottest_us: float) -> None:
             previous = name
 
 
-def layer_graph(lineage: Lineage, profile=None, collapse: int | None = None, policy: str = "anchor"):
+def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
+    """The layer graph; coloured by time when a ``Report`` of a profile is given."""
     if collapse is not None:
-        return _collapsed_graph(lineage, profile, collapse, policy)
-    site_us = _site_times(lineage, profile)
-    layer_us = _layer_times(lineage, profile, policy)
+        return _collapsed_graph(lineage, report, collapse)
+    site_us = _site_times(report)
+    layer_us = _layer_times(report)
     total = sum(site_us.values()) or 1.0
     hottest = max(layer_us.values(), default=0.0) or 1.0
     g = graphviz.Digraph(lineage.model, graph_attr={"rankdir": "TB", "fontname": "Helvetica", "fontsize": "11",
@@ -104,7 +100,7 @@ def layer_graph(lineage: Lineage, profile=None, collapse: int | None = None, pol
             for served in origin.serves:
                 if served in placed:
                     g.edge(node[origin.id], node[served], style="dashed", color="#7a7a7a", arrowhead="empty")
-    if profile is not None:
+    if report is not None:
         _legend(g, hottest)
     return g
 
@@ -128,8 +124,8 @@ def _origin_node(graph, name, origin, layer_us, hottest, eliminated: str | None 
     graph.node(name, label, **attrs)
 
 
-def _collapsed_graph(lineage, profile, depth, policy):
-    layer_us = _layer_times(lineage, profile, policy)
+def _collapsed_graph(lineage, report, depth):
+    layer_us = _layer_times(report)
     group_us: dict[str, float] = defaultdict(float)
     for layer, us in layer_us.items():
         group_us[A.module_prefix(layer, depth)] += us
@@ -159,13 +155,14 @@ def _collapsed_graph(lineage, profile, depth, policy):
              if a in group_of and b in group_of and group_of[a] != group_of[b]}
     for a, b in sorted(edges):
         g.edge(node[a], node[b])
-    if profile is not None:
+    if report is not None:
         _legend(g, hottest)
     return g
 
 
-def kernel_graph(lineage: Lineage, profile=None):
-    site_us = _site_times(lineage, profile)
+def kernel_graph(lineage: Lineage, report=None):
+    """The kernel call-site graph; coloured by time when a ``Report`` is given."""
+    site_us = _site_times(report)
     hottest = max(site_us.values(), default=0.0) or 1.0
     total = sum(site_us.values()) or 1.0
     g = graphviz.Digraph(f"{lineage.model}_kernels",
@@ -185,7 +182,7 @@ def kernel_graph(lineage: Lineage, profile=None):
                **(_fill(us / hottest) if us is not None else {}))
     for a, b in lineage.site_edges:
         g.edge(node[by_position[a].label], node[by_position[b].label])
-    if profile is not None:
+    if report is not None:
         _legend(g, hottest)
     return g
 

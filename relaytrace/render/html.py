@@ -9,8 +9,6 @@ from __future__ import annotations
 import html
 import json
 
-from .. import attribution as A
-from ..model.lineage import Lineage
 from . import graphviz as G
 
 _STYLE = """
@@ -82,8 +80,8 @@ document.querySelectorAll('.graph g.node').forEach(g => { if (g.id.startsWith('s
 """
 
 
-def report_data(lineage: Lineage, profile, categories, policy: str = "anchor") -> dict:
-    layers = A.by_layer(lineage, profile, policy)
+def report_data(report) -> dict:
+    lineage = report.lineage
     checks = lineage.site_checks()
     layer_sites: dict[str, list[str]] = {}
     for s in lineage.call_sites:
@@ -95,28 +93,28 @@ def report_data(lineage: Lineage, profile, categories, policy: str = "anchor") -
                     layer_sites[layer].append(s.label)
     return {
         "layers": [{"layer": r.layer, "ms": r.us / 1e3, "percent": r.percent, "inserted_ms": r.inserted_us / 1e3,
-                    "ops": list(r.ops), "sites": list(r.kernels), "status": r.status} for r in layers],
+                    "ops": list(r.ops), "sites": list(r.kernels), "status": r.status} for r in report.layers],
         "kernels": [{"name": r.name, "us": r.us, "percent": r.percent, "count": r.count, "device": r.device,
-                     "shapes": r.shapes, "layers": list(r.layers), "status": r.status}
-                    for r in A.by_kernel(lineage, profile)],
+                     "shapes": r.shapes, "layers": list(r.layers), "status": r.status} for r in report.kernels],
         "checks": [{"site": s.label, "status": checks[s.position].status, "reasons": list(checks[s.position].reasons)}
                    for s in lineage.call_sites if checks[s.position].status != "verified"],
         "op_types": [{"op": r.op, "ms": r.us / 1e3, "percent": r.percent, "count": r.count, "layers": r.layers}
-                     for r in A.by_op_type(lineage, profile, policy)],
-        "categories": [{"name": n, "ms": us / 1e3, "percent": p} for n, us, p in categories.rows()],
+                     for r in report.op_types],
+        "categories": [{"name": n, "ms": us / 1e3, "percent": p} for n, us, p in report.categories.rows()],
         "layer_sites": layer_sites,
         "kernel_sites": {k: [s.label for s in v] for k, v in lineage.kernels.items()},
     }
 
 
-def html_report(lineage: Lineage, profile, policy: str = "anchor") -> str:
-    cats = A.by_category(lineage, profile, policy)
-    data = report_data(lineage, profile, cats, policy)
-    svg = G.kernel_graph(lineage, profile).pipe(format="svg").decode()
+def html_report(report) -> str:
+    """The report page of a ``Report``: one self-contained HTML file."""
+    lineage, profile, policy, cats = report.lineage, report.profile, report.policy, report.categories
+    data = report_data(report)
+    svg = G.kernel_graph(lineage, report).pipe(format="svg").decode()
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype
     caused = ", ".join(f"{html.escape(layer)} ({us / 1e3:.3f} ms)" for layer, us in cats.inserted_by_layer[:6])
     payload = json.dumps(data).replace("</", "<\\/")
-    cov = lineage.coverage()
+    cov = report.coverage
     verdict = (f"{cov.verified_sites} of {cov.call_sites} call sites verified against the compiled IR; "
                f"{len(cov.suspect)} suspect, {len(cov.unverified)} unverified"
                + ("" if not (cov.suspect or cov.unverified) else

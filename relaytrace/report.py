@@ -1,0 +1,43 @@
+"""The Report: every figure derived from one (lineage, profile, policy), computed once.
+
+Every renderer and the CLI read a Report instead of recomputing roll-ups, so the
+terminal, the CSVs, the graphs and the HTML report cannot disagree.
+"""
+
+from __future__ import annotations
+
+from attrs import define
+
+from . import attribution as A
+from .model.lineage import Coverage, Lineage
+from .model.profile import KERNEL, Profile
+
+
+@define(frozen=True)
+class Report:
+    lineage: Lineage
+    profile: Profile
+    policy: str
+    shares: tuple[A.Share, ...]
+    layers: tuple[A.LayerRow, ...]  # slowest first; they add up to the kernel time
+    kernels: tuple[A.KernelRow, ...]
+    op_types: tuple[A.OpTypeRow, ...]
+    categories: A.Categories
+    coverage: Coverage
+    site_us: dict[str, float]  # call-site label -> mean time per run
+
+    def modules(self, depth: int) -> tuple[tuple[str, float, float], ...]:
+        """(module prefix, time, percent) at a module depth (``layer3`` at depth 1)."""
+        return A.by_prefix(self.layers, depth)
+
+
+def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Report:
+    """The report of a lineage and a profile of its build (refused when they do not match)."""
+    parts = A.shares(lineage, profile, policy)
+    return Report(
+        lineage=lineage, profile=profile, policy=policy, shares=parts,
+        layers=A.layers_from(parts), kernels=A.by_kernel(lineage, profile),
+        op_types=A.op_types_from(lineage, parts), categories=A.categories_from(parts, profile),
+        coverage=lineage.coverage(),
+        site_us={f"{k}#{c}": us for (k, c), us in profile.mean_by_site(KERNEL).items()},
+    )
