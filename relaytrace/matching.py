@@ -1,25 +1,20 @@
-"""The tracking rules: which binding after a pass carries which origins.
+"""The tracker: which binding after a pass carries which origins.
 
 A *token* stands for one value of the program as the passes see it; it carries a set
 of origin ids. Tokens outlive passes: a binding that a pass rewrites is given the
-token of the binding it came from, found by one of five rules, tried in order:
-
-1. identity: the Var object survived the pass (unless it named another value and
-   now calls something of its own, or AlterOpImpl reused it for a layout transform);
-2. value key: ``(callee, argument tokens)`` equals a key seen before, with
-   ``call_tir(F, args)`` and the lowered ``F(args, out)`` alike;
-3. replay: a call of a fused (``Primitive``) function is matched through its body,
-   parameters bound to this call site's arguments;
-4. args: the same inputs as an old binding that is gone or now moves data (an
-   implementation swapped by AlterOpImpl);
-5. inputs: the same op on the same tensor inputs as a binding whose var the pass
-   dropped, with constant arguments rewritten (ConvertLayout's new axes).
-
-Names are never evidence: generated names such as ``lv20`` recur.
+token of the binding it came from. A binding whose Var object survived the pass keeps
+its token (identity), unless the var named another value and now calls something of
+its own, or AlterOpImpl reused it for a layout transform. A binding whose Var is new
+is offered to the rules of ``rules.DEFAULT_RULES`` in order (value key, replay,
+implementation swap, same inputs); names are never evidence.
 
 A binding no rule explains is new: *inserted* when it only moves data (a layout
 transform, a cast), otherwise *unresolved*; both get an origin of their own,
 attributed to the layers they serve and marked with the pass.
+
+The tracker owns the tables the rules read (``tok_origins``, ``keys``,
+``canon_table``, ``recipes``) and the helpers they call (``match``, ``new_token``,
+``alias``, ``item_token``, ``resolve``, ``raw``, ``var_inputs``).
 """
 
 from __future__ import annotations
@@ -36,9 +31,9 @@ from .model import ops
 from .model.journal import Change, PassEvent
 from .model.origin import INSERTED, OP, UNRESOLVED, Origin
 from .origins import OriginTable
+from .rules import DEFAULT_RULES, Binding
 
-IDENTITY, VALUE, REPLAY, ARGS, INPUTS, NEW = "identity", "value", "replay", "args", "inputs", "new"
-_UNKNOWN = object()  # a replayed var whose value no step could follow
+IDENTITY, NEW = "identity", "new"
 
 
 @define(frozen=True)
@@ -77,7 +72,7 @@ class _FunctionState:
                     tok_var[tok] = (handle, callee)
                     args = tracker._key(callee, atoms)[1]
                     by_args.setdefault(args, []).append(tok)
-                    by_inputs.setdefault((callee, tracker._var_inputs(atoms)), []).append((tok, args))
+                    by_inputs.setdefault((callee, tracker.var_inputs(atoms)), []).append((tok, args))
             self._index = _Index(by_args, tok_var, by_inputs)
         return self._index
 
@@ -122,25 +117,26 @@ class _Walk:
 class Tracker:
     """Follows origins from pass to pass; fed, pass by pass, the functions each one left."""
 
-    def __init__(self, table: OriginTable, read=dg.read):
+    def __init__(self, table: OriginTable, read=dg.read, rules=DEFAULT_RULES):
         self.read = read  # of each function a pass changed: ``digest.read``
+        self.rules = tuple(rules)  # tried in order on each binding whose Var is new
         self.origins: dict[str, Origin] = dict(table.origins)
         self._input_digests = dict(table.digests)  # popped as used; the table stays as it was
         self.edges = table.edges
-        self._tok_origins: list[tuple[str, ...]] = []
+        self.tok_origins: list[tuple[str, ...]] = []
         # token -> the token whose value it carries (a layout change, a fused group's
         # output). Flat: only a new token is aliased, to a canonical one (``_alias``).
-        self._canon: dict[int, int] = {}
+        self.canon_table: dict[int, int] = {}
         # the token of each var and constant, by handle: one table, so that most keys
         # are looked up at C speed (``_key``); handles of distinct live objects differ
         self._atom_tok: dict[int, int] = {}
         self._var_value: dict[int, int] = {}
         self._aliases: set[int] = set()  # vars bound to another value (an alias, a tuple, a field)
         self._param_tok: dict[tuple[str, str], int] = {}
-        self._keys: dict[tuple, tuple[int, ...]] = {}
+        self.keys: dict[tuple, tuple[int, ...]] = {}
         self._unregistered: dict[int, tuple[dg.Digest, int, int]] = {}  # var handle -> (digest, position, token)
         self._pins: list = []
-        self._recipes: dict[int, tuple | None] = {}
+        self.recipes: dict[int, tuple | None] = {}
         self._funcs: dict[str, _FunctionState] = {}
         self._pass_index = 0
         self.last_functions: dict[str, object] = {}
@@ -174,7 +170,7 @@ class Tracker:
         self.last_functions = functions  # only once all of them are accounted for
 
     def origins_of_token(self, tok: int) -> tuple[str, ...]:
-        return self._tok_origins[tok]
+        return self.tok_origins[tok]
 
     def token_of(self, var_handle: int) -> int | None:
         return self._atom_tok.get(var_handle)
@@ -186,17 +182,17 @@ class Tracker:
         """The token of each of a call record's own arguments (tuple fields left out),
         canonical unless asked otherwise; None for one that carries no token."""
         toks = [self._atom_tok.get(atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] < FIELD]
-        return list(map(self._canon.get, toks, toks)) if canonical else toks
+        return list(map(self.canon_table.get, toks, toks)) if canonical else toks
 
     # -- set-up ---------------------------------------------------------------
 
-    def _new_token(self, origins: Iterable[str]) -> int:
-        self._tok_origins.append(tuple(sorted(set(origins))))  # tuples of str: not GC-tracked
-        return len(self._tok_origins) - 1
+    def new_token(self, origins: Iterable[str]) -> int:
+        self.tok_origins.append(tuple(sorted(set(origins))))  # tuples of str: not GC-tracked
+        return len(self.tok_origins) - 1
 
     def _seed(self, table: OriginTable) -> None:
         self._pin(table.functions)
-        tok_origins, atom_tok = self._tok_origins, self._atom_tok
+        tok_origins, atom_tok = self.tok_origins, self._atom_tok
         for handle, oid in table.by_var.items():
             atom_tok[handle] = len(tok_origins)
             tok_origins.append((oid,))
@@ -250,7 +246,7 @@ class Tracker:
         if old is not None and tokens == old.tokens:
             origins = old.origins  # the common case: no op appeared or went away
         else:
-            origins = frozenset().union(*(self._tok_origins[t] for t in tokens))
+            origins = frozenset().union(*(self.tok_origins[t] for t in tokens))
         state = _FunctionState(func=func, digest=d, tokens=tokens, origins=origins, bookkeeping=walk.bookkeeping)
         self._record_event(fname, pass_name, walk, old, state)
         return state
@@ -282,11 +278,12 @@ class Tracker:
             return
         key = (fname, name)
         if key not in self._param_tok:
-            self._param_tok[key] = self._new_token(())
+            self._param_tok[key] = self.new_token(())
         self._atom_tok[handle] = self._param_tok[key]
 
     def _bind(self, functions, position, walk: _Walk) -> int | None:
-        """A binding whose Var is new to us: rules 2 to 4, else a new token."""
+        """A binding whose Var is new to us: the first of ``self.rules`` that names a
+        token, else a new token."""
         d = walk.d
         handle = d.vars[position]
         record = dg.call_record(d, position)
@@ -304,18 +301,18 @@ class Tracker:
         self._var_value[handle] = d.values[position]
         self._flush()
         key = self._key(callee, atoms)
-        tok, rule = self._match(key, walk), VALUE
-        if tok is None and gv:
-            tok, rule = self._replay(functions, gv, callee, atoms, walk), REPLAY
-        if tok is None and walk.old is not None:
-            tok, rule = self._by_args(callee, key[1], walk), ARGS
-        if tok is None and walk.old is not None:
-            tok, rule = self._by_inputs(callee, atoms, key[1], walk), INPUTS
+        binding = Binding(position, callee, gv, atoms, key[1])
+        tok, rule = None, NEW
+        for candidate in self.rules:
+            tok = candidate.find(self, functions, binding, walk)
+            if tok is not None:
+                rule = candidate.name
+                break
         if tok is None:
-            tok, rule = self._new_token(()), NEW
+            tok = self.new_token(())
             walk.new.append((tok, callee))
             if ops.is_data_movement(callee) and key[1]:
-                self._alias(tok, key[1][0])  # a layout change keeps the value's identity
+                self.alias(tok, key[1][0])  # a layout change keeps the value's identity
         walk.changes.append((tok, position, rule, callee))
         walk.claimed.add(tok)
         self._atom_tok[handle] = tok
@@ -324,9 +321,9 @@ class Tracker:
         return tok
 
     def _add_key(self, key, tok) -> None:
-        bucket = self._keys.get(key, ())
+        bucket = self.keys.get(key, ())
         if tok not in bucket:
-            self._keys[key] = bucket + (tok,)  # a tuple of ints: the GC need not track it
+            self.keys[key] = bucket + (tok,)  # a tuple of ints: the GC need not track it
 
     def _flush(self) -> None:
         """Register the keys of values that identity carried, before any look-up. They
@@ -345,7 +342,7 @@ class Tracker:
             walk.rewritten.add(tok)
             record = dg.call_record(walk.d, position)
             args = dg.arguments(record[2]) if record is not None else [dg.value(walk.d, position)[:2]]
-            walk.args_of[tok] = [t for t in (self._raw(kind, handle) for kind, handle in args) if t is not None]
+            walk.args_of[tok] = [t for t in (self.raw(kind, handle) for kind, handle in args) if t is not None]
             for t in walk.args_of[tok]:
                 walk.uses.setdefault(t, []).append(tok)
 
@@ -353,32 +350,32 @@ class Tracker:
         """Aliases, tuples and projections carry the origins of what they hold."""
         kind = value[0]
         if kind == ITEM:
-            tup = self._raw(*value[2][:2])
-            return None if tup is None else self._item_token(tup, value[3])
+            tup = self.raw(*value[2][:2])
+            return None if tup is None else self.item_token(tup, value[3])
         if kind == TUPLE:
-            parts = [self._raw(*f[:2]) for f in value[2]]
+            parts = [self.raw(*f[:2]) for f in value[2]]
             key = ("tuple", tuple(self._canon_of(p) for p in parts if p is not None))
-            found = self._keys.get(key)
+            found = self.keys.get(key)
             if found:
                 return found[0]
-            tok = self._new_token(frozenset().union(*(self._tok_origins[p] for p in parts if p is not None)) if parts else ())
-            self._keys[key] = (tok,)
+            tok = self.new_token(frozenset().union(*(self.tok_origins[p] for p in parts if p is not None)) if parts else ())
+            self.keys[key] = (tok,)
             for i, part in enumerate(parts):  # (a, b)[0] is a
                 if part is not None:
-                    self._keys[("item", tok, i)] = (part,)
+                    self.keys[("item", tok, i)] = (part,)
             return tok
         return self._atom_tok.get(value[1]) if kind == VAR else None  # an alias
 
-    def _item_token(self, tup: int, index: int) -> int:
+    def item_token(self, tup: int, index: int) -> int:
         """The token of one field of a tuple value: one per (tuple, index), so the
         three outputs of a split are three values to the rules, each carrying the
         origins of what made the tuple."""
         key = ("item", self._canon_of(tup), index)
-        found = self._keys.get(key)
+        found = self.keys.get(key)
         if found:
             return found[0]
-        tok = self._new_token(self._tok_origins[tup])
-        self._keys[key] = (tok,)
+        tok = self.new_token(self.tok_origins[tup])
+        self.keys[key] = (tok,)
         return tok
 
     def _claim_outputs(self, atoms, tok, walk) -> None:
@@ -392,7 +389,7 @@ class Tracker:
 
     # -- keys and rules -------------------------------------------------------
 
-    def _raw(self, kind, handle) -> int | None:
+    def raw(self, kind, handle) -> int | None:
         if kind == VAR:
             return self._atom_tok.get(handle)
         if kind == CONST:
@@ -402,16 +399,16 @@ class Tracker:
     def _const_token(self, handle: int) -> int:
         tok = self._atom_tok.get(handle)
         if tok is None:
-            tok = self._atom_tok[handle] = self._new_token(())
+            tok = self._atom_tok[handle] = self.new_token(())
         return tok
 
     def _canon_of(self, tok: int) -> int:
-        return self._canon.get(tok, tok)
+        return self.canon_table.get(tok, tok)
 
-    def _alias(self, new_tok: int, tok: int) -> None:
-        self._canon[new_tok] = self._canon.get(tok, tok)
+    def alias(self, new_tok: int, tok: int) -> None:
+        self.canon_table[new_tok] = self.canon_table.get(tok, tok)
 
-    def _resolve(self, kind, handle) -> int | None:
+    def resolve(self, kind, handle) -> int | None:
         """An argument's canonical token (a constant seen for the first time gets one)."""
         if kind == VAR:
             tok = self._atom_tok.get(handle)
@@ -424,19 +421,19 @@ class Tracker:
     def _key(self, callee, atoms) -> tuple:
         """(callee, canonical tokens of the vars and constants among its arguments and
         their tuples' fields): what a value computes, whatever its var."""
-        canon, toks = self._canon, tuple(map(self._atom_tok.get, atoms[1::3]))  # hot: at C speed
+        canon, toks = self.canon_table, tuple(map(self._atom_tok.get, atoms[1::3]))  # hot: at C speed
         if None not in toks:
             return (callee, tuple(map(canon.get, toks, toks)))
         resolved = []
         for i, tok in zip(range(0, len(atoms), 3), toks):
             if tok is None:  # a constant seen first, a tuple, another atom
-                tok = self._resolve(atoms[i] % FIELD, atoms[i + 1])
+                tok = self.resolve(atoms[i] % FIELD, atoms[i + 1])
             if tok is not None:
                 resolved.append(canon.get(tok, tok))
         return (callee, tuple(resolved))
 
-    def _match(self, key, walk) -> int | None:
-        found = self._keys.get(key)
+    def match(self, key, walk) -> int | None:
+        found = self.keys.get(key)
         if not found:
             return None
         for tok in found:
@@ -444,136 +441,10 @@ class Tracker:
                 return tok
         return None  # never hand one value's origins to two bindings
 
-    def _by_args(self, callee, args, walk) -> int | None:
-        """An op whose implementation was swapped (AlterOpImpl): one PrimFunc for
-        another on the same inputs, and the old binding is gone or now holds a layout
-        transform. Not one Relax op for another: a pass that writes sigmoid where relu
-        was has made a new op."""
-        if not ops.is_prim_func(callee):
-            return None
-        found = []
-        index = walk.old.index(self)
-        for tok in index.by_args.get(args, ()):
-            if tok in walk.claimed:
-                continue
-            handle, old_callee = index.tok_var[tok]
-            if not ops.is_prim_func(old_callee) or ops.is_data_movement(callee) and not ops.is_data_movement(old_callee):
-                continue
-            now = walk.callee_of().get(handle)
-            if now is None or (ops.is_data_movement(now) and not ops.is_data_movement(old_callee)):
-                found.append(tok)
-        return found[0] if len(found) == 1 else None
-
-    def _by_inputs(self, callee, atoms, args, walk) -> int | None:
-        """The same op on the same tensor inputs as a binding whose var the pass
-        dropped, its constant arguments rewritten (ConvertLayout turns a slice's axis 1
-        into 3). Of several such bindings, the one whose constants agree most; none
-        when that is not one."""
-        index = walk.old.index(self)
-        present = walk.present()
-        found = [(sum(a == b for a, b in zip(old_args, args)), tok)
-                 for tok, old_args in index.by_inputs.get((callee, self._var_inputs(atoms)), ())
-                 if tok not in walk.claimed and index.tok_var[tok][0] not in present]
-        if not found:
-            return None
-        best = max(score for score, _ in found)
-        winners = [tok for score, tok in found if score == best]
-        return winners[0] if len(winners) == 1 else None
-
-    def _var_inputs(self, atoms) -> tuple:
+    def var_inputs(self, atoms) -> tuple:
         """Canonical tokens of a call's var arguments (tuple fields included), constants left out."""
         toks = (self._atom_tok.get(atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] % FIELD == VAR)
         return tuple(self._canon_of(t) for t in toks if t is not None)
-
-    def _replay(self, functions, gv, name, atoms, walk) -> int | None:
-        recipe = walk.recipes.get(gv, False)
-        if recipe is False:
-            func = functions.get(name)
-            recipe = walk.recipes[gv] = self._recipe(func) if func is not None else None
-        if recipe is None:
-            return None
-        params, steps, outputs, tuple_output = recipe
-        args = dg.arguments(atoms)
-        if len(params) != len(args):
-            return None
-        env: dict[int, int | None] = {}  # None: an argument no key holds (as ``_key`` leaves it out)
-        for param, tok, (kind, handle) in zip(params, self.argument_tokens(atoms), args):
-            if tok is None:  # a constant seen first
-                tok = self._resolve(kind, handle)
-            if tok is not None or kind not in (VAR, CONST):
-                env[param] = tok
-        matched: list[int] = []
-        canon = self._canon
-        for var, callee, refs, index in steps:
-            resolved = []
-            for ref, const in refs:
-                tok = const if const is not None else env.get(ref, _UNKNOWN)
-                if tok is _UNKNOWN:
-                    break  # an input this replay could not follow: no key to trust
-                if tok is not None:
-                    resolved.append(canon.get(tok, tok))
-            else:
-                if callee is None:  # an alias, or a projection of field ``index``
-                    if not resolved:
-                        continue
-                    tok = resolved[0] if index is None else self._item_token(resolved[0], index)
-                else:
-                    tok = self._match((callee, tuple(resolved)), walk)
-                    if tok is None:
-                        continue
-                    walk.claimed.add(tok)
-                    matched.append(tok)
-                env[var] = tok
-        if not matched:
-            return None
-        result = self._new_token(frozenset().union(*(self._tok_origins[t] for t in matched)))
-        if tuple_output:  # each field of the call's result is the value its step made
-            for i, field in enumerate(outputs):
-                if field in env:
-                    self._keys[("item", result, i)] = (env[field],)
-        elif outputs and outputs[0] in env:
-            self._alias(result, env[outputs[0]])
-        return result
-
-    def _recipe(self, func) -> tuple | None:
-        """A fused function's body read once, as plain data: (param handles, steps of
-        (var handle, callee or None for aliases and projections, arguments as (var
-        handle, constant token), field index of a projection or None), the var
-        handles of the result, whether the result is a tuple of them); None for a
-        function that is not a fused group. Every call site of a shared group is
-        replayed from it without touching TVM."""
-        handle = func.__chandle__()
-        if handle not in self._recipes:
-            if not ir.is_primitive(func):
-                self._recipes[handle] = None
-                return None
-            d = dg.read(func)
-            steps = []
-            for position, var in enumerate(d.vars):
-                record = dg.call_record(d, position)
-                if record is not None:
-                    callee, _, atoms = record
-                    refs = [self._ref(atoms[i] % FIELD, atoms[i + 1]) for i in range(0, len(atoms), 3)
-                            if atoms[i] != TUPLE]  # a tuple argument is read through its fields
-                    steps.append((var, callee, tuple(r for r in refs if r is not None), None))
-                    continue
-                value = dg.value(d, position)
-                if value[0] == VAR:  # an alias
-                    steps.append((var, None, ((value[1], None),), None))
-                elif value[0] == ITEM and value[2][0] == VAR:  # a projection
-                    steps.append((var, None, ((value[2][1], None),), value[3]))
-            out = dg.output(d)
-            fields = out[2] if out is not None and out[0] == TUPLE else [out] if out is not None else []
-            outputs = tuple(f[1] for f in fields if f[0] == VAR)
-            self._recipes[handle] = (tuple(d.params), tuple(steps), outputs, out is not None and out[0] == TUPLE)
-        return self._recipes[handle]
-
-    def _ref(self, kind, handle) -> tuple[int | None, int | None] | None:
-        """(var handle, None) for a var, (None, token) for a constant, else None."""
-        if kind == VAR:
-            return (handle, None)
-        tok = self._raw(kind, handle)
-        return None if tok is None else (None, tok)
 
     # -- what no rule explains ------------------------------------------------
 
@@ -591,7 +462,7 @@ class Tracker:
                 id=oid, layer=layer, op=callee, function=fname, index=-1,
                 kind=kind, pass_name=pass_name, serves=tuple(serves),
             )
-            self._tok_origins[tok] = (oid,)
+            self.tok_origins[tok] = (oid,)
 
     def _serves(self, tok, pending, walk, seen) -> list[str]:
         """The model ops an inserted binding exists for: the neighbours this pass
@@ -607,7 +478,7 @@ class Tracker:
                     if other in pending:
                         out.extend(self._serves(other, pending, walk, set(seen)))
                     else:
-                        out.extend(o for o in sorted(self._tok_origins[other]) if self.origins[o].kind == OP)
+                        out.extend(o for o in sorted(self.tok_origins[other]) if self.origins[o].kind == OP)
                 if out:
                     return list(dict.fromkeys(out))
         return []
@@ -624,15 +495,15 @@ class Tracker:
     def _record_event(self, fname, pass_name, walk: _Walk, old, state) -> None:
         if self._pass_index == 0:
             return  # the input itself, not a pass
-        new_ids = [next(iter(self._tok_origins[t])) for t, _ in walk.new]
+        new_ids = [next(iter(self.tok_origins[t])) for t, _ in walk.new]
         eliminated, merged = [], []
         if old is None or state.tokens != old.tokens:
             eliminated = sorted(old.origins - state.origins) if old is not None else []
             self._record_elimination(eliminated, pass_name)
             old_tokens = set(old.tokens) if old is not None else set()
             for tok in state.tokens:
-                if tok not in old_tokens and len(self._tok_origins[tok]) > 1:
-                    merged.append(tuple(sorted(self._tok_origins[tok])))
+                if tok not in old_tokens and len(self.tok_origins[tok]) > 1:
+                    merged.append(tuple(sorted(self.tok_origins[tok])))
         event = PassEvent(
             index=self._pass_index, pass_name=pass_name, function=fname,
             rules=tuple(sorted(Counter(change[2] for change in walk.changes).items())),

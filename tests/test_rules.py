@@ -13,12 +13,13 @@ from tvm.relax import op as R
 from relaytrace import ir
 from relaytrace.matching import Tracker
 from relaytrace.origins import assign_origins
+from relaytrace.rules import DEFAULT_RULES, ValueKey
 
 T = relax.TensorType
 
 
-def follow(before: tvm.IRModule, after: tvm.IRModule, pass_name: str = "P") -> Tracker:
-    tracker = Tracker(assign_origins(ir.function_map(before)))
+def follow(before: tvm.IRModule, after: tvm.IRModule, pass_name: str = "P", rules=DEFAULT_RULES) -> Tracker:
+    tracker = Tracker(assign_origins(ir.function_map(before)), rules=rules)
     tracker.start(ir.function_map(before))
     tracker.observe(ir.function_map(after), pass_name)
     return tracker
@@ -69,6 +70,15 @@ def test_value_key_follows_a_binding_re_created_with_a_new_var():
     (binding,) = ir.bindings(after["main"])[:1]
     assert origins(t, binding.var) == ("act/relu",)
     assert rules(t) == {"value": 1}
+
+
+def test_the_rules_are_listed_and_a_tracker_takes_its_own():
+    assert [rule.name for rule in DEFAULT_RULES] == ["value", "replay", "args", "inputs"]
+    x = _x()
+    before = _module(x, lambda bb, x: bb.emit(R.nn.relu(x), name_hint="act"))
+    after = _module(x, lambda bb, x: bb.emit(R.nn.relu(x), name_hint="renamed"))
+    assert rules(follow(before, after, rules=())) == {"new": 1}  # no rule: the re-created relu is new
+    assert rules(follow(before, after, rules=(ValueKey(),))) == {"value": 1}
 
 
 def test_a_name_is_not_evidence():

@@ -96,7 +96,8 @@ def report_data(report) -> dict:
                     "ops": list(r.ops), "sites": list(r.kernels), "status": r.status} for r in report.layers],
         "kernels": [{"name": r.name, "us": r.us, "percent": r.percent, "count": r.count, "device": r.device,
                      "shapes": r.shapes, "layers": list(r.layers), "status": r.status} for r in report.kernels],
-        "checks": [{"site": s.label, "status": checks[s.position].status, "reasons": list(checks[s.position].reasons)}
+        "checks": [{"site": s.label, "status": checks[s.position].status,
+                    "reasons": "; ".join(checks[s.position].reasons)}
                    for s in lineage.call_sites if checks[s.position].status != "verified"],
         "op_types": [{"op": r.op, "ms": r.us / 1e3, "percent": r.percent, "count": r.count, "layers": r.layers}
                      for r in report.op_types],

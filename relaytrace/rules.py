@@ -1,0 +1,210 @@
+"""The tracking rules that search: which earlier value a binding with a new Var is.
+
+Identity comes first and needs no search: a Var object that survived a pass keeps its
+token (``Tracker._process``, with its two exceptions: a var that named another value
+and now calls something of its own, a var AlterOpImpl reused for a layout transform).
+A binding whose Var is new is offered to each rule of ``DEFAULT_RULES`` in order; the
+first that names a token wins, and a binding no rule explains is new (inserted or
+unresolved). Names are never evidence: generated names such as ``lv20`` recur.
+
+A rule is a small object with a ``name`` (what ``PassEvent.rules`` and each ``Change``
+record) and ``find(tracker, functions, binding, walk) -> token | None``. It may read
+the tracker's tables and the function as the pass before left it (``walk.old``), and
+must never hand a token ``walk.claimed`` holds (one value's origins go to one binding).
+``[rule.name for rule in DEFAULT_RULES]`` lists them; tests/test_rules.py shows each
+firing where it should and not where it should not.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+from . import digest as dg
+from . import ir
+from .digest import CONST, FIELD, ITEM, TUPLE, VAR
+from .model import ops
+
+_UNKNOWN = object()  # a replayed var whose value no step could follow
+
+
+class Binding(NamedTuple):
+    """A call binding whose Var is new to the tracker, as the rules see it."""
+
+    position: int
+    callee: str
+    gv: int  # the GlobalVar handle of a call of a function of the module, else 0
+    atoms: dg.Ints  # the call record's arguments
+    args: tuple  # canonical tokens of its var and constant arguments (the value key's)
+
+
+class Rule(Protocol):
+    name: str
+
+    def find(self, tracker, functions: dict, binding: Binding, walk) -> int | None: ...
+
+
+class ValueKey:
+    """``(callee, argument tokens)`` equals a key seen before, with ``call_tir(F, args)``
+    and the lowered ``F(args, out)`` alike; a layout change a pass inserted is
+    transparent, so a convolution fed through a new ``permute_dims`` still matches."""
+
+    name = "value"
+
+    def find(self, tracker, functions, binding, walk):
+        return tracker.match((binding.callee, binding.args), walk)
+
+
+class Replay:
+    """A call of a fused (``Primitive``) function, matched through its body with its
+    parameters bound to this call site's arguments: every call site of a shared fused
+    kernel finds its own ops. The body is read once per function (``_recipe``)."""
+
+    name = "replay"
+
+    def find(self, tracker, functions, binding, walk):
+        if not binding.gv:
+            return None
+        gv, name, atoms = binding.gv, binding.callee, binding.atoms
+        recipe = walk.recipes.get(gv, False)
+        if recipe is False:
+            func = functions.get(name)
+            recipe = walk.recipes[gv] = _recipe(tracker, func) if func is not None else None
+        if recipe is None:
+            return None
+        params, steps, outputs, tuple_output = recipe
+        args = dg.arguments(atoms)
+        if len(params) != len(args):
+            return None
+        env: dict[int, int | None] = {}  # None: an argument no key holds (as ``_key`` leaves it out)
+        for param, tok, (kind, handle) in zip(params, tracker.argument_tokens(atoms), args):
+            if tok is None:  # a constant seen first
+                tok = tracker.resolve(kind, handle)
+            if tok is not None or kind not in (VAR, CONST):
+                env[param] = tok
+        matched: list[int] = []
+        canon = tracker.canon_table
+        for var, callee, refs, index in steps:
+            resolved = []
+            for ref, const in refs:
+                tok = const if const is not None else env.get(ref, _UNKNOWN)
+                if tok is _UNKNOWN:
+                    break  # an input this replay could not follow: no key to trust
+                if tok is not None:
+                    resolved.append(canon.get(tok, tok))
+            else:
+                if callee is None:  # an alias, or a projection of field ``index``
+                    if not resolved:
+                        continue
+                    tok = resolved[0] if index is None else tracker.item_token(resolved[0], index)
+                else:
+                    tok = tracker.match((callee, tuple(resolved)), walk)
+                    if tok is None:
+                        continue
+                    walk.claimed.add(tok)
+                    matched.append(tok)
+                env[var] = tok
+        if not matched:
+            return None
+        result = tracker.new_token(frozenset().union(*(tracker.tok_origins[t] for t in matched)))
+        if tuple_output:  # each field of the call's result is the value its step made
+            for i, field in enumerate(outputs):
+                if field in env:
+                    tracker.keys[("item", result, i)] = (env[field],)
+        elif outputs and outputs[0] in env:
+            tracker.alias(result, env[outputs[0]])
+        return result
+
+
+class ImplementationSwap:
+    """One PrimFunc for another on the same inputs (AlterOpImpl), the old binding gone
+    or now a layout transform. Not one Relax op for another: a pass that writes
+    sigmoid where relu was has made a new op."""
+
+    name = "args"
+
+    def find(self, tracker, functions, binding, walk):
+        if walk.old is None:
+            return None
+        callee, args = binding.callee, binding.args
+        if not ops.is_prim_func(callee):
+            return None
+        found = []
+        index = walk.old.index(tracker)
+        for tok in index.by_args.get(args, ()):
+            if tok in walk.claimed:
+                continue
+            handle, old_callee = index.tok_var[tok]
+            if not ops.is_prim_func(old_callee) or ops.is_data_movement(callee) and not ops.is_data_movement(old_callee):
+                continue
+            now = walk.callee_of().get(handle)
+            if now is None or (ops.is_data_movement(now) and not ops.is_data_movement(old_callee)):
+                found.append(tok)
+        return found[0] if len(found) == 1 else None
+
+
+class SameInputs:
+    """The same op on the same tensor inputs as a binding whose var the pass dropped,
+    its constant arguments rewritten (ConvertLayout turns a slice's axis 1 into 3). Of
+    several such bindings, the one whose constants agree most; none on a tie."""
+
+    name = "inputs"
+
+    def find(self, tracker, functions, binding, walk):
+        if walk.old is None:
+            return None
+        callee, atoms, args = binding.callee, binding.atoms, binding.args
+        index = walk.old.index(tracker)
+        present = walk.present()
+        found = [(sum(a == b for a, b in zip(old_args, args)), tok)
+                 for tok, old_args in index.by_inputs.get((callee, tracker.var_inputs(atoms)), ())
+                 if tok not in walk.claimed and index.tok_var[tok][0] not in present]
+        if not found:
+            return None
+        best = max(score for score, _ in found)
+        winners = [tok for score, tok in found if score == best]
+        return winners[0] if len(winners) == 1 else None
+
+
+DEFAULT_RULES: tuple[Rule, ...] = (ValueKey(), Replay(), ImplementationSwap(), SameInputs())
+
+
+def _recipe(tracker, func) -> tuple | None:
+        """A fused function's body read once, as plain data: (param handles, steps of
+        (var handle, callee or None for aliases and projections, arguments as (var
+        handle, constant token), field index of a projection or None), the var
+        handles of the result, whether the result is a tuple of them); None for a
+        function that is not a fused group. Every call site of a shared group is
+        replayed from it without touching TVM."""
+        handle = func.__chandle__()
+        if handle not in tracker.recipes:
+            if not ir.is_primitive(func):
+                tracker.recipes[handle] = None
+                return None
+            d = dg.read(func)
+            steps = []
+            for position, var in enumerate(d.vars):
+                record = dg.call_record(d, position)
+                if record is not None:
+                    callee, _, atoms = record
+                    refs = [_ref(tracker, atoms[i] % FIELD, atoms[i + 1]) for i in range(0, len(atoms), 3)
+                            if atoms[i] != TUPLE]  # a tuple argument is read through its fields
+                    steps.append((var, callee, tuple(r for r in refs if r is not None), None))
+                    continue
+                value = dg.value(d, position)
+                if value[0] == VAR:  # an alias
+                    steps.append((var, None, ((value[1], None),), None))
+                elif value[0] == ITEM and value[2][0] == VAR:  # a projection
+                    steps.append((var, None, ((value[2][1], None),), value[3]))
+            out = dg.output(d)
+            fields = out[2] if out is not None and out[0] == TUPLE else [out] if out is not None else []
+            outputs = tuple(f[1] for f in fields if f[0] == VAR)
+            tracker.recipes[handle] = (tuple(d.params), tuple(steps), outputs, out is not None and out[0] == TUPLE)
+        return tracker.recipes[handle]
+
+
+def _ref(tracker, kind, handle) -> tuple[int | None, int | None] | None:
+        """(var handle, None) for a var, (None, token) for a constant, else None."""
+        if kind == VAR:
+            return (handle, None)
+        tok = tracker.raw(kind, handle)
+        return None if tok is None else (None, tok)
