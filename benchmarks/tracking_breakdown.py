@@ -18,8 +18,8 @@ from collections import defaultdict
 import tvm
 from tvm import relax
 
-from relaytrace.extract import lineage_from
-from relaytrace.instrument import TraceSession, gc_paused
+from relaytrace.tracking.callsites import lineage_from
+from relaytrace.tracking.recorder import TraceSession, gc_paused
 from relaytrace.relax_models import deep_chain, resnet_style
 
 

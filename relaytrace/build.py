@@ -13,8 +13,8 @@ from .errors import RelaytraceError
 from .model.lineage import Lineage
 
 if TYPE_CHECKING:
-    from .instrument import TraceSession
-    from .origins import LayerNamer
+    from .tracking.recorder import TraceSession
+    from .tracking.origins import LayerNamer
 
 PIPELINES = ("fused", "unfused")
 
@@ -30,7 +30,7 @@ class Trace:
         self.lineage: Lineage | None = None
 
     def finish(self) -> Lineage:
-        from .instrument import gc_paused
+        from .tracking.recorder import gc_paused
 
         try:
             with gc_paused():
@@ -39,7 +39,7 @@ class Trace:
             self.session = None
 
     def _finish(self) -> Lineage:
-        from .extract import lineage_from
+        from .tracking.callsites import lineage_from
 
         session = self.session
         session.track()
@@ -71,7 +71,7 @@ def trace(model: str = "model", target: str = "", pipeline: str = "user",
     """
     import tvm
 
-    from .instrument import TraceSession, TracingInstrument
+    from .tracking.recorder import TraceSession, TracingInstrument
 
     session = TraceSession(layer_of, progress)
     handle = Trace(session, model, target, pipeline)

@@ -64,7 +64,7 @@ def load_model(spec: str, shapes=(), dtype: str = "float32", seed: int = 0) -> L
             raise RelaytraceError(f"no ONNX file at {spec}")
         shape_dict = dict(shapes)
         imported = from_onnx(spec, shape_dict=shape_dict or None)
-        from .origins import main_inputs
+        from .tracking.origins import main_inputs
 
         rng = np.random.default_rng(seed)
         inputs = tuple(rng.standard_normal(s).astype(d if not shape_dict else dtype)

@@ -10,10 +10,10 @@ import tvm
 from tvm import relax
 from tvm.relax import op as R
 
-from relaytrace import ir
-from relaytrace.matching import Tracker
-from relaytrace.origins import assign_origins
-from relaytrace.rules import DEFAULT_RULES, ValueKey
+from relaytrace.tracking import ir
+from relaytrace.tracking.tracker import Tracker
+from relaytrace.tracking.origins import assign_origins
+from relaytrace.tracking.rules import DEFAULT_RULES, ValueKey
 
 T = relax.TensorType
 

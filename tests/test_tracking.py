@@ -133,7 +133,7 @@ def test_a_pass_no_rule_explains_is_marked_unresolved_not_guessed(input_data, re
 
 
 def test_an_internal_tracking_error_degrades_the_lineage_not_the_build(resnet_mod, input_data, monkeypatch):
-    from relaytrace import matching
+    from relaytrace.tracking import tracker as matching
 
     def broken(self, *args):
         raise RuntimeError("injected fault")

@@ -66,7 +66,7 @@ def _recording_importer(shape_dict):
 
 
 def _assign(mod, records) -> dict[int, tuple[str, str]]:
-    from .. import ir
+    from ..tracking import ir
 
     binds = ir.bindings(mod["main"])
     by_var = {b.var.__chandle__(): i for i, b in enumerate(binds)}

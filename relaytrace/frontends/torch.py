@@ -60,7 +60,7 @@ def _assign(mod, order) -> dict[int, tuple[str, str]]:
 
     BindParams rebuilds ``main`` after translation, so result vars are found again by
     name (the importer's names are unique within main)."""
-    from .. import ir
+    from ..tracking import ir
 
     boundary = {}
     for node, value in order:

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
-from . import digest as dg
+from . import reader
 from . import ir
-from .digest import CONST, FIELD, ITEM, TUPLE, VAR
-from .model import ops
+from .reader import CONST, FIELD, ITEM, TUPLE, VAR
+from ..model import ops
 
 _UNKNOWN = object()  # a replayed var whose value no step could follow
 
@@ -33,7 +33,7 @@ class Binding(NamedTuple):
     position: int
     callee: str
     gv: int  # the GlobalVar handle of a call of a function of the module, else 0
-    atoms: dg.Ints  # the call record's arguments
+    atoms: reader.Ints  # the call record's arguments
     args: tuple  # canonical tokens of its var and constant arguments (the value key's)
 
 
@@ -72,7 +72,7 @@ class Replay:
         if recipe is None:
             return None
         params, steps, outputs, tuple_output = recipe
-        args = dg.arguments(atoms)
+        args = reader.arguments(atoms)
         if len(params) != len(args):
             return None
         env: dict[int, int | None] = {}  # None: an argument no key holds (as ``_key`` leaves it out)
@@ -180,22 +180,22 @@ def _recipe(tracker, func) -> tuple | None:
             if not ir.is_primitive(func):
                 tracker.recipes[handle] = None
                 return None
-            d = dg.read(func)
+            d = reader.read(func)
             steps = []
             for position, var in enumerate(d.vars):
-                record = dg.call_record(d, position)
+                record = reader.call_record(d, position)
                 if record is not None:
                     callee, _, atoms = record
                     refs = [_ref(tracker, atoms[i] % FIELD, atoms[i + 1]) for i in range(0, len(atoms), 3)
                             if atoms[i] != TUPLE]  # a tuple argument is read through its fields
                     steps.append((var, callee, tuple(r for r in refs if r is not None), None))
                     continue
-                value = dg.value(d, position)
+                value = reader.value(d, position)
                 if value[0] == VAR:  # an alias
                     steps.append((var, None, ((value[1], None),), None))
                 elif value[0] == ITEM and value[2][0] == VAR:  # a projection
                     steps.append((var, None, ((value[2][1], None),), value[3]))
-            out = dg.output(d)
+            out = reader.output(d)
             fields = out[2] if out is not None and out[0] == TUPLE else [out] if out is not None else []
             outputs = tuple(f[1] for f in fields if f[0] == VAR)
             tracker.recipes[handle] = (tuple(d.params), tuple(steps), outputs, out is not None and out[0] == TUPLE)

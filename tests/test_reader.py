@@ -1,4 +1,4 @@
-"""The function digest: what the tracker reads of each Relax function, and its two
+"""The function view: what the tracker reads of each Relax function, and its two
 shortcuts (kept bindings as handles only; a rebuilt function not read again)."""
 
 import pytest
@@ -6,8 +6,9 @@ import tvm
 from tvm import relax
 from tvm.relax import op as R
 
-from relaytrace import digest, ir
-from relaytrace.origins import assign_origins
+from relaytrace.tracking import ir
+from relaytrace.tracking import reader
+from relaytrace.tracking.origins import assign_origins
 from relaytrace.relax_models import resnet_style
 
 from .conftest import NHWC
@@ -41,7 +42,7 @@ def test_partial_reads_agree_with_full_reads_after_every_pass(case):
             if not isinstance(func, relax.Function):
                 continue
             old, last[gv.name_hint] = last.get(gv.name_hint), func
-            full, part = digest.read(func), digest.read(func, old)
+            full, part = reader.read(func), reader.read(func, old)
             compared += 1
             if part is None:  # old's bindings, in old or in a new function object
                 assert old is not None
@@ -54,30 +55,30 @@ def test_partial_reads_agree_with_full_reads_after_every_pass(case):
                 if b.__chandle__() in kept:
                     assert position not in part.changed
                 else:  # a binding written in full reads as in the full read
-                    assert digest.value(part, position) == digest.value(full, position)
-                    assert digest.call_record(part, position) == digest.call_record(full, position)
+                    assert reader.value(part, position) == reader.value(full, position)
+                    assert reader.call_record(part, position) == reader.call_record(full, position)
             partial += part.partial
     # fused groups, lowered calls, kept bindings and rebuilt functions were all seen
     assert compared > 50 and partial > 5 and rebuilt > 10
 
 
-def test_a_digest_reads_calls_as_the_tracker_needs_them():
+def test_a_view_reads_calls_as_the_tracker_needs_them():
     mains = [m["main"] for m in _modules_of_a_build(resnet_style(blocks=2), relax.get_default_pipeline)
              if "main" in [gv.name_hint for gv in m.functions]]
-    d = digest.read(mains[-1])  # main as the VM will run it
-    callees = [digest.callee_of(d, i) for i in range(len(d.vars))]
+    d = reader.read(mains[-1])  # main as the VM will run it
+    callees = [reader.callee_of(d, i) for i in range(len(d.vars))]
     kernels = [c for c in callees if c and c.startswith("fused_")]
     assert kernels, callees
     for position, callee in enumerate(callees):
-        value, record = digest.value(d, position), digest.call_record(d, position)
-        assert (record is None) == (callee is None) == (value[0] != digest.CALL)
+        value, record = reader.value(d, position), reader.call_record(d, position)
+        assert (record is None) == (callee is None) == (value[0] != reader.CALL)
         if record is None:
             continue
-        name, args, gv = digest.call_parts(value)  # the call record says what decoding the call says
+        name, args, gv = reader.call_parts(value)  # the call record says what decoding the call says
         assert record[0] == name == callee and record[1] == (gv or 0)
-        assert digest.arguments(record[2]) == [arg[:2] for arg in args]
+        assert reader.arguments(record[2]) == [arg[:2] for arg in args]
         if callee in kernels:  # a lowered fused call: F(inputs..., output buffer)
-            assert gv and all(kind in (digest.VAR, digest.CONST) for kind, _ in digest.arguments(record[2]))
+            assert gv and all(kind in (reader.VAR, reader.CONST) for kind, _ in reader.arguments(record[2]))
 
 
 def _symbolic_module():

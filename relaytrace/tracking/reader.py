@@ -1,7 +1,7 @@
 """A Relax function read in one go, as plain ints and strings.
 
 The tracker reads every function after every pass. ``read(func)`` returns the whole
-function as a ``Digest``: handles (object addresses, which key the tracker's tables),
+function as a ``FunctionView``: handles (object addresses, which key the tracker's tables),
 names, and every value as a flat prefix-order *stream* of ``(kind, handle, payload)``
 triples, so the rules compare Python ints instead of TVM objects. Two shortcuts keep
 re-reading cheap whatever the language: a binding a pass kept is left out but for
@@ -35,7 +35,7 @@ Ints = array  # of int64 words
 
 
 @define(frozen=True, slots=True)
-class Digest:
+class FunctionView:
     """A function as the tracker reads it. The int columns are ``array('q')``: compact,
     and nothing in them for the garbage collector to walk."""
 
@@ -89,12 +89,12 @@ def node(d, at: int) -> tuple[tuple, int]:
     return (kind, handle, d.strings[payload]), at
 
 
-def value(d: Digest, position: int) -> tuple:
-    """The value node of a binding written in full (see ``Digest.changed``)."""
+def value(d: FunctionView, position: int) -> tuple:
+    """The value node of a binding written in full (see ``FunctionView.changed``)."""
     return node(d, d.value_at[position])[0]
 
 
-def output(d: Digest) -> tuple | None:
+def output(d: FunctionView) -> tuple | None:
     return node(d, d.output_at)[0] if d.output_at >= 0 else None
 
 
@@ -114,7 +114,7 @@ def call_parts(call: tuple) -> tuple[str, list, int | None]:
     return name, args, callee[1] if category == "global" else None
 
 
-def callee_of(d: Digest, position: int) -> str | None:
+def callee_of(d: FunctionView, position: int) -> str | None:
     """The callee of a call binding, as ``call_parts`` names it; None otherwise."""
     at = d.call_at[position]
     return d.strings[d.stream[at]] if at >= 0 else None
@@ -125,7 +125,7 @@ def arguments(atoms: Ints) -> list[tuple[int, int]]:
     return [(atoms[i], atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] < FIELD]
 
 
-def call_record(d: Digest, position: int) -> tuple[str, int, Ints] | None:
+def call_record(d: FunctionView, position: int) -> tuple[str, int, Ints] | None:
     """(callee, GlobalVar handle or 0, atoms) of a call binding, None otherwise; what
     ``call_parts`` says, without building nodes. The atoms are a flat array of
     ``kind, handle, type`` triples (type 0 but for vars and constants): each argument,
@@ -149,11 +149,11 @@ def _category(callee: tuple) -> tuple[str, str]:
 _KIND_NAMES = {VAR: "Var", CONST: "Constant", TUPLE: "Tuple", ITEM: "TupleGetItem", CALL: "Call"}
 
 
-def name(d: Digest, position: int) -> str:
+def name(d: FunctionView, position: int) -> str:
     return d.strings[d.name_at[position]]
 
 
-def names_by_handle(d: Digest) -> dict[int, str]:
+def names_by_handle(d: FunctionView) -> dict[int, str]:
     """var handle -> name, parameters included: for a var a pass re-created."""
     found = dict(zip(d.params, d.param_names))
     found.update((var, d.strings[at]) for var, at in zip(d.vars, d.name_at) if at >= 0)
@@ -162,8 +162,8 @@ def names_by_handle(d: Digest) -> dict[int, str]:
 
 # -- writing it -----------------------------------------------------------------
 
-def read(func, old=None, types: bool = False) -> Digest | None:
-    """The digest of one Relax function. Bindings that ``old`` (the function before a
+def read(func, old=None, types: bool = False) -> FunctionView | None:
+    """The view of one Relax function. Bindings that ``old`` (the function before a
     pass) has too are left out but for their vars' handles: a pass keeps most binding
     objects, and the tracker knows the rest of them already. None when ``func`` has
     all of ``old``'s params, bindings and result: many passes rebuild a function they
@@ -208,8 +208,8 @@ def _handles(objects) -> list[int]:
 _SHAPES: dict[str, tuple[tuple[tuple, ...], tuple[str, ...]]] = {}
 
 
-def shapes_and_dtypes(d: Digest, type_: int) -> tuple[tuple[tuple, ...], tuple[str, ...]]:
-    """(shapes, dtypes) of the tensors in a digest's type, memoised by its text."""
+def shapes_and_dtypes(d: FunctionView, type_: int) -> tuple[tuple[tuple, ...], tuple[str, ...]]:
+    """(shapes, dtypes) of the tensors in a view's type, memoised by its text."""
     text = d.strings[type_]
     found = _SHAPES.get(text)
     if found is None:
@@ -230,13 +230,13 @@ def _type_text(ty) -> str:
     return TENSOR.join(dtype + DTYPE + DIM.join(map(str, shape)) for shape, dtype in ir.tensor_types(ty))
 
 
-def _decode(words: Ints, strings: list[str]) -> Digest:
+def _decode(words: Ints, strings: list[str]) -> FunctionView:
     n_params, n, output_at, n_changed = words[0], words[1], words[2], words[3]
     p = words[_HEAD:_HEAD + 3 * n_params]
     c = _HEAD + 3 * n_params
     stream_at = c + 6 * n
     value_at = words[c + 4 * n:c + 5 * n]
-    return Digest(
+    return FunctionView(
         params=p[0::3], param_names=[strings[i] for i in p[1::3]], param_types=p[2::3],
         vars=words[c:c + n], values=words[c + n:c + 2 * n],
         name_at=words[c + 2 * n:c + 3 * n], var_types=words[c + 3 * n:c + 4 * n],
@@ -246,7 +246,7 @@ def _decode(words: Ints, strings: list[str]) -> Digest:
 
 
 class _Writer:
-    """Writes a digest, attribute by attribute. It has a digest's ``stream`` and
+    """Writes a view, attribute by attribute. It has a view's ``stream`` and
     ``strings``, so ``node`` reads it while it is written."""
 
     def __init__(self, types: bool):

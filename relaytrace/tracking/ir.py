@@ -12,7 +12,7 @@ from tvm.ir import StringImm
 from tvm.ir import expr as _expr
 from tvm.ir.op import Op
 
-from .model.ops import is_bookkeeping, is_data_movement, short_op  # noqa: F401 (the tracker asks ir)
+from ..model.ops import is_bookkeeping, is_data_movement, short_op  # noqa: F401 (the tracker asks ir)
 
 CONSTANT_TYPES = tuple(
     t for t in (getattr(_expr, "Constant", None), getattr(_expr, "GenericConst", None)) if t
@@ -114,7 +114,7 @@ def is_call(expr) -> bool:
 
 def callee_category(expr) -> tuple[str, str]:
     """("op" | "global" | "extern" | "other", name) of a call's callee; what is no
-    callee goes by its type's name. native/digest.cc classifies alike."""
+    callee goes by its type's name. """
     if isinstance(expr, Op):
         return "op", expr.name
     if isinstance(expr, relax.GlobalVar):

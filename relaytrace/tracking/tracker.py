@@ -24,12 +24,12 @@ from typing import Iterable
 
 from attrs import define, field
 
-from . import digest as dg
+from . import reader
 from . import ir
-from .digest import CONST, FIELD, ITEM, TUPLE, VAR
-from .model import ops
-from .model.journal import Change, PassEvent
-from .model.origin import INSERTED, OP, UNRESOLVED, Origin
+from .reader import CONST, FIELD, ITEM, TUPLE, VAR
+from ..model import ops
+from ..model.journal import Change, PassEvent
+from ..model.origin import INSERTED, OP, UNRESOLVED, Origin
 from .origins import OriginTable
 from .rules import DEFAULT_RULES, Binding
 
@@ -52,7 +52,7 @@ class _FunctionState:
     only the rare binding that identity does not explain, so it is built on first use."""
 
     func: object
-    digest: dg.Digest
+    view: reader.FunctionView
     tokens: list[int]  # token of each op binding, in order
     origins: frozenset[str]
     bookkeeping: set[int]  # var handles of memory/shape bookkeeping bindings
@@ -61,12 +61,12 @@ class _FunctionState:
     def index(self, tracker: "Tracker") -> _Index:
         if self._index is None:
             by_args, tok_var, by_inputs = {}, {}, {}
-            d = _full(self.digest, self.func)
+            d = _full(self.view, self.func)
             for position, handle in enumerate(d.vars):
                 tok = tracker._atom_tok.get(handle)
                 if tok is None:
                     continue
-                record = dg.call_record(d, position)
+                record = reader.call_record(d, position)
                 if record is not None:
                     callee, _, atoms = record
                     tok_var[tok] = (handle, callee)
@@ -82,7 +82,7 @@ class _Walk:
     """Scratch state of one function walk."""
 
     func: object
-    d: dg.Digest
+    d: reader.FunctionView
     old: _FunctionState | None
     claimed: set[int] = field(factory=set)
     bookkeeping: set[int] = field(factory=set)
@@ -102,7 +102,7 @@ class _Walk:
             self._callee_of = {}
             d = _full(self.d, self.func)
             for position, handle in enumerate(d.vars):
-                callee = dg.callee_of(d, position)
+                callee = reader.callee_of(d, position)
                 if callee is not None:
                     self._callee_of[handle] = callee
         return self._callee_of
@@ -117,11 +117,11 @@ class _Walk:
 class Tracker:
     """Follows origins from pass to pass; fed, pass by pass, the functions each one left."""
 
-    def __init__(self, table: OriginTable, read=dg.read, rules=DEFAULT_RULES):
-        self.read = read  # of each function a pass changed: ``digest.read``
+    def __init__(self, table: OriginTable, read=reader.read, rules=DEFAULT_RULES):
+        self.read = read  # of each function a pass changed: ``reader.read``
         self.rules = tuple(rules)  # tried in order on each binding whose Var is new
         self.origins: dict[str, Origin] = dict(table.origins)
-        self._input_digests = dict(table.digests)  # popped as used; the table stays as it was
+        self._input_views = dict(table.views)  # popped as used; the table stays as it was
         self.edges = table.edges
         self.tok_origins: list[tuple[str, ...]] = []
         # token -> the token whose value it carries (a layout change, a fused group's
@@ -134,7 +134,7 @@ class Tracker:
         self._aliases: set[int] = set()  # vars bound to another value (an alias, a tuple, a field)
         self._param_tok: dict[tuple[str, str], int] = {}
         self.keys: dict[tuple, tuple[int, ...]] = {}
-        self._unregistered: dict[int, tuple[dg.Digest, int, int]] = {}  # var handle -> (digest, position, token)
+        self._unregistered: dict[int, tuple[reader.FunctionView, int, int]] = {}  # var handle -> (view, position, token)
         self._pins: list = []
         self.recipes: dict[int, tuple | None] = {}
         self._funcs: dict[str, _FunctionState] = {}
@@ -178,7 +178,7 @@ class Tracker:
     def canonical(self, tok: int) -> int:
         return self._canon_of(tok)
 
-    def argument_tokens(self, atoms: dg.Ints, canonical: bool = True) -> list[int | None]:
+    def argument_tokens(self, atoms: reader.Ints, canonical: bool = True) -> list[int | None]:
         """The token of each of a call record's own arguments (tuple fields left out),
         canonical unless asked otherwise; None for one that carries no token."""
         toks = [self._atom_tok.get(atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] < FIELD]
@@ -207,7 +207,7 @@ class Tracker:
     # -- one function ---------------------------------------------------------
 
     def _process(self, functions, fname, func, pass_name, old) -> _FunctionState:
-        d = self._input_digests.pop(fname, None)  # origin assignment read the input's functions
+        d = self._input_views.pop(fname, None)  # origin assignment read the input's functions
         if d is None:
             d = self.read(func, old.func if old is not None else None)
             if d is None:  # the same bindings in a rebuilt function: no binding to account for
@@ -216,7 +216,7 @@ class Tracker:
         for handle, name in zip(d.params, d.param_names):
             self._param_token(fname, handle, name)
         atom_tok, var_value = self._atom_tok, self._var_value
-        # A binding object the pass kept (the digest leaves it out) changed in nothing:
+        # A binding object the pass kept (the view leaves it out) changed in nothing:
         # its var's token is all there is to know. Bindings the pass rewrote cannot
         # change the tokens of vars bound before them, so these can be read first.
         toks = [atom_tok.get(var) for var in d.vars]
@@ -233,7 +233,7 @@ class Tracker:
                     del atom_tok[handle]
                     self._aliases.discard(handle)
                     tok = self._bind(functions, position, walk)
-                elif tok in walk.claimed and ops.is_data_movement(dg.callee_of(d, position) or ""):
+                elif tok in walk.claimed and ops.is_data_movement(reader.callee_of(d, position) or ""):
                     del atom_tok[handle]  # AlterOpImpl reused the var for a layout transform
                     tok = self._bind(functions, position, walk)
                 else:
@@ -247,14 +247,14 @@ class Tracker:
             origins = old.origins  # the common case: no op appeared or went away
         else:
             origins = frozenset().union(*(self.tok_origins[t] for t in tokens))
-        state = _FunctionState(func=func, digest=d, tokens=tokens, origins=origins, bookkeeping=walk.bookkeeping)
+        state = _FunctionState(func=func, view=d, tokens=tokens, origins=origins, bookkeeping=walk.bookkeeping)
         self._record_event(fname, pass_name, walk, old, state)
         return state
 
     def _rebuilt(self, fname, func, pass_name, old: _FunctionState) -> _FunctionState:
-        state = _FunctionState(func=func, digest=old.digest, tokens=old.tokens, origins=old.origins,
+        state = _FunctionState(func=func, view=old.view, tokens=old.tokens, origins=old.origins,
                                bookkeeping=old.bookkeeping, index=old._index)
-        self._record_event(fname, pass_name, _Walk(func=func, d=old.digest, old=old), old, state)
+        self._record_event(fname, pass_name, _Walk(func=func, d=old.view, old=old), old, state)
         return state
 
     def _rewritten_in_place(self, position, handle, tok, walk) -> int:
@@ -265,7 +265,7 @@ class Tracker:
         if self._pass_index == 0:  # the input's own op bindings: only their keys are news
             self._unregistered[handle] = (walk.d, position, tok)
             return tok
-        callee = dg.callee_of(walk.d, position)
+        callee = reader.callee_of(walk.d, position)
         if callee is not None and ops.is_bookkeeping(callee):
             return tok  # an output buffer re-planned by the memory passes: not a change of the op
         if callee is not None:
@@ -286,10 +286,10 @@ class Tracker:
         token, else a new token."""
         d = walk.d
         handle = d.vars[position]
-        record = dg.call_record(d, position)
+        record = reader.call_record(d, position)
         if record is None:
             self._var_value[handle] = d.values[position]
-            tok = self._structural(dg.value(d, position))
+            tok = self._structural(reader.value(d, position))
             if tok is not None:
                 self._atom_tok[handle] = tok
                 self._aliases.add(handle)
@@ -327,11 +327,11 @@ class Tracker:
 
     def _flush(self) -> None:
         """Register the keys of values that identity carried, before any look-up. They
-        are read again by position from their function's digest."""
+        are read again by position from their function's view."""
         if not self._unregistered:
             return
         for d, position, tok in self._unregistered.values():
-            callee, _, atoms = dg.call_record(d, position)
+            callee, _, atoms = reader.call_record(d, position)
             self._add_key(self._key(callee, atoms), tok)
         self._unregistered = {}
 
@@ -340,8 +340,8 @@ class Tracker:
         tell whom an inserted op serves."""
         for tok, position, _, _ in walk.changes:
             walk.rewritten.add(tok)
-            record = dg.call_record(walk.d, position)
-            args = dg.arguments(record[2]) if record is not None else [dg.value(walk.d, position)[:2]]
+            record = reader.call_record(walk.d, position)
+            args = reader.arguments(record[2]) if record is not None else [reader.value(walk.d, position)[:2]]
             walk.args_of[tok] = [t for t in (self.raw(kind, handle) for kind, handle in args) if t is not None]
             for t in walk.args_of[tok]:
                 walk.uses.setdefault(t, []).append(tok)
@@ -383,7 +383,7 @@ class Tracker:
         now hold this call's value."""
         if not walk.bookkeeping:
             return
-        for kind, handle in dg.arguments(atoms):
+        for kind, handle in reader.arguments(atoms):
             if kind == VAR and handle in walk.bookkeeping:
                 self._atom_tok[handle] = tok
 
@@ -533,6 +533,6 @@ def changed_functions(before: dict, functions: dict) -> tuple[dict, list[str]]:
     return model, [name for name, func in model.items() if name not in before or not before[name].same_as(func)]
 
 
-def _full(d: dg.Digest, func) -> dg.Digest:
-    """A digest with every binding, for the look-ups that need the kept ones too."""
-    return dg.read(func) if d.partial else d
+def _full(d: reader.FunctionView, func) -> reader.FunctionView:
+    """A view with every binding, for the look-ups that need the kept ones too."""
+    return reader.read(func) if d.partial else d

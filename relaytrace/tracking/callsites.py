@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import attrs
 
-from . import digest as dg
+from . import reader
 from . import ir
-from .model.lineage import BuiltinSite, CallSite, Lineage, roles_for
-from .matching import Tracker
-from .model.journal import Change
-from .model.verification import verify
+from ..model.lineage import BuiltinSite, CallSite, Lineage, roles_for
+from .tracker import Tracker
+from ..model.journal import Change
+from ..model.verification import verify
 
 
 def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), inputs=(),
@@ -29,13 +29,13 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     position = 0
     d = tracker.read(main) if main is not None else None
     for index in range(len(d.vars) if d is not None else 0):
-        record = dg.call_record(d, index)
+        record = reader.call_record(d, index)
         if record is None or ir.is_bookkeeping(record[0]):
             continue
         callee, gv, atoms = record
         tok = tracker.token_of(d.vars[index])
         if tok is None:  # a destination-passing call: its value lives in its output arg
-            outs = (tracker.token_of(handle) for kind, handle in reversed(dg.arguments(atoms)) if kind == dg.VAR)
+            outs = (tracker.token_of(handle) for kind, handle in reversed(reader.arguments(atoms)) if kind == reader.VAR)
             tok = next((t for t in outs if t is not None), None)
         origin_ids = tracker.origins_of_token(tok) if tok is not None else ()
         if gv and callee in functions:

@@ -11,9 +11,9 @@ from typing import Iterator
 
 import tvm
 
-from . import digest as dg
+from . import reader
 from . import ir
-from .matching import Tracker
+from .tracker import Tracker
 from .origins import LayerNamer, OriginTable, assign_origins, main_inputs
 from .truth import kernel_members
 
@@ -71,7 +71,7 @@ class TraceSession:
 
     def _read_members(self) -> None:
         """What each kernel is made of, from the recorded IR alone (``verify``)."""
-        self.members = kernel_members(self.input, self.recorded, dg.read, self.modules)
+        self.members = kernel_members(self.input, self.recorded, reader.read, self.modules)
 
     def track(self) -> None:
         for _ in self.tracking():

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from . import digest as dg
+from . import reader
 from . import ir
-from .model.ops import is_bookkeeping
-from .model.verification import Member
+from ..model.ops import is_bookkeeping
+from ..model.verification import Member
 
 
 def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], read,
                    modules=()) -> dict[str, tuple[Member, ...]]:
     """kernel name -> its members, from the functions of the input and of each
-    recorded pass (``ir.function_map``s); ``read(func, old)`` reads a function's digest
+    recorded pass (``ir.function_map``s); ``read(func, old)`` reads a function's view
     (bindings ``old`` has too left out; None when it has them all). ``modules``, the
     modules the passes returned, are asked for the ``operator_name`` attribute of
     PrimFuncs no binding explains: the op an implementation (AlterOpImpl's) declares."""
@@ -42,7 +42,7 @@ def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], 
     out: dict[str, tuple[Member, ...]] = {}
     for name, func in groups.items():
         d = read(func)
-        calls = (dg.call_record(d, position) for position in range(len(d.vars)))
+        calls = (reader.call_record(d, position) for position in range(len(d.vars)))
         out[name] = tuple(Member(c[0], tuple(sorted(prim_ops.get(c[0], ()))))
                           for c in calls if c is not None and c[1] and not is_bookkeeping(c[0]))
     for prim, ops in prim_ops.items():
@@ -81,7 +81,7 @@ class _Computes:
                 continue
             now = {var: old[var] for var, at in zip(d.vars, d.value_at) if at < 0 and var in old}
             for position in d.changed:
-                record = dg.call_record(d, position)
+                record = reader.call_record(d, position)
                 if record is None or is_bookkeeping(record[0]):
                     continue
                 callee, gv, _ = record

@@ -7,10 +7,10 @@ from typing import Callable, Mapping
 
 from attrs import define, field
 
-from . import digest as dg
+from . import reader
 from . import ir
-from .model.ops import is_bookkeeping, short_op
-from .model.origin import Origin
+from ..model.ops import is_bookkeeping, short_op
+from ..model.origin import Origin
 
 @define(frozen=True)
 class OriginTable:
@@ -20,8 +20,8 @@ class OriginTable:
     by_var: dict[int, str] = field(repr=False)
     edges: tuple[tuple[str, str], ...] = ()
     functions: dict = field(factory=dict, repr=False, eq=False)  # keeps by_var's handles valid
-    # function name -> the digest origins were read from, for the tracker's first walk
-    digests: dict = field(factory=dict, repr=False, eq=False)
+    # function name -> the view origins were read from, for the tracker's first walk
+    views: dict = field(factory=dict, repr=False, eq=False)
 
 
 # A namer returns (layer, source op) of a binding, given its function's name, its var's
@@ -29,24 +29,24 @@ class OriginTable:
 LayerNamer = Callable[[str, int, int], "tuple[str, str] | None"]
 
 
-def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=dg.read) -> OriginTable:
+def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=reader.read) -> OriginTable:
     """Origins of the input's functions (``ir.function_map`` of the module); ``read``
-    reads each, typed (``digest.read``)."""
+    reads each, typed (``reader.read``)."""
     origins: dict[str, Origin] = {}
     by_var: dict[int, str] = {}
     edges: set[tuple[str, str]] = set()
     used_layers: dict[str, int] = {}
     used_ids: dict[str, int] = {}
-    digests: dict[str, dg.Digest] = {}
+    views: dict[str, reader.FunctionView] = {}
 
     for fname, func in sorted(ir.model_functions(functions).items(), key=lambda item: item[0]):
-        d = digests[fname] = read(func, None, True)
+        d = views[fname] = read(func, None, True)
         producers: dict[int, frozenset[str]] = {}
         prefix = "" if fname == "main" else f"{fname}."
         for index, handle in enumerate(d.vars):
-            record = dg.call_record(d, index)
+            record = reader.call_record(d, index)
             if record is None:
-                producers[handle] = _producers_of(dg.value(d, index), producers)
+                producers[handle] = _producers_of(reader.value(d, index), producers)
                 continue
             callee, _, atoms = record
             if is_bookkeeping(callee):
@@ -59,21 +59,21 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=dg.
             oid = _unique(f"{layer}/{short_op(callee)}", used_ids, sep="#")
             in_shapes, in_dtypes = (), ()
             for i in range(0, len(atoms), 3):
-                if atoms[i] == dg.VAR or atoms[i] == dg.CONST:
-                    shapes, dtypes = dg.shapes_and_dtypes(d, atoms[i + 2])
+                if atoms[i] == reader.VAR or atoms[i] == reader.CONST:
+                    shapes, dtypes = reader.shapes_and_dtypes(d, atoms[i + 2])
                     in_shapes += shapes
                     in_dtypes += dtypes
-            for arg in dg.call_parts(dg.value(d, index))[1]:
+            for arg in reader.call_parts(reader.value(d, index))[1]:
                 for src in _producers_of(arg, producers):
                     edges.add((src, oid))
-            out_shapes, out_dtypes = dg.shapes_and_dtypes(d, d.var_types[index])
+            out_shapes, out_dtypes = reader.shapes_and_dtypes(d, d.var_types[index])
             # positional: a keyword call costs twice the construction, once per op
             origins[oid] = Origin(oid, layer, callee, fname, index, in_shapes, in_dtypes, out_shapes, out_dtypes,
                                   source_op=source_op)
             by_var[handle] = oid
             producers[handle] = frozenset((oid,))
     return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), functions=functions,
-                       digests=digests)
+                       views=views)
 
 
 _NONE: frozenset[str] = frozenset()
@@ -81,11 +81,11 @@ _NONE: frozenset[str] = frozenset()
 
 def _producers_of(node, producers: Mapping[int, frozenset[str]]) -> frozenset[str]:
     kind = node[0]
-    if kind == dg.VAR:
+    if kind == reader.VAR:
         return producers.get(node[1], _NONE)
-    if kind == dg.TUPLE:
+    if kind == reader.TUPLE:
         return _NONE.union(*(_producers_of(f, producers) for f in node[2]))
-    if kind == dg.ITEM:
+    if kind == reader.ITEM:
         return _producers_of(node[2], producers)
     return _NONE
 
