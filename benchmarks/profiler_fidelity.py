@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 
 import relaytrace
-from relaytrace.cli import load_demo_model
+from relaytrace.frontends.loader import load
 from relaytrace.model.profile import KERNEL
 
 
@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
 
-    executable, lineage = relaytrace.build(load_demo_model(args.model), "llvm")
+    executable, lineage = relaytrace.build(load(f"demo:{args.model}").model, "llvm")
     x = np.random.default_rng(0).standard_normal(lineage.inputs[0][1]).astype(lineage.inputs[0][2])
     timeline = relaytrace.profile(executable, lineage, [x], repeat=args.repeat)
     print(f"{args.model}: {timeline.summary()}")

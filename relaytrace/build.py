@@ -119,7 +119,10 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
     """
     import tvm
 
-    mod, layer_of, name = _as_irmodule(mod, layer_of, model, example_args)
+    from .frontends.loader import load
+
+    imported = load(mod, example_args, name=model, with_inputs=False).model
+    mod, layer_of, name = imported.mod, layer_of or imported.layer_of, model or imported.name
     target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
     seq = build_pipeline(pipeline, target, convert_layout)
     label = pipeline if isinstance(pipeline, str) else pipeline.info.name
@@ -129,38 +132,3 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
         with trace(model=name, target=str(target), pipeline=str(label), layer_of=layer_of, progress=progress) as handle:
             executable = tvm.compile(mod, target, relax_pipeline=seq)
     return executable, handle.lineage
-
-
-def _as_irmodule(mod, layer_of, model, example_args=None):
-    """Accept an IRModule, an ImportedModel, a torch module (with example_args), or an
-    ONNX model or path."""
-    import tvm
-
-    from .frontends.common import ImportedModel
-
-    if isinstance(mod, tvm.IRModule):
-        return mod, layer_of, model or "model"
-    if _is_torch_module(mod):
-        if example_args is None:
-            raise RelaytraceError("a torch module needs example_args=(tensor, ...) to be exported")
-        from .frontends.torch import from_torch
-
-        mod = from_torch(mod, example_args, name=model)
-    elif _is_onnx(mod):
-        from .frontends.onnx import from_onnx
-
-        mod = from_onnx(mod, name=model)
-    if isinstance(mod, ImportedModel):
-        return mod.mod, layer_of or mod.layer_of, model or mod.name
-    raise RelaytraceError(
-        f"build() takes a tvm.IRModule, an ImportedModel, a torch.nn.Module or an ONNX model/path, "
-        f"not {type(mod).__name__}"
-    )
-
-
-def _is_torch_module(obj) -> bool:
-    return any(c.__module__.startswith("torch.nn") and c.__name__ == "Module" for c in type(obj).__mro__)
-
-
-def _is_onnx(obj) -> bool:
-    return (isinstance(obj, str) and obj.endswith(".onnx")) or type(obj).__name__ == "ModelProto"

@@ -8,23 +8,9 @@ import sys
 from pathlib import Path
 
 from .errors import LineageFormatError, RelaytraceError, UsageError
+from .frontends.loader import DEMO_MODELS
 
-DEMO_MODELS = ("resnet50", "resnet18", "vgg16", "mobilenet_v2", "resnet_style")
 NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
-
-
-def load_demo_model(name: str):
-    """A built-in model, ready for build(): a zoo model imported from torch, or the
-    small ResNet-style model written in Relax (no torch needed)."""
-    if name == "resnet_style":
-        from .relax_models import resnet_style
-
-        return resnet_style(blocks=3)
-    from . import zoo
-    from .frontends.torch import from_torch
-
-    module, example = zoo.get(name)
-    return from_torch(module, (example,), name=name)
 
 
 def _progress(args):
@@ -70,6 +56,7 @@ def _print_summary(report, out: Path | None, top: int = 10) -> None:
 
 
 def cmd_demo(args) -> int:
+    from .frontends.loader import load
     from .jobs import prepare_out_dir, write_outputs
     from .report import make_report
 
@@ -77,21 +64,22 @@ def cmd_demo(args) -> int:
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {args.model}")
     args.name = args.model
-    report = make_report(*_build_and_profile(load_demo_model(args.model), args, say))
+    report = make_report(*_build_and_profile(load(f"demo:{args.model}").model, args, say))
     write_outputs(out, report, {"model": f"demo:{args.model}", "input_shapes": [], "dtype": "float32"})
     _print_summary(report, out)
     return 0
 
 
 def cmd_profile(args) -> int:
-    from .jobs import load_model, parse_shape, prepare_out_dir, write_outputs
+    from .frontends.loader import load
+    from .jobs import parse_shape, prepare_out_dir, write_outputs
     from .report import make_report
 
     shapes = [parse_shape(s) for s in args.input_shape]
     say = _progress(args)
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {args.model}")
-    loaded = load_model(args.model, shapes, args.dtype)
+    loaded = load(args.model, shapes=shapes, dtype=args.dtype)
     report = make_report(*_build_and_profile(loaded.model, args, say, loaded.inputs))
     write_outputs(out, report, {"model": str(Path(args.model).resolve()) if args.model.endswith(".onnx")
                                        else _absolute_factory(args.model),
@@ -214,19 +202,15 @@ def cmd_tasks(args) -> int:
     from .build import build
     from .render.table import format_table
 
-    from .jobs import load_model, parse_shape, run_info
+    from .frontends.loader import load
+    from .jobs import parse_shape, run_info
 
     say = _progress(args)
     spec, shapes, dtype = args.model, args.input_shape, args.dtype
     if Path(spec).is_dir():  # an output DIR: rebuild the model it was made from
         info = run_info(spec)
         spec, shapes, dtype = info["model"], info["input_shapes"], info["dtype"]
-    if spec.startswith("demo:"):
-        from .jobs import LoadedModel
-
-        loaded = LoadedModel(load_demo_model(spec[len("demo:"):]), ())
-    else:
-        loaded = load_model(spec, [parse_shape(s) for s in shapes], dtype)
+    loaded = load(spec, shapes=[parse_shape(s) for s in shapes], dtype=dtype, with_inputs=False)
     target = T.tuning_target(args.target) if args.tune else tvm.target.Target(args.target)
     mod = loaded.model.mod
     say("building (fused) and extracting MetaSchedule tasks")

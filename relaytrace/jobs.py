@@ -1,18 +1,14 @@
-"""The CLI's jobs as functions: load a model from a file, write every output of a
-profiled build into a directory at once (or not at all)."""
+"""The CLI's jobs as functions: progress lines, input shapes, every output of a
+profiled build written into a directory at once (or not at all), saved outputs read."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-
-import numpy as np
-from attrs import define
 
 from .errors import RelaytraceError, UsageError
 
@@ -37,12 +33,6 @@ class Progress:
             print(f"[relaytrace]   {count} passes done ({name})", file=sys.stderr, flush=True)
 
 
-@define(frozen=True)
-class LoadedModel:
-    model: object  # an ImportedModel
-    inputs: tuple  # numpy arrays, one per input of main
-
-
 def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     """``data:1x3x224x224`` -> ("data", (1, 3, 224, 224))."""
     name, sep, dims = text.rpartition(":")
@@ -53,45 +43,6 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     except ValueError:
         raise UsageError(f"cannot parse input shape {text!r}: write NAME:1x3x224x224") from None
     return name, shape
-
-
-def load_model(spec: str, shapes=(), dtype: str = "float32", seed: int = 0) -> LoadedModel:
-    """MODEL is an .onnx file or ``path/to/file.py:factory`` returning (torch module, example inputs)."""
-    if spec.endswith(".onnx"):
-        from .frontends.onnx import from_onnx
-
-        if not Path(spec).is_file():
-            raise RelaytraceError(f"no ONNX file at {spec}")
-        shape_dict = dict(shapes)
-        imported = from_onnx(spec, shape_dict=shape_dict or None)
-        from .tracking.origins import main_inputs
-
-        rng = np.random.default_rng(seed)
-        inputs = tuple(rng.standard_normal(s).astype(d if not shape_dict else dtype)
-                       for _, s, d in main_inputs(imported.mod))
-        return LoadedModel(imported, inputs)
-    path, sep, factory = spec.rpartition(":")
-    if not sep or not path.endswith(".py"):
-        raise UsageError(f"MODEL must be an .onnx file or path/to/file.py:factory, not {spec!r}")
-    if not Path(path).is_file():
-        raise RelaytraceError(f"no Python file at {path}")
-    loader = importlib.util.spec_from_file_location(f"relaytrace_user_{Path(path).stem}", path)
-    module = importlib.util.module_from_spec(loader)
-    try:
-        loader.loader.exec_module(module)
-    except Exception as exc:
-        raise RelaytraceError(f"{path} failed to import: {type(exc).__name__}: {exc}") from exc
-    if not hasattr(module, factory):
-        raise RelaytraceError(f"{path} has no function {factory!r}")
-    made = getattr(module, factory)()
-    if not (isinstance(made, tuple) and len(made) == 2):
-        raise RelaytraceError(f"{factory}() must return (torch module, example inputs)")
-    torch_module, example = made
-    example = example if isinstance(example, tuple) else (example,)
-    from .frontends.torch import from_torch
-
-    imported = from_torch(torch_module, example, name=Path(path).stem)
-    return LoadedModel(imported, tuple(e.detach().numpy() for e in example))
 
 
 def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:

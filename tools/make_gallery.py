@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 import relaytrace
-from relaytrace.cli import load_demo_model
+from relaytrace.frontends.loader import load
 from relaytrace.render import graphviz as G
 from relaytrace.render.html import html_report
 from relaytrace.report import make_report
@@ -21,7 +21,7 @@ def main() -> int:
     for name, layout in (("resnet50", None), ("resnet50", {"relax.nn.conv2d": ["NHWC", "OHWI"]}),
                          ("mobilenet_v2", None)):
         tag = name + ("_nhwc" if layout else "")
-        executable, lineage = relaytrace.build(load_demo_model(name), "llvm", convert_layout=layout, model=tag)
+        executable, lineage = relaytrace.build(load(f"demo:{name}").model, "llvm", convert_layout=layout, model=tag)
         x = np.random.default_rng(0).standard_normal(lineage.inputs[0][1]).astype("float32")
         prof = relaytrace.profile(executable, lineage, [x], repeat=1)
         report = make_report(lineage, prof)
