@@ -53,7 +53,7 @@ def replay(calls) -> dict[str, float]:
             now = time.perf_counter()
             stages[stage] += now - start
             start = now
-        lineage = lineage_from(session.tracker, "model", "llvm", "fused", session.degraded)
+        lineage = lineage_from(session.tracker, "model", "llvm", "fused", session.degraded, members=session.members)
         stages["lineage extraction"] = time.perf_counter() - start
     if lineage.degraded:
         raise SystemExit(f"tracking degraded: {lineage.degraded}")

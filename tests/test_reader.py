@@ -98,3 +98,18 @@ def test_symbolic_shapes_are_kept_in_origins():
     assert table.origins["act/relu"].input_shapes == (("n", 4),)
     assert table.origins["twice/add"].output_shapes == (("n", 4),)
     assert table.origins["twice/add"].input_dtypes == ("float32", "float32")
+
+
+def test_verification_reads_what_the_tracker_read(monkeypatch):
+    """One traced build reads each (function, function before) pair once: the
+    verification's reads of the model functions are served by the tracker's."""
+    import relaytrace
+
+    calls = []
+    plain_read = reader.read
+    monkeypatch.setattr(reader, "read", lambda func, old=None, types=False: calls.append(
+        (func.__chandle__(), old.__chandle__() if old is not None else 0)) or plain_read(func, old, types))
+    _, lineage = relaytrace.build(resnet_style(blocks=2), "llvm")
+    assert lineage.verification.ok
+    partial = [c for c in calls if c[1]]
+    assert partial and len(partial) == len(set(partial))

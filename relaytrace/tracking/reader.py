@@ -201,6 +201,22 @@ def read(func, old=None, types: bool = False) -> FunctionView | None:
     return _decode(array("q", head + [x for column in columns for x in column] + w.stream + changed), w.strings)
 
 
+class SharedReads:
+    """``read`` with each result kept for the build: verification reads the functions
+    the tracker read, in the same order, and finds them read. A typed read serves an
+    untyped one. Lives as long as one traced build."""
+
+    def __init__(self):
+        self._views: dict[tuple[int, int, bool], FunctionView | None] = {}
+
+    def read(self, func, old=None, types: bool = False) -> FunctionView | None:
+        key = (func.__chandle__(), old.__chandle__() if old is not None else 0, types)
+        if key not in self._views:
+            typed = (key[0], key[1], True)
+            self._views[key] = self._views[typed] if typed in self._views else read(func, old, types)
+        return self._views[key]
+
+
 def _handles(objects) -> list[int]:
     return [o.__chandle__() if o is not None else 0 for o in objects]
 

@@ -39,7 +39,8 @@ class TraceSession:
         self._first_pass = ""  # the pass that module went into
         self.recorded: list[tuple[dict, str]] = []  # (functions, pass name) after each pass since
         self.modules: list = []  # the module each recorded pass returned, for its PrimFuncs' attributes
-        self.members: dict = {}  # kernel -> the PrimFuncs it is made of (``verify.kernel_members``)
+        self.members: dict = {}  # kernel -> the PrimFuncs it is made of (``truth.kernel_members``)
+        self.reads = reader.SharedReads()  # what the tracker read, read again by verification
 
     def before(self, mod, pass_name: str) -> None:
         if self.input is None and not self.degraded:
@@ -71,7 +72,7 @@ class TraceSession:
 
     def _read_members(self) -> None:
         """What each kernel is made of, from the recorded IR alone (``verify``)."""
-        self.members = kernel_members(self.input, self.recorded, reader.read, self.modules)
+        self.members = kernel_members(self.input, self.recorded, self.reads.read, self.modules)
 
     def track(self) -> None:
         for _ in self.tracking():
@@ -88,8 +89,8 @@ class TraceSession:
         self.modules.append(mod)
 
     def _start(self) -> None:
-        self.table = assign_origins(self.input, self.layer_of)
-        tracker = Tracker(self.table)
+        self.table = assign_origins(self.input, self.layer_of, self.reads.read)
+        tracker = Tracker(self.table, self.reads.read)
         tracker.start(self.input)
         self.tracker = tracker
 
