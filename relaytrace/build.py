@@ -35,7 +35,7 @@ class Trace:
         try:
             with gc_paused():
                 return self._finish()
-        finally:  # the lineage is plain data: the IR, tables and reader thread can go
+        finally:  # the lineage is plain data: the IR and the tracking tables can go
             self.session = None
 
     def _finish(self) -> Lineage:

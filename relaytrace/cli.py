@@ -90,6 +90,8 @@ def cmd_profile(args) -> int:
 
 
 def _absolute_factory(spec: str) -> str:
+    if spec.startswith("demo:"):
+        return spec
     path, _, factory = spec.rpartition(":")
     return f"{Path(path).resolve()}:{factory}"
 

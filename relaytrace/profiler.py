@@ -13,7 +13,6 @@ import time
 
 import numpy as np
 import tvm
-from attrs import define, field
 from tvm import relax
 
 from .errors import RelaytraceError

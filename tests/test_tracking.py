@@ -133,12 +133,12 @@ def test_a_pass_no_rule_explains_is_marked_unresolved_not_guessed(input_data, re
 
 
 def test_an_internal_tracking_error_degrades_the_lineage_not_the_build(resnet_mod, input_data, monkeypatch):
-    from relaytrace.tracking import tracker as matching
+    from relaytrace.tracking import tracker
 
     def broken(self, *args):
         raise RuntimeError("injected fault")
 
-    monkeypatch.setattr(matching.Tracker, "_process", broken)
+    monkeypatch.setattr(tracker.Tracker, "_process", broken)
     executable, lineage = relaytrace.build(resnet_mod, "llvm", pipeline="fused")
     assert any("injected fault" in r for r in lineage.degraded)
     with tvm.transform.PassContext(opt_level=3):

@@ -11,6 +11,7 @@ source has them, else seeded random ones of main's shapes and dtypes).
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +34,14 @@ def load(source, example_args=None, shapes=(), dtype: str = "float32", name: str
     """The model ``source`` names (see the module docstring). ``shapes`` (``(input
     name, shape)`` pairs) and ``dtype`` fix an ONNX model's inputs; without
     ``with_inputs`` no random inputs are made (build() needs none)."""
+    if isinstance(source, os.PathLike):
+        source = os.fspath(source)
     if isinstance(source, ImportedModel):
         return LoadedModel(source, _random_inputs(source, seed) if with_inputs else ())
     if isinstance(source, str) and source.startswith("demo:"):
-        return _demo(source[len("demo:"):])
+        return _demo(source[len("demo:"):], name, seed, with_inputs)
     if isinstance(source, str) and not source.endswith(".onnx"):
-        return _factory(source)
+        return _factory(source, name)
     if _is_onnx(source):
         from .onnx import from_onnx
 
@@ -66,22 +69,22 @@ def load(source, example_args=None, shapes=(), dtype: str = "float32", name: str
     )
 
 
-def _demo(name: str) -> LoadedModel:
+def _demo(demo: str, name: str | None, seed: int, with_inputs: bool) -> LoadedModel:
     """A built-in model: a zoo model imported from torch, or the small ResNet-style
     model written in Relax (no torch needed)."""
-    if name not in DEMO_MODELS:
-        raise UsageError(f"unknown demo model {name!r}: choose one of {', '.join(DEMO_MODELS)}")
-    if name == "resnet_style":
+    if demo not in DEMO_MODELS:
+        raise UsageError(f"unknown demo model {demo!r}: choose one of {', '.join(DEMO_MODELS)}")
+    if demo == "resnet_style":
         from ..relax_models import resnet_style
 
-        return load(resnet_style(blocks=3), name=name)
+        return load(resnet_style(blocks=3), name=name or demo, seed=seed, with_inputs=with_inputs)
     from .. import zoo
 
-    module, example = zoo.get(name)
-    return load(module, (example,), name=name)
+    module, example = zoo.get(demo, seed=seed)
+    return load(module, (example,), name=name or demo)
 
 
-def _factory(spec: str) -> LoadedModel:
+def _factory(spec: str, name: str | None) -> LoadedModel:
     path, sep, factory = spec.rpartition(":")
     if not sep or not path.endswith(".py"):
         raise UsageError(f"MODEL must be an .onnx file or path/to/file.py:factory, not {spec!r}")
@@ -99,7 +102,7 @@ def _factory(spec: str) -> LoadedModel:
     if not (isinstance(made, tuple) and len(made) == 2):
         raise RelaytraceError(f"{factory}() must return (torch module, example inputs)")
     torch_module, example = made
-    return load(torch_module, example, name=Path(path).stem)
+    return load(torch_module, example, name=name or Path(path).stem)
 
 
 def _random_inputs(imported: ImportedModel, seed: int, dtype: str | None = None) -> tuple:

@@ -84,9 +84,9 @@ class Coverage:
 
     @property
     def complete(self) -> bool:
-        """Every site attributed, every op accounted for, and nothing the IR contradicts."""
+        """Every site attributed and confirmed by the IR, every op accounted for."""
         return (self.attributed_sites == self.call_sites and not self.unaccounted
-                and not self.suspect and not self.problems)
+                and not self.suspect and not self.unverified and not self.problems)
 
 
 @define(frozen=True)

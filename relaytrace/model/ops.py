@@ -1,6 +1,5 @@
 """What the names of ops say: which only move data, which manage memory, how heavy
-each is. Plain tables, no TVM: the tracker, verification, attribution and the Relay-era
-readers share them.
+each is. Plain tables, no TVM: the tracker, verification and attribution share them.
 
 Names come in two forms: a Relax op (``relax.permute_dims``) and, after legalization,
 a PrimFunc named after its compute with a number (``transpose16``). Both are looked up

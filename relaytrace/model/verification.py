@@ -21,7 +21,7 @@ known is **unverified**, with why. Nothing is waived.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from attrs import define
 
@@ -110,7 +110,7 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
         f"{oid} ({origins[oid].short_op}) is reported eliminated by {pass_name}, a fusion pass, "
         f"which eliminates no compute op"
         for oid, pass_name in lineage.eliminated_by.items()
-        if pass_name in FUSION_PASSES and origins[oid].kind == "op" and not _moves_data(origins[oid].op)
+        if pass_name in FUSION_PASSES and origins[oid].kind == "op" and not is_data_movement(origins[oid].op)
     ]
     problems += [f"{oid} is reported eliminated by {lineage.eliminated_by[oid]} but runs at "
                  f"{', '.join(s.label for s in where[oid])}" for oid in lineage.eliminated_by if oid in where]
@@ -204,10 +204,6 @@ def _misplaced_inserted(site, lineage, where, neighbours) -> list[str]:
         if not near.intersection(served):
             reasons.append(f"{oid} serves {', '.join(origin.serves)}, which run at no neighbouring site")
     return reasons
-
-
-def _moves_data(op: str) -> bool:
-    return is_data_movement(op)
 
 
 def _short(op: str) -> str:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import attrs
 
-from . import reader
-from . import ir
-from ..model.lineage import BuiltinSite, CallSite, Lineage, roles_for
-from .tracker import Tracker
 from ..model.journal import Change
+from ..model.lineage import BuiltinSite, CallSite, Lineage, roles_for
+from ..model.ops import is_bookkeeping
 from ..model.verification import verify
+from . import reader
+from .tracker import Tracker
 
 
 def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), inputs=(),
                  members=None) -> Lineage:
     """The lineage the tracker's state describes, verified against ``members`` (kernel
-    -> its PrimFuncs, read from the recorded IR; ``verify.kernel_members``)."""
+    -> its PrimFuncs, read from the recorded IR; ``truth.kernel_members``)."""
     functions = tracker.last_functions  # every Relax function, fused groups included
     kernels: dict[str, list[CallSite]] = {}
     builtins: list[BuiltinSite] = []
@@ -30,7 +30,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     d = tracker.read(main) if main is not None else None
     for index in range(len(d.vars) if d is not None else 0):
         record = reader.call_record(d, index)
-        if record is None or ir.is_bookkeeping(record[0]):
+        if record is None or is_bookkeeping(record[0]):
             continue
         callee, gv, atoms = record
         tok = tracker.token_of(d.vars[index])

@@ -1,4 +1,4 @@
-"""Read-only helpers over Relax IR, for the frontends and the Python IR reader.
+"""Read-only helpers over Relax IR, for the frontends and the reader.
 
 TVM 0.27 moved the Relax expression classes into ``tvm.ir.expr``; keeping every
 isinstance test here means one place to adapt when TVM moves them again.
@@ -12,7 +12,6 @@ from tvm.ir import StringImm
 from tvm.ir import expr as _expr
 from tvm.ir.op import Op
 
-from ..model.ops import is_bookkeeping, is_data_movement, short_op  # noqa: F401 (the tracker asks ir)
 
 CONSTANT_TYPES = tuple(
     t for t in (getattr(_expr, "Constant", None), getattr(_expr, "GenericConst", None)) if t

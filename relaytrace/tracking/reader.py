@@ -4,7 +4,7 @@ The tracker reads every function after every pass. ``read(func)`` returns the wh
 function as a ``FunctionView``: handles (object addresses, which key the tracker's tables),
 names, and every value as a flat prefix-order *stream* of ``(kind, handle, payload)``
 triples, so the rules compare Python ints instead of TVM objects. Two shortcuts keep
-re-reading cheap whatever the language: a binding a pass kept is left out but for
+re-reading cheap: a binding a pass kept is left out but for
 its var's handle, and a function rebuilt around the same bindings is not read again.
 
 Stream payloads: a var or constant's type (see ``TYPES_NOT_ASKED``); a
@@ -149,17 +149,6 @@ def _category(callee: tuple) -> tuple[str, str]:
 _KIND_NAMES = {VAR: "Var", CONST: "Constant", TUPLE: "Tuple", ITEM: "TupleGetItem", CALL: "Call"}
 
 
-def name(d: FunctionView, position: int) -> str:
-    return d.strings[d.name_at[position]]
-
-
-def names_by_handle(d: FunctionView) -> dict[int, str]:
-    """var handle -> name, parameters included: for a var a pass re-created."""
-    found = dict(zip(d.params, d.param_names))
-    found.update((var, d.strings[at]) for var, at in zip(d.vars, d.name_at) if at >= 0)
-    return found
-
-
 # -- writing it -----------------------------------------------------------------
 
 def read(func, old=None, types: bool = False) -> FunctionView | None:
@@ -237,7 +226,7 @@ def shapes_and_dtypes(d: FunctionView, type_: int) -> tuple[tuple[tuple, ...], t
     return found
 
 
-_TYPE_TEXTS: dict[int | None, str] = {None: ""}  # structural hash -> type text (the Python writer's)
+_TYPE_TEXTS: dict[int | None, str] = {None: ""}  # structural hash -> type text
 
 
 def _type_text(ty) -> str:

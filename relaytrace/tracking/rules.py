@@ -108,9 +108,9 @@ class Replay:
         result = tracker.new_token(frozenset().union(*(tracker.tok_origins[t] for t in matched)))
         if tuple_output:  # each field of the call's result is the value its step made
             for i, field in enumerate(outputs):
-                if field in env:
+                if env.get(field) is not None:
                     tracker.keys[("item", result, i)] = (env[field],)
-        elif outputs and outputs[0] in env:
+        elif outputs and env.get(outputs[0]) is not None:
             tracker.alias(result, env[outputs[0]])
         return result
 
@@ -180,7 +180,7 @@ def _recipe(tracker, func) -> tuple | None:
             if not ir.is_primitive(func):
                 tracker.recipes[handle] = None
                 return None
-            d = reader.read(func)
+            d = tracker.read(func)
             steps = []
             for position, var in enumerate(d.vars):
                 record = reader.call_record(d, position)

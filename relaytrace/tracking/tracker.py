@@ -61,7 +61,7 @@ class _FunctionState:
     def index(self, tracker: "Tracker") -> _Index:
         if self._index is None:
             by_args, tok_var, by_inputs = {}, {}, {}
-            d = _full(self.view, self.func)
+            d = _full(self.view, self.func, tracker.read)
             for position, handle in enumerate(d.vars):
                 tok = tracker._atom_tok.get(handle)
                 if tok is None:
@@ -84,6 +84,7 @@ class _Walk:
     func: object
     d: reader.FunctionView
     old: _FunctionState | None
+    read: object = reader.read  # the tracker's
     claimed: set[int] = field(factory=set)
     bookkeeping: set[int] = field(factory=set)
     changes: list[tuple[int, int, str, str | None]] = field(factory=list)  # (token, position, rule, callee)
@@ -100,7 +101,7 @@ class _Walk:
         """var handle -> callee after the pass; built only when the args rule asks."""
         if self._callee_of is None:
             self._callee_of = {}
-            d = _full(self.d, self.func)
+            d = _full(self.d, self.func, self.read)
             for position, handle in enumerate(d.vars):
                 callee = reader.callee_of(d, position)
                 if callee is not None:
@@ -212,7 +213,7 @@ class Tracker:
             d = self.read(func, old.func if old is not None else None)
             if d is None:  # the same bindings in a rebuilt function: no binding to account for
                 return self._rebuilt(fname, func, pass_name, old)
-        walk = _Walk(func=func, d=d, old=old)
+        walk = _Walk(func=func, d=d, old=old, read=self.read)
         for handle, name in zip(d.params, d.param_names):
             self._param_token(fname, handle, name)
         atom_tok, var_value = self._atom_tok, self._var_value
@@ -533,6 +534,6 @@ def changed_functions(before: dict, functions: dict) -> tuple[dict, list[str]]:
     return model, [name for name, func in model.items() if name not in before or not before[name].same_as(func)]
 
 
-def _full(d: reader.FunctionView, func) -> reader.FunctionView:
+def _full(d: reader.FunctionView, func, read) -> reader.FunctionView:
     """A view with every binding, for the look-ups that need the kept ones too."""
-    return reader.read(func) if d.partial else d
+    return read(func) if d.partial else d

@@ -11,7 +11,7 @@ from typing import Iterable
 
 from . import reader
 from . import ir
-from ..model.ops import is_bookkeeping
+from ..model.ops import is_bookkeeping, is_data_movement
 from ..model.verification import Member
 
 
@@ -21,7 +21,9 @@ def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], 
     recorded pass (``ir.function_map``s); ``read(func, old)`` reads a function's view
     (bindings ``old`` has too left out; None when it has them all). ``modules``, the
     modules the passes returned, are asked for the ``operator_name`` attribute of
-    PrimFuncs no binding explains: the op an implementation (AlterOpImpl's) declares."""
+    PrimFuncs no binding explains: the op an implementation (AlterOpImpl's) declares.
+    They are read after the build: a Python pass that changed a module object in
+    place later could hide a PrimFunc, and its sites are then unverified, not wrong."""
     prim_ops: dict[str, set[str]] = {}
     groups: dict[str, object] = {}  # fused group name -> its function, as the last pass that had it left it
     computes = _Computes(read, prim_ops)
@@ -29,12 +31,13 @@ def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], 
     modules = list(modules)
     members_at = None  # the module whose PrimFuncs the kernels are made of: FuseOps' (or the last)
     for i, (functions, _) in enumerate(recorded):
+        fused_before = bool(groups)
         for name, func in functions.items():
             if ir.is_primitive(func):
                 groups[name] = func
         if not groups:  # once fused, ops are found through the groups, and main need not be read
             computes.record(functions)
-        if i < len(modules) and ir.model_functions(functions) and (not groups or members_at is None):
+        if i < len(modules) and ir.model_functions(functions) and not fused_before:
             members_at = modules[i]
     named = _declared_ops(members_at) if members_at is not None else {}
     for prim, op in named.items():
@@ -43,8 +46,9 @@ def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], 
     for name, func in groups.items():
         d = read(func)
         calls = (reader.call_record(d, position) for position in range(len(d.vars)))
-        out[name] = tuple(Member(c[0], tuple(sorted(prim_ops.get(c[0], ()))))
-                          for c in calls if c is not None and c[1] and not is_bookkeeping(c[0]))
+        # a PrimFunc computes what the evidence says; a Relax op left in a group, itself
+        out[name] = tuple(Member(c[0], tuple(sorted(prim_ops.get(c[0], ()))) if c[1] else (c[0],))
+                          for c in calls if c is not None and not is_bookkeeping(c[0]))
     for prim, ops in prim_ops.items():
         out.setdefault(prim, (Member(prim, tuple(sorted(ops))),))
     return out
@@ -58,6 +62,15 @@ def _declared_ops(mod) -> dict[str, str]:
         if not isinstance(func, ir.relax.Function) and attrs is not None and "operator_name" in attrs:
             out[gv.name_hint] = str(attrs["operator_name"])
     return out
+
+
+def _carried(was: tuple[str, ...], callee: str) -> tuple[str, ...]:
+    """What a rebound Var computed that its new callee computes too: nothing when the
+    new one only moves data and the old did not (AlterOpImpl reuses a relu's Var for
+    the layout transform after its new implementation)."""
+    if was and is_data_movement(callee) and not all(is_data_movement(op) for op in was):
+        return ()
+    return was
 
 
 class _Computes:
@@ -87,10 +100,10 @@ class _Computes:
                 callee, gv, _ = record
                 var = d.vars[position]
                 if not gv:  # an op; one a pass wrote in place of another still computes that one
-                    was = old.get(var, ()) if callee.startswith("relax.") else ()
+                    was = _carried(old.get(var, ()), callee) if callee.startswith("relax.") else ()
                     now[var] = tuple(sorted({callee, *was})) if callee.startswith("relax.") else ()
                 elif callee not in functions:  # a PrimFunc (not a fused group or a subfunction)
-                    was = old.get(var)
+                    was = _carried(old.get(var, ()), callee)
                     if was:
                         self.prim_ops.setdefault(callee, set()).update(was)
                     elif input_:  # the input itself calls a PrimFunc (a frontend's emit_te): the op is its name
