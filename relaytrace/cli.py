@@ -97,6 +97,7 @@ def _absolute_factory(spec: str) -> str:
 
 
 def cmd_render(args) -> int:
+    from .model.jsonio import write_atomic
     from .model.lineage import Lineage
     from .model.profile import Profile
     from .render import graphviz as G
@@ -114,9 +115,7 @@ def cmd_render(args) -> int:
     if args.format == "html":
         if report is None:
             raise UsageError("the HTML report needs a profile: pass --profile profile.json")
-        if out.exists() and not args.force:
-            raise FileExistsError(f"{out} exists; pass --force to replace it")
-        out.write_text(html_report(report))
+        write_atomic(out, html_report(report), overwrite=args.force)
     else:
         graph = (G.layer_graph(lineage, report, collapse=args.collapse) if args.graph == "layers"
                  else G.kernel_graph(lineage, report))

@@ -82,3 +82,26 @@ def test_malformed_files_get_clear_errors(tmp_path):
         Lineage.load(bad)
     with pytest.raises(FileNotFoundError):
         Lineage.load(tmp_path / "nope.json")
+
+
+def test_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    import os
+
+    from relaytrace.model.jsonio import write_atomic
+
+    path = tmp_path / "report.html"
+    write_atomic(path, "first")
+    with pytest.raises(FileExistsError):
+        write_atomic(path, "second")
+    assert path.read_text() == "first"
+
+    def disk_full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        write_atomic(path, "third", overwrite=True)
+    assert path.read_text() == "first" and sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
+    monkeypatch.undo()
+    write_atomic(path, b"fourth", overwrite=True)
+    assert path.read_text() == "fourth"

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import UsageError
+from ..model.jsonio import write_atomic
 from . import match as M
 from . import summary as S
 from .autotvm import parse_log, parse_tasks, parse_workload_lists
@@ -98,7 +99,7 @@ def run(args) -> int:
     result["issues"] = [str(i) for i in issues]
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "matches.json").write_text(json.dumps(result, indent=1))
+        write_atomic(out_dir / "matches.json", json.dumps(result, indent=1), overwrite=True)
     return 0
 
 

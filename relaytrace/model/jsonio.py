@@ -1,9 +1,10 @@
-"""Schema-checked JSON files, written atomically: the one way the data layer saves."""
+"""Files written atomically, and schema-checked JSON: the one way relaytrace writes a file."""
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 from ..errors import LineageFormatError
@@ -31,12 +32,30 @@ def make_record(cls, data: dict):
 
 
 def write_json(path, data, overwrite: bool) -> Path:
+    return write_atomic(path, json.dumps(data, indent=1), overwrite)
+
+
+def write_atomic(path, data: str | bytes, overwrite: bool = False) -> Path:
+    """Write ``data`` to ``path`` whole or not at all: into a temporary file beside it,
+    then moved in. A file that exists is kept unless ``overwrite``, also one that
+    appeared while this was writing; a failure (a full disk) leaves no temporary file
+    and the old file as it was."""
     path = Path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data.encode() if isinstance(data, str) else data)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # fails if the file appeared meanwhile: nothing is overwritten
+            os.unlink(tmp)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
     return path
 
 

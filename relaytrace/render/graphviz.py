@@ -16,6 +16,7 @@ import graphviz
 from .. import attribution as A  # module_prefix
 from ..errors import RelaytraceError
 from ..model.lineage import Lineage
+from ..model.jsonio import write_atomic
 from ..model.origin import OP
 
 FORMATS = ("dot", "svg", "png", "pdf")
@@ -195,8 +196,4 @@ def render(graph, path, fmt: str | None = None, overwrite: bool = False) -> Path
         raise RelaytraceError(f"unknown graph format {fmt!r}: use one of {', '.join(FORMATS)}")
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
-    data = graph.source.encode() if fmt == "dot" else graph.pipe(format=fmt)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-    return path
+    return write_atomic(path, graph.source if fmt == "dot" else graph.pipe(format=fmt), overwrite)
