@@ -191,3 +191,27 @@ def test_ops_a_user_pass_made_up_leave_their_sites_unverified_not_suspect(resnet
         assert any("no tracking rule explains" in r for r in lineage.check(site).reasons)
         assert any(lineage.origins[o].kind == "unresolved" for o in site.origin_ids)
     assert cov.verified_sites == cov.call_sites - len(cov.unverified) > 0
+
+
+def test_an_op_legalized_into_two_primfuncs_is_one_op_in_both(resnet_mod):
+    """LegalizeOps(customize_legalize_map=...) may emit several PrimFuncs for one op:
+    the extra one is a part of that op (tracked, and verified), not an unresolved op."""
+    import tvm
+    from tvm import relax, topi
+
+    def relu_in_two(bb, call):
+        neg = bb.emit_te(topi.negative, call.args[0], primfunc_name_hint="relu_neg")
+        return bb.call_te(lambda a: topi.maximum(topi.negative(a), tvm.tirx.const(0, "float32")), neg,
+                          primfunc_name_hint="relu_max")
+
+    target = tvm.target.Target("llvm")
+    pipeline = tvm.transform.Sequential([relax.transform.LegalizeOps({"relax.nn.relu": relu_in_two}),
+                                         relax.get_default_pipeline(target)])
+    _, lineage = relaytrace.build(resnet_mod, target, pipeline=pipeline)
+    assert lineage.unresolved() == () and lineage.verification.ok and lineage.coverage().complete
+    relus = [o for o in lineage.origins.values() if o.op == "relax.nn.relu"]
+    for relu in relus:
+        (site,) = lineage.kernels_of(relu.id)
+        members = [m for m in lineage.kernel_members[site.kernel] if "relax.nn.relu" in m.ops]
+        assert [m.part for m in members] == [True, False]  # relu_neg is a part, relu_max finishes it
+    assert any(c.rule == "part" for relu in relus for c in lineage.history(relu.id))

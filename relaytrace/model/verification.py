@@ -38,6 +38,7 @@ class Member:
 
     prim_func: str
     ops: tuple[str, ...]
+    part: bool = False  # computes a part of its op; another member (or kernel) finishes it
 
 
 @define(frozen=True)
@@ -80,10 +81,13 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
     members = lineage.kernel_members if members is None else members
     origins = lineage.origins
     sites = lineage.call_sites
-    where: dict[str, list] = {}
+    where: dict[str, list] = {}  # op origin -> the sites that run it (not only a part of it)
     for site in sites:
+        whole = {op for m in members.get(site.kernel, ()) if not m.part for op in m.ops}
+        partial = {op for m in members.get(site.kernel, ()) if m.part for op in m.ops}
         for oid in site.origin_ids:
-            if origins[oid].kind == "op":
+            op = origins[oid].op
+            if origins[oid].kind == "op" and (op in whole or op not in partial):
                 where.setdefault(oid, []).append(site)
     neighbours = _neighbours(lineage)
     out_of_order = _out_of_order(lineage, where)
@@ -128,10 +132,13 @@ def _account(site, kernel_members: tuple[Member, ...], origins) -> tuple[list[st
         if origin.kind == "unresolved":
             unknown.append(f"{oid}: an op no tracking rule explains (made by {origin.pass_name})")
         claimants.append(origin)
-    known = [m for m in kernel_members if m.ops]
+    known = [m for m in kernel_members if m.ops and not m.part]
     for m in kernel_members:
         if not m.ops:
             unknown.append(f"member {m.prim_func}: no recorded pass shows which op it computes")
+        elif m.part and not any(origin.op in m.ops for origin in claimants):
+            reasons.append(f"member {m.prim_func} (a part of {'/'.join(_short(o) for o in m.ops)}) is not "
+                           f"explained by any origin at this site")
     match = _matching(known, claimants)
     for i, m in enumerate(known):
         if i not in match:
@@ -139,7 +146,8 @@ def _account(site, kernel_members: tuple[Member, ...], origins) -> tuple[list[st
                            f"by any origin at this site")
     matched = set(match.values())
     for j, origin in enumerate(claimants):
-        if j not in matched and origin.kind != "unresolved" and len(known) == len(kernel_members):
+        if j not in matched and origin.kind != "unresolved" and all(m.ops for m in kernel_members) \
+                and not any(m.part and origin.op in m.ops for m in kernel_members):
             reasons.append(f"{origin.id} ({origin.short_op}) is attributed here, but the kernel computes "
                            f"no {origin.short_op} for it")
     return reasons, unknown

@@ -33,7 +33,7 @@ from ..model.origin import INSERTED, OP, UNRESOLVED, Origin
 from .origins import OriginTable
 from .rules import DEFAULT_RULES, Binding
 
-IDENTITY, NEW = "identity", "new"
+IDENTITY, PART, NEW = "identity", "part", "new"
 
 
 @define(frozen=True)
@@ -453,6 +453,7 @@ class Tracker:
         if not walk.new:
             return
         self._link_uses(walk)
+        self._parts_of_lowered_ops(walk)
         pending = {tok: callee for tok, callee in walk.new}
         for tok, callee in walk.new:
             serves = self._serves(tok, pending, walk, set())
@@ -464,6 +465,27 @@ class Tracker:
                 kind=kind, pass_name=pass_name, serves=tuple(serves),
             )
             self.tok_origins[tok] = (oid,)
+
+    def _parts_of_lowered_ops(self, walk: _Walk) -> None:
+        """A new PrimFunc call whose only consumer is an op this pass lowered in place
+        (or another such part) is a part of that op: a legalization that emits several
+        PrimFuncs for one op (``LegalizeOps(customize_legalize_map=...)``)."""
+        lowered = {tok for tok, _, rule, callee in walk.changes
+                   if rule == IDENTITY and callee is not None and ops.is_prim_func(callee)}
+        parts: dict[int, int] = {}  # part token -> the lowered op's token
+        for tok, callee in reversed(walk.new):  # consumers come after their producers
+            consumers = set(walk.uses.get(tok, ()))
+            if not ops.is_prim_func(callee) or ops.is_data_movement(callee) or len(consumers) != 1:
+                continue
+            (consumer,) = consumers
+            whole = consumer if consumer in lowered else parts.get(consumer)
+            if whole is not None:
+                parts[tok] = whole
+                self.tok_origins[tok] = self.tok_origins[whole]
+        if parts:
+            walk.new = [(tok, callee) for tok, callee in walk.new if tok not in parts]
+            walk.changes = [(tok, at, PART if tok in parts else rule, callee)
+                            for tok, at, rule, callee in walk.changes]
 
     def _serves(self, tok, pending, walk, seen) -> list[str]:
         """The model ops an inserted binding exists for: the neighbours this pass

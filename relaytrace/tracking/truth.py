@@ -43,14 +43,15 @@ def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], 
     for prim, op in named.items():
         prim_ops.setdefault(prim, set()).add(op)
     out: dict[str, tuple[Member, ...]] = {}
+    parts = computes.parts
     for name, func in groups.items():
         d = read(func)
         calls = (reader.call_record(d, position) for position in range(len(d.vars)))
         # a PrimFunc computes what the evidence says; a Relax op left in a group, itself
-        out[name] = tuple(Member(c[0], tuple(sorted(prim_ops.get(c[0], ()))) if c[1] else (c[0],))
+        out[name] = tuple(Member(c[0], tuple(sorted(prim_ops.get(c[0], ()))) if c[1] else (c[0],), c[0] in parts)
                           for c in calls if c is not None and not is_bookkeeping(c[0]))
     for prim, ops in prim_ops.items():
-        out.setdefault(prim, (Member(prim, tuple(sorted(ops))),))
+        out.setdefault(prim, (Member(prim, tuple(sorted(ops)), prim in parts),))
     return out
 
 
@@ -81,6 +82,7 @@ class _Computes:
     def __init__(self, read, prim_ops: dict[str, set[str]]):
         self.read = read
         self.prim_ops = prim_ops
+        self.parts: set[str] = set()  # PrimFuncs that compute a part of an op another one finishes
         self.state: dict[str, tuple[object, dict[int, tuple[str, ...]]]] = {}  # name -> (function, var -> ops)
 
     def record(self, functions: dict, input_: bool = False) -> None:
@@ -109,4 +111,32 @@ class _Computes:
                     elif input_:  # the input itself calls a PrimFunc (a frontend's emit_te): the op is its name
                         self.prim_ops.setdefault(callee, set()).add(callee)
                     now[var] = tuple(self.prim_ops.get(callee, ()))
+            self._parts(d, old, now, functions)
             self.state[name] = (func, now)
+
+    def _parts(self, d, old, now, functions) -> None:
+        """A new PrimFunc call that feeds only a PrimFunc call computing op X (the Var
+        that bound X, lowered in place, or another part) computes a part of X: a
+        legalization into several PrimFuncs. Later bindings first, so a chain of parts
+        is followed."""
+        consumers: dict[int, set[int]] = {}
+        calls = {}
+        for position in d.changed:
+            record = reader.call_record(d, position)
+            if record is None:
+                continue
+            calls[d.vars[position]] = record
+            for kind, handle in reader.arguments(record[2]):
+                if kind == reader.VAR:
+                    consumers.setdefault(handle, set()).add(d.vars[position])
+        for var in reversed(list(calls)):
+            callee, gv, _ = calls[var]
+            users = consumers.get(var, set())
+            if var in old or not gv or callee in functions or self.prim_ops.get(callee) or len(users) != 1:
+                continue
+            (user,) = users
+            lowered = user in calls and calls[user][1] and calls[user][0] not in functions  # calls a PrimFunc
+            if lowered and now.get(user) and (user in old or calls[user][0] in self.parts):
+                self.prim_ops.setdefault(callee, set()).update(now[user])
+                self.parts.add(callee)
+                now[var] = now[user]
