@@ -1,10 +1,10 @@
 """Where the tracking time goes, pass by pass, without TVM's own work in the way.
 
-Records the modules of one plain build, then replays them through a fresh
-TraceSession several times and prints the fastest time of each stage: what the
-instrument does during the build (record each pass's functions), then, as after a
-traced build, origin assignment with the input walk, each pass the tracker follows,
-and lineage extraction. Use it to see what a change to the tracker buys; use
+Records the modules of one plain build, then replays them through a fresh Recorder
+several times and prints the fastest time of each stage: what the instrument does
+during the build (record each pass's functions), then, as after a traced build
+(``follow``), origin assignment with the input walk, each pass the tracker follows,
+kernel members, and lineage extraction with verification. Use it to see what a change to the tracker buys; use
 compile_overhead.py for the ratio the target is about.
 """
 
@@ -18,43 +18,46 @@ from collections import defaultdict
 import tvm
 from tvm import relax
 
-from relaytrace.tracking.callsites import lineage_from
-from relaytrace.tracking.recorder import TraceSession, gc_paused
+from relaytrace.tracking.follow import follow
+from relaytrace.tracking.recorder import Recorder, gc_paused
 from relaytrace.relax_models import deep_chain, resnet_style
 
 
-def record(mod, target) -> list[tuple[bool, object, str]]:
-    """(after?, module, pass name) for every instrument call of a plain build."""
-    calls: list[tuple[bool, object, str]] = []
+def record(mod, target) -> list[tuple[bool, object, object]]:
+    """(after?, module, pass info) for every instrument call of a plain build."""
+    calls: list[tuple[bool, object, object]] = []
 
     @tvm.ir.instrument.pass_instrument
-    class Recorder:
+    class Calls:
         def run_before_pass(self, mod, info):
-            calls.append((False, mod, info.name))
+            calls.append((False, mod, info))
 
         def run_after_pass(self, mod, info):
-            calls.append((True, mod, info.name))
+            calls.append((True, mod, info))
 
-    with tvm.transform.PassContext(opt_level=3, instruments=[Recorder()]):
+    with tvm.transform.PassContext(opt_level=3, instruments=[Calls()]):
         tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target))
     return calls
 
 
 def replay(calls) -> dict[str, float]:
     stages: dict[str, float] = defaultdict(float)
-    session = TraceSession()
+    recorder = Recorder()
     start = time.perf_counter()
-    for after, mod, name in calls:
-        (session.after if after else session.before)(mod, name)
+    for after, mod, info in calls:
+        (recorder.run_after_pass if after else recorder.run_before_pass)(mod, info)
     stages["recording (in the build)"] = time.perf_counter() - start
+    clock = [time.perf_counter()]
+
+    def step(name: str) -> None:
+        now = time.perf_counter()
+        stages[name] += now - clock[0]
+        clock[0] = now
+
     with gc_paused():  # as Trace.finish does
-        start = time.perf_counter()
-        for stage in session.tracking():
-            now = time.perf_counter()
-            stages[stage] += now - start
-            start = now
-        lineage = lineage_from(session.tracker, "model", "llvm", "fused", session.degraded, members=session.members)
-        stages["lineage extraction"] = time.perf_counter() - start
+        clock[0] = time.perf_counter()
+        lineage = follow(recorder.recording, on_step=step)
+        step("lineage extraction + verification")
     if lineage.degraded:
         raise SystemExit(f"tracking degraded: {lineage.degraded}")
     return stages

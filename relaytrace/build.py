@@ -13,8 +13,8 @@ from .errors import RelaytraceError
 from .model.lineage import Lineage
 
 if TYPE_CHECKING:
-    from .tracking.recorder import TraceSession
     from .tracking.origins import LayerNamer
+    from .tracking.recorder import Recorder
 
 PIPELINES = ("fused", "unfused")
 
@@ -22,42 +22,28 @@ PIPELINES = ("fused", "unfused")
 class Trace:
     """Handle returned by ``trace()``; ``lineage`` is set when the block exits."""
 
-    def __init__(self, session: TraceSession, model: str, target: str, pipeline: str):
-        self.session = session
+    def __init__(self, recorder: Recorder, layer_of, model: str, target: str, pipeline: str):
+        self.recorder = recorder
+        self.layer_of = layer_of
         self.model = model
         self.target = target
         self.pipeline = pipeline
         self.lineage: Lineage | None = None
 
     def finish(self) -> Lineage:
+        """Follow the recorded build into a lineage; the record (the IR) is let go."""
+        from .tracking.follow import follow
         from .tracking.recorder import gc_paused
 
-        try:
-            with gc_paused():
-                return self._finish()
-        finally:  # the lineage is plain data: the IR and the tracking tables can go
-            self.session = None
-
-    def _finish(self) -> Lineage:
-        from .tracking.callsites import lineage_from
-
-        session = self.session
-        session.track()
-        degraded = list(session.degraded)
-        if session.tracker is None and not degraded:
+        recording, self.recorder = self.recorder.recording, None
+        if recording.input is None and not recording.degraded:
             raise RelaytraceError(
                 "no Relax module passed through the traced PassContext: call tvm.compile "
                 "(or relax.build) inside the `with relaytrace.trace():` block"
             )
-        if session.tracker is not None:
-            try:
-                self.lineage = lineage_from(session.tracker, self.model, self.target, self.pipeline, degraded,
-                                            inputs=session.inputs, members=session.members)
-                return self.lineage
-            except Exception as exc:  # the build already succeeded; keep what we can say
-                degraded.append(f"lineage extraction failed: {type(exc).__name__}: {exc}")
-        origins = session.tracker.origins if session.tracker else session.table.origins if session.table else {}
-        self.lineage = Lineage(self.model, self.target, self.pipeline, dict(origins), {}, degraded=tuple(degraded))
+        with gc_paused():
+            self.lineage = follow(recording, self.layer_of, model=self.model, target=self.target,
+                                  pipeline=self.pipeline)
         return self.lineage
 
 
@@ -71,17 +57,17 @@ def trace(model: str = "model", target: str = "", pipeline: str = "user",
     """
     import tvm
 
-    from .tracking.recorder import TraceSession, TracingInstrument
+    from .tracking.recorder import Recorder
 
-    session = TraceSession(layer_of, progress)
-    handle = Trace(session, model, target, pipeline)
+    recorder = Recorder(progress)
+    handle = Trace(recorder, layer_of, model, target, pipeline)
     current = tvm.transform.PassContext.current()
     ctx = tvm.transform.PassContext(
         opt_level=current.opt_level,
         required_pass=list(current.required_pass),
         disabled_pass=list(current.disabled_pass),
         config=dict(current.config),
-        instruments=list(current.instruments) + [TracingInstrument(session)],
+        instruments=list(current.instruments) + [recorder],
     )
     with ctx:
         yield handle

@@ -65,7 +65,8 @@ def cmd_demo(args) -> int:
     say(f"importing {args.model}")
     args.name = args.model
     report = make_report(*_build_and_profile(load(f"demo:{args.model}").model, args, say))
-    write_outputs(out, report, {"model": f"demo:{args.model}", "input_shapes": [], "dtype": "float32"})
+    write_outputs(out, report, {"model": f"demo:{args.model}", "input_shapes": [], "dtype": "float32"},
+                  overwrite=args.force)
     _print_summary(report, out)
     return 0
 
@@ -84,7 +85,7 @@ def cmd_profile(args) -> int:
     write_outputs(out, report, {"model": str(Path(args.model).resolve()) if args.model.endswith(".onnx")
                                        else _absolute_factory(args.model),
                                        "input_shapes": args.input_shape, "dtype": args.dtype},
-                  collapse=args.collapse)
+                  collapse=args.collapse, overwrite=args.force)
     _print_summary(report, out)
     return 0
 

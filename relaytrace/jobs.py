@@ -1,5 +1,5 @@
 """The CLI's jobs as functions: progress lines, input shapes, every output of a
-profiled build written into a directory at once (or not at all), saved outputs read."""
+profiled build written into a directory in one step (or not at all), saved outputs read."""
 
 from __future__ import annotations
 
@@ -46,18 +46,30 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
-    """Refuse an existing directory unless forced; nothing is written yet."""
+    """Refuse an existing directory unless forced, and any directory holding files
+    relaytrace does not write (``--force`` replaces the whole directory); nothing is
+    written yet. ``write_outputs`` checks again when it publishes."""
     out = Path(out)
     if out.exists() and not force:
-        raise FileExistsError(f"{out} exists; pass --force to write into it")
+        raise FileExistsError(f"{out} exists; pass --force to replace it")
     if out.exists() and not out.is_dir():
         raise RelaytraceError(f"{out} exists and is not a directory")
+    _refuse_foreign(out)
     return out
 
 
-def write_outputs(out: Path, report, run: dict, collapse: int | None = None) -> Path:
-    """Write every output of a ``Report`` into a fresh temporary directory, then move
-    them into ``out``: a failure half-way leaves ``out`` as it was."""
+def _refuse_foreign(out: Path) -> None:
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in OUTPUTS) if out.is_dir() else []
+    if foreign:
+        raise RelaytraceError(f"{out} holds files relaytrace did not write ({', '.join(foreign[:3])}"
+                              f"{', ...' if len(foreign) > 3 else ''}): choose a new or empty --out")
+
+
+def write_outputs(out: Path, report, run: dict, collapse: int | None = None, overwrite: bool = True) -> Path:
+    """Write every output of a ``Report`` into a fresh directory beside ``out``, then put
+    it in ``out``'s place in one rename: a failure at any point leaves ``out`` as it was
+    (or absent) and nothing else behind. An existing ``out`` is replaced only with
+    ``overwrite`` and only when it holds nothing but relaytrace's outputs."""
     from .render import export
     from .render import graphviz as G
     from .render.chrome_trace import chrome_trace
@@ -65,7 +77,7 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None) -> 
 
     lineage, profile = report.lineage, report.profile
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".relaytrace-", dir=out.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.relaytrace-", dir=out.parent))
     try:
         lineage.save(staging / "lineage.json")
         profile.save(staging / "profile.json")
@@ -76,12 +88,36 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None) -> 
         (staging / "report.html").write_text(html_report(report))
         (staging / "trace.json").write_text(json.dumps(chrome_trace(lineage, profile)))
         (staging / "run.json").write_text(json.dumps(run, indent=1))  # how to rebuild: `tasks DIR`
-        out.mkdir(exist_ok=True)
-        for name in OUTPUTS:
-            os.replace(staging / name, out / name)
+        _publish(staging, out, overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def _publish(staging: Path, out: Path, overwrite: bool) -> None:
+    """Rename ``staging`` to ``out``; an existing ``out`` is moved aside first and put
+    back if the rename fails, then removed."""
+    if not out.exists():
+        try:
+            os.rename(staging, out)  # replaces only an empty directory made meanwhile
+            return
+        except OSError:
+            if not out.exists():
+                raise
+    if not overwrite:
+        raise FileExistsError(f"{out} appeared while building; pass --force to replace it")
+    if not out.is_dir():
+        raise RelaytraceError(f"{out} exists and is not a directory")
+    _refuse_foreign(out)
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    os.rename(out, old / out.name)
+    try:
+        os.rename(staging, out)
+    except BaseException:
+        os.rename(old / out.name, out)
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def run_info(path) -> dict:

@@ -172,3 +172,29 @@ def test_diff_of_two_different_models_is_refused(tmp_path, two_runs):
     done = run("diff", two_runs / "fused", other)
     assert done.returncode == 1 and "different models" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_output_directory_is_replaced_in_one_step_or_not_at_all(two_runs, tmp_path):
+    from relaytrace.jobs import OUTPUTS, load_pair, prepare_out_dir, write_outputs
+    from relaytrace.errors import RelaytraceError
+    from relaytrace.report import make_report
+
+    report = make_report(*load_pair(two_runs / "fused"))
+    out = tmp_path / "out"
+    write_outputs(out, report, {"model": "m"})
+    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(TypeError):  # fails at the last output, run.json
+        write_outputs(out, report, {"model": object()})
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing left beside it
+    with pytest.raises(FileExistsError, match="--force"):
+        write_outputs(out, report, {"model": "again"}, overwrite=False)  # appeared while building
+    write_outputs(out, report, {"model": "again"})
+    assert json.loads((out / "run.json").read_text()) == {"model": "again"}
+    (out / "notes.txt").write_text("mine")
+    for attempt in (lambda: prepare_out_dir(out, True), lambda: write_outputs(out, report, {"model": "m"})):
+        with pytest.raises(RelaytraceError, match="notes.txt"):
+            attempt()
+    assert (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -56,7 +56,7 @@ def test_partial_reads_agree_with_full_reads_after_every_pass(case):
                     assert position not in part.changed
                 else:  # a binding written in full reads as in the full read
                     assert reader.value(part, position) == reader.value(full, position)
-                    assert reader.call_record(part, position) == reader.call_record(full, position)
+                    assert reader.call(part, position) == reader.call(full, position)
             partial += part.partial
     # fused groups, lowered calls, kept bindings and rebuilt functions were all seen
     assert compared > 50 and partial > 5 and rebuilt > 10
@@ -70,15 +70,15 @@ def test_a_view_reads_calls_as_the_tracker_needs_them():
     kernels = [c for c in callees if c and c.startswith("fused_")]
     assert kernels, callees
     for position, callee in enumerate(callees):
-        value, record = reader.value(d, position), reader.call_record(d, position)
+        value, record = reader.value(d, position), reader.call(d, position)
         assert (record is None) == (callee is None) == (value[0] != reader.CALL)
         if record is None:
             continue
         name, args, gv = reader.call_parts(value)  # the call record says what decoding the call says
         assert record[0] == name == callee and record[1] == (gv or 0)
-        assert reader.arguments(record[2]) == [arg[:2] for arg in args]
+        assert record.arguments() == [arg[:2] for arg in args]
         if callee in kernels:  # a lowered fused call: F(inputs..., output buffer)
-            assert gv and all(kind in (reader.VAR, reader.CONST) for kind, _ in reader.arguments(record[2]))
+            assert gv and all(kind in (reader.VAR, reader.CONST) for kind, _ in record.arguments())
 
 
 def _symbolic_module():

@@ -26,12 +26,12 @@ def follow(before: tvm.IRModule, after: tvm.IRModule, pass_name: str = "P", rule
 
 
 def origins(tracker: Tracker, var) -> tuple:
-    tok = tracker.token_of(var.__chandle__())
-    return tracker.origins_of_token(tok) if tok is not None else ()
+    tok = tracker.tokens.of(var.__chandle__())
+    return tracker.tokens.origins[tok] if tok is not None else ()
 
 
 def rules(tracker: Tracker) -> dict:
-    return dict(tracker.events[-1].rules) if tracker.events else {}
+    return dict(tracker.log.events[-1].rules) if tracker.log.events else {}
 
 
 def _module(x, emit):
@@ -90,7 +90,7 @@ def test_a_name_is_not_evidence():
     (binding,) = ir.bindings(after["main"])[:1]
     assert "lv20/relu" not in origins(t, binding.var)
     assert rules(t) == {"new": 1}
-    assert t.events[-1].unresolved and t.events[-1].eliminated == ("lv20/relu",)
+    assert t.log.events[-1].unresolved and t.log.events[-1].eliminated == ("lv20/relu",)
 
 
 def test_args_rule_takes_an_implementation_swap_not_another_op():
@@ -145,7 +145,7 @@ def test_inputs_rule_declines_a_tie():
     assert "inputs" not in rules(t)
     assert {origins(t, first.var), origins(t, second.var)}.isdisjoint({("first/strided_slice",),
                                                                        ("second/strided_slice",)})
-    assert set(t.events[-1].unresolved) >= {o for v in (first.var, second.var) for o in origins(t, v)}
+    assert set(t.log.events[-1].unresolved) >= {o for v in (first.var, second.var) for o in origins(t, v)}
 
 
 def test_a_var_that_named_a_value_and_now_calls_an_op_is_not_that_value():
@@ -166,7 +166,7 @@ def test_a_var_that_named_a_value_and_now_calls_an_op_is_not_that_value():
     assert origins(t, y) == ("y/relu",)
     assert origins(t, out_after) != ("y/relu",)
     assert rules(t) == {"identity": 1, "new": 1}  # y rebound in place; the permute inserted
-    assert t.events[-1].inserted
+    assert t.log.events[-1].inserted
 
 
 def test_projections_of_a_split_are_three_values():
@@ -179,7 +179,7 @@ def test_projections_of_a_split_are_three_values():
 
     before = _module(x, emit)
     t = follow(before, before)
-    toks = {b.var.name: t.token_of(b.var.__chandle__()) for b in ir.bindings(before["main"])}
+    toks = {b.var.name: t.tokens.of(b.var.__chandle__()) for b in ir.bindings(before["main"])}
     assert len({toks["q"], toks["k"], toks["v"]}) == 3
     assert origins(t, [b for b in ir.bindings(before["main"]) if b.var.name == "q"][0].var) == ("qkv/split",)
 

@@ -27,23 +27,24 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     producer: dict[int, int] = {}  # token -> position of the site that computed it
     present: set[str] = set()  # origins some call site runs
     position = 0
+    tokens = tracker.tokens
     d = tracker.read(main) if main is not None else None
     for index in range(len(d.vars) if d is not None else 0):
-        record = reader.call_record(d, index)
-        if record is None or is_bookkeeping(record[0]):
+        made = reader.call(d, index)
+        if made is None or is_bookkeeping(made.callee):
             continue
-        callee, gv, atoms = record
-        tok = tracker.token_of(d.vars[index])
+        callee, gv = made.callee, made.global_var
+        tok = tokens.of(d.vars[index])
         if tok is None:  # a destination-passing call: its value lives in its output arg
-            outs = (tracker.token_of(handle) for kind, handle in reversed(reader.arguments(atoms)) if kind == reader.VAR)
+            outs = (tokens.of(handle) for kind, handle in reversed(made.arguments()) if kind == reader.VAR)
             tok = next((t for t in outs if t is not None), None)
-        origin_ids = tracker.origins_of_token(tok) if tok is not None else ()
+        origin_ids = tokens.origins[tok] if tok is not None else ()
         if gv and callee in functions:
             continue  # a call of another Relax function runs its kernels there
         # an argument's own token first: an inserted layout change shares its input's
         # canonical token, but its site is the one that feeds this call
         sources = {producer[raw if raw in producer else src]
-                   for raw, src in zip(tracker.argument_tokens(atoms, False), tracker.argument_tokens(atoms))
+                   for raw, src in zip(tokens.arguments(made, False), tokens.arguments(made))
                    if raw in producer or src in producer}
         present.update(origin_ids)
         if gv:  # a kernel
@@ -56,13 +57,13 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
             made_by = min(sources) if sources else None
         if tok is not None and made_by is not None:
             producer[tok] = made_by
-            producer.setdefault(tracker.canonical(tok), made_by)
+            producer.setdefault(tokens.canonical(tok), made_by)
         position += 1
-    eliminated = {o: p for o, p in tracker.eliminated.items() if o not in present}
+    eliminated = {o: p for o, p in tracker.log.eliminated.items() if o not in present}
     history: dict[str, list[Change]] = {}
     merged: set[str] = set()  # origins whose history comes from several tokens: to be put in pass order
-    for tok, changes in tracker.changes.items():
-        for oid in tracker.origins_of_token(tok):
+    for tok, changes in tracker.log.changes.items():
+        for oid in tokens.origins[tok]:
             if oid in history:
                 history[oid].extend(changes)
                 merged.add(oid)
@@ -73,7 +74,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         origins=dict(tracker.origins),
         kernels={k: tuple(v) for k, v in kernels.items()},
         builtins=tuple(builtins),
-        events=tuple(tracker.events),
+        events=tuple(tracker.log.events),
         history_by_origin={k: tuple(sorted(v) if k in merged else v) for k, v in sorted(history.items())},
         eliminated_by=dict(sorted(eliminated.items())),
         edges=tuple(tracker.edges),

@@ -44,11 +44,11 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
         producers: dict[int, frozenset[str]] = {}
         prefix = "" if fname == "main" else f"{fname}."
         for index, handle in enumerate(d.vars):
-            record = reader.call_record(d, index)
-            if record is None:
+            made = reader.call(d, index)
+            if made is None:
                 producers[handle] = _producers_of(reader.value(d, index), producers)
                 continue
-            callee, _, atoms = record
+            callee, atoms = made.callee, made.atoms
             if is_bookkeeping(callee):
                 continue
             named = layer_of(fname, handle, index) if layer_of else None

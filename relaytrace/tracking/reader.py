@@ -11,12 +11,14 @@ Stream payloads: a var or constant's type (see ``TYPES_NOT_ASKED``); a
 tuple's field count, its fields following; a projection's index, its tuple following;
 a call's argument count, its callee then its arguments following; a callee's name
 (an index into the string table). Each call binding's value is followed by its *call
-record*, the call as the tracker compares calls (``call_record``).
+record*, the call as the tracker compares calls: ``call(view, position)`` gives it as
+a ``CallView``, ``binding(view, position)`` a written binding as a ``BindingView``.
 """
 
 from __future__ import annotations
 
 from array import array
+from typing import NamedTuple
 
 import tvm_ffi
 from attrs import define
@@ -125,16 +127,47 @@ def arguments(atoms: Ints) -> list[tuple[int, int]]:
     return [(atoms[i], atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] < FIELD]
 
 
-def call_record(d: FunctionView, position: int) -> tuple[str, int, Ints] | None:
-    """(callee, GlobalVar handle or 0, atoms) of a call binding, None otherwise; what
-    ``call_parts`` says, without building nodes. The atoms are a flat array of
-    ``kind, handle, type`` triples (type 0 but for vars and constants): each argument,
-    a tuple argument followed by its fields with ``FIELD`` added to their kind."""
+class CallView(NamedTuple):
+    """A call binding as the tracker compares calls (what ``call_parts`` says, without
+    building nodes). ``atoms`` is a flat array of ``kind, handle, type`` triples (type 0
+    but for vars and constants): each argument, a tuple argument followed by its fields
+    with ``FIELD`` added to their kind; flat so that tokens of every argument are looked
+    up in one pass (``keys.ValueKeys.key``)."""
+
+    callee: str
+    global_var: int  # the GlobalVar handle of a call of a function of the module, else 0
+    atoms: Ints
+
+    def arguments(self) -> list[tuple[int, int]]:
+        """(kind, handle) of the call's own arguments, tuple fields left out."""
+        return arguments(self.atoms)
+
+
+class BindingView(NamedTuple):
+    """One binding written in full: its var, its name, and either the call it makes or,
+    for an alias, tuple, projection or constant, its value node."""
+
+    position: int
+    var: int
+    name: str
+    call: CallView | None
+    value: tuple | None  # None for a call
+
+
+def call(d: FunctionView, position: int) -> CallView | None:
+    """The call a binding written in full makes; None when it is not a call."""
     at = d.call_at[position]
     if at < 0:
         return None
     s = d.stream
-    return d.strings[s[at]], s[at + 1], s[at + 3:at + 3 + 3 * s[at + 2]]
+    return CallView(d.strings[s[at]], s[at + 1], s[at + 3:at + 3 + 3 * s[at + 2]])
+
+
+def binding(d: FunctionView, position: int) -> BindingView:
+    """A binding written in full (see ``FunctionView.changed``)."""
+    made = call(d, position)
+    return BindingView(position, d.vars[position], d.strings[d.name_at[position]], made,
+                       value(d, position) if made is None else None)
 
 
 def _category(callee: tuple) -> tuple[str, str]:
@@ -180,7 +213,7 @@ def read(func, old=None, types: bool = False) -> FunctionView | None:
         changed.append(position)
         name, type_, at = w.append(var.name), w.type_(var), len(w.stream)
         w.expr(b.value)
-        record = w.call_record(at)
+        record = w.write_call(at)
         for column, word in zip(columns, (var.__chandle__(), b.value.__chandle__(), name, type_, at, record)):
             column.append(word)
     if out is not None:
@@ -326,7 +359,7 @@ class _Writer:
     def put(self, kind: int, e, payload: int) -> None:
         self.stream += (kind, e.__chandle__(), payload)
 
-    def call_record(self, at: int) -> int:
+    def write_call(self, at: int) -> int:
         """The record of the call written at ``at``; -1 when it is not a call."""
         if self.stream[at] != CALL:
             return -1

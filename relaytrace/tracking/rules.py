@@ -9,7 +9,8 @@ unresolved). Names are never evidence: generated names such as ``lv20`` recur.
 
 A rule is a small object with a ``name`` (what ``PassEvent.rules`` and each ``Change``
 record) and ``find(tracker, functions, binding, walk) -> token | None``. It may read
-the tracker's tables and the function as the pass before left it (``walk.old``), and
+the tracker's ``tokens`` and ``keys`` and the function as the pass before left it
+(``walk.old``), and
 must never hand a token ``walk.claimed`` holds (one value's origins go to one binding).
 ``[rule.name for rule in DEFAULT_RULES]`` lists them; tests/test_rules.py shows each
 firing where it should and not where it should not.
@@ -30,11 +31,8 @@ _UNKNOWN = object()  # a replayed var whose value no step could follow
 class Binding(NamedTuple):
     """A call binding whose Var is new to the tracker, as the rules see it."""
 
-    position: int
-    callee: str
-    gv: int  # the GlobalVar handle of a call of a function of the module, else 0
-    atoms: reader.Ints  # the call record's arguments
-    args: tuple  # canonical tokens of its var and constant arguments (the value key's)
+    call: reader.CallView
+    key: tuple  # its value key (``keys.ValueKeys.key``): (callee, canonical argument tokens)
 
 
 class Rule(Protocol):
@@ -51,7 +49,7 @@ class ValueKey:
     name = "value"
 
     def find(self, tracker, functions, binding, walk):
-        return tracker.match((binding.callee, binding.args), walk)
+        return tracker.keys.match(binding.key, walk.claimed)
 
 
 class Replay:
@@ -62,27 +60,28 @@ class Replay:
     name = "replay"
 
     def find(self, tracker, functions, binding, walk):
-        if not binding.gv:
+        call = binding.call
+        if not call.global_var:
             return None
-        gv, name, atoms = binding.gv, binding.callee, binding.atoms
-        recipe = walk.recipes.get(gv, False)
+        recipe = walk.recipes.get(call.global_var, False)
         if recipe is False:
-            func = functions.get(name)
-            recipe = walk.recipes[gv] = _recipe(tracker, func) if func is not None else None
+            func = functions.get(call.callee)
+            recipe = walk.recipes[call.global_var] = _recipe(tracker, func) if func is not None else None
         if recipe is None:
             return None
         params, steps, outputs, tuple_output = recipe
-        args = reader.arguments(atoms)
+        args = call.arguments()
         if len(params) != len(args):
             return None
-        env: dict[int, int | None] = {}  # None: an argument no key holds (as ``_key`` leaves it out)
-        for param, tok, (kind, handle) in zip(params, tracker.argument_tokens(atoms), args):
+        tokens, keys = tracker.tokens, tracker.keys
+        env: dict[int, int | None] = {}  # None: an argument no key holds (as a key leaves it out)
+        for param, tok, (kind, handle) in zip(params, tokens.arguments(call), args):
             if tok is None:  # a constant seen first
-                tok = tracker.resolve(kind, handle)
+                tok = tokens.resolve(kind, handle)
             if tok is not None or kind not in (VAR, CONST):
                 env[param] = tok
         matched: list[int] = []
-        canon = tracker.canon_table
+        canon = tokens.canon
         for var, callee, refs, index in steps:
             resolved = []
             for ref, const in refs:
@@ -95,9 +94,9 @@ class Replay:
                 if callee is None:  # an alias, or a projection of field ``index``
                     if not resolved:
                         continue
-                    tok = resolved[0] if index is None else tracker.item_token(resolved[0], index)
+                    tok = resolved[0] if index is None else keys.item(resolved[0], index)
                 else:
-                    tok = tracker.match((callee, tuple(resolved)), walk)
+                    tok = keys.match((callee, tuple(resolved)), walk.claimed)
                     if tok is None:
                         continue
                     walk.claimed.add(tok)
@@ -105,13 +104,13 @@ class Replay:
                 env[var] = tok
         if not matched:
             return None
-        result = tracker.new_token(frozenset().union(*(tracker.tok_origins[t] for t in matched)))
+        result = tokens.new(tokens.union(matched))
         if tuple_output:  # each field of the call's result is the value its step made
             for i, field in enumerate(outputs):
                 if env.get(field) is not None:
-                    tracker.keys[("item", result, i)] = (env[field],)
+                    keys.set_item(result, i, env[field])
         elif outputs and env.get(outputs[0]) is not None:
-            tracker.alias(result, env[outputs[0]])
+            tokens.alias(result, env[outputs[0]])
         return result
 
 
@@ -125,7 +124,7 @@ class ImplementationSwap:
     def find(self, tracker, functions, binding, walk):
         if walk.old is None:
             return None
-        callee, args = binding.callee, binding.args
+        callee, args = binding.key
         if not ops.is_prim_func(callee):
             return None
         found = []
@@ -152,11 +151,11 @@ class SameInputs:
     def find(self, tracker, functions, binding, walk):
         if walk.old is None:
             return None
-        callee, atoms, args = binding.callee, binding.atoms, binding.args
+        callee, args = binding.key
         index = walk.old.index(tracker)
         present = walk.present()
         found = [(sum(a == b for a, b in zip(old_args, args)), tok)
-                 for tok, old_args in index.by_inputs.get((callee, tracker.var_inputs(atoms)), ())
+                 for tok, old_args in index.by_inputs.get((callee, tracker.tokens.var_inputs(binding.call)), ())
                  if tok not in walk.claimed and index.tok_var[tok][0] not in present]
         if not found:
             return None
@@ -169,42 +168,42 @@ DEFAULT_RULES: tuple[Rule, ...] = (ValueKey(), Replay(), ImplementationSwap(), S
 
 
 def _recipe(tracker, func) -> tuple | None:
-        """A fused function's body read once, as plain data: (param handles, steps of
-        (var handle, callee or None for aliases and projections, arguments as (var
-        handle, constant token), field index of a projection or None), the var
-        handles of the result, whether the result is a tuple of them); None for a
-        function that is not a fused group. Every call site of a shared group is
-        replayed from it without touching TVM."""
-        handle = func.__chandle__()
-        if handle not in tracker.recipes:
-            if not ir.is_primitive(func):
-                tracker.recipes[handle] = None
-                return None
-            d = tracker.read(func)
-            steps = []
-            for position, var in enumerate(d.vars):
-                record = reader.call_record(d, position)
-                if record is not None:
-                    callee, _, atoms = record
-                    refs = [_ref(tracker, atoms[i] % FIELD, atoms[i + 1]) for i in range(0, len(atoms), 3)
-                            if atoms[i] != TUPLE]  # a tuple argument is read through its fields
-                    steps.append((var, callee, tuple(r for r in refs if r is not None), None))
-                    continue
-                value = reader.value(d, position)
-                if value[0] == VAR:  # an alias
-                    steps.append((var, None, ((value[1], None),), None))
-                elif value[0] == ITEM and value[2][0] == VAR:  # a projection
-                    steps.append((var, None, ((value[2][1], None),), value[3]))
-            out = reader.output(d)
-            fields = out[2] if out is not None and out[0] == TUPLE else [out] if out is not None else []
-            outputs = tuple(f[1] for f in fields if f[0] == VAR)
-            tracker.recipes[handle] = (tuple(d.params), tuple(steps), outputs, out is not None and out[0] == TUPLE)
-        return tracker.recipes[handle]
+    """A fused function's body read once, as plain data: (param handles, steps of
+    (var handle, callee or None for aliases and projections, arguments as (var
+    handle, constant token), field index of a projection or None), the var
+    handles of the result, whether the result is a tuple of them); None for a
+    function that is not a fused group. Every call site of a shared group is
+    replayed from it without touching TVM."""
+    handle = func.__chandle__()
+    if handle not in tracker.recipes:
+        if not ir.is_primitive(func):
+            tracker.recipes[handle] = None
+            return None
+        d = tracker.read(func)
+        steps = []
+        for position, var in enumerate(d.vars):
+            made = reader.call(d, position)
+            if made is not None:
+                atoms = made.atoms
+                refs = [_ref(tracker, atoms[i] % FIELD, atoms[i + 1]) for i in range(0, len(atoms), 3)
+                        if atoms[i] != TUPLE]  # a tuple argument is read through its fields
+                steps.append((var, made.callee, tuple(r for r in refs if r is not None), None))
+                continue
+            value = reader.value(d, position)
+            if value[0] == VAR:  # an alias
+                steps.append((var, None, ((value[1], None),), None))
+            elif value[0] == ITEM and value[2][0] == VAR:  # a projection
+                steps.append((var, None, ((value[2][1], None),), value[3]))
+        out = reader.output(d)
+        fields = out[2] if out is not None and out[0] == TUPLE else [out] if out is not None else []
+        outputs = tuple(f[1] for f in fields if f[0] == VAR)
+        tracker.recipes[handle] = (tuple(d.params), tuple(steps), outputs, out is not None and out[0] == TUPLE)
+    return tracker.recipes[handle]
 
 
 def _ref(tracker, kind, handle) -> tuple[int | None, int | None] | None:
-        """(var handle, None) for a var, (None, token) for a constant, else None."""
-        if kind == VAR:
-            return (handle, None)
-        tok = tracker.raw(kind, handle)
-        return None if tok is None else (None, tok)
+    """(var handle, None) for a var, (None, token) for a constant, else None."""
+    if kind == VAR:
+        return (handle, None)
+    tok = tracker.tokens.raw(kind, handle)
+    return None if tok is None else (None, tok)

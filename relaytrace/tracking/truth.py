@@ -7,38 +7,38 @@ each PrimFunc computes, shown by the IR itself (see ``model.verification``).
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Sequence
 
-from . import reader
-from . import ir
+from . import ir, reader
 from ..model.ops import is_bookkeeping, is_data_movement
 from ..model.verification import Member
 
+if TYPE_CHECKING:
+    from .recorder import PassRecord
 
-def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], read,
-                   modules=()) -> dict[str, tuple[Member, ...]]:
-    """kernel name -> its members, from the functions of the input and of each
-    recorded pass (``ir.function_map``s); ``read(func, old)`` reads a function's view
-    (bindings ``old`` has too left out; None when it has them all). ``modules``, the
-    modules the passes returned, are asked for the ``operator_name`` attribute of
-    PrimFuncs no binding explains: the op an implementation (AlterOpImpl's) declares.
-    They are read after the build: a Python pass that changed a module object in
-    place later could hide a PrimFunc, and its sites are then unverified, not wrong."""
+
+def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) -> dict[str, tuple[Member, ...]]:
+    """kernel name -> its members, from the functions of the input and of each recorded
+    pass; ``read(func, old)`` reads a function's view (bindings ``old`` has too left
+    out; None when it has them all). The module a pass returned is asked for the
+    ``operator_name`` attribute of PrimFuncs no binding explains: the op an
+    implementation (AlterOpImpl's) declares. Modules are read after the build: a Python
+    pass that changed a module object in place later could hide a PrimFunc, and its
+    sites are then unverified, not wrong."""
     prim_ops: dict[str, set[str]] = {}
     groups: dict[str, object] = {}  # fused group name -> its function, as the last pass that had it left it
     computes = _Computes(read, prim_ops)
     computes.record(input_functions, input_=True)
-    modules = list(modules)
     members_at = None  # the module whose PrimFuncs the kernels are made of: FuseOps' (or the last)
-    for i, (functions, _) in enumerate(recorded):
+    for record in passes:
         fused_before = bool(groups)
-        for name, func in functions.items():
+        for name, func in record.functions.items():
             if ir.is_primitive(func):
                 groups[name] = func
         if not groups:  # once fused, ops are found through the groups, and main need not be read
-            computes.record(functions)
-        if i < len(modules) and ir.model_functions(functions) and not fused_before:
-            members_at = modules[i]
+            computes.record(record.functions)
+        if ir.model_functions(record.functions) and not fused_before:
+            members_at = record.module
     named = _declared_ops(members_at) if members_at is not None else {}
     for prim, op in named.items():
         prim_ops.setdefault(prim, set()).add(op)
@@ -46,10 +46,11 @@ def kernel_members(input_functions: dict, recorded: Iterable[tuple[dict, str]], 
     parts = computes.parts
     for name, func in groups.items():
         d = read(func)
-        calls = (reader.call_record(d, position) for position in range(len(d.vars)))
+        calls = (reader.call(d, position) for position in range(len(d.vars)))
         # a PrimFunc computes what the evidence says; a Relax op left in a group, itself
-        out[name] = tuple(Member(c[0], tuple(sorted(prim_ops.get(c[0], ()))) if c[1] else (c[0],), c[0] in parts)
-                          for c in calls if c is not None and not is_bookkeeping(c[0]))
+        out[name] = tuple(Member(c.callee, tuple(sorted(prim_ops.get(c.callee, ()))) if c.global_var else (c.callee,),
+                                 c.callee in parts)
+                          for c in calls if c is not None and not is_bookkeeping(c.callee))
     for prim, ops in prim_ops.items():
         out.setdefault(prim, (Member(prim, tuple(sorted(ops)), prim in parts),))
     return out
@@ -96,10 +97,10 @@ class _Computes:
                 continue
             now = {var: old[var] for var, at in zip(d.vars, d.value_at) if at < 0 and var in old}
             for position in d.changed:
-                record = reader.call_record(d, position)
-                if record is None or is_bookkeeping(record[0]):
+                made = reader.call(d, position)
+                if made is None or is_bookkeeping(made.callee):
                     continue
-                callee, gv, _ = record
+                callee, gv = made.callee, made.global_var
                 var = d.vars[position]
                 if not gv:  # an op; one a pass wrote in place of another still computes that one
                     was = _carried(old.get(var, ()), callee) if callee.startswith("relax.") else ()
@@ -122,20 +123,20 @@ class _Computes:
         consumers: dict[int, set[int]] = {}
         calls = {}
         for position in d.changed:
-            record = reader.call_record(d, position)
-            if record is None:
+            made = reader.call(d, position)
+            if made is None:
                 continue
-            calls[d.vars[position]] = record
-            for kind, handle in reader.arguments(record[2]):
+            calls[d.vars[position]] = made
+            for kind, handle in made.arguments():
                 if kind == reader.VAR:
                     consumers.setdefault(handle, set()).add(d.vars[position])
         for var in reversed(list(calls)):
-            callee, gv, _ = calls[var]
+            callee, gv = calls[var].callee, calls[var].global_var
             users = consumers.get(var, set())
             if var in old or not gv or callee in functions or self.prim_ops.get(callee) or len(users) != 1:
                 continue
             (user,) = users
-            lowered = user in calls and calls[user][1] and calls[user][0] not in functions  # calls a PrimFunc
+            lowered = user in calls and calls[user].global_var and calls[user].callee not in functions  # a PrimFunc
             if lowered and now.get(user) and (user in old or calls[user][0] in self.parts):
                 self.prim_ops.setdefault(callee, set()).update(now[user])
                 self.parts.add(callee)

@@ -1,0 +1,60 @@
+"""``follow(recording) -> Lineage``: the tracking core in one function.
+
+The recorder (``recorder.Recorder``) only writes down what each pass left; once the build
+is done, this assigns origins to the input, follows them pass by pass (``Tracker``),
+reads what each kernel is made of from the recorded IR (``truth``), and extracts the
+call sites, verified (``callsites``). A fault anywhere is said in ``Lineage.degraded``
+and never raised: the user's build has already succeeded.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Callable
+
+from ..model.lineage import Lineage
+from . import reader
+from .callsites import lineage_from
+from .origins import LayerNamer, assign_origins
+from .recorder import Recording
+from .tracker import Tracker
+from .truth import kernel_members
+
+
+def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: str = "model", target: str = "",
+           pipeline: str = "user", on_step: Callable[[str], None] | None = None) -> Lineage:
+    """The verified lineage of a recorded build. ``layer_of`` names the input's ops
+    (the frontend's namer); ``on_step(name)`` is called as each step ends (origin
+    assignment, each pass, kernel members; ``benchmarks/tracking_breakdown.py`` times
+    them)."""
+    done = on_step or (lambda name: None)
+    reads = reader.SharedReads()  # the tracker's reads, read again by verification
+    degraded = list(recording.degraded)
+    table = tracker = members = None
+    step = recording.first_pass
+    try:
+        table = assign_origins(recording.input, layer_of, reads.read)
+        tracker = Tracker(table, reads.read)
+        tracker.start(recording.input)
+        done("origins + input walk")
+        for record in recording.passes:
+            step = record.pass_name
+            tracker.observe(record.functions, record.pass_name)
+            done(step)
+        step = "verification"
+        members = kernel_members(recording.input, recording.passes, reads.read)
+        done("kernel members (verification)")
+    except Exception as exc:
+        degraded.append(f"tracking stopped at pass {step}: {_describe(exc)}")
+    if tracker is not None:
+        try:
+            return lineage_from(tracker, model, target, pipeline, degraded, inputs=recording.inputs, members=members)
+        except Exception as exc:
+            degraded.append(f"lineage extraction failed: {_describe(exc)}")
+    origins = tracker.origins if tracker is not None else table.origins if table is not None else {}
+    return Lineage(model, target, pipeline, dict(origins), {}, degraded=tuple(degraded))
+
+
+def _describe(exc: Exception) -> str:
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{type(exc).__name__}: {exc} ({where.filename.rsplit('/', 1)[-1]}:{where.lineno})"

@@ -1,0 +1,114 @@
+"""What a binding no rule explains is: a part of an op, an inserted op, or unresolved.
+
+A pass that leaves a binding no rule traces to an earlier value has made something new.
+It is a *part* of an op when it is a new PrimFunc call whose only consumer is an op the
+pass lowered in place (a legalization into several PrimFuncs); else *inserted* when it
+only moves data (``ops.is_data_movement``: a layout transform, a cast), otherwise
+*unresolved*. An inserted or unresolved binding gets an origin of its own, attributed
+to the model ops it serves and marked with the pass. Explicit op tables decide; names
+never do.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from attrs import frozen
+
+from . import reader
+from ..model import ops
+from ..model.origin import INSERTED, OP, UNRESOLVED, Origin
+from .tokens import Tokens
+
+IDENTITY, PART, NEW = "identity", "part", "new"
+
+#: (token, position, rule, callee) of each binding a pass wrote
+Changes = list[tuple[int, int, str, "str | None"]]
+
+
+@frozen
+class NewOps:
+    """The verdict on one pass's new bindings in one function."""
+
+    parts: dict[int, int]  # token of a part -> token of the op it is a part of
+    minted: dict[int, Origin]  # token of an inserted or unresolved binding -> its new origin
+
+
+def classify(new: list[tuple[int, str]], changes: Changes, d: reader.FunctionView, tokens: Tokens,
+             origins: dict[str, Origin], fname: str, pass_name: str) -> NewOps:
+    """Judge the bindings of ``new`` ((token, callee), in binding order) that a pass
+    wrote into function ``fname`` (view ``d``; ``changes`` all it wrote). Reads
+    ``tokens`` and ``origins``; changes neither."""
+    uses, args_of = _links(changes, d, tokens)
+    parts = _parts_of_lowered_ops(new, changes, uses)
+    pending = {tok: callee for tok, callee in new if tok not in parts}
+    rewritten = {tok for tok, _, _, _ in changes}
+    origins_of = lambda tok: tokens.origins[parts.get(tok, tok)]  # noqa: E731
+    minted: dict[int, Origin] = {}
+    taken = set(origins)
+    for tok, callee in pending.items():
+        serves = _serves(tok, pending, rewritten, uses, args_of, origins_of, origins, set())
+        kind = INSERTED if ops.is_data_movement(callee) else UNRESOLVED
+        layer = origins[serves[0]].layer if serves else f"{fname}.{ops.short_op(callee)}"
+        oid = _fresh_id(f"{kind}:{pass_name}:{ops.short_op(callee)}@{serves[0] if serves else fname}", taken)
+        taken.add(oid)
+        minted[tok] = Origin(id=oid, layer=layer, op=callee, function=fname, index=-1,
+                             kind=kind, pass_name=pass_name, serves=tuple(serves))
+    return NewOps(parts, minted)
+
+
+def _links(changes: Changes, d, tokens: Tokens) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """Consumers and producers among the tokens of the bindings a pass wrote."""
+    uses: dict[int, list[int]] = {}
+    args_of: dict[int, list[int]] = {}
+    for tok, position, _, _ in changes:
+        made = reader.call(d, position)
+        args = made.arguments() if made is not None else [reader.value(d, position)[:2]]
+        args_of[tok] = [t for t in (tokens.raw(kind, handle) for kind, handle in args) if t is not None]
+        for t in args_of[tok]:
+            uses.setdefault(t, []).append(tok)
+    return uses, args_of
+
+
+def _parts_of_lowered_ops(new, changes: Changes, uses) -> dict[int, int]:
+    """A new PrimFunc call whose only consumer is an op this pass lowered in place (or
+    another such part) is a part of that op (``LegalizeOps(customize_legalize_map=...)``)."""
+    lowered = {tok for tok, _, rule, callee in changes
+               if rule == IDENTITY and callee is not None and ops.is_prim_func(callee)}
+    parts: dict[int, int] = {}
+    for tok, callee in reversed(new):  # consumers come after their producers
+        consumers = set(uses.get(tok, ()))
+        if not ops.is_prim_func(callee) or ops.is_data_movement(callee) or len(consumers) != 1:
+            continue
+        (consumer,) = consumers
+        whole = consumer if consumer in lowered else parts.get(consumer)
+        if whole is not None:
+            parts[tok] = whole
+    return parts
+
+
+def _serves(tok, pending, rewritten, uses, args_of, origins_of: Callable, origins, seen) -> list[str]:
+    """The model ops an inserted binding exists for: the neighbours this pass rewrote
+    (consumers first), else its consumers, else its producers."""
+    seen.add(tok)
+    for only_rewritten in (True, False):
+        for side in (uses.get(tok, []), args_of.get(tok, [])):
+            out: list[str] = []
+            for other in side:
+                if other in seen or (only_rewritten and other not in rewritten):
+                    continue
+                if other in pending:
+                    out.extend(_serves(other, pending, rewritten, uses, args_of, origins_of, origins, set(seen)))
+                else:
+                    out.extend(o for o in sorted(origins_of(other)) if origins[o].kind == OP)
+            if out:
+                return list(dict.fromkeys(out))
+    return []
+
+
+def _fresh_id(base: str, taken: set[str]) -> str:
+    oid, n = base, 0
+    while oid in taken:
+        n += 1
+        oid = f"{base}#{n}"
+    return oid

@@ -1,0 +1,44 @@
+"""The pass log the tracker keeps while it follows a build: a ``PassEvent`` per pass and
+function, each token's ``Change`` history, and which pass each eliminated origin went in."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+from ..model.journal import Change, PassEvent
+from ..model.origin import INSERTED, UNRESOLVED, Origin
+from .newops import Changes
+
+
+class PassLog:
+    def __init__(self):
+        self.events: list[PassEvent] = []
+        self.changes: dict[int, tuple[Change, ...]] = {}  # token -> its changes, pass by pass
+        self.eliminated: dict[str, str] = {}  # origin -> the pass it went away in (the first)
+
+    def eliminate(self, origin_ids: Iterable[str], pass_name: str) -> None:
+        for oid in origin_ids:
+            self.eliminated.setdefault(oid, pass_name)
+
+    def record(self, index: int, pass_name: str, fname: str, changes: Changes, minted: Iterable[Origin],
+               eliminated: list[str], merged: list[tuple[str, ...]]) -> None:
+        """One pass over one function: what it wrote (``changes``), the origins made for
+        bindings no rule explains, the origins gone, the tokens new in it that carry
+        several origins (``merged``)."""
+        minted = list(minted)
+        self.eliminate(eliminated, pass_name)
+        self.events.append(PassEvent(
+            index=index, pass_name=pass_name, function=fname,
+            rules=tuple(sorted(Counter(change[2] for change in changes).items())),
+            inserted=tuple(o.id for o in minted if o.kind == INSERTED),
+            unresolved=tuple(o.id for o in minted if o.kind == UNRESOLVED),
+            eliminated=tuple(eliminated), merged=tuple(merged),
+        ))
+        history, made = self.changes, {}
+        for tok, _, rule, callee in changes:
+            if callee is not None:
+                change = made.get((callee, rule))  # immutable: one record serves every token alike
+                if change is None:
+                    change = made[(callee, rule)] = Change(index, pass_name, fname, callee, rule)
+                history[tok] = history.get(tok, ()) + (change,)
