@@ -122,6 +122,7 @@ def check_match(lineage: Lineage, profile: Profile) -> None:
 def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[Share, ...]:
     if policy not in POLICIES:
         raise RelaytraceError(f"unknown policy {policy!r}: use one of {POLICIES}")
+    lineage = lineage.for_entry(profile.entry)
     check_match(lineage, profile)
     times = profile.mean_by_site(KERNEL)
     checks = lineage.site_checks()
@@ -230,6 +231,7 @@ def op_types_from(lineage: Lineage, parts: tuple[Share, ...]) -> tuple[OpTypeRow
 def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
     """TVM-report-like rows (Name, Duration, Percent, Count, Device, Argument Shapes)
     plus the layers each kernel runs."""
+    lineage = lineage.for_entry(profile.entry)
     check_match(lineage, profile)
     times = profile.mean_by_site(KERNEL)
     total = sum(times.values()) or 1.0

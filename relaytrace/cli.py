@@ -19,9 +19,7 @@ def _progress(args):
     return Progress(getattr(args, "quiet", False))
 
 
-def _build_and_profile(model, args, say, inputs=None):
-    import numpy as np
-
+def _build_and_profile(model, args, say, inputs):
     from .build import build
     from .profiler import profile
 
@@ -29,11 +27,9 @@ def _build_and_profile(model, args, say, inputs=None):
     executable, lineage = build(model, args.target, pipeline=args.pipeline, model=getattr(args, "name", None),
                                 convert_layout=NHWC if args.layout == "NHWC" else None,
                                 progress=say.passes)
-    if inputs is None:
-        rng = np.random.default_rng(0)
-        inputs = [rng.standard_normal(shape).astype(dtype) for _, shape, dtype in lineage.inputs]
-    say(f"profiling ({args.mode}, {args.repeat} run(s))")
-    prof = profile(executable, lineage, list(inputs), repeat=args.repeat, mode=args.mode, progress=say)
+    entry = lineage.entry(args.entry)
+    say(f"profiling {entry} ({args.mode}, {args.repeat} run(s))")
+    prof = profile(executable, lineage, list(inputs), repeat=args.repeat, mode=args.mode, progress=say, entry=entry)
     return lineage, prof
 
 
@@ -64,8 +60,9 @@ def cmd_demo(args) -> int:
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {args.model}")
     args.name = args.model
-    report = make_report(*_build_and_profile(load(f"demo:{args.model}").model, args, say))
-    write_outputs(out, report, {"model": f"demo:{args.model}", "input_shapes": [], "dtype": "float32"},
+    loaded = load(f"demo:{args.model}", entry=args.entry)
+    report = make_report(*_build_and_profile(loaded.model, args, say, loaded.inputs))
+    write_outputs(out, report, {"model": f"demo:{args.model}", "input_shapes": [], "dtype": None},
                   overwrite=args.force)
     _print_summary(report, out)
     return 0
@@ -80,7 +77,7 @@ def cmd_profile(args) -> int:
     say = _progress(args)
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {args.model}")
-    loaded = load(args.model, shapes=shapes, dtype=args.dtype)
+    loaded = load(args.model, shapes=shapes, dtype=args.dtype, entry=args.entry)
     report = make_report(*_build_and_profile(loaded.model, args, say, loaded.inputs))
     write_outputs(out, report, {"model": str(Path(args.model).resolve()) if args.model.endswith(".onnx")
                                        else _absolute_factory(args.model),
@@ -244,13 +241,14 @@ def _add_build_options(p) -> None:
                    help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
     p.add_argument("--mode", choices=["timeline", "isolated"], default="timeline")
     p.add_argument("--repeat", type=int, default=3, help="profiled runs (default 3)")
+    p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
 
 
 def _add_model_options(p) -> None:
     p.add_argument("model", metavar="MODEL", help="an .onnx file or path/to/file.py:factory (tasks: or an output DIR)")
-    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224",
-                   help="input shape (repeatable); needed for ONNX models with dynamic shapes")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224[:DTYPE]",
+                   help="an input's size, and dtype (repeatable); needed for symbolic dims")
+    p.add_argument("--dtype", help="dtype of inputs given a shape without one (default: the model's)")
 
 
 def build_parser() -> argparse.ArgumentParser:

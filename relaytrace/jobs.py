@@ -33,16 +33,28 @@ class Progress:
             print(f"[relaytrace]   {count} passes done ({name})", file=sys.stderr, flush=True)
 
 
-def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    """``data:1x3x224x224`` -> ("data", (1, 3, 224, 224))."""
-    name, sep, dims = text.rpartition(":")
+def parse_shape(text: str) -> tuple[str, tuple[int, ...], str | None]:
+    """``data:1x3x224x224`` -> ("data", (1, 3, 224, 224), None); ``ids:1x32:int64`` ->
+    ("ids", (1, 32), "int64")."""
+    import numpy as np
+
+    parts = text.split(":")
+    dtype = None
+    if len(parts) >= 3 and not parts[-1][:1].isdigit():
+        dtype = parts.pop()
+    name, dims = ":".join(parts[:-1]), parts[-1]
     try:
         shape = tuple(int(d) for d in dims.lower().split("x"))
-        if not sep or not name or any(d <= 0 for d in shape):
+        if not name or any(d <= 0 for d in shape):
             raise ValueError
     except ValueError:
-        raise UsageError(f"cannot parse input shape {text!r}: write NAME:1x3x224x224") from None
-    return name, shape
+        raise UsageError(f"cannot parse input shape {text!r}: write NAME:1x3x224x224 or NAME:1x32:int64") from None
+    if dtype is not None:
+        try:
+            np.dtype(dtype)
+        except TypeError:
+            raise UsageError(f"unknown dtype {dtype!r} in --input-shape {text!r}: use e.g. float32, int64") from None
+    return name, shape, dtype
 
 
 def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:

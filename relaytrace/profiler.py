@@ -1,10 +1,12 @@
 """A per-call profiler on the Relax VM (TVM removed its own in v0.24).
 
-timeline: every call of one ``main`` run, in order, timed by ``set_instrument``.
+One entry function is profiled (``main`` by default, or the only one):
+timeline: every call of one run of it, in order, timed by ``set_instrument``.
 isolated: every kernel call site timed alone with ``time_evaluator`` on the
 arguments it saw in a real run, like the old debug executor's per-op figures.
-Both also time ``main`` end to end, so the Profile can say what the per-call sum
-leaves out (the VM's own dispatch, Python in the instrument).
+Both also time the entry end to end, so the Profile can say what the per-call sum
+leaves out (the VM's own dispatch, Python in the instrument). Calls of Relax
+subfunctions are not records of their own: their kernels are.
 """
 
 from __future__ import annotations
@@ -18,61 +20,62 @@ from tvm import relax
 from .errors import RelaytraceError
 from .model.lineage import Lineage
 from .model.profile import BUILTIN, KERNEL, ArgInfo, CallRecord, Profile
+from .model.shapes import bind
 
 def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, repeat: int = 5,
-            mode: str = "timeline", number: int = 3, progress=None) -> Profile:
-    """Run ``main`` and time every call; see the module docstring for the modes."""
+            mode: str = "timeline", number: int = 3, progress=None, entry: str | None = None) -> Profile:
+    """Run the entry function ``entry`` (default ``main``, or the only one) on
+    ``inputs`` and time every call; see the module docstring for the modes. Inputs
+    may take any sizes the entry's symbolic dims allow; the profile records them."""
     if mode not in ("timeline", "isolated"):
         raise RelaytraceError(f"unknown profiling mode {mode!r}: use 'timeline' or 'isolated'")
     if repeat < 1:
         raise RelaytraceError("repeat must be at least 1")
+    entry = lineage.entry(entry)
+    lineage = lineage.for_entry(entry)  # a run of one entry runs its sites only
     device = device or tvm.cpu()
-    args = check_inputs(lineage, inputs, device)
+    arrays = check_inputs(lineage, inputs, entry)
+    args = [tvm.runtime.tensor(a, device) for a in arrays]
     library = _kernel_library(executable, lineage)
     vm = relax.VirtualMachine(executable, device)
     say = progress or (lambda message: None)
+    skip = frozenset(lineage.subfunctions)
 
     say("capturing argument shapes")
-    arg_info, captured = _capture(vm, args, lineage, copy=(mode == "isolated"))
+    arg_info, captured = _capture(vm[entry], args, lineage, vm, copy=(mode == "isolated"))
     _check_names(lineage, arg_info)
     for _ in range(max(warmup - 1, 0)):
-        vm["main"](*args)
+        vm[entry](*args)
     if mode == "timeline":
         records = []
         for run in range(repeat):
             say(f"timeline run {run + 1}/{repeat}")
-            records.extend(_timeline_run(vm, args, run, lineage, device))
+            records.extend(_timeline_run(vm, entry, args, run, lineage, device, skip))
     else:
         records = _isolated(library, captured, device, repeat, number, say)
     vm.set_instrument(_no_op)
     say("end-to-end timing")
-    e2e = vm.time_evaluator("main", device, number=1, repeat=max(repeat, 3))(*args)
+    e2e = vm.time_evaluator(entry, device, number=1, repeat=max(repeat, 3))(*args)
     return Profile(
         model=lineage.model, target=lineage.target, device=str(device), mode=mode, repeat=repeat,
-        records=tuple(records), args=arg_info, e2e_us=tuple(t * 1e6 for t in e2e.results),
+        records=tuple(records), args=arg_info, e2e_us=tuple(t * 1e6 for t in e2e.results), entry=entry,
+        inputs=tuple((name, tuple(a.shape), str(a.dtype)) for (name, _, _), a in zip(lineage.entries[entry], arrays))
+        if lineage.entries.get(entry) else (),
     )
 
 
-def check_inputs(lineage: Lineage, inputs, device) -> list:
-    """Inputs as device tensors, after checking count, shape and dtype against the model."""
+def check_inputs(lineage: Lineage, inputs, entry: str | None = None) -> list[np.ndarray]:
+    """Inputs as numpy arrays, after checking count, shapes (symbolic dims bound
+    consistently, ``model.shapes.bind``) and dtypes against the entry's signature."""
     if not isinstance(inputs, (list, tuple)):
         inputs = [inputs]
-    expected = lineage.inputs
-    if expected and len(inputs) != len(expected):
-        names = ", ".join(f"{n}{list(s)}:{d}" for n, s, d in expected)
-        raise RelaytraceError(f"{lineage.model} takes {len(expected)} input(s) ({names}), got {len(inputs)}")
-    out = []
-    for i, value in enumerate(inputs):
-        array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-        if expected:
-            name, shape, dtype = expected[i]
-            if tuple(array.shape) != tuple(shape) or str(array.dtype) != dtype:
-                raise RelaytraceError(
-                    f"input {i} ({name}) of {lineage.model} must be {dtype}{list(shape)}, "
-                    f"got {array.dtype}{list(array.shape)}"
-                )
-        out.append(tvm.runtime.tensor(array, device))
-    return out
+    arrays = [value.numpy() if hasattr(value, "numpy") else np.asarray(value) for value in inputs]
+    entry = lineage.entry(entry)
+    signature = lineage.entries.get(entry)
+    if signature:
+        what = lineage.model if entry == "main" else f"{lineage.model}.{entry}"
+        bind(signature, [(tuple(a.shape), str(a.dtype)) for a in arrays], what)
+    return arrays
 
 
 def _kernel_library(executable, lineage: Lineage):
@@ -93,16 +96,16 @@ def _no_op(*_):
     return relax.VMInstrumentReturnKind.NO_OP
 
 
-def _capture(vm, args, lineage, copy: bool):
-    """One run that notes every call's argument shapes (and copies kernel arguments
-    for isolated timing)."""
+def _capture(function, args, lineage, vm, copy: bool):
+    """One run of ``function`` (an entry of ``vm``) that notes every call's argument
+    shapes (and copies kernel arguments for isolated timing)."""
     counts: dict[str, int] = {}
     info: dict[str, ArgInfo] = {}
     captured: list[tuple[str, int, list]] = []
     kernels = lineage.kernels
 
     def note(func, name, before, ret, *call_args):
-        if before:
+        if before and name not in lineage.subfunctions:
             k = counts.get(name, 0)
             counts[name] = k + 1
             tensors = [a for a in call_args if hasattr(a, "shape")]
@@ -113,7 +116,7 @@ def _capture(vm, args, lineage, copy: bool):
         return relax.VMInstrumentReturnKind.NO_OP
 
     vm.set_instrument(note)
-    vm["main"](*args)
+    function(*args)
     vm.set_instrument(_no_op)
     return info, captured
 
@@ -129,7 +132,7 @@ def _check_names(lineage: Lineage, info: dict[str, ArgInfo]) -> None:
         raise RelaytraceError("the lineage does not match this executable: " + "; ".join(problems[:8]))
 
 
-def _timeline_run(vm, args, run: int, lineage, device) -> list[CallRecord]:
+def _timeline_run(vm, entry, args, run: int, lineage, device, skip: frozenset) -> list[CallRecord]:
     stamps: list = []
     append = stamps.append
     clock = time.perf_counter_ns
@@ -139,19 +142,24 @@ def _timeline_run(vm, args, run: int, lineage, device) -> list[CallRecord]:
         append((clock(), name, before))  # the hot path: a record, nothing else
         return no_op
 
+    function = vm[entry]
     vm.set_instrument(stamp)
     t0 = time.perf_counter_ns()
-    vm["main"](*args)
+    function(*args)
     device.sync()
     vm.set_instrument(_no_op)
-    return _pair(stamps, run, t0, lineage.kernels)
+    return _pair(stamps, run, t0, lineage.kernels, skip)
 
 
-def _pair(stamps, run, t0, kernels) -> list[CallRecord]:
+def _pair(stamps, run, t0, kernels, skip: frozenset = frozenset()) -> list[CallRecord]:
+    """Before/after stamps into records; calls of ``skip`` (Relax subfunctions, whose
+    time is their kernels' and builtins') are left out."""
     counts: dict[str, int] = {}
     open_calls: dict[str, int] = {}
     records = []
     for t, name, before in stamps:
+        if name in skip:
+            continue
         if before:
             open_calls[name] = t
             continue

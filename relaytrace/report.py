@@ -32,7 +32,9 @@ class Report:
 
 
 def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Report:
-    """The report of a lineage and a profile of its build (refused when they do not match)."""
+    """The report of a lineage and a profile of its build (refused when they do not
+    match), about the entry function the profile ran (``Lineage.for_entry``)."""
+    lineage = lineage.for_entry(profile.entry)
     parts = A.shares(lineage, profile, policy)
     return Report(
         lineage=lineage, profile=profile, policy=policy, shares=parts,

@@ -5,7 +5,8 @@
 ``"path/to/file.py:factory"`` (a function returning a torch module and its example
 inputs) or ``"demo:NAME"`` (a built-in model), and returns a ``LoadedModel``: the
 model with its layer names, and inputs to run it with (the example inputs where the
-source has them, else seeded random ones of main's shapes and dtypes).
+source has them, else seeded random ones of the entry's shapes and dtypes: integer
+inputs are zeros, valid as indices; symbolic dims must be given a size).
 """
 
 from __future__ import annotations
@@ -29,15 +30,20 @@ class LoadedModel:
     inputs: tuple  # numpy arrays, one per input of main
 
 
-def load(source, example_args=None, shapes=(), dtype: str = "float32", name: str | None = None,
-         seed: int = 0, with_inputs: bool = True) -> LoadedModel:
+def load(source, example_args=None, shapes=(), dtype: str | None = None, name: str | None = None,
+         seed: int = 0, with_inputs: bool = True, entry: str | None = None, dynamic_shapes=None) -> LoadedModel:
     """The model ``source`` names (see the module docstring). ``shapes`` (``(input
-    name, shape)`` pairs) and ``dtype`` fix an ONNX model's inputs; without
-    ``with_inputs`` no random inputs are made (build() needs none)."""
+    name, shape)`` or ``(input name, shape, dtype)``) fix an ONNX model's input shapes
+    and size the random inputs of any model; ``dtype`` is the dtype of the inputs given
+    a shape without one (default: the model's). ``entry`` names the entry function the
+    inputs are for (default ``main``, or the only one); ``dynamic_shapes`` goes to
+    ``torch.export``. Without ``with_inputs`` no random inputs are made (build() needs
+    none)."""
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
+    given = _given_shapes(shapes, dtype)
     if isinstance(source, ImportedModel):
-        return LoadedModel(source, _random_inputs(source, seed) if with_inputs else ())
+        return LoadedModel(source, _random_inputs(source, seed, given, entry) if with_inputs else ())
     if isinstance(source, str) and source.startswith("demo:"):
         return _demo(source[len("demo:"):], name, seed, with_inputs)
     if isinstance(source, str) and not source.endswith(".onnx"):
@@ -47,22 +53,21 @@ def load(source, example_args=None, shapes=(), dtype: str = "float32", name: str
 
         if isinstance(source, str) and not Path(source).is_file():
             raise RelaytraceError(f"no ONNX file at {source}")
-        shape_dict = dict(shapes)
-        imported = from_onnx(source, shape_dict=shape_dict or None, name=name)
-        return LoadedModel(imported, _random_inputs(imported, seed, dtype if shape_dict else None)
-                           if with_inputs else ())
+        imported = from_onnx(source, shape_dict={n: shape for n, (shape, _) in given.items()} or None, name=name)
+        return LoadedModel(imported, _random_inputs(imported, seed, given, entry) if with_inputs else ())
     if _is_torch_module(source):
         if example_args is None:
             raise RelaytraceError("a torch module needs example_args=(tensor, ...) to be exported")
         from .torch import from_torch
 
         example = example_args if isinstance(example_args, tuple) else (example_args,)
-        return LoadedModel(from_torch(source, example, name=name), tuple(e.detach().numpy() for e in example))
+        return LoadedModel(from_torch(source, example, name=name, dynamic_shapes=dynamic_shapes),
+                           tuple(e.detach().numpy() for e in example))
     import tvm
 
     if isinstance(source, tvm.IRModule):
         imported = ImportedModel(source, name or "model", {})
-        return LoadedModel(imported, _random_inputs(imported, seed) if with_inputs else ())
+        return LoadedModel(imported, _random_inputs(imported, seed, given, entry) if with_inputs else ())
     raise RelaytraceError(
         "a model is a tvm.IRModule, an ImportedModel, a torch.nn.Module (with example inputs), an ONNX model "
         f"or .onnx path, path/to/file.py:factory or demo:NAME; not {type(source).__name__}"
@@ -105,11 +110,46 @@ def _factory(spec: str, name: str | None) -> LoadedModel:
     return load(torch_module, example, name=name or Path(path).stem)
 
 
-def _random_inputs(imported: ImportedModel, seed: int, dtype: str | None = None) -> tuple:
-    from ..tracking.origins import main_inputs
+def _given_shapes(shapes, dtype: str | None) -> dict[str, tuple[tuple[int, ...], str | None]]:
+    """input name -> (shape, dtype or None) from ``(name, shape[, dtype])`` entries."""
+    out = {}
+    for item in shapes:
+        name, shape, *rest = item
+        out[name] = (tuple(shape), (rest[0] if rest and rest[0] else None) or dtype)
+    return out
 
+
+def _random_inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = None) -> tuple:
+    """Seeded inputs for one entry of the model, sized by ``given`` (``_given_shapes``)
+    where the model's shapes are symbolic or the user asked for other sizes."""
+    from ..model.shapes import bind
+    from ..tracking import ir
+    from ..tracking.origins import entry_inputs
+
+    given = given or {}
+    entries = entry_inputs(ir.function_map(imported.mod))
+    if entry is None:
+        entry = "main" if "main" in entries or not entries else next(iter(entries))
+    if entry not in entries and entries:
+        raise UsageError(f"{imported.name} has no entry function {entry!r}; it has {', '.join(entries)}")
+    signature = entries.get(entry, ())
+    unknown = sorted(set(given) - {n for n, _, _ in signature})
+    if unknown:
+        raise UsageError(f"{imported.name} has no input named {', '.join(unknown)}; its inputs are "
+                         f"{', '.join(n for n, _, _ in signature) or 'none'}")
+    chosen = []
+    for pname, shape, declared in signature:
+        size, dtype = given.get(pname, (shape, None))
+        symbolic = [str(d) for d in size if not isinstance(d, int)]
+        if symbolic:
+            example = "x".join(str(d) if isinstance(d, int) else "1" for d in size)
+            raise UsageError(f"input {pname} of {imported.name} has symbolic dims ({', '.join(symbolic)}): "
+                             f"give its size, e.g. --input-shape {pname}:{example}")
+        chosen.append((tuple(size), dtype or declared))
+    bind(signature, chosen, imported.name)
     rng = np.random.default_rng(seed)
-    return tuple(rng.standard_normal(shape).astype(dtype or d) for _, shape, d in main_inputs(imported.mod))
+    return tuple(rng.standard_normal(shape).astype(dtype) if np.issubdtype(np.dtype(dtype), np.floating)
+                 else np.zeros(shape, dtype) for shape, dtype in chosen)
 
 
 def _is_torch_module(obj) -> bool:

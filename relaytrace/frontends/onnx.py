@@ -18,6 +18,11 @@ from .common import ImportedModel, require
 def from_onnx(model_or_path, shape_dict=None, name: str | None = None) -> ImportedModel:
     onnx = require("onnx", "onnx")
     model, label = _load(onnx, model_or_path, name)
+    inputs = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    unknown = sorted(set(shape_dict or {}) - set(inputs))
+    if unknown:
+        raise RelaytraceError(f"ONNX model {label} has no input named {', '.join(unknown)}; "
+                              f"its inputs are {', '.join(inputs)}")
     importer = _recording_importer(shape_dict)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     try:

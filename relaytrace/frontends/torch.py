@@ -15,13 +15,17 @@ from ..errors import RelaytraceError
 from .common import ImportedModel, require
 
 
-def from_torch(module, example_args, name: str | None = None) -> ImportedModel:
+def from_torch(module, example_args, name: str | None = None, dynamic_shapes=None) -> ImportedModel:
+    """A torch module through ``torch.export`` into Relax, each op named after the
+    innermost ``nn.Module`` path it ran in. ``dynamic_shapes`` (as ``torch.export``
+    takes it, e.g. ``{"x": {0: torch.export.Dim("batch")}}``) keeps those dims
+    symbolic: the build then runs for any size in their range."""
     torch = require("torch", "torch")
     if not isinstance(example_args, tuple):
         example_args = (example_args,)
     label = name or type(module).__name__
     try:
-        exported = torch.export.export(module.eval(), example_args)
+        exported = torch.export.export(module.eval(), example_args, dynamic_shapes=dynamic_shapes)
         exported = exported.run_decompositions()
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -31,12 +31,18 @@ class Role(NamedTuple):
 
 @define(frozen=True)
 class CallSite:
-    """The ``call``-th run-time call of ``kernel``; ``position`` orders all sites of main."""
+    """The ``call``-th run-time call of ``kernel`` in one run of the entry function
+    ``function``; ``position`` orders all sites (an entry's sites in its run order, one
+    entry after another). ``scope`` says which call of a Relax subfunction the site runs
+    in: ``""`` for the entry's own body, ``"block#1"`` for the second call of ``block``
+    (``"block#0/inner#0"`` nested); each call of a subfunction runs its ops again."""
 
     kernel: str
     call: int
     position: int
     roles: tuple[Role, ...]
+    function: str = "main"
+    scope: str = ""
 
     @property
     def origin_ids(self) -> tuple[str, ...]:
@@ -58,6 +64,8 @@ class BuiltinSite:
     name: str
     position: int
     origins: tuple[str, ...]
+    function: str = "main"
+    scope: str = ""
 
 
 @define(frozen=True)
@@ -103,10 +111,61 @@ class Lineage:
     edges: tuple[tuple[str, str], ...] = ()
     site_edges: tuple[tuple[int, int], ...] = ()
     degraded: tuple[str, ...] = ()
-    inputs: tuple[tuple[str, tuple, str], ...] = ()  # (name, shape, dtype) of main's params
+    # entry function -> (name, shape, dtype) of each tensor parameter; a symbolic dim as its name
+    entries: dict[str, tuple[tuple[str, tuple, str], ...]] = field(factory=dict)
+    subfunctions: tuple[str, ...] = ()  # Relax functions an entry calls: the VM runs them, they are no kernels
     kernel_members: dict[str, tuple[Member, ...]] = field(factory=dict)  # kernel -> its PrimFuncs, from the IR
     verification: Verification | None = None  # ``verify()`` of this lineage, made by the build
     schema: str = SCHEMA
+
+    # -- entries --------------------------------------------------------------
+
+    def entry(self, name: str | None = None) -> str:
+        """The entry function a run or a report is about: ``name`` when the model has
+        it; by default ``main``, or the only entry."""
+        if name is not None:
+            if name not in self.entries:
+                raise UnknownNameError("entry function", name, self.entries)
+            return name
+        if "main" in self.entries or not self.entries:
+            return "main"
+        if len(self.entries) == 1:
+            return next(iter(self.entries))
+        raise UnknownNameError("entry function", "main", self.entries)
+
+    @property
+    def inputs(self) -> tuple[tuple[str, tuple, str], ...]:
+        """The tensor inputs of the default entry (``entry()``)."""
+        return self.entries.get(self.entry(), ())
+
+    def for_entry(self, name: str | None = None) -> "Lineage":
+        """This lineage as one entry function's run sees it: that entry's call sites
+        and builtins, its own origins and those its sites run (a subfunction's), the
+        inserted and unresolved ones serving them. What a profile of that entry is
+        attributed against. The lineage itself when it has one entry."""
+        entry = self.entry(name)
+        if len(self.entries) <= 1:
+            return self
+        kernels = {k: kept for k, v in self.kernels.items() if (kept := tuple(s for s in v if s.function == entry))}
+        builtins = tuple(b for b in self.builtins if b.function == entry)
+        run = {o for v in kernels.values() for s in v for o in s.origin_ids} | {o for b in builtins for o in b.origins}
+        own = {o.id for o in self.origins.values() if o.function == entry and o.kind == OP} | run
+        keep = own | {o.id for o in self.origins.values() if o.kind != OP and set(o.serves) & own}
+        positions = {s.position for v in kernels.values() for s in v}
+        verification = self.verification
+        if verification is not None:
+            verification = Verification(tuple(c for c in verification.sites if c.position in positions),
+                                        verification.problems)
+        return attrs.evolve(
+            self, origins={k: o for k, o in self.origins.items() if k in keep}, kernels=kernels, builtins=builtins,
+            history_by_origin={k: v for k, v in self.history_by_origin.items() if k in keep},
+            eliminated_by={k: v for k, v in self.eliminated_by.items() if k in keep},
+            edges=tuple(e for e in self.edges if e[0] in keep and e[1] in keep),
+            site_edges=tuple(e for e in self.site_edges if e[0] in positions and e[1] in positions),
+            entries={entry: self.entries[entry]},
+            kernel_members={k: v for k, v in self.kernel_members.items() if k in kernels},
+            verification=verification,
+        )
 
     # -- queries --------------------------------------------------------------
 
@@ -154,7 +213,8 @@ class Lineage:
         sites here: the evidence that a lineage belongs to another build."""
         problems = [f"{k}: {len(v)} call site(s) in the lineage, {ran.get(k, 0)} ran"
                     for k, v in self.kernels.items() if ran.get(k, 0) != len(v)]
-        return problems + [f"{k}: ran, but is not in the lineage" for k in ran if k not in self.kernels]
+        return problems + [f"{k}: ran, but is not in the lineage" for k in ran
+                           if k not in self.kernels and k not in self.subfunctions]
 
     def layers(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(o.layer for o in self.origins.values() if o.kind == OP))
@@ -254,7 +314,8 @@ class Lineage:
             "edges": self.edges,
             "site_edges": self.site_edges,
             "degraded": self.degraded,
-            "inputs": self.inputs,
+            "entries": self.entries,
+            "subfunctions": self.subfunctions,
             "kernel_members": {k: [attrs.asdict(m) for m in v] for k, v in self.kernel_members.items()},
             "verification": attrs.asdict(self.verification) if self.verification is not None else None,
         }
@@ -277,7 +338,9 @@ class Lineage:
                 edges=tuples(data["edges"]),
                 site_edges=tuples(data["site_edges"]),
                 degraded=tuple(data["degraded"]),
-                inputs=tuples(data.get("inputs", ())),
+                entries={k: tuples(v) for k, v in data["entries"].items()} if "entries" in data
+                else {"main": tuples(data.get("inputs", ()))} if data.get("inputs") else {},
+                subfunctions=tuple(data.get("subfunctions", ())),
                 kernel_members={k: tuple(make_record(Member, m) for m in v)
                                 for k, v in data.get("kernel_members", {}).items()},
                 verification=_verification(data.get("verification")),

@@ -24,6 +24,11 @@ DATA_MOVEMENT_PRIMFUNCS = frozenset({
     "flatten", "broadcast_to", "copy",
 })
 
+# PrimFuncs VMShapeLower makes to compute symbolic shapes (sizes of allocations, shapes
+# of outputs) on the host, by name without the number: "inserted", serving the op
+# whose shapes they compute.
+SHAPE_PRIMFUNCS = frozenset({"shape_func"})
+
 # Calls that manage memory, shapes and checks: the VM's bookkeeping, not model ops.
 BOOKKEEPING_PREFIXES = (
     "relax.builtin.alloc", "relax.memory.", "relax.vm.alloc", "relax.vm.kill",
@@ -62,6 +67,12 @@ def is_data_movement(callee: str) -> bool:
     if callee in DATA_MOVEMENT_OPS:
         return True
     return is_prim_func(callee) and re.sub(r"\d+$", "", callee) in DATA_MOVEMENT_PRIMFUNCS
+
+
+@lru_cache(maxsize=65536)
+def is_shape_computation(callee: str) -> bool:
+    """A PrimFunc VMShapeLower made to compute shapes (``shape_func``, ``shape_func1``)."""
+    return is_prim_func(callee) and re.sub(r"\d+$", "", callee) in SHAPE_PRIMFUNCS
 
 
 @lru_cache(maxsize=None)

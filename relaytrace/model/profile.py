@@ -41,6 +41,8 @@ class Profile:
     records: tuple[CallRecord, ...]
     args: dict[str, ArgInfo] = field(factory=dict)  # "name#call" -> argument shapes
     e2e_us: tuple[float, ...] = ()
+    entry: str = "main"  # the entry function that ran
+    inputs: tuple[tuple[str, tuple, str], ...] = ()  # (name, concrete shape, dtype) of each input it ran with
     schema: str = SCHEMA
 
     @property
@@ -86,7 +88,7 @@ class Profile:
             "mode": self.mode, "repeat": self.repeat,
             "records": [[r.name, r.call, r.run, r.start_us, r.duration_us, r.kind] for r in self.records],
             "args": {k: {"shapes": v.shapes, "dtypes": v.dtypes} for k, v in self.args.items()},
-            "e2e_us": self.e2e_us,
+            "e2e_us": self.e2e_us, "entry": self.entry, "inputs": self.inputs,
         }
 
     @classmethod
@@ -98,7 +100,8 @@ class Profile:
                 repeat=data["repeat"],
                 records=tuple(CallRecord(*r) for r in data["records"]),
                 args={k: ArgInfo(tuples(v["shapes"]), tuple(v["dtypes"])) for k, v in data["args"].items()},
-                e2e_us=tuple(data["e2e_us"]),
+                e2e_us=tuple(data["e2e_us"]), entry=str(data.get("entry", "main")),
+                inputs=tuples(data.get("inputs", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise LineageFormatError(f"profile file is missing or has a malformed field: {exc}") from exc

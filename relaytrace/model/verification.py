@@ -25,7 +25,7 @@ from typing import Mapping
 
 from attrs import define
 
-from .ops import is_data_movement
+from .ops import is_data_movement, is_shape_computation
 
 VERIFIED, SUSPECT, UNVERIFIED = "verified", "suspect", "unverified"
 FUSION_PASSES = frozenset({"FuseOps", "FuseTIR"})
@@ -81,14 +81,17 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
     members = lineage.kernel_members if members is None else members
     origins = lineage.origins
     sites = lineage.call_sites
-    where: dict[str, list] = {}  # op origin -> the sites that run it (not only a part of it)
+    # (op origin, frame) -> the sites that run it (not only a part of it); a frame is one
+    # run of a function body (``_frame``): each call of a subfunction runs its ops again
+    where: dict[tuple[str, tuple], list] = {}
     for site in sites:
         whole = {op for m in members.get(site.kernel, ()) if not m.part for op in m.ops}
         partial = {op for m in members.get(site.kernel, ()) if m.part for op in m.ops}
         for oid in site.origin_ids:
             op = origins[oid].op
             if origins[oid].kind == "op" and (op in whole or op not in partial):
-                where.setdefault(oid, []).append(site)
+                where.setdefault((oid, _frame(site)), []).append(site)
+    running = {oid: sites_ for (oid, _), sites_ in where.items()}
     neighbours = _neighbours(lineage)
     out_of_order = _out_of_order(lineage, where)
     checks = []
@@ -99,8 +102,8 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
             continue
         reasons, unknown = _account(site, members[site.kernel], origins)
         for oid in site.origin_ids:
-            if len(where.get(oid, ())) > 1:
-                others = [s.label for s in where[oid] if s is not site]
+            if len(where.get((oid, _frame(site)), ())) > 1:
+                others = [s.label for s in where[(oid, _frame(site))] if s is not site]
                 reasons.append(f"{oid} is also attributed to {', '.join(others)}")
         reasons += _misplaced_inserted(site, lineage, where, neighbours)
         reasons += out_of_order.get(site.position, [])
@@ -117,7 +120,7 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
         if pass_name in FUSION_PASSES and origins[oid].kind == "op" and not is_data_movement(origins[oid].op)
     ]
     problems += [f"{oid} is reported eliminated by {lineage.eliminated_by[oid]} but runs at "
-                 f"{', '.join(s.label for s in where[oid])}" for oid in lineage.eliminated_by if oid in where]
+                 f"{', '.join(s.label for s in running[oid])}" for oid in lineage.eliminated_by if oid in running]
     return Verification(tuple(checks), tuple(problems))
 
 
@@ -178,13 +181,15 @@ def _out_of_order(lineage, where) -> dict[int, list[str]]:
     whose result another op reads must run at the same site or an earlier one. Two
     ops of one kind swapped between sites pass the op-for-op match; not this."""
     out: dict[int, list[str]] = {}
+    frames = {frame for _, frame in where}
     for producer, consumer in lineage.edges:
-        for a in where.get(producer, ()):
-            for b in where.get(consumer, ()):
-                if a.position > b.position:
-                    why = f"{producer} runs at {a.label}, after {b.label}, where {consumer} reads its result"
-                    out.setdefault(a.position, []).append(why)
-                    out.setdefault(b.position, []).append(why)
+        for frame in frames:
+            for a in where.get((producer, frame), ()):
+                for b in where.get((consumer, frame), ()):
+                    if a.position > b.position:
+                        why = f"{producer} runs at {a.label}, after {b.label}, where {consumer} reads its result"
+                        out.setdefault(a.position, []).append(why)
+                        out.setdefault(b.position, []).append(why)
     return out
 
 
@@ -205,13 +210,21 @@ def _misplaced_inserted(site, lineage, where, neighbours) -> list[str]:
         origin = lineage.origins[oid]
         if origin.kind != "inserted" or not origin.serves:
             continue
-        served = [s.position for o in origin.serves for s in where.get(o, ())]
+        served = [s.position for o in origin.serves for s in where.get((o, _frame(site)), ())]
         if not served:
             continue  # served ops folded away or run as builtins: nothing to compare with
         near = {site.position} | neighbours.get(site.position, set())
+        if is_shape_computation(origin.op):  # shapes reach their op through the VM's shape heap: the next site
+            later = [s.position for s in lineage.call_sites if _frame(s) == _frame(site) and s.position > site.position]
+            near.add(min(later, default=site.position))
         if not near.intersection(served):
             reasons.append(f"{oid} serves {', '.join(origin.serves)}, which run at no neighbouring site")
     return reasons
+
+
+def _frame(site) -> tuple[str, str]:
+    """One run of a function body: the entry a site runs in and the subfunction call."""
+    return (site.function, site.scope)
 
 
 def _short(op: str) -> str:

@@ -9,11 +9,12 @@ from ..model.profile import KERNEL
 def chrome_trace(lineage: Lineage, profile) -> dict:
     """Kernels on thread 1, VM builtins on thread 2, one process per run; each kernel
     event's args carry its layers, origins and argument shapes."""
+    lineage = lineage.for_entry(profile.entry)
     sites = {(s.kernel, s.call): s for s in lineage.call_sites}
     events = []
     for run in range(profile.runs):
         events.append({"name": "process_name", "ph": "M", "pid": run + 1, "tid": 0,
-                       "args": {"name": f"{lineage.model} run {run} ({profile.mode})"}})
+                       "args": {"name": f"{lineage.model}.{profile.entry} run {run} ({profile.mode})"}})
         for tid, label in ((1, "kernels"), (2, "VM builtins")):
             events.append({"name": "thread_name", "ph": "M", "pid": run + 1, "tid": tid, "args": {"name": label}})
     for r in profile.records:
@@ -28,4 +29,5 @@ def chrome_trace(lineage: Lineage, profile) -> dict:
             "pid": r.run + 1, "tid": 1 if r.kind == KERNEL else 2, "args": args,
         })
     return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"model": lineage.model, "target": lineage.target, "device": profile.device}}
+            "otherData": {"model": lineage.model, "entry": profile.entry, "target": lineage.target,
+                          "device": profile.device}}

@@ -1,4 +1,5 @@
-"""Turn the tracker's state after the last pass into a Lineage."""
+"""Turn the tracker's state after the last pass into a Lineage: every entry function's
+call sites in run order, a call of a Relax subfunction followed into it."""
 
 from __future__ import annotations
 
@@ -8,79 +9,110 @@ from ..model.journal import Change
 from ..model.lineage import BuiltinSite, CallSite, Lineage, roles_for
 from ..model.ops import is_bookkeeping
 from ..model.verification import verify
-from . import reader
+from . import ir, reader
 from .tracker import Tracker
 
 
-def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), inputs=(),
+class _Sites:
+    """The call sites found so far, across entries: positions are global, call numbers
+    count a kernel's calls within one entry's run."""
+
+    def __init__(self, tracker: Tracker):
+        self.tracker = tracker
+        self.kernels: dict[str, list[CallSite]] = {}
+        self.calls: dict[tuple[str, str], int] = {}  # (entry, kernel) -> its calls so far
+        self.builtins: list[BuiltinSite] = []
+        self.edges: set[tuple[int, int]] = set()
+        self.present: set[str] = set()  # origins some call site runs
+        self.subfunctions: set[str] = set()
+        self.position = 0
+
+    def run(self, entry: str, name: str, scope: str, calls: dict[str, int], depth: int = 0) -> None:
+        """Walk function ``name`` as one run of it inside entry ``entry``; ``calls``
+        counts the subfunction calls made so far in this entry (``block#0``, ...)."""
+        tracker, tokens, functions = self.tracker, self.tracker.tokens, self.tracker.last_functions
+        if depth > 64:
+            raise RecursionError(f"Relax functions call each other more than 64 deep (at {name})")
+        d = tracker.read(functions[name])
+        producer: dict[int, int] = {}  # token -> position of the site that computed it
+        for index in range(len(d.vars)):
+            made = reader.call(d, index)
+            if made is None or is_bookkeeping(made.callee):
+                continue
+            callee, gv = made.callee, made.global_var
+            if ir.is_subfunction(functions, callee, gv):
+                self.subfunctions.add(callee)
+                k = calls.get(callee, 0)
+                calls[callee] = k + 1
+                self.run(entry, callee, f"{scope}/{callee}#{k}".lstrip("/"), calls, depth + 1)
+                continue
+            if gv and callee in functions:
+                continue  # a fused group not yet lowered: its kernels are its own sites
+            tok = tokens.of(d.vars[index])
+            if tok is None:  # a destination-passing call: its value lives in its output arg
+                outs = (tokens.of(handle) for kind, handle in reversed(made.arguments()) if kind == reader.VAR)
+                tok = next((t for t in outs if t is not None), None)
+            origin_ids = tokens.origins[tok] if tok is not None else ()
+            # an argument's own token first: an inserted layout change shares its input's
+            # canonical token, but its site is the one that feeds this call
+            sources = {producer[raw if raw in producer else src]
+                       for raw, src in zip(tokens.arguments(made, False), tokens.arguments(made))
+                       if raw in producer or src in producer}
+            self.present.update(origin_ids)
+            position = self.position
+            if gv:  # a kernel
+                call = self.calls[(entry, callee)] = self.calls.get((entry, callee), -1) + 1
+                site = CallSite(callee, call, position, roles_for(origin_ids, tracker.origins), entry, scope)
+                self.kernels.setdefault(callee, []).append(site)
+                self.edges.update((src, position) for src in sources if src != position)
+                made_by = position
+            else:  # a builtin (reshape) passes its input's producer on
+                self.builtins.append(BuiltinSite(callee, position, tuple(sorted(origin_ids)), entry, scope))
+                made_by = min(sources) if sources else None
+            if tok is not None and made_by is not None:
+                producer[tok] = made_by
+                producer.setdefault(tokens.canonical(tok), made_by)
+            self.position += 1
+
+
+def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), entries=None,
                  members=None) -> Lineage:
     """The lineage the tracker's state describes, verified against ``members`` (kernel
-    -> its PrimFuncs, read from the recorded IR; ``truth.kernel_members``)."""
+    -> its PrimFuncs, read from the recorded IR; ``truth.kernel_members``). ``entries``:
+    the input's entry functions and their inputs (``origins.entry_inputs``)."""
     functions = tracker.last_functions  # every Relax function, fused groups included
-    kernels: dict[str, list[CallSite]] = {}
-    builtins: list[BuiltinSite] = []
-    site_edges: set[tuple[int, int]] = set()
     degraded = list(degraded)
-    main = functions.get("main")
-    if main is None:
-        degraded.append("no Relax 'main' function was seen after the last pass")
-    producer: dict[int, int] = {}  # token -> position of the site that computed it
-    present: set[str] = set()  # origins some call site runs
-    position = 0
-    tokens = tracker.tokens
-    d = tracker.read(main) if main is not None else None
-    for index in range(len(d.vars) if d is not None else 0):
-        made = reader.call(d, index)
-        if made is None or is_bookkeeping(made.callee):
-            continue
-        callee, gv = made.callee, made.global_var
-        tok = tokens.of(d.vars[index])
-        if tok is None:  # a destination-passing call: its value lives in its output arg
-            outs = (tokens.of(handle) for kind, handle in reversed(made.arguments()) if kind == reader.VAR)
-            tok = next((t for t in outs if t is not None), None)
-        origin_ids = tokens.origins[tok] if tok is not None else ()
-        if gv and callee in functions:
-            continue  # a call of another Relax function runs its kernels there
-        # an argument's own token first: an inserted layout change shares its input's
-        # canonical token, but its site is the one that feeds this call
-        sources = {producer[raw if raw in producer else src]
-                   for raw, src in zip(tokens.arguments(made, False), tokens.arguments(made))
-                   if raw in producer or src in producer}
-        present.update(origin_ids)
-        if gv:  # a kernel
-            sites = kernels.setdefault(callee, [])
-            sites.append(CallSite(callee, len(sites), position, roles_for(origin_ids, tracker.origins)))
-            site_edges.update((src, position) for src in sources if src != position)
-            made_by = position
-        else:  # a builtin (reshape) passes its input's producer on
-            builtins.append(BuiltinSite(callee, position, tuple(sorted(origin_ids))))
-            made_by = min(sources) if sources else None
-        if tok is not None and made_by is not None:
-            producer[tok] = made_by
-            producer.setdefault(tokens.canonical(tok), made_by)
-        position += 1
-    eliminated = {o: p for o, p in tracker.log.eliminated.items() if o not in present}
+    # the input's entries: passes give every function a global symbol (AttachGlobalSymbol)
+    names = [name for name in ir.entry_functions(functions) if entries is None or name in entries]
+    if not names:
+        degraded.append("no Relax entry function (one with a global_symbol) was seen after the last pass")
+    found = _Sites(tracker)
+    for name in names:
+        found.run(name, name, "", {})
+    eliminated = {o: p for o, p in tracker.log.eliminated.items() if o not in found.present}
     history: dict[str, list[Change]] = {}
     merged: set[str] = set()  # origins whose history comes from several tokens: to be put in pass order
     for tok, changes in tracker.log.changes.items():
-        for oid in tokens.origins[tok]:
+        for oid in tracker.tokens.origins[tok]:
             if oid in history:
                 history[oid].extend(changes)
                 merged.add(oid)
             else:
                 history[oid] = list(changes)
+    entries = entries if entries is not None else {}
     lineage = Lineage(
         model=model, target=target, pipeline=pipeline,
         origins=dict(tracker.origins),
-        kernels={k: tuple(v) for k, v in kernels.items()},
-        builtins=tuple(builtins),
+        kernels={k: tuple(v) for k, v in found.kernels.items()},
+        builtins=tuple(found.builtins),
         events=tuple(tracker.log.events),
         history_by_origin={k: tuple(sorted(v) if k in merged else v) for k, v in sorted(history.items())},
         eliminated_by=dict(sorted(eliminated.items())),
         edges=tuple(tracker.edges),
-        site_edges=tuple(sorted(site_edges)),
+        site_edges=tuple(sorted(found.edges)),
         degraded=tuple(degraded),
-        inputs=inputs,
+        entries={name: entries.get(name, ()) for name in names},
+        subfunctions=tuple(sorted(found.subfunctions)),
         kernel_members=dict(sorted((members or {}).items())),
     )
     return attrs.evolve(lineage, verification=verify(lineage))

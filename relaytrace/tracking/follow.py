@@ -48,7 +48,7 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
         degraded.append(f"tracking stopped at pass {step}: {_describe(exc)}")
     if tracker is not None:
         try:
-            return lineage_from(tracker, model, target, pipeline, degraded, inputs=recording.inputs, members=members)
+            return lineage_from(tracker, model, target, pipeline, degraded, entries=recording.entries, members=members)
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")
     origins = tracker.origins if tracker is not None else table.origins if table is not None else {}

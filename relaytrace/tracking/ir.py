@@ -47,6 +47,21 @@ def model_functions(functions: dict[str, relax.Function]) -> dict[str, relax.Fun
     return {name: func for name, func in functions.items() if not is_primitive(func)}
 
 
+def entry_functions(functions: dict[str, relax.Function]) -> list[str]:
+    """The Relax functions a VM can call by name (those with a ``global_symbol``):
+    ``main`` first, then by name. Private functions run only when another calls them."""
+    names = [name for name, func in model_functions(functions).items()
+             if func.attrs is not None and "global_symbol" in func.attrs]
+    return sorted(names, key=lambda name: (name != "main", name))
+
+
+def is_subfunction(functions: dict, callee: str, global_var: int) -> bool:
+    """A call of ``callee`` (through a GlobalVar) calls a Relax function of the module
+    that is not a fused group: the VM runs it, its ops are at its own call sites."""
+    func = functions.get(callee) if global_var else None
+    return func is not None and not is_primitive(func)
+
+
 def lookup(mod, gv):
     """The function a GlobalVar (or a name) names in this module, or None."""
     try:

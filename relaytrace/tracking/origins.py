@@ -39,7 +39,8 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
     used_ids: dict[str, int] = {}
     views: dict[str, reader.FunctionView] = {}
 
-    for fname, func in sorted(ir.model_functions(functions).items(), key=lambda item: item[0]):
+    model = ir.model_functions(functions)
+    for fname, func in sorted(model.items(), key=lambda item: item[0]):
         d = views[fname] = read(func, None, True)
         producers: dict[int, frozenset[str]] = {}
         prefix = "" if fname == "main" else f"{fname}."
@@ -50,6 +51,10 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
                 continue
             callee, atoms = made.callee, made.atoms
             if is_bookkeeping(callee):
+                continue
+            if ir.is_subfunction(model, callee, made.global_var):  # its ops are the callee's
+                producers[handle] = frozenset().union(*(_producers_of(arg, producers)
+                                                        for arg in reader.call_parts(reader.value(d, index))[1]))
                 continue
             named = layer_of(fname, handle, index) if layer_of else None
             if named is None:
@@ -104,13 +109,14 @@ def _unique(name: str, used: dict[str, int], sep: str = "_") -> str:
     return candidate
 
 
-def main_inputs(mod) -> tuple[tuple[str, tuple, str], ...]:
-    """(name, shape, dtype) of each tensor parameter of ``main``: what a run needs."""
-    main = ir.lookup(mod, "main")
-    if main is None:
-        return ()
-    out = []
-    for param in ir.items(main.params):
-        for shape, dtype in ir.tensor_types(ir.expr_type(param))[:1]:
-            out.append((param.name, shape, dtype))
-    return tuple(out)
+def entry_inputs(functions: dict) -> dict[str, tuple[tuple[str, tuple, str], ...]]:
+    """entry function -> (name, shape, dtype) of each of its tensor parameters: what a
+    run of it needs (a symbolic dim as its name)."""
+    out = {}
+    for name in ir.entry_functions(functions):
+        params = []
+        for param in ir.items(functions[name].params):
+            for shape, dtype in ir.tensor_types(ir.expr_type(param))[:1]:
+                params.append((param.name, shape, dtype))
+        out[name] = tuple(params)
+    return out

@@ -13,7 +13,7 @@ import tvm
 from attrs import define, field
 
 from . import ir
-from .origins import main_inputs
+from .origins import entry_inputs
 
 
 class PassRecord(NamedTuple):
@@ -30,8 +30,8 @@ class PassRecord(NamedTuple):
 @define
 class Recording:
     """One traced build as it was recorded: the functions of the first module with a
-    Relax function (the *input*), the pass it went into, every pass since, the input's
-    ``main`` inputs, and what went wrong while recording.
+    Relax function (the *input*), the pass it went into, every pass since, the inputs
+    of each of its entry functions, and what went wrong while recording.
 
     Why record first and track after: interleaved with TVM's own work, every pass's
     tracking started with cold caches, and cost a quarter more than the same work done
@@ -40,7 +40,7 @@ class Recording:
     input: dict | None = None
     first_pass: str = ""
     passes: list[PassRecord] = field(factory=list)
-    inputs: tuple = ()
+    entries: dict = field(factory=dict)
     degraded: list[str] = field(factory=list)
     pass_count: int = 0  # every pass the instrument saw, recorded or not
 
@@ -71,7 +71,7 @@ class Recorder:
         functions = ir.function_map(mod)
         if ir.model_functions(functions):
             rec = self.recording
-            rec.inputs, rec.input, rec.first_pass = main_inputs(mod), functions, pass_name
+            rec.entries, rec.input, rec.first_pass = entry_inputs(functions), functions, pass_name
 
     def _record(self, mod, pass_name: str) -> None:
         passes = self.recording.passes

@@ -253,7 +253,8 @@ class Tracker:
                 break
         if tok is None:
             tok = self.tokens.new(())
-            walk.new.append((tok, callee))
+            if not ir.is_subfunction(functions, b.call.callee, b.call.global_var):  # whose ops are the callee's, at its own sites
+                walk.new.append((tok, callee))
             if ops.is_data_movement(callee) and binding.key[1]:
                 self.tokens.alias(tok, binding.key[1][0])  # a layout change keeps the value's identity
         walk.changes.append((tok, position, rule, callee))
@@ -280,7 +281,10 @@ class Tracker:
         """Give the bindings no rule explained their origins (``newops.classify``)."""
         if not walk.new:
             return []
-        verdict = newops.classify(walk.new, walk.changes, walk.d, self.tokens, self.origins, fname, pass_name)
+        shapes = any(ops.is_shape_computation(callee) for _, callee in walk.new)
+        d = _full(walk.d, walk.func, self.read) if shapes else walk.d  # shape functions look ahead
+        verdict = newops.classify(walk.new, walk.changes, d, self.tokens, self.origins, fname, pass_name,
+                                  walk.bookkeeping)
         for tok, whole in verdict.parts.items():
             self.tokens.origins[tok] = self.tokens.origins[whole]
         for tok, origin in verdict.minted.items():

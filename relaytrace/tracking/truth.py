@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from . import ir, reader
-from ..model.ops import is_bookkeeping, is_data_movement
+from ..model.ops import is_bookkeeping, is_data_movement, is_shape_computation
 from ..model.verification import Member
 
 if TYPE_CHECKING:
@@ -40,6 +40,8 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
         if ir.model_functions(record.functions) and not fused_before:
             members_at = record.module
     named = _declared_ops(members_at) if members_at is not None else {}
+    if passes:  # the shape functions VMShapeLower made (explicit table) compute shapes: their name
+        named.update({name: name for name in _prim_func_names(passes[-1].module) if is_shape_computation(name)})
     for prim, op in named.items():
         prim_ops.setdefault(prim, set()).add(op)
     out: dict[str, tuple[Member, ...]] = {}
@@ -54,6 +56,10 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
     for prim, ops in prim_ops.items():
         out.setdefault(prim, (Member(prim, tuple(sorted(ops)), prim in parts),))
     return out
+
+
+def _prim_func_names(mod) -> list[str]:
+    return [gv.name_hint for gv, func in mod.functions.items() if not isinstance(func, ir.relax.Function)]
 
 
 def _declared_ops(mod) -> dict[str, str]:

@@ -1,0 +1,83 @@
+"""Concrete inputs against a signature with symbolic dims (``("n", 64)``), no TVM.
+
+A dim of a signature is an int, a symbol (``n``) or an expression of symbols as TVM
+prints it (``n * 2``). Concrete inputs fit when each has the rank and dtype of its
+parameter, equal ints where the signature has ints, one value per symbol across all
+inputs, and expressions that evaluate to the dims given.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+
+from ..errors import RelaytraceError
+
+Signature = tuple[tuple[str, tuple, str], ...]  # (name, shape, dtype) per input
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+
+
+def bind(signature: Signature, given: list[tuple[tuple[int, ...], str]], what: str) -> dict[str, int]:
+    """The value of each symbol, given (shape, dtype) of each input; raises a
+    ``RelaytraceError`` naming the input and the dim or symbol that does not fit.
+    ``what`` names the function for messages (``model.decode``)."""
+    if len(given) != len(signature):
+        names = ", ".join(f"{n}{list(s)}:{d}" for n, s, d in signature)
+        raise RelaytraceError(f"{what} takes {len(signature)} input(s) ({names}), got {len(given)}")
+    values: dict[str, int] = {}
+    where: dict[str, str] = {}
+    later = []  # expressions, once every plain symbol is bound
+    for i, ((name, shape, dtype), (got, got_dtype)) in enumerate(zip(signature, given)):
+        wanted = f"input {i} ({name}) of {what} must be {dtype}{list(shape)}, got {got_dtype}{list(got)}"
+        if len(got) != len(shape) or got_dtype != dtype:
+            raise RelaytraceError(wanted)
+        for axis, (dim, value) in enumerate(zip(shape, got)):
+            if isinstance(dim, int):
+                if dim != value:
+                    raise RelaytraceError(wanted)
+            elif str(dim).isidentifier():
+                if dim in values and values[dim] != value:
+                    raise RelaytraceError(f"symbol {dim} is {values[dim]} in {where[dim]} but {value} in "
+                                          f"input {i} ({name}) dim {axis} of {what}: one value per symbol")
+                values.setdefault(dim, value)
+                where.setdefault(dim, f"input {i} ({name}) dim {axis}")
+            else:
+                later.append((i, name, axis, dim, value))
+    for i, name, axis, dim, value in later:
+        expected = _evaluate(dim, values)
+        if expected is not None and expected != value:
+            raise RelaytraceError(f"input {i} ({name}) dim {axis} of {what} must be {dim} = {expected} "
+                                  f"(with {', '.join(f'{k}={v}' for k, v in sorted(values.items()))}), got {value}")
+    return values
+
+
+def symbols(signature: Signature) -> list[str]:
+    """The plain symbols of a signature, in order of first use."""
+    return list(dict.fromkeys(d for _, shape, _ in signature for d in shape
+                              if not isinstance(d, int) and str(d).isidentifier()))
+
+
+def _evaluate(text: str, values: dict[str, int]) -> int | None:
+    """An expression of symbols, ints and + - * // %; None when it is not one of those
+    or names an unbound symbol (then the VM's own check decides)."""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+
+    def value(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in values:
+            return values[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            left, right = value(node.left), value(node.right)
+            return None if left is None or right is None else _OPS[type(node.op)](left, right)
+        return None
+
+    try:
+        return value(tree)
+    except ZeroDivisionError:
+        return None
