@@ -198,3 +198,31 @@ def test_an_output_directory_is_replaced_in_one_step_or_not_at_all(two_runs, tmp
             attempt()
     assert (out / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_an_onnx_model_with_a_dynamic_batch_needs_and_takes_input_shapes(tmp_path):
+    import torch
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+
+    path = tmp_path / "mlp.onnx"
+    torch.onnx.export(Mlp().eval(), (torch.randn(2, 16),), path, dynamo=False, input_names=["x"],
+                      dynamic_axes={"x": {0: "batch"}})
+    done = run("profile", path, "--out", tmp_path / "a")
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith(
+        "input x of mlp has symbolic dims (batch): give its size, e.g. --input-shape x:1x16")
+    done = run("profile", path, "--input-shape", "y:3x16", "--out", tmp_path / "b")
+    assert done.returncode == 2 and "has no input named y; its inputs are x" in done.stderr
+    done = run("profile", path, "--input-shape", "x:3x16:floaty", "--out", tmp_path / "c")
+    assert done.returncode == 2 and "unknown dtype 'floaty'" in done.stderr
+    assert not any((tmp_path / d).exists() for d in "abc")
+    done = run("--quiet", "profile", path, "--input-shape", "x:3x16:float32", "--repeat", "1", "--out", tmp_path / "d")
+    assert done.returncode == 0, done.stderr
+    profile = json.loads((tmp_path / "d" / "profile.json").read_text())
+    assert profile["inputs"] == [["x", [3, 16], "float32"]] and profile["entry"] == "main"

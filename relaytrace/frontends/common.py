@@ -11,18 +11,19 @@ from ..errors import RelaytraceError
 
 @define(frozen=True)
 class ImportedModel:
-    """An IRModule whose ``main`` bindings carry frontend layer names.
+    """An IRModule whose bindings carry frontend layer names.
 
-    ``layers`` maps a binding's var handle to ``(layer, source op)``; ``module`` keeps
-    those handles valid.
+    ``layers`` maps a binding's var handle to ``(layer, source op)``, in any function
+    of ``mod``; ``mod`` (and ``keep``, vars the frontend noted) keep those handles valid.
     """
 
     mod: object
     name: str
     layers: dict[int, tuple[str, str]] = field(repr=False)
+    keep: tuple = field(default=(), repr=False)
 
     def layer_of(self, fname: str, var_handle: int, index: int):
-        return self.layers.get(var_handle) if fname == "main" else None
+        return self.layers.get(var_handle)
 
 
 def require(module: str, extra: str):

@@ -1,9 +1,10 @@
 """One model loader for every form a model comes in, for build(), the CLI and tools.
 
 ``load(source)`` takes a ``tvm.IRModule``, an ``ImportedModel``, a ``torch.nn.Module``
-(with ``example_args``), an ONNX ``ModelProto`` or ``.onnx`` path,
-``"path/to/file.py:factory"`` (a function returning a torch module and its example
-inputs) or ``"demo:NAME"`` (a built-in model), and returns a ``LoadedModel``: the
+(with ``example_args``), a ``tvm.relax.frontend.nn.Module`` (with its export spec as
+``example_args``), an ONNX ``ModelProto`` or ``.onnx`` path,
+``"path/to/file.py:factory"`` (a function returning a torch or nn module and its
+example inputs or spec) or ``"demo:NAME"`` (a built-in model), and returns a ``LoadedModel``: the
 model with its layer names, and inputs to run it with (the example inputs where the
 source has them, else seeded random ones of the entry's shapes and dtypes: integer
 inputs are zeros, valid as indices; symbolic dims must be given a size).
@@ -47,13 +48,21 @@ def load(source, example_args=None, shapes=(), dtype: str | None = None, name: s
     if isinstance(source, str) and source.startswith("demo:"):
         return _demo(source[len("demo:"):], name, seed, with_inputs)
     if isinstance(source, str) and not source.endswith(".onnx"):
-        return _factory(source, name)
+        return _factory(source, name, shapes=shapes, dtype=dtype, seed=seed, with_inputs=with_inputs, entry=entry)
     if _is_onnx(source):
         from .onnx import from_onnx
 
         if isinstance(source, str) and not Path(source).is_file():
             raise RelaytraceError(f"no ONNX file at {source}")
         imported = from_onnx(source, shape_dict={n: shape for n, (shape, _) in given.items()} or None, name=name)
+        return LoadedModel(imported, _random_inputs(imported, seed, given, entry) if with_inputs else ())
+    if _is_nn_module(source):  # tvm.relax.frontend.nn: example_args is the export spec
+        from .nn import from_nn
+
+        if not isinstance(example_args, dict):
+            raise RelaytraceError("a tvm.relax.frontend.nn module needs its export spec: "
+                                  "{method: {argument: nn.spec.Tensor(shape, dtype)}}")
+        imported = from_nn(source, example_args, name=name)
         return LoadedModel(imported, _random_inputs(imported, seed, given, entry) if with_inputs else ())
     if _is_torch_module(source):
         if example_args is None:
@@ -89,7 +98,7 @@ def _demo(demo: str, name: str | None, seed: int, with_inputs: bool) -> LoadedMo
     return load(module, (example,), name=name or demo)
 
 
-def _factory(spec: str, name: str | None) -> LoadedModel:
+def _factory(spec: str, name: str | None, **options) -> LoadedModel:
     path, sep, factory = spec.rpartition(":")
     if not sep or not path.endswith(".py"):
         raise UsageError(f"MODEL must be an .onnx file or path/to/file.py:factory, not {spec!r}")
@@ -105,9 +114,9 @@ def _factory(spec: str, name: str | None) -> LoadedModel:
         raise RelaytraceError(f"{path} has no function {factory!r}")
     made = getattr(module, factory)()
     if not (isinstance(made, tuple) and len(made) == 2):
-        raise RelaytraceError(f"{factory}() must return (torch module, example inputs)")
-    torch_module, example = made
-    return load(torch_module, example, name=name or Path(path).stem)
+        raise RelaytraceError(f"{factory}() must return (torch module, example inputs) or (nn module, spec)")
+    made_module, example = made
+    return load(made_module, example, name=name or Path(path).stem, **options)
 
 
 def _given_shapes(shapes, dtype: str | None) -> dict[str, tuple[tuple[int, ...], str | None]]:
@@ -150,6 +159,10 @@ def _random_inputs(imported: ImportedModel, seed: int, given=None, entry: str | 
     rng = np.random.default_rng(seed)
     return tuple(rng.standard_normal(shape).astype(dtype) if np.issubdtype(np.dtype(dtype), np.floating)
                  else np.zeros(shape, dtype) for shape, dtype in chosen)
+
+
+def _is_nn_module(obj) -> bool:
+    return any(c.__module__ == "tvm.relax.frontend.nn.core" and c.__name__ == "Module" for c in type(obj).__mro__)
 
 
 def _is_torch_module(obj) -> bool:

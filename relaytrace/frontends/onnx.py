@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from ..errors import RelaytraceError
+from ..errors import RelaytraceError, UsageError
 from .common import ImportedModel, require
 
 
@@ -21,16 +21,29 @@ def from_onnx(model_or_path, shape_dict=None, name: str | None = None) -> Import
     inputs = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
     unknown = sorted(set(shape_dict or {}) - set(inputs))
     if unknown:
-        raise RelaytraceError(f"ONNX model {label} has no input named {', '.join(unknown)}; "
+        raise UsageError(f"ONNX model {label} has no input named {', '.join(unknown)}; "
                               f"its inputs are {', '.join(inputs)}")
     importer = _recording_importer(shape_dict)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     try:
         mod = importer.from_onnx(model.graph, opset)
     except Exception as exc:
-        raise RelaytraceError(f"TVM could not import ONNX model {label}: {type(exc).__name__}: {exc}") from exc
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise RelaytraceError(f"TVM could not import ONNX model {label}: {type(exc).__name__}: {first}"
+                              f"{_symbolic_hint(model, shape_dict or {})}") from exc
     layers = _assign(mod, importer.records)
     return ImportedModel(mod=mod, name=label, layers=layers)
+
+
+def _symbolic_hint(model, shape_dict: dict) -> str:
+    """What to pass when the import failed on inputs with symbolic dims no shape fixed."""
+    hints = []
+    for i in model.graph.input:
+        dims = i.type.tensor_type.shape.dim
+        if i.name not in shape_dict and any(not d.HasField("dim_value") for d in dims):
+            example = "x".join(str(d.dim_value) if d.HasField("dim_value") else "1" for d in dims)
+            hints.append(f"--input-shape {i.name}:{example}")
+    return f" (its inputs have symbolic dims: fix them with {' '.join(hints)})" if hints else ""
 
 
 def _load(onnx, model_or_path, name):

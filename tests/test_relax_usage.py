@@ -1,0 +1,117 @@
+"""Relax as people compile it: symbolic shapes, several entry functions, calls between
+Relax functions, torch's dynamic shapes. Real builds, real runs."""
+
+import numpy as np
+import pytest
+import torch
+
+import relaytrace
+from relaytrace.errors import RelaytraceError
+from relaytrace.frontends.torch import from_torch
+from relaytrace.model.origin import INSERTED, OP
+from relaytrace.model.shapes import bind
+from relaytrace.report import make_report
+
+from .fixtures.relax_modules import CallsBlockTwice, SharedSymbol, TwoEntries
+
+
+def _inputs(n, *shapes):
+    rng = np.random.default_rng(n)
+    return [rng.standard_normal(s).astype("float32") for s in shapes]
+
+
+def _assert_layers_sum_to_kernels(lineage, prof):
+    report = make_report(lineage, prof)
+    assert sum(r.us for r in report.layers) == pytest.approx(prof.kernel_us, rel=1e-9)
+    return report
+
+
+def test_two_entries_with_a_symbolic_dim_are_traced_and_profiled_at_any_size():
+    executable, lineage = relaytrace.build(TwoEntries, "llvm")
+    assert lineage.coverage().complete, lineage.coverage()
+    assert set(lineage.entries) == {"main", "decode"}
+    assert lineage.entries["main"][0] == ("x", ("n", 64), "float32")
+    ops = {entry: {lineage.origins[o].short_op for s in lineage.call_sites if s.function == entry for o in s.origin_ids}
+           for entry in lineage.entries}
+    assert {"matmul", "relu", "add"} <= ops["main"] and "sigmoid" not in ops["main"]
+    assert {"matmul", "sigmoid"} <= ops["decode"] and "relu" not in ops["decode"]
+    # VMShapeLower's shape function sizes main's output: inserted, serving the matmul's kernel
+    (shape_origin,) = [o for o in lineage.origins.values() if o.op == "shape_func"]
+    assert shape_origin.kind == INSERTED and shape_origin.pass_name == "VMShapeLower"
+    assert {lineage.origins[o].short_op for o in shape_origin.serves} >= {"matmul"}
+    for n in (3, 9):
+        prof = relaytrace.profile(executable, lineage, _inputs(n, (n, 64), (64, 64)), repeat=2)
+        assert prof.entry == "main" and prof.inputs[0] == ("x", (n, 64), "float32")
+        report = _assert_layers_sum_to_kernels(lineage, prof)
+        layers = {r.layer for r in report.layers}
+        assert "proj" in layers and layers <= {"proj", "act", "out"}  # decode's layers are not main's
+    prof = relaytrace.profile(executable, lineage, _inputs(0, (1, 64), (64, 64)), repeat=2, entry="decode")
+    report = _assert_layers_sum_to_kernels(lineage, prof)
+    assert report.layers and all(r.layer.startswith("decode.") for r in report.layers)
+    assert report.coverage.complete
+
+
+def test_inputs_that_do_not_fit_the_symbolic_signature_are_refused_naming_the_problem():
+    executable, lineage = relaytrace.build(SharedSymbol, "llvm")
+    with pytest.raises(RelaytraceError, match=r"symbol n is 3 in input 0 \(x\) dim 0 but 4 in input 1 \(y\)"):
+        relaytrace.profile(executable, lineage, _inputs(0, (3, 8), (4, 8)))
+    with pytest.raises(RelaytraceError, match=r"input 1 \(y\) .* must be float32\['n', 8\], got float32\[3, 8, 1\]"):
+        relaytrace.profile(executable, lineage, _inputs(0, (3, 8), (3, 8, 1)))
+    with pytest.raises(RelaytraceError, match="unknown entry function 'decode'"):
+        relaytrace.profile(executable, lineage, _inputs(0, (3, 8), (3, 8)), entry="decode")
+    prof = relaytrace.profile(executable, lineage, _inputs(0, (5, 8), (5, 8)), repeat=1)
+    assert prof.inputs == (("x", (5, 8), "float32"), ("y", (5, 8), "float32"))
+
+
+def test_shape_expressions_are_checked_against_the_bound_symbols():
+    signature = (("a", ("n", 4), "float32"), ("b", ("n * 2", "m"), "float32"))
+    assert bind(signature, [((3, 4), "float32"), ((6, 7), "float32")], "m") == {"n": 3, "m": 7}
+    with pytest.raises(RelaytraceError, match=r"dim 0 of m must be n \* 2 = 6 \(with m=7, n=3\), got 5"):
+        bind(signature, [((3, 4), "float32"), ((5, 7), "float32")], "m")
+
+
+def test_a_subfunction_called_twice_runs_its_ops_at_each_call():
+    executable, lineage = relaytrace.build(CallsBlockTwice, "llvm")
+    assert lineage.coverage().complete, lineage.coverage()
+    assert list(lineage.entries) == ["main"] and lineage.subfunctions == ("block",)
+    matmul_sites = [s for s in lineage.call_sites
+                    if any(lineage.origins[o].short_op == "matmul" for o in s.origin_ids)]
+    assert [s.scope for s in matmul_sites] == ["block#0", "block#1"]
+    assert [s.position for s in matmul_sites] == sorted(s.position for s in matmul_sites)
+    for site in matmul_sites:
+        assert {lineage.origins[o].layer for o in site.origin_ids if lineage.origins[o].kind == OP} == \
+            {"block.proj", "block.act"}
+        assert lineage.check(site).status == "verified"
+    prof = relaytrace.profile(executable, lineage, _inputs(0, (4, 64), (64, 64)), repeat=2)
+    report = _assert_layers_sum_to_kernels(lineage, prof)
+    assert {"block.proj", "out"} <= {r.layer for r in report.layers}
+    assert not any(r.name == "block" for r in prof.records)  # the call itself is not a record: its kernels are
+
+
+class TwoLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.act = torch.nn.ReLU()
+        self.fc2 = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def test_a_torch_model_with_a_dynamic_batch_is_built_once_and_profiled_at_each_batch():
+    torch.manual_seed(0)
+    module = TwoLayer()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    imported = from_torch(module, (torch.randn(2, 16),), name="two_layer",
+                          dynamic_shapes={"x": {0: batch}})
+    executable, lineage = relaytrace.build(imported, "llvm")
+    assert lineage.coverage().complete, lineage.coverage()
+    ((name, shape, _),) = lineage.entries["main"]
+    assert isinstance(shape[0], str) and shape[1] == 16
+    for size in (1, 3):
+        x = torch.randn(size, 16)
+        prof = relaytrace.profile(executable, lineage, [x.numpy()], repeat=2)
+        assert prof.inputs[0][1] == (size, 16)
+        report = _assert_layers_sum_to_kernels(lineage, prof)
+        assert {"fc1", "fc2"} <= {r.layer for r in report.layers}
