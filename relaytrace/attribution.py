@@ -84,6 +84,7 @@ class KernelRow:
     shapes: str
     layers: tuple[str, ...]
     status: str = VERIFIED  # the worst verdict of this kernel's call sites
+    tuned: bool = False  # its schedule came from a MetaSchedule database
 
 
 @define(frozen=True)
@@ -244,7 +245,7 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
         layers = tuple(dict.fromkeys(lineage.origins[r.origin].layer for s in sites for r in s.roles
                                      if r.role == ANCHOR or lineage.origins[r.origin].kind == OP))
         rows.append(KernelRow(name, us, 100.0 * us / total, len(sites), profile.device, shapes, layers,
-                              worst(checks[s.position].status for s in sites)))
+                              worst(checks[s.position].status for s in sites), name in lineage.tuned))
     return tuple(sorted(rows, key=lambda r: -r.us))
 
 

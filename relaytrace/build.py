@@ -98,10 +98,13 @@ def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None =
 
 
 def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: str | None = None,
-          example_args=None, opt_level: int = 3, layer_of: LayerNamer | None = None, progress=None):
+          example_args=None, opt_level: int = 3, layer_of: LayerNamer | None = None, progress=None,
+          database=None):
     """Compile ``mod`` for ``target``; return ``(executable, lineage)``.
 
     The executable is exactly what ``tvm.compile`` gives for the same pipeline.
+    ``database``: a MetaSchedule database directory (``relaytrace tasks --tune N --db
+    DIR``) whose schedules are applied after FuseTIR, on the fused CPU pipeline.
     """
     import tvm
 
@@ -110,7 +113,16 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
     imported = load(mod, example_args, name=model, with_inputs=False).model
     mod, layer_of, name = imported.mod, layer_of or imported.layer_of, model or imported.name
     target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
-    seq = build_pipeline(pipeline, target, convert_layout)
+    if database is not None:
+        from . import tasks
+
+        if pipeline != "fused" or convert_layout:
+            raise RelaytraceError("a tuning database applies to the fused pipeline without --layout NHWC")
+        target = tasks.tuning_target(target)
+        seq = tasks.tuned_pipeline(target, tasks.open_database(database))
+        pipeline = f"fused+tuned({database})"
+    else:
+        seq = build_pipeline(pipeline, target, convert_layout)
     label = pipeline if isinstance(pipeline, str) else pipeline.info.name
     if convert_layout:
         label = f"{label}+convert_layout({', '.join(f'{k}={v}' for k, v in convert_layout.items())})"

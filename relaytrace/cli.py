@@ -26,7 +26,7 @@ def _build_and_profile(model, args, say, inputs):
     say(f"building {getattr(model, 'name', 'model')} ({args.pipeline}, {args.layout}) for {args.target}")
     executable, lineage = build(model, args.target, pipeline=args.pipeline, model=getattr(args, "name", None),
                                 convert_layout=NHWC if args.layout == "NHWC" else None,
-                                progress=say.passes)
+                                progress=say.passes, database=getattr(args, "db", None))
     entry = lineage.entry(args.entry)
     say(f"profiling {entry} ({args.mode}, {args.repeat} run(s))")
     prof = profile(executable, lineage, list(inputs), repeat=args.repeat, mode=args.mode, progress=say, entry=entry)
@@ -81,7 +81,7 @@ def cmd_profile(args) -> int:
     report = make_report(*_build_and_profile(loaded.model, args, say, loaded.inputs))
     write_outputs(out, report, {"model": str(Path(args.model).resolve()) if args.model.endswith(".onnx")
                                        else _absolute_factory(args.model),
-                                       "input_shapes": args.input_shape, "dtype": args.dtype},
+                                       "input_shapes": args.input_shape, "dtype": args.dtype, "db": args.db},
                   collapse=args.collapse, overwrite=args.force)
     _print_summary(report, out)
     return 0
@@ -169,16 +169,18 @@ def cmd_diff(args) -> int:
         if not args.b:
             raise UsageError("diff needs B (a second output DIR or profile.json) or --reference CSV")
         lineage_b, profile_b = load_pair(args.b)
-        rows, unknown = D.compare(lineage_a, profile_a, lineage_b, profile_b), ()
-        headers = ["layer", "A (ms)", "B (ms)", "B / A", "kernel calls A -> B"]
+        rows, unknown = D.compare(lineage_a, profile_a, lineage_b, profile_b, by_layer=args.by_layer), ()
+        headers = ["layer", "A (ms)", "B (ms)", "B / A", "kernel calls A -> B"] + (["match"] if args.by_layer else [])
 
     def ms(us):
         return "missing" if us is None else f"{us / 1e3:.3f}"
 
     table = [[r.layer, ms(r.a_us), ms(r.b_us), "-" if r.ratio is None else f"{r.ratio:.3f}",
               " ".join(r.kernels_a) + ("" if args.reference else " -> " + " ".join(r.kernels_b))]
-             for r in rows]
+             + ([r.match] if args.by_layer and not args.reference else []) for r in rows]
     print(format_table(headers, table))
+    if args.by_layer and not args.reference:
+        print("\n" + D.match_summary(rows))
     missing = [r.layer for r in rows if r.b_us is None]
     if args.reference and missing:
         print(f"\n{len(missing)} layer(s) missing from the reference: {', '.join(missing[:10])}"
@@ -222,12 +224,15 @@ def cmd_tasks(args) -> int:
     if args.tune:
         if not args.db:
             raise UsageError("--tune needs --db DIR for the tuning database")
-        pipeline = T.tune(mod, target, args.db, args.tune, len(rows), progress=say)
+        T.tune(mod, target, args.db, args.tune, len(rows), progress=say)
         say("rebuilding with the tuned schedules")
-        _, tuned = build(loaded.model, target, pipeline=pipeline, progress=say.passes)
+        _, tuned = build(loaded.model, target, progress=say.passes, database=args.db)
         cov = tuned.coverage()
         print(f"tuned build: {cov.attributed_sites}/{cov.call_sites} kernel call sites attributed"
-              f"{'' if cov.complete else ' (INCOMPLETE)'}")
+              f"{'' if cov.complete else ' (INCOMPLETE)'}; {len(tuned.tuned)} of {len(tuned.kernels)} kernels "
+              f"took a tuned schedule")
+        print(f"tuning database written to {args.db}; profile the tuned build with:\n"
+              f"  relaytrace profile {args.model} --db {args.db} --out DIR")
         if args.out:
             tuned.save(args.out, overwrite=args.force)
             print(f"tuned lineage written to {args.out}")
@@ -270,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output DIR")
     p.add_argument("--force", action="store_true", help="write into an existing DIR")
     p.add_argument("--collapse", type=int, help="group layers.svg by module prefix depth")
+    p.add_argument("--db", metavar="DIR", help="apply the MetaSchedule database `tasks --tune` wrote in DIR")
     p.set_defaults(run=cmd_profile)
 
     p = sub.add_parser("render", help="draw a saved lineage (and profile)")
@@ -295,6 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", metavar="A", help="output DIR or profile.json")
     p.add_argument("b", metavar="B", nargs="?", help="output DIR or profile.json")
     p.add_argument("--reference", metavar="layers.csv", help="external per-layer times (layer,time_us)")
+    p.add_argument("--by-layer", action="store_true",
+                   help="match layers by name, not by op: one model through two frontends (torch and ONNX)")
     p.add_argument("--out", metavar="diff.svg", help="also draw the layer graph coloured by speedup")
     p.add_argument("--force", action="store_true")
     p.set_defaults(run=cmd_diff)

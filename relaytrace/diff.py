@@ -1,7 +1,10 @@
 """Two profiles of one model, or one profile against external timings, layer by layer.
 
 Layers are matched by stable origin ids, so fused vs unfused, NCHW vs NHWC and
-before vs after tuning line up."""
+before vs after tuning line up. Two imports of one model through different frontends
+(a torch run and an ONNX run) have different ops (ONNX folds BatchNorm, decomposes
+others), so ``by_layer`` matches them by layer name instead and says, per layer,
+whether the ops agree."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ class LayerDiff:
     b_us: float | None
     kernels_a: tuple[str, ...]
     kernels_b: tuple[str, ...]
+    match: str = ""  # by layer name: same ops | different ops | only in A | only in B
 
     @property
     def ratio(self) -> float | None:
@@ -39,20 +43,61 @@ def same_model(lineage_a, lineage_b) -> None:
         raise RelaytraceError(
             f"these are different models ({lineage_a.model!r} vs {lineage_b.model!r}): "
             f"{len(only_a)} ops only in A (e.g. {', '.join(only_a[:3])}), "
-            f"{len(only_b)} only in B (e.g. {', '.join(only_b[:3])})"
+            f"{len(only_b)} only in B (e.g. {', '.join(only_b[:3])}); "
+            "for one model through two frontends (torch and ONNX), compare --by-layer"
         )
 
 
-def compare(lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor") -> tuple[LayerDiff, ...]:
-    same_model(lineage_a, lineage_b)
+def compare(lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor",
+            by_layer: bool = False) -> tuple[LayerDiff, ...]:
+    """Per layer of A then B: the time on each side (None: no time there). By origin
+    ids (one model, two builds; refused otherwise), or ``by_layer`` name."""
+    if by_layer:
+        _some_common_layer(lineage_a, lineage_b)
+    else:
+        same_model(lineage_a, lineage_b)
     a = {r.layer: r for r in A.by_layer(lineage_a, profile_a, policy)}
     b = {r.layer: r for r in A.by_layer(lineage_b, profile_b, policy)}
-    layers = list(dict.fromkeys(list(lineage_a.layers()) + list(a) + list(b)))
+    layers = list(dict.fromkeys(list(lineage_a.layers()) + list(a) + list(lineage_b.layers()) + list(b)))
+    ops_a, ops_b = _layer_ops(lineage_a), _layer_ops(lineage_b)
     return tuple(
         LayerDiff(layer, a[layer].us if layer in a else None, b[layer].us if layer in b else None,
-                  _kernels(lineage_a, layer), _kernels(lineage_b, layer))
+                  _kernels(lineage_a, layer), _kernels(lineage_b, layer),
+                  _match(ops_a.get(layer), ops_b.get(layer)) if by_layer else "")
         for layer in layers
     )
+
+
+def match_summary(rows: tuple[LayerDiff, ...]) -> str:
+    """One line on how ``compare(..., by_layer=True)`` matched the layers."""
+    found = {m: [r.layer for r in rows if r.match == m] for m in ("same ops", "different ops", "only in A", "only in B")}
+    both = len(found["same ops"]) + len(found["different ops"])
+    only = [f"{len(v)} {k} ({', '.join(v[:5])}{' ...' if len(v) > 5 else ''})"
+            for k, v in found.items() if k.startswith("only") and v]
+    return (f"matched by layer name: {both} layers on both sides ({len(found['same ops'])} with the same ops, "
+            f"{len(found['different ops'])} with different ops)" + "".join(f"; {o}" for o in only))
+
+
+def _layer_ops(lineage) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for o in lineage.origins.values():
+        if o.kind == OP:
+            out.setdefault(o.layer, set()).add(o.short_op)
+    return out
+
+
+def _match(ops_a, ops_b) -> str:
+    if ops_a is None:
+        return "only in B"
+    if ops_b is None:
+        return "only in A"
+    return "same ops" if ops_a == ops_b else "different ops"
+
+
+def _some_common_layer(lineage_a, lineage_b) -> None:
+    if not set(lineage_a.layers()) & set(lineage_b.layers()):
+        raise RelaytraceError(f"{lineage_a.model!r} and {lineage_b.model!r} have no layer name in common: "
+                              "nothing to compare by layer")
 
 
 def _kernels(lineage, layer) -> tuple[str, ...]:

@@ -18,13 +18,13 @@ class TaskRow:
     layers: tuple[str, ...]
 
 
-def tuning_target(spec: str):
+def tuning_target(spec):
     """MetaSchedule needs the core count in the target; add this machine's if absent."""
     import os
 
     import tvm
 
-    target = tvm.target.Target(spec)
+    target = tvm.target.Target(spec) if isinstance(spec, str) else spec
     if target.kind.name == "llvm" and "num-cores" not in target.attrs:
         config = dict(target.export())
         config["num-cores"] = os.cpu_count() or 1
@@ -62,10 +62,9 @@ def extract(mod, target, lineage) -> tuple[TaskRow, ...]:
 
 
 def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=None):
-    """Tune every task for a few trials; returns the pipeline that applies the database."""
-    import tvm
+    """Tune every task for a few trials into the database in ``work_dir``; returns the
+    pipeline that applies it (``tuned_pipeline``)."""
     import tvm.s_tir.meta_schedule as ms
-    from tvm import relax
 
     if trials_per_task < 1:
         raise RelaytraceError("--tune needs at least 1 trial per task")
@@ -77,6 +76,27 @@ def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=
         max_trials_per_task=trials_per_task, num_trials_per_iter=min(trials_per_task, 64),
         cost_model="random", seed=0,
     )
+    return tuned_pipeline(target, database)
+
+
+def open_database(work_dir):
+    """The MetaSchedule JSON database ``tasks --tune`` wrote into ``work_dir``."""
+    from pathlib import Path
+
+    import tvm.s_tir.meta_schedule as ms
+
+    files = [Path(work_dir) / f for f in ("database_workload.json", "database_tuning_record.json")]
+    if not all(f.is_file() for f in files):
+        raise RelaytraceError(f"no MetaSchedule database in {work_dir}: make one with "
+                              f"`relaytrace tasks MODEL --tune N --db {work_dir}`")
+    return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
+
+
+def tuned_pipeline(target, database):
+    """The fused CPU pipeline with the schedules of ``database`` applied after FuseTIR,
+    where ``tune`` tuned them (the records are keyed by ``tuning_target(target)``)."""
+    import tvm
+    from tvm import relax
 
     @tvm.transform.module_pass(opt_level=0, name="MetaScheduleApplyDatabase")
     def apply_database(m, ctx):

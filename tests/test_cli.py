@@ -50,8 +50,8 @@ def test_profile_onnx_writes_every_output(onnx_file, tmp_path):
     assert done.returncode == 0, done.stderr
     assert {p.name for p in out.iterdir()} == OUTPUTS
     layers = [row["layer"] for row in csv.DictReader((out / "layers.csv").open())]
-    assert "/layer1/layer1.0/conv1/Conv" in layers
-    assert "/Conv" in done.stdout and "/layer" in done.stdout  # the top-10 table names ONNX layers
+    assert "layer1.0.conv1" in layers  # a model torch exported: layers are its module paths
+    assert "/Conv" not in done.stdout and "/layer" not in done.stdout  # no ONNX node name in the top 10
     assert "[relaytrace]" in done.stderr  # progress shown
     kernels = list(csv.DictReader((out / "kernels.csv").open()))
     assert kernels and all(k["layers"] for k in kernels)
@@ -131,14 +131,26 @@ def test_tasks_weights_sum_to_call_sites(two_runs):
 
 
 @pytest.mark.slow
-def test_tuning_keeps_full_lineage(tmp_path):
-    """MetaSchedule tuning (minutes on 2 cores) and a full lineage of the tuned build."""
-    done = run("--quiet", "tasks", TINY, "--tune", "1", "--db", tmp_path / "db", "--out", tmp_path / "tuned.json")
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "kernel call sites attributed" in done.stdout and "INCOMPLETE" not in done.stdout
+def test_a_tuned_build_is_profiled_with_the_same_lineage_and_its_tuned_kernels_marked(tmp_path):
+    """MetaSchedule tuning (minutes on 2 cores), then the tuned build profiled."""
     from relaytrace import Lineage
 
-    assert Lineage.load(tmp_path / "tuned.json").coverage().complete
+    db = tmp_path / "db"
+    done = run("--quiet", "tasks", TINY, "--tune", "1", "--db", db, "--out", tmp_path / "tuned.json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "kernel call sites attributed" in done.stdout and "INCOMPLETE" not in done.stdout
+    assert f"relaytrace profile {TINY} --db {db}" in done.stdout
+    for name, extra in (("plain", []), ("tuned", ["--db", db])):
+        done = run("--quiet", "profile", TINY, "--repeat", "1", "--out", tmp_path / name, *extra)
+        assert done.returncode == 0, done.stderr[-2000:]
+    plain, tuned = (Lineage.load(tmp_path / name / "lineage.json") for name in ("plain", "tuned"))
+    assert tuned.coverage().complete and tuned.tuned and not plain.tuned
+    assert {s.label: s.origin_ids for s in tuned.call_sites} == {s.label: s.origin_ids for s in plain.call_sites}
+    with open(tmp_path / "tuned" / "kernels.csv") as f:
+        marked = {row["name"] for row in csv.DictReader(f) if row["tuned"] == "yes"}
+    assert marked == set(tuned.tuned)
+    done = run("profile", TINY, "--db", tmp_path / "nowhere", "--out", tmp_path / "x")
+    assert done.returncode == 1 and "no MetaSchedule database in" in done.stderr
 
 
 @pytest.mark.parametrize("args, code, message", [
@@ -226,3 +238,26 @@ def test_an_onnx_model_with_a_dynamic_batch_needs_and_takes_input_shapes(tmp_pat
     assert done.returncode == 0, done.stderr
     profile = json.loads((tmp_path / "d" / "profile.json").read_text())
     assert profile["inputs"] == [["x", [3, 16], "float32"]] and profile["entry"] == "main"
+
+
+def test_a_torch_run_and_an_onnx_run_of_one_model_diff_layer_by_layer(two_runs, onnx_file, tmp_path):
+    import torch
+
+    from relaytrace import diff, zoo
+    from relaytrace.jobs import load_pair
+
+    out = tmp_path / "onnx"
+    done = run("--quiet", "profile", onnx_file, "--repeat", "1", "--out", out)
+    assert done.returncode == 0, done.stderr
+    done = run("diff", two_runs / "fused", out)
+    assert done.returncode == 1 and "compare --by-layer" in done.stderr  # different ops: not silently matched
+    done = run("diff", two_runs / "fused", out, "--by-layer")
+    assert done.returncode == 0, done.stderr
+    rows = {r.layer: r for r in diff.compare(*load_pair(two_runs / "fused"), *load_pair(out), by_layer=True)}
+    module, _ = zoo.get("resnet18", image=64)
+    kinds = {n: type(m) for n, m in module.named_modules()}
+    for layer in (n for n, k in kinds.items() if k in (torch.nn.Conv2d, torch.nn.Linear)):
+        assert rows[layer].match in ("same ops", "different ops") and rows[layer].a_us and rows[layer].b_us, layer
+    batch_norms = [n for n, k in kinds.items() if k is torch.nn.BatchNorm2d]
+    assert all(rows[n].match == "only in A" for n in batch_norms)  # the exporter folded them into the convs
+    assert diff.match_summary(tuple(rows.values())) in done.stdout

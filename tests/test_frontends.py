@@ -63,7 +63,7 @@ def _check_model(name, frontend, tmp_path):
 @pytest.mark.parametrize("frontend", ["torch", "onnx"])
 def test_resnet18(frontend, tmp_path):
     lineage = _check_model("resnet18", frontend, tmp_path)
-    conv = "layer2.0.conv1" if frontend == "torch" else "/layer2/layer2.0/conv1/Conv"
+    conv = "layer2.0.conv1"  # ONNX exported by torch: named by module path too
     assert [lineage.origins[s.anchor].layer for s in lineage.kernels_of(conv)] == [conv]
 
 
@@ -158,3 +158,20 @@ def test_zoo_state_dict_has_torchvision_shapes():
     vgg, _ = zoo.get("vgg16")
     assert vgg.state_dict()["classifier.0.weight"].shape == (4096, 25088)
     assert vgg.state_dict()["features.28.weight"].shape == (512, 512, 3, 3)
+
+
+def test_onnx_from_the_dynamo_exporter_is_named_by_torch_module_paths(tmp_path):
+    module, example = zoo.get("resnet18", image=64)
+    path = tmp_path / "r18.onnx"
+    torch.onnx.export(module.eval(), (example,), path, dynamo=True, verbose=False)
+    _, lineage = relaytrace.build(from_onnx(path, name="r18"), "llvm")
+    assert lineage.coverage().complete
+    torch_layers = set(relaytrace.build(from_torch(module, (example,)), "llvm")[1].layers())
+    onnx_layers = set(lineage.layers())
+    assert onnx_layers <= torch_layers, onnx_layers - torch_layers
+    assert {"layer1.0.relu", "layer1.0.relu@1", "layer4.1", "fc"} <= onnx_layers
+    # the exporter fused each convolution into the BatchNorm after it, under the BatchNorm's scope
+    ops = {o.short_op for o in lineage.origins.values() if o.layer == "layer1.0.bn1"}
+    assert "conv2d" in ops and "batch_norm" not in ops
+    kept = set(relaytrace.build(from_onnx(path, layer_names="onnx"), "llvm")[1].layers())
+    assert "node_add" in kept and "layer1.0.relu" not in kept

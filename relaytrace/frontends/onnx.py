@@ -1,4 +1,5 @@
-"""ONNX → Relax with ONNX node names as layers.
+"""ONNX → Relax, layers named by torch module path for models torch exported, else by
+ONNX node name.
 
 The ONNX importer normalizes each node's result but binds it only when a consumer
 uses it, so bindings of different nodes interleave. A node owns the binding of its
@@ -8,6 +9,7 @@ node: what its converter emitted along the way.
 
 from __future__ import annotations
 
+import ast
 import os
 import tempfile
 
@@ -15,7 +17,13 @@ from ..errors import RelaytraceError, UsageError
 from .common import ImportedModel, require
 
 
-def from_onnx(model_or_path, shape_dict=None, name: str | None = None) -> ImportedModel:
+def from_onnx(model_or_path, shape_dict=None, name: str | None = None, layer_names: str = "torch") -> ImportedModel:
+    """An ONNX model into Relax. ``layer_names="torch"`` names the layers of a model
+    torch exported by their torch module paths, as ``from_torch`` does
+    (``layer_names``), so a torch run and an ONNX run of one model compare layer by
+    layer; ``"onnx"`` keeps the node names."""
+    if layer_names not in ("torch", "onnx"):
+        raise UsageError(f"layer_names must be 'torch' or 'onnx', not {layer_names!r}")
     onnx = require("onnx", "onnx")
     model, label = _load(onnx, model_or_path, name)
     inputs = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
@@ -23,7 +31,8 @@ def from_onnx(model_or_path, shape_dict=None, name: str | None = None) -> Import
     if unknown:
         raise UsageError(f"ONNX model {label} has no input named {', '.join(unknown)}; "
                               f"its inputs are {', '.join(inputs)}")
-    importer = _recording_importer(shape_dict)
+    torch_names = layer_names == "torch" and model.producer_name == "pytorch"
+    importer = _recording_importer(shape_dict, torch_names)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     try:
         mod = importer.from_onnx(model.graph, opset)
@@ -62,7 +71,52 @@ def _load(onnx, model_or_path, name):
     return model_or_path, name or (model_or_path.graph.name or "onnx_model")
 
 
-def _recording_importer(shape_dict):
+def _onnx_name(node, index: int) -> str:
+    return node.name or f"{node.op_type}_{index}"
+
+
+def layer_names(nodes, torch_names: bool) -> list[str]:
+    """The layer of each node, in graph order: its ONNX name, or for a model torch
+    exported its torch module path, as ``from_torch`` names it. From the dynamo
+    exporter's ``pkg.torch.onnx.name_scopes`` metadata (``['', 'layer1', 'layer1.0',
+    'layer1.0.conv1', 'conv2d']`` -> ``layer1.0.conv1``; a module entered again after
+    another of its parent's is its next call, ``layer1.0.relu@1``; an op of the root
+    module keeps its fx name), else from the legacy exporter's scoped node name
+    (``torch_layer_name``). The exporter may fuse ops across modules (Conv and the
+    BatchNorm after it, under the BatchNorm's scope): the metadata is read as it is."""
+    out, calls, previous = [], {}, ()
+    for index, node in enumerate(nodes):
+        scopes = _name_scopes(node) if torch_names else None
+        if scopes is None:
+            torch_named = torch_names and node.name.startswith("/")
+            out.append(torch_layer_name(node.name) if torch_named else _onnx_name(node, index))
+            continue
+        path = tuple(s for s in scopes if s)
+        module = path[:-1]  # the last scope is the op's own fx name
+        if not module:
+            out.append(path[-1] if path else _onnx_name(node, index))
+            continue
+        if module not in calls:
+            calls[module] = 0
+        elif module != previous[:len(module)]:  # entered again after another module
+            calls[module] += 1
+        previous = module
+        out.append(module[-1] + (f"@{calls[module]}" if calls[module] else ""))
+    return out
+
+
+def _name_scopes(node) -> list[str] | None:
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            try:
+                scopes = ast.literal_eval(prop.value)
+            except (ValueError, SyntaxError):
+                return None
+            return [str(s) for s in scopes] if isinstance(scopes, list) else None
+    return None
+
+
+def _recording_importer(shape_dict, torch_names: bool):
     from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
     class RecordingImporter(ONNXGraphImporter):
@@ -70,7 +124,7 @@ def _recording_importer(shape_dict):
 
         def _construct_nodes(self, graph):
             self.records = []
-            self._names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(graph.node)]
+            self._names = layer_names(graph.node, torch_names)
             self._types = [n.op_type for n in graph.node]
             return super()._construct_nodes(graph)
 

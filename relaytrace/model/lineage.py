@@ -114,6 +114,7 @@ class Lineage:
     # entry function -> (name, shape, dtype) of each tensor parameter; a symbolic dim as its name
     entries: dict[str, tuple[tuple[str, tuple, str], ...]] = field(factory=dict)
     subfunctions: tuple[str, ...] = ()  # Relax functions an entry calls: the VM runs them, they are no kernels
+    tuned: tuple[str, ...] = ()  # kernels whose schedule a MetaSchedule database gave
     kernel_members: dict[str, tuple[Member, ...]] = field(factory=dict)  # kernel -> its PrimFuncs, from the IR
     verification: Verification | None = None  # ``verify()`` of this lineage, made by the build
     schema: str = SCHEMA
@@ -316,6 +317,7 @@ class Lineage:
             "degraded": self.degraded,
             "entries": self.entries,
             "subfunctions": self.subfunctions,
+            "tuned": self.tuned,
             "kernel_members": {k: [attrs.asdict(m) for m in v] for k, v in self.kernel_members.items()},
             "verification": attrs.asdict(self.verification) if self.verification is not None else None,
         }
@@ -341,6 +343,7 @@ class Lineage:
                 entries={k: tuples(v) for k, v in data["entries"].items()} if "entries" in data
                 else {"main": tuples(data.get("inputs", ()))} if data.get("inputs") else {},
                 subfunctions=tuple(data.get("subfunctions", ())),
+                tuned=tuple(data.get("tuned", ())),
                 kernel_members={k: tuple(make_record(Member, m) for m in v)
                                 for k, v in data.get("kernel_members", {}).items()},
                 verification=_verification(data.get("verification")),

@@ -22,6 +22,11 @@ def coverage_summary(lineage: Lineage) -> str:
     ]
     if lineage.inserted():
         lines.append(f"inserted by passes: {len(lineage.inserted())} ops")
+    if len(lineage.entries) > 1 or lineage.subfunctions:
+        lines.append(f"entry functions: {', '.join(lineage.entries)}"
+                     + (f"; Relax subfunctions called: {', '.join(lineage.subfunctions)}" if lineage.subfunctions else ""))
+    if lineage.tuned:
+        lines.append(f"tuned schedules (MetaSchedule database): {len(lineage.tuned)} of {len(lineage.kernels)} kernels")
     lines.append(f"verified against the compiled IR: {cov.verified_sites} of {cov.call_sites} call sites")
     checks = lineage.site_checks()
     by_label = {site.label: checks[site.position] for site in lineage.call_sites}

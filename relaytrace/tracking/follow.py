@@ -12,13 +12,15 @@ from __future__ import annotations
 import traceback
 from typing import Callable
 
+import attrs
+
 from ..model.lineage import Lineage
 from . import reader
 from .callsites import lineage_from
 from .origins import LayerNamer, assign_origins
 from .recorder import Recording
 from .tracker import Tracker
-from .truth import kernel_members
+from .truth import kernel_members, tuned_kernels
 
 
 def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: str = "model", target: str = "",
@@ -48,7 +50,10 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
         degraded.append(f"tracking stopped at pass {step}: {_describe(exc)}")
     if tracker is not None:
         try:
-            return lineage_from(tracker, model, target, pipeline, degraded, entries=recording.entries, members=members)
+            lineage = lineage_from(tracker, model, target, pipeline, degraded, entries=recording.entries,
+                                   members=members)
+            tuned = [k for k in tuned_kernels(recording.passes) if k in lineage.kernels]
+            return attrs.evolve(lineage, tuned=tuple(tuned))
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")
     origins = tracker.origins if tracker is not None else table.origins if table is not None else {}

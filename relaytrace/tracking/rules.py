@@ -45,13 +45,13 @@ class ValueKey:
     """``(callee, argument tokens)`` equals a key seen before, with ``call_tir(F, args)``
     and the lowered ``F(args, out)`` alike; a layout change a pass inserted is
     transparent, so a convolution fed through a new ``permute_dims`` still matches. A
-    call none of whose arguments carries a token (a shape function reading the VM's
-    shape heap) has a key that tells no two such calls apart: it matches nothing."""
+    shape function's only argument is the VM's shape heap, which carries no token: its
+    key tells no two shape functions apart, so it matches nothing."""
 
     name = "value"
 
     def find(self, tracker, functions, binding, walk):
-        if not binding.key[1]:
+        if ops.is_shape_computation(binding.call.callee):
             return None
         return tracker.keys.match(binding.key, walk.claimed)
 

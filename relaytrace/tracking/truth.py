@@ -58,6 +58,18 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
     return out
 
 
+def tuned_kernels(passes: Sequence[PassRecord], pass_name: str = "MetaScheduleApplyDatabase") -> tuple[str, ...]:
+    """The PrimFuncs a database pass replaced with a tuned schedule: those whose object
+    differs between the module before the pass and the module after it."""
+    tuned: set[str] = set()
+    for before, after in zip(passes, passes[1:]):
+        if after.pass_name == pass_name:
+            old = {gv.name_hint: f for gv, f in before.module.functions.items() if not isinstance(f, ir.relax.Function)}
+            tuned.update(gv.name_hint for gv, f in after.module.functions.items()
+                         if gv.name_hint in old and not old[gv.name_hint].same_as(f))
+    return tuple(sorted(tuned))
+
+
 def _prim_func_names(mod) -> list[str]:
     return [gv.name_hint for gv, func in mod.functions.items() if not isinstance(func, ir.relax.Function)]
 
