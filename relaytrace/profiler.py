@@ -116,8 +116,13 @@ def _capture(function, args, lineage, vm, copy: bool):
         return relax.VMInstrumentReturnKind.NO_OP
 
     vm.set_instrument(note)
-    function(*args)
-    vm.set_instrument(_no_op)
+    try:
+        function(*args)
+    except Exception as exc:  # the VM's own checks (a match_cast the inputs break)
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise RelaytraceError(f"the model failed to run on these inputs: {first.strip()}") from exc
+    finally:
+        vm.set_instrument(_no_op)
     return info, captured
 
 

@@ -175,3 +175,19 @@ def test_onnx_from_the_dynamo_exporter_is_named_by_torch_module_paths(tmp_path):
     assert "conv2d" in ops and "batch_norm" not in ops
     kept = set(relaytrace.build(from_onnx(path, layer_names="onnx"), "llvm")[1].layers())
     assert "node_add" in kept and "layer1.0.relu" not in kept
+
+
+def test_with_batch_norm_kept_every_torch_layer_of_resnet18_has_its_onnx_counterpart(tmp_path):
+    from relaytrace import diff
+
+    module, example = zoo.get("resnet18", image=64)
+    path = export_torch_to_onnx(module, (example,), tmp_path / "r18.onnx", fold_batch_norm=False)
+    runs = []
+    for imported in (from_torch(module, (example,), name="r18"), from_onnx(path, name="r18")):
+        executable, lineage = relaytrace.build(imported, "llvm")
+        runs += [lineage, relaytrace.profile(executable, lineage, [example.numpy()], repeat=1)]
+    rows = diff.compare(*runs, by_layer=True)
+    unmatched = {r.layer: r.match for r in rows if r.match not in ("same ops", "different ops")}
+    assert unmatched == {"view": "only in A", "Flatten": "only in B"}  # a root op: fx name vs ONNX op
+    modules = {n for n, _ in module.named_modules() if n}
+    assert {r.layer for r in rows if r.match == "same ops"} >= {n for n in modules if "bn" in n or "conv" in n}

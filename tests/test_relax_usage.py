@@ -12,7 +12,7 @@ from relaytrace.model.origin import INSERTED, OP
 from relaytrace.model.shapes import bind
 from relaytrace.report import make_report
 
-from .fixtures.relax_modules import CallsBlockTwice, SharedSymbol, TwoEntries
+from .fixtures.relax_modules import CallsBlockTwice, NoMainWithMatchCast, SharedSymbol, TwoEntries
 
 
 def _inputs(n, *shapes):
@@ -115,3 +115,14 @@ def test_a_torch_model_with_a_dynamic_batch_is_built_once_and_profiled_at_each_b
         assert prof.inputs[0][1] == (size, 16)
         report = _assert_layers_sum_to_kernels(lineage, prof)
         assert {"fc1", "fc2"} <= {r.layer for r in report.layers}
+
+
+def test_a_module_without_main_and_an_open_shape_matched_inside():
+    executable, lineage = relaytrace.build(NoMainWithMatchCast, "llvm")
+    assert lineage.coverage().complete, lineage.coverage()
+    assert lineage.entries == {"forward": (("x", ("n", 16), "float32"), ("y", ("?", "?"), "float32"))}
+    prof = relaytrace.profile(executable, lineage, _inputs(0, (3, 16), (3, 16)), repeat=1)
+    assert prof.entry == "forward"
+    assert {r.layer for r in _assert_layers_sum_to_kernels(lineage, prof).layers} == {"forward.s", "forward.t"}
+    with pytest.raises(RelaytraceError, match="failed to run on these inputs"):  # the match_cast refuses n=4
+        relaytrace.profile(executable, lineage, _inputs(0, (3, 16), (4, 16)), repeat=1)

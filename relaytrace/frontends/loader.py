@@ -149,7 +149,7 @@ def _random_inputs(imported: ImportedModel, seed: int, given=None, entry: str | 
     chosen = []
     for pname, shape, declared in signature:
         size, dtype = given.get(pname, (shape, None))
-        symbolic = [str(d) for d in size if not isinstance(d, int)]
+        symbolic = [str(d) for d in size if not isinstance(d, int)]  # "?" and "...": open shapes too
         if symbolic:
             example = "x".join(str(d) if isinstance(d, int) else "1" for d in size)
             raise UsageError(f"input {pname} of {imported.name} has symbolic dims ({', '.join(symbolic)}): "

@@ -183,15 +183,18 @@ def _var_args(value, ir):
         yield value
 
 
-def export_torch_to_onnx(module, example_args, path, opset: int = 17) -> str:
-    """Write an ONNX file from a torch module (legacy exporter, no network), atomically."""
+def export_torch_to_onnx(module, example_args, path, opset: int = 17, fold_batch_norm: bool = True) -> str:
+    """Write an ONNX file from a torch module (legacy exporter, no network), atomically.
+    ``fold_batch_norm=False`` keeps each BatchNorm a node of its own (training mode
+    PRESERVE, no constant folding), so every torch layer has its ONNX counterpart."""
     torch = require("torch", "torch")
     require("onnx", "onnx")
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=directory)
     os.close(fd)
     try:
-        torch.onnx.export(module.eval(), example_args, tmp, dynamo=False, opset_version=opset)
+        keep = {} if fold_batch_norm else {"training": torch.onnx.TrainingMode.PRESERVE, "do_constant_folding": False}
+        torch.onnx.export(module.eval(), example_args, tmp, dynamo=False, opset_version=opset, **keep)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

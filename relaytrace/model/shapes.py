@@ -1,9 +1,10 @@
 """Concrete inputs against a signature with symbolic dims (``("n", 64)``), no TVM.
 
-A dim of a signature is an int, a symbol (``n``) or an expression of symbols as TVM
-prints it (``n * 2``). Concrete inputs fit when each has the rank and dtype of its
-parameter, equal ints where the signature has ints, one value per symbol across all
-inputs, and expressions that evaluate to the dims given.
+A dim of a signature is an int, a symbol (``n``), an expression of symbols as TVM
+prints it (``n * 2``) or ``?`` (any size); a shape ``("...",)`` is any rank. Concrete
+inputs fit when each has the rank and dtype of its parameter, equal ints where the
+signature has ints, one value per symbol across all inputs, and expressions that
+evaluate to the dims given.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import operator
 
 from ..errors import RelaytraceError
 
+UNKNOWN_DIM, ANY_RANK = "?", "..."  # a dim of any size; a shape of any rank
 Signature = tuple[tuple[str, tuple, str], ...]  # (name, shape, dtype) per input
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -31,12 +33,16 @@ def bind(signature: Signature, given: list[tuple[tuple[int, ...], str]], what: s
     later = []  # expressions, once every plain symbol is bound
     for i, ((name, shape, dtype), (got, got_dtype)) in enumerate(zip(signature, given)):
         wanted = f"input {i} ({name}) of {what} must be {dtype}{list(shape)}, got {got_dtype}{list(got)}"
+        if tuple(shape) == (ANY_RANK,):
+            shape = (UNKNOWN_DIM,) * len(got)
         if len(got) != len(shape) or got_dtype != dtype:
             raise RelaytraceError(wanted)
         for axis, (dim, value) in enumerate(zip(shape, got)):
             if isinstance(dim, int):
                 if dim != value:
                     raise RelaytraceError(wanted)
+            elif dim == UNKNOWN_DIM:
+                continue
             elif str(dim).isidentifier():
                 if dim in values and values[dim] != value:
                     raise RelaytraceError(f"symbol {dim} is {values[dim]} in {where[dim]} but {value} in "

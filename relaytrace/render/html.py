@@ -129,7 +129,7 @@ def html_report(report) -> str:
 <body>
 <h1>relaytrace: {html.escape(lineage.model)}</h1>
 <div class="summary">target {html.escape(lineage.target)} &middot; pipeline {html.escape(lineage.pipeline)}
-&middot; {html.escape(profile.summary())}<br>
+&middot; entry {html.escape(profile.entry)}{_inputs(profile)} &middot; {html.escape(profile.summary())}<br>
 {len(lineage.call_sites)} kernel call sites of {len(lineage.kernels)} kernels &middot; attribution policy {policy}
 {"<br>inserted layout transforms are caused by: " + caused if caused else ""}</div>
 <input id="search" type="search" placeholder="search layers, kernels, ops">
@@ -144,3 +144,10 @@ def html_report(report) -> str:
 <script>{_SCRIPT}</script>
 </body></html>
 """
+
+
+def _inputs(profile) -> str:
+    """The concrete input shapes a profile ran, for the header."""
+    if not profile.inputs:
+        return ""
+    return " (" + html.escape(", ".join(f"{n} {d}{list(sh)}" for n, sh, d in profile.inputs)) + ")"

@@ -140,12 +140,18 @@ def callee_category(expr) -> tuple[str, str]:
     return "other", type(expr).__tvm_ffi_type_info__.type_key.rsplit(".", 1)[-1]
 
 
+UNKNOWN_DIM, ANY_RANK = "?", "..."  # as ``model.shapes`` reads them
+
+
 def tensor_types(ty) -> list[tuple[tuple, str]]:
-    """(shape, dtype) of every tensor in a (possibly tuple) type."""
+    """(shape, dtype) of every tensor in a (possibly tuple) type. A tensor whose shape
+    the type leaves open has ``UNKNOWN_DIM`` per dim, or ``(ANY_RANK,)`` when even its
+    rank is open."""
     if isinstance(ty, relax.TensorType):
         shape = ty.shape
         if shape is None or not hasattr(shape, "values"):
-            return [((), str(ty.dtype))]
+            ndim = int(ty.ndim)
+            return [((UNKNOWN_DIM,) * ndim if ndim >= 0 else (ANY_RANK,), str(ty.dtype))]
         return [(tuple(dim(v) for v in items(shape.values)), str(ty.dtype))]
     if isinstance(ty, relax.TupleType):
         out: list[tuple[tuple, str]] = []
