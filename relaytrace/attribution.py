@@ -102,7 +102,7 @@ class Categories:
     def rows(self):
         total = self.e2e_us or 1.0
         return [(name, us, 100.0 * us / total) for name, us in (
-            ("compute", self.compute_us), ("inserted layout/casts", self.inserted_us),
+            ("compute", self.compute_us), ("inserted layout/casts/shapes", self.inserted_us),
             ("unresolved ops", self.unresolved_us),
             ("VM builtins", self.builtin_us), ("unexplained gap", self.gap_us))]
 

@@ -128,9 +128,9 @@ def cmd_query(args) -> int:
     lineage = Lineage.load(args.lineage)
     if args.kernel:
         name, _, call = args.kernel.partition("#")
-        if call and not call.isdigit():
-            raise UsageError(f"--kernel takes NAME or NAME#CALL, not {args.kernel!r}")
-        sites = [lineage.site(name, int(call))] if call else list(lineage.sites(name))
+        if not name or call and not call.isdigit():
+            raise UsageError(f"--kernel takes NAME, NAME#CALL or ENTRY:NAME#CALL, not {args.kernel!r}")
+        sites = [lineage.site_by_label(args.kernel)] if call else list(lineage.sites(name.rpartition(":")[2]))
         result = [{"site": s.label, "verification": lineage.check(s).status,
                    "reasons": list(lineage.check(s).reasons), "origins": [
             {"origin": r.origin, "role": r.role, "layer": lineage.origins[r.origin].layer,

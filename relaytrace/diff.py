@@ -9,6 +9,7 @@ whether the ops agree."""
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from pathlib import Path
 
 from attrs import define
@@ -78,11 +79,12 @@ def match_summary(rows: tuple[LayerDiff, ...]) -> str:
             f"{len(found['different ops'])} with different ops)" + "".join(f"; {o}" for o in only))
 
 
-def _layer_ops(lineage) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
+def _layer_ops(lineage) -> dict[str, Counter]:
+    """layer -> how many ops of each kind it has (two matmuls are not one)."""
+    out: dict[str, Counter] = {}
     for o in lineage.origins.values():
         if o.kind == OP:
-            out.setdefault(o.layer, set()).add(o.short_op)
+            out.setdefault(o.layer, Counter())[o.short_op] += 1
     return out
 
 

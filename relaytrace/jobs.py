@@ -49,12 +49,15 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...], str | None]:
             raise ValueError
     except ValueError:
         raise UsageError(f"cannot parse input shape {text!r}: write NAME:1x3x224x224 or NAME:1x32:int64") from None
-    if dtype is not None:
+    if dtype is not None and dtype not in _NOT_NUMPY_DTYPES:
         try:
-            np.dtype(dtype)
+            dtype = np.dtype(dtype).name  # "float" -> "float64": the name TVM and the checks use
         except TypeError:
             raise UsageError(f"unknown dtype {dtype!r} in --input-shape {text!r}: use e.g. float32, int64") from None
     return name, shape, dtype
+
+
+_NOT_NUMPY_DTYPES = ("bfloat16",)  # TVM dtypes numpy has no name for
 
 
 def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
@@ -91,7 +94,7 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None, ove
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.relaytrace-", dir=out.parent))
     try:
-        lineage.save(staging / "lineage.json")
+        report.build_lineage.save(staging / "lineage.json")  # every entry: `query` sees them all
         profile.save(staging / "profile.json")
         (staging / "layers.csv").write_text(export.layers_csv(report.layers))
         (staging / "kernels.csv").write_text(export.kernels_csv(report.kernels))
@@ -107,11 +110,12 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None, ove
 
 
 def _publish(staging: Path, out: Path, overwrite: bool) -> None:
-    """Rename ``staging`` to ``out``; an existing ``out`` is moved aside first and put
-    back if the rename fails, then removed."""
+    """Rename ``staging`` to ``out``. An existing ``out`` is moved aside first, put back
+    if the rename fails, and removed only once the new one is in place; should putting
+    it back fail too, it is kept where it was moved and the error says where."""
     if not out.exists():
         try:
-            os.rename(staging, out)  # replaces only an empty directory made meanwhile
+            os.rename(staging, out)  # an empty directory made meanwhile is replaced: nothing is lost
             return
         except OSError:
             if not out.exists():
@@ -121,15 +125,23 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
     if not out.is_dir():
         raise RelaytraceError(f"{out} exists and is not a directory")
     _refuse_foreign(out)
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-    os.rename(out, old / out.name)
+    aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    try:
+        os.rename(out, aside / out.name)
+    except BaseException:
+        aside.rmdir()
+        raise
     try:
         os.rename(staging, out)
-    except BaseException:
-        os.rename(old / out.name, out)
+    except BaseException as exc:
+        try:
+            os.rename(aside / out.name, out)
+        except OSError:
+            raise RelaytraceError(f"could not replace {out} ({exc}); its previous contents are kept in "
+                                  f"{aside / out.name}") from exc
+        aside.rmdir()
         raise
-    finally:
-        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def run_info(path) -> dict:

@@ -15,6 +15,9 @@ from .model.profile import KERNEL, Profile
 
 @define(frozen=True)
 class Report:
+    """``lineage`` is the lineage as the profiled entry's run sees it
+    (``Lineage.for_entry``); ``build_lineage`` the whole build's, every entry."""
+
     lineage: Lineage
     profile: Profile
     policy: str
@@ -25,6 +28,7 @@ class Report:
     categories: A.Categories
     coverage: Coverage
     site_us: dict[str, float]  # call-site label -> mean time per run
+    build_lineage: Lineage
 
     def modules(self, depth: int) -> tuple[tuple[str, float, float], ...]:
         """(module prefix, time, percent) at a module depth (``layer3`` at depth 1)."""
@@ -34,12 +38,14 @@ class Report:
 def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Report:
     """The report of a lineage and a profile of its build (refused when they do not
     match), about the entry function the profile ran (``Lineage.for_entry``)."""
-    lineage = lineage.for_entry(profile.entry)
+    build_lineage, lineage = lineage, lineage.for_entry(profile.entry)
     parts = A.shares(lineage, profile, policy)
+    times = profile.mean_by_site(KERNEL)
     return Report(
         lineage=lineage, profile=profile, policy=policy, shares=parts,
         layers=A.layers_from(parts), kernels=A.by_kernel(lineage, profile),
         op_types=A.op_types_from(lineage, parts), categories=A.categories_from(parts, profile),
         coverage=lineage.coverage(),
-        site_us={f"{k}#{c}": us for (k, c), us in profile.mean_by_site(KERNEL).items()},
+        site_us={s.label: times[(s.kernel, s.call)] for s in lineage.call_sites},
+        build_lineage=build_lineage,
     )

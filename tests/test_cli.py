@@ -261,3 +261,25 @@ def test_a_torch_run_and_an_onnx_run_of_one_model_diff_layer_by_layer(two_runs, 
     batch_norms = [n for n, k in kinds.items() if k is torch.nn.BatchNorm2d]
     assert all(rows[n].match == "only in A" for n in batch_norms)  # the exporter folded them into the convs
     assert diff.match_summary(tuple(rows.values())) in done.stdout
+
+
+def test_a_failed_replacement_keeps_the_previous_outputs_and_says_where(two_runs, tmp_path, monkeypatch):
+    import relaytrace.jobs as jobs
+    from relaytrace.errors import RelaytraceError
+    from relaytrace.report import make_report
+
+    report = make_report(*jobs.load_pair(two_runs / "fused"))
+    out = tmp_path / "out"
+    jobs.write_outputs(out, report, {"model": "first"})
+    rename = os.rename
+
+    def failing(src, dst):  # the new directory cannot take out's place, nor the old one go back
+        if Path(dst) == out:
+            raise OSError("injected: rename refused")
+        rename(src, dst)
+
+    monkeypatch.setattr(jobs.os, "rename", failing)
+    with pytest.raises(RelaytraceError, match="previous contents are kept in") as caught:
+        jobs.write_outputs(out, report, {"model": "second"})
+    kept = Path(str(caught.value).rsplit(" ", 1)[-1])
+    assert json.loads((kept / "run.json").read_text()) == {"model": "first"}

@@ -57,3 +57,39 @@ def test_each_entry_profiles_against_its_own_sites(built, entry, seq):
     assert {"lm_head", "layers.0.mlp.gate_up_proj", "layers.1.self_attn.qkv_proj"} <= {r.layer for r in report.layers}
     assert report.coverage.complete
     assert {s.function for s in report.lineage.call_sites} == {entry}
+
+
+def test_a_module_called_twice_is_two_layers_and_the_users_module_is_left_as_it_was():
+    from tvm.relax.frontend import nn
+
+    class Twice(nn.Module):
+        def __init__(self):
+            self.fc = nn.Linear(8, 8, bias=False)
+
+        def forward(self, x):
+            return self.fc(self.fc(x))
+
+    module = Twice()
+    own = module.fc.forward
+    module.fc.forward = lambda x: own(x)  # the user's own instance-level forward
+    mine = module.fc.forward
+    imported = from_nn(module, {"forward": {"x": nn.spec.Tensor([2, 8], "float32")}})
+    assert module.fc.forward is mine
+    _, lineage = relaytrace.build(imported, "llvm")
+    assert {(o.layer, o.short_op) for o in lineage.origins.values() if o.kind == OP and o.short_op == "matmul"} == \
+        {("fc", "matmul"), ("fc@1", "matmul")}
+    assert all(o.id.startswith("forward:") for o in lineage.origins.values() if o.kind == OP)
+
+
+def test_the_outputs_of_one_entrys_profile_keep_the_whole_lineage(built, tmp_path):
+    from relaytrace.jobs import write_outputs
+    from relaytrace.model.lineage import Lineage
+
+    executable, lineage = built
+    prof = relaytrace.profile(executable, lineage, _inputs(lineage, "decode", 1), entry="decode", repeat=1)
+    report = make_report(lineage, prof)
+    assert set(report.lineage.entries) == {"decode"}
+    write_outputs(tmp_path / "out", report, {"model": "decoder"})
+    saved = Lineage.load(tmp_path / "out" / "lineage.json")
+    assert set(saved.entries) == {"prefill", "decode"} and len(saved.call_sites) == len(lineage.call_sites)
+    assert "entry decode" in (tmp_path / "out" / "report.html").read_text()

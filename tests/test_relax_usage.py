@@ -64,9 +64,9 @@ def test_inputs_that_do_not_fit_the_symbolic_signature_are_refused_naming_the_pr
 
 
 def test_shape_expressions_are_checked_against_the_bound_symbols():
-    signature = (("a", ("n", 4), "float32"), ("b", ("n * 2", "m"), "float32"))
+    signature = (("a", ("n", 4), "float32"), ("b", ("n * T.int64(2)", "m"), "float32"))  # as TVM prints it
     assert bind(signature, [((3, 4), "float32"), ((6, 7), "float32")], "m") == {"n": 3, "m": 7}
-    with pytest.raises(RelaytraceError, match=r"dim 0 of m must be n \* 2 = 6 \(with m=7, n=3\), got 5"):
+    with pytest.raises(RelaytraceError, match=r"dim 0 of m must be n \* T.int64\(2\) = 6 \(with m=7, n=3\), got 5"):
         bind(signature, [((3, 4), "float32"), ((5, 7), "float32")], "m")
 
 
@@ -126,3 +126,56 @@ def test_a_module_without_main_and_an_open_shape_matched_inside():
     assert {r.layer for r in _assert_layers_sum_to_kernels(lineage, prof).layers} == {"forward.s", "forward.t"}
     with pytest.raises(RelaytraceError, match="failed to run on these inputs"):  # the match_cast refuses n=4
         relaytrace.profile(executable, lineage, _inputs(0, (3, 16), (4, 16)), repeat=1)
+
+
+def test_two_entries_ops_swapped_between_their_sites_are_suspect():
+    from .conftest import move_origin
+
+    _, lineage = relaytrace.build(TwoEntries, "llvm")
+    main_mm = next(s for s in lineage.call_sites if s.function == "main" and "proj/matmul" in s.origin_ids)
+    decode_mm = next(s for s in lineage.call_sites if s.function == "decode" and "decode.proj/matmul" in s.origin_ids)
+    swapped = move_origin(move_origin(lineage, "proj/matmul", decode_mm), "decode.proj/matmul", main_mm)
+    checks = swapped.verify().by_position()
+    for site in (main_mm, decode_mm):
+        assert checks[site.position].status == "suspect"
+        assert any("is an op of" in r for r in checks[site.position].reasons)
+
+
+def test_sites_of_several_entries_have_labels_of_their_own():
+    _, lineage = relaytrace.build(TwoEntries, "llvm")
+    labels = [s.label for s in lineage.call_sites]
+    assert len(set(labels)) == len(labels)
+    assert all(label.startswith("decode:") for s, label in zip(lineage.call_sites, labels) if s.function == "decode")
+    site = lineage.call_sites[-1]
+    assert lineage.site_by_label(site.label) == site
+    assert lineage.site(site.kernel, site.call, entry=site.function) == site
+    assert len(lineage.graph().nodes) == len(lineage.origins) + len(labels)
+
+
+def test_a_module_whose_functions_have_no_global_symbol_is_traced_through_main():
+    from tvm import relax
+
+    x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.relu(x))
+        bb.emit_func_output(out)
+    func = bb.get()["main"].without_attr("global_symbol")
+    executable, lineage = relaytrace.build(tvm_module({"main": func}), "llvm", pipeline="unfused")  # tvm.compile's
+    assert list(lineage.entries) == ["main"] and lineage.coverage().complete, lineage.degraded
+    relaytrace.profile(executable, lineage, _inputs(0, (4, 8)), repeat=1)
+
+
+def tvm_module(functions):
+    import tvm
+
+    return tvm.IRModule(functions)
+
+
+def test_torch_inputs_come_from_the_example_and_other_options_are_refused():
+    from relaytrace.errors import UsageError
+    from relaytrace.frontends.loader import load
+
+    with pytest.raises(UsageError, match="--input-shape, --dtype and --entry do not apply"):
+        load(TwoLayer(), (torch.randn(1, 16),), shapes=[("x", (5, 16))])

@@ -28,7 +28,7 @@ DEMO_MODELS = ("resnet50", "resnet18", "vgg16", "mobilenet_v2", "resnet_style")
 @define(frozen=True)
 class LoadedModel:
     model: ImportedModel
-    inputs: tuple  # numpy arrays, one per input of main
+    inputs: tuple  # numpy arrays, one per input of the entry function they are for
 
 
 def load(source, example_args=None, shapes=(), dtype: str | None = None, name: str | None = None,
@@ -69,6 +69,9 @@ def load(source, example_args=None, shapes=(), dtype: str | None = None, name: s
             raise RelaytraceError("a torch module needs example_args=(tensor, ...) to be exported")
         from .torch import from_torch
 
+        if given or entry not in (None, "main"):
+            raise UsageError("a torch model runs on its example inputs, through main: --input-shape, --dtype and "
+                             "--entry do not apply (change the factory's example inputs)")
         example = example_args if isinstance(example_args, tuple) else (example_args,)
         return LoadedModel(from_torch(source, example, name=name, dynamic_shapes=dynamic_shapes),
                            tuple(e.detach().numpy() for e in example))
@@ -131,17 +134,14 @@ def _given_shapes(shapes, dtype: str | None) -> dict[str, tuple[tuple[int, ...],
 def _random_inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = None) -> tuple:
     """Seeded inputs for one entry of the model, sized by ``given`` (``_given_shapes``)
     where the model's shapes are symbolic or the user asked for other sizes."""
+    from ..model.lineage import choose_entry
     from ..model.shapes import bind
     from ..tracking import ir
     from ..tracking.origins import entry_inputs
 
     given = given or {}
     entries = entry_inputs(ir.function_map(imported.mod))
-    if entry is None:
-        entry = "main" if "main" in entries or not entries else next(iter(entries))
-    if entry not in entries and entries:
-        raise UsageError(f"{imported.name} has no entry function {entry!r}; it has {', '.join(entries)}")
-    signature = entries.get(entry, ())
+    signature = entries.get(choose_entry(entries, entry), ())
     unknown = sorted(set(given) - {n for n, _, _ in signature})
     if unknown:
         raise UsageError(f"{imported.name} has no input named {', '.join(unknown)}; its inputs are "

@@ -3,10 +3,12 @@ into an ``ImportedModel`` whose ops are named after the ``nn.Module`` path they 
 
 ``from_nn(module, spec)`` exports as ``module.export_tvm(spec)`` does, with two
 observers that live only for the export: each submodule's ``forward`` is wrapped (an
-attribute of that instance, removed afterwards) to keep a stack of module paths, and
+attribute of that instance, put back as it was afterwards) to keep a stack of module
+paths, and
 the exporter's own BlockBuilder (made by this function) notes the path on top of the
 stack for every binding it emits. Every exported function (``prefill``, ``decode``) is
-named this way; parameters stay inputs of each function, as ``export_tvm`` makes them.
+named this way; parameters stay inputs of each function, as ``export_tvm`` makes them
+(the exporter itself leaves each ``Parameter``'s expression set, as ``export_tvm`` does).
 """
 
 from __future__ import annotations
@@ -35,7 +37,12 @@ def from_nn(module, spec: dict, name: str | None = None) -> ImportedModel:
     stack: list[str] = []
     owner: dict[int, tuple[str, str]] = {}
     emitted = []  # the vars noted, kept alive while their handles key ``owner``
-    emit = builder.emit
+    emit, function = builder.emit, builder.function
+    made: dict[str, int] = {}  # module path -> its calls so far in the function being exported
+
+    def noting_function(*args, **kwargs):  # each exported function numbers module calls anew
+        made.clear()
+        return function(*args, **kwargs)
 
     def noting_emit(expr, name_hint=""):
         var = emit(expr, name_hint)
@@ -45,28 +52,38 @@ def from_nn(module, spec: dict, name: str | None = None) -> ImportedModel:
         return var
 
     _current: list = []
-    wrapped = []
+    wrapped = []  # (module, the forward it had as an instance attribute, if any)
     for path, sub in _submodules(module, nn):
-        wrapped.append(sub)
-        sub.forward = _observed(sub, sub.forward, path, stack, _current)
-    builder.emit = noting_emit
+        wrapped.append((sub, vars(sub).get("forward", _NONE)))
+        sub.forward = _observed(sub, sub.forward, path, stack, _current, made)
+    builder.emit, builder.function = noting_emit, noting_function
     try:
         mod, _, ext_mods = exporter.build(nn_spec.ModuleSpec.from_raw(spec, module))
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RelaytraceError(f"tvm.relax.frontend.nn could not export {label}: {type(exc).__name__}: {first}") from exc
     finally:
-        del builder.emit
-        for sub in wrapped:
-            del sub.forward
+        del builder.emit, builder.function
+        for sub, own in wrapped:  # the module as it was: its own forward back, or none
+            if own is _NONE:
+                del sub.forward
+            else:
+                sub.forward = own
     if ext_mods:
         raise RelaytraceError(f"{label} uses ExternModules, which relaytrace cannot trace")
     return ImportedModel(mod=mod, name=label, layers=owner, keep=tuple(emitted))
 
 
-def _observed(sub, forward, path: str, stack: list[str], current: list):
+_NONE = object()
+
+
+def _observed(sub, forward, path: str, stack: list[str], current: list, made: dict[str, int]):
+    """``forward`` with ``path`` on the stack while it runs; the second call of a module
+    in one exported function is ``path@1``, as ``from_torch`` names it."""
+
     def observed(*args, **kwargs):
-        stack.append(path)
+        made[path] = made.get(path, -1) + 1
+        stack.append(path if not made[path] else f"{path}@{made[path]}")
         current.append(sub)
         try:
             return forward(*args, **kwargs)

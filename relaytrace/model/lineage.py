@@ -10,7 +10,7 @@ from typing import Iterable, NamedTuple
 import attrs
 from attrs import define, field
 
-from ..errors import LineageFormatError, UnknownNameError
+from ..errors import LineageFormatError, UnknownNameError, UsageError
 from .journal import Change, PassEvent
 from .jsonio import check_schema, make_record, read_json, tuples, write_json
 from .ops import op_rank
@@ -54,7 +54,9 @@ class CallSite:
 
     @property
     def label(self) -> str:
-        return f"{self.kernel}#{self.call}"
+        """``kernel#call``; ``entry:kernel#call`` for a site of an entry other than main,
+        so that the sites of several entries never share a label."""
+        return f"{self.kernel}#{self.call}" if self.function == "main" else f"{self.function}:{self.kernel}#{self.call}"
 
 
 @define(frozen=True)
@@ -113,8 +115,11 @@ class Lineage:
     degraded: tuple[str, ...] = ()
     # entry function -> (name, shape, dtype) of each tensor parameter; a symbolic dim as its name
     entries: dict[str, tuple[tuple[str, tuple, str], ...]] = field(factory=dict)
-    subfunctions: tuple[str, ...] = ()  # Relax functions an entry calls: the VM runs them, they are no kernels
+    # entry -> the Relax functions its run calls (directly or not): the VM runs them, they are no kernels
+    calls: dict[str, tuple[str, ...]] = field(factory=dict)
     tuned: tuple[str, ...] = ()  # kernels whose schedule a MetaSchedule database gave
+    # shape function -> the kernels whose allocations it sizes, read from the IR (``truth.shape_consumers``)
+    shape_consumers: dict[str, tuple[str, ...]] = field(factory=dict)
     kernel_members: dict[str, tuple[Member, ...]] = field(factory=dict)  # kernel -> its PrimFuncs, from the IR
     verification: Verification | None = None  # ``verify()`` of this lineage, made by the build
     schema: str = SCHEMA
@@ -122,17 +127,13 @@ class Lineage:
     # -- entries --------------------------------------------------------------
 
     def entry(self, name: str | None = None) -> str:
-        """The entry function a run or a report is about: ``name`` when the model has
-        it; by default ``main``, or the only entry."""
-        if name is not None:
-            if name not in self.entries:
-                raise UnknownNameError("entry function", name, self.entries)
-            return name
-        if "main" in self.entries or not self.entries:
-            return "main"
-        if len(self.entries) == 1:
-            return next(iter(self.entries))
-        raise UnknownNameError("entry function", "main", self.entries)
+        """The entry function a run or a report is about (``choose_entry``)."""
+        return choose_entry(self.entries, name)
+
+    @property
+    def subfunctions(self) -> tuple[str, ...]:
+        """Every Relax function some entry calls."""
+        return tuple(sorted({f for called in self.calls.values() for f in called}))
 
     @property
     def inputs(self) -> tuple[tuple[str, tuple, str], ...]:
@@ -141,17 +142,20 @@ class Lineage:
 
     def for_entry(self, name: str | None = None) -> "Lineage":
         """This lineage as one entry function's run sees it: that entry's call sites
-        and builtins, its own origins and those its sites run (a subfunction's), the
-        inserted and unresolved ones serving them. What a profile of that entry is
-        attributed against. The lineage itself when it has one entry."""
+        and builtins; the origins of the entry and of every function its run calls
+        (so an op of a subfunction that runs nowhere is still unaccounted), and the
+        inserted and unresolved ones serving them or running at its sites. What a
+        profile of that entry is attributed against. The lineage itself when it has
+        one entry."""
         entry = self.entry(name)
         if len(self.entries) <= 1:
             return self
         kernels = {k: kept for k, v in self.kernels.items() if (kept := tuple(s for s in v if s.function == entry))}
         builtins = tuple(b for b in self.builtins if b.function == entry)
+        functions = {entry, *self.calls.get(entry, ())}
         run = {o for v in kernels.values() for s in v for o in s.origin_ids} | {o for b in builtins for o in b.origins}
-        own = {o.id for o in self.origins.values() if o.function == entry and o.kind == OP} | run
-        keep = own | {o.id for o in self.origins.values() if o.kind != OP and set(o.serves) & own}
+        own = {o.id for o in self.origins.values() if o.function in functions and o.kind == OP}
+        keep = own | run | {o.id for o in self.origins.values() if o.kind != OP and set(o.serves) & own}
         positions = {s.position for v in kernels.values() for s in v}
         verification = self.verification
         if verification is not None:
@@ -164,6 +168,9 @@ class Lineage:
             edges=tuple(e for e in self.edges if e[0] in keep and e[1] in keep),
             site_edges=tuple(e for e in self.site_edges if e[0] in positions and e[1] in positions),
             entries={entry: self.entries[entry]},
+            calls={entry: self.calls[entry]} if entry in self.calls else {},
+            events=tuple(e for e in self.events if e.function in functions),
+            tuned=tuple(k for k in self.tuned if k in kernels),
             kernel_members={k: v for k, v in self.kernel_members.items() if k in kernels},
             verification=verification,
         )
@@ -175,11 +182,21 @@ class Lineage:
         """Every kernel call site, in run order."""
         return tuple(sorted((s for sites in self.kernels.values() for s in sites), key=lambda s: s.position))
 
-    def site(self, kernel: str, call: int = 0) -> CallSite:
+    def site(self, kernel: str, call: int = 0, entry: str | None = None) -> CallSite:
+        """The ``call``-th call of ``kernel`` in a run of ``entry`` (``entry()``)."""
+        function = self.entry(entry)
         sites = self.sites(kernel)
-        if not 0 <= call < len(sites):
+        found = [s for s in sites if s.call == call and s.function == function]
+        if not found:
             raise UnknownNameError("call", f"{kernel}#{call}", [s.label for s in sites])
-        return sites[call]
+        return found[0]
+
+    def site_by_label(self, label: str) -> CallSite:
+        """The call site a label names (``kernel#call`` or ``entry:kernel#call``)."""
+        for s in self.call_sites:
+            if s.label == label:
+                return s
+        raise UnknownNameError("call site", label, [s.label for s in self.call_sites])
 
     def origins_of(self, kernel: str, call: int | None = None) -> tuple[Origin, ...]:
         """Origins a kernel runs: at one call site, or at all of them (in order)."""
@@ -316,8 +333,9 @@ class Lineage:
             "site_edges": self.site_edges,
             "degraded": self.degraded,
             "entries": self.entries,
-            "subfunctions": self.subfunctions,
+            "calls": self.calls,
             "tuned": self.tuned,
+            "shape_consumers": self.shape_consumers,
             "kernel_members": {k: [attrs.asdict(m) for m in v] for k, v in self.kernel_members.items()},
             "verification": attrs.asdict(self.verification) if self.verification is not None else None,
         }
@@ -342,8 +360,9 @@ class Lineage:
                 degraded=tuple(data["degraded"]),
                 entries={k: tuples(v) for k, v in data["entries"].items()} if "entries" in data
                 else {"main": tuples(data.get("inputs", ()))} if data.get("inputs") else {},
-                subfunctions=tuple(data.get("subfunctions", ())),
+                calls={k: tuple(v) for k, v in data.get("calls", {}).items()},
                 tuned=tuple(data.get("tuned", ())),
+                shape_consumers={k: tuple(v) for k, v in data.get("shape_consumers", {}).items()},
                 kernel_members={k: tuple(make_record(Member, m) for m in v)
                                 for k, v in data.get("kernel_members", {}).items()},
                 verification=_verification(data.get("verification")),
@@ -358,6 +377,23 @@ class Lineage:
     @classmethod
     def load(cls, path) -> "Lineage":
         return cls.from_json(read_json(path, "lineage"))
+
+
+def choose_entry(entries, name: str | None = None) -> str:
+    """The entry function of ``entries`` (names) a run is about: ``name`` when the model
+    has it; by default ``main``, or the only one; several and none named: an error
+    listing them."""
+    entries = list(entries)
+    if name is not None:
+        if name not in entries:
+            raise UnknownNameError("entry function", name, entries)
+        return name
+    if "main" in entries or not entries:
+        return "main"
+    if len(entries) == 1:
+        return entries[0]
+    raise UsageError(f"the model has several entry functions ({', '.join(entries)}) and no main: "
+                          "choose one (--entry NAME, entry=NAME)")
 
 
 def _verification(data) -> Verification | None:

@@ -1,7 +1,7 @@
 """Concrete inputs against a signature with symbolic dims (``("n", 64)``), no TVM.
 
 A dim of a signature is an int, a symbol (``n``), an expression of symbols as TVM
-prints it (``n * 2``) or ``?`` (any size); a shape ``("...",)`` is any rank. Concrete
+prints it (``n * T.int64(2)``) or ``?`` (any size); a shape ``("...",)`` is any rank. Concrete
 inputs fit when each has the rank and dtype of its parameter, equal ints where the
 signature has ints, one value per symbol across all inputs, and expressions that
 evaluate to the dims given.
@@ -59,12 +59,6 @@ def bind(signature: Signature, given: list[tuple[tuple[int, ...], str]], what: s
     return values
 
 
-def symbols(signature: Signature) -> list[str]:
-    """The plain symbols of a signature, in order of first use."""
-    return list(dict.fromkeys(d for _, shape, _ in signature for d in shape
-                              if not isinstance(d, int) and str(d).isidentifier()))
-
-
 def _evaluate(text: str, values: dict[str, int]) -> int | None:
     """An expression of symbols, ints and + - * // %; None when it is not one of those
     or names an unbound symbol (then the VM's own check decides)."""
@@ -76,6 +70,9 @@ def _evaluate(text: str, values: dict[str, int]) -> int | None:
     def value(node):
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
             return node.value
+        if isinstance(node, ast.Call) and len(node.args) == 1 and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("int64", "int32"):  # TVM prints constants as T.int64(2)
+            return value(node.args[0])
         if isinstance(node, ast.Name) and node.id in values:
             return values[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:

@@ -14,9 +14,10 @@ ones, against ground truth read from the recorded IR, not from the tracker:
 ``truth.kernel_members`` reads that truth once per build (it needs TVM); ``verify``
 here is pure: each site's origins must match its members one to one,
 op for op, and the lineage must keep its invariants (a fusion pass eliminates no
-compute op; an origin runs at one site; the model's data flow runs forwards through
-the sites; an inserted op sits next to the layer it serves). A site that fails is **suspect**, with the reasons; one whose truth is not
-known is **unverified**, with why. Nothing is waived.
+compute op; an origin runs at one site per run of its function, and only in a run of
+its own function; the model's data flow runs forwards through the sites; an inserted
+op sits next to the layer it serves). A site that fails is **suspect**, with the
+reasons; one whose truth is not known is **unverified**, with why. Nothing is waived.
 """
 
 from __future__ import annotations
@@ -91,7 +92,9 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
             op = origins[oid].op
             if origins[oid].kind == "op" and (op in whole or op not in partial):
                 where.setdefault((oid, _frame(site)), []).append(site)
-    running = {oid: sites_ for (oid, _), sites_ in where.items()}
+    running: dict[str, list] = {}  # op origin -> every site that runs it, in any frame
+    for (oid, _), found in where.items():
+        running.setdefault(oid, []).extend(found)
     neighbours = _neighbours(lineage)
     out_of_order = _out_of_order(lineage, where)
     checks = []
@@ -106,6 +109,10 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
                 others = [s.label for s in where[(oid, _frame(site))] if s is not site]
                 reasons.append(f"{oid} is also attributed to {', '.join(others)}")
         reasons += _misplaced_inserted(site, lineage, where, neighbours)
+        reasons += _foreign_ops(site, origins)
+        wrong, untold = _shape_claims(site, lineage, where)
+        reasons += wrong
+        unknown += untold
         reasons += out_of_order.get(site.position, [])
         if reasons:
             checks.append(SiteCheck(site.position, SUSPECT, tuple(reasons + unknown)))
@@ -213,13 +220,43 @@ def _misplaced_inserted(site, lineage, where, neighbours) -> list[str]:
         served = [s.position for o in origin.serves for s in where.get((o, _frame(site)), ())]
         if not served:
             continue  # served ops folded away or run as builtins: nothing to compare with
+        if is_shape_computation(origin.op):
+            continue  # shapes reach their ops through the VM's shape heap, not the data flow: ``_shape_claims``
         near = {site.position} | neighbours.get(site.position, set())
-        if is_shape_computation(origin.op):  # shapes reach their op through the VM's shape heap: the next site
-            later = [s.position for s in lineage.call_sites if _frame(s) == _frame(site) and s.position > site.position]
-            near.add(min(later, default=site.position))
         if not near.intersection(served):
             reasons.append(f"{oid} serves {', '.join(origin.serves)}, which run at no neighbouring site")
     return reasons
+
+
+def _shape_claims(site, lineage, where) -> tuple[list[str], list[str]]:
+    """A shape function serves the ops whose kernels' allocations it sizes: each op it
+    is said to serve must run (in this run of the function) at a kernel the IR shows
+    reading the heap slots it writes (``Lineage.shape_consumers``)."""
+    reasons, unknown = [], []
+    for oid in site.origin_ids:
+        origin = lineage.origins[oid]
+        if origin.kind != "inserted" or not is_shape_computation(origin.op):
+            continue
+        consumers = lineage.shape_consumers.get(site.kernel)
+        if consumers is None:
+            unknown.append(f"{oid}: which kernels {site.kernel} sizes was not read from the IR")
+            continue
+        if not origin.serves:
+            unknown.append(f"{oid}: serves no op the tracker could name")
+        for served in origin.serves:
+            for other in where.get((served, _frame(site)), ()):
+                if other.kernel not in consumers:
+                    reasons.append(f"{oid} is said to size {served}, which runs at {other.label}; {site.kernel} "
+                                   f"sizes only {', '.join(consumers) or 'nothing'}")
+    return reasons, unknown
+
+
+def _foreign_ops(site, origins) -> list[str]:
+    """A site runs the ops of the function whose body it is in: an entry's own, or the
+    subfunction its scope names (``block#1`` -> ``block``)."""
+    running = site.scope.rsplit("/", 1)[-1].rpartition("#")[0] if site.scope else site.function
+    return [f"{oid} is an op of {origins[oid].function}, but this site runs in {running}"
+            for oid in site.origin_ids if origins[oid].kind == "op" and origins[oid].function != running]
 
 
 def _frame(site) -> tuple[str, str]:

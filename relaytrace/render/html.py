@@ -131,7 +131,7 @@ def html_report(report) -> str:
 <div class="summary">target {html.escape(lineage.target)} &middot; pipeline {html.escape(lineage.pipeline)}
 &middot; entry {html.escape(profile.entry)}{_inputs(profile)} &middot; {html.escape(profile.summary())}<br>
 {len(lineage.call_sites)} kernel call sites of {len(lineage.kernels)} kernels &middot; attribution policy {policy}
-{"<br>inserted layout transforms are caused by: " + caused if caused else ""}</div>
+{"<br>ops inserted by passes (layout transforms, casts, shape functions) serve: " + caused if caused else ""}</div>
 <input id="search" type="search" placeholder="search layers, kernels, ops">
 <h2>Categories</h2><table id="categories"></table>
 <h2>Verification</h2><p class="{verdict_class}">{html.escape(verdict)}</p>{problems}
@@ -150,4 +150,6 @@ def _inputs(profile) -> str:
     """The concrete input shapes a profile ran, for the header."""
     if not profile.inputs:
         return ""
-    return " (" + html.escape(", ".join(f"{n} {d}{list(sh)}" for n, sh, d in profile.inputs)) + ")"
+    shown = ", ".join(f"{n} {d}{list(sh)}" for n, sh, d in profile.inputs[:2])
+    more = f", +{len(profile.inputs) - 2} more inputs" if len(profile.inputs) > 2 else ""
+    return " (" + html.escape(shown + more) + ")"

@@ -25,7 +25,7 @@ def coverage_summary(lineage: Lineage) -> str:
     if len(lineage.entries) > 1 or lineage.subfunctions:
         lines.append(f"entry functions: {', '.join(lineage.entries)}"
                      + (f"; Relax subfunctions called: {', '.join(lineage.subfunctions)}" if lineage.subfunctions else ""))
-    if lineage.tuned:
+    if lineage.tuned or "+tuned(" in lineage.pipeline:
         lines.append(f"tuned schedules (MetaSchedule database): {len(lineage.tuned)} of {len(lineage.kernels)} kernels")
     lines.append(f"verified against the compiled IR: {cov.verified_sites} of {cov.call_sites} call sites")
     checks = lineage.site_checks()

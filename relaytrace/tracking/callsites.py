@@ -3,12 +3,9 @@ call sites in run order, a call of a Relax subfunction followed into it."""
 
 from __future__ import annotations
 
-import attrs
-
 from ..model.journal import Change
 from ..model.lineage import BuiltinSite, CallSite, Lineage, roles_for
 from ..model.ops import is_bookkeeping
-from ..model.verification import verify
 from . import ir, reader
 from .tracker import Tracker
 
@@ -20,15 +17,15 @@ class _Sites:
     def __init__(self, tracker: Tracker):
         self.tracker = tracker
         self.kernels: dict[str, list[CallSite]] = {}
-        self.calls: dict[tuple[str, str], int] = {}  # (entry, kernel) -> its calls so far
+        self.counts: dict[tuple[str, str], int] = {}  # (entry, kernel) -> its calls so far
         self.builtins: list[BuiltinSite] = []
         self.edges: set[tuple[int, int]] = set()
         self.present: set[str] = set()  # origins some call site runs
-        self.subfunctions: set[str] = set()
+        self.calls: dict[str, set[str]] = {}  # entry -> the Relax functions its run calls
         self.position = 0
 
-    def run(self, entry: str, name: str, scope: str, calls: dict[str, int], depth: int = 0) -> None:
-        """Walk function ``name`` as one run of it inside entry ``entry``; ``calls``
+    def run(self, entry: str, name: str, scope: str, made_calls: dict[str, int], depth: int = 0) -> None:
+        """Walk function ``name`` as one run of it inside entry ``entry``; ``made_calls``
         counts the subfunction calls made so far in this entry (``block#0``, ...)."""
         tracker, tokens, functions = self.tracker, self.tracker.tokens, self.tracker.last_functions
         if depth > 64:
@@ -41,10 +38,10 @@ class _Sites:
                 continue
             callee, gv = made.callee, made.global_var
             if ir.is_subfunction(functions, callee, gv):
-                self.subfunctions.add(callee)
-                k = calls.get(callee, 0)
-                calls[callee] = k + 1
-                self.run(entry, callee, f"{scope}/{callee}#{k}".lstrip("/"), calls, depth + 1)
+                self.calls.setdefault(entry, set()).add(callee)
+                k = made_calls.get(callee, 0)
+                made_calls[callee] = k + 1
+                self.run(entry, callee, f"{scope}/{callee}#{k}".lstrip("/"), made_calls, depth + 1)
                 continue
             if gv and callee in functions:
                 continue  # a fused group not yet lowered: its kernels are its own sites
@@ -61,7 +58,7 @@ class _Sites:
             self.present.update(origin_ids)
             position = self.position
             if gv:  # a kernel
-                call = self.calls[(entry, callee)] = self.calls.get((entry, callee), -1) + 1
+                call = self.counts[(entry, callee)] = self.counts.get((entry, callee), -1) + 1
                 site = CallSite(callee, call, position, roles_for(origin_ids, tracker.origins), entry, scope)
                 self.kernels.setdefault(callee, []).append(site)
                 self.edges.update((src, position) for src in sources if src != position)
@@ -77,8 +74,9 @@ class _Sites:
 
 def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), entries=None,
                  members=None) -> Lineage:
-    """The lineage the tracker's state describes, verified against ``members`` (kernel
-    -> its PrimFuncs, read from the recorded IR; ``truth.kernel_members``). ``entries``:
+    """The lineage the tracker's state describes, with ``members`` (kernel -> its
+    PrimFuncs, read from the recorded IR; ``truth.kernel_members``) to verify it
+    against (``follow`` does, once the rest of the IR's facts are in). ``entries``:
     the input's entry functions and their inputs (``origins.entry_inputs``)."""
     functions = tracker.last_functions  # every Relax function, fused groups included
     degraded = list(degraded)
@@ -112,7 +110,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         site_edges=tuple(sorted(found.edges)),
         degraded=tuple(degraded),
         entries={name: entries.get(name, ()) for name in names},
-        subfunctions=tuple(sorted(found.subfunctions)),
+        calls={entry: tuple(sorted(called)) for entry, called in sorted(found.calls.items())},
         kernel_members=dict(sorted((members or {}).items())),
     )
-    return attrs.evolve(lineage, verification=verify(lineage))
+    return lineage

@@ -15,12 +15,15 @@ from typing import Callable
 import attrs
 
 from ..model.lineage import Lineage
+from ..model.ops import is_shape_computation
+from ..model.origin import INSERTED, OP
+from ..model.verification import verify
 from . import reader
 from .callsites import lineage_from
 from .origins import LayerNamer, assign_origins
 from .recorder import Recording
 from .tracker import Tracker
-from .truth import kernel_members, tuned_kernels
+from .truth import kernel_members, shape_consumers, tuned_kernels
 
 
 def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: str = "model", target: str = "",
@@ -53,11 +56,32 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
             lineage = lineage_from(tracker, model, target, pipeline, degraded, entries=recording.entries,
                                    members=members)
             tuned = [k for k in tuned_kernels(recording.passes) if k in lineage.kernels]
-            return attrs.evolve(lineage, tuned=tuple(tuned))
+            consumers = shape_consumers(recording.passes)
+            lineage = attrs.evolve(lineage, tuned=tuple(tuned), shape_consumers=consumers,
+                                   origins=_served_shapes(lineage, consumers))
+            return attrs.evolve(lineage, verification=verify(lineage))
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")
     origins = tracker.origins if tracker is not None else table.origins if table is not None else {}
     return Lineage(model, target, pipeline, dict(origins), {}, degraded=tuple(degraded))
+
+
+def _served_shapes(lineage: Lineage, consumers: dict[str, tuple[str, ...]]) -> dict:
+    """The origins, each shape function's (``ops.is_shape_computation``) now serving
+    the ops of its own function that run at the kernels whose allocations it sizes
+    (``truth.shape_consumers``: heap slots it writes, read by their shapes), its layer
+    theirs. The tracker cannot tell this: its views hold no heap slot numbers."""
+    origins = dict(lineage.origins)
+    for oid, origin in lineage.origins.items():
+        if origin.kind != INSERTED or not is_shape_computation(origin.op):
+            continue
+        sized = consumers.get(origin.op, ())
+        served = list(dict.fromkeys(
+            o for site in lineage.call_sites if site.kernel in sized for o in site.origin_ids
+            if lineage.origins[o].kind == OP and lineage.origins[o].function == origin.function))
+        if served:
+            origins[oid] = attrs.evolve(origin, serves=tuple(served), layer=lineage.origins[served[0]].layer)
+    return origins
 
 
 def _describe(exc: Exception) -> str:

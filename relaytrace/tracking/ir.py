@@ -49,10 +49,12 @@ def model_functions(functions: dict[str, relax.Function]) -> dict[str, relax.Fun
 
 def entry_functions(functions: dict[str, relax.Function]) -> list[str]:
     """The Relax functions a VM can call by name (those with a ``global_symbol``):
-    ``main`` first, then by name. Private functions run only when another calls them."""
-    names = [name for name, func in model_functions(functions).items()
-             if func.attrs is not None and "global_symbol" in func.attrs]
-    return sorted(names, key=lambda name: (name != "main", name))
+    ``main`` first, then by name; private functions run only when another calls them.
+    A module built by hand whose functions have no ``global_symbol`` at all (the build
+    gives every function one): all of its functions."""
+    model = model_functions(functions)
+    names = [name for name, func in model.items() if func.attrs is not None and "global_symbol" in func.attrs]
+    return sorted(names or model, key=lambda name: (name != "main", name))
 
 
 def is_subfunction(functions: dict, callee: str, global_var: int) -> bool:

@@ -36,12 +36,10 @@ class NewOps:
 
 
 def classify(new: list[tuple[int, str]], changes: Changes, d: reader.FunctionView, tokens: Tokens,
-             origins: dict[str, Origin], fname: str, pass_name: str, bookkeeping: set[int] = frozenset()) -> NewOps:
+             origins: dict[str, Origin], fname: str, pass_name: str) -> NewOps:
     """Judge the bindings of ``new`` ((token, callee), in binding order) that a pass
-    wrote into function ``fname`` (view ``d``, every binding in it when a new one
-    computes shapes; ``changes`` all it wrote; ``bookkeeping`` the handles of its
-    memory and shape bookkeeping vars). Reads ``tokens`` and ``origins``; changes
-    neither."""
+    wrote into function ``fname`` (view ``d``; ``changes`` all it wrote). Reads
+    ``tokens`` and ``origins``; changes neither."""
     uses, args_of = _links(changes, d, tokens)
     parts = _parts_of_lowered_ops(new, changes, uses)
     pending = {tok: callee for tok, callee in new if tok not in parts}
@@ -49,12 +47,10 @@ def classify(new: list[tuple[int, str]], changes: Changes, d: reader.FunctionVie
     origins_of = lambda tok: tokens.origins[parts.get(tok, tok)]  # noqa: E731
     minted: dict[int, Origin] = {}
     taken = set(origins)
-    positions = {tok: at for tok, at, _, _ in changes}
     for tok, callee in pending.items():
-        if ops.is_shape_computation(callee):
-            serves = _shape_served(positions[tok], d, tokens, origins, bookkeeping)
-        else:
-            serves = _serves(tok, pending, rewritten, uses, args_of, origins_of, origins, set())
+        # whom a shape function serves is read from the IR's heap slots after the build (``follow``)
+        shapes = ops.is_shape_computation(callee)
+        serves = [] if shapes else _serves(tok, pending, rewritten, uses, args_of, origins_of, origins, set())
         kind = INSERTED if ops.is_data_movement(callee) or ops.is_shape_computation(callee) else UNRESOLVED
         layer = origins[serves[0]].layer if serves else f"{fname}.{ops.short_op(callee)}"
         oid = _fresh_id(f"{kind}:{pass_name}:{ops.short_op(callee)}@{serves[0] if serves else fname}", taken)
@@ -110,32 +106,6 @@ def _serves(tok, pending, rewritten, uses, args_of, origins_of: Callable, origin
                     out.extend(o for o in sorted(origins_of(other)) if origins[o].kind == OP)
             if out:
                 return list(dict.fromkeys(out))
-    return []
-
-
-def _shape_served(position: int, d, tokens: Tokens, origins, bookkeeping: set[int]) -> list[str]:
-    """The model ops a shape computation at ``position`` computes shapes for: those of
-    the first later call that reads what it wrote (its arguments, the shape heap)
-    through bookkeeping bindings (``make_shape`` -> ``alloc_storage`` -> ``alloc_tensor``
-    -> the kernel's output argument), before the next shape computation."""
-    derived = {handle for kind, handle in reader.call(d, position).arguments() if kind == reader.VAR}
-    for later in range(position + 1, len(d.vars)):
-        made = reader.call(d, later)
-        if made is None:
-            continue
-        if ops.is_shape_computation(made.callee):
-            break
-        read = {handle for kind, handle in made.arguments() if kind == reader.VAR} & derived
-        if not read:
-            continue
-        if d.vars[later] in bookkeeping or ops.is_bookkeeping(made.callee):
-            derived.add(d.vars[later])
-            continue
-        # the op's own token, else (destination-passing) the token its output argument holds
-        toks = [tokens.of(d.vars[later])] + [tokens.of(h) for kind, h in reversed(made.arguments()) if h in read]
-        tok = next((t for t in toks if t is not None), None)
-        if tok is not None:
-            return [o for o in tokens.origins[tok] if origins[o].kind == OP]
     return []
 
 

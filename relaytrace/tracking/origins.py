@@ -61,7 +61,10 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
                 layer, source_op = _unique(prefix + d.strings[d.name_at[index]], used_layers), ""
             else:
                 layer, source_op = named
-            oid = _unique(f"{layer}/{short_op(callee)}", used_ids, sep="#")
+            # a frontend's layer names recur across entry functions (prefill, decode):
+            # outside main its ids carry the function, so they do not depend on the others
+            scope = "" if named is None or fname == "main" else f"{fname}:"
+            oid = _unique(f"{scope}{layer}/{short_op(callee)}", used_ids, sep="#")
             in_shapes, in_dtypes = (), ()
             for i in range(0, len(atoms), 3):
                 if atoms[i] == reader.VAR or atoms[i] == reader.CONST:

@@ -281,10 +281,7 @@ class Tracker:
         """Give the bindings no rule explained their origins (``newops.classify``)."""
         if not walk.new:
             return []
-        shapes = any(ops.is_shape_computation(callee) for _, callee in walk.new)
-        d = _full(walk.d, walk.func, self.read) if shapes else walk.d  # shape functions look ahead
-        verdict = newops.classify(walk.new, walk.changes, d, self.tokens, self.origins, fname, pass_name,
-                                  walk.bookkeeping)
+        verdict = newops.classify(walk.new, walk.changes, walk.d, self.tokens, self.origins, fname, pass_name)
         for tok, whole in verdict.parts.items():
             self.tokens.origins[tok] = self.tokens.origins[whole]
         for tok, origin in verdict.minted.items():

@@ -70,6 +70,68 @@ def tuned_kernels(passes: Sequence[PassRecord], pass_name: str = "MetaScheduleAp
     return tuple(sorted(tuned))
 
 
+def shape_consumers(passes: Sequence[PassRecord]) -> dict[str, tuple[str, ...]]:
+    """shape function -> the kernels whose output allocations are sized from the shape
+    heap slots it writes, read from the last recorded module with Relax functions: the
+    slots a ``shape_func`` PrimFunc stores (its TIR), the slots each
+    ``vm.builtin.make_shape`` loads (kind 1 pairs of its arguments), and the
+    allocations and kernel calls those shapes reach. Independent of the tracker, which
+    sees only that a kernel's allocation reads the heap after the shape function."""
+    module = next((r.module for r in reversed(passes) if ir.model_functions(r.functions)), None)
+    if module is None:
+        return {}
+    prims = {gv.name_hint: f for gv, f in module.functions.items() if not isinstance(f, ir.relax.Function)}
+    consumers: dict[str, set[str]] = {}
+    for func in ir.model_functions(ir.function_map(module)).values():
+        writer: dict[int, str] = {}  # heap slot -> the shape function that wrote it last
+        reaches: dict[int, set[str]] = {}  # var handle -> the shape functions whose slots it carries
+        for binding in ir.bindings(func):
+            value = binding.value
+            if not ir.is_call(value):
+                continue
+            category, name = ir.callee_category(value.op)
+            args = ir.items(value.args)
+            if category == "global" and is_shape_computation(name) and name in prims:
+                consumers.setdefault(name, set())
+                writer.update({slot: name for slot in _stored_slots(prims[name].body)})
+                continue
+            if category == "extern" and name == "vm.builtin.make_shape":
+                ints = [_int(a) for a in args[2:]]
+                found = {writer[v] for k, v in zip(ints[0::2], ints[1::2]) if k == 1 and v in writer}
+            else:
+                found = set().union(*(reaches.get(a.__chandle__(), set()) for a in args if ir.is_var(a)))
+            if not found:
+                continue
+            if category == "global" and name in prims:  # a kernel writing into such an allocation
+                for shape_func in found:
+                    consumers[shape_func].add(name)
+            else:  # alloc_storage, alloc_tensor, ...: what they make carries those shapes on
+                reaches[binding.var.__chandle__()] = found
+    return {name: tuple(sorted(kernels)) for name, kernels in sorted(consumers.items())}
+
+
+def _stored_slots(stmt) -> set[int]:
+    """The constant indices a shape function's body stores into its heap buffer."""
+    from tvm import tirx
+
+    if isinstance(stmt, tirx.BufferStore):
+        return {int(i) for i in stmt.indices if isinstance(i, tirx.IntImm)}
+    out: set[int] = set()
+    for attr in ("seq", "body", "then_case", "else_case"):
+        child = getattr(stmt, attr, None)
+        if child is not None:
+            for part in (list(child) if attr == "seq" else [child]):
+                out |= _stored_slots(part)
+    return out
+
+
+def _int(expr) -> int | None:
+    try:
+        return int(expr.value) if hasattr(expr, "value") else int(expr)
+    except (TypeError, ValueError):
+        return None
+
+
 def _prim_func_names(mod) -> list[str]:
     return [gv.name_hint for gv, func in mod.functions.items() if not isinstance(func, ir.relax.Function)]
 
