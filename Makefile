@@ -24,7 +24,7 @@ setup: $(STAMP) graphviz
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q -e '.[torch,onnx,test]'
+	$(PY) -m pip install --disable-pip-version-check -q -e '.[torch,onnx,rpc,test]'
 	touch $(STAMP)
 
 graphviz:

@@ -28,9 +28,28 @@ def _build_and_profile(model, args, say, inputs):
                                 convert_layout=NHWC if args.layout == "NHWC" else None,
                                 progress=say.passes, database=getattr(args, "db", None))
     entry = lineage.entry(args.entry)
-    say(f"profiling {entry} ({args.mode}, {args.repeat} run(s))")
-    prof = profile(executable, lineage, list(inputs), repeat=args.repeat, mode=args.mode, progress=say, entry=entry)
+    remote = _remote(args)
+    mode = "isolated" if remote is not None else args.mode or "timeline"
+    say(f"profiling {entry} ({mode}{', on ' + remote.describe() if remote else ''}, {args.repeat} run(s))")
+    prof = profile(executable, lineage, list(inputs), repeat=args.repeat, mode=mode, progress=say, entry=entry,
+                   remote=remote)
     return lineage, prof
+
+
+def _remote(args):
+    """The RPC device ``--rpc`` or ``--tracker``/``--key`` name, or None to run here."""
+    if not (args.rpc or args.tracker or args.key):
+        return None
+    if args.rpc and args.tracker:
+        raise UsageError("give --rpc HOST:PORT or --tracker HOST:PORT --key KEY, not both")
+    if args.mode == "timeline":
+        raise UsageError("a remote device is timed --mode isolated (the VM's per-call timer cannot run there)")
+    from .remote import RemoteDevice
+
+    try:
+        return RemoteDevice(rpc=args.rpc, tracker=args.tracker, key=args.key)
+    except RelaytraceError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _print_summary(report, out: Path | None, top: int = 10) -> None:
@@ -244,7 +263,11 @@ def _add_build_options(p) -> None:
     p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
     p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
                    help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
-    p.add_argument("--mode", choices=["timeline", "isolated"], default="timeline")
+    p.add_argument("--mode", choices=["timeline", "isolated"], default=None,
+                   help="timeline (default here) or isolated (the only mode on a remote device)")
+    p.add_argument("--rpc", metavar="HOST:PORT", help="profile on the device of this TVM RPC server")
+    p.add_argument("--tracker", metavar="HOST:PORT", help="profile on a device from this TVM RPC tracker's pool")
+    p.add_argument("--key", metavar="KEY", help="the device key (needed with --tracker; a server's own key with --rpc)")
     p.add_argument("--repeat", type=int, default=3, help="profiled runs (default 3)")
     p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
 

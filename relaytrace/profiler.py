@@ -23,10 +23,16 @@ from .model.profile import BUILTIN, KERNEL, ArgInfo, CallRecord, Profile
 from .model.shapes import bind
 
 def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, repeat: int = 5,
-            mode: str = "timeline", number: int = 3, progress=None, entry: str | None = None) -> Profile:
+            mode: str = "timeline", number: int = 3, progress=None, entry: str | None = None,
+            remote=None) -> Profile:
     """Run the entry function ``entry`` (default ``main``, or the only one) on
     ``inputs`` and time every call; see the module docstring for the modes. Inputs
-    may take any sizes the entry's symbolic dims allow; the profile records them."""
+    may take any sizes the entry's symbolic dims allow; the profile records them.
+    ``remote`` (a ``remote.RemoteDevice``) times the kernels and the entry on a device
+    over RPC instead, isolated (``remote.run_remote``); the arguments of each site are
+    captured by one local run, so the build must run here too."""
+    if remote is not None:
+        mode = "isolated"
     if mode not in ("timeline", "isolated"):
         raise RelaytraceError(f"unknown profiling mode {mode!r}: use 'timeline' or 'isolated'")
     if repeat < 1:
@@ -37,13 +43,23 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     arrays = check_inputs(lineage, inputs, entry)
     args = [tvm.runtime.tensor(a, device) for a in arrays]
     library = _kernel_library(executable, lineage)
-    vm = relax.VirtualMachine(executable, device)
+    try:
+        vm = relax.VirtualMachine(executable, device)
+    except Exception as exc:
+        where = " (a remote profile captures each site's arguments in one local run)" if remote is not None else ""
+        raise RelaytraceError(f"this build cannot run on {device}{where}: {str(exc).strip().splitlines()[0]}") from exc
     say = progress or (lambda message: None)
     skip = frozenset(lineage.subfunctions)
 
     say("capturing argument shapes")
     arg_info, captured = _capture(vm[entry], args, lineage, vm, copy=(mode == "isolated"))
     _check_names(lineage, arg_info)
+    if remote is not None:
+        from .remote import run_remote
+
+        timings, e2e, where = run_remote(executable, library, entry, arrays, captured, remote, repeat, number, say)
+        return _profile(lineage, entry, arrays, where, "isolated", repeat, _site_records(timings, repeat), arg_info,
+                        e2e, remote.describe())
     for _ in range(max(warmup - 1, 0)):
         vm[entry](*args)
     if mode == "timeline":
@@ -56,11 +72,16 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     vm.set_instrument(_no_op)
     say("end-to-end timing")
     e2e = vm.time_evaluator(entry, device, number=1, repeat=max(repeat, 3))(*args)
+    return _profile(lineage, entry, arrays, str(device), mode, repeat, records, arg_info, e2e.results)
+
+
+def _profile(lineage, entry, arrays, device: str, mode, repeat, records, arg_info, e2e_s, remote: str = "") -> Profile:
+    signature = lineage.entries.get(entry) or ()
     return Profile(
-        model=lineage.model, target=lineage.target, device=str(device), mode=mode, repeat=repeat,
-        records=tuple(records), args=arg_info, e2e_us=tuple(t * 1e6 for t in e2e.results), entry=entry,
-        inputs=tuple((name, tuple(a.shape), str(a.dtype)) for (name, _, _), a in zip(lineage.entries[entry], arrays))
-        if lineage.entries.get(entry) else (),
+        model=lineage.model, target=lineage.target, device=device, mode=mode, repeat=repeat,
+        records=tuple(records), args=arg_info, e2e_us=tuple(t * 1e6 for t in e2e_s), entry=entry,
+        inputs=tuple((name, tuple(a.shape), str(a.dtype)) for (name, _, _), a in zip(signature, arrays)),
+        remote=remote,
     )
 
 
@@ -177,12 +198,20 @@ def _pair(stamps, run, t0, kernels, skip: frozenset = frozenset()) -> list[CallR
 
 
 def _isolated(library, captured, device, repeat, number, say) -> list[CallRecord]:
-    records = []
-    clock = [0.0] * repeat
+    timings = []
     for i, (name, k, tensors) in enumerate(captured):
         say(f"isolated {i + 1}/{len(captured)}: {name}#{k}")
-        result = library.time_evaluator(name, device, number=number, repeat=repeat)(*tensors)
-        for run, seconds in enumerate(result.results):
+        timings.append((name, k, library.time_evaluator(name, device, number=number, repeat=repeat)(*tensors).results))
+    return _site_records(timings, repeat)
+
+
+def _site_records(timings, repeat: int) -> list[CallRecord]:
+    """Records of sites timed alone (``(kernel, call, seconds per run)``), laid end to
+    end in each run."""
+    records = []
+    clock = [0.0] * repeat
+    for name, k, results in timings:
+        for run, seconds in enumerate(results):
             records.append(CallRecord(name, k, run, clock[run], seconds * 1e6, KERNEL))
             clock[run] += seconds * 1e6
     return records

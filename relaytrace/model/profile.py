@@ -43,6 +43,7 @@ class Profile:
     e2e_us: tuple[float, ...] = ()
     entry: str = "main"  # the entry function that ran
     inputs: tuple[tuple[str, tuple, str], ...] = ()  # (name, concrete shape, dtype) of each input it ran with
+    remote: str = ""  # where it ran when not in this process: "rpc HOST:PORT", "tracker HOST:PORT key K"
     schema: str = SCHEMA
 
     @property
@@ -79,7 +80,7 @@ class Profile:
         return (
             f"kernels {self.kernel_us / 1e3:.3f} ms + VM builtins {self.builtin_us / 1e3:.3f} ms + "
             f"unexplained gap {self.gap_us / 1e3:.3f} ms = end-to-end median {self.e2e_median_us / 1e3:.3f} ms "
-            f"({self.mode}, {self.runs} run(s))"
+            f"({self.mode}{', on ' + self.remote if self.remote else ''}, {self.runs} run(s))"
         )
 
     def to_json(self) -> dict:
@@ -88,7 +89,7 @@ class Profile:
             "mode": self.mode, "repeat": self.repeat,
             "records": [[r.name, r.call, r.run, r.start_us, r.duration_us, r.kind] for r in self.records],
             "args": {k: {"shapes": v.shapes, "dtypes": v.dtypes} for k, v in self.args.items()},
-            "e2e_us": self.e2e_us, "entry": self.entry, "inputs": self.inputs,
+            "e2e_us": self.e2e_us, "entry": self.entry, "inputs": self.inputs, "remote": self.remote,
         }
 
     @classmethod
@@ -101,7 +102,7 @@ class Profile:
                 records=tuple(CallRecord(*r) for r in data["records"]),
                 args={k: ArgInfo(tuples(v["shapes"]), tuple(v["dtypes"])) for k, v in data["args"].items()},
                 e2e_us=tuple(data["e2e_us"]), entry=str(data.get("entry", "main")),
-                inputs=tuples(data.get("inputs", ())),
+                inputs=tuples(data.get("inputs", ())), remote=str(data.get("remote", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise LineageFormatError(f"profile file is missing or has a malformed field: {exc}") from exc
