@@ -81,6 +81,8 @@ def shape_consumers(passes: Sequence[PassRecord]) -> dict[str, tuple[str, ...]]:
     if module is None:
         return {}
     prims = {gv.name_hint: f for gv, f in module.functions.items() if not isinstance(f, ir.relax.Function)}
+    if not any(is_shape_computation(name) for name in prims):
+        return {}  # static shapes: no binding to read
     consumers: dict[str, set[str]] = {}
     for func in ir.model_functions(ir.function_map(module)).values():
         writer: dict[int, str] = {}  # heap slot -> the shape function that wrote it last
