@@ -52,7 +52,7 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     skip = frozenset(lineage.subfunctions)
 
     say("capturing argument shapes")
-    arg_info, captured = _capture(vm[entry], args, lineage, vm, copy=(mode == "isolated"))
+    arg_info, captured = _capture(vm, entry, args, lineage, skip, copy=(mode == "isolated"))
     _check_names(lineage, arg_info)
     if remote is not None:
         from .remote import run_remote
@@ -117,16 +117,17 @@ def _no_op(*_):
     return relax.VMInstrumentReturnKind.NO_OP
 
 
-def _capture(function, args, lineage, vm, copy: bool):
-    """One run of ``function`` (an entry of ``vm``) that notes every call's argument
-    shapes (and copies kernel arguments for isolated timing)."""
+def _capture(vm, entry: str, args, lineage, skip: frozenset, copy: bool):
+    """One run of ``entry`` that notes every call's argument shapes (and copies kernel
+    arguments for isolated timing); calls of ``skip`` (Relax subfunctions) are no sites."""
     counts: dict[str, int] = {}
     info: dict[str, ArgInfo] = {}
     captured: list[tuple[str, int, list]] = []
     kernels = lineage.kernels
+    function = vm[entry]
 
     def note(func, name, before, ret, *call_args):
-        if before and name not in lineage.subfunctions:
+        if before and name not in skip:
             k = counts.get(name, 0)
             counts[name] = k + 1
             tensors = [a for a in call_args if hasattr(a, "shape")]

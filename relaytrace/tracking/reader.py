@@ -122,11 +122,6 @@ def callee_of(d: FunctionView, position: int) -> str | None:
     return d.strings[d.stream[at]] if at >= 0 else None
 
 
-def arguments(atoms: Ints) -> list[tuple[int, int]]:
-    """(kind, handle) of a call record's own arguments, tuple fields left out."""
-    return [(atoms[i], atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] < FIELD]
-
-
 class CallView(NamedTuple):
     """A call binding as the tracker compares calls (what ``call_parts`` says, without
     building nodes). ``atoms`` is a flat array of ``kind, handle, type`` triples (type 0
@@ -140,7 +135,8 @@ class CallView(NamedTuple):
 
     def arguments(self) -> list[tuple[int, int]]:
         """(kind, handle) of the call's own arguments, tuple fields left out."""
-        return arguments(self.atoms)
+        atoms = self.atoms
+        return [(atoms[i], atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] < FIELD]
 
 
 class BindingView(NamedTuple):
