@@ -4,12 +4,12 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.relaytrace-installed
 
-.PHONY: demo test test-fast bench setup graphviz browser clean
+.PHONY: demo test test-fast bench setup graphviz browser cross clean
 
 demo: setup
 	$(VENV)/bin/relaytrace demo --out relaytrace-out --force
 
-test: setup browser
+test: setup browser cross
 	$(PY) -m pytest -q
 
 test-fast: setup
@@ -40,6 +40,14 @@ browser:
 	  echo "installing Debian's chromium for the HTML report test"; \
 	  { apt-get update -q && apt-get install -y -q chromium; } >/dev/null 2>&1 || \
 	  echo "could not install chromium: the browser test will be skipped"; }
+
+# A build for another CPU (aarch64) is linked by its cross compiler in
+# tests/test_remote.py; without it that test is skipped with a message saying so.
+cross:
+	@command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || { \
+	  echo "installing Debian's g++-aarch64-linux-gnu for the cross-compilation test"; \
+	  { apt-get update -q && apt-get install -y -q g++-aarch64-linux-gnu; } >/dev/null 2>&1 || \
+	  echo "could not install g++-aarch64-linux-gnu: the cross-compilation test will be skipped"; }
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,7 +1,8 @@
 """relaytrace: map every TVM kernel, and every microsecond, back to model layers.
 
 The data (``Lineage``, ``Origin``, ``Profile``) is importable without TVM; ``build``,
-``trace``, ``build_pipeline`` and ``profile`` import TVM when first called.
+``trace``, ``build_pipeline`` and ``profile`` import TVM when first called;
+``RemoteDevice`` names a device over TVM RPC for ``profile(..., remote=)``.
 """
 
 from .build import build, build_pipeline, trace
@@ -9,10 +10,11 @@ from .errors import RelaytraceError, UnknownNameError
 from .model.lineage import Lineage
 from .model.origin import Origin
 from .model.profile import Profile
+from .remote import RemoteDevice
 
 __version__ = "0.1.0"
 __all__ = ["build", "build_pipeline", "profile", "Profile", "trace", "Lineage", "Origin", "RelaytraceError",
-           "UnknownNameError", "__version__"]
+           "RemoteDevice", "UnknownNameError", "__version__"]
 
 
 

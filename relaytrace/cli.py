@@ -23,12 +23,16 @@ def _build_and_profile(model, args, say, inputs):
     from .build import build
     from .profiler import profile
 
+    remote = _remote(args)
+    if remote is not None:
+        from .remote import exporter
+
+        exporter(args.target, remote.compiler)  # a missing cross compiler is said before the build
     say(f"building {getattr(model, 'name', 'model')} ({args.pipeline}, {args.layout}) for {args.target}")
     executable, lineage = build(model, args.target, pipeline=args.pipeline, model=getattr(args, "name", None),
                                 convert_layout=NHWC if args.layout == "NHWC" else None,
                                 progress=say.passes, database=getattr(args, "db", None))
     entry = lineage.entry(args.entry)
-    remote = _remote(args)
     mode = "isolated" if remote is not None else args.mode or "timeline"
     say(f"profiling {entry} ({mode}{', on ' + remote.describe() if remote else ''}, {args.repeat} run(s))")
     prof = profile(executable, lineage, list(inputs), repeat=args.repeat, mode=mode, progress=say, entry=entry,
@@ -39,6 +43,8 @@ def _build_and_profile(model, args, say, inputs):
 def _remote(args):
     """The RPC device ``--rpc`` or ``--tracker``/``--key`` name, or None to run here."""
     if not (args.rpc or args.tracker or args.key):
+        if args.cc or args.kernel_timeout is not None:
+            raise UsageError("--cc and --kernel-timeout apply to a remote device (--rpc or --tracker)")
         return None
     if args.rpc and args.tracker:
         raise UsageError("give --rpc HOST:PORT or --tracker HOST:PORT --key KEY, not both")
@@ -47,7 +53,8 @@ def _remote(args):
     from .remote import RemoteDevice
 
     try:
-        return RemoteDevice(rpc=args.rpc, tracker=args.tracker, key=args.key)
+        timeout = {} if args.kernel_timeout is None else {"kernel_timeout_s": args.kernel_timeout}
+        return RemoteDevice(rpc=args.rpc, tracker=args.tracker, key=args.key, compiler=args.cc, **timeout)
     except RelaytraceError as exc:
         raise UsageError(str(exc)) from None
 
@@ -226,6 +233,11 @@ def cmd_tasks(args) -> int:
     from .jobs import parse_shape, run_info
 
     say = _progress(args)
+    if args.tune is not None and not args.db:
+        raise UsageError("--tune needs --db DIR for the tuning database")
+    remote = _remote(args)
+    if remote is not None and args.tune is None:
+        raise UsageError("--tracker measures tuning candidates: give --tune N --db DIR with it")
     spec, shapes, dtype = args.model, args.input_shape, args.dtype
     if Path(spec).is_dir():  # an output DIR: rebuild the model it was made from
         info = run_info(spec)
@@ -241,17 +253,16 @@ def cmd_tasks(args) -> int:
     print(f"\n{len(rows)} tasks, total weight {sum(r.weight for r in rows)} "
           f"= {len(lineage.call_sites)} kernel call sites")
     if args.tune:
-        if not args.db:
-            raise UsageError("--tune needs --db DIR for the tuning database")
-        T.tune(mod, target, args.db, args.tune, len(rows), progress=say)
+        T.tune(mod, target, args.db, args.tune, len(rows), progress=say, remote=remote)
         say("rebuilding with the tuned schedules")
         _, tuned = build(loaded.model, target, progress=say.passes, database=args.db)
         cov = tuned.coverage()
         print(f"tuned build: {cov.attributed_sites}/{cov.call_sites} kernel call sites attributed"
               f"{'' if cov.complete else ' (INCOMPLETE)'}; {len(tuned.tuned)} of {len(tuned.kernels)} kernels "
               f"took a tuned schedule")
+        where = f" --tracker {remote.tracker} --key {remote.key}" if remote is not None else ""
         print(f"tuning database written to {args.db}; profile the tuned build with:\n"
-              f"  relaytrace profile {args.model} --db {args.db} --out DIR")
+              f"  relaytrace profile {args.model} --db {args.db}{where} --out DIR")
         if args.out:
             tuned.save(args.out, overwrite=args.force)
             print(f"tuned lineage written to {args.out}")
@@ -268,6 +279,10 @@ def _add_build_options(p) -> None:
     p.add_argument("--rpc", metavar="HOST:PORT", help="profile on the device of this TVM RPC server")
     p.add_argument("--tracker", metavar="HOST:PORT", help="profile on a device from this TVM RPC tracker's pool")
     p.add_argument("--key", metavar="KEY", help="the device key (needed with --tracker; a server's own key with --rpc)")
+    p.add_argument("--cc", metavar="COMPILER",
+                   help="links the build for a remote device (default: MTRIPLE-g++ for a target of another CPU)")
+    p.add_argument("--kernel-timeout", type=float, metavar="S",
+                   help="seconds one call site may take on a remote device (default 120)")
     p.add_argument("--repeat", type=int, default=3, help="profiled runs (default 3)")
     p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
 
@@ -335,6 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="llvm")
     p.add_argument("--tune", type=int, metavar="N", help="tune N trials per task, then rebuild")
     p.add_argument("--db", metavar="DIR", help="tuning database directory")
+    p.add_argument("--tracker", metavar="HOST:PORT", help="measure tuning candidates on this tracker's devices")
+    p.add_argument("--key", metavar="KEY", help="the devices' key in the tracker")
+    p.set_defaults(rpc=None, mode=None, cc=None, kernel_timeout=None)
     p.add_argument("--out", metavar="lineage.json", help="write the tuned build's lineage")
     p.add_argument("--force", action="store_true")
     p.set_defaults(run=cmd_tasks)

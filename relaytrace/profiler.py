@@ -29,8 +29,9 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     ``inputs`` and time every call; see the module docstring for the modes. Inputs
     may take any sizes the entry's symbolic dims allow; the profile records them.
     ``remote`` (a ``remote.RemoteDevice``) times the kernels and the entry on a device
-    over RPC instead, isolated (``remote.run_remote``); the arguments of each site are
-    captured by one local run, so the build must run here too."""
+    over RPC instead, isolated (``remote.run_remote``): a build for this machine has
+    each site's arguments captured in one local run, a build for another CPU or a GPU
+    gets arguments of the shapes its IR gives each site (``site_arguments``)."""
     if remote is not None:
         mode = "isolated"
     if mode not in ("timeline", "isolated"):
@@ -39,27 +40,25 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
         raise RelaytraceError("repeat must be at least 1")
     entry = lineage.entry(entry)
     lineage = lineage.for_entry(entry)  # a run of one entry runs its sites only
-    device = device or tvm.cpu()
     arrays = check_inputs(lineage, inputs, entry)
-    args = [tvm.runtime.tensor(a, device) for a in arrays]
     library = _kernel_library(executable, lineage)
-    try:
-        vm = relax.VirtualMachine(executable, device)
-    except Exception as exc:
-        where = " (a remote profile captures each site's arguments in one local run)" if remote is not None else ""
-        raise RelaytraceError(f"this build cannot run on {device}{where}: {str(exc).strip().splitlines()[0]}") from exc
     say = progress or (lambda message: None)
-    skip = frozenset(lineage.subfunctions)
+    if remote is not None:
+        return _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say)
+    if device is None:
+        from .remote import runs_here
 
+        if not runs_here(lineage.target):
+            raise RelaytraceError(
+                f"a build for {_target_name(lineage.target)} does not run on this machine: profile it on its device "
+                "with --rpc HOST:PORT or --tracker HOST:PORT --key KEY (API: remote=relaytrace.RemoteDevice(...))")
+        device = tvm.cpu()
+    args = [tvm.runtime.tensor(a, device) for a in arrays]
+    vm = _vm(executable, device)
+    skip = frozenset(lineage.subfunctions)
     say("capturing argument shapes")
     arg_info, captured = _capture(vm, entry, args, lineage, skip, copy=(mode == "isolated"))
     _check_names(lineage, arg_info)
-    if remote is not None:
-        from .remote import run_remote
-
-        timings, e2e, where = run_remote(executable, library, entry, arrays, captured, remote, repeat, number, say)
-        return _profile(lineage, entry, arrays, where, "isolated", repeat, _site_records(timings, repeat), arg_info,
-                        e2e, remote.describe())
     for _ in range(max(warmup - 1, 0)):
         vm[entry](*args)
     if mode == "timeline":
@@ -75,13 +74,76 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     return _profile(lineage, entry, arrays, str(device), mode, repeat, records, arg_info, e2e.results)
 
 
-def _profile(lineage, entry, arrays, device: str, mode, repeat, records, arg_info, e2e_s, remote: str = "") -> Profile:
+def _vm(executable, device, why: str = ""):
+    try:
+        return relax.VirtualMachine(executable, device)
+    except Exception as exc:
+        raise RelaytraceError(f"this build cannot run on {device}{why}: {str(exc).strip().splitlines()[0]}") from exc
+
+
+def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say) -> Profile:
+    """Every site of ``entry`` timed isolated on ``remote``, plus the entry end to end:
+    on the arguments a local run gives each site when the build runs here, else on
+    arguments of the shapes the compiled IR gives it (``site_arguments``)."""
+    from .remote import run_remote, runs_here
+
+    if runs_here(lineage.target):
+        device = tvm.cpu()
+        say("capturing each site's arguments in a local run")
+        vm = _vm(executable, device, " (a remote profile of a build for this machine captures each site's "
+                                     "arguments in one local run)")
+        arg_info, captured = _capture(vm, entry, [tvm.runtime.tensor(a, device) for a in arrays], lineage,
+                                      frozenset(lineage.subfunctions), copy=True)
+        _check_names(lineage, arg_info)
+        captured = [(name, k, [t.numpy() for t in tensors]) for name, k, tensors in captured]
+        source = "a local run"
+    else:
+        arg_info, captured = site_arguments(lineage)
+        source = "the compiled IR"
+    timings, e2e, where = run_remote(executable, library, lineage.target, entry, arrays, captured, remote, repeat,
+                                     number, say)
+    return _profile(lineage, entry, arrays, where, "isolated", repeat, _site_records(timings, repeat), arg_info,
+                    e2e, remote.describe(), source)
+
+
+def site_arguments(lineage: Lineage, seed: int = 0):
+    """(ArgInfo per site, ``[(kernel, call, arrays)]``) for every kernel site of the
+    lineage, in run order, made from the shapes the compiled IR gives its arguments:
+    floats drawn from a normal distribution, integers zero (an index is never out of
+    range). A site whose shapes are known only at run time is an error naming it."""
+    rng = np.random.default_rng(seed)
+    info, captured = {}, []
+    for site in lineage.call_sites:
+        if not site.arguments:
+            raise RelaytraceError(f"the lineage has no argument shapes for {site.label} (made before relaytrace "
+                                  "recorded them): rebuild it")
+        open_dims = [shape for shape, _ in site.arguments if any(not isinstance(d, int) for d in shape)]
+        if open_dims:
+            raise RelaytraceError(
+                f"{site.label} takes arguments whose shapes are known only at run time {open_dims[0]}, and a build "
+                f"for {_target_name(lineage.target)} cannot run here to see them: profile a build with static "
+                "shapes, or on a machine that runs this target")
+        arrays = [rng.standard_normal(shape).astype(dtype) if np.dtype(dtype).kind == "f" else np.zeros(shape, dtype)
+                  for shape, dtype in site.arguments]
+        info[f"{site.kernel}#{site.call}"] = ArgInfo(tuple(s for s, _ in site.arguments),
+                                                     tuple(d for _, d in site.arguments))
+        captured.append((site.kernel, site.call, arrays))
+    return info, captured
+
+
+def _target_name(target_text: str) -> str:
+    target = tvm.target.Target(target_text)
+    return str(target.attrs.get("mtriple", "") or target.kind.name)
+
+
+def _profile(lineage, entry, arrays, device: str, mode, repeat, records, arg_info, e2e_s, remote: str = "",
+             arguments: str = "a local run") -> Profile:
     signature = lineage.entries.get(entry) or ()
     return Profile(
         model=lineage.model, target=lineage.target, device=device, mode=mode, repeat=repeat,
         records=tuple(records), args=arg_info, e2e_us=tuple(t * 1e6 for t in e2e_s), entry=entry,
         inputs=tuple((name, tuple(a.shape), str(a.dtype)) for (name, _, _), a in zip(signature, arrays)),
-        remote=remote,
+        remote=remote, arguments=arguments,
     )
 
 

@@ -3,16 +3,21 @@ device from a tracker's pool (``tracker=HOST:PORT, key=KEY``).
 
 The VM's per-call instrument cannot run on the far side, so a remote profile measures
 what can be measured there and says so: each kernel call site timed alone with
-``time_evaluator`` on the arguments it saw (captured by one local run of the same
-executable, so integer indices are valid), and the entry function end to end. The
-executable and its kernel library are exported, uploaded and loaded on the device.
-Every failure on the way (no server, no free device with the key, a server gone
-mid-run) is a one-line ``RelaytraceError``.
+``time_evaluator``, and the entry function end to end. A site's arguments are the ones
+it saw in one local run of the same executable when the build runs here
+(``runs_here``); a build for another CPU or a GPU gets arguments of the shapes the
+compiled IR gives each site (random floats, integer zeros: an index is never out of
+range). The executable and its kernel library are exported (linked by the target's
+cross compiler when its ``mtriple`` is not this machine's), uploaded and loaded on the
+device of the target's kind. Every failure on the way (no server, no free device with
+the key, no compiler, a library the device cannot load, a server gone mid-run, a
+kernel over its time limit) is a one-line ``RelaytraceError``.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
 
@@ -25,19 +30,25 @@ from .errors import RelaytraceError
 class RemoteDevice:
     """Where to run: ``rpc`` (with the server's ``key`` if it has one) or ``tracker``
     with ``key``; ``wait_s`` bounds the wait for a connection or a free device,
-    ``timeout_s`` each remote session."""
+    ``timeout_s`` each remote session, ``kernel_timeout_s`` the timing of one call site.
+    ``compiler`` links the build for the device (default: this machine's, or
+    ``MTRIPLE-g++`` for a target whose ``mtriple`` is another machine's)."""
 
     rpc: str | None = None
     tracker: str | None = None
     key: str | None = None
     wait_s: float = 30.0
     timeout_s: float = 600.0
+    kernel_timeout_s: float = 120.0
+    compiler: str | None = None
 
     def __attrs_post_init__(self):
         if (self.rpc is None) == (self.tracker is None):
             raise RelaytraceError("a remote device is rpc=HOST:PORT or tracker=HOST:PORT with key=KEY")
         if self.tracker is not None and not self.key:
             raise RelaytraceError("a tracker's device needs its key (--key KEY)")
+        if not self.kernel_timeout_s > 0:
+            raise RelaytraceError(f"a kernel's time limit must be positive seconds, not {self.kernel_timeout_s}")
         _address(self.rpc or self.tracker)
 
     def describe(self) -> str:
@@ -57,6 +68,45 @@ class RemoteDevice:
                         self.wait_s, f"the tracker at {self.tracker} had no free device with key {self.key!r}")
 
 
+def _host_arch() -> str:
+    import tvm
+
+    return str(tvm.target.Target("llvm").attrs["mtriple"]).split("-")[0]
+
+
+def _triple(target) -> str:
+    return str(target.attrs.get("mtriple", "") or "")
+
+
+def runs_here(target_text: str) -> bool:
+    """Whether a build for this target (as a lineage names it) runs on this machine's CPU."""
+    import tvm
+
+    target = tvm.target.Target(target_text)
+    triple = _triple(target)
+    return target.kind.name in ("llvm", "c") and (not triple or triple.split("-")[0] == _host_arch())
+
+
+def exporter(target_text: str, compiler: str | None):
+    """The ``fcompile`` that links the build for the device: ``compiler`` if given, the
+    target triple's ``g++`` when the target is another machine's CPU, else the default
+    (None). A compiler that is not installed is an error naming it."""
+    import tvm
+    from tvm.support import cc
+
+    target = tvm.target.Target(target_text)
+    host = target.host or target
+    triple = _triple(host)
+    if compiler is None and (not triple or triple.split("-")[0] == _host_arch()):
+        return None
+    compiler = compiler or f"{triple}-g++"
+    if shutil.which(compiler) is None:
+        hint = f"sudo apt-get install g++-{triple}" if compiler == f"{triple}-g++" else "install it"
+        raise RelaytraceError(f"the build for {triple or host.kind.name} is linked with {compiler}, which is not "
+                              f"installed: {hint}, or name another compiler with --cc")
+    return cc.cross_compiler(compiler)
+
+
 def _address(text: str) -> tuple[str, int]:
     host, sep, port = (text or "").rpartition(":")
     if not sep or not host or not port.isdigit():
@@ -64,8 +114,9 @@ def _address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _bounded(call, seconds: float, failure: str):
-    """``call()`` in a thread, given ``seconds``: its result, or ``failure`` as an error."""
+def _bounded(call, seconds: float, failure: str, late: str | None = None):
+    """``call()`` in a thread, given ``seconds``: its result, or an error: ``failure``
+    with the exception's first line, or ``late`` (default ``failure``) when time ran out."""
     result: dict = {}
 
     def run():
@@ -79,47 +130,78 @@ def _bounded(call, seconds: float, failure: str):
     worker.join(seconds)
     if "value" in result:
         return result["value"]
-    why = f": {_first_line(result['error'])}" if "error" in result else f" within {seconds:g} s"
-    raise RelaytraceError(failure + why)
+    if "error" in result:
+        raise RelaytraceError(f"{failure}: {_first_line(result['error'])}")
+    raise RelaytraceError(f"{late or failure} within {seconds:g} s")
 
 
 def _first_line(exc: Exception) -> str:
-    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """One line for an error: its first, or for an error relayed over RPC (whose first
+    lines are wrappers) its last, without TVM's ``Check failed: (...) is false:``."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[-1] if "RPC" in type(exc).__name__ else lines[0]
+    return f"{type(exc).__name__}: {text.split(' is false: ', 1)[-1]}"
 
 
-def run_remote(executable, kernel_library, entry: str, args, captured, device: RemoteDevice,
+def run_remote(executable, kernel_library, target_text: str, entry: str, args, captured, device: RemoteDevice,
                repeat: int, number: int, say):
-    """(per-site timings, end-to-end seconds) measured on ``device``: ``captured`` is
-    ``[(kernel, call, argument tensors)]`` from a local run, ``args`` the entry's
-    inputs (numpy arrays)."""
+    """(per-site timings, end-to-end seconds, device name) measured on ``device``:
+    ``captured`` is ``[(kernel, call, argument arrays)]``, ``args`` the entry's inputs
+    (numpy arrays), ``target_text`` the build's target."""
+    import tvm
+
+    fcompile = exporter(target_text, device.compiler)
+    kind = tvm.target.Target(target_text).kind.name
+    kind = "cpu" if kind in ("llvm", "c") else kind
+    with tempfile.TemporaryDirectory(prefix="relaytrace-remote-") as tmp:
+        paths = {"vm.so": executable, "kernels.so": kernel_library}
+        for name, module in paths.items():
+            try:
+                module.export_library(os.path.join(tmp, name), fcompile=fcompile)
+            except Exception as exc:
+                raise RelaytraceError(f"could not link the build for the device: {_first_line(exc)}") from exc
+        say(f"connecting to {device.describe()}")
+        session = device.connect()
+        try:
+            say("uploading the executable")
+            for name in paths:
+                session.upload(os.path.join(tmp, name))
+            return _time_there(session, kind, entry, args, captured, device, repeat, number, say)
+        except RelaytraceError:
+            raise
+        except Exception as exc:  # the server went away, a kernel failed there
+            raise RelaytraceError(f"the remote run on {device.describe()} failed: {_first_line(exc)}") from exc
+
+
+def _time_there(session, kind: str, entry: str, args, captured, device: RemoteDevice, repeat: int, number: int, say):
     import tvm
     from tvm import relax
 
-    say(f"connecting to {device.describe()}")
-    session = device.connect()
+    dev = session.device(kind, 0)
+    if not dev.exist:
+        raise RelaytraceError(f"{device.describe()} has no {kind} device, which this build's target needs: "
+                              "profile it on a device of its kind, or build for this one's (--target)")
     try:
-        with tempfile.TemporaryDirectory(prefix="relaytrace-remote-") as tmp:
-            vm_path, kernels_path = os.path.join(tmp, "vm.so"), os.path.join(tmp, "kernels.so")
-            executable.export_library(vm_path)
-            kernel_library.export_library(kernels_path)
-            say("uploading the executable")
-            session.upload(vm_path)
-            session.upload(kernels_path)
-        dev = session.cpu()
         remote_vm = relax.VirtualMachine(session.load_module("vm.so"), dev)
         kernels = session.load_module("kernels.so")
-        sites = []
-        for i, (name, call, tensors) in enumerate(captured):
-            say(f"remote isolated {i + 1}/{len(captured)}: {name}#{call}")
-            remote_args = [tvm.runtime.tensor(t.numpy(), dev) for t in tensors]
-            sites.append((name, call, kernels.time_evaluator(name, dev, number=number, repeat=repeat)(*remote_args)
-                          .results))
-        say("remote end-to-end timing")
-        inputs = [tvm.runtime.tensor(a, dev) for a in args]
-        e2e = remote_vm.time_evaluator(entry, dev, number=1, repeat=max(repeat, 3))(*inputs).results
-        return sites, e2e, "remote cpu(0)"  # str() of a remote device is an RPC table index
-    except RelaytraceError:
-        raise
-    except Exception as exc:  # the server went away, a kernel failed there
-        raise RelaytraceError(f"the remote run on {device.describe()} failed: {_first_line(exc)}") from exc
+    except Exception as exc:
+        raise RelaytraceError(f"{device.describe()} cannot load this build ({_first_line(exc)}): is --target the "
+                              "device's own target?") from exc
+    sites = []
+    for i, (name, call, arrays) in enumerate(captured):
+        say(f"remote isolated {i + 1}/{len(captured)}: {name}#{call}")
+        remote_args = [tvm.runtime.tensor(a, dev) for a in arrays]
+        timer = kernels.time_evaluator(name, dev, number=number, repeat=repeat)
+        results = _bounded(lambda: timer(*remote_args).results, device.kernel_timeout_s,
+                           f"the remote run on {device.describe()} failed at {name}#{call}",
+                           f"kernel {name}#{call} did not finish on {device.describe()} (--kernel-timeout)")
+        sites.append((name, call, results))
+    say("remote end-to-end timing")
+    inputs = [tvm.runtime.tensor(a, dev) for a in args]
+    vm_timer = remote_vm.time_evaluator(entry, dev, number=1, repeat=max(repeat, 3))
+    e2e = _bounded(lambda: vm_timer(*inputs).results, device.kernel_timeout_s * max(len(captured), 1),
+                   f"the remote run on {device.describe()} failed timing {entry} end to end",
+                   f"{entry} did not finish on {device.describe()}")
+    return sites, e2e, f"remote {kind}(0)"  # str() of a remote device is an RPC table index

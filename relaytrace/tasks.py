@@ -61,22 +61,42 @@ def extract(mod, target, lineage) -> tuple[TaskRow, ...]:
     return tuple(sorted(rows, key=lambda r: (-r.weight, r.name)))
 
 
-def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=None):
+def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=None, remote=None):
     """Tune every task for a few trials into the database in ``work_dir``; returns the
-    pipeline that applies it (``tuned_pipeline``)."""
+    pipeline that applies it (``tuned_pipeline``). Candidates are measured here, or on
+    the devices of ``remote`` (a ``RemoteDevice`` naming a tracker and key), through
+    MetaSchedule's RPC runner."""
     import tvm.s_tir.meta_schedule as ms
 
     if trials_per_task < 1:
         raise RelaytraceError("--tune needs at least 1 trial per task")
+    runner = "local" if remote is None else fleet_runner(remote)
     fused = fused_module(mod, target)
     if progress:
-        progress(f"tuning {tasks} task(s), {trials_per_task} trial(s) each, database in {work_dir}")
+        where = f", measured on {remote.describe()}" if remote is not None else ""
+        progress(f"tuning {tasks} task(s), {trials_per_task} trial(s) each{where}, database in {work_dir}")
     database = ms.relax_integration.tune_relax(
         fused, {}, target, work_dir, max_trials_global=trials_per_task * tasks,
         max_trials_per_task=trials_per_task, num_trials_per_iter=min(trials_per_task, 64),
-        cost_model="random", seed=0,
+        cost_model="random", seed=0, runner=runner,
     )
     return tuned_pipeline(target, database)
+
+
+def fleet_runner(remote):
+    """MetaSchedule's RPC runner on the tracker and key of ``remote``; the tracker is
+    asked first, so that a wrong address or key is a one-line error, not a tuning run
+    whose every measurement failed."""
+    import tvm.s_tir.meta_schedule as ms
+
+    if remote.tracker is None:
+        raise RelaytraceError("MetaSchedule measures candidates on a tracker's devices: give --tracker HOST:PORT "
+                              "--key KEY (register the board's server with a tracker, docs/remote.md)")
+    remote.connect()  # a free device with the key, within the wait
+    host, _, port = remote.tracker.rpartition(":")
+    config = ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=remote.key,
+                                 session_timeout_sec=int(remote.kernel_timeout_s))
+    return ms.runner.RPCRunner(rpc_config=config, max_workers=1)
 
 
 def open_database(work_dir):

@@ -130,29 +130,6 @@ def test_tasks_weights_sum_to_call_sites(two_runs):
     assert int(weight) == int(sites.split()[0])
 
 
-@pytest.mark.slow
-def test_a_tuned_build_is_profiled_with_the_same_lineage_and_its_tuned_kernels_marked(tmp_path):
-    """MetaSchedule tuning (minutes on 2 cores), then the tuned build profiled."""
-    from relaytrace import Lineage
-
-    db = tmp_path / "db"
-    done = run("--quiet", "tasks", TINY, "--tune", "1", "--db", db, "--out", tmp_path / "tuned.json")
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "kernel call sites attributed" in done.stdout and "INCOMPLETE" not in done.stdout
-    assert f"relaytrace profile {TINY} --db {db}" in done.stdout
-    for name, extra in (("plain", []), ("tuned", ["--db", db])):
-        done = run("--quiet", "profile", TINY, "--repeat", "1", "--out", tmp_path / name, *extra)
-        assert done.returncode == 0, done.stderr[-2000:]
-    plain, tuned = (Lineage.load(tmp_path / name / "lineage.json") for name in ("plain", "tuned"))
-    assert tuned.coverage().complete and tuned.tuned and not plain.tuned
-    assert {s.label: s.origin_ids for s in tuned.call_sites} == {s.label: s.origin_ids for s in plain.call_sites}
-    with open(tmp_path / "tuned" / "kernels.csv") as f:
-        marked = {row["name"] for row in csv.DictReader(f) if row["tuned"] == "yes"}
-    assert marked == set(tuned.tuned)
-    done = run("profile", TINY, "--db", tmp_path / "nowhere", "--out", tmp_path / "x")
-    assert done.returncode == 1 and "no MetaSchedule database in" in done.stderr
-
-
 @pytest.mark.parametrize("args, code, message", [
     (["profile", "missing.onnx", "--out", "o"], 1, "no ONNX file"),
     (["profile", TINY, "--input-shape", "x:1xAx3", "--out", "o"], 2, "cannot parse input shape"),

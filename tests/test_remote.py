@@ -1,8 +1,10 @@
 """Profiling over TVM RPC, with a real tracker and server on 127.0.0.1 (started here,
 bounded in time, stopped after)."""
 
+import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -116,3 +118,98 @@ def test_a_server_killed_mid_run_is_a_one_line_error_and_the_directory_is_not_cr
     last = err.strip().splitlines()[-1]
     assert last.startswith("relaytrace: error:") and "remote run" in last
     assert not (tmp_path / "d").exists()
+
+
+AARCH64 = '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'
+
+
+def test_a_build_for_another_cpu_is_linked_by_its_cross_compiler_and_refused_by_a_device_of_this_cpu(devices, tmp_path):
+    """The rk3399 path: built for aarch64 here, linked by aarch64-linux-gnu-g++, each site
+    given arguments of the shapes its IR names (it cannot run here to capture them). This
+    machine's x86 server is the wrong device for it: a one-line error that says so."""
+    import relaytrace
+    from relaytrace.frontends.loader import load
+    from relaytrace.remote import RemoteDevice, exporter
+
+    if shutil.which("aarch64-linux-gnu-g++") is None:
+        pytest.skip("aarch64-linux-gnu-g++ is not installed (make test installs g++-aarch64-linux-gnu)")
+    _, board = devices
+    loaded = load(TINY)
+    executable, lineage = relaytrace.build(loaded.model, AARCH64)
+    assert lineage.coverage().complete
+    library = tmp_path / "model.so"
+    executable.export_library(str(library), fcompile=exporter(lineage.target, None))
+    assert subprocess.run(["file", library], capture_output=True, text=True).stdout.count("aarch64") == 1
+    with pytest.raises(relaytrace.RelaytraceError, match="does not run on this machine: profile it on its device"):
+        relaytrace.profile(executable, lineage, list(loaded.inputs))
+    done = run("profile", TINY, "--target", AARCH64, "--rpc", f"127.0.0.1:{board.port}", "--out", tmp_path / "d")
+    assert done.returncode == 1, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "cannot load this build" in last and "is --target the device's own target?" in last
+    assert not (tmp_path / "d").exists()
+
+
+def test_site_arguments_from_the_ir_are_the_shapes_a_run_gives_each_site():
+    """What a build that cannot run here is timed on: per site, the same shapes and
+    dtypes as one real run captures (zoo ResNet-18, a static model)."""
+    import relaytrace
+    from relaytrace import zoo
+    from relaytrace.frontends.torch import from_torch
+    from relaytrace.profiler import site_arguments
+
+    module, example = zoo.get("resnet18", image=64)
+    executable, lineage = relaytrace.build(from_torch(module, (example,), name="resnet18"), "llvm")
+    captured = relaytrace.profile(executable, lineage, [example.numpy()], repeat=1).args
+    from_ir, arrays = site_arguments(lineage)
+    assert len(from_ir) == len(lineage.call_sites) > 20
+    assert {label: captured[label] for label in from_ir} == from_ir
+    assert all(a.shape == shape for (_, _, xs), info in zip(arrays, from_ir.values()) for a, shape in zip(xs, info.shapes))
+
+
+def test_missing_cross_compiler_and_kernel_timeout_are_one_line_errors(devices, tmp_path):
+    _, board = devices
+    done = run("profile", TINY, "--target", AARCH64, "--rpc", f"127.0.0.1:{board.port}", "--cc", "no-such-g++",
+               "--out", tmp_path / "a")
+    assert done.returncode == 1 and "linked with no-such-g++, which is not installed" in done.stderr
+    assert "building" not in done.stderr  # said before the build
+    done = run("profile", TINY, "--rpc", f"127.0.0.1:{board.port}", "--kernel-timeout", "0.000001",
+               "--out", tmp_path / "b")
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "did not finish on rpc" in done.stderr.strip().splitlines()[-1]
+    done = run("profile", TINY, "--kernel-timeout", "5", "--out", tmp_path / "c")
+    assert done.returncode == 2 and "apply to a remote device" in done.stderr
+    assert not any((tmp_path / d).exists() for d in "abc")
+
+
+@pytest.mark.slow
+def test_tuning_measures_on_the_trackers_devices_and_the_tuned_build_is_profiled_there(devices, tmp_path):
+    """``tasks --tune --tracker``: MetaSchedule's RPC runner measures every candidate on
+    the pool's device (minutes on 2 cores); ``profile --db --tracker`` times the tuned
+    build there, with the plain build's lineage and its tuned kernels marked. (Tuning
+    here, without --tracker, differs only in MetaSchedule's runner: not run again.)"""
+    from relaytrace import Lineage
+
+    pool, _ = devices
+    tracker = ["--tracker", f"127.0.0.1:{pool.port}", "--key", "tiny"]
+    db = tmp_path / "db"
+    done = run("tasks", TINY, "--tune", "1", "--db", db, *tracker, "--out", tmp_path / "tuned.json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"measured on tracker 127.0.0.1:{pool.port} key tiny" in done.stderr
+    assert "kernel call sites attributed" in done.stdout and "INCOMPLETE" not in done.stdout
+    assert f"--db {db} --tracker 127.0.0.1:{pool.port} --key tiny" in done.stdout
+    for name, extra in (("plain", []), ("tuned", ["--db", db, *tracker])):
+        done = run("--quiet", "profile", TINY, "--repeat", "2", "--out", tmp_path / name, *extra)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert _check_outputs(tmp_path / "tuned").remote == f"tracker 127.0.0.1:{pool.port} key tiny"
+    plain, tuned = (Lineage.load(tmp_path / name / "lineage.json") for name in ("plain", "tuned"))
+    assert tuned.coverage().complete and tuned.tuned and not plain.tuned
+    assert {s.label: s.origin_ids for s in tuned.call_sites} == {s.label: s.origin_ids for s in plain.call_sites}
+    with open(tmp_path / "tuned" / "kernels.csv") as f:
+        marked = {row["name"] for row in csv.DictReader(f) if row["tuned"] == "yes"}
+    assert marked == set(tuned.tuned)
+    done = run("profile", TINY, "--db", tmp_path / "nowhere", "--out", tmp_path / "x")
+    assert done.returncode == 1 and "no MetaSchedule database in" in done.stderr
+    done = run("tasks", TINY, "--tune", "1", "--db", tmp_path / "x", "--rpc", "127.0.0.1:1")
+    assert done.returncode == 2 and "unrecognized arguments: --rpc" in done.stderr
+    done = run("tasks", TINY, *tracker)
+    assert done.returncode == 2 and "give --tune N --db DIR with it" in done.stderr

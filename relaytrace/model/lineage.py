@@ -35,7 +35,10 @@ class CallSite:
     ``function``; ``position`` orders all sites (an entry's sites in its run order, one
     entry after another). ``scope`` says which call of a Relax subfunction the site runs
     in: ``""`` for the entry's own body, ``"block#1"`` for the second call of ``block``
-    (``"block#0/inner#0"`` nested); each call of a subfunction runs its ops again."""
+    (``"block#0/inner#0"`` nested); each call of a subfunction runs its ops again.
+    ``arguments``: ``(shape, dtype)`` of each argument (outputs last) as the compiled IR
+    types it, a dim it knows only at run time as ``"?"``; a remote profile of a build
+    that cannot run here times the site on arguments of these shapes."""
 
     kernel: str
     call: int
@@ -43,6 +46,7 @@ class CallSite:
     roles: tuple[Role, ...]
     function: str = "main"
     scope: str = ""
+    arguments: tuple[tuple[tuple, str], ...] = ()
 
     @property
     def origin_ids(self) -> tuple[str, ...]:

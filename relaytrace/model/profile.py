@@ -44,6 +44,7 @@ class Profile:
     entry: str = "main"  # the entry function that ran
     inputs: tuple[tuple[str, tuple, str], ...] = ()  # (name, concrete shape, dtype) of each input it ran with
     remote: str = ""  # where it ran when not in this process: "rpc HOST:PORT", "tracker HOST:PORT key K"
+    arguments: str = "a local run"  # what each site was given: "a local run" or "the compiled IR" (shapes only)
     schema: str = SCHEMA
 
     @property
@@ -80,8 +81,12 @@ class Profile:
         return (
             f"kernels {self.kernel_us / 1e3:.3f} ms + VM builtins {self.builtin_us / 1e3:.3f} ms + "
             f"unexplained gap {self.gap_us / 1e3:.3f} ms = end-to-end median {self.e2e_median_us / 1e3:.3f} ms "
-            f"({self.mode}{', on ' + self.remote if self.remote else ''}, {self.runs} run(s))"
+            f"({self.mode}{', on ' + self.remote if self.remote else ''}{self._argument_note}, {self.runs} run(s))"
         )
+
+    @property
+    def _argument_note(self) -> str:
+        return "" if self.arguments == "a local run" else f", sites given arguments of {self.arguments}'s shapes"
 
     def to_json(self) -> dict:
         return {
@@ -90,6 +95,7 @@ class Profile:
             "records": [[r.name, r.call, r.run, r.start_us, r.duration_us, r.kind] for r in self.records],
             "args": {k: {"shapes": v.shapes, "dtypes": v.dtypes} for k, v in self.args.items()},
             "e2e_us": self.e2e_us, "entry": self.entry, "inputs": self.inputs, "remote": self.remote,
+            "arguments": self.arguments,
         }
 
     @classmethod
@@ -103,6 +109,7 @@ class Profile:
                 args={k: ArgInfo(tuples(v["shapes"]), tuple(v["dtypes"])) for k, v in data["args"].items()},
                 e2e_us=tuple(data["e2e_us"]), entry=str(data.get("entry", "main")),
                 inputs=tuples(data.get("inputs", ())), remote=str(data.get("remote", "")),
+                arguments=str(data.get("arguments", "a local run")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise LineageFormatError(f"profile file is missing or has a malformed field: {exc}") from exc
