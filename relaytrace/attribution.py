@@ -85,6 +85,8 @@ class KernelRow:
     layers: tuple[str, ...]
     status: str = VERIFIED  # the worst verdict of this kernel's call sites
     tuned: bool = False  # its schedule came from a MetaSchedule database
+    min_us: float = 0.0  # its sites' fastest runs, added up (``us`` adds their medians)
+    max_us: float = 0.0  # its sites' slowest runs, added up
 
 
 @define(frozen=True)
@@ -110,7 +112,7 @@ class Categories:
 def check_match(lineage: Lineage, profile: Profile) -> None:
     """A profile must come from an executable of this lineage: same kernels, same calls."""
     ran: dict[str, int] = defaultdict(int)
-    for (name, call) in profile.mean_by_site(KERNEL):
+    for (name, call) in profile.by_site(KERNEL):
         ran[name] = max(ran[name], call + 1)
     problems = lineage.call_count_mismatches(ran)
     if problems:
@@ -125,7 +127,7 @@ def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[
         raise RelaytraceError(f"unknown policy {policy!r}: use one of {POLICIES}")
     lineage = lineage.for_entry(profile.entry)
     check_match(lineage, profile)
-    times = profile.mean_by_site(KERNEL)
+    times = profile.by_site(KERNEL)
     checks = lineage.site_checks()
     out: list[Share] = []
     for site in lineage.call_sites:
@@ -234,18 +236,20 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
     plus the layers each kernel runs."""
     lineage = lineage.for_entry(profile.entry)
     check_match(lineage, profile)
-    times = profile.mean_by_site(KERNEL)
-    total = sum(times.values()) or 1.0
+    spread = profile.site_times(KERNEL)
+    total = sum(t.median_us for t in spread.values()) or 1.0
     checks = lineage.site_checks()
     rows = []
     for name, sites in lineage.kernels.items():
-        us = sum(times[(name, s.call)] for s in sites)
+        us = sum(spread[(name, s.call)].median_us for s in sites)
         arg = profile.args.get(f"{name}#0")
         shapes = ", ".join(f"{d}{list(s)}" for s, d in zip(arg.shapes, arg.dtypes)) if arg else ""
         layers = tuple(dict.fromkeys(lineage.origins[r.origin].layer for s in sites for r in s.roles
                                      if r.role == ANCHOR or lineage.origins[r.origin].kind == OP))
         rows.append(KernelRow(name, us, 100.0 * us / total, len(sites), profile.device, shapes, layers,
-                              worst(checks[s.position].status for s in sites), name in lineage.tuned))
+                              worst(checks[s.position].status for s in sites), name in lineage.tuned,
+                              sum(spread[(name, s.call)].min_us for s in sites),
+                              sum(spread[(name, s.call)].max_us for s in sites)))
     return tuple(sorted(rows, key=lambda r: -r.us))
 
 
@@ -259,7 +263,7 @@ def categories_from(parts: tuple[Share, ...], profile: Profile) -> Categories:
     for s in parts:
         if s.category == INSERTED:
             inserted[s.layer] += s.us
-    builtin = sum(profile.mean_by_site(BUILTIN).values())
+    builtin = sum(profile.by_site(BUILTIN).values())
     compute = sum(s.us for s in parts if s.category == COMPUTE)
     unresolved = sum(s.us for s in parts if s.category == UNRESOLVED)
     ins = sum(inserted.values())

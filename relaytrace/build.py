@@ -49,29 +49,36 @@ class Trace:
 
 @contextlib.contextmanager
 def trace(model: str = "model", target: str = "", pipeline: str = "user",
-          layer_of: LayerNamer | None = None, progress=None):
+          layer_of: LayerNamer | None = None, progress=None, opt_level: int | None = None):
     """Trace every pass run inside the block, e.g. around your own ``tvm.compile``.
 
-    The current PassContext is kept: its opt_level, config, required/disabled passes
-    and instruments stay in force, with ours added last.
+    The current PassContext is kept: its opt_level (unless ``opt_level`` is given),
+    config, required/disabled passes and instruments stay in force, with ours added
+    last. Trace one build per block: a second module entering it stops the recording
+    and marks the lineage degraded (not complete), saying so.
     """
-    import tvm
-
     from .tracking.recorder import Recorder
 
     recorder = Recorder(progress)
     handle = Trace(recorder, layer_of, model, target, pipeline)
+    with _composed(recorder, opt_level):
+        yield handle
+    handle.finish()
+
+
+def _composed(recorder, opt_level: int | None = None):
+    """The current PassContext with ``recorder`` added after its instruments (and
+    ``opt_level`` when given): its config and required/disabled passes stay in force."""
+    import tvm
+
     current = tvm.transform.PassContext.current()
-    ctx = tvm.transform.PassContext(
-        opt_level=current.opt_level,
+    return tvm.transform.PassContext(
+        opt_level=current.opt_level if opt_level is None else opt_level,
         required_pass=list(current.required_pass),
         disabled_pass=list(current.disabled_pass),
         config=dict(current.config),
         instruments=list(current.instruments) + [recorder],
     )
-    with ctx:
-        yield handle
-    handle.finish()
 
 
 def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None = None):
@@ -102,7 +109,9 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
           database=None):
     """Compile ``mod`` for ``target``; return ``(executable, lineage)``.
 
-    The executable is exactly what ``tvm.compile`` gives for the same pipeline.
+    The executable is exactly what ``tvm.compile`` gives for the same pipeline. The
+    PassContext you entered stays in force as for ``trace()`` (its instruments, config,
+    required and disabled passes), at ``opt_level`` (build's own argument, default 3).
     ``database``: a MetaSchedule database directory (``relaytrace tasks --tune N --db
     DIR``) whose schedules are applied after FuseTIR, on the fused CPU pipeline.
     """
@@ -126,7 +135,7 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
     label = pipeline if isinstance(pipeline, str) else pipeline.info.name
     if convert_layout:
         label = f"{label}+convert_layout({', '.join(f'{k}={v}' for k, v in convert_layout.items())})"
-    with tvm.transform.PassContext(opt_level=opt_level):
-        with trace(model=name, target=str(target), pipeline=str(label), layer_of=layer_of, progress=progress) as handle:
-            executable = tvm.compile(mod, target, relax_pipeline=seq)
+    with trace(model=name, target=str(target), pipeline=str(label), layer_of=layer_of, progress=progress,
+               opt_level=opt_level) as handle:
+        executable = tvm.compile(mod, target, relax_pipeline=seq)
     return executable, handle.lineage

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import LineageFormatError, RelaytraceError, UsageError
+from .errors import RelaytraceError, UsageError
 from .frontends.loader import DEMO_MODELS
 
 NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
@@ -40,6 +40,19 @@ def _build_and_profile(model, args, say, inputs):
     return lineage, prof
 
 
+def _check_target(text: str):
+    """The TVM target ``--target`` names, refused in one line before any work."""
+    import tvm
+
+    try:
+        return tvm.target.Target(text)
+    except Exception as exc:  # TVM's parser: ValueError, TVMError, ...
+        from .failures import first_line
+
+        raise UsageError(f"--target {text!r} is not a TVM target ({first_line(exc)[:160]}): give a kind (llvm, "
+                         'cuda) or JSON such as \'{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}\'') from None
+
+
 def _remote(args):
     """The RPC device ``--rpc`` or ``--tracker``/``--key`` name, or None to run here."""
     if not (args.rpc or args.tracker or args.key):
@@ -63,6 +76,8 @@ def _print_summary(report, out: Path | None, top: int = 10) -> None:
     from .render.table import category_table, coverage_summary, layer_table
 
     print(f"{report.lineage.model}: {report.profile.summary()}")
+    for warning in report.profile.warnings():
+        print(warning)
     print()
     print(f"top {top} layers:")
     print(layer_table(report.layers, top=top))
@@ -83,13 +98,14 @@ def cmd_demo(args) -> int:
     from .report import make_report
 
     say = _progress(args)
+    _check_target(args.target)
+    _remote(args)
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {args.model}")
     args.name = args.model
     loaded = load(f"demo:{args.model}", entry=args.entry)
     report = make_report(*_build_and_profile(loaded.model, args, say, loaded.inputs))
-    write_outputs(out, report, {"model": f"demo:{args.model}", "input_shapes": [], "dtype": None},
-                  overwrite=args.force)
+    write_outputs(out, report, _run_record(args, f"demo:{args.model}"), overwrite=args.force)
     _print_summary(report, out)
     return 0
 
@@ -101,16 +117,23 @@ def cmd_profile(args) -> int:
 
     shapes = [parse_shape(s) for s in args.input_shape]
     say = _progress(args)
+    _check_target(args.target)
+    _remote(args)
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {args.model}")
     loaded = load(args.model, shapes=shapes, dtype=args.dtype, entry=args.entry)
     report = make_report(*_build_and_profile(loaded.model, args, say, loaded.inputs))
-    write_outputs(out, report, {"model": str(Path(args.model).resolve()) if args.model.endswith(".onnx")
-                                       else _absolute_factory(args.model),
-                                       "input_shapes": args.input_shape, "dtype": args.dtype, "db": args.db},
-                  collapse=args.collapse, overwrite=args.force)
+    spec = str(Path(args.model).resolve()) if args.model.endswith(".onnx") else _absolute_factory(args.model)
+    write_outputs(out, report, _run_record(args, spec), collapse=args.collapse, overwrite=args.force)
     _print_summary(report, out)
     return 0
+
+
+def _run_record(args, spec: str) -> dict:
+    """What an output DIR was made from (its run.json): ``tasks DIR`` rebuilds it so."""
+    return {"model": spec, "input_shapes": getattr(args, "input_shape", []), "dtype": getattr(args, "dtype", None),
+            "db": getattr(args, "db", None), "target": args.target, "pipeline": args.pipeline,
+            "layout": args.layout, "entry": args.entry}
 
 
 def _absolute_factory(spec: str) -> str:
@@ -128,6 +151,9 @@ def cmd_render(args) -> int:
     from .render.html import html_report
     from .report import make_report
 
+    if args.out and Path(args.out).suffix.lower() not in (f".{args.format}",) + ((".htm",) if args.format == "html" else ()):
+        raise UsageError(f"--out {args.out} does not end in .{args.format}, the --format it would be written in: "
+                         f"name it ...{'.' + args.format} or give the --format its suffix says")
     source = Path(args.source)
     lineage_path = source / "lineage.json" if source.is_dir() else source
     profile_path = Path(args.profile) if args.profile else (
@@ -151,6 +177,9 @@ def cmd_render(args) -> int:
 def cmd_query(args) -> int:
     from .model.lineage import Lineage
 
+    asked = next((f"--{k}" for k in ("kernel", "layer", "history") if getattr(args, k) == ""), None)
+    if asked:
+        raise UsageError(f"{asked} needs a name (see `relaytrace query LINEAGE --{asked[2:]} NAME`)")
     lineage = Lineage.load(args.lineage)
     if args.kernel:
         name, _, call = args.kernel.partition("#")
@@ -223,8 +252,6 @@ def cmd_diff(args) -> int:
 
 
 def cmd_tasks(args) -> int:
-    import tvm
-
     from . import tasks as T
     from .build import build
     from .render.table import format_table
@@ -238,12 +265,15 @@ def cmd_tasks(args) -> int:
     remote = _remote(args)
     if remote is not None and args.tune is None:
         raise UsageError("--tracker measures tuning candidates: give --tune N --db DIR with it")
-    spec, shapes, dtype = args.model, args.input_shape, args.dtype
-    if Path(spec).is_dir():  # an output DIR: rebuild the model it was made from
+    spec, shapes, dtype, target = args.model, args.input_shape, args.dtype, args.target or "llvm"
+    if Path(spec).is_dir():  # an output DIR: rebuild the model it was made from, as it was made
         info = run_info(spec)
-        spec, shapes, dtype = info["model"], info["input_shapes"], info["dtype"]
+        if info["pipeline"] != "fused" or info["layout"] != "NCHW":
+            raise UsageError(f"{spec} was built {info['pipeline']} with layout {info['layout']}; tasks are those of "
+                             "the fused NCHW build: profile the model that way, or pass the model itself")
+        spec, shapes, dtype, target = info["model"], info["input_shapes"], info["dtype"], args.target or info["target"]
+    target = T.tuning_target(_check_target(target)) if args.tune else _check_target(target)
     loaded = load(spec, shapes=[parse_shape(s) for s in shapes], dtype=dtype, with_inputs=False)
-    target = T.tuning_target(args.target) if args.tune else tvm.target.Target(args.target)
     mod = loaded.model.mod
     say("building (fused) and extracting MetaSchedule tasks")
     _, lineage = build(loaded.model, target, progress=say.passes)
@@ -269,6 +299,28 @@ def cmd_tasks(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as the one line every relaytrace error is (exit 2)."""
+
+    def error(self, message):
+        self.exit(2, f"relaytrace: usage error: {message} (see `{self.prog} --help`)\n")
+
+
+def _at_least(low, kind=int):
+    """An argparse type: a number of ``kind`` no smaller than ``low`` (above 0 for floats)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (value >= low if kind is int else low < value < float("inf")):  # NaN is refused too
+            raise argparse.ArgumentTypeError(f"{text!r} must be {'at least' if kind is int else 'above'} {low}")
+        return value
+
+    parse.__name__ = "count" if kind is int else "seconds"
+    return parse
+
+
 def _add_build_options(p) -> None:
     p.add_argument("--target", default="llvm", help="TVM target (default llvm)")
     p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
@@ -281,9 +333,9 @@ def _add_build_options(p) -> None:
     p.add_argument("--key", metavar="KEY", help="the device key (needed with --tracker; a server's own key with --rpc)")
     p.add_argument("--cc", metavar="COMPILER",
                    help="links the build for a remote device (default: MTRIPLE-g++ for a target of another CPU)")
-    p.add_argument("--kernel-timeout", type=float, metavar="S",
+    p.add_argument("--kernel-timeout", type=_at_least(0, float), metavar="S",
                    help="seconds one call site may take on a remote device (default 120)")
-    p.add_argument("--repeat", type=int, default=3, help="profiled runs (default 3)")
+    p.add_argument("--repeat", type=_at_least(1), default=3, help="profiled runs (default 3)")
     p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
 
 
@@ -295,7 +347,7 @@ def _add_model_options(p) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="relaytrace",
+    parser = _Parser(prog="relaytrace",
                                      description="Map TVM kernels, and their time, back to model layers.")
     parser.add_argument("--quiet", action="store_true", help="no progress messages")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -312,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_build_options(p)
     p.add_argument("--out", required=True, help="output DIR")
     p.add_argument("--force", action="store_true", help="write into an existing DIR")
-    p.add_argument("--collapse", type=int, help="group layers.svg by module prefix depth")
+    p.add_argument("--collapse", type=_at_least(1), help="group layers.svg by module prefix depth")
     p.add_argument("--db", metavar="DIR", help="apply the MetaSchedule database `tasks --tune` wrote in DIR")
     p.set_defaults(run=cmd_profile)
 
@@ -321,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", metavar="profile.json")
     p.add_argument("--format", choices=["svg", "png", "pdf", "dot", "html"], default="svg")
     p.add_argument("--graph", choices=["layers", "kernels"], default="layers")
-    p.add_argument("--collapse", type=int, metavar="N", help="group layers by module prefix depth N")
+    p.add_argument("--collapse", type=_at_least(1), metavar="N", help="group layers by module prefix depth N")
     p.add_argument("--out", help="output file (default: beside the lineage)")
     p.add_argument("--force", action="store_true", help="replace an existing file")
     p.set_defaults(run=cmd_render)
@@ -347,8 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tasks", help="MetaSchedule tuning tasks, their weights and layers")
     _add_model_options(p)
-    p.add_argument("--target", default="llvm")
-    p.add_argument("--tune", type=int, metavar="N", help="tune N trials per task, then rebuild")
+    p.add_argument("--target", help="TVM target (default llvm, or the one an output DIR was made for)")
+    p.add_argument("--tune", type=_at_least(1), metavar="N", help="tune N trials per task, then rebuild")
     p.add_argument("--db", metavar="DIR", help="tuning database directory")
     p.add_argument("--tracker", metavar="HOST:PORT", help="measure tuning candidates on this tracker's devices")
     p.add_argument("--key", metavar="KEY", help="the devices' key in the tracker")
@@ -364,16 +416,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run one command; every failure is one line on stderr and an exit code
+    (``failures``): 0 done, 1 failed, 2 bad command line, 130 interrupted."""
+    from . import failures
+
+    failures.watch_interrupts()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except UsageError as exc:
-        print(f"relaytrace: usage error: {exc}", file=sys.stderr)
-        return 2
-    except (RelaytraceError, LineageFormatError, FileExistsError, FileNotFoundError) as exc:
-        print(f"relaytrace: error: {exc}", file=sys.stderr)
-        return 1
+    except BrokenPipeError:
+        return failures.quiet_broken_pipe()
+    except BaseException as exc:  # noqa: BLE001 - the one place failures become exit codes
+        if isinstance(exc, SystemExit):
+            raise
+        return failures.report(exc)
 
 
 if __name__ == "__main__":

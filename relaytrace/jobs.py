@@ -11,26 +11,36 @@ import tempfile
 from pathlib import Path
 
 from .errors import RelaytraceError, UsageError
+from .failures import stop_if_interrupted
 
 OUTPUTS = ("lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg",
            "report.html", "trace.json", "run.json")
 
 
 class Progress:
-    """One line per step on stderr; silent with --quiet."""
+    """One line per step on stderr; silent with --quiet. Each step is also where a
+    Ctrl-C that Python swallowed stops the command (``failures.stop_if_interrupted``)."""
 
     def __init__(self, quiet: bool = False):
         self.quiet = quiet
         self._last_pass = 0
 
     def __call__(self, message: str) -> None:
+        stop_if_interrupted()
         if not self.quiet:
-            print(f"[relaytrace] {message}", file=sys.stderr, flush=True)
+            self._say(f"[relaytrace] {message}")
 
     def passes(self, count: int, name: str) -> None:
+        stop_if_interrupted()
         if not self.quiet and count - self._last_pass >= 25:
             self._last_pass = count
-            print(f"[relaytrace]   {count} passes done ({name})", file=sys.stderr, flush=True)
+            self._say(f"[relaytrace]   {count} passes done ({name})")
+
+    def _say(self, line: str) -> None:
+        try:
+            print(line, file=sys.stderr, flush=True)
+        except OSError:  # stderr piped into a reader that went away: progress is not worth failing for
+            self.quiet = True
 
 
 def parse_shape(text: str) -> tuple[str, tuple[int, ...], str | None]:
@@ -103,6 +113,7 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None, ove
         (staging / "report.html").write_text(html_report(report))
         (staging / "trace.json").write_text(json.dumps(chrome_trace(lineage, profile)))
         (staging / "run.json").write_text(json.dumps(run, indent=1))  # how to rebuild: `tasks DIR`
+        stop_if_interrupted()
         _publish(staging, out, overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -144,12 +155,25 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+_RUN_FIELDS = {"model": str, "input_shapes": tuple[str, ...], "dtype": str | None, "db": str | None,
+               "target": str, "pipeline": str, "layout": str, "entry": str | None}
+_RUN_DEFAULTS = {"db": None, "target": "llvm", "pipeline": "fused", "layout": "NCHW", "entry": None}
+
+
 def run_info(path) -> dict:
-    """The model spec and options an output DIR was made with (its run.json)."""
+    """The model spec and options an output DIR was made with (its run.json), each field
+    checked; a run.json of an older relaytrace gets the defaults it was made with."""
+    from .model.jsonio import check, read_json
+
     info = Path(path) / "run.json"
     if not info.is_file():
         raise FileNotFoundError(f"{info} is missing: pass the model itself (an .onnx file or file.py:factory)")
-    return json.loads(info.read_text())
+    data = read_json(info, "run")
+    check(data, dict, str(info))
+    data = {**_RUN_DEFAULTS, **data}
+    for key, kind in _RUN_FIELDS.items():
+        check(data.get(key), kind, f"{info}: {key}")
+    return data
 
 
 def load_pair(path):

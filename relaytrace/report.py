@@ -40,7 +40,7 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
     match), about the entry function the profile ran (``Lineage.for_entry``)."""
     build_lineage, lineage = lineage, lineage.for_entry(profile.entry)
     parts = A.shares(lineage, profile, policy)
-    times = profile.mean_by_site(KERNEL)
+    times = profile.by_site(KERNEL)
     return Report(
         lineage=lineage, profile=profile, policy=policy, shares=parts,
         layers=A.layers_from(parts), kernels=A.by_kernel(lineage, profile),

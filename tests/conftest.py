@@ -72,3 +72,15 @@ def move_origin(lineage, origin: str, to):
             moved.append(attrs.evolve(site, roles=roles))
         kernels[kernel] = tuple(moved)
     return attrs.evolve(lineage, kernels=kernels)
+
+
+@pytest.fixture(scope="session")
+def tiny_out(tmp_path_factory):
+    """An output DIR of ``relaytrace profile`` on the tiny model (one run), made once;
+    tests copy it before changing anything in it."""
+    from tests.fuzz import run_cli
+
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    code, _, err = run_cli(["--quiet", "profile", "tests/fixtures/tiny_model.py:make", "--repeat", "1", "--out", out])
+    assert code == 0, err
+    return out

@@ -87,7 +87,7 @@ def test_isolated_mode_times_each_kernel_site_alone(small, input_data):
     executable, lineage, timeline = small
     iso = relaytrace.profile(executable, lineage, [input_data], repeat=3, mode="isolated")
     assert iso.mode == "isolated"
-    assert set(iso.mean_by_site(KERNEL)) == set(timeline.mean_by_site(KERNEL))
+    assert set(iso.by_site(KERNEL)) == set(timeline.by_site(KERNEL))
     assert sum(r.us for r in A.by_layer(lineage, iso)) == pytest.approx(iso.kernel_us)
 
 
@@ -117,7 +117,7 @@ def test_resnet50_attribution(resnet50_profiled):
     rows = A.by_layer(lineage, prof)
     assert sum(r.us for r in rows) == pytest.approx(prof.kernel_us, rel=1e-9)
     attributed = {(s.kernel, s.call) for s in lineage.call_sites}
-    assert set(prof.mean_by_site(KERNEL)) == attributed
+    assert set(prof.by_site(KERNEL)) == attributed
     for k in A.by_kernel(lineage, prof):
         assert k.count == len(lineage.kernels[k.name])
     conv_layers = {o.layer for o in lineage.origins.values() if o.short_op == "conv2d"}

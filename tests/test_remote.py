@@ -77,7 +77,7 @@ def test_remote_and_local_isolated_times_agree_per_site(devices, tmp_path):
     here = relaytrace.profile(executable, lineage, list(loaded.inputs), mode="isolated", repeat=5)
     there = relaytrace.profile(executable, lineage, list(loaded.inputs), repeat=5,
                                remote=RemoteDevice(rpc=f"127.0.0.1:{board.port}"))
-    local, remote = here.mean_by_site(), there.mean_by_site()
+    local, remote = here.by_site(), there.by_site()
     assert set(local) == set(remote)
     for site, us in local.items():
         assert remote[site] <= 3 * us + 20 and us <= 3 * remote[site] + 20, (site, us, remote[site])

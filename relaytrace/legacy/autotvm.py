@@ -10,6 +10,7 @@ typographic, which is undone first.
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from attrs import define
@@ -108,14 +109,18 @@ def parse_log(text: str, source: str = "autotvm-log") -> tuple[tuple[LogRecord, 
             target, task, args = data["i"][0], data["i"][1], data["i"][2]
             costs, error_no = data["r"][0], int(data["r"][1])
             data_t, weight_t = args[0], args[1]
+            if not isinstance(target, str) or not isinstance(task, str) or not isinstance(costs, list) or \
+                    not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c)
+                            and 0 <= c < 1e6 for c in costs):
+                raise ValueError("target and task must be strings, costs a list of seconds")
             workload = Workload(op_of(task), tuple(data_t[1]), tuple(weight_t[1]),
                                 tuple(args[2]) if len(args) > 2 and isinstance(args[2], list) else (),
                                 tuple(args[3]) if len(args) > 3 and isinstance(args[3], list) else ())
         except json.JSONDecodeError as exc:
             issues.append(Issue(source, number, f"not a JSON record (column {exc.colno}): {exc.msg}"))
             continue
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            issues.append(Issue(source, number, f"record without the expected fields: {exc!r}"))
+        except (KeyError, IndexError, TypeError, ValueError, OverflowError) as exc:
+            issues.append(Issue(source, number, f"record without the expected fields: {exc}"))
             continue
         cost = sum(costs) / len(costs) if costs and error_no == 0 else None
         records.append(LogRecord(number, target, task, workload, cost, error_no))

@@ -10,6 +10,7 @@ from ..model.jsonio import write_atomic
 from . import match as M
 from . import summary as S
 from .autotvm import parse_log, parse_tasks, parse_workload_lists
+from .common import percent
 from .relay_ir import parse_relay_ir
 from .reports import parse_reports
 
@@ -58,8 +59,8 @@ def run(args) -> int:
         for report in reports:
             pure, mixed, total = M.layout_transform_share(report)
             print(f"\nreport at line {report.line} ({report.kind}, {len(report.rows)} kernels, "
-                  f"total {total / 1e3:.3f} ms): layout_transform kernels {100 * pure / total:.2f}% "
-                  f"of the time; kernels containing a layout_transform {100 * mixed / total:.2f}%")
+                  f"total {total / 1e3:.3f} ms): layout_transform kernels {percent(pure, total)} "
+                  f"of the time; kernels containing a layout_transform {percent(mixed, total)}")
             print(S.matches_table(M.match_rows(report.rows, graph)) if graph else
                   "  (give --relay-ir to match kernels to Relay ops)")
             shares = S.op_type_shares(report)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from attrs import define
@@ -30,8 +31,17 @@ def normalise_quotes(text: str) -> str:
 
 
 def number(text: str) -> float:
-    """``11,64,595.59`` (Indian grouping), ``271,351.60`` or ``107147.0``."""
-    return float(text.replace(",", ""))
+    """``11,64,595.59`` (Indian grouping), ``271,351.60`` or ``107147.0``; a ValueError
+    for anything else, ``nan`` and numbers too large for a float included."""
+    value = float(text.replace(",", ""))
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:20]!r} is not a finite number")
+    return value
+
+
+def percent(part: float, total: float) -> str:
+    """``part`` as a percentage of ``total``; ``n/a`` when the total is zero."""
+    return f"{100 * part / total:.2f}%" if total else "n/a (total is 0)"
 
 
 def shape(text: str) -> Shape:

@@ -13,7 +13,8 @@ from attrs import define, field
 from .common import Issue, Shape, shape
 
 _INPUT = re.compile(r"%(\w+)\s*:\s*Tensor\[\(([^)]*)\),\s*(\w+)\]")
-_BINDING = re.compile(r"^\s*(?:%(\d+)\s*=\s*)?([A-Za-z_][\w.]*)\((.*)\)\s*/\*\s*ty=(.*?)\s*\*/\s*;?(.*)$")
+_CALL_HEAD = re.compile(r"^\s*(?:%(\d+)\s*=\s*)?([A-Za-z_][\w.]*)\(")
+_TYPE_COMMENT = re.compile(r"\)\s*/\*\s*ty=")
 _BINDING_START = re.compile(r"^[a-z_]+\.[a-z_][\w.]*\(")
 _PROJECTION = re.compile(r"^\s*%(\d+)\s*=\s*%(\d+)\.(\d+)\s*;?\s*$")
 _TENSOR = re.compile(r"Tensor\[\(([^)]*)\),\s*(\w+)\]")
@@ -65,6 +66,27 @@ class RelayGraph:
         return None
 
 
+def _binding(line: str) -> tuple[str | None, str, str, str, str] | None:
+    """(var digits or None, op, argument text, type text, text after) of ``%3 = op(...)
+    /* ty=... */;``, or None. The call ends at the last ``) /* ty=`` of the line (its
+    arguments hold type comments of their own); found in linear time: one regex with
+    a greedy body and a lazy type backtracks quadratically on a long line."""
+    head = _CALL_HEAD.match(line)
+    if not head:
+        return None
+    last = None
+    for last in _TYPE_COMMENT.finditer(line, head.end() - 1):
+        pass
+    if last is None:
+        return None
+    close = line.find("*/", last.end())
+    if close < 0:
+        return None
+    trailing = line[close + 2:].lstrip()
+    trailing = trailing[1:] if trailing.startswith(";") else trailing
+    return head.group(1), head.group(2), line[head.end():last.start()], line[last.end():close].strip(), trailing
+
+
 def parse_relay_ir(text: str, source: str = "relay-ir") -> RelayGraph:
     inputs: dict[str, tuple[Shape, str]] = {}
     ops: list[RelayOp] = []
@@ -88,12 +110,12 @@ def parse_relay_ir(text: str, source: str = "relay-ir") -> RelayGraph:
         if projection:
             aliases[f"%{projection.group(1)}"] = f"%{projection.group(2)}"
             continue
-        match = _BINDING.match(stripped)
+        match = _binding(stripped)
         if not match:
             if stripped.startswith("%") or _BINDING_START.match(stripped):
                 issues.append(Issue(source, number, f"not a Relay binding: {stripped[:80]!r}"))
             continue
-        var, op, body, ty, trailing = match.groups()
+        var, op, body, ty, trailing = match
         if trailing.strip():
             issues.append(Issue(source, number, f"text after the binding ignored: {trailing.strip()[:60]!r}"))
         tensors = _TENSOR.findall(ty)

@@ -71,32 +71,60 @@ def _cells(line: str):
     return [(m.group(0), m.start(), m.end()) for m in _CELL.finditer(line)]
 
 
-def _column(cell, columns) -> str:
-    """The header a cell stands under: most overlap, else the nearest."""
+def _column(cell, columns) -> tuple[str, bool]:
+    """The header a cell stands under (most overlap, else the nearest), and whether it
+    overlaps that header at all."""
     _, start, end = cell
     best = max(columns, key=lambda c: (min(end, c[2]) - max(start, c[1]), -abs(start - c[1])))
-    return best[0]
+    return best[0], min(end, best[2]) > max(start, best[1])
+
+
+def _continues(lines, i: int) -> bool:
+    """Whether the table goes on after the blank line at ``i``: the next text is a row
+    or a Sum/Total line of it, not a new table or prose."""
+    nxt = next((line for line in lines[i + 1:i + 4] if line.strip()), "")
+    cells = _cells(nxt)
+    if len(cells) < 2 or "Duration (us)" in nxt:
+        return False
+    try:
+        number(cells[1][0])
+    except ValueError:
+        return False
+    return True
 
 
 def _table(lines, at, source):
     columns = _cells(lines[at])
     rows, issues = [], []
     sum_us = total_us = None
+    if "Duration (us)" not in [c[0] for c in columns[1:]]:
+        end = next((j for j in range(at + 1, len(lines)) if not lines[j].strip()), len(lines))
+        issues.append(Issue(source, at + 1, "the report's columns are separated by single spaces (collapsed by a "
+                                            "paste?): re-paste it with its spacing; its table was not read"))
+        return Report("table", at + 1, (), None, None, tuple(issues)), end
     i = at + 1
     while i < len(lines):
         line = lines[i]
         stripped = line.strip()
         if not stripped:
-            i += 1
-            if rows:
+            if rows and not _continues(lines, i):
+                i += 1
                 break
+            if rows:
+                issues.append(Issue(source, i + 1, "blank line inside the table; reading on"))
+            i += 1
             continue
         if stripped.startswith("---"):
             i += 1
             continue
         cells = _cells(line)
         first = cells[0][0]
-        values = {_column(c, columns[1:]): c[0] for c in cells[1:]}
+        placed = [(c, *_column(c, columns[1:])) for c in cells[1:]]
+        values = {name: c[0] for c, name, _ in placed}
+        astray = [c[0] for c, _, overlaps in placed if not overlaps]
+        if astray and first not in ("Sum", "Total"):
+            issues.append(Issue(source, i + 1, f"cell {astray[0]!r} stands under no column (a misaligned row?): "
+                                                "read under the nearest"))
         if first in ("Sum", "Total"):
             try:
                 value = number(values.get("Duration (us)", "nan"))
@@ -116,7 +144,7 @@ def _table(lines, at, source):
             duration = number(values["Duration (us)"])
             percent = number(values["Percent"]) if "Percent" in values else None
             count = int(number(values.get("Count", "1")))
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             issues.append(Issue(source, i + 1, f"unreadable number ({exc}), row skipped"))
             i += 1
             continue
@@ -161,7 +189,10 @@ def _old_table(lines, at, source):
                 continue
             break  # the table ended
         name, ops, t, pct, out, _, _ = m.groups()
-        rows.append(ReportRow(name, ops, number(t), number(pct), 1, shape(out), (), {}, i + 1))
+        try:
+            rows.append(ReportRow(name, ops, number(t), number(pct), 1, shape(out), (), {}, i + 1))
+        except ValueError as exc:
+            issues.append(Issue(source, i + 1, f"unreadable number ({exc}), row skipped"))
         i += 1
     if total_us is None:
         issues.append(Issue(source, i, f"debug-runtime table at line {at + 1} has no Total_time line"))

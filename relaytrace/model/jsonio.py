@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
+import types
+import typing
 from pathlib import Path
 
 from ..errors import LineageFormatError
@@ -26,9 +29,113 @@ def tuples(value):
     return value
 
 
-def make_record(cls, data: dict):
-    """An attrs or NamedTuple record from its JSON dict, lists turned back into tuples."""
+def make_record(cls, data, where: str):
+    """An attrs or NamedTuple record from its JSON object, lists turned back into
+    tuples, after checking every field against the record's annotations (``check``):
+    no unknown or missing field, every value of its type. ``where`` names the record
+    in the error (``kernels['k'][0]``), which is a ``LineageFormatError``."""
+    if not isinstance(data, dict):
+        raise LineageFormatError(f"{where} must be an object, not {_json_kind(data)}")
+    fields = _fields(cls)
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise LineageFormatError(f"{where} has an unknown field {unknown[0]!r}")
+    for name, (kind, required) in fields.items():
+        if name in data:
+            check(data[name], kind, f"{where}.{name}")
+        elif required:
+            raise LineageFormatError(f"{where} has no field {name!r}")
     return cls(**{k: tuples(v) for k, v in data.items()})
+
+
+def check(value, kind, where: str) -> None:
+    """``value`` (read from JSON) is of the annotated type ``kind``: str, int, float
+    (finite), bool, a tuple (a JSON list) of such, an optional or union of such, or a
+    dict of str to such; anything else is taken as it is."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for option in args:
+            try:
+                return check(value, option, where)
+            except LineageFormatError as exc:
+                errors.append(exc)
+        raise errors[0]
+    if kind is type(None):
+        ok = value is None
+    elif kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    elif kind is str:
+        ok = isinstance(value, str)
+    elif kind is tuple or origin is tuple:
+        if not isinstance(value, list):
+            raise LineageFormatError(f"{where} must be a list, not {_json_kind(value)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            for i, item in enumerate(value):
+                check(item, args[0], f"{where}[{i}]")
+        elif args and args != ((),):
+            if len(value) != len(args):
+                raise LineageFormatError(f"{where} must have {len(args)} items, not {len(value)}")
+            for i, (item, option) in enumerate(zip(value, args)):
+                check(item, option, f"{where}[{i}]")
+        return
+    elif kind is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise LineageFormatError(f"{where} must be an object, not {_json_kind(value)}")
+        for key, item in value.items():
+            check(item, args[1] if args else typing.Any, f"{where}[{key!r}]")
+        return
+    else:
+        return
+    if not ok:
+        name = {float: "a finite number", int: "an integer", str: "a string", bool: "true or false",
+                type(None): "null"}[kind]
+        raise LineageFormatError(f"{where} must be {name}, not {_json_kind(value)}")
+
+
+def items_of(data, key: str, kind, where: str):
+    """``data[key]`` checked to be a list (``kind`` list) or an object (``kind`` dict).
+    ``where``: the file (``lineage.json``) or a field in it (``lineage.json: kernels``)."""
+    if not isinstance(data, dict) or key not in data:
+        raise LineageFormatError(f"{where} has no field {key!r}")
+    value = data[key]
+    if not isinstance(value, kind):
+        field = f"{where}.{key}" if ": " in where else f"{where}: {key}"
+        raise LineageFormatError(f"{field} must be {'a list' if kind is list else 'an object'}, not {_json_kind(value)}")
+    return value
+
+
+def _json_kind(value) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value}"
+    kinds = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object",
+             type(None): "null"}
+    text = kinds.get(type(value), type(value).__name__)
+    return f"{text} {value!r}" if isinstance(value, (str, int, float)) and len(repr(value)) < 40 else text
+
+
+_FIELDS: dict[type, dict[str, tuple[object, bool]]] = {}
+
+
+def _fields(cls) -> dict[str, tuple[object, bool]]:
+    """name -> (annotated type, required) of an attrs or NamedTuple record class."""
+    if cls not in _FIELDS:
+        hints = typing.get_type_hints(cls)
+        defaults = getattr(cls, "_field_defaults", None)
+        if defaults is not None:  # a NamedTuple
+            found = {name: (hints.get(name), name not in defaults) for name in cls._fields}
+        else:
+            import attrs
+
+            found = {f.name: (hints.get(f.name), f.default is attrs.NOTHING) for f in attrs.fields(cls)}
+        _FIELDS[cls] = found
+    return _FIELDS[cls]
 
 
 def write_json(path, data, overwrite: bool) -> Path:
@@ -42,7 +149,7 @@ def write_atomic(path, data: str | bytes, overwrite: bool = False) -> Path:
     and the old file as it was."""
     path = Path(path)
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
+        raise FileExistsError(f"{path} exists; replace it with --force (API: overwrite=True)")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
@@ -64,6 +171,10 @@ def read_json(path, what: str):
     if not path.is_file():
         raise FileNotFoundError(f"no {what} file at {path}")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark is fine
+    except UnicodeDecodeError:
+        raise LineageFormatError(f"{path} is not a UTF-8 text file: is it a relaytrace {what} file?") from None
     except json.JSONDecodeError as exc:
-        raise LineageFormatError(f"{path} is not valid JSON (line {exc.lineno}): {exc.msg}") from exc
+        raise LineageFormatError(f"{path} is not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    except RecursionError:
+        raise LineageFormatError(f"{path} nests too deep to be a relaytrace {what} file") from None

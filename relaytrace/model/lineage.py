@@ -12,10 +12,10 @@ from attrs import define, field
 
 from ..errors import LineageFormatError, UnknownNameError, UsageError
 from .journal import Change, PassEvent
-from .jsonio import check_schema, make_record, read_json, tuples, write_json
+from .jsonio import check, check_schema, items_of, make_record, read_json, tuples, write_json
 from .ops import op_rank
 from .origin import INSERTED, OP, UNRESOLVED, Origin
-from .verification import SUSPECT, UNVERIFIED, Member, SiteCheck, Verification, verify
+from .verification import SUSPECT, UNVERIFIED, VERIFIED, Member, SiteCheck, Verification, verify
 
 SCHEMA = "relaytrace.lineage/1"
 
@@ -87,6 +87,7 @@ class Coverage:
     suspect: tuple[str, ...] = ()  # labels of call sites whose origins contradict the IR
     unverified: tuple[str, ...] = ()  # labels of call sites the IR could not confirm
     problems: tuple[str, ...] = ()  # broken invariants (``Verification.problems``)
+    degraded: tuple[str, ...] = ()  # why the build could not be followed to its end (``Lineage.degraded``)
 
     @property
     def site_fraction(self) -> float:
@@ -98,9 +99,10 @@ class Coverage:
 
     @property
     def complete(self) -> bool:
-        """Every site attributed and confirmed by the IR, every op accounted for."""
+        """Every site attributed and confirmed by the IR, every op accounted for, the
+        build followed to its end."""
         return (self.attributed_sites == self.call_sites and not self.unaccounted
-                and not self.suspect and not self.unverified and not self.problems)
+                and not self.suspect and not self.unverified and not self.problems and not self.degraded)
 
 
 @define(frozen=True)
@@ -272,6 +274,7 @@ class Lineage:
             suspect=self._sites_with(SUSPECT),
             unverified=self._sites_with(UNVERIFIED),
             problems=self.verification.problems if self.verification is not None else (),
+            degraded=self.degraded,
         )
 
     def _sites_with(self, status: str) -> tuple[str, ...]:
@@ -345,34 +348,69 @@ class Lineage:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "Lineage":
+    def from_json(cls, data: dict, where: str = "lineage") -> "Lineage":
+        """The lineage a JSON object holds, every record and reference checked: a
+        ``LineageFormatError`` naming the field (``where`` names the file) otherwise."""
         check_schema(data, SCHEMA, "lineage")
-        try:
-            return cls(
-                model=data["model"], target=data["target"], pipeline=data["pipeline"],
-                origins={o["id"]: make_record(Origin, o) for o in data["origins"]},
-                kernels={
-                    k: tuple(make_record(CallSite, {**s, "roles": [make_record(Role, r) for r in s["roles"]]}) for s in v)
-                    for k, v in data["kernels"].items()
-                },
-                builtins=tuple(make_record(BuiltinSite, b) for b in data["builtins"]),
-                events=tuple(make_record(PassEvent, e) for e in data["events"]),
-                history_by_origin={k: tuple(make_record(Change, c) for c in v) for k, v in data["history"].items()},
-                eliminated_by=dict(data["eliminated"]),
-                edges=tuples(data["edges"]),
-                site_edges=tuples(data["site_edges"]),
-                degraded=tuple(data["degraded"]),
-                entries={k: tuples(v) for k, v in data["entries"].items()} if "entries" in data
-                else {"main": tuples(data.get("inputs", ()))} if data.get("inputs") else {},
-                calls={k: tuple(v) for k, v in data.get("calls", {}).items()},
-                tuned=tuple(data.get("tuned", ())),
-                shape_consumers={k: tuple(v) for k, v in data.get("shape_consumers", {}).items()},
-                kernel_members={k: tuple(make_record(Member, m) for m in v)
-                                for k, v in data.get("kernel_members", {}).items()},
-                verification=_verification(data.get("verification")),
-            )
-        except (KeyError, TypeError) as exc:
-            raise LineageFormatError(f"lineage file is missing or has a malformed field: {exc}") from exc
+        for key in ("model", "target", "pipeline"):
+            if key not in data:
+                raise LineageFormatError(f"{where} has no field {key!r}")
+            check(data[key], str, f"{where}: {key}")
+        origins = {}
+        for i, o in enumerate(items_of(data, "origins", list, where)):
+            origin = make_record(Origin, o, f"{where}: origins[{i}]")
+            origins[origin.id] = origin
+
+        def sites(name, listed):
+            if not isinstance(listed, list):
+                raise LineageFormatError(f"{where}: kernels[{name!r}] must be a list")
+            out = []
+            for i, s in enumerate(listed):
+                at = f"{where}: kernels[{name!r}][{i}]"
+                roles = [make_record(Role, r, f"{at}.roles[{j}]") for j, r in enumerate(items_of(s, "roles", list, at))]
+                out.append(make_record(CallSite, {**s, "roles": roles}, at))
+            return tuple(out)
+
+        def records(key, record, default=None):
+            listed = items_of(data, key, list, where) if default is None else data.get(key, default)
+            return tuple(make_record(record, r, f"{where}: {key}[{i}]") for i, r in enumerate(listed))
+
+        def table(key, record):
+            if key not in data:
+                return {}
+            return {k: tuple(make_record(record, r, f"{where}: {key}[{k!r}][{i}]")
+                             for i, r in enumerate(items_of(data[key], k, list, f"{where}: {key}")))
+                    for k in items_of(data, key, dict, where)}
+
+        plain = {key: kind for key, kind in (
+            ("eliminated", dict[str, str]), ("edges", tuple[tuple[str, str], ...]),
+            ("site_edges", tuple[tuple[int, int], ...]), ("degraded", tuple[str, ...]),
+            ("entries", dict[str, tuple]), ("calls", dict[str, tuple[str, ...]]), ("tuned", tuple[str, ...]),
+            ("shape_consumers", dict[str, tuple[str, ...]]))}
+        for key, kind in plain.items():
+            if key in data:
+                check(data[key], kind, f"{where}: {key}")
+        lineage = cls(
+            model=data["model"], target=data["target"], pipeline=data["pipeline"],
+            origins=origins,
+            kernels={k: sites(k, v) for k, v in items_of(data, "kernels", dict, where).items()},
+            builtins=records("builtins", BuiltinSite),
+            events=records("events", PassEvent),
+            history_by_origin=table("history", Change),
+            eliminated_by=dict(items_of(data, "eliminated", dict, where)),
+            edges=tuples(items_of(data, "edges", list, where)),
+            site_edges=tuples(items_of(data, "site_edges", list, where)),
+            degraded=tuple(items_of(data, "degraded", list, where)),
+            entries={k: tuples(v) for k, v in data["entries"].items()} if "entries" in data
+            else {"main": tuples(data.get("inputs", ()))} if data.get("inputs") else {},
+            calls={k: tuple(v) for k, v in data.get("calls", {}).items()},
+            tuned=tuple(data.get("tuned", ())),
+            shape_consumers={k: tuple(v) for k, v in data.get("shape_consumers", {}).items()},
+            kernel_members=table("kernel_members", Member),
+            verification=_verification(data.get("verification"), where),
+        )
+        _check_references(lineage, where)
+        return lineage
 
     def save(self, path, overwrite: bool = False) -> Path:
         """Write JSON atomically; an existing file is kept unless ``overwrite``."""
@@ -380,7 +418,7 @@ class Lineage:
 
     @classmethod
     def load(cls, path) -> "Lineage":
-        return cls.from_json(read_json(path, "lineage"))
+        return cls.from_json(read_json(path, "lineage"), str(path))
 
 
 def choose_entry(entries, name: str | None = None) -> str:
@@ -400,10 +438,47 @@ def choose_entry(entries, name: str | None = None) -> str:
                           "choose one (--entry NAME, entry=NAME)")
 
 
-def _verification(data) -> Verification | None:
+def _verification(data, where: str) -> Verification | None:
     if data is None:
         return None
-    return Verification(sites=tuple(make_record(SiteCheck, c) for c in data["sites"]), problems=tuples(data["problems"]))
+    at = f"{where}: verification"
+    check(data, dict, at)
+    check(data.get("problems", []), tuple[str, ...], f"{at}.problems")
+    return Verification(sites=tuple(make_record(SiteCheck, c, f"{at}.sites[{i}]")
+                                    for i, c in enumerate(items_of(data, "sites", list, at))),
+                        problems=tuples(data.get("problems", ())))
+
+
+def _check_references(lineage: Lineage, where: str) -> None:
+    """Every origin id a site, builtin, history, elimination or served op names is one
+    of the lineage's origins; every edge and verdict is about a site that exists; kinds,
+    roles and verdicts are ones relaytrace writes."""
+    known = lineage.origins
+    values = [(f"origin {o.id!r} kind", o.kind, (OP, INSERTED, UNRESOLVED)) for o in known.values()]
+    values += [(f"kernels[{s.kernel!r}] call {s.call} role", r.role, (ANCHOR, FUSED, INSERTED, UNRESOLVED))
+               for s in lineage.call_sites for r in s.roles]
+    if lineage.verification is not None:
+        values += [(f"verification of position {c.position}", c.status, (VERIFIED, SUSPECT, UNVERIFIED))
+                   for c in lineage.verification.sites]
+    for what, value, allowed in values:
+        if value not in allowed:
+            raise LineageFormatError(f"{where}: {what} is {value!r}, not one of {', '.join(allowed)}")
+    named = [(f"kernels[{s.kernel!r}] call {s.call}", r.origin) for s in lineage.call_sites for r in s.roles]
+    named += [(f"builtin {b.name!r}", o) for b in lineage.builtins for o in b.origins]
+    named += [("history", o) for o in lineage.history_by_origin]
+    named += [("eliminated", o) for o in lineage.eliminated_by]
+    named += [(f"origin {o.id!r} serves", s) for o in known.values() for s in o.serves]
+    for what, origin in named:
+        if origin not in known:
+            raise LineageFormatError(f"{where}: {what} names origin {origin!r}, which the lineage does not have")
+    positions = {s.position for s in lineage.call_sites} | {b.position for b in lineage.builtins}
+    stray = [p for edge in lineage.site_edges for p in edge if p not in positions]
+    if stray:
+        raise LineageFormatError(f"{where}: site_edges name call site position {stray[0]}, which no site has")
+    if lineage.verification is not None:
+        stray = [c.position for c in lineage.verification.sites if c.position not in positions]
+        if stray:
+            raise LineageFormatError(f"{where}: verification names call site position {stray[0]}, which no site has")
 
 
 def roles_for(origin_ids: Iterable[str], origins: dict[str, Origin]) -> tuple[Role, ...]:

@@ -7,7 +7,7 @@ import statistics
 from attrs import define, field
 
 from ..errors import LineageFormatError
-from .jsonio import check_schema, read_json, tuples, write_json
+from .jsonio import check, check_schema, items_of, make_record, read_json, tuples, write_json
 
 SCHEMA = "relaytrace.profile/1"
 KERNEL, BUILTIN = "kernel", "builtin"
@@ -23,6 +23,20 @@ class CallRecord:
     start_us: float
     duration_us: float
     kind: str
+
+
+@define(frozen=True)
+class SiteTime:
+    """One call site's durations over the runs of a profile, in microseconds."""
+
+    median_us: float
+    min_us: float
+    max_us: float
+    runs: int
+
+    @classmethod
+    def of(cls, durations: list[float]) -> "SiteTime":
+        return cls(statistics.median(durations), min(durations), max(durations), len(durations))
 
 
 @define(frozen=True)
@@ -51,22 +65,32 @@ class Profile:
     def runs(self) -> int:
         return max((r.run for r in self.records), default=-1) + 1
 
-    def mean_by_site(self, kind: str | None = None) -> dict[tuple[str, int], float]:
-        """Mean duration per run of each call site (name, call)."""
-        sums: dict[tuple[str, int], float] = {}
+    def site_times(self, kind: str | None = None) -> dict[tuple[str, int], SiteTime]:
+        """Each call site's (name, call) durations over the runs, as a ``SiteTime``."""
+        runs: dict[tuple[str, int], list[float]] = {}
         for r in self.records:
             if kind is None or r.kind == kind:
-                sums[(r.name, r.call)] = sums.get((r.name, r.call), 0.0) + r.duration_us
-        runs = max(self.runs, 1)
-        return {k: v / runs for k, v in sums.items()}
+                runs.setdefault((r.name, r.call), []).append(r.duration_us)
+        return {site: SiteTime.of(durations) for site, durations in runs.items()}
+
+    def by_site(self, kind: str | None = None) -> dict[tuple[str, int], float]:
+        """The median over runs of each call site's duration: the figure every table,
+        share and sum is made of. The median, not the mean: one hiccup in one run (a
+        page fault, another process) does not move it."""
+        return {site: t.median_us for site, t in self.site_times(kind).items()}
+
+    def noisy_sites(self) -> dict[tuple[str, int], SiteTime]:
+        """Sites whose slowest run took over twice their median, and 50 us more."""
+        return {site: t for site, t in self.site_times().items() if t.max_us > 2 * t.median_us and
+                t.max_us - t.median_us > 50}
 
     @property
     def kernel_us(self) -> float:
-        return sum(self.mean_by_site(KERNEL).values())
+        return sum(self.by_site(KERNEL).values())
 
     @property
     def builtin_us(self) -> float:
-        return sum(self.mean_by_site(BUILTIN).values())
+        return sum(self.by_site(BUILTIN).values())
 
     @property
     def e2e_median_us(self) -> float:
@@ -76,6 +100,23 @@ class Profile:
     def gap_us(self) -> float:
         """End-to-end time not inside any recorded call: VM dispatch and instrument cost."""
         return self.e2e_median_us - self.kernel_us - self.builtin_us
+
+    def warnings(self) -> tuple[str, ...]:
+        """What makes this profile's figures less than they look, one line each."""
+        out = []
+        noisy = self.noisy_sites()
+        if noisy:
+            (name, call), t = max(noisy.items(), key=lambda kv: kv[1].max_us - kv[1].median_us)
+            out.append(f"NOISY: {len(noisy)} call site(s) took over twice their median in some run ({name}#{call}: "
+                       f"median {t.median_us:.1f} us, {t.min_us:.1f} to {t.max_us:.1f}); figures are medians "
+                       "over runs; more --repeat steadies them")
+        if self.e2e_us and self.kernel_us + self.builtin_us > self.e2e_median_us:
+            why = ("the per-call timer's own cost is inside each short builtin's time" if self.mode == "timeline"
+                   else "sites timed alone run warm, without the waits of a real run")
+            out.append(f"OVER END TO END: kernels + VM builtins ({(self.kernel_us + self.builtin_us) / 1e3:.3f} ms) "
+                       f"exceed the end-to-end median ({self.e2e_median_us / 1e3:.3f} ms), so the gap is negative: "
+                       f"{why}")
+        return tuple(out)
 
     def summary(self) -> str:
         return (
@@ -96,27 +137,54 @@ class Profile:
             "args": {k: {"shapes": v.shapes, "dtypes": v.dtypes} for k, v in self.args.items()},
             "e2e_us": self.e2e_us, "entry": self.entry, "inputs": self.inputs, "remote": self.remote,
             "arguments": self.arguments,
+            "site_times": {f"{name}#{call}": [t.median_us, t.min_us, t.max_us]
+                           for (name, call), t in self.site_times().items()},  # derived: median, min, max
         }
 
     @classmethod
-    def from_json(cls, data) -> "Profile":
+    def from_json(cls, data, where: str = "profile") -> "Profile":
+        """The profile a JSON object holds, every field checked for type and range (a
+        duration is 0 to ``MAX_US``): a ``LineageFormatError`` naming it otherwise."""
         check_schema(data, SCHEMA, "profile")
-        try:
-            return cls(
-                model=data["model"], target=data["target"], device=data["device"], mode=data["mode"],
-                repeat=data["repeat"],
-                records=tuple(CallRecord(*r) for r in data["records"]),
-                args={k: ArgInfo(tuples(v["shapes"]), tuple(v["dtypes"])) for k, v in data["args"].items()},
-                e2e_us=tuple(data["e2e_us"]), entry=str(data.get("entry", "main")),
-                inputs=tuples(data.get("inputs", ())), remote=str(data.get("remote", "")),
-                arguments=str(data.get("arguments", "a local run")),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise LineageFormatError(f"profile file is missing or has a malformed field: {exc}") from exc
+        scalars = {"model": str, "target": str, "device": str, "mode": str, "repeat": int, "entry": str,
+                   "remote": str, "arguments": str, "e2e_us": tuple[float, ...],
+                   "inputs": tuple[tuple[str, tuple, str], ...]}
+        for key, kind in scalars.items():
+            if key in data:
+                check(data[key], kind, f"{where}: {key}")
+            elif key in _REQUIRED:
+                raise LineageFormatError(f"{where} has no field {key!r}")
+        records = tuple(_call_record(r, f"{where}: records[{i}]")
+                        for i, r in enumerate(items_of(data, "records", list, where)))
+        args = {k: make_record(ArgInfo, v, f"{where}: args[{k!r}]") for k, v in items_of(data, "args", dict, where).items()}
+        if data["repeat"] < 1 or any(not 0 <= t <= MAX_US for t in data["e2e_us"]):
+            raise LineageFormatError(f"{where}: repeat must be at least 1 and each e2e_us 0 to {MAX_US:g}")
+        return cls(
+            model=data["model"], target=data["target"], device=data["device"], mode=data["mode"],
+            repeat=data["repeat"], records=records, args=args, e2e_us=tuple(data["e2e_us"]),
+            entry=data.get("entry", "main"), inputs=tuples(data.get("inputs", ())), remote=data.get("remote", ""),
+            arguments=data.get("arguments", "a local run"),
+        )
 
     def save(self, path, overwrite: bool = False):
         return write_json(path, self.to_json(), overwrite)
 
     @classmethod
     def load(cls, path) -> "Profile":
-        return cls.from_json(read_json(path, "profile"))
+        return cls.from_json(read_json(path, "profile"), str(path))
+
+
+MAX_US = 1e12  # a call or run over 11 days is a corrupt file, not a measurement
+_REQUIRED = ("model", "target", "device", "mode", "repeat", "e2e_us")
+_RECORD_FIELDS = ("name", "call", "run", "start_us", "duration_us", "kind")
+
+
+def _call_record(row, where: str) -> CallRecord:
+    if not isinstance(row, list) or len(row) != len(_RECORD_FIELDS):
+        raise LineageFormatError(f"{where} must be a list [{', '.join(_RECORD_FIELDS)}]")
+    record = make_record(CallRecord, dict(zip(_RECORD_FIELDS, row)), where)
+    if record.kind not in (KERNEL, BUILTIN) or record.call < 0 or record.run < 0 \
+            or not 0 <= record.duration_us <= MAX_US or abs(record.start_us) > MAX_US:
+        raise LineageFormatError(f"{where} is out of range: kind {KERNEL} or {BUILTIN}, call and run from 0, "
+                                 f"times 0 to {MAX_US:g} us")
+    return record

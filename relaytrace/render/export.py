@@ -14,9 +14,9 @@ def layers_csv(rows) -> str:
 
 def kernels_csv(rows) -> str:
     return _csv(["name", "duration_us", "percent", "count", "device", "argument_shapes", "layers", "verification",
-                 "tuned"],
+                 "tuned", "min_us", "max_us"],
                 [[r.name, f"{r.us:.3f}", f"{r.percent:.4f}", r.count, r.device, r.shapes, " ".join(r.layers),
-                  r.status, "yes" if r.tuned else ""] for r in rows])
+                  r.status, "yes" if r.tuned else "", f"{r.min_us:.3f}", f"{r.max_us:.3f}"] for r in rows])
 
 
 def _csv(headers, rows) -> str:

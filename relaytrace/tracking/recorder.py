@@ -53,13 +53,21 @@ class Recorder:
     def __init__(self, progress=None):
         self.recording = Recording()
         self.progress = progress
+        self._depth = 0  # passes running now: a pass at depth 0 is one the user's code called
 
     def run_before_pass(self, mod, info):
         rec = self.recording
-        if rec.input is None and not rec.degraded:
+        top = self._depth == 0
+        self._depth += 1
+        if rec.degraded:
+            return
+        if rec.input is None:
             self._guard(info.name, self._take_input, mod, info.name)
+        elif top and rec.passes and mod.__chandle__() != rec.passes[-1].module.__chandle__():
+            self._guard(info.name, self._check_same_build, mod, info.name)
 
     def run_after_pass(self, mod, info):
+        self._depth -= 1
         rec = self.recording
         rec.pass_count += 1
         if self.progress is not None:
@@ -72,6 +80,21 @@ class Recorder:
         if ir.model_functions(functions):
             rec = self.recording
             rec.entries, rec.input, rec.first_pass = entry_inputs(functions), functions, pass_name
+
+    def _check_same_build(self, mod, pass_name: str) -> None:
+        """A top-level pass (one no other pass runs) given a module other than the last
+        one recorded: the same build when it shares a Relax function with it, another
+        build (a second ``tvm.compile`` in one traced block) when it shares none. A pass
+        inside another is not asked: it may see the outer pass's work in progress.
+        Another build stops the recording: its passes are not this model's."""
+        functions = ir.model_functions(ir.function_map(mod))
+        if not functions:
+            return
+        last = {f.__chandle__() for f in self.recording.passes[-1].functions.values()}
+        if not any(f.__chandle__() in last for f in functions.values()):
+            self.recording.degraded.append(
+                f"another module entered the traced block at pass {pass_name} (two builds in one trace()?): "
+                "the lineage is of the first build only; trace each build in its own block")
 
     def _record(self, mod, pass_name: str) -> None:
         passes = self.recording.passes

@@ -1,0 +1,261 @@
+"""Seeded fuzz cases for the promises of docs/cli.md: any input gives exit 0, 1 or 2,
+never a traceback; a failure is one line on stderr; nothing the user had is lost and
+no temporary file is left behind.
+
+Three classes: saved artifacts mutated (``artifact_cases``: a real output directory's
+``lineage.json``, ``profile.json``, ``run.json`` and reference CSVs, read by ``render``,
+``query``, ``diff``), legacy texts mutated (``legacy_cases``: the seed threads'
+tables, IR and logs, read by the legacy parsers), and command lines
+(``option_cases``). ``tests/test_fuzz.py`` runs a few hundred of each; ``tools/fuzz.py``
+runs many more and prints the counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+import shutil
+from pathlib import Path
+
+from relaytrace.cli import main
+
+SEEDS = Path(__file__).parent / "fixtures" / "seeds"
+
+
+def run_cli(argv) -> tuple[int, str, str]:
+    """``relaytrace ARGV`` in this process: (exit code, stdout, stderr). An exception
+    escaping ``main`` is returned as code -1 with its type in stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+        except BaseException as exc:  # noqa: BLE001 - what the fuzz looks for
+            code, err = -1, io.StringIO(f"ESCAPED {type(exc).__name__}: {exc}")
+    return code, out.getvalue(), err.getvalue()
+
+
+def broken_promise(code: int, err: str) -> str | None:
+    """What is wrong with a run's ending, or None: codes 0/1/2, and a failure said in one
+    ``relaytrace:`` line (progress lines before it are allowed)."""
+    if code not in (0, 1, 2):
+        return f"exit code {code}: {err[-300:]}"
+    if code and not err.strip().splitlines()[-1:][0].startswith("relaytrace:"):
+        return f"no one-line error: {err[-300:]}"
+    if "Traceback" in err:
+        return f"a traceback: {err[-300:]}"
+    if "an unexpected " in err:  # the safety net caught it: no message names the problem
+        return f"unexplained: {err.strip().splitlines()[-1][:300]}"
+    return None
+
+
+# -- mutations ------------------------------------------------------------------
+
+def _mutate_value(value, rng: random.Random):
+    choice = rng.randrange(9)
+    if choice == 0:
+        return None
+    if choice == 1:
+        return "x" * rng.randrange(3)
+    if choice == 2:
+        return [] if isinstance(value, dict) else {}
+    if choice == 3:
+        return 1e308 * rng.choice((1, -1, 10))  # 1e309 is inf
+    if choice == 4:
+        return -rng.randrange(1, 10)
+    if choice == 5:
+        return [value, value] if not isinstance(value, list) else value[:1]
+    if choice == 6:
+        return str(value)
+    if choice == 7:
+        return True
+    return rng.randrange(-2, 2 ** 70)
+
+
+def _paths(data, prefix=()):
+    """Every (path, value) in a JSON tree, lists sampled to keep it small."""
+    yield prefix, data
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(data, list):
+        for i in sorted({0, len(data) // 2, len(data) - 1}) if data else ():
+            yield from _paths(data[i], prefix + (i,))
+
+
+def mutate_json(data, rng: random.Random):
+    """(a copy of ``data`` with one value replaced, a key deleted or renamed, what was done)."""
+    data = json.loads(json.dumps(data))
+    paths = [p for p, _ in _paths(data) if p]
+    path = rng.choice(paths)
+    parent = data
+    for key in path[:-1]:
+        parent = parent[key]
+    last = path[-1]
+    action = rng.randrange(4)
+    where = "/".join(map(str, path))
+    if action == 0 and isinstance(parent, dict):
+        del parent[last]
+        return data, f"{where} deleted"
+    if action == 1 and isinstance(parent, dict):
+        parent[f"{last}_"] = parent.pop(last)
+        return data, f"{where} renamed"
+    parent[last] = _mutate_value(parent[last], rng)
+    return data, f"{where} = {json.dumps(parent[last])[:40]}"
+
+
+def mutate_bytes(raw: bytes, rng: random.Random) -> bytes:
+    choice = rng.randrange(6)
+    if choice == 0:
+        return raw[: rng.randrange(len(raw) + 1)]  # truncated
+    if choice == 1:
+        return raw.decode().encode("utf-16")
+    if choice == 2:
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+    if choice == 3:
+        return b"\xef\xbb\xbf" + raw  # a byte-order mark
+    if choice == 4:
+        return b""
+    at = rng.randrange(len(raw) + 1)
+    return raw[:at] + bytes([rng.randrange(256)]) + raw[at:]
+
+
+def mutate_text(text: str, rng: random.Random) -> str:
+    """Edits a paste picks up on a forum: runs of spaces collapsed, blank lines, lines
+    lost or doubled, numbers huge or gone, one very long line, a cut."""
+    lines = text.splitlines()
+    choice = rng.randrange(9)
+    if choice == 0:
+        import re
+
+        return re.sub(r" {2,}", " ", text)
+    if choice == 1 and lines:
+        lines.insert(rng.randrange(len(lines)), "")
+    elif choice == 2 and lines:
+        del lines[rng.randrange(len(lines))]
+    elif choice == 3 and lines:
+        i = rng.randrange(len(lines))
+        lines.insert(i, lines[i])
+    elif choice == 4:
+        import re
+
+        return re.sub(r"\d+(\.\d+)?", lambda m: rng.choice(("9" * 400, "0", "-1", "nan", "")), text, count=50)
+    elif choice == 5:
+        return text + "\n" + "(" * 40_000 + "%x = nn.conv2d(" * 2_000
+    elif choice == 6:
+        return text[: rng.randrange(len(text) + 1)]
+    elif choice == 7 and lines:
+        i = rng.randrange(len(lines))
+        lines[i] = lines[i][: len(lines[i]) // 2]  # a misaligned row
+    else:
+        return text.replace("\n", "\r\n")
+    return "\n".join(lines)
+
+
+# -- the case classes --------------------------------------------------------------
+
+ARTIFACTS = ("lineage.json", "profile.json", "run.json")
+
+
+def artifact_cases(source: Path, work: Path, seed: int, count: int):
+    """``count`` runs of reading commands on mutated copies of the output directory
+    ``source``; yields (what, broken promise or None)."""
+    rng = random.Random(seed)
+    originals = {name: (source / name).read_bytes() for name in ARTIFACTS}
+    for i in range(count):
+        case = work / f"case{i}"
+        shutil.copytree(source, case)
+        name = rng.choice(ARTIFACTS)
+        if rng.random() < 0.75:
+            data, change = mutate_json(json.loads(originals[name]), rng)
+            mutated = json.dumps(data).encode()
+        else:
+            mutated, change = mutate_bytes(originals[name], rng), "bytes mangled"
+        (case / name).write_bytes(mutated)
+        lineage = case / "lineage.json"
+        argv = rng.choice([
+            ["render", case, "--format", "dot", "--out", case / "g.dot"],
+            ["render", case, "--format", "html", "--out", case / "r.html"],
+            ["render", case, "--graph", "kernels", "--format", "dot", "--out", case / "k.dot"],
+            ["query", lineage, "--layer", rng.choice(("conv1", "fc", "nope", ""))],
+            ["query", lineage, "--kernel", rng.choice(("fused_conv2d_add_relu", "x#0", "#", ""))],
+            ["query", lineage, "--history", "conv1", "--json"],
+            ["diff", case, source],
+            ["diff", source, case, "--by-layer"],
+        ])
+        before = {p.name for p in case.iterdir()}
+        code, _, err = run_cli(argv)
+        problem = broken_promise(code, err)
+        left = {p.name for p in case.iterdir()} - before - {"g.dot", "r.html", "k.dot"}
+        if problem is None and left:
+            problem = f"left behind: {sorted(left)}"
+        if problem is None and code and (case / name).read_bytes() != mutated:
+            problem = f"{name} changed by a failed command"
+        yield f"{name}: {change}; {' '.join(map(str, argv[:1] + argv[2:]))}", problem
+        shutil.rmtree(case)
+
+
+def legacy_cases(work: Path, seed: int, count: int):
+    """``count`` mutated seed texts through ``relaytrace legacy`` (every parser, the
+    matching and the figures); yields (what, problem): a broken promise, or over 2 s."""
+    import time
+
+    rng = random.Random(seed)
+    texts = [p.read_text() for p in sorted(SEEDS.glob("*.txt"))]
+    paste = work / "paste.txt"
+    for i in range(count):
+        text = rng.choice(texts)
+        changes = rng.randrange(1, 4)
+        for _ in range(changes):
+            text = mutate_text(text, rng)
+        paste.write_text(text)
+        flags = rng.sample(["--relay-ir", "--report", "--autotvm-tasks", "--autotvm-log"], rng.randrange(1, 5))
+        argv = ["legacy"] + [x for flag in flags for x in (flag, paste)]
+        start = time.perf_counter()
+        code, _, err = run_cli(argv)
+        seconds = time.perf_counter() - start
+        problem = broken_promise(code, err)
+        if problem is None and seconds > 2.0:
+            problem = f"took {seconds:.1f} s on {len(text)} characters"
+        yield f"legacy case {i} ({changes} edits, {' '.join(flags)})", problem
+
+
+def option_cases(source: Path, work: Path, seed: int, count: int):
+    """Command lines with bad values that must be refused before any work: exit 2 (or
+    1 for a missing file), quickly, nothing written."""
+    rng = random.Random(seed)
+    bad = [
+        ["profile", "m.py:make", "--repeat", rng.choice(("0", "-3", "x", "1e3"))],
+        ["profile", "m.py:make", "--collapse", rng.choice(("0", "-1", "deep"))],
+        ["profile", "m.py:make", "--target", rng.choice(("bogus", "{", '{"kind": 3}'))],
+        ["profile", "m.py", "--out"],
+        ["profile", "missing.onnx"],
+        ["render", source, "--format", "png", "--out", "{work}/x.svg"],
+        ["render", source, "--format", "html", "--out", "{work}/x.svg"],
+        ["query", source / "lineage.json", "--kernel", ""],
+        ["query", source / "lineage.json", "--layer", "conv1", "--history", "conv1"],
+        ["query", "{work}/missing.json", "--layer", "x"],
+        ["diff", source],
+        ["diff", source, "{work}/nowhere"],
+        ["diff", source, "--reference", "{work}/nowhere.csv"],
+        ["tasks", "m.py:make", "--tune", rng.choice(("0", "-1", "many"))],
+        ["tasks", "m.py:make", "--tune", "1"],
+        ["legacy"],
+        ["legacy", "--report", "{work}/nowhere.txt"],
+        ["demo", "--model", "nope"],
+        [],
+        ["--bogus"],
+    ]
+    for i in range(count):
+        argv = [str(a).replace("{work}", str(work)) for a in rng.choice(bad)]
+        before = sorted(p.name for p in work.iterdir())
+        code, _, err = run_cli(argv)
+        problem = broken_promise(code, err)
+        if problem is None and code == 0:
+            problem = "accepted"
+        if problem is None and sorted(p.name for p in work.iterdir()) != before:
+            problem = "wrote something"
+        yield " ".join(argv), problem

@@ -1,0 +1,242 @@
+"""Bad input and faults (issue 17): each example as the user met it, now a one-line
+error with the documented exit code, nothing lost, nothing silently wrong."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fuzz import broken_promise, run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY = f"{FIXTURES / 'tiny_model.py'}:make"
+SEED_002 = (FIXTURES / "seeds" / "002_4f47c9b26338e3b9.txt").read_text()
+
+
+@pytest.fixture
+def out_dir(tiny_out):
+    return tiny_out
+
+
+def _refused(argv, code, words):
+    got, _, err = run_cli(argv)
+    assert broken_promise(got, err) is None, err
+    assert got == code, err
+    last = err.strip().splitlines()[-1]
+    assert words in last, last
+    return last
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["profile", TINY, "--target", "bogus", "--out", "o"], "--target 'bogus' is not a TVM target"),
+    (["profile", TINY, "--repeat", "0", "--out", "o"], "--repeat: '0' must be at least 1"),
+    (["profile", TINY, "--collapse", "-1", "--out", "o"], "--collapse: '-1' must be at least 1"),
+    (["tasks", TINY, "--tune", "1"], "--tune needs --db DIR"),
+    (["tasks", TINY, "--tune", "0", "--db", "d"], "--tune: '0' must be at least 1"),
+    (["profile", TINY, "--kernel-timeout", "1", "--out", "o"], "apply to a remote device"),
+])
+def test_bad_options_are_refused_before_any_work(argv, words, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    start = time.perf_counter()
+    _refused(argv, 2, words)
+    assert time.perf_counter() - start < 10  # no build ran
+    assert not any(tmp_path.iterdir())
+
+
+def test_reading_commands_refuse_nonsense_naming_the_option(out_dir, tmp_path):
+    _refused(["query", out_dir / "lineage.json", "--kernel", ""], 2, "--kernel needs a name")
+    _refused(["query", out_dir / "lineage.json", "--layer", ""], 2, "--layer needs a name")
+    _refused(["render", out_dir, "--format", "png", "--out", tmp_path / "x.svg"], 2, "does not end in .png")
+    assert not (tmp_path / "x.svg").exists()
+    code, out, err = run_cli(["render", out_dir, "--format", "html", "--out", tmp_path / "x.htm"])
+    assert code == 0 and (tmp_path / "x.htm").read_text().startswith("<!DOCTYPE html>"), err
+
+
+def _corrupt(out_dir, tmp_path, name, change):
+    case = tmp_path / f"case-{name}"
+    subprocess.run(["cp", "-r", str(out_dir), str(case)], check=True)
+    path = case / name
+    raw = path.read_bytes()
+    path.write_bytes(change(raw) if isinstance(change(raw), bytes) else json.dumps(change(raw)).encode())
+    return case
+
+
+def _edit(name, edit):
+    def change(raw):
+        data = json.loads(raw)
+        edit(data)
+        return data
+    return name, change
+
+
+@pytest.mark.parametrize("name, change, words", [
+    ("lineage.json", lambda raw: bytes(range(256)), "is not a UTF-8 text file"),
+    ("lineage.json", lambda raw: raw.decode().encode("utf-16"), "is not a UTF-8 text file"),
+    ("profile.json", lambda raw: raw[: len(raw) // 2], "is not valid JSON"),
+    *[(n, c, w) for (n, c), w in [
+        (_edit("lineage.json", lambda d: d.__setitem__("kernels", [])), "lineage.json: kernels must be an object"),
+        (_edit("lineage.json", lambda d: d["origins"][0].__setitem__("index", "three")),
+         "origins[0].index must be an integer, not a string 'three'"),
+        (_edit("lineage.json", lambda d: next(iter(d["kernels"].values()))[0]["roles"][0].__setitem__("origin", "nope")),
+         "names origin 'nope', which the lineage does not have"),
+        (_edit("lineage.json", lambda d: d["verification"]["sites"][0].__setitem__("status", "fine")),
+         "is 'fine', not one of verified, suspect, unverified"),
+        (_edit("profile.json", lambda d: d["records"][0].__setitem__(4, "12")),
+         "records[0].duration_us must be a finite number, not a string '12'"),
+        (_edit("profile.json", lambda d: d["records"][0].__setitem__(4, 1e308)), "records[0] is out of range"),
+        (_edit("profile.json", lambda d: d.__setitem__("records", {})), "records must be a list"),
+    ]],
+])
+def test_corrupt_artifacts_are_one_line_errors_naming_file_and_field(out_dir, tmp_path, name, change, words):
+    case = _corrupt(out_dir, tmp_path, name, change)
+    before = sorted(p.name for p in case.iterdir())
+    for argv in (["render", case, "--format", "dot", "--out", case / "g.dot"], ["diff", case, out_dir]):
+        last = _refused(argv, 1, words)
+        assert name in last
+    assert sorted(p.name for p in case.iterdir()) == before  # nothing written, nothing left
+
+
+def test_a_byte_order_mark_is_read(out_dir, tmp_path):
+    case = _corrupt(out_dir, tmp_path, "lineage.json", lambda raw: b"\xef\xbb\xbf" + raw)
+    code, out, err = run_cli(["query", case / "lineage.json", "--layer", "conv1"])
+    assert code == 0 and "conv1 runs in:" in out, err
+
+
+def test_a_directory_where_a_file_belongs_is_named(out_dir, tmp_path):
+    _refused(["query", tmp_path, "--layer", "conv1"], 1, "no lineage file at")
+    (tmp_path / "g.dot").mkdir()
+    _refused(["render", out_dir, "--format", "dot", "--out", tmp_path / "g.dot", "--force"], 1, "")
+
+
+def test_output_piped_into_head_is_not_an_error(out_dir):
+    """``relaytrace query ... | head -1``: the reader goes away; no BrokenPipeError."""
+    reader = subprocess.Popen(["head", "-c", "1"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    done = subprocess.run([sys.executable, "-m", "relaytrace.cli", "query", str(out_dir / "lineage.json"),
+                           "--history", "conv1"], stdout=reader.stdin, stderr=subprocess.PIPE, text=True, timeout=60)
+    reader.stdin.close()
+    reader.wait(timeout=30)
+    assert done.returncode == 0 and "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr
+
+
+def test_ctrl_c_during_the_build_exits_130_with_one_line(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "relaytrace.cli", "profile", TINY, "--out", str(tmp_path / "d")],
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    deadline = time.time() + 120
+    seen = ""
+    while time.time() < deadline and "building" not in seen:
+        seen += proc.stderr.readline()
+    time.sleep(0.5)  # inside the first passes
+    proc.send_signal(signal.SIGINT)
+    err = seen + proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "relaytrace: interrupted" and "Traceback" not in err
+    assert not (tmp_path / "d").exists() and not list(tmp_path.iterdir())
+
+
+def test_two_builds_in_one_trace_block_are_said_not_mixed():
+    import tvm
+
+    import relaytrace
+    from tests.fixtures.relax_modules import SharedSymbol, TwoEntries
+
+    with relaytrace.trace() as one:
+        tvm.compile(TwoEntries, "llvm")
+    assert one.lineage.coverage().complete and not one.lineage.degraded
+    with relaytrace.trace() as two:
+        tvm.compile(TwoEntries, "llvm")
+        tvm.compile(SharedSymbol, "llvm")
+    coverage = two.lineage.coverage()
+    assert not coverage.complete and "two builds in one trace()" in coverage.degraded[0]
+    assert set(two.lineage.entries) == {"main", "decode"}  # the first build's, not a mix
+    assert {s.label for s in two.lineage.call_sites} == {s.label for s in one.lineage.call_sites}
+
+
+def test_build_keeps_the_callers_pass_context():
+    import tvm
+
+    import relaytrace
+    from tests.fixtures.relax_modules import TwoEntries
+
+    seen = []
+
+    @tvm.ir.instrument.pass_instrument
+    class Spy:
+        def run_after_pass(self, mod, info):
+            seen.append(info.name)
+
+    plain = []
+    with tvm.transform.PassContext(instruments=[Spy()]):
+        relaytrace.build(TwoEntries, "llvm")
+    plain, seen[:] = list(seen), []
+    assert "FuseOps" in plain
+    with tvm.transform.PassContext(instruments=[Spy()], disabled_pass=["FuseOps"]):
+        _, lineage = relaytrace.build(TwoEntries, "llvm")
+    assert seen and "FuseOps" not in seen  # the caller's instrument saw the build, without the pass it disabled
+    assert lineage.coverage().complete
+
+
+# -- the legacy parsers --------------------------------------------------------------
+
+def _legacy(tmp_path, text, *flags):
+    paste = tmp_path / "paste.txt"
+    paste.write_text(text)
+    code, out, err = run_cli(["legacy", *[x for flag in flags for x in (flag, paste)]])
+    assert broken_promise(code, err) is None, err
+    return code, out
+
+
+def _report_block(text):
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if "Duration (us)" in line)
+    end = next(i for i in range(start, len(lines)) if lines[i].strip().startswith("Total"))
+    return lines[start:end + 1]
+
+
+def test_legacy_tables_as_forums_mangle_them(tmp_path):
+    block = _report_block(SEED_002)
+    rows = [line for line in block[1:] if line.strip() and not line.strip().startswith(("Sum", "Total", "-"))]
+    kernels = _legacy(tmp_path, "\n".join(block), "--report")[1].split(" kernels, ")[0].rsplit("(table, ")[1]
+    code, out = _legacy(tmp_path, "\n".join(block[:1]), "--report")  # header only: no division by zero
+    assert code == 0 and "n/a (total is 0)" in out
+    code, out = _legacy(tmp_path, " ".join(block[0].split()) + "\n" + "\n".join(" ".join(r.split()) for r in rows),
+                        "--report")  # runs of spaces collapsed
+    assert code == 0 and "separated by single spaces" in out
+    gap = block[:3] + [""] + block[3:]  # a blank line inside the table
+    code, out = _legacy(tmp_path, "\n".join(gap), "--report")
+    assert f"(table, {kernels} kernels" in out and "blank line inside the table" in out
+    shifted = block[:2] + [" " * 30 + block[2]] + block[3:]  # one row pushed right
+    code, out = _legacy(tmp_path, "\n".join(shifted), "--report")
+    assert "stands under no column" in out
+    huge = "\n".join(block).replace("38,648.93", "1e999e0  ")  # too large for a float
+    code, out = _legacy(tmp_path, huge, "--report")
+    assert code == 0 and "unreadable number" in out
+
+
+def test_legacy_tuning_logs_with_wrong_types_are_listed_not_crashed(tmp_path):
+    record = {"i": ["llvm", 7, [["TENSOR", [1, 3, 224, 224], "float32"], ["TENSOR", [64, 3, 7, 7], "float32"]]],
+              "r": [["0.1"], 0]}
+    code, out = _legacy(tmp_path, json.dumps(record), "--autotvm-log")
+    assert code == 0 and "record without the expected fields" in out
+
+
+def test_legacy_relay_ir_reading_is_linear_on_a_pathological_line(tmp_path):
+    line = "%1 = nn.conv2d(" + ") /* ty=" * 16_000  # 128 KB
+    start = time.perf_counter()
+    code, out = _legacy(tmp_path, line, "--relay-ir")
+    assert time.perf_counter() - start < 2 and code == 0
+
+
+def test_tasks_dir_rebuilds_as_the_directory_was_made(out_dir, tmp_path):
+    info = json.loads((out_dir / "run.json").read_text())
+    assert info["target"] == "llvm" and info["pipeline"] == "fused" and info["layout"] == "NCHW"
+    case = tmp_path / "nhwc"
+    subprocess.run(["cp", "-r", str(out_dir), str(case)], check=True)
+    (case / "run.json").write_text(json.dumps({**info, "layout": "NHWC"}))
+    _refused(["tasks", case], 2, "was built fused with layout NHWC")
+    (case / "run.json").write_text(json.dumps({**info, "target": 3}))
+    _refused(["tasks", case], 1, "run.json: target must be a string")

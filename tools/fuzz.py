@@ -1,0 +1,58 @@
+"""The long fuzz run: many seeded cases of each class in tests/fuzz.py, with counts.
+
+    .venv/bin/python tools/fuzz.py                 # 2000 artifact, 2000 legacy, 300 option cases
+    .venv/bin/python tools/fuzz.py --cases 200 --seed 7
+
+Prints per class: cases, broken promises (tracebacks, wrong exit codes, files left
+behind or changed), and the first few of them. Exits 1 if any promise was broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.fuzz import artifact_cases, legacy_cases, option_cases, run_cli  # noqa: E402
+
+TINY = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tiny_model.py"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=2000, help="cases per class (options: a seventh)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--source", type=Path, help="an output DIR to mutate (default: profile the tiny model)")
+    args = parser.parse_args()
+    broken = 0
+    with tempfile.TemporaryDirectory(prefix="relaytrace-fuzz-") as tmp:
+        tmp = Path(tmp)
+        source = args.source
+        if source is None:
+            source = tmp / "source"
+            code, _, err = run_cli(["--quiet", "profile", f"{TINY}:make", "--repeat", "1", "--out", source])
+            if code:
+                print(f"could not make the source directory: {err}")
+                return 1
+        work = tmp / "work"
+        work.mkdir()
+        classes = {
+            "artifacts": artifact_cases(source, work, args.seed, args.cases),
+            "legacy": legacy_cases(work, args.seed, args.cases),
+            "options": option_cases(source, work, args.seed, max(args.cases // 7, 20)),
+        }
+        for name, cases in classes.items():
+            problems = [(what, problem) for what, problem in cases if problem]
+            total = {"artifacts": args.cases, "legacy": args.cases}.get(name, max(args.cases // 7, 20))
+            print(f"{name}: {total} cases, {len(problems)} broken promises")
+            for what, problem in problems[:10]:
+                print(f"  {what}: {problem}")
+            broken += len(problems)
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
