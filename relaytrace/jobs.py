@@ -76,9 +76,14 @@ def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
     written yet. ``write_outputs`` checks again when it publishes."""
     out = Path(out)
     if out.exists() and not force:
-        raise FileExistsError(f"{out} exists; pass --force to replace it")
+        raise FileExistsError(f"{out} exists; replace it with --force")
     if out.exists() and not out.is_dir():
         raise RelaytraceError(f"{out} exists and is not a directory")
+    if os.path.ismount(out):  # outputs are swapped in by a rename, which cannot replace a mount point
+        raise RelaytraceError(f"{out} is a mount point: name a directory inside it (--out {out / 'run'})")
+    parent = out.resolve().parent
+    if not os.access(parent if parent.exists() else parent.parent, os.W_OK):
+        raise RelaytraceError(f"cannot write beside {out} (no permission in {parent}): choose another --out")
     _refuse_foreign(out)
     return out
 
@@ -132,7 +137,7 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
             if not out.exists():
                 raise
     if not overwrite:
-        raise FileExistsError(f"{out} appeared while building; pass --force to replace it")
+        raise FileExistsError(f"{out} appeared while building; replace it with --force")
     if not out.is_dir():
         raise RelaytraceError(f"{out} exists and is not a directory")
     _refuse_foreign(out)

@@ -155,6 +155,16 @@ def test_two_builds_in_one_trace_block_are_said_not_mixed():
     assert set(two.lineage.entries) == {"main", "decode"}  # the first build's, not a mix
     assert {s.label for s in two.lineage.call_sites} == {s.label for s in one.lineage.call_sites}
 
+    @tvm.transform.module_pass(opt_level=0, name="Swap")
+    def swap(mod, ctx):  # a user pass that returns another model
+        return SharedSymbol
+
+    pipeline = tvm.transform.Sequential([swap, tvm.relax.get_pipeline("default")])
+    with relaytrace.trace() as swapped:
+        tvm.compile(TwoEntries, "llvm", relax_pipeline=pipeline)
+    coverage = swapped.lineage.coverage()
+    assert not coverage.complete and coverage.unresolved and coverage.eliminated == coverage.origins
+
 
 def test_build_keeps_the_callers_pass_context():
     import tvm
@@ -240,3 +250,55 @@ def test_tasks_dir_rebuilds_as_the_directory_was_made(out_dir, tmp_path):
     _refused(["tasks", case], 2, "was built fused with layout NHWC")
     (case / "run.json").write_text(json.dumps({**info, "target": 3}))
     _refused(["tasks", case], 1, "run.json: target must be a string")
+
+
+FACTORIES = '''
+import torch
+def raises():
+    raise RuntimeError("my factory broke")
+def needs(x):
+    return None
+notcallable = 3
+class NonZero(torch.nn.Module):
+    def forward(self, x):
+        return torch.nonzero(x)
+def nonzero():
+    return NonZero(), torch.randn(4, 4)
+'''
+
+
+@pytest.mark.parametrize("factory, words", [
+    ("raises", "facs.py:raises() raised RuntimeError: my factory broke"),
+    ("needs", "facs.py:needs takes arguments; relaytrace calls the factory with none"),
+    ("notcallable", "facs.py:notcallable is a int, not a function"),
+    ("nonzero", "TVM's torch importer could not import facs (NonZero)"),
+])
+def test_a_users_factory_that_fails_is_said_as_its_own(factory, words, tmp_path):
+    (tmp_path / "facs.py").write_text(FACTORIES)
+    _refused(["--quiet", "profile", f"{tmp_path / 'facs.py'}:{factory}", "--out", tmp_path / "out"], 1, words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_one_slow_run_does_not_move_a_sites_figure_and_is_said(out_dir, tmp_path):
+    """Seed 001's complaint: one 4 ms hiccup in one run made a layer's mean 27x its
+    median. Figures are medians over runs; the hiccup is flagged NOISY."""
+    import attrs
+
+    from relaytrace.model.profile import Profile
+
+    base = Profile.load(out_dir / "profile.json")
+    records = [attrs.evolve(r, run=run) for run in range(5) for r in base.records]  # five equal runs
+    steady = attrs.evolve(base, records=tuple(records), repeat=5)
+    site = (records[0].name, records[0].call)
+    hiccup = attrs.evolve(steady, records=(attrs.evolve(records[0], duration_us=records[0].duration_us + 4000),)
+                          + tuple(records[1:]))
+    assert hiccup.by_site()[site] == steady.by_site()[site]
+    assert hiccup.site_times()[site].max_us == records[0].duration_us + 4000
+    assert not steady.warnings()
+    assert hiccup.warnings()[0].startswith("NOISY: 1 call site(s)") and f"{site[0]}#{site[1]}" in hiccup.warnings()[0]
+    fast = attrs.evolve(steady, e2e_us=(steady.kernel_us / 2,) * 3)
+    assert any(w.startswith("OVER END TO END") and "gap is negative" in w for w in fast.warnings())
+    saved = Profile.load(hiccup.save(tmp_path / "p.json"))
+    assert saved.by_site() == hiccup.by_site()
+    assert json.loads((tmp_path / "p.json").read_text())["site_times"][f"{site[0]}#{site[1]}"][2] == \
+        records[0].duration_us + 4000

@@ -115,11 +115,30 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
         raise RelaytraceError(f"{path} failed to import: {type(exc).__name__}: {exc}") from exc
     if not hasattr(module, factory):
         raise RelaytraceError(f"{path} has no function {factory!r}")
-    made = getattr(module, factory)()
+    made = _call_factory(getattr(module, factory), f"{path}:{factory}")
     if not (isinstance(made, tuple) and len(made) == 2):
         raise RelaytraceError(f"{factory}() must return (torch module, example inputs) or (nn module, spec)")
     made_module, example = made
     return load(made_module, example, name=name or Path(path).stem, **options)
+
+
+def _call_factory(factory, where: str):
+    """The user's factory called with no arguments; whatever it raises is said as its own."""
+    import inspect
+
+    if not callable(factory):
+        raise RelaytraceError(f"{where} is a {type(factory).__name__}, not a function returning (model, inputs)")
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        raise RelaytraceError(f"{where} takes arguments; relaytrace calls the factory with none") from None
+    except ValueError:
+        pass  # no signature to read (a builtin): call it and see
+    try:
+        return factory()
+    except Exception as exc:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise RelaytraceError(f"{where}() raised {type(exc).__name__}: {first[:300]}") from exc
 
 
 def _given_shapes(shapes, dtype: str | None) -> dict[str, tuple[tuple[int, ...], str | None]]:

@@ -34,11 +34,16 @@ def from_torch(module, example_args, name: str | None = None, dynamic_shapes=Non
         ) from exc
 
     importer = _recording_importer()
-    with torch.no_grad():
-        mod = importer.from_exported_program(
-            exported, keep_params_as_input=False, unwrap_unit_return_tuple=True,
-            no_bind_return_tuple=False, custom_convert_map=None,
-        )
+    try:
+        with torch.no_grad():
+            mod = importer.from_exported_program(
+                exported, keep_params_as_input=False, unwrap_unit_return_tuple=True,
+                no_bind_return_tuple=False, custom_convert_map=None,
+            )
+    except Exception as exc:  # an op TVM's importer lacks, dtypes it cannot mix
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise RelaytraceError(f"TVM's torch importer could not import {label} ({type(module).__name__}): "
+                              f"{type(exc).__name__}: {first[:300]}") from exc
     layers = _assign(mod, importer.order)
     return ImportedModel(mod=mod, name=label, layers=layers)
 

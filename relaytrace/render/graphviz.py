@@ -195,5 +195,5 @@ def render(graph, path, fmt: str | None = None, overwrite: bool = False) -> Path
     if fmt not in FORMATS:
         raise RelaytraceError(f"unknown graph format {fmt!r}: use one of {', '.join(FORMATS)}")
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
+        raise FileExistsError(f"{path} exists; replace it with --force (API: overwrite=True)")
     return write_atomic(path, graph.source if fmt == "dot" else graph.pipe(format=fmt), overwrite)
