@@ -111,11 +111,19 @@ def _kernels(lineage, layer) -> tuple[str, ...]:
 
 def read_reference(path) -> dict[str, float]:
     """External per-layer times: a CSV with a ``layer`` column and ``time_us`` (or
-    ``time_ms``) column."""
+    ``time_ms``) column; UTF-8, with or without Excel's byte-order mark. A time must
+    be a finite, non-negative number."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no reference file at {path}")
-    with path.open(newline="") as f:
+    try:
+        return _reference_rows(path)
+    except UnicodeDecodeError:
+        raise RelaytraceError(f"{path} is not a UTF-8 text file: save the reference as CSV (UTF-8)") from None
+
+
+def _reference_rows(path: Path) -> dict[str, float]:
+    with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
         fields = reader.fieldnames or []
         unit = "time_us" if "time_us" in fields else "time_ms" if "time_ms" in fields else None
@@ -125,8 +133,10 @@ def read_reference(path) -> dict[str, float]:
         for line, row in enumerate(reader, start=2):
             try:
                 value = float(row[unit])
+                if not 0 <= value < float("inf"):
+                    raise ValueError
             except (TypeError, ValueError):
-                raise RelaytraceError(f"{path}:{line}: {unit} {row[unit]!r} is not a number") from None
+                raise RelaytraceError(f"{path}:{line}: {unit} {row[unit]!r} is not a time (a number from 0)") from None
             out[row["layer"]] = value * (1e3 if unit == "time_ms" else 1.0)
     return out
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .errors import RelaytraceError, UsageError
 from .failures import stop_if_interrupted
+from .model.jsonio import current_umask
 
 OUTPUTS = ("lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg",
            "report.html", "trace.json", "run.json")
@@ -119,6 +120,7 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None, ove
         (staging / "trace.json").write_text(json.dumps(chrome_trace(lineage, profile)))
         (staging / "run.json").write_text(json.dumps(run, indent=1))  # how to rebuild: `tasks DIR`
         stop_if_interrupted()
+        os.chmod(staging, 0o777 & ~current_umask())  # as mkdir would have made it, not mkdtemp's 0700
         _publish(staging, out, overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

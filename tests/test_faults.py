@@ -302,3 +302,50 @@ def test_one_slow_run_does_not_move_a_sites_figure_and_is_said(out_dir, tmp_path
     assert saved.by_site() == hiccup.by_site()
     assert json.loads((tmp_path / "p.json").read_text())["site_times"][f"{site[0]}#{site[1]}"][2] == \
         records[0].duration_us + 4000
+
+
+def test_a_reference_csv_saved_by_excel_is_read(out_dir, tmp_path):
+    """Excel's "CSV UTF-8" starts with a byte-order mark; a time that is no time is named."""
+    reference = tmp_path / "ref.csv"
+    reference.write_bytes("layer,time_us\nconv1,12.5\nfc,3\n".encode("utf-8-sig"))
+    code, out, err = run_cli(["diff", out_dir, "--reference", reference])
+    assert code == 0 and "conv1" in out, err
+    reference.write_text("layer,time_us\nconv1,nan\n")
+    _refused(["diff", out_dir, "--reference", reference], 1, "ref.csv:2: time_us 'nan' is not a time")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 150 KB file system (tmpfs), or a skip where this machine cannot mount one."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=150k", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()[:120]}")
+    yield where
+    subprocess.run(["umount", str(where)], check=True)
+
+
+def test_a_full_disk_is_one_line_and_the_old_outputs_survive(small_disk, tiny_out):
+    code, _, err = run_cli(["--quiet", "profile", TINY, "--repeat", "1", "--out", small_disk, "--force"])
+    assert code == 1 and "is a mount point: name a directory inside it" in err  # said before the build
+    old = small_disk / "run"
+    subprocess.run(["cp", "-r", str(tiny_out), str(old)], check=True)  # about 100 KB of the 150
+    before = {p.name: p.read_bytes() for p in old.iterdir()}
+    code, _, err = run_cli(["--quiet", "profile", TINY, "--repeat", "1", "--out", old, "--force"])
+    assert code == 1 and broken_promise(code, err) is None, err
+    assert "No space left on device" in err and "the disk is full" in err
+    assert {p.name: p.read_bytes() for p in old.iterdir()} == before
+    assert sorted(p.name for p in small_disk.iterdir()) == ["run"]  # no staging or temp file left
+    for name in before:
+        (old / name).unlink()
+    code, _, err = run_cli(["--quiet", "profile", TINY, "--repeat", "1", "--out", small_disk / "fresh"])
+    assert code == 0, err
+    assert oct((small_disk / "fresh").stat().st_mode & 0o777) == oct(0o777 & ~_umask())
+    assert oct((small_disk / "fresh" / "lineage.json").stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask():
+    from relaytrace.model.jsonio import current_umask
+
+    return current_umask()

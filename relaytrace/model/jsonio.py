@@ -154,6 +154,7 @@ def write_atomic(path, data: str | bytes, overwrite: bool = False) -> Path:
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data.encode() if isinstance(data, str) else data)
+        os.chmod(tmp, 0o666 & ~current_umask())  # as open() would have made it, not mkstemp's 0600
         if overwrite:
             os.replace(tmp, path)
         else:
@@ -164,6 +165,13 @@ def write_atomic(path, data: str | bytes, overwrite: bool = False) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def current_umask() -> int:
+    """The process's umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o22)
+    os.umask(mask)
+    return mask
 
 
 def read_json(path, what: str):

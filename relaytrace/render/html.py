@@ -66,7 +66,7 @@ function search(q){ q = q.toLowerCase();
   Object.values(tables).forEach(t => Array.from(t.body.rows).forEach(tr => {
     tr.style.display = !q || tr.dataset.text.includes(q) ? '' : 'none'; })); }
 build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted (ms)','inserted_ms'],['ops','ops'],['kernel calls','sites'],['verification','status']], data.layers, r => r.layer);
-build('kernels', [['Name','name'],['Duration (us)','us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['verification','status']], data.kernels, r => r.name);
+build('kernels', [['Name','name'],['Duration (us, median)','us'],['min','min_us'],['max','max_us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['verification','status']], data.kernels, r => r.name);
 if (data.checks.length){
   build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
   tables.checks.keyOf = r => r.site; }
@@ -94,7 +94,8 @@ def report_data(report) -> dict:
     return {
         "layers": [{"layer": r.layer, "ms": r.us / 1e3, "percent": r.percent, "inserted_ms": r.inserted_us / 1e3,
                     "ops": list(r.ops), "sites": list(r.kernels), "status": r.status} for r in report.layers],
-        "kernels": [{"name": r.name, "us": r.us, "percent": r.percent, "count": r.count, "device": r.device,
+        "kernels": [{"name": r.name, "us": r.us, "min_us": r.min_us, "max_us": r.max_us, "percent": r.percent,
+                     "count": r.count, "device": r.device,
                      "shapes": r.shapes, "layers": list(r.layers), "status": r.status} for r in report.kernels],
         "checks": [{"site": s.label, "status": checks[s.position].status,
                     "reasons": "; ".join(checks[s.position].reasons)}
@@ -132,6 +133,7 @@ def html_report(report) -> str:
 &middot; entry {html.escape(profile.entry)}{_inputs(profile)} &middot; {html.escape(profile.summary())}<br>
 {len(lineage.call_sites)} kernel call sites of {len(lineage.kernels)} kernels &middot; attribution policy {policy}
 {"<br>ops inserted by passes (layout transforms, casts, shape functions) serve: " + caused if caused else ""}</div>
+{"".join(f'<p class="warn">{html.escape(w)}</p>' for w in profile.warnings())}
 <input id="search" type="search" placeholder="search layers, kernels, ops">
 <h2>Categories</h2><table id="categories"></table>
 <h2>Verification</h2><p class="{verdict_class}">{html.escape(verdict)}</p>{problems}
