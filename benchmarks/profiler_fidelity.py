@@ -57,7 +57,7 @@ def main(argv=None) -> int:
           f"{statistics.median(instrumented) / statistics.median(plain):.4f}")
 
     isolated = relaytrace.profile(executable, lineage, [x], repeat=args.repeat, mode="isolated")
-    t_sites, i_sites = timeline.mean_by_site(KERNEL), isolated.mean_by_site(KERNEL)
+    t_sites, i_sites = timeline.by_site(KERNEL), isolated.by_site(KERNEL)
     ratios = sorted(i_sites[k] / t_sites[k] for k in t_sites if t_sites[k] > 50)
     q = lambda p: ratios[int(p * (len(ratios) - 1))]  # noqa: E731
     print(f"isolated / timeline per site (sites > 50 us, n={len(ratios)}): median {q(0.5):.3f}, "

@@ -41,9 +41,11 @@ class Trace:
                 "no Relax module passed through the traced PassContext: call tvm.compile "
                 "(or relax.build) inside the `with relaytrace.trace():` block"
             )
+        from .tracking.ir import built_target
+
+        target = self.target or built_target([p.module for p in recording.passes])
         with gc_paused():
-            self.lineage = follow(recording, self.layer_of, model=self.model, target=self.target,
-                                  pipeline=self.pipeline)
+            self.lineage = follow(recording, self.layer_of, model=self.model, target=target, pipeline=self.pipeline)
         return self.lineage
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import RelaytraceError, UsageError
+from .errors import RelaytraceError, UsageError, describe
 from .frontends.loader import DEMO_MODELS
 
 NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
@@ -23,11 +23,16 @@ def _build_and_profile(model, args, say, inputs):
     from .build import build
     from .profiler import profile
 
-    remote = _remote(args)
-    if remote is not None:
-        from .remote import exporter
+    from .remote import exporter, runs_here, target_name
 
-        exporter(args.target, remote.compiler)  # a missing cross compiler is said before the build
+    remote = _remote(args)
+    if remote is not None:  # a missing compiler, an address or key that answers not: said before the build
+        exporter(args.target, remote.compiler)
+        say(f"checking {remote.describe()}")
+        remote.connect()
+    elif not runs_here(args.target):
+        raise UsageError(f"a build for {target_name(args.target)} does not run on this machine: profile it on its "
+                         "device with --rpc HOST:PORT or --tracker HOST:PORT --key KEY (docs/remote.md)")
     say(f"building {getattr(model, 'name', 'model')} ({args.pipeline}, {args.layout}) for {args.target}")
     executable, lineage = build(model, args.target, pipeline=args.pipeline, model=getattr(args, "name", None),
                                 convert_layout=NHWC if args.layout == "NHWC" else None,
@@ -47,9 +52,7 @@ def _check_target(text: str):
     try:
         return tvm.target.Target(text)
     except Exception as exc:  # TVM's parser: ValueError, TVMError, ...
-        from .failures import first_line
-
-        raise UsageError(f"--target {text!r} is not a TVM target ({first_line(exc)[:160]}): give a kind (llvm, "
+        raise UsageError(f"--target {text!r} is not a TVM target ({describe(exc, 160)}): give a kind (llvm, "
                          'cuda) or JSON such as \'{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}\'') from None
 
 
@@ -116,6 +119,9 @@ def cmd_profile(args) -> int:
     from .report import make_report
 
     shapes = [parse_shape(s) for s in args.input_shape]
+    if args.dtype and not shapes:
+        raise UsageError("--dtype is the dtype of inputs given with --input-shape NAME:DIMS (without their own); "
+                         "give the shapes too, e.g. --input-shape x:1x3x224x224 --dtype float16")
     say = _progress(args)
     _check_target(args.target)
     _remote(args)
@@ -154,6 +160,9 @@ def cmd_render(args) -> int:
     if args.out and Path(args.out).suffix.lower() not in (f".{args.format}",) + ((".htm",) if args.format == "html" else ()):
         raise UsageError(f"--out {args.out} does not end in .{args.format}, the --format it would be written in: "
                          f"name it ...{'.' + args.format} or give the --format its suffix says")
+    if args.format == "html" and args.graph != "layers":
+        raise UsageError("the HTML report holds the kernel graph and every table: --graph applies to svg, png, pdf "
+                         "and dot")
     source = Path(args.source)
     lineage_path = source / "lineage.json" if source.is_dir() else source
     profile_path = Path(args.profile) if args.profile else (
@@ -180,7 +189,7 @@ def cmd_query(args) -> int:
     asked = next((f"--{k}" for k in ("kernel", "layer", "history") if getattr(args, k) == ""), None)
     if asked:
         raise UsageError(f"{asked} needs a name (see `relaytrace query LINEAGE --{asked[2:]} NAME`)")
-    lineage = Lineage.load(args.lineage)
+    lineage = Lineage.load(Path(args.lineage) / "lineage.json" if Path(args.lineage).is_dir() else args.lineage)
     if args.kernel:
         name, _, call = args.kernel.partition("#")
         if not name or call and not call.isdigit():
@@ -272,6 +281,10 @@ def cmd_tasks(args) -> int:
             raise UsageError(f"{spec} was built {info['pipeline']} with layout {info['layout']}; tasks are those of "
                              "the fused NCHW build: profile the model that way, or pass the model itself")
         spec, shapes, dtype, target = info["model"], info["input_shapes"], info["dtype"], args.target or info["target"]
+    target_text = target
+    if remote is not None and "num-cores" not in _check_target(target).attrs:
+        raise UsageError("tuning on a tracker's devices needs their core count in the target: give --target as JSON "
+                         'with "num-cores", e.g. \'{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "num-cores": 4}\'')
     target = T.tuning_target(_check_target(target)) if args.tune else _check_target(target)
     loaded = load(spec, shapes=[parse_shape(s) for s in shapes], dtype=dtype, with_inputs=False)
     mod = loaded.model.mod
@@ -280,8 +293,7 @@ def cmd_tasks(args) -> int:
     rows = T.extract(mod, target, lineage)
     print(format_table(["task", "weight", "kernels", "layers"],
                        [[r.name, r.weight, " ".join(r.kernels), ", ".join(r.layers)] for r in rows]))
-    print(f"\n{len(rows)} tasks, total weight {sum(r.weight for r in rows)} "
-          f"= {len(lineage.call_sites)} kernel call sites")
+    print("\n" + _task_totals(rows, len(lineage.call_sites)))
     if args.tune:
         T.tune(mod, target, args.db, args.tune, len(rows), progress=say, remote=remote)
         say("rebuilding with the tuned schedules")
@@ -290,13 +302,40 @@ def cmd_tasks(args) -> int:
         print(f"tuned build: {cov.attributed_sites}/{cov.call_sites} kernel call sites attributed"
               f"{'' if cov.complete else ' (INCOMPLETE)'}; {len(tuned.tuned)} of {len(tuned.kernels)} kernels "
               f"took a tuned schedule")
-        where = f" --tracker {remote.tracker} --key {remote.key}" if remote is not None else ""
         print(f"tuning database written to {args.db}; profile the tuned build with:\n"
-              f"  relaytrace profile {args.model} --db {args.db}{where} --out DIR")
+              f"  {_profile_command(spec, shapes, dtype, target_text, args.db, remote)}")
         if args.out:
             tuned.save(args.out, overwrite=args.force)
             print(f"tuned lineage written to {args.out}")
     return 0
+
+
+def _task_totals(rows, call_sites: int) -> str:
+    """The tasks' weights against the build's kernel call sites, said as they are: a
+    task that became no kernel of the build (a reshape run as a VM builtin) apart."""
+    running = [r for r in rows if r.kernels]
+    idle = [r.name for r in rows if not r.kernels]
+    weight = sum(r.weight for r in running)
+    relation = "=" if weight == call_sites else "!="
+    text = f"{len(rows)} tasks; those with a kernel: total weight {weight} {relation} {call_sites} kernel call sites"
+    if relation != "=":
+        text += " (MetaSchedule's task weights and the lineage's call sites disagree)"
+    if idle:
+        text += (f"\n{len(idle)} task(s) became no kernel of this build (run as VM builtins or folded): "
+                 f"{', '.join(idle[:8])}{' ...' if len(idle) > 8 else ''}")
+    return text
+
+
+def _profile_command(spec, shapes, dtype, target: str, db, remote) -> str:
+    """The ``relaytrace profile`` command that profiles a tuned build as it was tuned."""
+    import shlex
+
+    words = ["relaytrace", "profile", spec, "--db", str(db)]
+    words += [w for shape in shapes for w in ("--input-shape", shape)]
+    words += ["--dtype", dtype] if dtype else []
+    words += ["--target", target] if target != "llvm" else []
+    words += ["--tracker", remote.tracker, "--key", remote.key] if remote is not None else []
+    return " ".join(map(shlex.quote, words + ["--out", "DIR"]))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -312,7 +351,7 @@ def _at_least(low, kind=int):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
         if not (value >= low if kind is int else low < value < float("inf")):  # NaN is refused too
             raise argparse.ArgumentTypeError(f"{text!r} must be {'at least' if kind is int else 'above'} {low}")
         return value
@@ -379,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_render)
 
     p = sub.add_parser("query", help="ask a saved lineage which layers a kernel runs, and more")
-    p.add_argument("lineage", metavar="lineage.json")
+    p.add_argument("lineage", metavar="DIR|lineage.json")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--kernel", metavar="NAME[#CALL]")
     which.add_argument("--layer", metavar="NAME")
@@ -420,10 +459,9 @@ def main(argv=None) -> int:
     (``failures``): 0 done, 1 failed, 2 bad command line, 130 interrupted."""
     from . import failures
 
-    failures.watch_interrupts()
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    restore = failures.watch_interrupts()
     try:
+        args = build_parser().parse_args(argv)
         return args.run(args)
     except BrokenPipeError:
         return failures.quiet_broken_pipe()
@@ -431,6 +469,8 @@ def main(argv=None) -> int:
         if isinstance(exc, SystemExit):
             raise
         return failures.report(exc)
+    finally:
+        restore()
 
 
 if __name__ == "__main__":

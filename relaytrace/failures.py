@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from .errors import RelaytraceError, UsageError
+from .errors import RelaytraceError, UsageError, describe
 
 USAGE, FAILED, INTERRUPTED = 2, 1, 130
 DEBUG_VARIABLE = "RELAYTRACE_DEBUG"  # set to 1: the traceback too
@@ -31,9 +31,13 @@ _OS_HINTS = {
 }
 
 
-def watch_interrupts() -> None:
+def watch_interrupts():
     """Note Ctrl-C before Python turns it into KeyboardInterrupt: raised inside a TVM
-    pass callback, it comes back as TVM's own error with nothing of the interrupt."""
+    pass callback, it comes back as TVM's own error with nothing of the interrupt.
+    Returns what puts the previous handler back (``main`` calls it when the command
+    ends: a host process, a notebook, gets its own Ctrl-C back)."""
+    _interrupted.clear()
+
     def interrupted(signum, frame):
         _interrupted.set()
         raise KeyboardInterrupt
@@ -42,11 +46,16 @@ def watch_interrupts() -> None:
         if not isinstance(info.exc_value, KeyboardInterrupt):  # Python prints those with a traceback
             shown(info)
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, interrupted)
-        if not getattr(sys.unraisablehook, "relaytrace", False):  # once per process
-            unraisable.relaytrace = True
-            sys.unraisablehook = unraisable
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous, previous_hook = signal.signal(signal.SIGINT, interrupted), sys.unraisablehook
+    sys.unraisablehook = unraisable
+
+    def restore():
+        signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = previous_hook
+
+    return restore
 
 
 def stop_if_interrupted() -> None:
@@ -68,20 +77,14 @@ def exit_code(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, OSError):
         return FAILED, f"relaytrace: error: {_os_line(exc)}"
     if isinstance(exc, (UnicodeError, MemoryError, RecursionError)):
-        return FAILED, f"relaytrace: error: {type(exc).__name__}: {first_line(exc)}"
+        return FAILED, f"relaytrace: error: {describe(exc)}"
     where = "TVM" if type(exc).__module__.startswith(("tvm", "tvm_ffi")) else "an unexpected"
-    return FAILED, (f"relaytrace: error: {where} {type(exc).__name__}: {first_line(exc)} "
-                    f"(set {DEBUG_VARIABLE}=1 for the traceback)")
-
-
-def first_line(exc: BaseException) -> str:
-    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-    return text[:300] or "(no message)"
+    return FAILED, f"relaytrace: error: {where} {describe(exc)} (set {DEBUG_VARIABLE}=1 for the traceback)"
 
 
 def _os_line(exc: OSError) -> str:
     if exc.errno is None or exc.strerror is None:  # raised with a message of ours
-        return first_line(exc)
+        return str(exc).strip() or type(exc).__name__
     where = f": {exc.filename}" if exc.filename else ""
     hint = _OS_HINTS.get(exc.errno)
     return f"{exc.strerror}{where}" + (f" ({hint})" if hint else "")

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .errors import RelaytraceError, UsageError
+from .errors import LineageFormatError, RelaytraceError, UsageError
 from .failures import stop_if_interrupted
 from .model.jsonio import current_umask
 
@@ -82,9 +82,7 @@ def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
         raise RelaytraceError(f"{out} exists and is not a directory")
     if os.path.ismount(out):  # outputs are swapped in by a rename, which cannot replace a mount point
         raise RelaytraceError(f"{out} is a mount point: name a directory inside it (--out {out / 'run'})")
-    parent = out.resolve().parent
-    if not os.access(parent if parent.exists() else parent.parent, os.W_OK):
-        raise RelaytraceError(f"cannot write beside {out} (no permission in {parent}): choose another --out")
+    _check_writable_beside(out)
     _refuse_foreign(out)
     return out
 
@@ -94,6 +92,19 @@ def _refuse_foreign(out: Path) -> None:
     if foreign:
         raise RelaytraceError(f"{out} holds files relaytrace did not write ({', '.join(foreign[:3])}"
                               f"{', ...' if len(foreign) > 3 else ''}): choose a new or empty --out")
+
+
+def _check_writable_beside(out: Path) -> None:
+    """The directory the outputs will be staged in can take a directory: its nearest
+    existing ancestor is a directory where one can be made (tried, and removed)."""
+    ancestor = next(p for p in out.absolute().parents if p.exists())  # missing levels are made when writing
+    if not ancestor.is_dir():
+        raise RelaytraceError(f"cannot write {out}: {ancestor} is a file, not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".relaytrace-probe-", dir=ancestor))
+    except OSError as exc:
+        raise RelaytraceError(f"cannot write {out}: {ancestor} takes no new directory ({exc.strerror}); "
+                              "choose another --out") from None
 
 
 def write_outputs(out: Path, report, run: dict, collapse: int | None = None, overwrite: bool = True) -> Path:
@@ -164,7 +175,8 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
 
 _RUN_FIELDS = {"model": str, "input_shapes": tuple[str, ...], "dtype": str | None, "db": str | None,
                "target": str, "pipeline": str, "layout": str, "entry": str | None}
-_RUN_DEFAULTS = {"db": None, "target": "llvm", "pipeline": "fused", "layout": "NCHW", "entry": None}
+_RUN_DEFAULTS = {"input_shapes": [], "dtype": None, "db": None, "target": "llvm", "pipeline": "fused",
+                 "layout": "NCHW", "entry": None}
 
 
 def run_info(path) -> dict:
@@ -177,6 +189,8 @@ def run_info(path) -> dict:
         raise FileNotFoundError(f"{info} is missing: pass the model itself (an .onnx file or file.py:factory)")
     data = read_json(info, "run")
     check(data, dict, str(info))
+    if "model" not in data:
+        raise LineageFormatError(f"{info} has no field 'model': pass the model itself (an .onnx file or file.py:factory)")
     data = {**_RUN_DEFAULTS, **data}
     for key, kind in _RUN_FIELDS.items():
         check(data.get(key), kind, f"{info}: {key}")

@@ -17,9 +17,9 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .errors import RelaytraceError
+from .errors import RelaytraceError, describe
 from .model.lineage import Lineage
-from .model.profile import BUILTIN, KERNEL, ArgInfo, CallRecord, Profile
+from .model.profile import BUILTIN, FROM_IR, KERNEL, LOCAL_RUN, ArgInfo, CallRecord, Profile
 from .model.shapes import bind
 
 def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, repeat: int = 5,
@@ -45,14 +45,7 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     say = progress or (lambda message: None)
     if remote is not None:
         return _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say)
-    if device is None:
-        from .remote import runs_here
-
-        if not runs_here(lineage.target):
-            raise RelaytraceError(
-                f"a build for {_target_name(lineage.target)} does not run on this machine: profile it on its device "
-                "with --rpc HOST:PORT or --tracker HOST:PORT --key KEY (API: remote=relaytrace.RemoteDevice(...))")
-        device = tvm.cpu()
+    device = device or _here(lineage.target)
     args = [tvm.runtime.tensor(a, device) for a in arrays]
     vm = _vm(executable, device)
     skip = frozenset(lineage.subfunctions)
@@ -74,21 +67,34 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     return _profile(lineage, entry, arrays, str(device), mode, repeat, records, arg_info, e2e.results)
 
 
+def _here(target_text: str):
+    """This machine's device for the build, or an error pointing to a remote one."""
+    from .remote import local_device, target_name
+
+    device = local_device(target_text)
+    if device is None:
+        raise RelaytraceError(
+            f"a build for {target_name(target_text)} does not run on this machine: profile it on its device with "
+            "--rpc HOST:PORT or --tracker HOST:PORT --key KEY (API: remote=relaytrace.RemoteDevice(...), or "
+            "device= for a device of this machine)")
+    return device
+
+
 def _vm(executable, device, why: str = ""):
     try:
         return relax.VirtualMachine(executable, device)
     except Exception as exc:
-        raise RelaytraceError(f"this build cannot run on {device}{why}: {str(exc).strip().splitlines()[0]}") from exc
+        raise RelaytraceError(f"this build cannot run on {device}{why}: {describe(exc)}") from exc
 
 
 def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say) -> Profile:
     """Every site of ``entry`` timed isolated on ``remote``, plus the entry end to end:
     on the arguments a local run gives each site when the build runs here, else on
     arguments of the shapes the compiled IR gives it (``site_arguments``)."""
-    from .remote import run_remote, runs_here
+    from .remote import local_device, run_remote
 
-    if runs_here(lineage.target):
-        device = tvm.cpu()
+    device = local_device(lineage.target)
+    if device is not None:
         say("capturing each site's arguments in a local run")
         vm = _vm(executable, device, " (a remote profile of a build for this machine captures each site's "
                                      "arguments in one local run)")
@@ -96,10 +102,10 @@ def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat,
                                       frozenset(lineage.subfunctions), copy=True)
         _check_names(lineage, arg_info)
         captured = [(name, k, [t.numpy() for t in tensors]) for name, k, tensors in captured]
-        source = "a local run"
+        source = LOCAL_RUN
     else:
         arg_info, captured = site_arguments(lineage)
-        source = "the compiled IR"
+        source = FROM_IR
     timings, e2e, where = run_remote(executable, library, lineage.target, entry, arrays, captured, remote, repeat,
                                      number, say)
     return _profile(lineage, entry, arrays, where, "isolated", repeat, _site_records(timings, repeat), arg_info,
@@ -120,24 +126,26 @@ def site_arguments(lineage: Lineage, seed: int = 0):
         open_dims = [shape for shape, _ in site.arguments if any(not isinstance(d, int) for d in shape)]
         if open_dims:
             raise RelaytraceError(
-                f"{site.label} takes arguments whose shapes are known only at run time {open_dims[0]}, and a build "
-                f"for {_target_name(lineage.target)} cannot run here to see them: profile a build with static "
-                "shapes, or on a machine that runs this target")
-        arrays = [rng.standard_normal(shape).astype(dtype) if np.dtype(dtype).kind == "f" else np.zeros(shape, dtype)
-                  for shape, dtype in site.arguments]
+                f"{site.label} takes arguments whose shapes are known only at run time {open_dims[0]}: only a run "
+                "sizes them; profile a build with static shapes, or on a machine that runs its target")
+        arrays = [_values(rng, shape, dtype, site.label) for shape, dtype in site.arguments]
         info[f"{site.kernel}#{site.call}"] = ArgInfo(tuple(s for s, _ in site.arguments),
                                                      tuple(d for _, d in site.arguments))
         captured.append((site.kernel, site.call, arrays))
     return info, captured
 
 
-def _target_name(target_text: str) -> str:
-    target = tvm.target.Target(target_text)
-    return str(target.attrs.get("mtriple", "") or target.kind.name)
+def _values(rng, shape, dtype: str, where: str) -> np.ndarray:
+    """Zeros for integers and booleans (valid indices), normal draws for the rest."""
+    try:
+        kind = np.dtype(dtype).kind
+    except TypeError:
+        raise RelaytraceError(f"{where} takes a {dtype} argument, which numpy cannot make here") from None
+    return np.zeros(shape, dtype) if kind in "iub" else rng.standard_normal(shape).astype(dtype)
 
 
 def _profile(lineage, entry, arrays, device: str, mode, repeat, records, arg_info, e2e_s, remote: str = "",
-             arguments: str = "a local run") -> Profile:
+             arguments: str = LOCAL_RUN) -> Profile:
     signature = lineage.entries.get(entry) or ()
     return Profile(
         model=lineage.model, target=lineage.target, device=device, mode=mode, repeat=repeat,
@@ -203,8 +211,7 @@ def _capture(vm, entry: str, args, lineage, skip: frozenset, copy: bool):
     try:
         function(*args)
     except Exception as exc:  # the VM's own checks (a match_cast the inputs break)
-        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        raise RelaytraceError(f"the model failed to run on these inputs: {first.strip()}") from exc
+        raise RelaytraceError(f"the model failed to run on these inputs: {describe(exc)}") from exc
     finally:
         vm.set_instrument(_no_op)
     return info, captured

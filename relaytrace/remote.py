@@ -23,7 +23,7 @@ import threading
 
 from attrs import frozen
 
-from .errors import RelaytraceError
+from .errors import RelaytraceError, describe
 
 
 @frozen
@@ -49,7 +49,7 @@ class RemoteDevice:
             raise RelaytraceError("a tracker's device needs its key (--key KEY)")
         if not self.kernel_timeout_s > 0:
             raise RelaytraceError(f"a kernel's time limit must be positive seconds, not {self.kernel_timeout_s}")
-        _address(self.rpc or self.tracker)
+        address(self.rpc or self.tracker)
 
     def describe(self) -> str:
         return f"rpc {self.rpc}" if self.rpc else f"tracker {self.tracker} key {self.key}"
@@ -58,7 +58,7 @@ class RemoteDevice:
         """An RPC session to the device, within ``wait_s``."""
         from tvm import rpc
 
-        host, port = _address(self.rpc or self.tracker)
+        host, port = address(self.rpc or self.tracker)
         if self.rpc:
             return _bounded(lambda: rpc.connect(host, port, key=self.key or "", session_timeout=self.timeout_s),
                             self.wait_s, f"no RPC server answered at {self.rpc}")
@@ -74,27 +74,54 @@ def _host_arch() -> str:
     return str(tvm.target.Target("llvm").attrs["mtriple"]).split("-")[0]
 
 
+def _target(target_text: str):
+    """The build's target; a lineage that names none (made by ``trace()`` before it
+    recorded targets) is taken as this machine's CPU."""
+    import tvm
+
+    return tvm.target.Target(target_text or "llvm")
+
+
 def _triple(target) -> str:
     return str(target.attrs.get("mtriple", "") or "")
 
 
-def runs_here(target_text: str) -> bool:
-    """Whether a build for this target (as a lineage names it) runs on this machine's CPU."""
+def target_name(target_text: str) -> str:
+    """How a message names a target: its triple, else its kind (``cuda``)."""
+    target = _target(target_text)
+    return _triple(target) or target.kind.name
+
+
+def local_device(target_text: str):
+    """The device of this machine a build for the target runs on, or None: the CPU for
+    a CPU target of this machine's architecture, ``cuda(0)`` (and the like) for a GPU
+    target when this machine has that GPU and TVM's runtime for it."""
     import tvm
 
-    target = tvm.target.Target(target_text)
-    triple = _triple(target)
-    return target.kind.name in ("llvm", "c") and (not triple or triple.split("-")[0] == _host_arch())
+    target = _target(target_text)
+    kind = target.kind.name
+    if kind in ("llvm", "c"):
+        triple = _triple(target)
+        return tvm.cpu() if not triple or triple.split("-")[0] == _host_arch() else None
+    try:
+        device = tvm.device(kind, 0)
+        return device if device.exist else None
+    except Exception:  # noqa: BLE001 - a kind this runtime has no device API for
+        return None
+
+
+def runs_here(target_text: str) -> bool:
+    """Whether a build for this target (as a lineage names it) runs on this machine."""
+    return local_device(target_text) is not None
 
 
 def exporter(target_text: str, compiler: str | None):
     """The ``fcompile`` that links the build for the device: ``compiler`` if given, the
     target triple's ``g++`` when the target is another machine's CPU, else the default
     (None). A compiler that is not installed is an error naming it."""
-    import tvm
     from tvm.support import cc
 
-    target = tvm.target.Target(target_text)
+    target = _target(target_text)
     host = target.host or target
     triple = _triple(host)
     if compiler is None and (not triple or triple.split("-")[0] == _host_arch()):
@@ -107,7 +134,8 @@ def exporter(target_text: str, compiler: str | None):
     return cc.cross_compiler(compiler)
 
 
-def _address(text: str) -> tuple[str, int]:
+def address(text: str) -> tuple[str, int]:
+    """``(host, port)`` of ``HOST:PORT``; anything else is an error saying the form."""
     host, sep, port = (text or "").rpartition(":")
     if not sep or not host or not port.isdigit():
         raise RelaytraceError(f"a device address is HOST:PORT, not {text!r}")
@@ -131,18 +159,8 @@ def _bounded(call, seconds: float, failure: str, late: str | None = None):
     if "value" in result:
         return result["value"]
     if "error" in result:
-        raise RelaytraceError(f"{failure}: {_first_line(result['error'])}")
+        raise RelaytraceError(f"{failure}: {describe(result['error'])}")
     raise RelaytraceError(f"{late or failure} within {seconds:g} s")
-
-
-def _first_line(exc: Exception) -> str:
-    """One line for an error: its first, or for an error relayed over RPC (whose first
-    lines are wrappers) its last, without TVM's ``Check failed: (...) is false:``."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    text = lines[-1] if "RPC" in type(exc).__name__ else lines[0]
-    return f"{type(exc).__name__}: {text.split(' is false: ', 1)[-1]}"
 
 
 def run_remote(executable, kernel_library, target_text: str, entry: str, args, captured, device: RemoteDevice,
@@ -150,10 +168,8 @@ def run_remote(executable, kernel_library, target_text: str, entry: str, args, c
     """(per-site timings, end-to-end seconds, device name) measured on ``device``:
     ``captured`` is ``[(kernel, call, argument arrays)]``, ``args`` the entry's inputs
     (numpy arrays), ``target_text`` the build's target."""
-    import tvm
-
     fcompile = exporter(target_text, device.compiler)
-    kind = tvm.target.Target(target_text).kind.name
+    kind = _target(target_text).kind.name
     kind = "cpu" if kind in ("llvm", "c") else kind
     with tempfile.TemporaryDirectory(prefix="relaytrace-remote-") as tmp:
         paths = {"vm.so": executable, "kernels.so": kernel_library}
@@ -161,7 +177,7 @@ def run_remote(executable, kernel_library, target_text: str, entry: str, args, c
             try:
                 module.export_library(os.path.join(tmp, name), fcompile=fcompile)
             except Exception as exc:
-                raise RelaytraceError(f"could not link the build for the device: {_first_line(exc)}") from exc
+                raise RelaytraceError(f"could not link the build for the device: {describe(exc)}") from exc
         say(f"connecting to {device.describe()}")
         session = device.connect()
         try:
@@ -172,7 +188,7 @@ def run_remote(executable, kernel_library, target_text: str, entry: str, args, c
         except RelaytraceError:
             raise
         except Exception as exc:  # the server went away, a kernel failed there
-            raise RelaytraceError(f"the remote run on {device.describe()} failed: {_first_line(exc)}") from exc
+            raise RelaytraceError(f"the remote run on {device.describe()} failed: {describe(exc)}") from exc
 
 
 def _time_there(session, kind: str, entry: str, args, captured, device: RemoteDevice, repeat: int, number: int, say):
@@ -187,7 +203,7 @@ def _time_there(session, kind: str, entry: str, args, captured, device: RemoteDe
         remote_vm = relax.VirtualMachine(session.load_module("vm.so"), dev)
         kernels = session.load_module("kernels.so")
     except Exception as exc:
-        raise RelaytraceError(f"{device.describe()} cannot load this build ({_first_line(exc)}): is --target the "
+        raise RelaytraceError(f"{device.describe()} cannot load this build ({describe(exc)}): is --target the "
                               "device's own target?") from exc
     sites = []
     for i, (name, call, arrays) in enumerate(captured):
@@ -203,5 +219,5 @@ def _time_there(session, kind: str, entry: str, args, captured, device: RemoteDe
     vm_timer = remote_vm.time_evaluator(entry, dev, number=1, repeat=max(repeat, 3))
     e2e = _bounded(lambda: vm_timer(*inputs).results, device.kernel_timeout_s * max(len(captured), 1),
                    f"the remote run on {device.describe()} failed timing {entry} end to end",
-                   f"{entry} did not finish on {device.describe()}")
+                   f"{entry} did not finish on {device.describe()} (--kernel-timeout, per call site)")
     return sites, e2e, f"remote {kind}(0)"  # str() of a remote device is an RPC table index

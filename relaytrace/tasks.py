@@ -86,16 +86,21 @@ def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=
 def fleet_runner(remote):
     """MetaSchedule's RPC runner on the tracker and key of ``remote``; the tracker is
     asked first, so that a wrong address or key is a one-line error, not a tuning run
-    whose every measurement failed."""
+    whose every measurement failed. ``kernel_timeout_s`` bounds each candidate's session."""
     import tvm.s_tir.meta_schedule as ms
 
     if remote.tracker is None:
         raise RelaytraceError("MetaSchedule measures candidates on a tracker's devices: give --tracker HOST:PORT "
                               "--key KEY (register the board's server with a tracker, docs/remote.md)")
+    import math
+
+    from .remote import address
+
     remote.connect()  # a free device with the key, within the wait
-    host, _, port = remote.tracker.rpartition(":")
-    config = ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=remote.key,
-                                 session_timeout_sec=int(remote.kernel_timeout_s))
+    host, port = address(remote.tracker)
+    # MetaSchedule bounds each candidate's whole session (upload, run, time) by this
+    config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=remote.key,
+                                 session_timeout_sec=max(1, math.ceil(remote.kernel_timeout_s)))
     return ms.runner.RPCRunner(rpc_config=config, max_workers=1)
 
 

@@ -43,7 +43,7 @@ def broken_promise(code: int, err: str) -> str | None:
     ``relaytrace:`` line (progress lines before it are allowed)."""
     if code not in (0, 1, 2):
         return f"exit code {code}: {err[-300:]}"
-    if code and not err.strip().splitlines()[-1:][0].startswith("relaytrace:"):
+    if code and not (err.strip().splitlines() or [""])[-1].startswith("relaytrace:"):
         return f"no one-line error: {err[-300:]}"
     if "Traceback" in err:
         return f"a traceback: {err[-300:]}"
@@ -185,6 +185,7 @@ def artifact_cases(source: Path, work: Path, seed: int, count: int):
             ["query", lineage, "--history", "conv1", "--json"],
             ["diff", case, source],
             ["diff", source, case, "--by-layer"],
+            ["tasks", case, "--target", "bogus"],  # reads run.json, then refuses the target: no build
         ])
         before = {p.name for p in case.iterdir()}
         code, _, err = run_cli(argv)
@@ -224,38 +225,54 @@ def legacy_cases(work: Path, seed: int, count: int):
 
 
 def option_cases(source: Path, work: Path, seed: int, count: int):
-    """Command lines with bad values that must be refused before any work: exit 2 (or
-    1 for a missing file), quickly, nothing written."""
+    """Command lines with bad values, each drawn afresh: refused with the expected exit
+    code (2 for the command line, 1 for a file that is not there) before any build,
+    nothing written."""
     rng = random.Random(seed)
-    bad = [
-        ["profile", "m.py:make", "--repeat", rng.choice(("0", "-3", "x", "1e3"))],
-        ["profile", "m.py:make", "--collapse", rng.choice(("0", "-1", "deep"))],
-        ["profile", "m.py:make", "--target", rng.choice(("bogus", "{", '{"kind": 3}'))],
-        ["profile", "m.py", "--out"],
-        ["profile", "missing.onnx"],
-        ["render", source, "--format", "png", "--out", "{work}/x.svg"],
-        ["render", source, "--format", "html", "--out", "{work}/x.svg"],
-        ["query", source / "lineage.json", "--kernel", ""],
-        ["query", source / "lineage.json", "--layer", "conv1", "--history", "conv1"],
-        ["query", "{work}/missing.json", "--layer", "x"],
-        ["diff", source],
-        ["diff", source, "{work}/nowhere"],
-        ["diff", source, "--reference", "{work}/nowhere.csv"],
-        ["tasks", "m.py:make", "--tune", rng.choice(("0", "-1", "many"))],
-        ["tasks", "m.py:make", "--tune", "1"],
-        ["legacy"],
-        ["legacy", "--report", "{work}/nowhere.txt"],
-        ["demo", "--model", "nope"],
-        [],
-        ["--bogus"],
+    out = ["--out", str(work / "o")]
+
+    def pick(*values):
+        return rng.choice(values)
+
+    cases = [
+        lambda: (["profile", "m.py:make", "--repeat", pick("0", "-3", "x", "1e3"), *out], 2),
+        lambda: (["profile", "m.py:make", "--collapse", pick("0", "-1", "deep"), *out], 2),
+        lambda: (["profile", "m.py:make", "--target", pick("bogus", "{", '{"kind": 3}', ""), *out], 2),
+        lambda: (["profile", "m.py:make", "--kernel-timeout", pick("0", "-1", "nan", "inf"), "--rpc", "h:1", *out], 2),
+        lambda: (["profile", "m.py:make", "--rpc", pick("nohost", "h:x", ":1"), *out], 2),
+        lambda: (["profile", "m.py:make", "--rpc", "h:1", "--tracker", "h:2", "--key", "k", *out], 2),
+        lambda: (["profile", "m.py:make", "--cc", "g++", *out], 2),
+        lambda: (["profile", "m.py:make", "--input-shape", pick("x", "x:1xA", ":1x2", "x:0x3", "x:1x2:nodtype"), *out], 2),
+        lambda: (["profile", pick("m.txt", "m.py", "model"), *out], 2),
+        lambda: (["profile", "missing.onnx", *out], 1),
+        lambda: (["profile", f"{work}/missing.py:make", *out], 1),
+        lambda: (["render", str(source), "--format", "png", "--out", f"{work}/x.{pick('svg', 'pdf', 'html', 'dot')}"], 2),
+        lambda: (["render", str(source), "--format", "html", "--out", f"{work}/x.svg"], 2),
+        lambda: (["query", str(source / "lineage.json"), pick("--kernel", "--layer", "--history"), ""], 2),
+        lambda: (["query", str(source / "lineage.json"), "--layer", "conv1", "--history", "conv1"], 2),
+        lambda: (["query", f"{work}/missing.json", "--layer", "x"], 1),
+        lambda: (["diff", str(source)], 2),
+        lambda: (["diff", str(source), f"{work}/nowhere"], 1),
+        lambda: (["diff", str(source), "--reference", f"{work}/nowhere.csv"], 1),
+        lambda: (["tasks", "m.py:make", "--tune", pick("0", "-1", "many"), "--db", f"{work}/db"], 2),
+        lambda: (["tasks", "m.py:make", "--tune", "1"], 2),
+        lambda: (["tasks", "m.py:make", "--tracker", "h:1", "--key", "k"], 2),
+        lambda: (["tasks", str(source), "--target", "bogus"], 2),
+        lambda: (["legacy"], 2),
+        lambda: (["legacy", "--report", f"{work}/nowhere.txt"], 1),
+        lambda: (["demo", "--model", "nope"], 2),
+        lambda: ([], 2),
+        lambda: ([pick("--bogus", "bogus", "-x")], 2),
     ]
-    for i in range(count):
-        argv = [str(a).replace("{work}", str(work)) for a in rng.choice(bad)]
+    for _ in range(count):
+        argv, expected = rng.choice(cases)()
         before = sorted(p.name for p in work.iterdir())
         code, _, err = run_cli(argv)
         problem = broken_promise(code, err)
-        if problem is None and code == 0:
-            problem = "accepted"
+        if problem is None and code != expected:
+            problem = f"exit {code}, not {expected}: {err.strip()[-200:]}"
+        if problem is None and "] building" in err:
+            problem = "refused only after the build started"
         if problem is None and sorted(p.name for p in work.iterdir()) != before:
             problem = "wrote something"
         yield " ".join(argv), problem

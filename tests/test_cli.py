@@ -127,7 +127,7 @@ def test_tasks_weights_sum_to_call_sites(two_runs):
     assert done.returncode == 0, done.stderr
     total = next(line for line in done.stdout.splitlines() if line.endswith("kernel call sites"))
     weight, sites = total.split("total weight ")[1].split(" = ")
-    assert int(weight) == int(sites.split()[0])
+    assert int(weight) == int(sites.split()[0])  # only said with "=" when it holds
 
 
 @pytest.mark.parametrize("args, code, message", [

@@ -149,6 +149,29 @@ def test_a_build_for_another_cpu_is_linked_by_its_cross_compiler_and_refused_by_
     assert not (tmp_path / "d").exists()
 
 
+def test_a_build_that_cannot_run_here_is_timed_on_arguments_from_its_ir(devices, monkeypatch):
+    """The path of a cross-compiled or GPU build, on this machine's server: the
+    decision "cannot run here" taken as given, every site timed on arguments made from
+    the shapes its IR names, and said so; per site within 3x + 20 us of local timing."""
+    import relaytrace
+    import relaytrace.remote
+    from relaytrace.frontends.loader import load
+
+    _, board = devices
+    loaded = load(TINY)
+    executable, lineage = relaytrace.build(loaded.model, "llvm")
+    here = relaytrace.profile(executable, lineage, list(loaded.inputs), mode="isolated", repeat=5)
+    monkeypatch.setattr(relaytrace.remote, "local_device", lambda target: None)
+    there = relaytrace.profile(executable, lineage, list(loaded.inputs), repeat=5,
+                               remote=relaytrace.RemoteDevice(rpc=f"127.0.0.1:{board.port}"))
+    assert there.arguments == "the compiled IR" and "arguments of the compiled IR's shapes" in there.summary()
+    assert there.args == {label: info for label, info in here.args.items() if label in there.args}
+    local, remote = here.by_site(), there.by_site()
+    assert set(local) == set(remote) and len(remote) == len(lineage.call_sites)
+    for site, us in local.items():
+        assert remote[site] <= 3 * us + 20 and us <= 3 * remote[site] + 20, (site, us, remote[site])
+
+
 def test_site_arguments_from_the_ir_are_the_shapes_a_run_gives_each_site():
     """What a build that cannot run here is timed on: per site, the same shapes and
     dtypes as one real run captures (zoo ResNet-18, a static model)."""
@@ -192,12 +215,17 @@ def test_tuning_measures_on_the_trackers_devices_and_the_tuned_build_is_profiled
     pool, _ = devices
     tracker = ["--tracker", f"127.0.0.1:{pool.port}", "--key", "tiny"]
     db = tmp_path / "db"
-    done = run("tasks", TINY, "--tune", "1", "--db", db, *tracker, "--out", tmp_path / "tuned.json")
+    done = run("tasks", TINY, "--tune", "1", "--db", db, *tracker)
+    assert done.returncode == 2 and 'needs their core count in the target' in done.stderr
+    target = ["--target", '{"kind": "llvm", "num-cores": 2}']
+    done = run("tasks", TINY, "--tune", "1", "--db", db, *tracker, *target, "--out", tmp_path / "tuned.json")
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"measured on tracker 127.0.0.1:{pool.port} key tiny" in done.stderr
     assert "kernel call sites attributed" in done.stdout and "INCOMPLETE" not in done.stdout
-    assert f"--db {db} --tracker 127.0.0.1:{pool.port} --key tiny" in done.stdout
-    for name, extra in (("plain", []), ("tuned", ["--db", db, *tracker])):
+    printed = done.stdout.strip().splitlines()[-2 if "tuned lineage written" in done.stdout else -1].strip()
+    assert printed.startswith("relaytrace profile ") and f"--tracker 127.0.0.1:{pool.port} --key tiny" in printed
+    assert "--target" in printed and "num-cores" in printed
+    for name, extra in (("plain", []), ("tuned", ["--db", db, *tracker, *target])):
         done = run("--quiet", "profile", TINY, "--repeat", "2", "--out", tmp_path / name, *extra)
         assert done.returncode == 0, done.stderr[-2000:]
     assert _check_outputs(tmp_path / "tuned").remote == f"tracker 127.0.0.1:{pool.port} key tiny"

@@ -1,6 +1,6 @@
 """The long fuzz run: many seeded cases of each class in tests/fuzz.py, with counts.
 
-    .venv/bin/python tools/fuzz.py                 # 2000 artifact, 2000 legacy, 300 option cases
+    .venv/bin/python tools/fuzz.py                 # 2000 artifact, 2000 legacy, 285 option cases
     .venv/bin/python tools/fuzz.py --cases 200 --seed 7
 
 Prints per class: cases, broken promises (tracebacks, wrong exit codes, files left

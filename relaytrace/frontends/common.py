@@ -26,6 +26,32 @@ class ImportedModel:
         return self.layers.get(var_handle)
 
 
+def match_input_names(given, names, what: str) -> dict:
+    """``given`` (input name -> value) keyed by the model's own ``names``: a name given
+    as the frontend spells it (ONNX's ``input.1``) or as TVM renamed it (``input_1``:
+    every character that is no letter, digit or ``_`` made ``_``) both find it. A name
+    matching none is a UsageError listing ``names`` (``what`` is the model)."""
+    import re
+
+    def plain(text):
+        return re.sub(r"\W", "_", text)
+
+    by_plain = {plain(n): n for n in names}
+    out, unknown = {}, []
+    for key, value in given.items():
+        name = key if key in names else by_plain.get(plain(key))
+        if name is None:
+            unknown.append(key)
+        else:
+            out[name] = value
+    if unknown:
+        from ..errors import UsageError
+
+        raise UsageError(f"{what} has no input named {', '.join(sorted(unknown))}; its inputs are "
+                         f"{', '.join(names) or 'none'}")
+    return out
+
+
 def require(module: str, extra: str):
     """Import an optional dependency, or say exactly how to install it."""
     try:

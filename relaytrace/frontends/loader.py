@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 from attrs import define
 
-from ..errors import RelaytraceError, UsageError
-from .common import ImportedModel
+from ..errors import RelaytraceError, UsageError, describe
+from .common import ImportedModel, match_input_names
 
 DEMO_MODELS = ("resnet50", "resnet18", "vgg16", "mobilenet_v2", "resnet_style")
 
@@ -127,7 +127,7 @@ def _call_factory(factory, where: str):
     import inspect
 
     if not callable(factory):
-        raise RelaytraceError(f"{where} is a {type(factory).__name__}, not a function returning (model, inputs)")
+        raise RelaytraceError(f"{where} is of type {type(factory).__name__}, not a function returning (model, inputs)")
     try:
         inspect.signature(factory).bind()
     except TypeError:
@@ -137,8 +137,7 @@ def _call_factory(factory, where: str):
     try:
         return factory()
     except Exception as exc:
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-        raise RelaytraceError(f"{where}() raised {type(exc).__name__}: {first[:300]}") from exc
+        raise RelaytraceError(f"{where}() raised {describe(exc)}") from exc
 
 
 def _given_shapes(shapes, dtype: str | None) -> dict[str, tuple[tuple[int, ...], str | None]]:
@@ -158,13 +157,9 @@ def _random_inputs(imported: ImportedModel, seed: int, given=None, entry: str | 
     from ..tracking import ir
     from ..tracking.origins import entry_inputs
 
-    given = given or {}
     entries = entry_inputs(ir.function_map(imported.mod))
     signature = entries.get(choose_entry(entries, entry), ())
-    unknown = sorted(set(given) - {n for n, _, _ in signature})
-    if unknown:
-        raise UsageError(f"{imported.name} has no input named {', '.join(unknown)}; its inputs are "
-                         f"{', '.join(n for n, _, _ in signature) or 'none'}")
+    given = match_input_names(given or {}, [n for n, _, _ in signature], imported.name)
     chosen = []
     for pname, shape, declared in signature:
         size, dtype = given.get(pname, (shape, None))

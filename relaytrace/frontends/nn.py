@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..errors import RelaytraceError
+from ..errors import RelaytraceError, describe
 from .common import ImportedModel, require
 
 
@@ -60,8 +60,7 @@ def from_nn(module, spec: dict, name: str | None = None) -> ImportedModel:
     try:
         mod, _, ext_mods = exporter.build(nn_spec.ModuleSpec.from_raw(spec, module))
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RelaytraceError(f"tvm.relax.frontend.nn could not export {label}: {type(exc).__name__}: {first}") from exc
+        raise RelaytraceError(f"tvm.relax.frontend.nn could not export {label}: {describe(exc)}") from exc
     finally:
         del builder.emit, builder.function
         for sub, own in wrapped:  # the module as it was: its own forward back, or none

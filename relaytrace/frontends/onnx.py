@@ -13,8 +13,8 @@ import ast
 import os
 import tempfile
 
-from ..errors import RelaytraceError, UsageError
-from .common import ImportedModel, require
+from ..errors import RelaytraceError, UsageError, describe
+from .common import ImportedModel, match_input_names, require
 
 
 def from_onnx(model_or_path, shape_dict=None, name: str | None = None, layer_names: str = "torch") -> ImportedModel:
@@ -27,18 +27,14 @@ def from_onnx(model_or_path, shape_dict=None, name: str | None = None, layer_nam
     onnx = require("onnx", "onnx")
     model, label = _load(onnx, model_or_path, name)
     inputs = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
-    unknown = sorted(set(shape_dict or {}) - set(inputs))
-    if unknown:
-        raise UsageError(f"ONNX model {label} has no input named {', '.join(unknown)}; "
-                              f"its inputs are {', '.join(inputs)}")
+    shape_dict = match_input_names(shape_dict or {}, inputs, f"ONNX model {label}") or None
     torch_names = layer_names == "torch" and model.producer_name == "pytorch"
     importer = _recording_importer(shape_dict, torch_names)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     try:
         mod = importer.from_onnx(model.graph, opset)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise RelaytraceError(f"TVM could not import ONNX model {label}: {type(exc).__name__}: {first}"
+        raise RelaytraceError(f"TVM could not import ONNX model {label}: {describe(exc)}"
                               f"{_symbolic_hint(model, shape_dict or {})}") from exc
     layers = _assign(mod, importer.records)
     return ImportedModel(mod=mod, name=label, layers=layers)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 
-from ..errors import RelaytraceError
+from ..errors import RelaytraceError, describe
 from .common import ImportedModel, require
 
 
@@ -28,10 +28,7 @@ def from_torch(module, example_args, name: str | None = None, dynamic_shapes=Non
         exported = torch.export.export(module.eval(), example_args, dynamic_shapes=dynamic_shapes)
         exported = exported.run_decompositions()
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RelaytraceError(
-            f"torch.export could not export {label} ({type(module).__name__}): {type(exc).__name__}: {first}"
-        ) from exc
+        raise RelaytraceError(f"torch.export could not export {label} ({type(module).__name__}): {describe(exc)}") from exc
 
     importer = _recording_importer()
     try:
@@ -41,9 +38,8 @@ def from_torch(module, example_args, name: str | None = None, dynamic_shapes=Non
                 no_bind_return_tuple=False, custom_convert_map=None,
             )
     except Exception as exc:  # an op TVM's importer lacks, dtypes it cannot mix
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
         raise RelaytraceError(f"TVM's torch importer could not import {label} ({type(module).__name__}): "
-                              f"{type(exc).__name__}: {first[:300]}") from exc
+                              f"{describe(exc)}") from exc
     layers = _assign(mod, importer.order)
     return ImportedModel(mod=mod, name=label, layers=layers)
 

@@ -144,7 +144,7 @@ def _table(lines, at, source):
             duration = number(values["Duration (us)"])
             percent = number(values["Percent"]) if "Percent" in values else None
             count = int(number(values.get("Count", "1")))
-        except (ValueError, OverflowError) as exc:
+        except ValueError as exc:
             issues.append(Issue(source, i + 1, f"unreadable number ({exc}), row skipped"))
             i += 1
             continue

@@ -13,11 +13,12 @@ from pathlib import Path
 from ..errors import LineageFormatError
 
 
-def check_schema(data, schema: str, what: str) -> None:
+def check_schema(data, schema: str, what: str, where: str = "") -> None:
+    """``data`` is a JSON object of ``schema``; ``where`` (the file) named otherwise."""
     if not isinstance(data, dict) or data.get("schema") != schema:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise LineageFormatError(
-            f"not a relaytrace {what} of schema {schema!r} (found {found!r}); "
+            f"{where + ' is ' if where else ''}not a relaytrace {what} of schema {schema!r} (found {found!r}); "
             f"write it with {what.capitalize()}.save or `relaytrace profile`"
         )
 
@@ -54,13 +55,13 @@ def check(value, kind, where: str) -> None:
     dict of str to such; anything else is taken as it is."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (typing.Union, types.UnionType):
-        errors = []
         for option in args:
             try:
                 return check(value, option, where)
-            except LineageFormatError as exc:
-                errors.append(exc)
-        raise errors[0]
+            except LineageFormatError:
+                continue
+        names = " or ".join(_KIND_NAMES.get(option, getattr(option, "__name__", str(option))) for option in args)
+        raise LineageFormatError(f"{where} must be {names}, not {_json_kind(value)}")
     if kind is type(None):
         ok = value is None
     elif kind is bool:
@@ -92,9 +93,11 @@ def check(value, kind, where: str) -> None:
     else:
         return
     if not ok:
-        name = {float: "a finite number", int: "an integer", str: "a string", bool: "true or false",
-                type(None): "null"}[kind]
-        raise LineageFormatError(f"{where} must be {name}, not {_json_kind(value)}")
+        raise LineageFormatError(f"{where} must be {_KIND_NAMES[kind]}, not {_json_kind(value)}")
+
+
+_KIND_NAMES = {float: "a finite number", int: "an integer", str: "a string", bool: "true or false",
+               type(None): "null", tuple: "a list", dict: "an object"}
 
 
 def items_of(data, key: str, kind, where: str):
@@ -183,6 +186,7 @@ def read_json(path, what: str):
     except UnicodeDecodeError:
         raise LineageFormatError(f"{path} is not a UTF-8 text file: is it a relaytrace {what} file?") from None
     except json.JSONDecodeError as exc:
-        raise LineageFormatError(f"{path} is not valid JSON (line {exc.lineno}): {exc.msg}") from None
+        raise LineageFormatError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}; "
+                                 "was it cut short or edited?") from None
     except RecursionError:
         raise LineageFormatError(f"{path} nests too deep to be a relaytrace {what} file") from None

@@ -37,8 +37,10 @@ class CallSite:
     in: ``""`` for the entry's own body, ``"block#1"`` for the second call of ``block``
     (``"block#0/inner#0"`` nested); each call of a subfunction runs its ops again.
     ``arguments``: ``(shape, dtype)`` of each argument (outputs last) as the compiled IR
-    types it, a dim it knows only at run time as ``"?"``; a remote profile of a build
-    that cannot run here times the site on arguments of these shapes."""
+    types it: a symbolic dim by its name where the IR keeps it (an entry's own input),
+    ``"?"`` where the IR has left it open (VMShapeLower does, for every value it sizes at
+    run time); a remote profile of a build that cannot run here times the site on
+    arguments of these shapes."""
 
     kernel: str
     call: int
@@ -351,7 +353,7 @@ class Lineage:
     def from_json(cls, data: dict, where: str = "lineage") -> "Lineage":
         """The lineage a JSON object holds, every record and reference checked: a
         ``LineageFormatError`` naming the field (``where`` names the file) otherwise."""
-        check_schema(data, SCHEMA, "lineage")
+        check_schema(data, SCHEMA, "lineage", where)
         for key in ("model", "target", "pipeline"):
             if key not in data:
                 raise LineageFormatError(f"{where} has no field {key!r}")
@@ -371,9 +373,9 @@ class Lineage:
                 out.append(make_record(CallSite, {**s, "roles": roles}, at))
             return tuple(out)
 
-        def records(key, record, default=None):
-            listed = items_of(data, key, list, where) if default is None else data.get(key, default)
-            return tuple(make_record(record, r, f"{where}: {key}[{i}]") for i, r in enumerate(listed))
+        def records(key, record):
+            return tuple(make_record(record, r, f"{where}: {key}[{i}]")
+                         for i, r in enumerate(items_of(data, key, list, where)))
 
         def table(key, record):
             if key not in data:
@@ -454,6 +456,16 @@ def _check_references(lineage: Lineage, where: str) -> None:
     of the lineage's origins; every edge and verdict is about a site that exists; kinds,
     roles and verdicts are ones relaytrace writes."""
     known = lineage.origins
+    for kernel, sites in lineage.kernels.items():
+        calls: dict[str, list[int]] = {}
+        for site in sites:
+            if site.kernel != kernel:
+                raise LineageFormatError(f"{where}: kernels[{kernel!r}] holds a site of {site.kernel!r}")
+            calls.setdefault(site.function, []).append(site.call)
+        for function, numbers in calls.items():
+            if sorted(numbers) != list(range(len(numbers))):
+                raise LineageFormatError(f"{where}: kernels[{kernel!r}] calls in {function} are {sorted(numbers)}, "
+                                         f"not 0 to {len(numbers) - 1}")
     values = [(f"origin {o.id!r} kind", o.kind, (OP, INSERTED, UNRESOLVED)) for o in known.values()]
     values += [(f"kernels[{s.kernel!r}] call {s.call} role", r.role, (ANCHOR, FUSED, INSERTED, UNRESOLVED))
                for s in lineage.call_sites for r in s.roles]

@@ -10,6 +10,7 @@ from ..errors import LineageFormatError
 from .jsonio import check, check_schema, items_of, make_record, read_json, tuples, write_json
 
 SCHEMA = "relaytrace.profile/1"
+LOCAL_RUN, FROM_IR = "a local run", "the compiled IR"  # what a profile's sites were given (Profile.arguments)
 KERNEL, BUILTIN = "kernel", "builtin"
 
 
@@ -58,7 +59,7 @@ class Profile:
     entry: str = "main"  # the entry function that ran
     inputs: tuple[tuple[str, tuple, str], ...] = ()  # (name, concrete shape, dtype) of each input it ran with
     remote: str = ""  # where it ran when not in this process: "rpc HOST:PORT", "tracker HOST:PORT key K"
-    arguments: str = "a local run"  # what each site was given: "a local run" or "the compiled IR" (shapes only)
+    arguments: str = LOCAL_RUN  # what each site was given: LOCAL_RUN, or FROM_IR (arguments of its IR's shapes)
     schema: str = SCHEMA
 
     @property
@@ -119,15 +120,17 @@ class Profile:
         return tuple(out)
 
     def summary(self) -> str:
+        rest = (f"VM builtins {self.builtin_us / 1e3:.3f} ms + unexplained gap {self.gap_us / 1e3:.3f} ms"
+                if self.mode == "timeline" else
+                f"VM builtins and dispatch (not timed apart in isolated mode) {self.gap_us / 1e3:.3f} ms")
         return (
-            f"kernels {self.kernel_us / 1e3:.3f} ms + VM builtins {self.builtin_us / 1e3:.3f} ms + "
-            f"unexplained gap {self.gap_us / 1e3:.3f} ms = end-to-end median {self.e2e_median_us / 1e3:.3f} ms "
+            f"kernels {self.kernel_us / 1e3:.3f} ms + {rest} = end-to-end median {self.e2e_median_us / 1e3:.3f} ms "
             f"({self.mode}{', on ' + self.remote if self.remote else ''}{self._argument_note}, {self.runs} run(s))"
         )
 
     @property
     def _argument_note(self) -> str:
-        return "" if self.arguments == "a local run" else f", sites given arguments of {self.arguments}'s shapes"
+        return "" if self.arguments == LOCAL_RUN else f", sites given arguments of {self.arguments}'s shapes"
 
     def to_json(self) -> dict:
         return {
@@ -145,7 +148,7 @@ class Profile:
     def from_json(cls, data, where: str = "profile") -> "Profile":
         """The profile a JSON object holds, every field checked for type and range (a
         duration is 0 to ``MAX_US``): a ``LineageFormatError`` naming it otherwise."""
-        check_schema(data, SCHEMA, "profile")
+        check_schema(data, SCHEMA, "profile", where)
         scalars = {"model": str, "target": str, "device": str, "mode": str, "repeat": int, "entry": str,
                    "remote": str, "arguments": str, "e2e_us": tuple[float, ...],
                    "inputs": tuple[tuple[str, tuple, str], ...]}
@@ -159,11 +162,14 @@ class Profile:
         args = {k: make_record(ArgInfo, v, f"{where}: args[{k!r}]") for k, v in items_of(data, "args", dict, where).items()}
         if data["repeat"] < 1 or any(not 0 <= t <= MAX_US for t in data["e2e_us"]):
             raise LineageFormatError(f"{where}: repeat must be at least 1 and each e2e_us 0 to {MAX_US:g}")
+        if data["mode"] not in ("timeline", "isolated") or data.get("arguments", LOCAL_RUN) not in (LOCAL_RUN, FROM_IR):
+            raise LineageFormatError(f"{where}: mode must be timeline or isolated, arguments {LOCAL_RUN!r} or "
+                                     f"{FROM_IR!r}")
         return cls(
             model=data["model"], target=data["target"], device=data["device"], mode=data["mode"],
             repeat=data["repeat"], records=records, args=args, e2e_us=tuple(data["e2e_us"]),
             entry=data.get("entry", "main"), inputs=tuples(data.get("inputs", ())), remote=data.get("remote", ""),
-            arguments=data.get("arguments", "a local run"),
+            arguments=data.get("arguments", LOCAL_RUN),
         )
 
     def save(self, path, overwrite: bool = False):

@@ -7,7 +7,7 @@ isinstance test here means one place to adapt when TVM moves them again.
 from __future__ import annotations
 
 import tvm_ffi
-from tvm import relax
+from tvm import relax, tirx
 from tvm.ir import StringImm
 from tvm.ir import expr as _expr
 from tvm.ir.op import Op
@@ -173,3 +173,13 @@ def dim(value):
 
 def expr_type(expr):
     return getattr(expr, "ty", None)
+
+
+def built_target(modules) -> str:
+    """The target a build compiled for, as the ``target`` attribute of its kernels
+    (BindTarget puts it there) in the last of ``modules`` that has one; "" if none."""
+    for mod in reversed(modules):
+        for func in mod.functions.values():
+            if isinstance(func, tirx.PrimFunc) and func.attrs is not None and "target" in func.attrs:
+                return str(func.attrs["target"])
+    return ""

@@ -54,6 +54,8 @@ class Recorder:
         self.recording = Recording()
         self.progress = progress
         self._depth = 0  # passes running now: a pass at depth 0 is one the user's code called
+        # (a pass that raises never reports its end: after a failed build caught inside the
+        # block, no later pass is at depth 0 and a second build goes unnoticed)
 
     def run_before_pass(self, mod, info):
         rec = self.recording
