@@ -1,10 +1,11 @@
-"""The ``relaytrace`` command. Exit codes: 0 success, 2 usage error, 1 failure."""
+"""The ``relaytrace`` command. Exit codes: 0 success, 2 usage error, 1 failure, 130 interrupted."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from .errors import RelaytraceError, UsageError, describe
@@ -460,6 +461,8 @@ def main(argv=None) -> int:
     from . import failures
 
     restore = failures.watch_interrupts()
+    # torch.export's own deprecation notice on every torch import: not the user's to act on
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
     try:
         args = build_parser().parse_args(argv)
         return args.run(args)

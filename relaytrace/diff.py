@@ -42,7 +42,7 @@ def same_model(lineage_a, lineage_b) -> None:
     if ids_a != ids_b:
         only_a, only_b = sorted(ids_a - ids_b), sorted(ids_b - ids_a)
         raise RelaytraceError(
-            f"these are different models ({lineage_a.model!r} vs {lineage_b.model!r}): "
+            f"A and B are not the same model's ops (A: {lineage_a.model!r}, B: {lineage_b.model!r}): "
             f"{len(only_a)} ops only in A (e.g. {', '.join(only_a[:3])}), "
             f"{len(only_b)} only in B (e.g. {', '.join(only_b[:3])}); "
             "for one model through two frontends (torch and ONNX), compare --by-layer"

@@ -14,6 +14,7 @@ import os
 import tempfile
 
 from ..errors import RelaytraceError, UsageError, describe
+from ..model.jsonio import current_umask
 from .common import ImportedModel, match_input_names, require
 
 
@@ -191,6 +192,7 @@ def export_torch_to_onnx(module, example_args, path, opset: int = 17, fold_batch
     try:
         keep = {} if fold_batch_norm else {"training": torch.onnx.TrainingMode.PRESERVE, "do_constant_folding": False}
         torch.onnx.export(module.eval(), example_args, tmp, dynamo=False, opset_version=opset, **keep)
+        os.chmod(tmp, 0o666 & ~current_umask())  # as open() would have made it, not mkstemp's 0600
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
