@@ -199,14 +199,19 @@ def cmd_query(args) -> int:
         result = [{"site": s.label, "verification": lineage.check(s).status,
                    "reasons": list(lineage.check(s).reasons), "origins": [
             {"origin": r.origin, "role": r.role, "layer": lineage.origins[r.origin].layer,
-             "op": lineage.origins[r.origin].short_op} for r in s.roles]} for s in sites]
+             "op": lineage.origins[r.origin].short_op, "source": lineage.origins[r.origin].source}
+            for r in s.roles]} for s in sites]
         text = "\n".join(f"{s['site']}: {s['verification'].upper()}\n" + "".join(
             f"  ! {reason}\n" for reason in s["reasons"]) + "\n".join(
-            f"  {o['role']:<10} {o['layer']}  ({o['op']}, {o['origin']})" for o in s["origins"]) for s in result)
+            f"  {o['role']:<10} {o['layer']}  ({o['op']}, {o['origin']})" + (f"  at {o['source']}" if o["source"] else "")
+            for o in s["origins"]) for s in result)
     elif args.layer:
         sites = lineage.kernels_of(args.layer)
-        result = {"layer": args.layer, "kernel_calls": [s.label for s in sites]}
+        result = {"layer": args.layer, "kernel_calls": [s.label for s in sites],
+                  "source": list(lineage.sources().get(args.layer, ()))}
         text = f"{args.layer} runs in: " + (", ".join(result["kernel_calls"]) or "no kernel")
+        if result["source"]:
+            text += "\nmade at: " + ", ".join(result["source"])
         gone = [f"{o} (eliminated by {p})" for o, p in lineage.eliminated().items() if o in lineage.resolve(args.layer)]
         if gone:
             result["eliminated"] = gone

@@ -123,7 +123,7 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None, ove
     try:
         report.build_lineage.save(staging / "lineage.json")  # every entry: `query` sees them all
         profile.save(staging / "profile.json")
-        (staging / "layers.csv").write_text(export.layers_csv(report.layers))
+        (staging / "layers.csv").write_text(export.layers_csv(report.layers, lineage.sources()))
         (staging / "kernels.csv").write_text(export.kernels_csv(report.kernels))
         G.render(G.layer_graph(lineage, report, collapse=collapse), staging / "layers.svg")
         G.render(G.kernel_graph(lineage, report), staging / "kernels.svg")

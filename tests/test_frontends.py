@@ -191,3 +191,24 @@ def test_with_batch_norm_kept_every_torch_layer_of_resnet18_has_its_onnx_counter
     assert unmatched == {"view": "only in A", "Flatten": "only in B"}  # a root op: fx name vs ONNX op
     modules = {n for n, _ in module.named_modules() if n}
     assert {r.layer for r in rows if r.match == "same ops"} >= {n for n in modules if "bn" in n or "conv" in n}
+
+
+def test_origins_say_where_in_the_users_code_they_came_from(tmp_path):
+    """torch: the line of the user's forward that made each op (not torch's own frames);
+    ONNX: the node. Shown per layer (``Lineage.sources``) and in query."""
+    from pathlib import Path
+
+    from tests.fixtures.tiny_model import make
+
+    module, example = make()
+    source = Path(__file__).parent / "fixtures" / "tiny_model.py"
+    lines = source.read_text().splitlines()
+    _, lineage = relaytrace.build(from_torch(module, (example,), name="tiny"), "llvm")
+    sources = lineage.sources()
+    for layer, needle in (("conv1", "self.conv1("), ("conv2", "self.conv2("), ("fc", "self.fc(")):
+        (where,) = sources[layer]
+        path, line = where.rsplit(":", 1)
+        assert Path(path) == source and needle in lines[int(line) - 1], (layer, where)
+    _, onnx_lineage = relaytrace.build(from_onnx(export_torch_to_onnx(module, (example,), tmp_path / "t.onnx")), "llvm")
+    conv_nodes = {s for layer, found in onnx_lineage.sources().items() if "conv" in layer for s in found}
+    assert conv_nodes and all(s.startswith("onnx node ") for s in conv_nodes)

@@ -123,30 +123,33 @@ def _recording_importer(shape_dict, torch_names: bool):
             self.records = []
             self._names = layer_names(graph.node, torch_names)
             self._types = [n.op_type for n in graph.node]
+            self._node_names = [n.name for n in graph.node]
             return super()._construct_nodes(graph)
 
         def _convert_operator(self, op_name, inputs, attrs, opset):
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
             k = len(self.records)
-            self.records.append((self._names[k], self._types[k], sym))
+            self.records.append((self._names[k], self._types[k], f"onnx node {self._node_names[k]}", sym))
             return sym
 
     return RecordingImporter(shape_dict or {}, {}, keep_params_in_input=False, sanitize=True)
 
 
-def _assign(mod, records) -> dict[int, tuple[str, str]]:
+def _assign(mod, records) -> dict[int, tuple[str, str, str]]:
+    """Each binding of main: (layer, ONNX op type, ``onnx node NAME``) of the node whose
+    converter emitted it (or, left over, of the next node's)."""
     from ..tracking import ir
 
     binds = ir.bindings(mod["main"])
     by_var = {b.var.__chandle__(): i for i, b in enumerate(binds)}
     by_value = {b.value.__chandle__(): i for i, b in enumerate(binds)}
-    owner: dict[int, tuple[str, str]] = {}
+    owner: dict[int, tuple[str, str, str]] = {}
     roots = []
-    for layer, op_type, sym in records:
+    for layer, op_type, where, sym in records:
         for expr in (sym.fields[:] if ir.is_tuple(sym) else [sym]):
             index = by_var.get(expr.__chandle__()) if ir.is_var(expr) else by_value.get(expr.__chandle__())
             if index is not None and index not in owner:
-                owner[index] = (layer, op_type)
+                owner[index] = (layer, op_type, where)
                 roots.append(index)
     for root in roots:  # claim what each node's converter emitted on its way
         stack = [root]
@@ -157,7 +160,7 @@ def _assign(mod, records) -> dict[int, tuple[str, str]]:
                 if index is not None and index not in owner:
                     owner[index] = owner[root]
                     stack.append(index)
-    layers: dict[int, tuple[str, str]] = {}
+    layers: dict[int, tuple[str, str, str]] = {}
     following = None
     for index in range(len(binds) - 1, -1, -1):  # leftovers: the next owned binding's node
         following = owner.get(index, following)

@@ -4,12 +4,15 @@ torch.export records, for every fx node, the stack of modules it ran in
 (``nn_module_stack``); the innermost entry is the layer (``layer1.0.conv1``), and a
 module called twice is told apart as ``relu@1``. The Relax importer translates nodes
 in order and every binding it emits for node i precedes node i's result, so the
-bindings up to node i's result var belong to node i.
+bindings up to node i's result var belong to node i. Each node's stack trace gives
+the line of the user's ``forward`` that made it (``Origin.source``).
 """
 
 from __future__ import annotations
 
 import operator
+import os
+import re
 
 from ..errors import RelaytraceError, describe
 from .common import ImportedModel, require
@@ -55,23 +58,38 @@ def _layer(node) -> str:
     return f"{path}@{call}" if call else path
 
 
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _where(node, torch_dir: str) -> str:
+    """``file:line`` of the user's code that made the node: the innermost frame of its
+    stack trace outside torch itself ("" when torch recorded none)."""
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    user = [(path, line) for path, line in frames if not path.startswith(torch_dir)]
+    return f"{user[-1][0]}:{user[-1][1]}" if user else ""
+
+
 def _source_op(node) -> str:
     target = node.target
     return str(getattr(target, "__name__", target)).split(".")[0]
 
 
-def _assign(mod, order) -> dict[int, tuple[str, str]]:
-    """Bindings of main up to each node's result var belong to that node.
+def _assign(mod, order) -> dict[int, tuple[str, str, str]]:
+    """Bindings of main up to each node's result var belong to that node: its layer,
+    source op and where in the user's code it was made.
 
     BindParams rebuilds ``main`` after translation, so result vars are found again by
     name (the importer's names are unique within main)."""
+    import torch
+
     from ..tracking import ir
 
+    torch_dir = os.path.dirname(torch.__file__)
     boundary = {}
     for node, value in order:
         if ir.is_var(value):
             boundary[value.name] = node
-    layers: dict[int, tuple[str, str]] = {}
+    layers: dict[int, tuple[str, str, str]] = {}
     pending = []
     for binding in ir.bindings(mod["main"]):
         pending.append(binding.var)
@@ -80,7 +98,7 @@ def _assign(mod, order) -> dict[int, tuple[str, str]]:
             continue
         if node.target is operator.getitem and node.args and hasattr(node.args[0], "meta"):
             node = node.args[0]  # a projection of a multi-output op belongs to that op
-        label = (_layer(node), _source_op(node))
+        label = (_layer(node), _source_op(node), _where(node, torch_dir))
         for var in pending:
             layers[var.__chandle__()] = label
         pending = []

@@ -245,6 +245,15 @@ class Lineage:
     def layers(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(o.layer for o in self.origins.values() if o.kind == OP))
 
+    def sources(self) -> dict[str, tuple[str, ...]]:
+        """layer -> where its ops came from in the user's code (``Origin.source``: the
+        ``file:line`` of a torch forward, an ONNX node), in op order, each once."""
+        out: dict[str, dict[str, None]] = {}
+        for o in sorted(self.origins.values(), key=lambda o: (o.function, o.index)):
+            if o.kind == OP and o.source:
+                out.setdefault(o.layer, {})[o.source] = None
+        return {layer: tuple(found) for layer, found in out.items()}
+
     def resolve(self, name: str) -> set[str]:
         """Origin ids named by an origin id or a layer name."""
         if name in self.origins:

@@ -36,6 +36,7 @@ class Origin:
     pass_name: str = ""
     serves: tuple[str, ...] = ()
     source_op: str = ""  # the frontend's op (aten op, ONNX op_type), when imported
+    source: str = ""  # where it came from: "file.py:LINE" of the torch forward, "onnx node NAME"
 
     @property
     def short_op(self) -> str:

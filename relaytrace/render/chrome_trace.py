@@ -24,6 +24,8 @@ def chrome_trace(lineage: Lineage, profile) -> dict:
         if site is not None:
             args["layers"] = list(dict.fromkeys(lineage.origins[o].layer for o in site.origin_ids))
             args["origins"] = {role.origin: role.role for role in site.roles}
+            args["source"] = list(dict.fromkeys(lineage.origins[o].source for o in site.origin_ids
+                                                if lineage.origins[o].source))
         events.append({
             "name": r.name, "cat": r.kind, "ph": "X", "ts": r.start_us, "dur": r.duration_us,
             "pid": r.run + 1, "tid": 1 if r.kind == KERNEL else 2, "args": args,

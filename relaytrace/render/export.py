@@ -6,10 +6,13 @@ import csv
 import io
 
 
-def layers_csv(rows) -> str:
-    return _csv(["layer", "time_us", "percent", "compute_us", "inserted_us", "ops", "kernel_calls", "verification"],
+def layers_csv(rows, sources: dict[str, tuple[str, ...]] | None = None) -> str:
+    """One row per layer; ``source``: where its ops came from (``Lineage.sources``)."""
+    sources = sources or {}
+    return _csv(["layer", "time_us", "percent", "compute_us", "inserted_us", "ops", "kernel_calls", "verification",
+                 "source"],
                 [[r.layer, f"{r.us:.3f}", f"{r.percent:.4f}", f"{r.compute_us:.3f}", f"{r.inserted_us:.3f}",
-                  " ".join(r.ops), " ".join(r.kernels), r.status] for r in rows])
+                  " ".join(r.ops), " ".join(r.kernels), r.status, " ".join(sources.get(r.layer, ()))] for r in rows])
 
 
 def kernels_csv(rows) -> str:
