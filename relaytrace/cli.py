@@ -242,13 +242,17 @@ def cmd_diff(args) -> int:
         rows, unknown = D.compare(lineage_a, profile_a, lineage_b, profile_b, by_layer=args.by_layer), ()
         headers = ["layer", "A (ms)", "B (ms)", "B / A", "kernel calls A -> B"] + (["match"] if args.by_layer else [])
 
-    def ms(us):
-        return "missing" if us is None else f"{us / 1e3:.3f}"
+    def ms(us, why):
+        return why if us is None else f"{us / 1e3:.3f}"
 
-    table = [[r.layer, ms(r.a_us), ms(r.b_us), "-" if r.ratio is None else f"{r.ratio:.3f}",
+    table = [[r.layer, ms(r.a_us, r.absent_a), ms(r.b_us, r.absent_b),
+              "-" if r.ratio is None else f"{r.ratio:.3f}",
               " ".join(r.kernels_a) + ("" if args.reference else " -> " + " ".join(r.kernels_b))]
              + ([r.match] if args.by_layer and not args.reference else []) for r in rows]
     print(format_table(headers, table))
+    total_a, total_b = D.totals(rows)
+    print(f"\ntotal: A {total_a / 1e3:.3f} ms, {'reference' if args.reference else 'B'} {total_b / 1e3:.3f} ms"
+          + (f", B / A {total_b / total_a:.3f}" if total_a else "") + " (rows sorted by the size of the change)")
     if args.by_layer and not args.reference:
         print("\n" + D.match_summary(rows))
     missing = [r.layer for r in rows if r.b_us is None]

@@ -27,6 +27,13 @@ class LayerDiff:
     kernels_a: tuple[str, ...]
     kernels_b: tuple[str, ...]
     match: str = ""  # by layer name: same ops | different ops | only in A | only in B
+    absent_a: str = ""  # why A has no time for it: "fused into LAYER", "no kernel", "not in A"
+    absent_b: str = ""
+
+    @property
+    def change_us(self) -> float:
+        """b - a, a side without time counted as 0."""
+        return (self.b_us or 0.0) - (self.a_us or 0.0)
 
     @property
     def ratio(self) -> float | None:
@@ -61,12 +68,31 @@ def compare(lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor",
     b = {r.layer: r for r in A.by_layer(lineage_b, profile_b, policy)}
     layers = list(dict.fromkeys(list(lineage_a.layers()) + list(a) + list(lineage_b.layers()) + list(b)))
     ops_a, ops_b = _layer_ops(lineage_a), _layer_ops(lineage_b)
-    return tuple(
+    rows = (
         LayerDiff(layer, a[layer].us if layer in a else None, b[layer].us if layer in b else None,
                   _kernels(lineage_a, layer), _kernels(lineage_b, layer),
-                  _match(ops_a.get(layer), ops_b.get(layer)) if by_layer else "")
+                  _match(ops_a.get(layer), ops_b.get(layer)) if by_layer else "",
+                  "" if layer in a else absent(lineage_a, layer, "A"),
+                  "" if layer in b else absent(lineage_b, layer, "B"))
         for layer in layers
     )
+    return tuple(sorted(rows, key=lambda r: -abs(r.change_us)))
+
+
+def absent(lineage, layer: str, side: str) -> str:
+    """Why a layer has no time of its own in a lineage's profile: its ops run inside
+    kernels another layer anchors (``fused into conv1``), in no kernel (eliminated, or
+    VM builtins only), or the model has no such layer."""
+    if layer not in lineage.layers():
+        return f"not in {side}"
+    anchors = [lineage.origins[s.anchor].layer for s in lineage.kernels_of(layer) if s.anchor]
+    hosts = [a for a in dict.fromkeys(anchors) if a != layer]
+    return f"fused into {', '.join(hosts[:3])}{' ...' if len(hosts) > 3 else ''}" if hosts else "no kernel"
+
+
+def totals(rows: tuple[LayerDiff, ...]) -> tuple[float, float]:
+    """(A, B) summed over the layers that have time there."""
+    return sum(r.a_us or 0.0 for r in rows), sum(r.b_us or 0.0 for r in rows)
 
 
 def match_summary(rows: tuple[LayerDiff, ...]) -> str:
@@ -146,7 +172,9 @@ def compare_reference(lineage, profile, reference: dict[str, float], policy: str
     (missing), never zero. Reference layers the model does not have are returned too."""
     ours = {r.layer: r.us for r in A.by_layer(lineage, profile, policy)}
     layers = list(dict.fromkeys(list(ours) + [layer for layer in lineage.layers() if layer not in ours]))
-    rows = tuple(LayerDiff(layer, ours.get(layer), reference.get(layer), _kernels(lineage, layer), ())
+    rows = tuple(LayerDiff(layer, ours.get(layer), reference.get(layer), _kernels(lineage, layer), (),
+                           absent_a="" if layer in ours else absent(lineage, layer, "A"),
+                           absent_b="" if layer in reference else "not in the reference")
                  for layer in layers)
     unknown = tuple(layer for layer in reference if layer not in set(layers))
     return rows, unknown

@@ -19,27 +19,34 @@ OUTPUTS = ("lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.
 
 
 class Progress:
-    """One line per step on stderr; silent with --quiet. Each step is also where a
-    Ctrl-C that Python swallowed stops the command (``failures.stop_if_interrupted``)."""
+    """Progress on stderr: one line per step; silent with --quiet. The passes of a build
+    are one line that counts up in place on a terminal, and not printed at all when
+    stderr is a file or pipe (a log gets the steps, not 300 pass names). Each step and
+    pass is also where a Ctrl-C that Python swallowed stops the command
+    (``failures.stop_if_interrupted``)."""
 
     def __init__(self, quiet: bool = False):
         self.quiet = quiet
-        self._last_pass = 0
+        self._tty = sys.stderr.isatty()
+        self._counting = False  # a pass count stands on the terminal's last line
 
     def __call__(self, message: str) -> None:
         stop_if_interrupted()
         if not self.quiet:
-            self._say(f"[relaytrace] {message}")
+            self._say(f"[relaytrace] {message}", "\n")
 
     def passes(self, count: int, name: str) -> None:
         stop_if_interrupted()
-        if not self.quiet and count - self._last_pass >= 25:
-            self._last_pass = count
-            self._say(f"[relaytrace]   {count} passes done ({name})")
+        if not self.quiet and self._tty and count % 5 == 0:
+            self._say(f"[relaytrace]   {count} passes ({name[:40]})", "")
 
-    def _say(self, line: str) -> None:
+    def _say(self, line: str, end: str) -> None:
         try:
-            print(line, file=sys.stderr, flush=True)
+            if self._counting:  # clear the count: the next line replaces it
+                sys.stderr.write("\r\x1b[K")
+            sys.stderr.write(line if end == "" and self._tty else line + "\n")
+            sys.stderr.flush()
+            self._counting = end == "" and self._tty
         except OSError:  # stderr piped into a reader that went away: progress is not worth failing for
             self.quiet = True
 

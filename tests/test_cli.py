@@ -114,7 +114,7 @@ def test_diff_reference_reports_missing_layers_not_zero(two_runs, tmp_path):
     done = run("diff", two_runs / "fused", "--reference", reference)
     assert done.returncode == 0, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("layer1.0.conv2 "))
-    assert "missing" in row and " 0.000 " not in row
+    assert "not in the reference" in row and " 0.000 " not in row
     assert "missing from the reference" in done.stdout
     assert "not.in.model" in done.stdout
 
@@ -260,3 +260,26 @@ def test_a_failed_replacement_keeps_the_previous_outputs_and_says_where(two_runs
         jobs.write_outputs(out, report, {"model": "second"})
     kept = Path(str(caught.value).rsplit(" ", 1)[-1])
     assert json.loads((kept / "run.json").read_text()) == {"model": "first"}
+
+
+def test_diff_says_where_a_layer_without_time_went_totals_and_sorts(two_runs):
+    """Unfused, every op is a kernel of its own; fused, a ReLU's ops run inside the
+    BatchNorm's kernel: "fused into bn1", never "missing"."""
+    from relaytrace import diff as D
+    from relaytrace.jobs import load_pair
+
+    done = run("--quiet", "diff", two_runs / "unfused", two_runs / "fused")
+    assert done.returncode == 0, done.stderr
+    rows = D.compare(*load_pair(two_runs / "unfused"), *load_pair(two_runs / "fused"))
+    fused = [r for r in rows if r.b_us is None and r.a_us is not None]
+    assert fused and all(r.absent_b.startswith("fused into ") for r in fused)
+    by_layer = {r.layer: r for r in rows}
+    for r in fused:  # the layer named hosts it: it has time in B, in a kernel call the fused layer's ops run in
+        host = by_layer[r.absent_b[len("fused into "):].split(", ")[0]]
+        assert host.b_us and set(host.kernels_b) & set(r.kernels_b), (r, host)
+    assert by_layer["relu"].absent_b == "fused into bn1"
+    assert "missing" not in done.stdout and "fused into bn1" in done.stdout
+    changes = [abs(r.change_us) for r in rows]
+    assert changes == sorted(changes, reverse=True)
+    total_a, total_b = D.totals(rows)
+    assert f"total: A {total_a / 1e3:.3f} ms, B {total_b / 1e3:.3f} ms" in done.stdout

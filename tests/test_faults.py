@@ -125,18 +125,19 @@ def test_output_piped_into_head_is_not_an_error(out_dir):
 
 def test_ctrl_c_during_the_build_exits_130_with_one_line(tmp_path):
     """Ctrl-C while TVM runs its passes (zoo ResNet-18's build takes seconds; the
-    signal is sent at the first "N passes done" line)."""
+    signal is sent a second after the build starts)."""
     proc = subprocess.Popen([sys.executable, "-m", "relaytrace.cli", "demo", "--model", "resnet18",
                              "--out", str(tmp_path / "d")],
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONWARNINGS="ignore"))
     deadline = time.time() + 120
     seen = ""
-    while time.time() < deadline and "passes done" not in seen:
+    while time.time() < deadline and "building" not in seen:
         seen += proc.stderr.readline()
-    assert "profiling" not in seen
+    time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     err = seen + proc.communicate(timeout=120)[1]
     assert proc.returncode == 130, err[-2000:]
+    assert "profiling" not in err  # it stopped in the build
     assert err.strip().splitlines()[-1] == "relaytrace: interrupted" and "Traceback" not in err
     assert not (tmp_path / "d").exists() and not list(tmp_path.iterdir())
 
@@ -392,3 +393,38 @@ def test_an_onnx_input_is_found_by_its_onnx_name_and_by_the_name_tvm_gave_it(tmp
     _refused(["profile", model, "--input-shape", "input-2:2x4", "--out", tmp_path / "x"], 2,
              "has no input named input-2; its inputs are input.1")
     _refused(["profile", model, "--dtype", "float16", "--out", tmp_path / "x"], 2, "give the shapes too")
+
+
+def test_pass_progress_counts_in_place_on_a_terminal_and_stays_out_of_a_log(tmp_path):
+    import pty
+
+    def stderr_of(to_terminal: bool, out):
+        master = slave = None
+        if to_terminal:
+            master, slave = pty.openpty()
+        proc = subprocess.Popen([sys.executable, "-m", "relaytrace.cli", "profile", TINY, "--repeat", "1",
+                                 "--out", str(out)], stdout=subprocess.DEVNULL,
+                                stderr=slave if to_terminal else subprocess.PIPE,
+                                env=dict(os.environ, PYTHONWARNINGS="ignore"))
+        if not to_terminal:
+            return proc.communicate(timeout=300)[1].decode()
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the terminal closed with the process
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        proc.wait(timeout=300)
+        os.close(master)
+        return b"".join(chunks).decode()
+
+    log = stderr_of(False, tmp_path / "log")
+    assert "] building" in log and " passes " not in log and "\r" not in log.replace("\r\n", "\n")
+    terminal = stderr_of(True, tmp_path / "tty")
+    counted = [line for line in terminal.replace("\r\n", "\n").split("\n") if " passes (" in line]
+    assert counted and all("\r" in line for line in counted)  # each count overwrites the last, in one line
+    assert len(terminal.replace("\r\n", "\n").split("\n")) < 20
