@@ -139,3 +139,77 @@ def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
         assert sorted(page.locator("#checks tbody tr td:first-child").all_inner_texts()) == sorted(suspect)
         assert page.locator("#layers tbody tr", has_text="suspect").count() >= 1
         browser.close()
+
+
+def _open(pw, path, errors):
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+        "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"])
+    page = browser.new_page(viewport={"width": 1500, "height": 1200})
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    import time
+
+    start = time.perf_counter()
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-ready]")
+    return browser, page, time.perf_counter() - start
+
+
+def _decoder_report(layers: int):
+    import numpy as np
+
+    import relaytrace
+    from relaytrace.frontends.nn import from_nn
+    from relaytrace.zoo.nn_decoder import decoder
+
+    module, spec = decoder(layers=layers)
+    executable, lineage = relaytrace.build(from_nn(module, spec, name=f"decoder{layers}"), "llvm")
+    params = [np.random.default_rng(0).standard_normal(shape).astype(dtype) if "float" in dtype
+              else np.zeros(shape if "seq_len" not in shape else (1, 32), dtype)
+              for _, shape, dtype in lineage.entries["prefill"]]
+    return make_report(lineage, relaytrace.profile(executable, lineage, params, entry="prefill", repeat=2))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed: the HTML report was not opened")
+@pytest.mark.parametrize("model", ["decoder24", "resnet50"])
+def test_the_reports_overview_opens_fast_and_answers_clicks(model, tmp_path, request):
+    """The new overview on a 24-block decoder (461 call sites) and zoo ResNet-50: open
+    (time to interactive logged; under 2 s for the decoder here), click a module in the
+    icicle: it zooms and the pane lists its layers and their kernel calls; click a layer
+    there: its ops with shapes, its sites with roles and times; a timeline bar: the site;
+    search finds a layer."""
+    if model == "decoder24":
+        report = _decoder_report(24)
+        module, layer = "layers.3", "layers.3.mlp.gate_up_proj"
+    else:
+        report = make_report(*request.getfixturevalue("resnet50_profiled")[1:])
+        module, layer = "layer3", "layer3.1.conv2"
+    page_path = tmp_path / "report.html"
+    page_path.write_text(html_report(report))
+    errors = []
+    with _browser() as pw:
+        browser, page, seconds = _open(pw, page_path, errors)
+        print(f"{model}: report of {len(report.lineage.call_sites)} call sites interactive in {seconds:.2f} s")
+        if model == "decoder24":
+            assert seconds < 2.0
+        assert errors == []
+        assert page.locator("#timeline rect").count() == len(report.lineage.call_sites)
+        page.locator(f'#icicle rect[data-name="{module}"]').first.click()
+        assert page.locator("#crumbs", has_text=module).count() == 1  # zoomed
+        pane = page.locator("#detail")
+        assert pane.locator("h3", has_text=f"module {module}").count() == 1
+        sites_of_layer = [s.label for s in report.lineage.kernels_of(layer)]
+        pane.locator(f'a[data-layer="{layer}"]').click()
+        assert pane.locator("h3", has_text=f"layer {layer}").count() == 1
+        shown = pane.locator("a[data-site]").all_inner_texts()
+        assert shown and set(shown) <= set(sites_of_layer) | {s.label for s in report.lineage.call_sites}
+        assert pane.locator("td", has_text="float32[").count() >= 1  # the ops' shapes
+        first = report.lineage.call_sites[0].label
+        page.locator(f'#timeline rect[data-site="{first}"]').click(force=True)
+        assert pane.locator("h3", has_text=f"call site {first}").count() == 1
+        page.fill("#search", layer)
+        assert page.locator("#layers tbody tr:visible").count() >= 1
+        page.screenshot(path=str(tmp_path / f"{model}.png"))
+        browser.close()
+    assert errors == []

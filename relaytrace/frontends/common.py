@@ -47,8 +47,8 @@ def match_input_names(given, names, what: str) -> dict:
     if unknown:
         from ..errors import UsageError
 
-        raise UsageError(f"{what} has no input named {', '.join(sorted(unknown))}; its inputs are "
-                         f"{', '.join(names) or 'none'}")
+        listed = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        raise UsageError(f"{what} has no input named {', '.join(sorted(unknown))}; its inputs are {listed or 'none'}")
     return out
 
 

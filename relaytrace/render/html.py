@@ -1,84 +1,24 @@
-"""One self-contained HTML file: summary, kernel graph (inline SVG), sortable and
-searchable tables; clicking a layer highlights its kernels, and the reverse.
+"""One self-contained HTML file: a header in words; where the time goes as an icicle
+over the module hierarchy (click to zoom); one run's call sites as a timeline; a
+detail pane for any layer, module or call site (ops with shapes, sites with roles,
+pass history, source lines, median/min/max, verdicts); coverage, eliminated, inserted
+and unresolved ops; the sortable, searchable tables and the kernel graph.
 
-No network: the data is inline JSON, the script and styles are inline too.
+No network: the data is inline JSON; the script, styles and the vendored d3-hierarchy
+(``assets/``, refreshed by ``tools/refresh_assets.sh``) are inlined at render time.
 """
 
 from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 
+from ..model.origin import INSERTED, OP
+from ..model.profile import KERNEL
 from . import graphviz as G
 
-_STYLE = """
-body{font-family:Helvetica,Arial,sans-serif;margin:1.5em;color:#222}
-h1{font-size:1.4em;margin-bottom:.2em} h2{font-size:1.1em;margin-top:1.6em}
-.summary{color:#555;margin-bottom:1em}
-table{border-collapse:collapse;font-size:12px;margin-bottom:1em}
-th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#f3f5f8;cursor:pointer;user-select:none} th.sorted::after{content:" \\25BE"}
-tr.hl td{background:#ffe9a8} tr.pick td{background:#ffd04d}
-tbody tr:hover td{background:#f6f8ff;cursor:pointer}
-#search{font-size:14px;padding:4px 8px;width:24em;margin:.5em 0}
-.graph{border:1px solid #ddd;overflow:auto;max-height:640px}
-.graph g.hl > polygon,.graph g.hl > path{stroke:#e6a100;stroke-width:4px}
-.num{text-align:right;font-variant-numeric:tabular-nums}
-.bad{color:#b00020;font-weight:bold} .warn{color:#8a5a00;font-weight:bold} .good{color:#1b6e20}
-"""
-
-_SCRIPT = r"""
-const data = JSON.parse(document.getElementById('relaytrace-data').textContent);
-const tables = {};
-function cell(v){ return (typeof v === 'number') ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : (Array.isArray(v) ? v.join(', ') : String(v)); }
-function build(id, columns, rows, keyOf){
-  const table = document.getElementById(id);
-  const head = table.createTHead().insertRow();
-  columns.forEach((c, i) => { const th = document.createElement('th'); th.textContent = c[0];
-    th.onclick = () => sortBy(id, i); head.appendChild(th); });
-  const body = table.createTBody();
-  rows.forEach(r => { const tr = body.insertRow(); tr.dataset.key = keyOf(r);
-    columns.forEach(c => { const td = tr.insertCell(); const v = r[c[1]]; td.textContent = cell(v);
-      if (typeof v === 'number') td.className = 'num'; });
-    tr.dataset.text = tr.textContent.toLowerCase(); tr.onclick = () => pick(id, r); });
-  tables[id] = {columns, body, asc: {}};
-}
-function sortBy(id, i){
-  const t = tables[id], rows = Array.from(t.body.rows), asc = !t.asc[i]; t.asc = {}; t.asc[i] = asc;
-  const val = tr => { const s = tr.cells[i].textContent, n = parseFloat(s); return isNaN(n) || /[a-z]/i.test(s.replace(/e[-+]?\d+$/,'')) ? s : n; };
-  rows.sort((a, b) => { const x = val(a), y = val(b); return (x < y ? -1 : x > y ? 1 : 0) * (asc ? 1 : -1); });
-  rows.forEach(r => t.body.appendChild(r));
-  document.querySelectorAll('#' + id + ' th').forEach((th, j) => th.classList.toggle('sorted', j === i));
-}
-function clear(){ document.querySelectorAll('tr.hl,tr.pick').forEach(r => r.classList.remove('hl', 'pick'));
-  document.querySelectorAll('.graph g.hl').forEach(g => g.classList.remove('hl')); }
-function mark(id, keys){ Array.from(tables[id].body.rows).forEach(tr => { if (keys.has(tr.dataset.key)) tr.classList.add('hl'); }); }
-function markSites(sites){ sites.forEach(s => { const g = document.getElementById('site:' + s); if (g) g.classList.add('hl'); }); }
-function pick(id, r){
-  clear();
-  const row = Array.from(tables[id].body.rows).find(tr => tr.dataset.key === tables[id].keyOf(r));
-  if (row) row.classList.add('pick');
-  if (id === 'layers'){ const sites = data.layer_sites[r.layer] || [];
-    mark('kernels', new Set(sites.map(s => s.split('#')[0]))); markSites(sites); }
-  if (id === 'kernels'){ mark('layers', new Set(r.layers)); markSites(data.kernel_sites[r.name] || []); }
-}
-function search(q){ q = q.toLowerCase();
-  Object.values(tables).forEach(t => Array.from(t.body.rows).forEach(tr => {
-    tr.style.display = !q || tr.dataset.text.includes(q) ? '' : 'none'; })); }
-build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted (ms)','inserted_ms'],['ops','ops'],['kernel calls','sites'],['verification','status']], data.layers, r => r.layer);
-build('kernels', [['Name','name'],['Duration (us, median)','us'],['min','min_us'],['max','max_us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['verification','status']], data.kernels, r => r.name);
-if (data.checks.length){
-  build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
-  tables.checks.keyOf = r => r.site; }
-build('optypes', [['op type','op'],['time (ms)','ms'],['%','percent'],['count','count'],['layers','layers']], data.op_types, r => r.op);
-build('categories', [['category','name'],['time (ms)','ms'],['% of end-to-end','percent']], data.categories, r => r.name);
-tables.layers.keyOf = r => r.layer; tables.kernels.keyOf = r => r.name;
-tables.optypes.keyOf = r => r.op; tables.categories.keyOf = r => r.name;
-document.getElementById('search').oninput = e => search(e.target.value);
-document.querySelectorAll('.graph g.node').forEach(g => { if (g.id.startsWith('site:')) g.onclick = () => {
-  const site = g.id.slice(5); const row = data.kernels.find(k => k.name === site.split('#')[0]); if (row) pick('kernels', row); }; });
-"""
-
+ASSETS = Path(__file__).parent / "assets"
 
 def report_data(report) -> dict:
     lineage = report.lineage
@@ -105,7 +45,115 @@ def report_data(report) -> dict:
         "categories": [{"name": n, "ms": us / 1e3, "percent": p} for n, us, p in report.categories.rows()],
         "layer_sites": layer_sites,
         "kernel_sites": {k: [s.label for s in v] for k, v in lineage.kernels.items()},
+        "model": lineage.model,
+        "sites": _sites(report),
+        "layer_detail": _layer_detail(lineage),
+        "timeline_note": ("run 1 of the timeline" if report.profile.mode == "timeline"
+                          else "sites timed alone, laid end to end"),
     }
+
+
+def _sites(report) -> list[dict]:
+    """Every kernel call site in run order, with its time over runs and what it runs."""
+    lineage, profile = report.lineage, report.profile
+    times = profile.site_times(KERNEL)
+    starts = {(r.name, r.call): r.start_us for r in profile.records if r.run == 0 and r.kind == KERNEL}
+    checks = lineage.site_checks()
+    out = []
+    for s in lineage.call_sites:
+        t = times.get((s.kernel, s.call))
+        roles: dict[str, str] = {}
+        for r in s.roles:
+            roles.setdefault(lineage.origins[r.origin].layer, r.role)
+        kinds = {lineage.origins[o].kind for o in s.origin_ids}
+        arg = profile.args.get(f"{s.kernel}#{s.call}")
+        out.append({
+            "label": s.label, "kernel": s.kernel, "start_us": starts.get((s.kernel, s.call), 0.0),
+            "us": t.median_us if t else 0.0, "min_us": t.min_us if t else 0.0, "max_us": t.max_us if t else 0.0,
+            "layers": list(roles), "roles": roles, "status": checks[s.position].status,
+            "reasons": "; ".join(checks[s.position].reasons),
+            "category": "compute" if OP in kinds else "inserted" if INSERTED in kinds else "unresolved",
+            "shapes": ", ".join(f"{d}{list(sh)}" for sh, d in zip(arg.shapes, arg.dtypes)) if arg else "",
+        })
+    return out
+
+
+def _layer_detail(lineage) -> dict[str, dict]:
+    """layer -> its ops (shapes, dtypes, the passes that rewrote each, or the one that
+    eliminated it) and where they came from in the user's code."""
+    sources = lineage.sources()
+    out: dict[str, dict] = {}
+    for o in sorted(lineage.origins.values(), key=lambda o: (o.function, o.index)):
+        if o.kind != OP:
+            continue
+        entry = out.setdefault(o.layer, {"ops": [], "source": list(sources.get(o.layer, ()))})
+        entry["ops"].append({
+            "op": o.short_op,
+            "inputs": ", ".join(f"{d}{list(sh)}" for sh, d in zip(o.input_shapes, o.input_dtypes)),
+            "output": ", ".join(f"{d}{list(sh)}" for sh, d in zip(o.output_shapes, o.output_dtypes)),
+            "history": list(dict.fromkeys(c.pass_name for c in lineage.history_by_origin.get(o.id, ()))),
+            "eliminated": lineage.eliminated_by.get(o.id, ""),
+        })
+    return out
+
+
+def _asset(name: str) -> str:
+    return (ASSETS / name).read_text()
+
+
+def _target_words(target: str) -> str:
+    """``llvm, x86_64, 2 cores`` from a target's JSON (the raw text when it is not JSON)."""
+    try:
+        config = json.loads(target)
+    except ValueError:
+        return target
+    if not isinstance(config, dict):
+        return target
+    words = [str(config.get("kind", "?"))]
+    triple = str(config.get("mtriple", ""))
+    words += [triple.split("-")[0]] if triple else []
+    words += [str(config[k]) for k in ("mcpu", "arch", "model") if config.get(k)]
+    words += [f"{config['num-cores']} cores"] if config.get("num-cores") else []
+    return ", ".join(words)
+
+
+def _header(report) -> str:
+    """The run in words: model, target, pipeline, entry and inputs, tuning, where and how
+    it was measured, coverage and verification."""
+    lineage, profile, cov = report.lineage, report.profile, report.coverage
+    where = profile.remote or f"this machine ({profile.device})"
+    tuned = f"{len(lineage.tuned)} of {len(lineage.kernels)} kernels tuned" if lineage.tuned else "not tuned"
+    status = ("complete and verified" if cov.complete else
+              f"{cov.verified_sites} of {cov.call_sites} call sites verified, {len(cov.suspect)} suspect, "
+              f"{len(cov.unverified)} unverified, {len(cov.unaccounted)} ops unaccounted"
+              + (", degraded" if cov.degraded else ""))
+    rows = [("model", lineage.model), ("target", _target_words(lineage.target)), ("pipeline", lineage.pipeline),
+            ("entry", profile.entry + _inputs(profile)), ("tuning", tuned),
+            ("measured", f"on {where}, {profile.mode}, {profile.runs} run(s); figures are medians over runs"),
+            ("lineage", f"{cov.attributed_sites} of {cov.call_sites} kernel call sites attributed; {status}")]
+    return '<dl class="header">' + "".join(f"<dt>{k}</dt><dd>{html.escape(v)}</dd>" for k, v in rows) + "</dl>"
+
+
+def _op_sections(lineage) -> str:
+    """Coverage, eliminated ops (with the pass), inserted ops (with what they serve),
+    unresolved ops, as tables."""
+    def rows(head, body):
+        return ("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"
+                + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in body)
+                + "</tbody></table>")
+
+    cov = lineage.coverage()
+    eliminated = [(o, lineage.origins[o].layer, lineage.origins[o].short_op, p) for o, p in lineage.eliminated().items()]
+    inserted = [(o.id, o.short_op, o.pass_name, ", ".join(dict.fromkeys(lineage.origins[x].layer for x in o.serves)))
+                for o in lineage.inserted()]
+    unresolved = [(o.id, o.short_op, o.pass_name) for o in lineage.unresolved()]
+    return (f'<h2 id="coverage">Coverage</h2><p>{cov.origins} model ops: {cov.in_kernels} in kernels, '
+            f"{cov.in_builtins} in VM builtins only, {cov.eliminated} eliminated by passes, "
+            f"{len(cov.unaccounted)} unaccounted</p>"
+            + f"<h2>Eliminated ops ({len(eliminated)})</h2>" + rows(["origin", "layer", "op", "eliminated by"], eliminated)
+            + f"<h2>Inserted ops ({len(inserted)})</h2>" + rows(["origin", "op", "inserted by", "serves"], inserted)
+            + (f"<h2>Unresolved ops ({len(unresolved)})</h2>" + rows(["origin", "op", "pass"], unresolved)
+               if unresolved else ""))
 
 
 def html_report(report) -> str:
@@ -126,14 +174,19 @@ def html_report(report) -> str:
     problems = "".join(f"<p class=\"bad\">{html.escape(p)}</p>" for p in cov.problems)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>relaytrace: {html.escape(lineage.model)}</title><style>{_STYLE}</style></head>
+<title>relaytrace: {html.escape(lineage.model)}</title><style>{_asset("report.css")}</style></head>
 <body>
 <h1>relaytrace: {html.escape(lineage.model)}</h1>
-<div class="summary">target {html.escape(lineage.target)} &middot; pipeline {html.escape(lineage.pipeline)}
-&middot; entry {html.escape(profile.entry)}{_inputs(profile)} &middot; {html.escape(profile.summary())}<br>
+{_header(report)}
+<div class="summary">{html.escape(profile.summary())}<br>
 {len(lineage.call_sites)} kernel call sites of {len(lineage.kernels)} kernels &middot; attribution policy {policy}
 {"<br>ops inserted by passes (layout transforms, casts, shape functions) serve: " + caused if caused else ""}</div>
 {"".join(f'<p class="warn">{html.escape(w)}</p>' for w in profile.warnings())}
+<div id="layout"><div id="main">
+<h2>Where the time goes</h2><div id="legend" class="legend"></div>
+<p>Kernel time by module (width: time; click a module to zoom in and see it in the pane).</p>
+<div id="crumbs" class="crumbs"></div><svg id="icicle" class="icicle"></svg>
+<h2>Timeline</h2><svg id="timeline" class="timeline"></svg>
 <input id="search" type="search" placeholder="search layers, kernels, ops">
 <h2>Categories</h2><table id="categories"></table>
 <h2>Verification</h2><p class="{verdict_class}">{html.escape(verdict)}</p>{problems}
@@ -141,9 +194,12 @@ def html_report(report) -> str:
 <h2>Layers</h2><p>Click a layer to highlight its kernels (table and graph).</p><table id="layers"></table>
 <h2>Kernels</h2><p>Click a kernel to highlight the layers it runs.</p><table id="kernels"></table>
 <h2>Op types</h2><table id="optypes"></table>
+{_op_sections(lineage)}
 <h2>Kernel graph</h2><div class="graph">{svg}</div>
+</div><aside id="detail"><h3>details</h3><p>Click a module, layer or call site.</p></aside></div>
 <script type="application/json" id="relaytrace-data">{payload}</script>
-<script>{_SCRIPT}</script>
+<script>{_asset("d3-hierarchy.min.js")}</script>
+<script>{_asset("report.js")}</script>
 </body></html>
 """
 

@@ -1,0 +1,165 @@
+const data = JSON.parse(document.getElementById('relaytrace-data').textContent);
+const tables = {};
+function cell(v){ return (typeof v === 'number') ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : (Array.isArray(v) ? v.join(', ') : String(v)); }
+function build(id, columns, rows, keyOf){
+  const table = document.getElementById(id);
+  const head = table.createTHead().insertRow();
+  columns.forEach((c, i) => { const th = document.createElement('th'); th.textContent = c[0];
+    th.onclick = () => sortBy(id, i); head.appendChild(th); });
+  const body = table.createTBody();
+  rows.forEach(r => { const tr = body.insertRow(); tr.dataset.key = keyOf(r);
+    columns.forEach(c => { const td = tr.insertCell(); const v = r[c[1]]; td.textContent = cell(v);
+      if (typeof v === 'number') td.className = 'num'; });
+    tr.dataset.text = tr.textContent.toLowerCase(); tr.onclick = () => pick(id, r); });
+  tables[id] = {columns, body, asc: {}};
+}
+function sortBy(id, i){
+  const t = tables[id], rows = Array.from(t.body.rows), asc = !t.asc[i]; t.asc = {}; t.asc[i] = asc;
+  const val = tr => { const s = tr.cells[i].textContent, n = parseFloat(s); return isNaN(n) || /[a-z]/i.test(s.replace(/e[-+]?\d+$/,'')) ? s : n; };
+  rows.sort((a, b) => { const x = val(a), y = val(b); return (x < y ? -1 : x > y ? 1 : 0) * (asc ? 1 : -1); });
+  rows.forEach(r => t.body.appendChild(r));
+  document.querySelectorAll('#' + id + ' th').forEach((th, j) => th.classList.toggle('sorted', j === i));
+}
+function clear(){ document.querySelectorAll('tr.hl,tr.pick').forEach(r => r.classList.remove('hl', 'pick'));
+  document.querySelectorAll('.graph g.hl').forEach(g => g.classList.remove('hl')); }
+function mark(id, keys){ Array.from(tables[id].body.rows).forEach(tr => { if (keys.has(tr.dataset.key)) tr.classList.add('hl'); }); }
+function markSites(sites){ sites.forEach(s => { const g = document.getElementById('site:' + s); if (g) g.classList.add('hl'); }); }
+function pick(id, r){
+  clear();
+  const row = Array.from(tables[id].body.rows).find(tr => tr.dataset.key === tables[id].keyOf(r));
+  if (row) row.classList.add('pick');
+  if (id === 'layers'){ const sites = data.layer_sites[r.layer] || [];
+    mark('kernels', new Set(sites.map(s => s.split('#')[0]))); markSites(sites); }
+  if (id === 'kernels'){ mark('layers', new Set(r.layers)); markSites(data.kernel_sites[r.name] || []); }
+}
+function search(q){ q = q.toLowerCase();
+  Object.values(tables).forEach(t => Array.from(t.body.rows).forEach(tr => {
+    tr.style.display = !q || tr.dataset.text.includes(q) ? '' : 'none'; })); }
+build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted (ms)','inserted_ms'],['ops','ops'],['kernel calls','sites'],['verification','status']], data.layers, r => r.layer);
+build('kernels', [['Name','name'],['Duration (us, median)','us'],['min','min_us'],['max','max_us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['verification','status']], data.kernels, r => r.name);
+if (data.checks.length){
+  build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
+  tables.checks.keyOf = r => r.site; }
+build('optypes', [['op type','op'],['time (ms)','ms'],['%','percent'],['count','count'],['layers','layers']], data.op_types, r => r.op);
+build('categories', [['category','name'],['time (ms)','ms'],['% of end-to-end','percent']], data.categories, r => r.name);
+tables.layers.keyOf = r => r.layer; tables.kernels.keyOf = r => r.name;
+tables.optypes.keyOf = r => r.op; tables.categories.keyOf = r => r.name;
+document.getElementById('search').oninput = e => search(e.target.value);
+document.querySelectorAll('.graph g.node').forEach(g => { if (g.id.startsWith('site:')) g.onclick = () => {
+  const site = g.id.slice(5); const row = data.kernels.find(k => k.name === site.split('#')[0]); if (row) pick('kernels', row); }; });
+
+// ---- where the time goes: an icicle over the module hierarchy (d3-hierarchy) ----
+const COLOURS = {compute: '#4e79a7', inserted: '#f28e2b', unresolved: '#e15759', builtin: '#9c755f', gap: '#bab0ac'};
+const SVGNS = 'http://www.w3.org/2000/svg';
+function el(tag, attrs, parent){ const e = document.createElementNS(SVGNS, tag);
+  Object.entries(attrs).forEach(([k, v]) => e.setAttribute(k, v)); if (parent) parent.appendChild(e); return e; }
+function hierarchyOf(){
+  const root = {name: data.model, children: new Map()};
+  data.layers.forEach(l => { let node = root;
+    l.layer.split('.').forEach((part, i, parts) => {
+      if (!node.children.has(part)) node.children.set(part, {name: parts.slice(0, i + 1).join('.'), children: new Map()});
+      node = node.children.get(part); });
+    node.compute = (node.compute || 0) + (l.ms - l.inserted_ms); node.inserted = (node.inserted || 0) + l.inserted_ms;
+    node.layer = l.layer; });
+  const plain = n => { const kids = Array.from(n.children.values()).map(plain);
+    const own = [];
+    if (n.compute) own.push({name: n.name, part: 'compute', value: n.compute, layer: n.layer});
+    if (n.inserted) own.push({name: n.name + ' (inserted)', part: 'inserted', value: n.inserted, layer: n.layer});
+    if (!kids.length) return own.length === 1 ? own[0] : {name: n.name, children: own, layer: n.layer};
+    return {name: n.name, children: kids.concat(own), layer: n.layer}; };
+  return plain(root);
+}
+let icicleRoot = null;
+function drawIcicle(focus){
+  const svg = document.getElementById('icicle'); svg.innerHTML = '';
+  const width = svg.clientWidth || 900, rowH = 22;
+  const root = d3.hierarchy(focus || icicleRoot.data).sum(d => d.children ? 0 : d.value).sort((a, b) => b.value - a.value);
+  d3.partition().size([width, (root.height + 1) * rowH])(root);
+  svg.setAttribute('height', (root.height + 1) * rowH + 2);
+  root.descendants().forEach(d => {
+    const w = d.x1 - d.x0; if (w < 0.5) return;
+    const g = el('g', {}, svg);
+    const part = d.data.part || (d.children ? null : 'compute');
+    const rect = el('rect', {x: d.x0, y: d.y0, width: w, height: d.y1 - d.y0,
+      fill: part ? COLOURS[part] : '#8fb0d8', 'data-name': d.data.name}, g);
+    el('title', {}, rect).textContent = `${d.data.name}: ${d.value.toFixed(3)} ms`;
+    if (w > 60) el('text', {x: d.x0 + 4, y: d.y0 + 14}, g).textContent =
+      `${d.depth ? d.data.name.split('.').pop() : d.data.name} ${d.value.toFixed(3)} ms`;
+    rect.onclick = () => {
+      if (!d.children && d.data.layer) return showLayer(d.data.layer);
+      if (d.children && d !== root) drawIcicle(d.data); else if (d === root && focus) drawIcicle(null);
+      showModule(d.data.name); };
+  });
+  const crumbs = document.getElementById('crumbs'); crumbs.innerHTML = '';
+  const name = focus ? focus.name : data.model;
+  const top = document.createElement('a'); top.textContent = data.model; top.onclick = () => drawIcicle(null); crumbs.appendChild(top);
+  if (focus) crumbs.appendChild(document.createTextNode(' / ' + name + ' (click the top bar to go up)'));
+}
+function showModule(name){
+  const layers = data.layers.filter(l => l.layer === name || l.layer.startsWith(name + '.') || name === data.model);
+  const sites = new Set(); layers.forEach(l => (data.layer_sites[l.layer] || []).forEach(s => sites.add(s)));
+  const total = layers.reduce((a, l) => a + l.ms, 0);
+  detail(`module ${name}`, [
+    `<p>${total.toFixed(3)} ms in ${layers.length} layer(s), ${sites.size} kernel call site(s)</p>`,
+    table(['layer', 'ms', 'kernel calls'], layers.slice(0, 60).map(l => [link('layer', l.layer), l.ms.toFixed(3), l.sites.join(' ')])),
+  ]);
+}
+
+// ---- one run, site by site ----
+function drawTimeline(){
+  const svg = document.getElementById('timeline'); svg.innerHTML = '';
+  const width = svg.clientWidth || 900, h = 26;
+  const end = data.sites.reduce((a, s) => Math.max(a, s.start_us + s.us), 0) || 1;
+  svg.setAttribute('height', h + 18);
+  data.sites.forEach(s => {
+    const x = s.start_us / end * width, w = Math.max(s.us / end * width, 0.5);
+    const rect = el('rect', {x, y: 2, width: w, height: h, fill: COLOURS[s.category] || COLOURS.compute,
+      'data-site': s.label}, svg);
+    el('title', {}, rect).textContent = `${s.label}: ${s.us.toFixed(1)} us (${s.layers.join(', ')})`;
+    if (w > 70) el('text', {x: x + 3, y: 18}, svg).textContent = s.layers[0] || s.kernel;
+    rect.onclick = () => showSite(s.label);
+  });
+  el('text', {x: 2, y: h + 14}, svg).textContent = `0 .. ${(end / 1e3).toFixed(3)} ms: the kernel call sites of one run in order (${data.timeline_note})`;
+}
+
+// ---- the detail pane ----
+function esc(t){ return String(t).replace(/[&<>"]/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'}[c])); }
+function link(kind, name){ return `<a href="#" data-${kind}="${esc(name)}">${esc(name)}</a>`; }
+function table(head, rows){ return '<table><thead><tr>' + head.map(h => `<th>${esc(h)}</th>`).join('') + '</tr></thead><tbody>'
+  + rows.map(r => '<tr>' + r.map(c => `<td>${c}</td>`).join('') + '</tr>').join('') + '</tbody></table>'; }
+function detail(title, parts){
+  const pane = document.getElementById('detail');
+  pane.innerHTML = `<h3>${esc(title)}</h3>` + parts.join('');
+  pane.querySelectorAll('a[data-layer]').forEach(a => a.onclick = e => { e.preventDefault(); showLayer(a.dataset.layer); });
+  pane.querySelectorAll('a[data-site]').forEach(a => a.onclick = e => { e.preventDefault(); showSite(a.dataset.site); });
+}
+function showLayer(name){
+  const d = data.layer_detail[name]; if (!d) return;
+  const row = data.layers.find(l => l.layer === name);
+  const sites = (data.layer_sites[name] || []).map(label => data.sites.find(s => s.label === label)).filter(Boolean);
+  detail(`layer ${name}`, [
+    `<p>${row ? row.ms.toFixed(3) + ' ms (' + row.percent.toFixed(2) + '% of kernel time)' : 'no time of its own'}`
+      + (d.source.length ? `<br>made at: ${d.source.map(esc).join(', ')}` : '') + '</p>',
+    '<b>ops</b>' + table(['op', 'inputs', 'output', 'passes'], d.ops.map(o => [esc(o.op), esc(o.inputs), esc(o.output),
+      esc(o.history.join(' → ') || (o.eliminated ? 'eliminated by ' + o.eliminated : ''))])),
+    '<b>kernel call sites</b>' + table(['site', 'role', 'median us', 'min', 'max', 'verdict'], sites.map(s =>
+      [link('site', s.label), esc(s.roles[name] || 'serves'), s.us.toFixed(1), s.min_us.toFixed(1), s.max_us.toFixed(1),
+       esc(s.status) + (s.reasons ? ': ' + esc(s.reasons) : '')])),
+  ]);
+  const row2 = Array.from(tables.layers.body.rows).find(tr => tr.dataset.key === name); if (row2) pick('layers', row);
+}
+function showSite(label){
+  const s = data.sites.find(x => x.label === label); if (!s) return;
+  document.querySelectorAll('.timeline rect').forEach(r => r.classList.toggle('picked', r.dataset.site === label));
+  detail(`call site ${label}`, [
+    `<p>kernel ${esc(s.kernel)}: median ${s.us.toFixed(1)} us (min ${s.min_us.toFixed(1)}, max ${s.max_us.toFixed(1)})`
+      + `<br>arguments: ${esc(s.shapes)}<br>verification: ${esc(s.status)}${s.reasons ? ' — ' + esc(s.reasons) : ''}</p>`,
+    '<b>what it runs</b>' + table(['layer', 'role'], Object.entries(s.roles).map(([layer, role]) => [link('layer', layer), esc(role)])),
+  ]);
+}
+icicleRoot = d3.hierarchy(hierarchyOf());
+drawIcicle(null);
+drawTimeline();
+document.getElementById('legend').innerHTML = Object.entries(COLOURS).map(([k, c]) => `<span><i style="background:${c}"></i>${k}</span>`).join('');
+document.querySelectorAll('#layers tbody tr').forEach(tr => tr.addEventListener('click', () => showLayer(tr.dataset.key)));
+document.body.dataset.ready = String(performance.now());
