@@ -92,4 +92,4 @@ def test_the_outputs_of_one_entrys_profile_keep_the_whole_lineage(built, tmp_pat
     write_outputs(tmp_path / "out", report, {"model": "decoder"})
     saved = Lineage.load(tmp_path / "out" / "lineage.json")
     assert set(saved.entries) == {"prefill", "decode"} and len(saved.call_sites) == len(lineage.call_sites)
-    assert "entry decode" in (tmp_path / "out" / "report.html").read_text()
+    assert "<dt>entry</dt><dd>decode (" in (tmp_path / "out" / "report.html").read_text()  # the header says which ran
