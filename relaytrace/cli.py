@@ -170,8 +170,10 @@ def cmd_render(args) -> int:
         lineage_path.with_name("profile.json") if lineage_path.with_name("profile.json").is_file() else None)
     lineage = Lineage.load(lineage_path)
     report = make_report(lineage, Profile.load(profile_path)) if profile_path else None
-    stem = lineage_path.parent / ("report" if args.format == "html" else f"{args.graph}")
-    out = Path(args.out) if args.out else stem.with_suffix(f".{args.format}")
+    from .jobs import RENDERED
+
+    stem = lineage_path.parent / (RENDERED + ("report" if args.format == "html" else args.graph))
+    out = Path(args.out) if args.out else stem.with_suffix(f".{args.format}")  # never one of profile's own names
     if args.format == "html":
         if report is None:
             raise UsageError("the HTML report needs a profile: pass --profile profile.json")

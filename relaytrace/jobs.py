@@ -94,8 +94,12 @@ def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
     return out
 
 
+RENDERED = "rendered-"  # `relaytrace render DIR` writes rendered-layers.svg ... beside the outputs
+
+
 def _refuse_foreign(out: Path) -> None:
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in OUTPUTS) if out.is_dir() else []
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in OUTPUTS and not p.name.startswith(RENDERED)) \
+        if out.is_dir() else []
     if foreign:
         raise RelaytraceError(f"{out} holds files relaytrace did not write ({', '.join(foreign[:3])}"
                               f"{', ...' if len(foreign) > 3 else ''}): choose a new or empty --out")

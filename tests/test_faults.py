@@ -428,3 +428,29 @@ def test_pass_progress_counts_in_place_on_a_terminal_and_stays_out_of_a_log(tmp_
     counted = [line for line in terminal.replace("\r\n", "\n").split("\n") if " passes (" in line]
     assert counted and all("\r" in line for line in counted)  # each count overwrites the last, in one line
     assert len(terminal.replace("\r\n", "\n").split("\n")) < 20
+
+
+def test_render_without_out_writes_beside_the_outputs_under_its_own_names(tiny_out, tmp_path):
+    """A newcomer's first ``render DIR`` right after ``profile``: no clash with
+    layers.svg / report.html, and a later ``profile --force`` still takes the directory."""
+    case = tmp_path / "run"
+    subprocess.run(["cp", "-r", str(tiny_out), str(case)], check=True)
+    before = {p.name: p.read_bytes() for p in case.iterdir()}
+    for argv in (["render", case], ["render", case, "--format", "html"], ["render", case, "--graph", "kernels",
+                                                                         "--format", "dot"]):
+        code, out, err = run_cli(argv)
+        assert code == 0, err
+    assert {p.name for p in case.iterdir()} - set(before) == {"rendered-layers.svg", "rendered-report.html",
+                                                              "rendered-kernels.dot"}
+    assert all((case / name).read_bytes() == data for name, data in before.items())
+    code, _, err = run_cli(["--quiet", "profile", TINY, "--repeat", "1", "--out", case, "--force"])
+    assert code == 0, err
+
+
+def test_terminal_tables_wrap_long_cells():
+    from relaytrace.render.table import format_table
+
+    calls = " ".join(f"fused_conv2d_add_relu_{i}#0" for i in range(12))
+    text = format_table(["layer", "kernel calls"], [["layer1", calls], ["fc", "fused_matmul#0"]])
+    assert max(len(line) for line in text.splitlines()) <= 6 + 2 + 60
+    assert " ".join(line[8:].strip() for line in text.splitlines()[2:-1]) == calls  # nothing lost

@@ -5,11 +5,26 @@ from __future__ import annotations
 from ..model.lineage import Lineage
 
 
-def format_table(headers, rows) -> str:
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+WRAP = 60  # a cell longer than this (a list of kernel calls) is wrapped onto more lines
+
+
+def format_table(headers, rows, wrap: int = WRAP) -> str:
+    """Columns aligned; a cell over ``wrap`` characters is broken at spaces onto the
+    row's next lines, so a long list of kernel calls does not make a 300-character row."""
+    import textwrap
+
+    cells = [[textwrap.wrap(str(c), wrap, break_long_words=False, break_on_hyphens=False) or [""] for c in r]
+             for r in rows]
+    widths = [max([len(h)] + [len(part) for r in cells for part in r[i]]) for i, h in enumerate(headers)]
+
+    def line(parts):
+        return "  ".join(c.ljust(w) for c, w in zip(parts, widths)).rstrip()
+
+    out = [line(headers), line(["-" * w for w in widths])]
+    for r in cells:
+        for k in range(max(len(c) for c in r)):
+            out.append(line([c[k] if k < len(c) else "" for c in r]))
+    return "\n".join(out)
 
 
 def coverage_summary(lineage: Lineage) -> str:
