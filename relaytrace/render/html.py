@@ -205,9 +205,10 @@ def html_report(report) -> str:
 
 
 def _inputs(profile) -> str:
-    """The concrete input shapes a profile ran, for the header."""
+    """The concrete input shapes a profile ran, for the header (plain text: the header
+    escapes it)."""
     if not profile.inputs:
         return ""
     shown = ", ".join(f"{n} {d}{list(sh)}" for n, sh, d in profile.inputs[:2])
     more = f", +{len(profile.inputs) - 2} more inputs" if len(profile.inputs) > 2 else ""
-    return " (" + html.escape(shown + more) + ")"
+    return f" ({shown}{more})"
