@@ -98,9 +98,11 @@ def report(exc: BaseException) -> int:
 
         traceback.print_exception(exc)
     try:
+        if sys.stderr.isatty():  # a pass count may stand on the line (jobs.Progress): clear it first
+            sys.stderr.write("\r\x1b[K")
         print(line, file=sys.stderr, flush=True)
-    except OSError:
-        pass  # stderr itself is gone
+    except (OSError, ValueError):
+        pass  # stderr itself is gone or closed
     return code
 
 
