@@ -93,7 +93,7 @@ def _print_summary(report, out: Path | None, top: int = 10) -> None:
         from .jobs import OUTPUTS
 
         print()
-        print(f"written to {out}/: {', '.join(OUTPUTS)}")
+        print(f"written to {out}/: {', '.join(n for n in OUTPUTS if (out / n).exists())}")
 
 
 def cmd_demo(args) -> int:
@@ -236,25 +236,31 @@ def cmd_diff(args) -> int:
     lineage_a, profile_a = load_pair(args.a)
     if args.reference:
         rows, unknown = D.compare_reference(lineage_a, profile_a, D.read_reference(args.reference))
-        headers = ["layer", "ours (ms)", "reference (ms)", "reference / ours", "kernel calls"]
+        headers = ["layer", "ours (ms)", "reference (ms)", "reference / ours", "noise (ms)", "kernel calls"]
     else:
         if not args.b:
             raise UsageError("diff needs B (a second output DIR or profile.json) or --reference CSV")
         lineage_b, profile_b = load_pair(args.b)
         rows, unknown = D.compare(lineage_a, profile_a, lineage_b, profile_b, by_layer=args.by_layer), ()
-        headers = ["layer", "A (ms)", "B (ms)", "B / A", "kernel calls A -> B"] + (["match"] if args.by_layer else [])
+        headers = ["layer", "A (ms)", "B (ms)", "B / A", "noise (ms)", "kernel calls A -> B"] + (
+            ["match"] if args.by_layer else [])
 
     def ms(us, why):
         return why if us is None else f"{us / 1e3:.3f}"
 
     table = [[r.layer, ms(r.a_us, r.absent_a), ms(r.b_us, r.absent_b),
-              "-" if r.ratio is None else f"{r.ratio:.3f}",
+              "-" if r.ratio is None else f"{r.ratio:.3f}" + (" ~" if r.within_noise else ""),
+              f"±{r.spread_us / 1e3:.3f}" if r.spread_us else "-",
               " ".join(r.kernels_a) + ("" if args.reference else " -> " + " ".join(r.kernels_b))]
              + ([r.match] if args.by_layer and not args.reference else []) for r in rows]
     print(format_table(headers, table))
     total_a, total_b = D.totals(rows)
     print(f"\ntotal: A {total_a / 1e3:.3f} ms, {'reference' if args.reference else 'B'} {total_b / 1e3:.3f} ms"
           + (f", B / A {total_b / total_a:.3f}" if total_a else "") + " (rows sorted by the size of the change)")
+    noise = [r.layer for r in rows if r.within_noise]
+    print(f"{len(noise)} layer(s) marked ~ changed by no more than their runs scatter (noise: max - min over "
+          "runs): that change may be noise" if noise else
+          "noise: how far each layer's time scatters over the runs (max - min); '-': one run, nothing to tell by")
     if args.by_layer and not args.reference:
         print("\n" + D.match_summary(rows))
     missing = [r.layer for r in rows if r.b_us is None]
@@ -415,7 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_build_options(p)
     p.add_argument("--out", required=True, help="output DIR")
     p.add_argument("--force", action="store_true", help="write into an existing DIR")
-    p.add_argument("--collapse", type=_at_least(1), help="group layers.svg by module prefix depth")
+    p.add_argument("--collapse", type=_at_least(0), metavar="N",
+                   help="group layers.svg by module prefix depth N (0: every op; default: every op up to "
+                        "400, else grouped)")
     p.add_argument("--db", metavar="DIR", help="apply the MetaSchedule database `tasks --tune` wrote in DIR")
     p.set_defaults(run=cmd_profile)
 
@@ -424,7 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", metavar="profile.json")
     p.add_argument("--format", choices=["svg", "png", "pdf", "dot", "html"], default="svg")
     p.add_argument("--graph", choices=["layers", "kernels"], default="layers")
-    p.add_argument("--collapse", type=_at_least(1), metavar="N", help="group layers by module prefix depth N")
+    p.add_argument("--collapse", type=_at_least(0), metavar="N",
+                   help="group layers by module prefix depth N (0: every op; default: every op up to 400, "
+                        "else grouped)")
     p.add_argument("--out", help="output file (default: beside the lineage)")
     p.add_argument("--force", action="store_true", help="replace an existing file")
     p.set_defaults(run=cmd_render)

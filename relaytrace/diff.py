@@ -29,6 +29,13 @@ class LayerDiff:
     match: str = ""  # by layer name: same ops | different ops | only in A | only in B
     absent_a: str = ""  # why A has no time for it: "fused into LAYER", "no kernel", "not in A"
     absent_b: str = ""
+    spread_us: float = 0.0  # how far the runs scatter this layer's time, both sides together
+
+    @property
+    def within_noise(self) -> bool:
+        """The change is no larger than the runs' own scatter (``layer_spread``): it
+        may be noise. False when a side has one run (nothing to tell by)."""
+        return self.spread_us > 0 and abs(self.change_us) <= self.spread_us
 
     @property
     def change_us(self) -> float:
@@ -66,6 +73,7 @@ def compare(lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor",
         same_model(lineage_a, lineage_b)
     a = {r.layer: r for r in A.by_layer(lineage_a, profile_a, policy)}
     b = {r.layer: r for r in A.by_layer(lineage_b, profile_b, policy)}
+    spread_a, spread_b = layer_spread(lineage_a, profile_a, policy), layer_spread(lineage_b, profile_b, policy)
     layers = list(dict.fromkeys(list(lineage_a.layers()) + list(a) + list(lineage_b.layers()) + list(b)))
     ops_a, ops_b = _layer_ops(lineage_a), _layer_ops(lineage_b)
     rows = (
@@ -73,10 +81,24 @@ def compare(lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor",
                   _kernels(lineage_a, layer), _kernels(lineage_b, layer),
                   _match(ops_a.get(layer), ops_b.get(layer)) if by_layer else "",
                   "" if layer in a else absent(lineage_a, layer, "A"),
-                  "" if layer in b else absent(lineage_b, layer, "B"))
+                  "" if layer in b else absent(lineage_b, layer, "B"),
+                  spread_a.get(layer, 0.0) + spread_b.get(layer, 0.0))
         for layer in layers
     )
     return tuple(sorted(rows, key=lambda r: -abs(r.change_us)))
+
+
+def layer_spread(lineage, profile, policy: str = "anchor") -> dict[str, float]:
+    """layer -> how far its time scatters over the profile's runs: each share of a call
+    site's median scaled by that site's max - min over median. 0 with one run."""
+    times = profile.site_times()
+    spread: dict[str, float] = {}
+    for share in A.shares(lineage, profile, policy):
+        kernel, _, call = share.site.rpartition("#")
+        t = times[(kernel, int(call))]
+        if t.median_us > 0 and t.runs > 1:
+            spread[share.layer] = spread.get(share.layer, 0.0) + share.us * (t.max_us - t.min_us) / t.median_us
+    return spread
 
 
 def absent(lineage, layer: str, side: str) -> str:
@@ -171,10 +193,12 @@ def compare_reference(lineage, profile, reference: dict[str, float], policy: str
     """Layers of the model against the reference; a layer the reference lacks is None
     (missing), never zero. Reference layers the model does not have are returned too."""
     ours = {r.layer: r.us for r in A.by_layer(lineage, profile, policy)}
+    spread = layer_spread(lineage, profile, policy)
     layers = list(dict.fromkeys(list(ours) + [layer for layer in lineage.layers() if layer not in ours]))
     rows = tuple(LayerDiff(layer, ours.get(layer), reference.get(layer), _kernels(lineage, layer), (),
                            absent_a="" if layer in ours else absent(lineage, layer, "A"),
-                           absent_b="" if layer in reference else "not in the reference")
+                           absent_b="" if layer in reference else "not in the reference",
+                           spread_us=spread.get(layer, 0.0))
                  for layer in layers)
     unknown = tuple(layer for layer in reference if layer not in set(layers))
     return rows, unknown

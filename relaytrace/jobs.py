@@ -15,7 +15,8 @@ from .failures import stop_if_interrupted
 from .model.jsonio import current_umask
 
 OUTPUTS = ("lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg",
-           "report.html", "trace.json", "run.json")
+           "report.html", "trace.json", "run.json",
+           "explorer-time.json", "explorer-kernels.json", "explorer-category.json")  # render.explorer.FILES
 
 
 class Progress:
@@ -126,6 +127,7 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None, ove
     from .render import export
     from .render import graphviz as G
     from .render.chrome_trace import chrome_trace
+    from .render.explorer import node_data
     from .render.html import html_report
 
     lineage, profile = report.lineage, report.profile
@@ -141,6 +143,8 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None, ove
         (staging / "report.html").write_text(html_report(report))
         (staging / "trace.json").write_text(json.dumps(chrome_trace(lineage, profile)))
         (staging / "run.json").write_text(json.dumps(run, indent=1))  # how to rebuild: `tasks DIR`
+        for name, data in node_data(report).items():  # a torch model's times for Model Explorer
+            (staging / name).write_text(json.dumps(data, indent=1))
         stop_if_interrupted()
         os.chmod(staging, 0o777 & ~current_umask())  # as mkdir would have made it, not mkdtemp's 0700
         _publish(staging, out, overwrite)

@@ -236,7 +236,7 @@ def option_cases(source: Path, work: Path, seed: int, count: int):
 
     cases = [
         lambda: (["profile", "m.py:make", "--repeat", pick("0", "-3", "x", "1e3"), *out], 2),
-        lambda: (["profile", "m.py:make", "--collapse", pick("0", "-1", "deep"), *out], 2),
+        lambda: (["profile", "m.py:make", "--collapse", pick("-2", "-1", "deep"), *out], 2),
         lambda: (["profile", "m.py:make", "--target", pick("bogus", "{", '{"kind": 3}', ""), *out], 2),
         lambda: (["profile", "m.py:make", "--kernel-timeout", pick("0", "-1", "nan", "inf"), "--rpc", "h:1", *out], 2),
         lambda: (["profile", "m.py:make", "--rpc", pick("nohost", "h:x", ":1"), *out], 2),

@@ -13,6 +13,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 TINY = f"{FIXTURES / 'tiny_model.py'}:make"
 OUTPUTS = {"lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg", "run.json",
            "report.html", "trace.json"}
+EXPLORER = {"explorer-time.json", "explorer-kernels.json", "explorer-category.json"}  # torch models only
 
 
 def run(*args, cwd=None):
@@ -62,7 +63,7 @@ def test_profile_torch_factory_writes_every_output(tmp_path):
     done = run("--quiet", "profile", TINY, "--repeat", "1", "--out", out, "--layout", "NHWC")
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    assert {p.name for p in out.iterdir()} == OUTPUTS
+    assert {p.name for p in out.iterdir()} == OUTPUTS | EXPLORER
     text = (out / "layers.csv").read_text()
     assert "conv1" in text and "conv2" in text and "fc" in text
     rows = list(csv.DictReader((out / "layers.csv").open())) + list(csv.DictReader((out / "kernels.csv").open()))
@@ -105,7 +106,9 @@ def test_diff_fused_vs_unfused_lists_every_conv_layer_on_both_sides(two_runs, tm
     for conv in convs:
         fields = lines[conv].split()
         assert fields[1] != "missing" and fields[2] != "missing", lines[conv]
-    assert (tmp_path / "diff.svg").read_text().count("<svg") == 1
+    svg = (tmp_path / "diff.svg").read_text()
+    assert svg.count("<svg") == 1
+    assert "B / A (green: B faster)" in svg and "no time on a side" in svg and "x2.00" in svg  # the legend
 
 
 def test_diff_reference_reports_missing_layers_not_zero(two_runs, tmp_path):
@@ -283,3 +286,75 @@ def test_diff_says_where_a_layer_without_time_went_totals_and_sorts(two_runs):
     assert changes == sorted(changes, reverse=True)
     total_a, total_b = D.totals(rows)
     assert f"total: A {total_a / 1e3:.3f} ms, B {total_b / 1e3:.3f} ms" in done.stdout
+
+
+def test_diff_shows_each_layers_noise_from_the_runs_spread(tmp_path, two_runs):
+    """Two profiles of one build, three runs each: every layer's noise is its sites'
+    max - min over runs (scaled by its share), a change within it is marked ``~``; one
+    run has no spread to tell by."""
+    from relaytrace import diff as D
+    from relaytrace.jobs import load_pair
+
+    for side in "ab":
+        done = run("--quiet", "profile", TINY, "--repeat", "3", "--out", tmp_path / side)
+        assert done.returncode == 0, done.stderr
+    (la, pa), (lb, pb) = load_pair(tmp_path / "a"), load_pair(tmp_path / "b")
+    rows = {r.layer: r for r in D.compare(la, pa, lb, pb)}
+    fc_a = [s for s in la.kernels_of("fc") if s.anchor and la.origins[s.anchor].layer == "fc"]
+    assert len(fc_a) == 1  # one kernel call anchored by fc on each side: its spread is that site's
+    spread = 0.0
+    for lineage, profile in ((la, pa), (lb, pb)):
+        site = next(s for s in lineage.kernels_of("fc") if s.anchor and lineage.origins[s.anchor].layer == "fc")
+        t = profile.site_times()[(site.kernel, site.call)]
+        spread += t.max_us - t.min_us
+    assert rows["fc"].spread_us == pytest.approx(spread) and spread > 0
+    assert rows["fc"].within_noise == (abs(rows["fc"].change_us) <= spread)
+    same = D.compare(la, pa, la, pa)  # a profile against itself: every change is 0, within any spread
+    assert all(r.within_noise for r in same if r.spread_us)
+    done = run("diff", tmp_path / "a", tmp_path / "b")
+    assert done.returncode == 0 and "noise (ms)" in done.stdout and f"±{spread / 1e3:.3f}" in done.stdout
+    marked = [r.layer for r in rows.values() if r.within_noise]
+    assert (f"{len(marked)} layer(s) marked ~" in done.stdout) == bool(marked)
+    done = run("diff", two_runs / "fused", two_runs / "unfused")  # one run each
+    assert "'-': one run, nothing to tell by" in done.stdout
+
+
+def test_model_explorer_node_data_is_keyed_by_the_exported_programs_node_ids(two_runs):
+    """Model Explorer's ExportedProgram adapter names each node by its fx node name in
+    ``torch.export.export(model, args)``: every op node of that program gets our
+    figures, under exactly those ids; the times add up to the kernel time."""
+    import operator
+
+    import torch
+
+    from relaytrace import zoo
+
+    module, example = zoo.get("resnet18", image=64)
+    program = torch.export.export(module, (example,))
+    ops = {n.name: n for n in program.graph.nodes if n.op == "call_function" and n.target is not operator.getitem}
+    out = two_runs / "fused"
+    time = json.loads((out / "explorer-time.json").read_text())
+    category = json.loads((out / "explorer-category.json").read_text())["results"]
+    kernels = json.loads((out / "explorer-kernels.json").read_text())["results"]
+    assert set(time["results"]) == set(ops) == set(category)
+    layers_us = sum(float(r["time_us"]) for r in csv.DictReader((out / "layers.csv").open()))
+    assert sum(v["value"] for v in time["results"].values()) == pytest.approx(layers_us, rel=1e-4)
+    convs = [name for name, n in ops.items() if "conv2d" in str(n.target)]
+    assert len(convs) == 20 and all(time["results"][c]["value"] > 0 and category[c]["value"] == "compute"
+                                    for c in convs)
+    for name, n in ops.items():  # a ReLU after a BatchNorm runs in the BatchNorm's kernel
+        if "relu" in str(n.target) and category[name]["value"].startswith("fused into "):
+            site = category[name]["value"].rsplit("(", 1)[1].rstrip(")")
+            assert site in kernels[name]["value"].split() and time["results"][name]["value"] == 0
+    assert any(v["value"].startswith("fused into ") for v in category.values())
+    assert time["gradient"][0]["stop"] == 0 and time["gradient"][-1]["stop"] == 1
+
+
+def test_layers_svg_labels_ops_the_vm_runs_as_builtins(two_runs):
+    from relaytrace.jobs import load_pair
+
+    lineage, _ = load_pair(two_runs / "fused")  # ResNet-18 flattens with a VM reshape, no kernel
+    builtin = [b.name for b in lineage.builtins for o in b.origins
+               if not any(o in s.origin_ids for s in lineage.call_sites)]
+    svg = (two_runs / "fused" / "layers.svg").read_text()
+    assert builtin and all(f"VM builtin {name}" in svg for name in builtin)

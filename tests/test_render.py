@@ -7,6 +7,7 @@ import subprocess
 import attrs
 import pytest
 
+from relaytrace import attribution as A
 from relaytrace.errors import RelaytraceError
 from relaytrace.render import graphviz as G
 from relaytrace.render.chrome_trace import chrome_trace
@@ -72,7 +73,33 @@ def test_chrome_trace_has_required_fields_for_every_call(small_profiled):
         assert {"ph", "ts", "dur", "pid", "tid", "name"} <= set(e)
     kernel_events = [e for e in calls if e["cat"] == "kernel"]
     assert all(e["args"]["layers"] and e["args"]["origins"] for e in kernel_events)
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert names == {f"{prof.entry} kernels", f"{prof.entry} VM builtins"}
+    anchored = [e for e in kernel_events if e["args"]["layer"]]
+    assert anchored and all(e["args"]["module"].split(" / ")[-1] == e["args"]["layer"].split("@")[0]
+                            for e in anchored)
     json.dumps(trace)
+
+
+def test_chrome_trace_flows_go_from_an_inserted_op_to_the_layer_it_serves(small_profiled):
+    lineage, prof = small_profiled  # the NHWC build: ConvertLayout inserted layout transforms
+    trace = chrome_trace(lineage, prof)
+    calls = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "kernel"]
+    starts = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "s"}
+    ends = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "f"}
+    assert starts and set(starts) == set(ends)
+
+    def enclosing(flow):
+        return next(e for e in calls if e["pid"] == flow["pid"] and e["ts"] <= flow["ts"] <= e["ts"] + e["dur"])
+
+    for fid, start in starts.items():
+        source, target = enclosing(start), enclosing(ends[fid])
+        assert source["ts"] < target["ts"] and source["pid"] == target["pid"]
+        inserted = [o for o, role in source["args"]["origins"].items() if role == "inserted"]
+        served = {x for o in inserted for x in lineage.origins[o].serves}
+        assert served & set(target["args"]["origins"]), (source["name"], target["name"])
+    with_inserted = {e["name"] for e in calls if "inserted" in e["args"]["origins"].values()}
+    assert {enclosing(s)["name"] for s in starts.values()} <= with_inserted
 
 
 @pytest.mark.slow
@@ -111,16 +138,28 @@ def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
         assert errors == []
         assert page.locator("#layers tbody tr").count() == len(make_report(lineage, prof).layers)
         assert page.locator("#kernels tbody tr").count() == len(lineage.kernels)
-        assert page.locator(".graph svg g.node").count() >= len(lineage.call_sites)
+        layers = {o.layer for o in lineage.origins.values() if o.kind == "op"}
+        assert sorted(page.locator("#graph g.gnode").evaluate_all("gs => gs.map(g => g.dataset.key)")) \
+            == sorted(layers)  # a small model: every layer its own node
         row = page.locator("#layers tbody tr", has_text="layer1_conv2_conv").first
         row.click()
         highlighted = page.locator("#kernels tbody tr.hl").all_inner_texts()
-        assert any("fused_conv2d3_add3_add4_relu2" in t for t in highlighted)
-        assert page.locator(".graph g.hl").count() == 1
+        assert any(t.startswith("fused_conv2d") and "layer1_conv2_conv" in t for t in highlighted)
+        assert page.locator("#graph g.hl").evaluate_all("gs => gs.map(g => g.dataset.key)") == ["layer1_conv2_conv"]
         page.locator("#kernels tbody tr", has_text="fused_matmul").first.click()
         assert any("fc" in t for t in page.locator("#layers tbody tr.hl").all_inner_texts())
         page.fill("#search", "layer2_conv1")
         assert page.locator("#layers tbody tr:visible").count() == 1
+        assert sorted(page.locator("#graph g.found").evaluate_all("gs => gs.map(g => g.dataset.key)")) \
+            == sorted(layer for layer in layers if "layer2_conv1" in layer)
+        page.fill("#search", "")
+        box = page.locator("#graph").get_attribute("viewBox")
+        page.locator("#graph").hover()
+        page.mouse.wheel(0, -300)  # zoom in: the view box shrinks
+        assert float(page.locator("#graph").get_attribute("viewBox").split()[2]) < float(box.split()[2])
+        page.fill("#search", "fc")  # the first match is centred in the view: clickable
+        page.locator("#graph g.gnode[data-key='fc']").click()
+        assert page.locator("#detail h3").inner_text() == "layer fc"
         page.fill("#search", "")
         page.locator("#layers th", has_text="time (ms)").click()
         times = [float(t) for t in page.locator("#layers tbody tr td:nth-child(2)").all_inner_texts()]
@@ -212,6 +251,40 @@ def test_the_reports_overview_opens_fast_and_answers_clicks(model, tmp_path, req
         assert pane.locator("h3", has_text=f"call site {first}").count() == 1
         page.fill("#search", layer)
         assert page.locator("#layers tbody tr:visible").count() >= 1
+        # the layer graph: grouped by module depth (over 120 layers), search finds the layer's group
+        depth = int(page.locator("#depth").input_value())
+        layers = {o.layer for o in report.lineage.origins.values() if o.kind == "op"}
+        groups = {A.module_prefix(x, depth) for x in layers} if depth else layers
+        keys = page.locator("#graph g.gnode").evaluate_all("gs => gs.map(g => g.dataset.key)")
+        assert sorted(keys) == sorted(groups) and len(keys) <= 120
+        found = page.locator("#graph g.found").evaluate_all("gs => gs.map(g => g.dataset.key)")
+        assert found == [A.module_prefix(layer, depth) if depth else layer]
+        page.select_option("#depth", "0")  # every layer
+        assert page.locator("#graph g.gnode").count() == len(layers)
+        assert sorted(page.locator("#graph g.found").evaluate_all("gs => gs.map(g => g.dataset.key)")) == sorted(
+            x for x in layers if layer in x)
         page.screenshot(path=str(tmp_path / f"{model}.png"))
         browser.close()
     assert errors == []
+
+
+def test_layer_graph_colours_each_op_by_its_own_time_and_groups_big_models(small_profiled, monkeypatch):
+    lineage, prof = small_profiled
+    report = make_report(lineage, prof)
+    source = G.layer_graph(lineage, report).source
+    hottest = max(report.shares, key=lambda s: s.us)
+
+    def fill(origin_id):
+        line = next(x for x in source.splitlines() if f'id="origin:{origin_id}"' in x)
+        return line.split('fillcolor="')[1].split('"')[0]
+
+    assert fill(hottest.origin) == G._SCALE[-1]
+    billed = {s.origin for s in report.shares if s.us > 0}
+    site = lineage.site_by_label(hottest.site)
+    fused = [o for o in site.origin_ids if o not in billed and lineage.origins[o].kind == "op"]
+    assert fused and all(fill(o) == G._SCALE[0] for o in fused)  # in the hottest kernel, but no time of its own
+    assert "grouped by module depth" not in source
+    monkeypatch.setattr(G, "MAX_OPS", 8)  # a model over the limit is drawn grouped, and says so
+    grouped = G.layer_graph(lineage, report)
+    assert "grouped by module depth 1" in grouped.source and "origin:" not in grouped.source
+    assert "origin:" in G.layer_graph(lineage, report, collapse=0).source

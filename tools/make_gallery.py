@@ -1,4 +1,6 @@
-"""Regenerate docs/gallery/: real pictures of zoo models (run: python tools/make_gallery.py)."""
+"""Regenerate docs/gallery/: real pictures of zoo models, and screenshots of their HTML
+reports in headless Chromium (run: python tools/make_gallery.py [--screenshots]: only
+retake the screenshots of the reports already there)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ OUT = Path(__file__).resolve().parent.parent / "docs" / "gallery"
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
+    if sys.argv[1:] == ["--screenshots"]:  # of the reports already there
+        _screenshots()
+        return 0
     for name, layout in (("resnet50", None), ("resnet50", {"relax.nn.conv2d": ["NHWC", "OHWI"]}),
                          ("mobilenet_v2", None)):
         tag = name + ("_nhwc" if layout else "")
@@ -30,7 +35,49 @@ def main() -> int:
         G.render(G.layer_graph(lineage, report), OUT / f"{tag}_layers.svg", overwrite=True)
         (OUT / f"{tag}_report.html").write_text(html_report(report))
         print(tag, prof.summary())
+    decoder = _decoder_report()
+    (OUT / "decoder24_report.html").write_text(html_report(decoder))
+    _screenshots()
     return 0
+
+
+def _decoder_report():
+    """relaytrace.zoo.nn_decoder's 24-block decoder through TVM's nn frontend, prefill
+    of 32 tokens."""
+    from relaytrace.frontends.nn import from_nn
+    from relaytrace.zoo.nn_decoder import decoder
+
+    module, spec = decoder(layers=24)
+    executable, lineage = relaytrace.build(from_nn(module, spec, name="decoder24"), "llvm")
+    params = [np.random.default_rng(0).standard_normal(shape).astype(dtype) if "float" in dtype
+              else np.zeros(shape if "seq_len" not in shape else (1, 32), dtype)
+              for _, shape, dtype in lineage.entries["prefill"]]
+    return make_report(lineage, relaytrace.profile(executable, lineage, params, entry="prefill", repeat=2))
+
+
+def _screenshots() -> None:
+    """The decoder's overview with ``layers.3`` clicked in the icicle; ResNet-50's layer
+    graph as it opens (grouped), and every layer with ``layer3.1.conv2`` found and clicked."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.goto((OUT / "decoder24_report.html").as_uri())
+        page.wait_for_selector("body[data-ready]")
+        page.locator('#icicle rect[data-name="layers.3"]').first.click()
+        page.screenshot(path=str(OUT / "report_overview_decoder24.png"))
+        page.goto((OUT / "resnet50_report.html").as_uri())
+        page.wait_for_selector("body[data-ready]")
+        page.locator("#graph").scroll_into_view_if_needed()
+        page.screenshot(path=str(OUT / "report_graph_resnet50_grouped.png"))  # over 120 layers: grouped
+        page.select_option("#depth", "0")
+        page.fill("#search", "layer3.1.conv2")
+        page.locator('#graph g.gnode[data-key="layer3.1.conv2"]').click()
+        page.screenshot(path=str(OUT / "report_graph_resnet50.png"))
+        browser.close()
 
 
 if __name__ == "__main__":

@@ -13,13 +13,14 @@ from ..errors import RelaytraceError
 class ImportedModel:
     """An IRModule whose bindings carry frontend layer names.
 
-    ``layers`` maps a binding's var handle to ``(layer, source op)``, in any function
+    ``layers`` maps a binding's var handle to ``(layer, source op[, source, node])``
+    (``Origin``'s fields), in any function
     of ``mod``; ``mod`` (and ``keep``, vars the frontend noted) keep those handles valid.
     """
 
     mod: object
     name: str
-    layers: dict[int, tuple[str, str]] = field(repr=False)
+    layers: dict[int, tuple[str, ...]] = field(repr=False)
     keep: tuple = field(default=(), repr=False)
 
     def layer_of(self, fname: str, var_handle: int, index: int):

@@ -5,7 +5,9 @@ torch.export records, for every fx node, the stack of modules it ran in
 module called twice is told apart as ``relu@1``. The Relax importer translates nodes
 in order and every binding it emits for node i precedes node i's result, so the
 bindings up to node i's result var belong to node i. Each node's stack trace gives
-the line of the user's ``forward`` that made it (``Origin.source``).
+the line of the user's ``forward`` that made it (``Origin.source``), and each op keeps
+the name of its node in the program ``torch.export.export`` gives before decompositions
+(``Origin.node``): the node ids Model Explorer's ExportedProgram adapter shows.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ def from_torch(module, example_args, name: str | None = None, dynamic_shapes=Non
         example_args = (example_args,)
     label = name or type(module).__name__
     try:
-        exported = torch.export.export(module.eval(), example_args, dynamic_shapes=dynamic_shapes)
-        exported = exported.run_decompositions()
+        original = torch.export.export(module.eval(), example_args, dynamic_shapes=dynamic_shapes)
+        exported = original.run_decompositions()
     except Exception as exc:
         raise RelaytraceError(f"torch.export could not export {label} ({type(module).__name__}): {describe(exc)}") from exc
 
@@ -43,7 +45,7 @@ def from_torch(module, example_args, name: str | None = None, dynamic_shapes=Non
     except Exception as exc:  # an op TVM's importer lacks, dtypes it cannot mix
         raise RelaytraceError(f"TVM's torch importer could not import {label} ({type(module).__name__}): "
                               f"{describe(exc)}") from exc
-    layers = _assign(mod, importer.order)
+    layers = _assign(mod, importer.order, original.graph)
     return ImportedModel(mod=mod, name=label, layers=layers)
 
 
@@ -69,14 +71,28 @@ def _where(node, torch_dir: str) -> str:
     return f"{user[-1][0]}:{user[-1][1]}" if user else ""
 
 
+def _exported_name(node, graph) -> str:
+    """The name of the node of ``graph`` (the program before decompositions) that
+    ``node`` was decomposed from: the nearest ancestor in its ``from_node`` provenance
+    made in ``graph`` ("" when none is recorded)."""
+    names = {n.name for n in graph.nodes}
+    pending = list(node.meta.get("from_node") or ())
+    while pending:
+        source = pending.pop(0)
+        if getattr(source, "graph_id", None) == id(graph) and source.name in names:
+            return source.name
+        pending.extend(getattr(source, "from_node", None) or ())
+    return node.name if node.name in names else ""
+
+
 def _source_op(node) -> str:
     target = node.target
     return str(getattr(target, "__name__", target)).split(".")[0]
 
 
-def _assign(mod, order) -> dict[int, tuple[str, str, str]]:
+def _assign(mod, order, graph) -> dict[int, tuple[str, str, str, str]]:
     """Bindings of main up to each node's result var belong to that node: its layer,
-    source op and where in the user's code it was made.
+    source op, where in the user's code it was made and its node in ``graph``.
 
     BindParams rebuilds ``main`` after translation, so result vars are found again by
     name (the importer's names are unique within main)."""
@@ -89,7 +105,7 @@ def _assign(mod, order) -> dict[int, tuple[str, str, str]]:
     for node, value in order:
         if ir.is_var(value):
             boundary[value.name] = node
-    layers: dict[int, tuple[str, str, str]] = {}
+    layers: dict[int, tuple[str, str, str, str]] = {}
     pending = []
     for binding in ir.bindings(mod["main"]):
         pending.append(binding.var)
@@ -98,7 +114,7 @@ def _assign(mod, order) -> dict[int, tuple[str, str, str]]:
             continue
         if node.target is operator.getitem and node.args and hasattr(node.args[0], "meta"):
             node = node.args[0]  # a projection of a multi-output op belongs to that op
-        label = (_layer(node), _source_op(node), _where(node, torch_dir))
+        label = (_layer(node), _source_op(node), _where(node, torch_dir), _exported_name(node, graph))
         for var in pending:
             layers[var.__chandle__()] = label
         pending = []

@@ -37,6 +37,7 @@ class Origin:
     serves: tuple[str, ...] = ()
     source_op: str = ""  # the frontend's op (aten op, ONNX op_type), when imported
     source: str = ""  # where it came from: "file.py:LINE" of the torch forward, "onnx node NAME"
+    node: str = ""  # its torch.export node (before decompositions): Model Explorer's node id
 
     @property
     def short_op(self) -> str:

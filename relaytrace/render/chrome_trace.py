@@ -1,14 +1,21 @@
-"""Chrome / Perfetto trace (Trace Event format): one complete event per call."""
+"""Chrome / Perfetto trace (Trace Event format): one complete event per call, one
+process per run, tracks named after the entry function, and a flow arrow from each
+inserted op's kernel (a layout transform, a cast) to the kernel of the layer it serves."""
 
 from __future__ import annotations
 
+from ..attribution import module_prefix
 from ..model.lineage import Lineage
+from ..model.origin import INSERTED
 from ..model.profile import KERNEL
 
 
 def chrome_trace(lineage: Lineage, profile) -> dict:
-    """Kernels on thread 1, VM builtins on thread 2, one process per run; each kernel
-    event's args carry its layers, origins and argument shapes."""
+    """Kernels on track 1 (``ENTRY kernels``), VM builtins on track 2, one process per
+    run. Each kernel event's args carry its layers, the anchor's layer and module path
+    (``layer1`` / ``layer1.0`` / ``layer1.0.conv1``), origins with roles, source lines
+    and argument shapes; a flow goes from every call of a site holding inserted ops to
+    the next call, in the same run, of a site running an op they serve."""
     lineage = lineage.for_entry(profile.entry)
     sites = {(s.kernel, s.call): s for s in lineage.call_sites}
     events = []
@@ -16,20 +23,58 @@ def chrome_trace(lineage: Lineage, profile) -> dict:
         events.append({"name": "process_name", "ph": "M", "pid": run + 1, "tid": 0,
                        "args": {"name": f"{lineage.model}.{profile.entry} run {run} ({profile.mode})"}})
         for tid, label in ((1, "kernels"), (2, "VM builtins")):
-            events.append({"name": "thread_name", "ph": "M", "pid": run + 1, "tid": tid, "args": {"name": label}})
+            events.append({"name": "thread_name", "ph": "M", "pid": run + 1, "tid": tid,
+                           "args": {"name": f"{profile.entry} {label}"}})
     for r in profile.records:
         arg = profile.args.get(f"{r.name}#{r.call}")
         args = {"call": r.call, "shapes": [list(s) for s in arg.shapes] if arg else []}
         site = sites.get((r.name, r.call))
         if site is not None:
-            args["layers"] = list(dict.fromkeys(lineage.origins[o].layer for o in site.origin_ids))
-            args["origins"] = {role.origin: role.role for role in site.roles}
-            args["source"] = list(dict.fromkeys(lineage.origins[o].source for o in site.origin_ids
-                                                if lineage.origins[o].source))
+            args.update(_site_args(lineage, site))
         events.append({
             "name": r.name, "cat": r.kind, "ph": "X", "ts": r.start_us, "dur": r.duration_us,
             "pid": r.run + 1, "tid": 1 if r.kind == KERNEL else 2, "args": args,
         })
+    events.extend(_flows(lineage, profile, sites))
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"model": lineage.model, "entry": profile.entry, "target": lineage.target,
                           "device": profile.device}}
+
+
+def _site_args(lineage, site) -> dict:
+    anchor = lineage.origins[site.anchor].layer if site.anchor else ""
+    depth = len(anchor.split("@")[0].split(".")) if anchor else 0
+    return {
+        "layers": list(dict.fromkeys(lineage.origins[o].layer for o in site.origin_ids)),
+        "layer": anchor,
+        "module": " / ".join(module_prefix(anchor, d) for d in range(1, depth + 1)),
+        "origins": {role.origin: role.role for role in site.roles},
+        "source": list(dict.fromkeys(lineage.origins[o].source for o in site.origin_ids
+                                     if lineage.origins[o].source)),
+    }
+
+
+def _flows(lineage, profile, sites) -> list[dict]:
+    """Flow start/end pairs from a call of an inserted op's site to the first later call,
+    in the same run, of a site that runs an op it serves (bound to the enclosing slices)."""
+    runs_op = {}
+    for s in lineage.call_sites:
+        for o in s.origin_ids:
+            runs_op.setdefault(o, set()).add((s.kernel, s.call))
+    kernel_calls = sorted((r for r in profile.records if r.kind == KERNEL), key=lambda r: (r.run, r.start_us))
+    out, flow = [], 0
+    for i, r in enumerate(kernel_calls):
+        site = sites.get((r.name, r.call))
+        if site is None:
+            continue
+        served = {x for o in site.origin_ids if lineage.origins[o].kind == INSERTED
+                  for x in lineage.origins[o].serves}
+        targets = set().union(*(runs_op.get(x, set()) for x in served)) - {(r.name, r.call)}
+        later = next((t for t in kernel_calls[i + 1:] if t.run == r.run and (t.name, t.call) in targets), None)
+        if later is None:
+            continue
+        flow += 1
+        common = {"name": "serves", "cat": "inserted", "id": flow, "pid": r.run + 1, "tid": 1}
+        out.append({**common, "ph": "s", "ts": r.start_us + r.duration_us / 2})
+        out.append({**common, "ph": "f", "bp": "e", "ts": later.start_us + later.duration_us / 2})
+    return out

@@ -1,4 +1,5 @@
-"""The layer graph of a diff, coloured by speedup (green: B faster, red: B slower)."""
+"""The layer graph of a diff, coloured by speedup (green: B faster, red: B slower),
+with a legend of the colour steps."""
 
 from __future__ import annotations
 
@@ -33,8 +34,21 @@ def diff_graph(lineage, rows):
         ratio = row.ratio if row else None
         text = "no time" if ratio is None else f"x{ratio:.2f}"
         g.node(name, f"{layer}\n{text}", **_fill(ratio))
+    _legend(g)
     edges = {(layer_of[a], layer_of[b]) for a, b in lineage.edges
              if a in layer_of and b in layer_of and layer_of[a] != layer_of[b]}
     for a, b in sorted(edges):
         g.edge(node[a], node[b])
     return g
+
+
+def _legend(graph) -> None:
+    """One box per colour step: each 25% of speedup or slowdown is one step darker."""
+    ratios = [None] + [1 / (1 + i / 4) for i in range(4, 0, -1)] + [1 + i / 4 for i in range(5)]
+    with graph.subgraph(name="cluster_legend") as legend:
+        legend.attr(label="B / A (green: B faster)", fontsize="10", style="rounded")
+        for i, ratio in enumerate(ratios):
+            legend.node(f"legend{i}", "no time on a side" if ratio is None else f"x{ratio:.2f}", fontsize="9",
+                        **_fill(ratio))
+            if i:
+                legend.edge(f"legend{i - 1}", f"legend{i}", style="invis")

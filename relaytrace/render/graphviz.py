@@ -1,9 +1,12 @@
 """Graphviz pictures of a lineage, coloured by time when a ``Report`` is given.
 
-Layer graph: one node per model op, dataflow edges, one cluster per kernel call site
-(kernel name, time, percent). Inserted ops are dashed and name their pass; eliminated
-ops are grey. ``collapse=depth`` merges layers by module prefix so big models stay
-readable. Kernel graph: one node per kernel call site.
+Layer graph: one node per model op, coloured by the op's own time (a reshape fused
+into a hot convolution's kernel is not drawn hot), dataflow edges, one cluster per
+kernel call site (kernel name, time, percent). Inserted ops are dashed and name their
+pass; eliminated ops are grey; ops the VM runs as a builtin say which. ``collapse=depth``
+merges layers by module prefix so big models stay readable; a model of more than
+``MAX_OPS`` ops is drawn so by default (``default_collapse``). Kernel graph: one node
+per kernel call site.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ..model.jsonio import write_atomic
 from ..model.origin import OP
 
 FORMATS = ("dot", "svg", "png", "pdf")
+MAX_OPS = 400
 _SCALE = ("#fff5f0", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#99000d")
 
 
@@ -63,14 +67,42 @@ def _legend(graph, hottest_us: float) -> None:
             previous = name
 
 
+def default_collapse(lineage: Lineage) -> int | None:
+    """The module depth a layer graph is drawn at when none is asked for: None (every
+    op) up to ``MAX_OPS`` ops, else the deepest depth whose groups number at most a
+    quarter of that, and at least depth 1."""
+    ops = [o.layer for o in lineage.origins.values() if o.kind == OP]
+    if len(ops) <= MAX_OPS:
+        return None
+    depth = 1
+    while len({A.module_prefix(layer, depth + 1) for layer in ops}) <= MAX_OPS // 4 and depth < 8:
+        depth += 1
+    return depth
+
+
+def _op_times(report) -> dict[str, float]:
+    """origin id -> the time billed to that op itself (its shares)."""
+    out: dict[str, float] = defaultdict(float)
+    for share in report.shares if report is not None else ():
+        out[share.origin] += share.us
+    return out
+
+
 def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
-    """The layer graph; coloured by time when a ``Report`` of a profile is given."""
-    if collapse is not None:
-        return _collapsed_graph(lineage, report, collapse)
+    """The layer graph; coloured by each op's own time when a ``Report`` of a profile
+    is given. ``collapse`` None draws every op up to ``MAX_OPS``; 0 every op always."""
+    note = ""
+    if collapse is None and default_collapse(lineage):
+        collapse = default_collapse(lineage)
+        note = (f"\n(grouped by module depth {collapse}: the model has more than {MAX_OPS} ops; "
+                f"render --collapse N for another depth, 0 for every op)")
+    if collapse:
+        return _collapsed_graph(lineage, report, collapse, note)
     site_us = _site_times(report)
-    layer_us = _layer_times(report)
+    op_us = _op_times(report)
     total = sum(site_us.values()) or 1.0
-    hottest = max(layer_us.values(), default=0.0) or 1.0
+    hottest = max(op_us.values(), default=0.0) or 1.0
+    builtin = {o: b.name for b in lineage.builtins for o in b.origins}
     g = graphviz.Digraph(lineage.model, graph_attr={"rankdir": "TB", "fontname": "Helvetica", "fontsize": "11",
                                                      "label": f"{lineage.model}: layers and kernels",
                                                      "labelloc": "t"},
@@ -87,11 +119,11 @@ def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
             for oid in site.origin_ids:
                 if oid not in placed:
                     placed.add(oid)
-                    _origin_node(cluster, node[oid], lineage.origins[oid], layer_us, hottest)
+                    _origin_node(cluster, node[oid], lineage.origins[oid], op_us, hottest, report is not None)
     for origin in lineage.origins.values():
         if origin.id not in placed and (origin.kind == OP or origin.id in lineage.eliminated_by):
-            _origin_node(g, node[origin.id], origin, layer_us, hottest,
-                         eliminated=lineage.eliminated_by.get(origin.id))
+            _origin_node(g, node[origin.id], origin, op_us, hottest, report is not None,
+                         eliminated=lineage.eliminated_by.get(origin.id), builtin=builtin.get(origin.id))
             placed.add(origin.id)
     for a, b in lineage.edges:
         if a in placed and b in placed:
@@ -111,7 +143,8 @@ def _node_names(items) -> dict[str, str]:
     return {name: f"n{i}" for i, name in enumerate(items)}
 
 
-def _origin_node(graph, name, origin, layer_us, hottest, eliminated: str | None = None) -> None:
+def _origin_node(graph, name, origin, op_us, hottest, timed: bool, eliminated: str | None = None,
+                 builtin: str | None = None) -> None:
     label = f"{origin.layer}\n{origin.short_op} {_shape(origin)}"
     attrs = {"id": f"origin:{origin.id}", "tooltip": origin.id}
     if eliminated:
@@ -120,12 +153,15 @@ def _origin_node(graph, name, origin, layer_us, hottest, eliminated: str | None 
     elif origin.kind != OP:
         attrs.update(style="rounded,dashed,filled", fillcolor="#eef3ff", color="#3a5fcd")
         label = f"{origin.short_op} {_shape(origin)}\n{origin.kind} by {origin.pass_name}\nfor {origin.layer}"
-    elif origin.layer in layer_us:
-        attrs.update(_fill(layer_us[origin.layer] / hottest))
+    elif builtin:
+        attrs.update(style="rounded,dotted,filled", fillcolor="#f4efe9", color="#9c755f")
+        label += f"\nVM builtin {builtin}"
+    elif timed:
+        attrs.update(_fill(op_us.get(origin.id, 0.0) / hottest))
     graph.node(name, label, **attrs)
 
 
-def _collapsed_graph(lineage, report, depth):
+def _collapsed_graph(lineage, report, depth, note: str = ""):
     layer_us = _layer_times(report)
     group_us: dict[str, float] = defaultdict(float)
     for layer, us in layer_us.items():
@@ -142,7 +178,7 @@ def _collapsed_graph(lineage, report, depth):
         for oid in site.origin_ids:
             if oid in group_of:
                 kernels[group_of[oid]].add(site.kernel)
-    g = graphviz.Digraph(lineage.model, graph_attr={"rankdir": "TB", "label": f"{lineage.model} (depth {depth})",
+    g = graphviz.Digraph(lineage.model, graph_attr={"rankdir": "TB", "label": f"{lineage.model} (depth {depth}){note}",
                                                      "labelloc": "t", "fontname": "Helvetica"},
                          node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
                                     "style": "rounded,filled", "fillcolor": "white"})

@@ -2,10 +2,12 @@
 over the module hierarchy (click to zoom); one run's call sites as a timeline; a
 detail pane for any layer, module or call site (ops with shapes, sites with roles,
 pass history, source lines, median/min/max, verdicts); coverage, eliminated, inserted
-and unresolved ops; the sortable, searchable tables and the kernel graph.
+and unresolved ops; the sortable, searchable tables; the layer graph, laid out in the
+page by dagre, with pan, zoom, search and grouping by module depth.
 
 No network: the data is inline JSON; the script, styles and the vendored d3-hierarchy
-(``assets/``, refreshed by ``tools/refresh_assets.sh``) are inlined at render time.
+and dagre (``assets/``, refreshed by ``tools/refresh_assets.sh``) are inlined at render
+time.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from pathlib import Path
 
 from ..model.origin import INSERTED, OP
 from ..model.profile import KERNEL
-from . import graphviz as G
 
 ASSETS = Path(__file__).parent / "assets"
 
@@ -48,6 +49,7 @@ def report_data(report) -> dict:
         "model": lineage.model,
         "sites": _sites(report),
         "layer_detail": _layer_detail(lineage),
+        "graph": _layer_graph(report),
         "timeline_note": ("run 1 of the timeline" if report.profile.mode == "timeline"
                           else "sites timed alone, laid end to end"),
     }
@@ -76,6 +78,24 @@ def _sites(report) -> list[dict]:
             "shapes": ", ".join(f"{d}{list(sh)}" for sh, d in zip(arg.shapes, arg.dtypes)) if arg else "",
         })
     return out
+
+
+def _layer_graph(report) -> dict:
+    """Every layer with ops (its own time, whether the VM runs all its ops as builtins)
+    and the dataflow edges between layers, for the page to group and lay out."""
+    lineage = report.lineage
+    ms = {r.layer: r.us / 1e3 for r in report.layers}
+    layer_of = {o.id: o.layer for o in lineage.origins.values() if o.kind == OP}
+    ops: dict[str, set[str]] = {}
+    for oid, layer in layer_of.items():
+        ops.setdefault(layer, set()).add(oid)
+    in_kernels = {o for s in lineage.call_sites for o in s.origin_ids}
+    builtin = {o for b in lineage.builtins for o in b.origins}
+    only_builtin = {layer for layer, ids in ops.items() if not ids & in_kernels and ids & builtin}
+    edges = sorted({(layer_of[a], layer_of[b]) for a, b in lineage.edges
+                    if a in layer_of and b in layer_of and layer_of[a] != layer_of[b]})
+    return {"nodes": [{"layer": layer, "ms": ms.get(layer, 0.0), "builtin": layer in only_builtin} for layer in ops],
+            "edges": [list(e) for e in edges]}
 
 
 def _layer_detail(lineage) -> dict[str, dict]:
@@ -160,8 +180,6 @@ def html_report(report) -> str:
     """The report page of a ``Report``: one self-contained HTML file."""
     lineage, profile, policy, cats = report.lineage, report.profile, report.policy, report.categories
     data = report_data(report)
-    svg = G.kernel_graph(lineage, report).pipe(format="svg").decode()
-    svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype
     caused = ", ".join(f"{html.escape(layer)} ({us / 1e3:.3f} ms)" for layer, us in cats.inserted_by_layer[:6])
     payload = json.dumps(data).replace("</", "<\\/")
     cov = report.coverage
@@ -187,7 +205,13 @@ def html_report(report) -> str:
 <p>Kernel time by module (width: time; click a module to zoom in and see it in the pane).</p>
 <div id="crumbs" class="crumbs"></div><svg id="icicle" class="icicle"></svg>
 <h2>Timeline</h2><svg id="timeline" class="timeline"></svg>
-<input id="search" type="search" placeholder="search layers, kernels, ops">
+<h2>Layer graph</h2>
+<div class="graphbar"><input id="search" type="search" placeholder="search layers, kernels, ops">
+<label>group by module depth <select id="depth"></select></label> <button id="fit">fit</button>
+<span id="found"></span></div>
+<p>Colour: a node's own kernel time (share of the hottest node); dotted: run by VM builtins only.
+Drag to pan, wheel to zoom, click a node for its details. The search also filters the tables.</p>
+<svg id="graph" class="graph"></svg>
 <h2>Categories</h2><table id="categories"></table>
 <h2>Verification</h2><p class="{verdict_class}">{html.escape(verdict)}</p>{problems}
 {'<table id="checks"></table>' if data["checks"] else ""}
@@ -195,10 +219,10 @@ def html_report(report) -> str:
 <h2>Kernels</h2><p>Click a kernel to highlight the layers it runs.</p><table id="kernels"></table>
 <h2>Op types</h2><table id="optypes"></table>
 {_op_sections(lineage)}
-<h2>Kernel graph</h2><div class="graph">{svg}</div>
 </div><aside id="detail"><h3>details</h3><p>Click a module, layer or call site.</p></aside></div>
 <script type="application/json" id="relaytrace-data">{payload}</script>
 <script>{_asset("d3-hierarchy.min.js")}</script>
+<script>{_asset("dagre.min.js")}</script>
 <script>{_asset("report.js")}</script>
 </body></html>
 """

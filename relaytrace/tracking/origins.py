@@ -59,9 +59,9 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
                 continue
             named = layer_of(fname, handle, index) if layer_of else None
             if named is None:
-                layer, source_op, where = _unique(prefix + d.strings[d.name_at[index]], used_layers), "", ""
+                layer, source_op, where, node = _unique(prefix + d.strings[d.name_at[index]], used_layers), "", "", ""
             else:
-                layer, source_op, where = named if len(named) == 3 else (*named, "")
+                layer, source_op, where, node = (*named, "", "")[:4]
             # a frontend's layer names recur across entry functions (prefill, decode):
             # outside main its ids carry the function, so they do not depend on the others
             scope = "" if named is None or fname == "main" else f"{fname}:"
@@ -78,7 +78,7 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
             out_shapes, out_dtypes = reader.shapes_and_dtypes(d, d.var_types[index])
             # positional: a keyword call costs twice the construction, once per op
             origins[oid] = Origin(oid, layer, callee, fname, index, in_shapes, in_dtypes, out_shapes, out_dtypes,
-                                  source_op=source_op, source=where)
+                                  source_op=source_op, source=where, node=node)
             by_var[handle] = oid
             producers[handle] = frozenset((oid,))
     return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), functions=functions,

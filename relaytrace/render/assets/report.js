@@ -21,20 +21,20 @@ function sortBy(id, i){
   document.querySelectorAll('#' + id + ' th').forEach((th, j) => th.classList.toggle('sorted', j === i));
 }
 function clear(){ document.querySelectorAll('tr.hl,tr.pick').forEach(r => r.classList.remove('hl', 'pick'));
-  document.querySelectorAll('.graph g.hl').forEach(g => g.classList.remove('hl')); }
+  document.querySelectorAll('#graph g.hl').forEach(g => g.classList.remove('hl')); }
 function mark(id, keys){ Array.from(tables[id].body.rows).forEach(tr => { if (keys.has(tr.dataset.key)) tr.classList.add('hl'); }); }
-function markSites(sites){ sites.forEach(s => { const g = document.getElementById('site:' + s); if (g) g.classList.add('hl'); }); }
 function pick(id, r){
   clear();
   const row = Array.from(tables[id].body.rows).find(tr => tr.dataset.key === tables[id].keyOf(r));
   if (row) row.classList.add('pick');
   if (id === 'layers'){ const sites = data.layer_sites[r.layer] || [];
-    mark('kernels', new Set(sites.map(s => s.split('#')[0]))); markSites(sites); }
-  if (id === 'kernels'){ mark('layers', new Set(r.layers)); markSites(data.kernel_sites[r.name] || []); }
+    mark('kernels', new Set(sites.map(s => s.split('#')[0]))); markLayers([r.layer]); }
+  if (id === 'kernels'){ mark('layers', new Set(r.layers)); markLayers(r.layers); }
 }
 function search(q){ q = q.toLowerCase();
   Object.values(tables).forEach(t => Array.from(t.body.rows).forEach(tr => {
-    tr.style.display = !q || tr.dataset.text.includes(q) ? '' : 'none'; })); }
+    tr.style.display = !q || tr.dataset.text.includes(q) ? '' : 'none'; }));
+  findInGraph(q); }
 build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted (ms)','inserted_ms'],['ops','ops'],['kernel calls','sites'],['verification','status']], data.layers, r => r.layer);
 build('kernels', [['Name','name'],['Duration (us, median)','us'],['min','min_us'],['max','max_us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['verification','status']], data.kernels, r => r.name);
 if (data.checks.length){
@@ -45,8 +45,6 @@ build('categories', [['category','name'],['time (ms)','ms'],['% of end-to-end','
 tables.layers.keyOf = r => r.layer; tables.kernels.keyOf = r => r.name;
 tables.optypes.keyOf = r => r.op; tables.categories.keyOf = r => r.name;
 document.getElementById('search').oninput = e => search(e.target.value);
-document.querySelectorAll('.graph g.node').forEach(g => { if (g.id.startsWith('site:')) g.onclick = () => {
-  const site = g.id.slice(5); const row = data.kernels.find(k => k.name === site.split('#')[0]); if (row) pick('kernels', row); }; });
 
 // ---- where the time goes: an icicle over the module hierarchy (d3-hierarchy) ----
 const COLOURS = {compute: '#4e79a7', inserted: '#f28e2b', unresolved: '#e15759', builtin: '#9c755f', gap: '#bab0ac'};
@@ -157,9 +155,106 @@ function showSite(label){
     '<b>what it runs</b>' + table(['layer', 'role'], Object.entries(s.roles).map(([layer, role]) => [link('layer', layer), esc(role)])),
   ]);
 }
+// ---- the layer graph: grouped by module depth, laid out by dagre, pan and zoom ----
+const HEAT = ['#fff5f0', '#fee0d2', '#fcbba1', '#fc9272', '#fb6a4a', '#ef3b2c', '#cb181d', '#99000d'];
+const graph = {depth: 0, nodes: new Map(), box: null, full: null};
+function prefix(layer, depth){
+  if (!depth) return layer;
+  const sep = layer.startsWith('/') ? '/' : '.', parts = layer.split('@')[0].split(sep).filter(Boolean);
+  return (sep === '/' ? '/' : '') + parts.slice(0, depth).join(sep);
+}
+function groupsAt(depth){
+  const groups = new Map();
+  data.graph.nodes.forEach(n => { const key = prefix(n.layer, depth);
+    const g = groups.get(key) || {key, layers: [], ms: 0, builtin: true};
+    g.layers.push(n.layer); g.ms += n.ms; g.builtin = g.builtin && n.builtin; groups.set(key, g); });
+  return groups;
+}
+function defaultDepth(){  // every layer up to 120 nodes, else the deepest grouping of at most 120
+  if (data.graph.nodes.length <= 120) return 0;
+  let d = 1; while (d < 8 && groupsAt(d + 1).size <= 120) d++; return d;
+}
+function drawGraph(){
+  const svg = document.getElementById('graph'); svg.innerHTML = '';
+  const groups = groupsAt(graph.depth), g = new dagre.graphlib.Graph();
+  g.setGraph({rankdir: 'TB', nodesep: 14, ranksep: 28, marginx: 8, marginy: 8}); g.setDefaultEdgeLabel(() => ({}));
+  const hottest = Math.max(...Array.from(groups.values()).map(x => x.ms), 1e-9);
+  groups.forEach(x => { x.text = x.key + (x.layers.length > 1 || x.layers[0] !== x.key ? ` (${x.layers.length})` : '');
+    x.sub = x.builtin ? 'VM builtin' : x.ms > 0 ? `${x.ms.toFixed(3)} ms`
+      : x.layers.some(l => (data.layer_sites[l] || []).length) ? 'fused: time billed to another layer' : 'no kernel';
+    g.setNode(x.key, {width: Math.max(70, 6.2 * Math.max(x.text.length, x.sub.length) + 14), height: 34, x0: x}); });
+  const seen = new Set();
+  data.graph.edges.forEach(([a, b]) => { const u = prefix(a, graph.depth), v = prefix(b, graph.depth);
+    if (u !== v && !seen.has(u + '\u0000' + v)) { seen.add(u + '\u0000' + v); g.setEdge(u, v); } });
+  dagre.layout(g);
+  const marker = el('marker', {id: 'arrow', viewBox: '0 0 8 8', refX: 8, refY: 4, markerWidth: 6, markerHeight: 6,
+    orient: 'auto'}, el('defs', {}, svg));
+  el('path', {d: 'M0,0L8,4L0,8z', fill: '#8a8f99'}, marker);
+  const root = el('g', {}, svg);
+  g.edges().forEach(e => { const pts = g.edge(e).points;
+    el('path', {d: 'M' + pts.map(p => `${p.x},${p.y}`).join('L'), class: 'edge', 'marker-end': 'url(#arrow)'}, root); });
+  graph.nodes = new Map();
+  g.nodes().forEach(key => { const n = g.node(key), x = n.x0;
+    const step = Math.min(Math.round(x.ms / hottest * (HEAT.length - 1)), HEAT.length - 1);
+    const node = el('g', {class: 'gnode' + (x.builtin ? ' builtin' : ''), transform: `translate(${n.x - n.width / 2},${n.y - n.height / 2})`,
+      'data-key': key}, root);
+    el('rect', {width: n.width, height: n.height, rx: 5, fill: x.builtin ? '#f4efe9' : HEAT[step]}, node);
+    const dark = !x.builtin && step >= 5 ? ' dark' : '';
+    el('text', {x: 7, y: 14, class: 'name' + dark}, node).textContent = x.text;
+    el('text', {x: 7, y: 28, class: 'sub' + dark}, node).textContent = x.sub;
+    el('title', {}, node).textContent = x.layers.slice(0, 20).join('\n') + (x.layers.length > 20 ? '\n...' : '');
+    node.onclick = () => { if (x.layers.length === 1 && x.layers[0] === key) showLayer(key); else showModule(key); };
+    graph.nodes.set(key, {el: node, x: n.x, y: n.y, group: x});
+  });
+  const size = g.graph(); graph.full = [0, 0, Math.max(size.width, 10), Math.max(size.height, 10)];
+  fit();
+}
+function setBox(box){ graph.box = box; document.getElementById('graph').setAttribute('viewBox', box.join(' ')); }
+function fit(){  // the graph's whole width, at most 1:1; a tall graph starts at its top
+  const svg = document.getElementById('graph'), w = svg.clientWidth || 900, h = svg.clientHeight || 600;
+  const scale = Math.max(graph.full[2] / w, 1);
+  setBox([(graph.full[2] - w * scale) / 2, 0, w * scale, h * scale]);  // centred
+}
+function centreOn(key){ const n = graph.nodes.get(key); if (!n) return;
+  const [, , w, h] = graph.box; setBox([n.x - w / 2, n.y - h / 2, w, h]); }
+function markLayers(layers){
+  const keys = new Set(layers.map(l => prefix(l, graph.depth)));
+  graph.nodes.forEach((n, key) => n.el.classList.toggle('hl', keys.has(key)));
+  const first = Array.from(keys).find(k => graph.nodes.has(k)); if (first) centreOn(first);
+}
+function findInGraph(q){
+  let count = 0, first = null;
+  graph.nodes.forEach((n, key) => { const hit = !!q && n.group.layers.some(l => l.toLowerCase().includes(q));
+    n.el.classList.toggle('found', hit); if (hit) { count++; first = first || key; } });
+  document.getElementById('found').textContent = q ? `${count} node(s) in the graph match` : '';
+  if (first) centreOn(first);
+}
+function graphControls(){
+  const svg = document.getElementById('graph'), select = document.getElementById('depth');
+  let deepest = 1; data.graph.nodes.forEach(n => { deepest = Math.max(deepest, n.layer.split('@')[0].split(/[./]/).filter(Boolean).length); });
+  for (let d = 1; d < Math.min(deepest, 8); d++) select.add(new Option(String(d), String(d)));
+  select.add(new Option('every layer', '0'));
+  select.value = String(graph.depth);
+  select.onchange = () => { graph.depth = Number(select.value); drawGraph(); findInGraph(document.getElementById('search').value.toLowerCase()); };
+  document.getElementById('fit').onclick = fit;
+  svg.addEventListener('wheel', e => { e.preventDefault();
+    const [x, y, w, h] = graph.box, r = svg.getBoundingClientRect(), k = e.deltaY > 0 ? 1.2 : 1 / 1.2;
+    const px = x + (e.clientX - r.left) / r.width * w, py = y + (e.clientY - r.top) / r.height * h;
+    setBox([px - (px - x) * k, py - (py - y) * k, w * k, h * k]); }, {passive: false});
+  let drag = null;
+  svg.addEventListener('mousedown', e => { drag = {x: e.clientX, y: e.clientY, box: graph.box}; });
+  window.addEventListener('mouseup', () => { drag = null; });
+  svg.addEventListener('mousemove', e => { if (!drag) return;
+    const r = svg.getBoundingClientRect(), [x, y, w, h] = drag.box;
+    setBox([x - (e.clientX - drag.x) / r.width * w, y - (e.clientY - drag.y) / r.height * h, w, h]); });
+}
+
 icicleRoot = d3.hierarchy(hierarchyOf());
 drawIcicle(null);
 drawTimeline();
+graph.depth = defaultDepth();
+graphControls();
+drawGraph();
 document.getElementById('legend').innerHTML = Object.entries(COLOURS).map(([k, c]) => `<span><i style="background:${c}"></i>${k}</span>`).join('');
 document.querySelectorAll('#layers tbody tr').forEach(tr => tr.addEventListener('click', () => showLayer(tr.dataset.key)));
 document.body.dataset.ready = String(performance.now());

@@ -1,0 +1,86 @@
+"""Per-node data for Google's Model Explorer, keyed by the node ids its PyTorch
+ExportedProgram adapter gives: the fx node names of ``torch.export.export(model,
+args)`` (``Origin.node``).
+
+A user opens their own exported program in Model Explorer and adds these files as
+node data ("Add per-node data" in its UI, or ``node_data_path`` in its Python API):
+our times coloured onto their graph. Model Explorer shows one value per node per
+file, so each figure is its own file, in its ``GraphNodeData`` form (``results``
+keyed by node id), which applies to whichever graph is open.
+"""
+
+from __future__ import annotations
+
+from ..model.origin import OP
+
+FILES = ("explorer-time.json", "explorer-kernels.json", "explorer-category.json")
+_GRADIENT = [{"stop": 0, "bgColor": "#fff5f0"}, {"stop": 0.5, "bgColor": "#fb6a4a"}, {"stop": 1, "bgColor": "#99000d"}]
+
+
+def has_nodes(lineage) -> bool:
+    """Whether the lineage's origins name exported-program nodes (a torch import)."""
+    return any(o.node for o in lineage.origins.values())
+
+
+def node_data(report) -> dict[str, dict]:
+    """file name -> its node data, for the entry the report's profile ran:
+
+    - time: µs per run billed to the node's ops (the report's shares; an inserted op's
+      time goes to the node it serves in the layer it was billed to), as a gradient;
+    - kernels: the kernel call sites that run the node's ops;
+    - category: ``compute``, ``fused into LAYER (SITE)`` (its kernel's time is billed
+      to that layer's op), ``VM builtin``, ``eliminated by PASS`` or ``no kernel``.
+
+    Nodes with no op of ours (inputs, parameters, the output) are left out. Empty when
+    the lineage names no nodes."""
+    lineage = report.lineage
+    node_of = {o.id: o.node for o in lineage.origins.values() if o.node and o.kind == OP}
+    if not node_of:
+        return {}
+    time = dict.fromkeys(dict.fromkeys(node_of.values()), 0.0)
+    for share in report.shares:
+        node = node_of.get(share.origin) or _served_node(lineage, share, node_of)
+        if node:
+            time[node] += share.us
+    sites: dict[str, list[str]] = {n: [] for n in time}
+    anchors: dict[str, str] = {}
+    for site in lineage.call_sites:
+        anchor = lineage.origins[site.anchor] if site.anchor else None
+        for oid in site.origin_ids:
+            node = node_of.get(oid)
+            if node and site.label not in sites[node]:
+                sites[node].append(site.label)
+                if anchor is not None and node_of.get(anchor.id) != node:
+                    anchors.setdefault(node, f"fused into {anchor.layer} ({site.label})")
+    builtin = {node_of[o] for b in lineage.builtins for o in b.origins if o in node_of}
+    eliminated = {}
+    for oid, node in node_of.items():
+        if oid in lineage.eliminated_by:
+            eliminated.setdefault(node, lineage.eliminated_by[oid])
+
+    def category(node):
+        if time[node] > 0:
+            return "compute"
+        if node in anchors:
+            return anchors[node]
+        if node in builtin:
+            return "VM builtin"
+        return f"eliminated by {eliminated[node]}" if node in eliminated else "no kernel"
+
+    name = f"{lineage.model}.{report.profile.entry}"
+    return {
+        FILES[0]: {"name": f"{name}: time (us per run)", "results": {n: {"value": round(us, 3)} for n, us in time.items()},
+                   "gradient": _GRADIENT},
+        FILES[1]: {"name": f"{name}: kernel call sites",
+                   "results": {n: {"value": " ".join(s)} for n, s in sites.items() if s}},
+        FILES[2]: {"name": f"{name}: category", "results": {n: {"value": category(n)} for n in time}},
+    }
+
+
+def _served_node(lineage, share, node_of) -> str:
+    """The node an inserted op's share goes to: the first op it serves in the layer the
+    share was billed to."""
+    for served in lineage.origins[share.origin].serves:
+        if lineage.origins[served].layer == share.layer and served in node_of:
+            return node_of[served]
+    return ""
