@@ -1,8 +1,8 @@
 """relaytrace: map every TVM kernel, and every microsecond, back to model layers.
 
 The data (``Lineage``, ``Origin``, ``Profile``) is importable without TVM; ``build``,
-``trace``, ``build_pipeline`` and ``profile`` import TVM when first called;
-``RemoteDevice`` names a device over TVM RPC for ``profile(..., remote=)``.
+``trace``, ``build_pipeline``, ``profile`` and ``compare`` import TVM when first
+called; ``RemoteDevice`` names a device over TVM RPC for ``profile(..., remote=)``.
 """
 
 from .build import build, build_pipeline, trace
@@ -13,8 +13,8 @@ from .model.profile import Profile
 from .remote import RemoteDevice
 
 __version__ = "0.1.0"
-__all__ = ["build", "build_pipeline", "profile", "Profile", "trace", "Lineage", "Origin", "RelaytraceError",
-           "RemoteDevice", "UnknownNameError", "__version__"]
+__all__ = ["build", "build_pipeline", "compare", "profile", "Profile", "trace", "Lineage", "Origin",
+           "RelaytraceError", "RemoteDevice", "UnknownNameError", "__version__"]
 
 
 
@@ -23,4 +23,8 @@ def __getattr__(name: str):
         from .profiler import profile
 
         return profile
+    if name == "compare":  # comparison.py runs the build on TVM's VM
+        from .comparison import compare
+
+        return compare
     raise AttributeError(f"module 'relaytrace' has no attribute {name!r}")

@@ -83,9 +83,12 @@ def _composed(recorder, opt_level: int | None = None):
     )
 
 
-def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None = None):
+def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None = None,
+                   mixed_precision: str | None = None):
     """The Relax pipeline to run: "fused", "unfused" or a tvm Pass, after an optional
-    ConvertLayout."""
+    ConvertLayout, after an optional ``relax.transform.ToMixedPrecision`` whose
+    accumulators (conv, matmul outputs) are ``mixed_precision`` ("float32" or
+    "float16"): float16 compute for the ops it converts."""
     import tvm
     from tvm import relax
 
@@ -100,15 +103,21 @@ def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None =
         base = pipeline
     else:
         raise RelaytraceError(f"pipeline must be 'fused', 'unfused' or a tvm.transform.Pass, not {type(pipeline).__name__}")
-    if not convert_layout:
+    before = []
+    if mixed_precision is not None:
+        if mixed_precision not in ("float32", "float16"):
+            raise RelaytraceError(f"mixed precision accumulates in float32 or float16, not {mixed_precision!r}")
+        before.append(relax.transform.ToMixedPrecision(out_dtype=mixed_precision))
+    if convert_layout:
+        before.append(relax.transform.ConvertLayout({op: list(layouts) for op, layouts in convert_layout.items()}))
+    if not before:
         return base
-    desired = {op: list(layouts) for op, layouts in convert_layout.items()}
-    return tvm.transform.Sequential([relax.transform.ConvertLayout(desired), base], name="relaytrace_pipeline")
+    return tvm.transform.Sequential([*before, base], name="relaytrace_pipeline")
 
 
 def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: str | None = None,
           example_args=None, opt_level: int = 3, layer_of: LayerNamer | None = None, progress=None,
-          database=None):
+          database=None, mixed_precision: str | None = None):
     """Compile ``mod`` for ``target``; return ``(executable, lineage)``.
 
     The executable is exactly what ``tvm.compile`` gives for the same pipeline. The
@@ -116,6 +125,8 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
     required and disabled passes), at ``opt_level`` (build's own argument, default 3).
     ``database``: a MetaSchedule database directory (``relaytrace tasks --tune N --db
     DIR``) whose schedules are applied after FuseTIR, on the fused CPU pipeline.
+    ``mixed_precision``: build through ``ToMixedPrecision`` accumulating in that dtype
+    (``build_pipeline``); the casts it inserts are traced as inserted ops.
     """
     import tvm
 
@@ -127,16 +138,19 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
     if database is not None:
         from . import tasks
 
-        if pipeline != "fused" or convert_layout:
-            raise RelaytraceError("a tuning database applies to the fused pipeline without --layout NHWC")
+        if pipeline != "fused" or convert_layout or mixed_precision:
+            raise RelaytraceError("a tuning database applies to the fused pipeline without --layout NHWC or "
+                                  "mixed precision")
         target = tasks.tuning_target(target)
         seq = tasks.tuned_pipeline(target, tasks.open_database(database))
         pipeline = f"fused+tuned({database})"
     else:
-        seq = build_pipeline(pipeline, target, convert_layout)
+        seq = build_pipeline(pipeline, target, convert_layout, mixed_precision)
     label = pipeline if isinstance(pipeline, str) else pipeline.info.name
     if convert_layout:
         label = f"{label}+convert_layout({', '.join(f'{k}={v}' for k, v in convert_layout.items())})"
+    if mixed_precision:
+        label = f"{label}+mixed_precision(float16, accumulate {mixed_precision})"
     with trace(model=name, target=str(target), pipeline=str(label), layer_of=layer_of, progress=progress,
                opt_level=opt_level) as handle:
         executable = tvm.compile(mod, target, relax_pipeline=seq)

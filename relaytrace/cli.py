@@ -150,6 +150,44 @@ def _absolute_factory(spec: str) -> str:
     return f"{Path(path).resolve()}:{factory}"
 
 
+def cmd_compare(args) -> int:
+    from .build import build
+    from .comparison import compare
+    from .frontends.loader import load
+    from .jobs import COMPARE_OUTPUTS, parse_shape, prepare_out_dir, write_compare
+    from .remote import runs_here, target_name
+    from .render.table import comparison_table
+
+    say = _progress(args)
+    _check_target(args.target)
+    if not runs_here(args.target):
+        raise UsageError(f"compare runs the build here, and a build for {target_name(args.target)} does not run "
+                         "on this machine: compare with a target of this machine (llvm)")
+    if args.accumulate and args.precision != "fp16":
+        raise UsageError("--accumulate applies to --precision fp16")
+    out = prepare_out_dir(args.out, args.force) if args.out else None
+    say(f"importing {args.model}")
+    loaded = load(args.model, shapes=[parse_shape(x) for x in args.input_shape])
+    if loaded.source is None:
+        raise UsageError(f"compare needs the model's own framework to run it: {args.model} is a TVM nn model "
+                         "(compare an .onnx file or path/to/file.py:factory returning a torch module and its inputs)")
+    accumulate = (args.accumulate or "float32") if args.precision == "fp16" else None
+    precision = f"float16, accumulating in {accumulate}" if accumulate else "float32 as built"
+    say(f"building {loaded.model.name} ({args.pipeline}, {args.layout}, {precision}) for {args.target}")
+    executable, lineage = build(loaded.model, args.target, pipeline=args.pipeline,
+                                convert_layout=NHWC if args.layout == "NHWC" else None,
+                                progress=say.passes, mixed_precision=accumulate)
+    comparison = compare(executable, lineage, loaded.source, list(loaded.inputs), atol=args.atol, rtol=args.rtol,
+                         precision=precision, progress=say)
+    print(comparison_table(comparison))
+    print()
+    print(comparison.summary())
+    if out is not None:
+        write_compare(out, lineage, comparison, overwrite=args.force)
+        print(f"\nwritten to {out}/: {', '.join(COMPARE_OUTPUTS)}")
+    return 0
+
+
 def cmd_render(args) -> int:
     from .model.jsonio import write_atomic
     from .model.lineage import Lineage
@@ -170,6 +208,8 @@ def cmd_render(args) -> int:
         lineage_path.with_name("profile.json") if lineage_path.with_name("profile.json").is_file() else None)
     lineage = Lineage.load(lineage_path)
     report = make_report(lineage, Profile.load(profile_path)) if profile_path else None
+    comparison = _comparison(args.compare or (lineage_path.with_name("compare.json")
+                                              if lineage_path.with_name("compare.json").is_file() else None), lineage)
     from .jobs import RENDERED
 
     stem = lineage_path.parent / (RENDERED + ("report" if args.format == "html" else args.graph))
@@ -177,13 +217,29 @@ def cmd_render(args) -> int:
     if args.format == "html":
         if report is None:
             raise UsageError("the HTML report needs a profile: pass --profile profile.json")
-        write_atomic(out, html_report(report), overwrite=args.force)
+        write_atomic(out, html_report(report, comparison), overwrite=args.force)
     else:
         graph = (G.layer_graph(lineage, report, collapse=args.collapse) if args.graph == "layers"
                  else G.kernel_graph(lineage, report))
         G.render(graph, out, args.format, overwrite=args.force)
     print(out)
     return 0
+
+
+def _comparison(path, lineage):
+    """The ``relaytrace compare`` result at ``path`` (None without one), refused when it
+    is of another model than ``lineage``."""
+    from .model.numerics import Comparison
+
+    if path is None:
+        return None
+    comparison = Comparison.load(path)
+    unknown = [e.layer for e in comparison.layers if e.layer not in set(lineage.layers())]
+    if comparison.model != lineage.model or unknown:
+        raise RelaytraceError(f"{path} compares {comparison.model!r}, not this lineage's model {lineage.model!r}"
+                              + (f" (layers {', '.join(unknown[:3])} are not in it)" if unknown else "")
+                              + ": pass the compare.json of the same model")
+    return comparison
 
 
 def cmd_query(args) -> int:
@@ -363,15 +419,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"relaytrace: usage error: {message} (see `{self.prog} --help`)\n")
 
 
-def _at_least(low, kind=int):
-    """An argparse type: a number of ``kind`` no smaller than ``low`` (above 0 for floats)."""
+def _at_least(low, kind=int, strict: bool = True):
+    """An argparse type: a number of ``kind`` no smaller than ``low`` (above it for
+    floats, unless not ``strict``); a float is finite."""
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
-        if not (value >= low if kind is int else low < value < float("inf")):  # NaN is refused too
-            raise argparse.ArgumentTypeError(f"{text!r} must be {'at least' if kind is int else 'above'} {low}")
+        above = kind is not int and strict
+        if not ((value > low if above else value >= low) and value < float("inf")):  # NaN is refused too
+            raise argparse.ArgumentTypeError(f"{text!r} must be {'above' if above else 'at least'} {low}")
         return value
 
     parse.__name__ = "count" if kind is int else "seconds"
@@ -427,11 +485,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", metavar="DIR", help="apply the MetaSchedule database `tasks --tune` wrote in DIR")
     p.set_defaults(run=cmd_profile)
 
+    p = sub.add_parser("compare", help="compare every layer's output of the build with the torch model's")
+    p.add_argument("model", metavar="MODEL", help="an .onnx file or path/to/file.py:factory returning a torch "
+                                                  "module and its inputs")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224[:DTYPE]",
+                   help="an ONNX input's size (repeatable); needed for symbolic dims")
+    p.add_argument("--target", default="llvm", help="TVM target of this machine (default llvm)")
+    p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
+    p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
+                   help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
+    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
+                   help="fp16: build through relax.transform.ToMixedPrecision (default fp32: as imported)")
+    p.add_argument("--accumulate", choices=["float32", "float16"],
+                   help="with --precision fp16: the dtype conv and matmul accumulate in (default float32)")
+    p.add_argument("--atol", type=_at_least(0, float, strict=False), default=1e-4, metavar="A",
+                   help="absolute tolerance (default 1e-4)")
+    p.add_argument("--rtol", type=_at_least(0, float, strict=False), default=1e-4, metavar="R",
+                   help="relative tolerance (default 1e-4): beyond when |got - ref| > A + R |ref| anywhere")
+    p.add_argument("--out", help="output DIR: lineage.json, compare.json, compare.csv, errors.svg")
+    p.add_argument("--force", action="store_true", help="replace an existing DIR")
+    p.set_defaults(run=cmd_compare)
+
     p = sub.add_parser("render", help="draw a saved lineage (and profile)")
     p.add_argument("source", metavar="DIR|lineage.json")
     p.add_argument("--profile", metavar="profile.json")
     p.add_argument("--format", choices=["svg", "png", "pdf", "dot", "html"], default="svg")
     p.add_argument("--graph", choices=["layers", "kernels"], default="layers")
+    p.add_argument("--compare", metavar="compare.json",
+                   help="html: show each layer's numerical error from `relaytrace compare --out` (default: a "
+                        "compare.json beside the lineage)")
     p.add_argument("--collapse", type=_at_least(0), metavar="N",
                    help="group layers by module prefix depth N (0: every op; default: every op up to 400, "
                         "else grouped)")

@@ -14,9 +14,11 @@ from .errors import LineageFormatError, RelaytraceError, UsageError
 from .failures import stop_if_interrupted
 from .model.jsonio import current_umask
 
-OUTPUTS = ("lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg",
-           "report.html", "trace.json", "run.json",
-           "explorer-time.json", "explorer-kernels.json", "explorer-category.json")  # render.explorer.FILES
+PROFILE_OUTPUTS = ("lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg",
+                   "report.html", "trace.json", "run.json",
+                   "explorer-time.json", "explorer-kernels.json", "explorer-category.json")  # the last: torch only
+COMPARE_OUTPUTS = ("lineage.json", "compare.json", "compare.csv", "errors.svg")  # `relaytrace compare --out DIR`
+OUTPUTS = tuple(dict.fromkeys(PROFILE_OUTPUTS + COMPARE_OUTPUTS))  # what a directory of ours may hold
 
 
 class Progress:
@@ -131,9 +133,8 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None, ove
     from .render.html import html_report
 
     lineage, profile = report.lineage, report.profile
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.relaytrace-", dir=out.parent))
-    try:
+
+    def write(staging: Path) -> None:
         report.build_lineage.save(staging / "lineage.json")  # every entry: `query` sees them all
         profile.save(staging / "profile.json")
         (staging / "layers.csv").write_text(export.layers_csv(report.layers, lineage.sources()))
@@ -145,6 +146,33 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None, ove
         (staging / "run.json").write_text(json.dumps(run, indent=1))  # how to rebuild: `tasks DIR`
         for name, data in node_data(report).items():  # a torch model's times for Model Explorer
             (staging / name).write_text(json.dumps(data, indent=1))
+
+    return _staged(out, write, overwrite)
+
+
+def write_compare(out: Path, lineage, comparison, overwrite: bool = True) -> Path:
+    """Write a ``relaytrace compare`` run's outputs (lineage.json, compare.json,
+    compare.csv, errors.svg) as ``write_outputs`` writes a profile's: whole or not at
+    all."""
+    from .render import export
+    from .render.diff_graph import error_graph
+    from .render import graphviz as G
+
+    def write(staging: Path) -> None:
+        lineage.save(staging / "lineage.json")
+        comparison.save(staging / "compare.json")
+        (staging / "compare.csv").write_text(export.comparison_csv(comparison))
+        G.render(error_graph(lineage.for_entry(comparison.entry), comparison), staging / "errors.svg")
+
+    return _staged(out, write, overwrite)
+
+
+def _staged(out: Path, write, overwrite: bool) -> Path:
+    """``write`` into a fresh directory beside ``out``, then ``_publish`` it there."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.relaytrace-", dir=out.parent))
+    try:
+        write(staging)
         stop_if_interrupted()
         os.chmod(staging, 0o777 & ~current_umask())  # as mkdir would have made it, not mkdtemp's 0700
         _publish(staging, out, overwrite)

@@ -45,7 +45,7 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     say = progress or (lambda message: None)
     if remote is not None:
         return _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say)
-    device = device or _here(lineage.target)
+    device = device or device_here(lineage.target)
     args = [tvm.runtime.tensor(a, device) for a in arrays]
     vm = _vm(executable, device)
     skip = frozenset(lineage.subfunctions)
@@ -67,7 +67,7 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     return _profile(lineage, entry, arrays, str(device), mode, repeat, records, arg_info, e2e.results)
 
 
-def _here(target_text: str):
+def device_here(target_text: str):
     """This machine's device for the build, or an error pointing to a remote one."""
     from .remote import local_device, target_name
 

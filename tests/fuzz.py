@@ -3,7 +3,7 @@ never a traceback; a failure is one line on stderr; nothing the user had is lost
 no temporary file is left behind.
 
 Three classes: saved artifacts mutated (``artifact_cases``: a real output directory's
-``lineage.json``, ``profile.json``, ``run.json`` and reference CSVs, read by ``render``,
+``lineage.json``, ``profile.json``, ``run.json``, ``compare.json`` and reference CSVs, read by ``render``,
 ``query``, ``diff``), legacy texts mutated (``legacy_cases``: the seed threads'
 tables, IR and logs, read by the legacy parsers), and command lines
 (``option_cases``). ``tests/test_fuzz.py`` runs a few hundred of each; ``tools/fuzz.py``
@@ -157,18 +157,18 @@ def mutate_text(text: str, rng: random.Random) -> str:
 
 # -- the case classes --------------------------------------------------------------
 
-ARTIFACTS = ("lineage.json", "profile.json", "run.json")
+ARTIFACTS = ("lineage.json", "profile.json", "run.json", "compare.json")  # those the source has
 
 
 def artifact_cases(source: Path, work: Path, seed: int, count: int):
     """``count`` runs of reading commands on mutated copies of the output directory
     ``source``; yields (what, broken promise or None)."""
     rng = random.Random(seed)
-    originals = {name: (source / name).read_bytes() for name in ARTIFACTS}
+    originals = {name: (source / name).read_bytes() for name in ARTIFACTS if (source / name).is_file()}
     for i in range(count):
         case = work / f"case{i}"
         shutil.copytree(source, case)
-        name = rng.choice(ARTIFACTS)
+        name = rng.choice(sorted(originals))
         if rng.random() < 0.75:
             data, change = mutate_json(json.loads(originals[name]), rng)
             mutated = json.dumps(data).encode()
@@ -178,7 +178,7 @@ def artifact_cases(source: Path, work: Path, seed: int, count: int):
         lineage = case / "lineage.json"
         argv = rng.choice([
             ["render", case, "--format", "dot", "--out", case / "g.dot"],
-            ["render", case, "--format", "html", "--out", case / "r.html"],
+            ["render", case, "--format", "html", "--out", case / "r.html"],  # with compare.json beside it
             ["render", case, "--graph", "kernels", "--format", "dot", "--out", case / "k.dot"],
             ["query", lineage, "--layer", rng.choice(("conv1", "fc", "nope", ""))],
             ["query", lineage, "--kernel", rng.choice(("fused_conv2d_add_relu", "x#0", "#", ""))],

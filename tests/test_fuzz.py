@@ -1,14 +1,23 @@
 """The seeded fuzz suite (tests/fuzz.py): a few hundred mutated artifacts, legacy
 pastes and command lines, every promise kept. tools/fuzz.py runs thousands."""
 
+import shutil
+
 import pytest
 
-from tests.fuzz import artifact_cases, legacy_cases, option_cases
+from tests.fuzz import artifact_cases, legacy_cases, option_cases, run_cli
 
 
-@pytest.fixture
-def source(tiny_out):
-    return tiny_out
+@pytest.fixture(scope="module")
+def source(tiny_out, tmp_path_factory):
+    """The tiny model's profile outputs, with the compare.json of `relaytrace compare`
+    beside them (render's html reads it)."""
+    out = tmp_path_factory.mktemp("fuzz") / "run"
+    shutil.copytree(tiny_out, out)
+    code, _, err = run_cli(["--quiet", "compare", "tests/fixtures/tiny_model.py:make", "--out", out.parent / "cmp"])
+    assert code == 0, err
+    shutil.copy(out.parent / "cmp" / "compare.json", out / "compare.json")
+    return out
 
 
 def _kept(cases):

@@ -35,10 +35,32 @@ def main() -> int:
         G.render(G.layer_graph(lineage, report), OUT / f"{tag}_layers.svg", overwrite=True)
         (OUT / f"{tag}_report.html").write_text(html_report(report))
         print(tag, prof.summary())
+    _comparison()
     decoder = _decoder_report()
     (OUT / "decoder24_report.html").write_text(html_report(decoder))
     _screenshots()
     return 0
+
+
+def _comparison() -> None:
+    """Zoo ResNet-18 built in float16 (ToMixedPrecision, float16 accumulators) against
+    its float32 torch model at atol = rtol = 1e-2: the layer graph coloured by error,
+    and its profile's report with the errors in the pane."""
+    from relaytrace import zoo
+    from relaytrace.comparison import compare
+    from relaytrace.frontends.torch import from_torch
+    from relaytrace.render.diff_graph import error_graph
+
+    module, example = zoo.get("resnet18")
+    executable, lineage = relaytrace.build(from_torch(module, (example,), name="resnet18"), "llvm",
+                                           mixed_precision="float16")
+    result = compare(executable, lineage, module, [example.numpy()], atol=1e-2, rtol=1e-2,
+                     precision="float16, accumulating in float16")
+    G.render(error_graph(lineage, result), OUT / "resnet18_fp16_errors.svg", overwrite=True)
+    print(result.summary())
+    executable, lineage = relaytrace.build(from_torch(module, (example,), name="resnet18"), "llvm")
+    report = make_report(lineage, relaytrace.profile(executable, lineage, [example.numpy()], repeat=1))
+    (OUT / "resnet18_report_with_errors.html").write_text(html_report(report, result))
 
 
 def _decoder_report():
@@ -56,8 +78,9 @@ def _decoder_report():
 
 
 def _screenshots() -> None:
-    """The decoder's overview with ``layers.3`` clicked in the icicle; ResNet-50's layer
-    graph as it opens (grouped), and every layer with ``layer3.1.conv2`` found and clicked."""
+    """The decoder's overview with ``layers.3`` clicked in the icicle; ResNet-18's pane
+    with its float16 error; ResNet-50's layer graph as it opens (grouped), and every
+    layer with ``layer3.1.conv2`` found and clicked."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -69,6 +92,12 @@ def _screenshots() -> None:
         page.wait_for_selector("body[data-ready]")
         page.locator('#icicle rect[data-name="layers.3"]').first.click()
         page.screenshot(path=str(OUT / "report_overview_decoder24.png"))
+        page.goto((OUT / "resnet18_report_with_errors.html").as_uri())
+        page.wait_for_selector("body[data-ready]")
+        page.locator("#graph").scroll_into_view_if_needed()
+        page.fill("#search", "layer4.1.conv2")
+        page.locator('#graph g.gnode[data-key="layer4.1.conv2"]').click()
+        page.screenshot(path=str(OUT / "report_numerics_resnet18_fp16.png"))
         page.goto((OUT / "resnet50_report.html").as_uri())
         page.wait_for_selector("body[data-ready]")
         page.locator("#graph").scroll_into_view_if_needed()

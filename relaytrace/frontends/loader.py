@@ -29,6 +29,7 @@ DEMO_MODELS = ("resnet50", "resnet18", "vgg16", "mobilenet_v2", "resnet_style")
 class LoadedModel:
     model: ImportedModel
     inputs: tuple  # numpy arrays, one per input of the entry function they are for
+    source: object = None  # the torch module or ONNX model (or path) it came from: `compare`'s reference
 
 
 def load(source, example_args=None, shapes=(), dtype: str | None = None, name: str | None = None,
@@ -55,7 +56,7 @@ def load(source, example_args=None, shapes=(), dtype: str | None = None, name: s
         if isinstance(source, str) and not Path(source).is_file():
             raise RelaytraceError(f"no ONNX file at {source}")
         imported = from_onnx(source, shape_dict={n: shape for n, (shape, _) in given.items()} or None, name=name)
-        return LoadedModel(imported, _random_inputs(imported, seed, given, entry) if with_inputs else ())
+        return LoadedModel(imported, _random_inputs(imported, seed, given, entry) if with_inputs else (), source)
     if _is_nn_module(source):  # tvm.relax.frontend.nn: example_args is the export spec
         from .nn import from_nn
 
@@ -74,7 +75,7 @@ def load(source, example_args=None, shapes=(), dtype: str | None = None, name: s
                              "--entry do not apply (change the factory's example inputs)")
         example = example_args if isinstance(example_args, tuple) else (example_args,)
         return LoadedModel(from_torch(source, example, name=name, dynamic_shapes=dynamic_shapes),
-                           tuple(e.detach().numpy() for e in example))
+                           tuple(e.detach().numpy() for e in example), source)
     import tvm
 
     if isinstance(source, tvm.IRModule):

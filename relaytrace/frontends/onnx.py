@@ -15,6 +15,7 @@ import tempfile
 
 from ..errors import RelaytraceError, UsageError, describe
 from ..model.jsonio import current_umask
+from ..model.origin import ONNX_VALUE
 from .common import ImportedModel, match_input_names, require
 
 
@@ -124,32 +125,34 @@ def _recording_importer(shape_dict, torch_names: bool):
             self._names = layer_names(graph.node, torch_names)
             self._types = [n.op_type for n in graph.node]
             self._node_names = [n.name for n in graph.node]
+            self._outputs = [n.output[0] if n.output else "" for n in graph.node]
             return super()._construct_nodes(graph)
 
         def _convert_operator(self, op_name, inputs, attrs, opset):
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
             k = len(self.records)
-            self.records.append((self._names[k], self._types[k], f"onnx node {self._node_names[k]}", sym))
+            self.records.append((self._names[k], self._types[k], f"onnx node {self._node_names[k]}",
+                                 ONNX_VALUE + self._outputs[k], sym))
             return sym
 
     return RecordingImporter(shape_dict or {}, {}, keep_params_in_input=False, sanitize=True)
 
 
-def _assign(mod, records) -> dict[int, tuple[str, str, str]]:
-    """Each binding of main: (layer, ONNX op type, ``onnx node NAME``) of the node whose
+def _assign(mod, records) -> dict[int, tuple[str, str, str, str]]:
+    """Each binding of main: (layer, ONNX op type, ``onnx node NAME``, ``onnx:OUTPUT``) of the node whose
     converter emitted it (or, left over, of the next node's)."""
     from ..tracking import ir
 
     binds = ir.bindings(mod["main"])
     by_var = {b.var.__chandle__(): i for i, b in enumerate(binds)}
     by_value = {b.value.__chandle__(): i for i, b in enumerate(binds)}
-    owner: dict[int, tuple[str, str, str]] = {}
+    owner: dict[int, tuple[str, str, str, str]] = {}
     roots = []
-    for layer, op_type, where, sym in records:
+    for layer, op_type, where, value, sym in records:
         for expr in (sym.fields[:] if ir.is_tuple(sym) else [sym]):
             index = by_var.get(expr.__chandle__()) if ir.is_var(expr) else by_value.get(expr.__chandle__())
             if index is not None and index not in owner:
-                owner[index] = (layer, op_type, where)
+                owner[index] = (layer, op_type, where, value)
                 roots.append(index)
     for root in roots:  # claim what each node's converter emitted on its way
         stack = [root]
@@ -160,7 +163,7 @@ def _assign(mod, records) -> dict[int, tuple[str, str, str]]:
                 if index is not None and index not in owner:
                     owner[index] = owner[root]
                     stack.append(index)
-    layers: dict[int, tuple[str, str, str]] = {}
+    layers: dict[int, tuple[str, str, str, str]] = {}
     following = None
     for index in range(len(binds) - 1, -1, -1):  # leftovers: the next owned binding's node
         following = owner.get(index, following)

@@ -17,6 +17,9 @@ UNRESOLVED = "unresolved"
 Shape = tuple
 
 
+ONNX_VALUE = "onnx:"  # Origin.node of an ONNX op: this, then the name of its node's first output
+
+
 @define(frozen=True, slots=False)
 class Origin:
     """One op of the input model. Not slotted: attrs fills a frozen instance's
@@ -37,7 +40,7 @@ class Origin:
     serves: tuple[str, ...] = ()
     source_op: str = ""  # the frontend's op (aten op, ONNX op_type), when imported
     source: str = ""  # where it came from: "file.py:LINE" of the torch forward, "onnx node NAME"
-    node: str = ""  # its torch.export node (before decompositions): Model Explorer's node id
+    node: str = ""  # its torch.export node (Model Explorer's node id), or "onnx:" + its ONNX node's first output
 
     @property
     def short_op(self) -> str:

@@ -1,5 +1,5 @@
-"""The layer graph of a diff, coloured by speedup (green: B faster, red: B slower),
-with a legend of the colour steps."""
+"""Layer graphs coloured by a per-layer figure: a diff's speedup (green: B faster,
+red: B slower, with a legend of the colour steps), a comparison's numerical error."""
 
 from __future__ import annotations
 
@@ -22,19 +22,53 @@ def _fill(ratio: float | None) -> dict:
 
 def diff_graph(lineage, rows):
     by_layer = {r.layer: r for r in rows}
+
+    def describe(layer):
+        ratio = by_layer[layer].ratio if layer in by_layer else None
+        return ("no time" if ratio is None else f"x{ratio:.2f}"), _fill(ratio)
+
+    g = _layers(lineage, f"{lineage.model}_diff", f"{lineage.model}: B / A per layer (green = B faster)", describe)
+    _legend(g)
+    return g
+
+
+_ERROR = ("#f7fbff", "#c6dbef", "#6baed6", "#2171b5", "#08306b")  # tolerance ratio: <0.01, <0.1, <1, <10, above
+
+
+def error_graph(lineage, comparison):
+    """The layer graph of a ``Comparison``: compared layers coloured by how close to
+    the tolerance their output is (red: beyond), fused layers dashed and naming the
+    kernel call that holds them, the rest grey with the reason."""
+    by_layer = {e.layer: e for e in comparison.layers}
+
+    def describe(layer):
+        e = by_layer.get(layer)
+        if e is None or not e.compared:
+            note = e.note.split(":")[0] if e else "not in the comparison"
+            return note, {"fillcolor": "#eeeeee", "style": "rounded,filled,dashed", "fontcolor": "#555555"}
+        text = f"max abs {e.max_abs:.3g}" if e.max_abs is not None else f"{e.nan} NaN, {e.inf} Inf"
+        if e.status == "beyond":
+            return f"BEYOND: {text}", {"fillcolor": "#d7301f", "fontcolor": "white"}
+        ratio = e.tolerance_ratio or 0.0
+        step = sum(ratio >= limit for limit in (0.01, 0.1, 1, 10))
+        return text, {"fillcolor": _ERROR[step], "fontcolor": "white" if step >= 3 else "black"}
+
+    return _layers(lineage, f"{lineage.model}_errors",
+                   f"{lineage.model}: each layer's output against the reference (atol {comparison.atol:g}, rtol "
+                   f"{comparison.rtol:g}; darker: closer to the tolerance; red: beyond)", describe)
+
+
+def _layers(lineage, name: str, title: str, describe):
+    """One node per layer (``describe(layer)`` -> second label line, node attributes)
+    and the dataflow edges between layers."""
     layer_of = {o.id: o.layer for o in lineage.origins.values() if o.kind == OP}
     node = _node_names(dict.fromkeys(layer_of.values()))
-    g = graphviz.Digraph(f"{lineage.model}_diff",
-                         graph_attr={"label": f"{lineage.model}: B / A per layer (green = B faster)",
-                                     "labelloc": "t", "fontname": "Helvetica"},
+    g = graphviz.Digraph(name, graph_attr={"label": title, "labelloc": "t", "fontname": "Helvetica"},
                          node_attr={"shape": "box", "style": "rounded,filled", "fontname": "Helvetica",
                                     "fontsize": "10"})
-    for layer, name in node.items():
-        row = by_layer.get(layer)
-        ratio = row.ratio if row else None
-        text = "no time" if ratio is None else f"x{ratio:.2f}"
-        g.node(name, f"{layer}\n{text}", **_fill(ratio))
-    _legend(g)
+    for layer, dot_name in node.items():
+        text, attrs = describe(layer)
+        g.node(dot_name, f"{layer}\n{text}", **attrs)
     edges = {(layer_of[a], layer_of[b]) for a, b in lineage.edges
              if a in layer_of and b in layer_of and layer_of[a] != layer_of[b]}
     for a, b in sorted(edges):

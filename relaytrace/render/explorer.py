@@ -11,15 +11,10 @@ keyed by node id), which applies to whichever graph is open.
 
 from __future__ import annotations
 
-from ..model.origin import OP
+from ..model.origin import ONNX_VALUE, OP
 
 FILES = ("explorer-time.json", "explorer-kernels.json", "explorer-category.json")
 _GRADIENT = [{"stop": 0, "bgColor": "#fff5f0"}, {"stop": 0.5, "bgColor": "#fb6a4a"}, {"stop": 1, "bgColor": "#99000d"}]
-
-
-def has_nodes(lineage) -> bool:
-    """Whether the lineage's origins name exported-program nodes (a torch import)."""
-    return any(o.node for o in lineage.origins.values())
 
 
 def node_data(report) -> dict[str, dict]:
@@ -32,9 +27,11 @@ def node_data(report) -> dict[str, dict]:
       to that layer's op), ``VM builtin``, ``eliminated by PASS`` or ``no kernel``.
 
     Nodes with no op of ours (inputs, parameters, the output) are left out. Empty when
-    the lineage names no nodes."""
+    the lineage names no torch.export nodes (ONNX models: their adapter's ids were not
+    checked)."""
     lineage = report.lineage
-    node_of = {o.id: o.node for o in lineage.origins.values() if o.node and o.kind == OP}
+    node_of = {o.id: o.node for o in lineage.origins.values()
+               if o.node and not o.node.startswith(ONNX_VALUE) and o.kind == OP}
     if not node_of:
         return {}
     time = dict.fromkeys(dict.fromkeys(node_of.values()), 0.0)

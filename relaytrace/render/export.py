@@ -22,6 +22,13 @@ def kernels_csv(rows) -> str:
                   r.status, "yes" if r.tuned else "", f"{r.min_us:.3f}", f"{r.max_us:.3f}"] for r in rows])
 
 
+def comparison_csv(comparison) -> str:
+    """One row per layer of a ``Comparison``: the cells of the terminal table."""
+    from .table import comparison_rows
+
+    return _csv(*comparison_rows(comparison))
+
+
 def _csv(headers, rows) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")

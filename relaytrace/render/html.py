@@ -80,6 +80,23 @@ def _sites(report) -> list[dict]:
     return out
 
 
+def _errors(comparison) -> dict:
+    """layer -> its numerical comparison in words, for the detail pane."""
+    if comparison is None:
+        return {}
+    out = {}
+    for e in comparison.layers:
+        if e.compared:
+            figures = (f"max abs error {e.max_abs:.3g}, max rel {e.max_rel:.3g}, cosine {e.cosine:.6f}"
+                       if e.max_abs is not None else f"{e.nan} NaN, {e.inf} Inf (the reference has {e.reference_nan})")
+            text = f"{'BEYOND' if e.status == 'beyond' else 'within'} atol {comparison.atol:g} / rtol " \
+                   f"{comparison.rtol:g} ({comparison.precision}): {figures}, read from {e.site}"
+        else:
+            text = f"{e.status}: {e.note}"
+        out[e.layer] = {"status": e.status.replace(" ", "-"), "text": text}  # a CSS class
+    return out
+
+
 def _layer_graph(report) -> dict:
     """Every layer with ops (its own time, whether the VM runs all its ops as builtins)
     and the dataflow edges between layers, for the page to group and lay out."""
@@ -176,10 +193,13 @@ def _op_sections(lineage) -> str:
                if unresolved else ""))
 
 
-def html_report(report) -> str:
-    """The report page of a ``Report``: one self-contained HTML file."""
+def html_report(report, comparison=None) -> str:
+    """The report page of a ``Report``: one self-contained HTML file. With a
+    ``Comparison`` of the same model (``relaytrace compare``), each layer's pane also
+    shows its output's error against the reference."""
     lineage, profile, policy, cats = report.lineage, report.profile, report.policy, report.categories
     data = report_data(report)
+    data["errors"] = _errors(comparison)
     caused = ", ".join(f"{html.escape(layer)} ({us / 1e3:.3f} ms)" for layer, us in cats.inserted_by_layer[:6])
     payload = json.dumps(data).replace("</", "<\\/")
     cov = report.coverage

@@ -100,3 +100,23 @@ def category_table(categories) -> str:
         caused = ", ".join(f"{layer} ({_ms(us)} ms)" for layer, us in categories.inserted_by_layer[:8])
         text += f"\ninserted layout transforms/casts are caused by: {caused}"
     return text
+
+
+def _figure(value, digits: str = ".3g") -> str:
+    return "n/a" if value is None else format(value, digits)
+
+
+def comparison_rows(comparison) -> tuple[list[str], list[list[str]]]:
+    """Headers and one row per layer of a ``Comparison`` in run order: the terminal
+    table and the CSV show the same cells."""
+    headers = ["layer", "status", "max abs", "max rel", "tol ratio", "cosine", "NaN/Inf", "shape", "call site",
+               "note"]
+    rows = [[e.layer, e.status.upper() if e.status == "beyond" else e.status, _figure(e.max_abs),
+             _figure(e.max_rel), _figure(e.tolerance_ratio), _figure(e.cosine, ".6f"),
+             f"{e.nan}/{e.inf}" + (f" (ref {e.reference_nan})" if e.reference_nan else "") if e.compared else "",
+             "x".join(map(str, e.shape)), e.site, e.note] for e in comparison.layers]
+    return headers, rows
+
+
+def comparison_table(comparison) -> str:
+    return format_table(*comparison_rows(comparison))

@@ -138,6 +138,7 @@ function showLayer(name){
   detail(`layer ${name}`, [
     `<p>${row ? row.ms.toFixed(3) + ' ms (' + row.percent.toFixed(2) + '% of kernel time)' : 'no time of its own'}`
       + (d.source.length ? `<br>made at: ${d.source.map(esc).join(', ')}` : '') + '</p>',
+    data.errors[name] ? `<p class="numerics ${data.errors[name].status}"><b>numerics</b>: ${esc(data.errors[name].text)}</p>` : '',
     '<b>ops</b>' + table(['op', 'inputs', 'output', 'passes'], d.ops.map(o => [esc(o.op), esc(o.inputs), esc(o.output),
       esc(o.history.join(' → ') || (o.eliminated ? 'eliminated by ' + o.eliminated : ''))])),
     '<b>kernel call sites</b>' + table(['site', 'role', 'median us', 'min', 'max', 'verdict'], sites.map(s =>

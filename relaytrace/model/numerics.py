@@ -1,0 +1,156 @@
+"""A numerical comparison of a compiled model against its source framework, layer by
+layer: the data (``LayerError``, ``Comparison``) and the statistics of one pair of
+arrays (``error_of``). Needs numpy only, not TVM or torch.
+
+A layer's output is its last op's output. It is compared where a kernel call site
+writes it (``relaytrace.numerics_plan``); a layer whose output stays inside a kernel
+(fused into the next layer's ops) is ``fused``, with the call site that holds it.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+from attrs import define
+
+from ..errors import LineageFormatError
+from .jsonio import check, check_schema, items_of, make_record, read_json, write_json
+
+SCHEMA = "relaytrace.compare/1"
+WITHIN, BEYOND = "within", "beyond"  # a compared layer: inside the tolerance or not
+FUSED, NO_OUTPUT, NOT_COMPARABLE = "fused", "no output", "not comparable"
+STATUSES = (WITHIN, BEYOND, FUSED, NO_OUTPUT, NOT_COMPARABLE)
+
+
+@define(frozen=True)
+class LayerError:
+    """One layer's output, compiled against the reference. Figures are None when the
+    layer was not compared (``status`` fused / no output / not comparable, ``note``
+    says why) or, for the errors, when NaN or Inf made them undefined."""
+
+    layer: str
+    status: str
+    site: str = ""  # the kernel call site (or VM builtin) that writes, or holds, the output
+    note: str = ""
+    shape: tuple[int, ...] = ()
+    max_abs: float | None = None
+    max_rel: float | None = None  # max abs error / the reference's largest magnitude
+    tolerance_ratio: float | None = None  # max of |got - ref| / (atol + rtol |ref|): above 1 is beyond
+    cosine: float | None = None
+    nan: int = 0  # NaNs in the compiled output
+    inf: int = 0
+    reference_nan: int = 0  # NaNs (and Infs) in the reference's
+
+    @property
+    def compared(self) -> bool:
+        return self.status in (WITHIN, BEYOND)
+
+
+@define(frozen=True)
+class Comparison:
+    """Every layer of one entry in run order, and the tolerance they were judged by."""
+
+    model: str
+    entry: str
+    atol: float
+    rtol: float
+    precision: str  # "as built", or the ToMixedPrecision setting the build was made with
+    layers: tuple[LayerError, ...]
+    schema: str = SCHEMA
+
+    @property
+    def first_beyond(self) -> LayerError | None:
+        """The first layer in run order whose output is beyond the tolerance."""
+        return next((e for e in self.layers if e.status == BEYOND), None)
+
+    @property
+    def first_nan(self) -> LayerError | None:
+        """The first layer in run order whose compiled output holds a NaN or an Inf."""
+        return next((e for e in self.layers if e.nan or e.inf), None)
+
+    def counts(self) -> dict[str, int]:
+        return {s: sum(1 for e in self.layers if e.status == s) for s in STATUSES}
+
+    def summary(self) -> str:
+        """Two or three lines: how many layers were compared and within, the first one
+        beyond (with its kernel call site) and the first NaN, in words."""
+        c = self.counts()
+        lines = [f"{c[WITHIN] + c[BEYOND]} of {len(self.layers)} layers compared (atol {self.atol:g}, rtol "
+                 f"{self.rtol:g}, {self.precision}): {c[WITHIN]} within, {c[BEYOND]} beyond; {c[FUSED]} fused "
+                 f"into a kernel that does not write them out, {c[NO_OUTPUT] + c[NOT_COMPARABLE]} not comparable"]
+        first = self.first_beyond
+        lines.append(f"first layer beyond the tolerance: {first.layer} (max abs error {_num(first.max_abs)}, "
+                     f"in {first.site})" if first else "no layer beyond the tolerance")
+        if self.first_nan:
+            e = self.first_nan
+            lines.append(f"first layer with NaN/Inf in its compiled output: {e.layer} ({e.nan} NaN, {e.inf} Inf, "
+                         f"in {e.site}; the reference has {e.reference_nan})")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"schema": self.schema, "model": self.model, "entry": self.entry, "atol": self.atol,
+                "rtol": self.rtol, "precision": self.precision, "layers": [attrs.asdict(e) for e in self.layers]}
+
+    @classmethod
+    def from_json(cls, data, where: str = "compare") -> "Comparison":
+        """The comparison a JSON object holds, every field checked (a
+        ``LineageFormatError`` naming it otherwise)."""
+        check_schema(data, SCHEMA, "compare", where)
+        for key, kind in (("model", str), ("entry", str), ("precision", str), ("atol", float), ("rtol", float)):
+            if key not in data:
+                raise LineageFormatError(f"{where} has no field {key!r}")
+            check(data[key], kind, f"{where}: {key}")
+        layers = tuple(make_record(LayerError, e, f"{where}: layers[{i}]")
+                       for i, e in enumerate(items_of(data, "layers", list, where)))
+        bad = next((i for i, e in enumerate(layers) if e.status not in STATUSES), None)
+        if bad is not None:
+            raise LineageFormatError(f"{where}: layers[{bad}].status must be one of {', '.join(STATUSES)}")
+        return cls(model=data["model"], entry=data["entry"], atol=float(data["atol"]), rtol=float(data["rtol"]),
+                   precision=data["precision"], layers=layers)
+
+    def save(self, path, overwrite: bool = False):
+        return write_json(path, self.to_json(), overwrite)
+
+    @classmethod
+    def load(cls, path) -> "Comparison":
+        return cls.from_json(read_json(path, "compare"), str(path))
+
+
+def _num(value) -> str:
+    return "n/a (NaN or Inf)" if value is None else f"{value:.3g}"
+
+
+def error_of(layer: str, site: str, got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> LayerError:
+    """The statistics of one layer's compiled output ``got`` against the reference
+    ``ref`` (same shape; both taken as float64). A NaN or Inf where the reference has
+    a finite value is beyond any tolerance; the same non-finite value on both sides
+    is not an error."""
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    nan, inf = int(np.isnan(got).sum()), int(np.isinf(got).sum())
+    reference_nan = int((~np.isfinite(ref)).sum())
+    both = np.isfinite(got) & np.isfinite(ref)
+    same_bad = ~both & ((np.isnan(got) & np.isnan(ref)) | (got == ref))
+    diff = np.abs(got - ref, where=both, out=np.zeros_like(got))
+    bad = ~both & ~same_bad
+    ratio = diff / (atol + rtol * np.abs(np.where(both, ref, 0.0)))
+    beyond = bool(bad.any()) or bool((ratio > 1).any())
+    defined = not (nan or inf or reference_nan)
+    scale = float(np.abs(ref).max()) if defined and ref.size else 0.0
+    max_abs = float(diff.max()) if ref.size else 0.0
+    return LayerError(
+        layer=layer, status=BEYOND if beyond else WITHIN, site=site, shape=tuple(int(d) for d in ref.shape),
+        max_abs=max_abs if defined else None,
+        max_rel=(max_abs / scale if scale else 0.0) if defined else None,
+        tolerance_ratio=float(ratio.max()) if defined and ref.size else (None if not defined else 0.0),
+        cosine=_cosine(got, ref) if defined else None,
+        nan=nan, inf=inf, reference_nan=reference_nan)
+
+
+def _cosine(got: np.ndarray, ref: np.ndarray) -> float:
+    """Cosine similarity of the flattened arrays; two all-zero arrays are alike (1),
+    an all-zero one and another are not (0)."""
+    a, b = float(np.linalg.norm(got)), float(np.linalg.norm(ref))
+    if a == 0 or b == 0:
+        return 1.0 if a == b else 0.0
+    return float(np.dot(got.ravel(), ref.ravel()) / (a * b))

@@ -1,0 +1,181 @@
+"""Per-layer numerical comparison of compiled builds against their torch source:
+real zoo ResNet-18 builds run by TVM's VM and by torch's fx interpreter."""
+
+import json
+import statistics
+
+import numpy as np
+import pytest
+
+import relaytrace
+from relaytrace import zoo
+from relaytrace import compare
+from relaytrace.frontends.torch import from_torch
+from relaytrace.layer_outputs import layer_outputs
+from relaytrace.model.numerics import BEYOND, FUSED, WITHIN, Comparison, error_of
+
+from .fuzz import run_cli
+
+
+def _compare(module, example, **build):
+    executable, lineage = relaytrace.build(from_torch(module, (example,)), "llvm", **build)
+    return lineage, compare(executable, lineage, module, [example.numpy()])
+
+
+@pytest.fixture(scope="module")
+def resnet18_fp32():
+    module, example = zoo.get("resnet18")
+    return _compare(module, example)
+
+
+def test_resnet18_fp32_every_layer_within_1e_4(resnet18_fp32):
+    lineage, result = resnet18_fp32
+    compared = [e for e in result.layers if e.compared]
+    assert all(e.status == WITHIN and e.max_abs < 1e-4 and e.cosine > 0.99999 for e in compared)
+    assert result.first_beyond is None and result.first_nan is None
+    convs = {o.layer for o in lineage.origins.values() if o.short_op == "conv2d"}
+    assert len(convs) == 20 and convs <= {e.layer for e in compared}  # each conv's kernel writes its output
+    assert "no layer beyond the tolerance" in result.summary()
+    assert Comparison.from_json(json.loads(json.dumps(result.to_json()))) == result
+
+
+def test_a_layer_fused_away_is_said_with_the_kernel_that_holds_it(resnet18_fp32):
+    """bn1's output never leaves the BatchNorm+ReLU kernel: it is ``fused``, kept in the
+    call site that runs its last op and writes the next layer's output (compared there)."""
+    lineage, result = resnet18_fp32
+    by_layer = {e.layer: e for e in result.layers}
+    fused = [e for e in result.layers if e.status == FUSED]
+    assert by_layer["bn1"].status == FUSED and "relu's output" in by_layer["bn1"].note
+    assert by_layer["relu"].status == WITHIN and by_layer["relu"].site == by_layer["bn1"].site
+    plan = {p.layer: p for p in layer_outputs(lineage)}
+    for e in fused:
+        site = lineage.site_by_label(e.site)
+        assert plan[e.layer].origin in site.origin_ids  # the kernel runs the layer's last op
+        host = e.note.split("which writes ")[1].split("'s output")[0]
+        assert by_layer[host].site == e.site and by_layer[host].compared, (e, by_layer[host])
+    assert "missing" not in " ".join(e.note for e in result.layers)
+
+
+def test_fp16_errors_grow_along_the_network_and_name_the_first_layer(resnet18_fp32):
+    """At 224x224 (at 64x64 layer4's errors are no larger than layer1's: growth along
+    a network is an observation about this one, not a law)."""
+    _, fp32 = resnet18_fp32
+    _, fp16 = _compare(*zoo.get("resnet18"), mixed_precision="float16")  # fp16 compute and accumulators
+    first = fp16.first_beyond
+    assert first is not None and first.layer == "conv1"  # the first op ToMixedPrecision converts
+    assert "first layer beyond the tolerance: conv1" in fp16.summary()
+    rel16 = {e.layer: e.max_rel for e in fp16.layers if e.compared}
+    rel32 = {e.layer: e.max_rel for e in fp32.layers if e.compared}
+    assert all(rel16[layer] > 100 * rel32[layer] for layer in rel16 if layer in rel32 and rel32[layer] > 0)
+    early = statistics.median(v for k, v in rel16.items() if k.startswith("layer1."))
+    late = statistics.median(v for k, v in rel16.items() if k.startswith("layer4."))
+    print(f"fp16 max rel error, median of layer1: {early:.2e}, of layer4: {late:.2e}")
+    assert late > early
+
+
+def test_a_pass_that_breaks_one_layer_is_named_first():
+    """A user pass, traced with the build, scales layer2.0.conv1's weight constant:
+    every layer before it stays within, and it is the first beyond."""
+    import tvm
+    from tvm import relax
+
+    module, example = zoo.get("resnet18", image=64)
+    imported = from_torch(module, (example,))
+    target = tvm.target.Target("llvm")
+    broken_layer = "layer2.0.conv1"  # the only conv with a 128x64x3x3 weight
+
+    @tvm.transform.module_pass(opt_level=0, name="BreakOneConv")
+    def break_one_conv(mod, _ctx):
+        @relax.expr_functor.mutator
+        class Mutator(relax.PyExprMutator):
+            def visit_call_(self, call):
+                call = super().visit_call_(call)
+                if getattr(call.op, "name", "") == "relax.nn.conv2d" and isinstance(call.args[1], tvm.ir.Constant) \
+                        and tuple(call.args[1].value.shape) == (128, 64, 3, 3):
+                    broken = relax.const(call.args[1].value.numpy() * 1.01)
+                    return relax.Call(call.op, [call.args[0], broken], call.attrs)
+                return call
+
+        mutator = Mutator(mod)
+        return tvm.IRModule({gv: mutator.visit_expr(f) if isinstance(f, relax.Function) else f
+                             for gv, f in mod.functions.items()})
+
+    with relaytrace.trace(model="resnet18", target="llvm", layer_of=imported.layer_of) as handle:
+        executable = tvm.compile(imported.mod, target, relax_pipeline=tvm.transform.Sequential(
+            [break_one_conv, relax.get_default_pipeline(target)]))
+    result = compare(executable, handle.lineage, module, [example.numpy()])
+    assert result.first_beyond is not None and result.first_beyond.layer == broken_layer
+    before = [e for e in result.layers[:[e.layer for e in result.layers].index(broken_layer)] if e.compared]
+    assert before and all(e.status == WITHIN for e in before)
+
+
+def test_a_nan_in_one_layers_weights_names_the_first_nan_layer():
+    import torch
+
+    module, example = zoo.get("resnet18", image=64)
+    with torch.no_grad():
+        module.layer2[1].conv2.weight[3, 0, 1, 1] = float("nan")
+    _, result = _compare(module, example)
+    first = result.first_nan
+    assert first is not None and first.layer == "layer2.1.conv2" and first.nan > 0
+    assert first.reference_nan > 0 and first.status == WITHIN  # NaN at the same places in torch
+    order = [e.layer for e in result.layers]
+    assert all(not e.nan for e in result.layers[:order.index(first.layer)])
+    assert "first layer with NaN/Inf in its compiled output: layer2.1.conv2" in result.summary()
+
+
+def test_error_statistics_of_one_pair():
+    ref = np.array([1.0, -2.0, 0.0, 4.0])
+    e = error_of("x", "k#0", ref + [0, 0, 1e-3, 0], ref, atol=1e-4, rtol=1e-4)
+    assert e.status == BEYOND and e.max_abs == pytest.approx(1e-3) and e.max_rel == pytest.approx(2.5e-4)
+    assert e.tolerance_ratio == pytest.approx(10.0) and 0.99 < e.cosine < 1
+    nan = error_of("x", "k#0", np.array([np.nan, 1.0]), np.array([0.5, 1.0]), 1e-4, 1e-4)
+    assert nan.status == BEYOND and nan.nan == 1 and nan.max_abs is None
+    same = error_of("x", "k#0", np.array([np.nan, 1.0]), np.array([np.nan, 1.0]), 1e-4, 1e-4)
+    assert same.status == WITHIN and same.reference_nan == 1
+    assert error_of("x", "k#0", np.zeros(3), np.ones(3), 1e-4, 1e-4).cosine == 0.0
+
+
+def test_cli_compare_writes_its_outputs_and_the_report_shows_them(tmp_path, tiny_out):
+    out = tmp_path / "cmp"
+    code, stdout, err = run_cli(["--quiet", "compare", "tests/fixtures/tiny_model.py:make", "--out", out])
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["compare.csv", "compare.json", "errors.svg", "lineage.json"]
+    result = Comparison.load(out / "compare.json")
+    assert "no layer beyond the tolerance" in stdout and result.summary().splitlines()[0] in stdout
+    rows = (out / "compare.csv").read_text().splitlines()
+    assert rows[0].startswith("layer,status,max abs") and len(rows) == len(result.layers) + 1
+    assert "max abs" in (out / "errors.svg").read_text()
+    code, stdout, err = run_cli(["render", tiny_out, "--format", "html", "--compare", out / "compare.json",
+                                 "--out", tmp_path / "r.html"])
+    assert code == 0, err
+    page = (tmp_path / "r.html").read_text()
+    compared = next(e for e in result.layers if e.compared)
+    assert f'"{compared.layer}": {{"status": "within"' in page
+    other = json.loads((out / "compare.json").read_text())
+    other["model"] = "another"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    code, _, err = run_cli(["render", tiny_out, "--format", "html", "--compare", tmp_path / "other.json",
+                            "--out", tmp_path / "r2.html"])
+    assert code == 1 and "compares 'another', not this lineage's model" in err and not (tmp_path / "r2.html").exists()
+    aarch64 = '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'
+    for bad, says in ((["--accumulate", "float16"], "--accumulate applies to --precision fp16"),
+                      (["--atol", "-1"], "--atol: '-1' must be at least 0"),
+                      (["--target", aarch64], "does not run on this machine")):
+        code, _, err = run_cli(["compare", "tests/fixtures/tiny_model.py:make", *bad])
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_onnx_model_is_compared_against_onnx_reference(tmp_path):
+    """The reference of an ONNX build is the ONNX model itself, run by onnx.reference:
+    layers (torch module paths, from the exporter's scopes) within, fused ones said."""
+    from relaytrace.frontends.onnx import export_torch_to_onnx, from_onnx
+
+    module, example = zoo.get("resnet18", image=64)
+    path = export_torch_to_onnx(module, (example,), tmp_path / "r18.onnx")
+    executable, lineage = relaytrace.build(from_onnx(path), "llvm")
+    result = compare(executable, lineage, str(path), [example.numpy()])
+    compared = [e for e in result.layers if e.compared]
+    assert len(compared) >= 20 and all(e.status == WITHIN for e in compared)
+    assert "layer4.1.relu@1" in {e.layer for e in compared}
+    assert all(lineage.site_by_label(e.site) for e in result.layers if e.status == FUSED)
