@@ -169,8 +169,9 @@ def cmd_compare(args) -> int:
     say(f"importing {args.model}")
     loaded = load(args.model, shapes=[parse_shape(x) for x in args.input_shape])
     if loaded.source is None:
-        raise UsageError(f"compare needs the model's own framework to run it: {args.model} is a TVM nn model "
-                         "(compare an .onnx file or path/to/file.py:factory returning a torch module and its inputs)")
+        raise UsageError(f"compare runs the model in its own framework, and {args.model} is a TVM model (an nn module "
+                         "or a Relax IRModule): compare an .onnx file or path/to/file.py:factory returning a torch "
+                         "module and its inputs")
     accumulate = (args.accumulate or "float32") if args.precision == "fp16" else None
     precision = f"float16, accumulating in {accumulate}" if accumulate else "float32 as built"
     say(f"building {loaded.model.name} ({args.pipeline}, {args.layout}, {precision}) for {args.target}")
@@ -199,6 +200,9 @@ def cmd_render(args) -> int:
     if args.out and Path(args.out).suffix.lower() not in (f".{args.format}",) + ((".htm",) if args.format == "html" else ()):
         raise UsageError(f"--out {args.out} does not end in .{args.format}, the --format it would be written in: "
                          f"name it ...{'.' + args.format} or give the --format its suffix says")
+    if args.compare and args.format != "html":
+        raise UsageError("--compare shows each layer's error in the HTML report (--format html); the layer graph "
+                         "coloured by error is errors.svg, written by `relaytrace compare --out DIR`")
     if args.format == "html" and args.graph != "layers":
         raise UsageError("the HTML report holds the kernel graph and every table: --graph applies to svg, png, pdf "
                          "and dot")
@@ -208,8 +212,8 @@ def cmd_render(args) -> int:
         lineage_path.with_name("profile.json") if lineage_path.with_name("profile.json").is_file() else None)
     lineage = Lineage.load(lineage_path)
     report = make_report(lineage, Profile.load(profile_path)) if profile_path else None
-    comparison = _comparison(args.compare or (lineage_path.with_name("compare.json")
-                                              if lineage_path.with_name("compare.json").is_file() else None), lineage)
+    beside = lineage_path.with_name("compare.json")
+    comparison = _comparison(args.compare or (beside if args.format == "html" and beside.is_file() else None), lineage)
     from .jobs import RENDERED
 
     stem = lineage_path.parent / (RENDERED + ("report" if args.format == "html" else args.graph))
@@ -306,7 +310,7 @@ def cmd_diff(args) -> int:
 
     table = [[r.layer, ms(r.a_us, r.absent_a), ms(r.b_us, r.absent_b),
               "-" if r.ratio is None else f"{r.ratio:.3f}" + (" ~" if r.within_noise else ""),
-              f"±{r.spread_us / 1e3:.3f}" if r.spread_us else "-",
+              f"±{r.spread_us / 1e3:.3g}" if r.spread_us else "-",
               " ".join(r.kernels_a) + ("" if args.reference else " -> " + " ".join(r.kernels_b))]
              + ([r.match] if args.by_layer and not args.reference else []) for r in rows]
     print(format_table(headers, table))
@@ -428,7 +432,9 @@ def _at_least(low, kind=int, strict: bool = True):
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
         above = kind is not int and strict
-        if not ((value > low if above else value >= low) and value < float("inf")):  # NaN is refused too
+        if value != value:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+        if not ((value > low if above else value >= low) and value < float("inf")):
             raise argparse.ArgumentTypeError(f"{text!r} must be {'above' if above else 'at least'} {low}")
         return value
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import attrs
 import numpy as np
 
 from .errors import RelaytraceError, describe
@@ -32,7 +33,7 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4,
     ``executable`` against ``reference``, the torch module or ONNX model (or path) it
     was imported from, both run on ``inputs`` (arrays or tensors, in the entry's
     order). ``precision`` says how the build was made, for the report. Each is run
-    once; neither is changed."""
+    once; neither is changed (a torch module is put in eval mode, as its import did)."""
     import tvm
     from tvm import relax
 
@@ -54,7 +55,7 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4,
         saved = (_onnx_outputs if onnx else _torch_outputs)(reference, arrays, wanted, Path(folder))
         by_site: dict[tuple[str, int], list] = {}
         for p in plan:
-            if not p.status and p.node in saved:
+            if not p.status and saved.get(p.node):
                 by_site.setdefault((p.kernel, p.call), []).append(p)
         device = device or device_here(lineage.target)
         vm = relax.VirtualMachine(executable, device)
@@ -70,8 +71,10 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4,
             name_k = pending.pop()  # calls nest (a Relax subfunction holds kernel calls): last in, first out
             for p in by_site.get(name_k, ()):
                 tensors = [a for a in call_args if hasattr(a, "shape")]
-                results[p.layer] = _judge(p, tensors[-1].numpy() if tensors else None, saved[p.node], atol, rtol)
-                Path(saved[p.node]).unlink()
+                got = [t.numpy() for t in tensors[-p.outputs:]] if len(tensors) >= p.outputs else []
+                results[p.layer] = _judge(p, got, saved[p.node], atol, rtol)
+                for path in saved[p.node]:
+                    Path(path).unlink()
             return relax.VMInstrumentReturnKind.NO_OP
 
         say("running the compiled model")
@@ -84,24 +87,29 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4,
             vm.set_instrument(lambda *_: relax.VMInstrumentReturnKind.NO_OP)
     layers = tuple(results.get(p.layer) or LayerError(
         p.layer, p.status or NOT_COMPARABLE, p.site,
-        p.note or (f"the reference has no value for node {p.node!r}" if p.node not in saved
+        p.note or (f"the reference has no tensor for node {p.node!r}" if not saved.get(p.node)
                    else f"{p.site} did not run")) for p in plan)
     return Comparison(model=lineage.model, entry=entry, atol=atol, rtol=rtol, precision=precision, layers=layers)
 
 
-def _judge(p, got, ref_path: str, atol: float, rtol: float) -> LayerError:
-    ref = np.load(ref_path)
-    if got is None or got.shape != ref.shape:
-        shape = "nothing" if got is None else f"shape {list(got.shape)}"
-        return LayerError(p.layer, NOT_COMPARABLE, p.site, f"{p.site} wrote {shape}, the reference "
-                                                           f"{list(ref.shape)} (another layout)")
-    return error_of(p.layer, p.site, got, ref, atol, rtol)
+def _judge(p, got: list, ref_paths: list[str], atol: float, rtol: float) -> LayerError:
+    """``got``: the kernel's last ``p.outputs`` arguments; the reference's tensors in
+    order. Several outputs are compared as one (their elements together)."""
+    ref = [np.load(path) for path in ref_paths]
+    if [g.shape for g in got] != [r.shape for r in ref]:
+        return LayerError(p.layer, NOT_COMPARABLE, p.site, f"{p.site} wrote shapes {[list(g.shape) for g in got]}, "
+                                                           f"the reference {[list(r.shape) for r in ref]}")
+    if len(ref) == 1:
+        return error_of(p.layer, p.site, got[0], ref[0], atol, rtol)
+    error = error_of(p.layer, p.site, np.concatenate([g.ravel() for g in got]),
+                     np.concatenate([r.ravel() for r in ref]), atol, rtol)
+    return attrs.evolve(error, shape=ref[0].shape, note=f"{len(ref)} outputs compared together (shape: the first's)")
 
 
 def _onnx_outputs(model, arrays, wanted: set[str], folder: Path) -> dict[str, str]:
     """Run the ONNX ``model`` (a ModelProto or path) with ``onnx.reference`` on
     ``arrays`` (its graph inputs in order) and save each value in ``wanted``
-    (``onnx:NAME``): node -> .npy path."""
+    (``onnx:NAME``, a node's first output): node -> [.npy path]."""
     from .frontends.common import require
 
     onnx = require("onnx", "onnx")
@@ -120,15 +128,15 @@ def _onnx_outputs(model, arrays, wanted: set[str], folder: Path) -> dict[str, st
     saved = {}
     for i, (name, value) in enumerate(zip(names, values)):
         np.save(folder / f"{i}.npy", np.asarray(value))
-        saved[ONNX_VALUE + name] = str(folder / f"{i}.npy")
+        saved[ONNX_VALUE + name] = [str(folder / f"{i}.npy")]
     return saved
 
 
 def _torch_outputs(module, arrays, wanted: set[str], folder: Path) -> dict[str, str]:
     """Run ``module`` (exported as ``torch.export.export`` gives it, the program whose
     node names the lineage keeps) on ``arrays`` and save the value of each node in
-    ``wanted`` to ``folder``: node name -> .npy path. A node with several outputs gives
-    its first tensor."""
+    ``wanted`` to ``folder``: node name -> the .npy paths of its tensors (a node of
+    several outputs, such as ``chunk``, has one per output, in order)."""
     import torch
 
     if not isinstance(module, torch.nn.Module):
@@ -145,12 +153,13 @@ def _torch_outputs(module, arrays, wanted: set[str], folder: Path) -> dict[str, 
         def run_node(self, node):
             value = super().run_node(node)
             if node.name in wanted:
-                tensor = value if isinstance(value, torch.Tensor) else next(
-                    (v for v in value if isinstance(v, torch.Tensor)), None) if isinstance(value, (tuple, list)) else None
-                if tensor is not None:
-                    path = folder / f"{len(saved)}.npy"
+                tensors = [v for v in (value if isinstance(value, (tuple, list)) else [value])
+                           if isinstance(v, torch.Tensor)]
+                saved[node.name] = []
+                for tensor in tensors:
+                    path = folder / f"{len(saved)}-{len(saved[node.name])}.npy"
                     np.save(path, tensor.detach().cpu().numpy())
-                    saved[node.name] = str(path)
+                    saved[node.name].append(str(path))
             return value
 
     with torch.no_grad():

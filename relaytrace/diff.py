@@ -33,8 +33,8 @@ class LayerDiff:
 
     @property
     def within_noise(self) -> bool:
-        """The change is no larger than the runs' own scatter (``layer_spread``): it
-        may be noise. False when a side has one run (nothing to tell by)."""
+        """The change is no larger than the runs' own scatter (``layer_spread``, both
+        sides added): it may be noise. False when neither side has any (one run each)."""
         return self.spread_us > 0 and abs(self.change_us) <= self.spread_us
 
     @property
@@ -94,8 +94,7 @@ def layer_spread(lineage, profile, policy: str = "anchor") -> dict[str, float]:
     times = profile.site_times()
     spread: dict[str, float] = {}
     for share in A.shares(lineage, profile, policy):
-        kernel, _, call = share.site.rpartition("#")
-        t = times[(kernel, int(call))]
+        t = times[(share.kernel, int(share.site.rpartition("#")[2]))]  # a label may carry its entry: decode:k#0
         if t.median_us > 0 and t.runs > 1:
             spread[share.layer] = spread.get(share.layer, 0.0) + share.us * (t.max_us - t.min_us) / t.median_us
     return spread

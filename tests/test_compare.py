@@ -130,7 +130,7 @@ def test_error_statistics_of_one_pair():
     assert e.status == BEYOND and e.max_abs == pytest.approx(1e-3) and e.max_rel == pytest.approx(2.5e-4)
     assert e.tolerance_ratio == pytest.approx(10.0) and 0.99 < e.cosine < 1
     nan = error_of("x", "k#0", np.array([np.nan, 1.0]), np.array([0.5, 1.0]), 1e-4, 1e-4)
-    assert nan.status == BEYOND and nan.nan == 1 and nan.max_abs is None
+    assert nan.status == BEYOND and nan.nan == 1 and nan.max_abs == 0.0  # its finite element agrees
     same = error_of("x", "k#0", np.array([np.nan, 1.0]), np.array([np.nan, 1.0]), 1e-4, 1e-4)
     assert same.status == WITHIN and same.reference_nan == 1
     assert error_of("x", "k#0", np.zeros(3), np.ones(3), 1e-4, 1e-4).cosine == 0.0
@@ -158,6 +158,10 @@ def test_cli_compare_writes_its_outputs_and_the_report_shows_them(tmp_path, tiny
     code, _, err = run_cli(["render", tiny_out, "--format", "html", "--compare", tmp_path / "other.json",
                             "--out", tmp_path / "r2.html"])
     assert code == 1 and "compares 'another', not this lineage's model" in err and not (tmp_path / "r2.html").exists()
+    code, _, err = run_cli(["render", tiny_out, "--format", "svg", "--compare", out / "compare.json",
+                            "--out", tmp_path / "r.svg"])
+    assert code == 2 and "--compare shows each layer's error in the HTML report" in err
+    assert "numerics (in each layer's pane)" in page
     aarch64 = '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'
     for bad, says in ((["--accumulate", "float16"], "--accumulate applies to --precision fp16"),
                       (["--atol", "-1"], "--atol: '-1' must be at least 0"),
@@ -179,3 +183,63 @@ def test_an_onnx_model_is_compared_against_onnx_reference(tmp_path):
     assert len(compared) >= 20 and all(e.status == WITHIN for e in compared)
     assert "layer4.1.relu@1" in {e.layer for e in compared}
     assert all(lineage.site_by_label(e.site) for e in result.layers if e.status == FUSED)
+
+
+def _split_model():
+    """A conv, a module ending in ``chunk`` (an op of two outputs), a difference in the
+    root forward."""
+    import torch
+
+    class Split(torch.nn.Module):
+        def forward(self, x):
+            return torch.chunk(x * 2.0, 2, dim=1)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(8, 8, 3, padding=1)
+            self.sp = Split()
+
+        def forward(self, x):
+            a, b = self.sp(self.conv(x))
+            return torch.tanh(a - b)
+
+    torch.manual_seed(0)
+    return Model().eval(), torch.randn(1, 8, 8, 8)  # C = H = W: a layout change keeps the shape
+
+
+def test_an_op_of_two_outputs_is_compared_output_for_output():
+    module, example = _split_model()
+    _, unfused = _compare(module, example, pipeline="unfused")
+    sp = next(e for e in unfused.layers if e.layer == "sp")
+    assert sp.status == WITHIN and sp.max_abs < 1e-5 and "2 outputs compared together" in sp.note
+    _, fused = _compare(module, example)
+    by_layer = {e.layer: e for e in fused.layers}
+    assert all(e.status != BEYOND for e in fused.layers)
+    # conv's kernel writes the doubling inside sp, which is no layer's output: said so, not "writes sp's output"
+    assert by_layer["conv"].status == FUSED and "not a layer's output compared there" in by_layer["conv"].note
+
+
+def test_a_layout_changed_build_is_not_compared_as_if_it_were_not():
+    """NHWC data compared with NCHW data would be garbage even when the shapes agree."""
+    module, example = _split_model()
+    _, result = _compare(module, example, pipeline="unfused",
+                         convert_layout={"relax.nn.conv2d": ["NHWC", "OHWI"]})
+    conv = next(e for e in result.layers if e.layer == "conv")
+    assert conv.status == "not comparable" and "ConvertLayout" in conv.note
+    assert all(e.status != BEYOND for e in result.layers)
+
+
+def test_atol_zero_and_an_all_zero_reference_stay_defined(tmp_path):
+    e = error_of("x", "k#0", np.array([0.0, 1.0]), np.array([0.0, 1.0]), atol=0.0, rtol=1e-3)
+    assert e.status == WITHIN and e.tolerance_ratio == 0.0
+    e = error_of("x", "k#0", np.array([1e-9, 1.0]), np.array([0.0, 1.0]), atol=0.0, rtol=1e-3)
+    assert e.status == BEYOND and e.tolerance_ratio is None  # a difference where nothing is tolerated
+    zero = error_of("x", "k#0", np.ones(3), np.zeros(3), 1e-4, 1e-4)
+    assert zero.status == BEYOND and zero.max_rel is None and zero.max_abs == 1.0
+    partly = error_of("x", "k#0", np.array([np.nan, 1.5]), np.array([np.nan, 1.0]), 1e-4, 1e-4)
+    assert partly.status == BEYOND and partly.max_abs == pytest.approx(0.5)  # the finite part is judged
+    result = Comparison("m", "main", 0.0, 1e-3, "float32 as built", (e, zero, partly))
+    result.save(tmp_path / "c.json")
+    assert Comparison.load(tmp_path / "c.json") == result
+    assert json.loads((tmp_path / "c.json").read_text())["first_beyond"] == "x"

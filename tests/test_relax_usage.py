@@ -49,6 +49,10 @@ def test_two_entries_with_a_symbolic_dim_are_traced_and_profiled_at_any_size():
     report = _assert_layers_sum_to_kernels(lineage, prof)
     assert report.layers and all(r.layer.startswith("decode.") for r in report.layers)
     assert report.coverage.complete
+    from relaytrace import diff
+
+    rows = diff.compare(lineage, prof, lineage, prof)  # decode's sites are labelled decode:KERNEL#N
+    assert rows and all(r.within_noise for r in rows if r.spread_us)
 
 
 def test_inputs_that_do_not_fit_the_symbolic_signature_are_refused_naming_the_problem():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -110,13 +111,18 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
         raise RelaytraceError(f"no Python file at {path}")
     loader = importlib.util.spec_from_file_location(f"relaytrace_user_{Path(path).stem}", path)
     module = importlib.util.module_from_spec(loader)
+    folder = str(Path(path).resolve().parent)
+    sys.path.insert(0, folder)  # as `python file.py` has it: the file's own imports (from net import make) work
     try:
-        loader.loader.exec_module(module)
-    except Exception as exc:
-        raise RelaytraceError(f"{path} failed to import: {type(exc).__name__}: {exc}") from exc
-    if not hasattr(module, factory):
-        raise RelaytraceError(f"{path} has no function {factory!r}")
-    made = _call_factory(getattr(module, factory), f"{path}:{factory}")
+        try:
+            loader.loader.exec_module(module)
+        except Exception as exc:
+            raise RelaytraceError(f"{path} failed to import: {type(exc).__name__}: {exc}") from exc
+        if not hasattr(module, factory):
+            raise RelaytraceError(f"{path} has no function {factory!r}")
+        made = _call_factory(getattr(module, factory), f"{path}:{factory}")
+    finally:
+        sys.path.remove(folder)
     if not (isinstance(made, tuple) and len(made) == 2):
         raise RelaytraceError(f"{factory}() must return (torch module, example inputs) or (nn module, spec)")
     made_module, example = made

@@ -15,7 +15,7 @@ import tempfile
 
 from ..errors import RelaytraceError, UsageError, describe
 from ..model.jsonio import current_umask
-from ..model.origin import ONNX_VALUE
+from ..model.origin import ONNX_SOURCE, ONNX_VALUE
 from .common import ImportedModel, match_input_names, require
 
 
@@ -131,7 +131,7 @@ def _recording_importer(shape_dict, torch_names: bool):
         def _convert_operator(self, op_name, inputs, attrs, opset):
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
             k = len(self.records)
-            self.records.append((self._names[k], self._types[k], f"onnx node {self._node_names[k]}",
+            self.records.append((self._names[k], self._types[k], ONNX_SOURCE + self._node_names[k],
                                  ONNX_VALUE + self._outputs[k], sym))
             return sym
 

@@ -82,7 +82,7 @@ def _exported_name(node, graph) -> str:
         if getattr(source, "graph_id", None) == id(graph) and source.name in names:
             return source.name
         pending.extend(getattr(source, "from_node", None) or ())
-    return node.name if node.name in names else ""
+    return ""  # a name alone could be another op's (mul_1 before and after decompositions)
 
 
 def _source_op(node) -> str:

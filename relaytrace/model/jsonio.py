@@ -13,13 +13,15 @@ from pathlib import Path
 from ..errors import LineageFormatError
 
 
-def check_schema(data, schema: str, what: str, where: str = "") -> None:
-    """``data`` is a JSON object of ``schema``; ``where`` (the file) named otherwise."""
+def check_schema(data, schema: str, what: str, where: str = "", made_by: str = "") -> None:
+    """``data`` is a JSON object of ``schema``; ``where`` (the file) named otherwise,
+    with what writes such a file (``made_by``, default ``WHAT.save or relaytrace
+    profile``)."""
     if not isinstance(data, dict) or data.get("schema") != schema:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise LineageFormatError(
             f"{where + ' is ' if where else ''}not a relaytrace {what} of schema {schema!r} (found {found!r}); "
-            f"write it with {what.capitalize()}.save or `relaytrace profile`"
+            f"write it with {made_by or what.capitalize() + '.save or `relaytrace profile`'}"
         )
 
 

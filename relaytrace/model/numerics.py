@@ -3,7 +3,7 @@ layer: the data (``LayerError``, ``Comparison``) and the statistics of one pair 
 arrays (``error_of``). Needs numpy only, not TVM or torch.
 
 A layer's output is its last op's output. It is compared where a kernel call site
-writes it (``relaytrace.numerics_plan``); a layer whose output stays inside a kernel
+writes it (``relaytrace.layer_outputs``); a layer whose output stays inside a kernel
 (fused into the next layer's ops) is ``fused``, with the call site that holds it.
 """
 
@@ -26,7 +26,7 @@ STATUSES = (WITHIN, BEYOND, FUSED, NO_OUTPUT, NOT_COMPARABLE)
 class LayerError:
     """One layer's output, compiled against the reference. Figures are None when the
     layer was not compared (``status`` fused / no output / not comparable, ``note``
-    says why) or, for the errors, when NaN or Inf made them undefined."""
+    says why) or undefined (``error_of``)."""
 
     layer: str
     status: str
@@ -88,14 +88,17 @@ class Comparison:
         return "\n".join(lines)
 
     def to_json(self) -> dict:
+        first, nan = self.first_beyond, self.first_nan
         return {"schema": self.schema, "model": self.model, "entry": self.entry, "atol": self.atol,
-                "rtol": self.rtol, "precision": self.precision, "layers": [attrs.asdict(e) for e in self.layers]}
+                "rtol": self.rtol, "precision": self.precision, "layers": [attrs.asdict(e) for e in self.layers],
+                "first_beyond": first.layer if first else None,  # derived, for scripts
+                "first_nan": nan.layer if nan else None}
 
     @classmethod
     def from_json(cls, data, where: str = "compare") -> "Comparison":
         """The comparison a JSON object holds, every field checked (a
         ``LineageFormatError`` naming it otherwise)."""
-        check_schema(data, SCHEMA, "compare", where)
+        check_schema(data, SCHEMA, "compare", where, made_by="`relaytrace compare --out DIR` (or Comparison.save)")
         for key, kind in (("model", str), ("entry", str), ("precision", str), ("atol", float), ("rtol", float)):
             if key not in data:
                 raise LineageFormatError(f"{where} has no field {key!r}")
@@ -117,14 +120,17 @@ class Comparison:
 
 
 def _num(value) -> str:
-    return "n/a (NaN or Inf)" if value is None else f"{value:.3g}"
+    return "n/a (no element finite on both sides)" if value is None else f"{value:.3g}"
 
 
 def error_of(layer: str, site: str, got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> LayerError:
     """The statistics of one layer's compiled output ``got`` against the reference
     ``ref`` (same shape; both taken as float64). A NaN or Inf where the reference has
-    a finite value is beyond any tolerance; the same non-finite value on both sides
-    is not an error."""
+    a finite value (or the other way round) is beyond any tolerance; the same
+    non-finite value on both sides is not an error. The errors are over the elements
+    finite on both sides (None when there are none); ``max_rel`` is None when the
+    reference is all zeros and the output is not, ``tolerance_ratio`` when atol is 0
+    and an element differs where the reference is 0 (both beyond)."""
     got = np.asarray(got, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     nan, inf = int(np.isnan(got).sum()), int(np.isinf(got).sum())
@@ -132,18 +138,19 @@ def error_of(layer: str, site: str, got: np.ndarray, ref: np.ndarray, atol: floa
     both = np.isfinite(got) & np.isfinite(ref)
     same_bad = ~both & ((np.isnan(got) & np.isnan(ref)) | (got == ref))
     diff = np.abs(got - ref, where=both, out=np.zeros_like(got))
-    bad = ~both & ~same_bad
-    ratio = diff / (atol + rtol * np.abs(np.where(both, ref, 0.0)))
-    beyond = bool(bad.any()) or bool((ratio > 1).any())
-    defined = not (nan or inf or reference_nan)
-    scale = float(np.abs(ref).max()) if defined and ref.size else 0.0
-    max_abs = float(diff.max()) if ref.size else 0.0
+    tolerance = atol + rtol * np.abs(np.where(both, ref, 0.0))
+    ratio = np.divide(diff, tolerance, out=np.where(diff > 0, np.inf, 0.0), where=tolerance > 0)
+    beyond = bool((~both & ~same_bad).any()) or bool((ratio > 1).any())
+    finite = bool(both.any())
+    max_abs = float(diff[both].max()) if finite else None
+    scale = float(np.abs(ref[both]).max()) if finite else 0.0
+    worst = float(ratio[both].max()) if finite else None
     return LayerError(
         layer=layer, status=BEYOND if beyond else WITHIN, site=site, shape=tuple(int(d) for d in ref.shape),
-        max_abs=max_abs if defined else None,
-        max_rel=(max_abs / scale if scale else 0.0) if defined else None,
-        tolerance_ratio=float(ratio.max()) if defined and ref.size else (None if not defined else 0.0),
-        cosine=_cosine(got, ref) if defined else None,
+        max_abs=max_abs,
+        max_rel=None if not finite or (scale == 0 and max_abs > 0) else (max_abs / scale if scale else 0.0),
+        tolerance_ratio=worst if worst is None or np.isfinite(worst) else None,
+        cosine=_cosine(got[both], ref[both]) if finite else None,
         nan=nan, inf=inf, reference_nan=reference_nan)
 
 

@@ -18,6 +18,7 @@ Shape = tuple
 
 
 ONNX_VALUE = "onnx:"  # Origin.node of an ONNX op: this, then the name of its node's first output
+ONNX_SOURCE = "onnx node "  # Origin.source of an ONNX op: this, then its node's name
 
 
 @define(frozen=True, slots=False)

@@ -1,8 +1,9 @@
-"""Per-node data for Google's Model Explorer, keyed by the node ids its PyTorch
-ExportedProgram adapter gives: the fx node names of ``torch.export.export(model,
-args)`` (``Origin.node``).
+"""Per-node data for Google's Model Explorer, keyed by the node ids its adapters give:
+for a torch model the ExportedProgram adapter's, the fx node names of
+``torch.export.export(model, args)`` (``Origin.node``); for an ONNX model the
+model-explorer-onnx adapter's, the ONNX node names (``Origin.source``).
 
-A user opens their own exported program in Model Explorer and adds these files as
+A user opens their own exported program (or ONNX file) in Model Explorer and adds these files as
 node data ("Add per-node data" in its UI, or ``node_data_path`` in its Python API):
 our times coloured onto their graph. Model Explorer shows one value per node per
 file, so each figure is its own file, in its ``GraphNodeData`` form (``results``
@@ -11,7 +12,7 @@ keyed by node id), which applies to whichever graph is open.
 
 from __future__ import annotations
 
-from ..model.origin import ONNX_VALUE, OP
+from ..model.origin import ONNX_SOURCE, ONNX_VALUE, OP
 
 FILES = ("explorer-time.json", "explorer-kernels.json", "explorer-category.json")
 _GRADIENT = [{"stop": 0, "bgColor": "#fff5f0"}, {"stop": 0.5, "bgColor": "#fb6a4a"}, {"stop": 1, "bgColor": "#99000d"}]
@@ -27,11 +28,9 @@ def node_data(report) -> dict[str, dict]:
       to that layer's op), ``VM builtin``, ``eliminated by PASS`` or ``no kernel``.
 
     Nodes with no op of ours (inputs, parameters, the output) are left out. Empty when
-    the lineage names no torch.export nodes (ONNX models: their adapter's ids were not
-    checked)."""
+    the lineage names no nodes (a Relax module of your own, a TVM nn model)."""
     lineage = report.lineage
-    node_of = {o.id: o.node for o in lineage.origins.values()
-               if o.node and not o.node.startswith(ONNX_VALUE) and o.kind == OP}
+    node_of = {o.id: _node_id(o) for o in lineage.origins.values() if o.kind == OP and _node_id(o)}
     if not node_of:
         return {}
     time = dict.fromkeys(dict.fromkeys(node_of.values()), 0.0)
@@ -72,6 +71,14 @@ def node_data(report) -> dict[str, dict]:
                    "results": {n: {"value": " ".join(s)} for n, s in sites.items() if s}},
         FILES[2]: {"name": f"{name}: category", "results": {n: {"value": category(n)} for n in time}},
     }
+
+
+def _node_id(origin) -> str:
+    """Model Explorer's id of the node an op came from ("" when unknown): its
+    torch.export node name, or its ONNX node's name (an unnamed ONNX node has none)."""
+    if not origin.node.startswith(ONNX_VALUE):
+        return origin.node
+    return origin.source[len(ONNX_SOURCE):] if origin.source.startswith(ONNX_SOURCE) else ""
 
 
 def _served_node(lineage, share, node_of) -> str:

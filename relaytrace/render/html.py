@@ -80,6 +80,14 @@ def _sites(report) -> list[dict]:
     return out
 
 
+def _numerics_line(comparison) -> str:
+    """What the detail pane's numerics come from: a comparison of a build of its own."""
+    if comparison is None:
+        return ""
+    return (f'<p class="summary">numerics (in each layer\'s pane): {html.escape(comparison.summary().splitlines()[0])}; '
+            "from `relaytrace compare` of a build of its own, whose kernel calls are named there</p>")
+
+
 def _errors(comparison) -> dict:
     """layer -> its numerical comparison in words, for the detail pane."""
     if comparison is None:
@@ -89,8 +97,9 @@ def _errors(comparison) -> dict:
         if e.compared:
             figures = (f"max abs error {e.max_abs:.3g}, max rel {e.max_rel:.3g}, cosine {e.cosine:.6f}"
                        if e.max_abs is not None else f"{e.nan} NaN, {e.inf} Inf (the reference has {e.reference_nan})")
-            text = f"{'BEYOND' if e.status == 'beyond' else 'within'} atol {comparison.atol:g} / rtol " \
-                   f"{comparison.rtol:g} ({comparison.precision}): {figures}, read from {e.site}"
+            text = (f"{'BEYOND' if e.status == 'beyond' else 'within'} atol {comparison.atol:g} / rtol "
+                    f"{comparison.rtol:g} ({comparison.precision}): {figures}, read from {e.site} of the "
+                    "compared build")
         else:
             text = f"{e.status}: {e.note}"
         out[e.layer] = {"status": e.status.replace(" ", "-"), "text": text}  # a CSS class
@@ -220,6 +229,7 @@ def html_report(report, comparison=None) -> str:
 {len(lineage.call_sites)} kernel call sites of {len(lineage.kernels)} kernels &middot; attribution policy {policy}
 {"<br>ops inserted by passes (layout transforms, casts, shape functions) serve: " + caused if caused else ""}</div>
 {"".join(f'<p class="warn">{html.escape(w)}</p>' for w in profile.warnings())}
+{_numerics_line(comparison)}
 <div id="layout"><div id="main">
 <h2>Where the time goes</h2><div id="legend" class="legend"></div>
 <p>Kernel time by module (width: time; click a module to zoom in and see it in the pane).</p>

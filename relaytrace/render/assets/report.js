@@ -216,8 +216,11 @@ function fit(){  // the graph's whole width, at most 1:1; a tall graph starts at
   const scale = Math.max(graph.full[2] / w, 1);
   setBox([(graph.full[2] - w * scale) / 2, 0, w * scale, h * scale]);  // centred
 }
-function centreOn(key){ const n = graph.nodes.get(key); if (!n) return;
-  const [, , w, h] = graph.box; setBox([n.x - w / 2, n.y - h / 2, w, h]); }
+function centreOn(key){  // a node already in view stays where it is
+  const n = graph.nodes.get(key); if (!n) return;
+  const [x, y, w, h] = graph.box;
+  if (n.x > x && n.x < x + w && n.y > y && n.y < y + h) return;
+  setBox([n.x - w / 2, n.y - h / 2, w, h]); }
 function markLayers(layers){
   const keys = new Set(layers.map(l => prefix(l, graph.depth)));
   graph.nodes.forEach((n, key) => n.el.classList.toggle('hl', keys.has(key)));
@@ -225,7 +228,8 @@ function markLayers(layers){
 }
 function findInGraph(q){
   let count = 0, first = null;
-  graph.nodes.forEach((n, key) => { const hit = !!q && n.group.layers.some(l => l.toLowerCase().includes(q));
+  const matches = l => l.toLowerCase().includes(q) || (data.layer_sites[l] || []).some(x => x.toLowerCase().includes(q));
+  graph.nodes.forEach((n, key) => { const hit = !!q && n.group.layers.some(matches);
     n.el.classList.toggle('found', hit); if (hit) { count++; first = first || key; } });
   document.getElementById('found').textContent = q ? `${count} node(s) in the graph match` : '';
   if (first) centreOn(first);
