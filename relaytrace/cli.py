@@ -204,7 +204,7 @@ def cmd_render(args) -> int:
         raise UsageError("--compare shows each layer's error in the HTML report (--format html); the layer graph "
                          "coloured by error is errors.svg, written by `relaytrace compare --out DIR`")
     if args.format == "html" and args.graph != "layers":
-        raise UsageError("the HTML report holds the kernel graph and every table: --graph applies to svg, png, pdf "
+        raise UsageError("the HTML report holds the layer graph and every table: --graph applies to svg, png, pdf "
                          "and dot")
     source = Path(args.source)
     lineage_path = source / "lineage.json" if source.is_dir() else source
