@@ -45,7 +45,6 @@ def report_data(report) -> dict:
                      for r in report.op_types],
         "categories": [{"name": n, "ms": us / 1e3, "percent": p} for n, us, p in report.categories.rows()],
         "layer_sites": layer_sites,
-        "kernel_sites": {k: [s.label for s in v] for k, v in lineage.kernels.items()},
         "model": lineage.model,
         "sites": _sites(report),
         "layer_detail": _layer_detail(lineage),
