@@ -71,9 +71,8 @@ def compare(lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor",
         _some_common_layer(lineage_a, lineage_b)
     else:
         same_model(lineage_a, lineage_b)
-    a = {r.layer: r for r in A.by_layer(lineage_a, profile_a, policy)}
-    b = {r.layer: r for r in A.by_layer(lineage_b, profile_b, policy)}
-    spread_a, spread_b = layer_spread(lineage_a, profile_a, policy), layer_spread(lineage_b, profile_b, policy)
+    a, spread_a = _timed(lineage_a, profile_a, policy)
+    b, spread_b = _timed(lineage_b, profile_b, policy)
     layers = list(dict.fromkeys(list(lineage_a.layers()) + list(a) + list(lineage_b.layers()) + list(b)))
     ops_a, ops_b = _layer_ops(lineage_a), _layer_ops(lineage_b)
     rows = (
@@ -88,12 +87,19 @@ def compare(lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor",
     return tuple(sorted(rows, key=lambda r: -abs(r.change_us)))
 
 
-def layer_spread(lineage, profile, policy: str = "anchor") -> dict[str, float]:
-    """layer -> how far its time scatters over the profile's runs: each share of a call
-    site's median scaled by that site's max - min over median. 0 with one run."""
+def _timed(lineage, profile, policy):
+    """(layer -> its LayerRow, layer -> its spread), from one attribution of the profile."""
+    parts = A.shares(lineage, profile, policy)
+    return {r.layer: r for r in A.layers_from(parts)}, layer_spread(parts, profile)
+
+
+def layer_spread(shares, profile) -> dict[str, float]:
+    """layer -> how far its time scatters over the profile's runs: each of its
+    ``shares`` (``attribution.shares``) of a call site's median scaled by that site's
+    max - min over median. 0 with one run."""
     times = profile.site_times()
     spread: dict[str, float] = {}
-    for share in A.shares(lineage, profile, policy):
+    for share in shares:
         t = times[(share.kernel, int(share.site.rpartition("#")[2]))]  # a label may carry its entry: decode:k#0
         if t.median_us > 0 and t.runs > 1:
             spread[share.layer] = spread.get(share.layer, 0.0) + share.us * (t.max_us - t.min_us) / t.median_us
@@ -191,8 +197,8 @@ def _reference_rows(path: Path) -> dict[str, float]:
 def compare_reference(lineage, profile, reference: dict[str, float], policy: str = "anchor"):
     """Layers of the model against the reference; a layer the reference lacks is None
     (missing), never zero. Reference layers the model does not have are returned too."""
-    ours = {r.layer: r.us for r in A.by_layer(lineage, profile, policy)}
-    spread = layer_spread(lineage, profile, policy)
+    rows, spread = _timed(lineage, profile, policy)
+    ours = {layer: r.us for layer, r in rows.items()}
     layers = list(dict.fromkeys(list(ours) + [layer for layer in lineage.layers() if layer not in ours]))
     rows = tuple(LayerDiff(layer, ours.get(layer), reference.get(layer), _kernels(lineage, layer), (),
                            absent_a="" if layer in ours else absent(lineage, layer, "A"),

@@ -4,6 +4,8 @@ inserted op's kernel (a layout transform, a cast) to the kernel of the layer it 
 
 from __future__ import annotations
 
+from itertools import islice
+
 from ..attribution import module_prefix
 from ..model.lineage import Lineage
 from ..model.origin import INSERTED
@@ -70,7 +72,8 @@ def _flows(lineage, profile, sites) -> list[dict]:
         served = {x for o in site.origin_ids if lineage.origins[o].kind == INSERTED
                   for x in lineage.origins[o].serves}
         targets = set().union(*(runs_op.get(x, set()) for x in served)) - {(r.name, r.call)}
-        later = next((t for t in kernel_calls[i + 1:] if t.run == r.run and (t.name, t.call) in targets), None)
+        later = next((t for t in islice(kernel_calls, i + 1, None) if t.run == r.run and (t.name, t.call) in targets),
+                     None)
         if later is None:
             continue
         flow += 1

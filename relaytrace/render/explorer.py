@@ -12,6 +12,7 @@ keyed by node id), which applies to whichever graph is open.
 
 from __future__ import annotations
 
+from ..attribution import COMPUTE
 from ..model.origin import ONNX_SOURCE, ONNX_VALUE, OP
 
 FILES = ("explorer-time.json", "explorer-kernels.json", "explorer-category.json")
@@ -24,20 +25,25 @@ def node_data(report) -> dict[str, dict]:
     - time: µs per run billed to the node's ops (the report's shares; an inserted op's
       time goes to the node it serves in the layer it was billed to), as a gradient;
     - kernels: the kernel call sites that run the node's ops;
-    - category: ``compute``, ``fused into LAYER (SITE)`` (its kernel's time is billed
-      to that layer's op), ``VM builtin``, ``eliminated by PASS`` or ``no kernel``.
+    - category: ``compute``, ``inserted ops serving it`` (its only time: layout
+      transforms or casts done for it), ``fused into LAYER (SITE)`` (its kernel's time
+      is billed to that layer's op), ``VM builtin``, ``eliminated by PASS`` or
+      ``no kernel``.
 
     Nodes with no op of ours (inputs, parameters, the output) are left out. Empty when
     the lineage names no nodes (a Relax module of your own, a TVM nn model)."""
     lineage = report.lineage
-    node_of = {o.id: _node_id(o) for o in lineage.origins.values() if o.kind == OP and _node_id(o)}
+    node_of = {o.id: node for o in lineage.origins.values() if o.kind == OP and (node := _node_id(o))}
     if not node_of:
         return {}
-    time = dict.fromkeys(dict.fromkeys(node_of.values()), 0.0)
+    time = dict.fromkeys(node_of.values(), 0.0)
+    computed = set()  # nodes billed compute time (not only inserted ops that serve them)
     for share in report.shares:
         node = node_of.get(share.origin) or _served_node(lineage, share, node_of)
         if node:
             time[node] += share.us
+            if share.category == COMPUTE:
+                computed.add(node)
     sites: dict[str, list[str]] = {n: [] for n in time}
     anchors: dict[str, str] = {}
     for site in lineage.call_sites:
@@ -55,8 +61,10 @@ def node_data(report) -> dict[str, dict]:
             eliminated.setdefault(node, lineage.eliminated_by[oid])
 
     def category(node):
-        if time[node] > 0:
+        if node in computed:
             return "compute"
+        if time[node] > 0:
+            return "inserted ops serving it"
         if node in anchors:
             return anchors[node]
         if node in builtin:
