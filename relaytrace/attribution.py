@@ -50,7 +50,7 @@ class Share:
     op: str
     category: str  # compute | inserted | unresolved
     us: float
-    status: str = VERIFIED  # the site's verification verdict
+    status: str = VERIFIED  # the worst of the site's and the layer's verification verdicts
 
 
 @define(frozen=True)
@@ -62,7 +62,7 @@ class LayerRow:
     inserted_us: float
     ops: tuple[str, ...]
     kernels: tuple[str, ...]
-    status: str = VERIFIED  # the worst verdict of the sites that bill this layer
+    status: str = VERIFIED  # the worst verdict of the sites that bill this layer and of the layer itself
 
 
 @define(frozen=True)
@@ -129,12 +129,14 @@ def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[
     check_match(lineage, profile)
     times = profile.by_site(KERNEL)
     checks = lineage.site_checks()
+    layer_checks = lineage.verification.by_layer() if lineage.verification is not None else {}
     out: list[Share] = []
     for site in lineage.call_sites:
         us = times[(site.kernel, site.call)]
-        status = checks[site.position].status
-        out.extend(attrs.evolve(share, status=status) if status != VERIFIED else share
-                   for share in _split_site(lineage, site, us, policy))
+        for share in _split_site(lineage, site, us, policy):
+            layer = layer_checks.get(share.layer)
+            status = worst((checks[site.position].status, layer.status if layer else VERIFIED))
+            out.append(attrs.evolve(share, status=status) if status != VERIFIED else share)
     return tuple(out)
 
 

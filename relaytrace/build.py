@@ -22,9 +22,10 @@ PIPELINES = ("fused", "unfused")
 class Trace:
     """Handle returned by ``trace()``; ``lineage`` is set when the block exits."""
 
-    def __init__(self, recorder: Recorder, layer_of, model: str, target: str, pipeline: str):
+    def __init__(self, recorder: Recorder, layer_of, model: str, target: str, pipeline: str, program=None):
         self.recorder = recorder
         self.layer_of = layer_of
+        self.program = program
         self.model = model
         self.target = target
         self.pipeline = pipeline
@@ -45,14 +46,19 @@ class Trace:
 
         target = self.target or built_target([p.module for p in recording.passes])
         with gc_paused():
-            self.lineage = follow(recording, self.layer_of, model=self.model, target=target, pipeline=self.pipeline)
+            self.lineage = follow(recording, self.layer_of, model=self.model, target=target, pipeline=self.pipeline,
+                                  program=self.program)
         return self.lineage
 
 
 @contextlib.contextmanager
 def trace(model: str = "model", target: str = "", pipeline: str = "user",
-          layer_of: LayerNamer | None = None, progress=None, opt_level: int | None = None):
+          layer_of: LayerNamer | None = None, progress=None, opt_level: int | None = None, program=None):
     """Trace every pass run inside the block, e.g. around your own ``tvm.compile``.
+
+    ``layer_of`` and ``program`` come from a frontend's ``ImportedModel`` (its
+    ``layer_of`` and ``program``): the layers, and the program verification holds them
+    against (``model.frontend``).
 
     The current PassContext is kept: its opt_level (unless ``opt_level`` is given),
     config, required/disabled passes and instruments stay in force, with ours added
@@ -62,7 +68,7 @@ def trace(model: str = "model", target: str = "", pipeline: str = "user",
     from .tracking.recorder import Recorder
 
     recorder = Recorder(progress)
-    handle = Trace(recorder, layer_of, model, target, pipeline)
+    handle = Trace(recorder, layer_of, model, target, pipeline, program)
     with _composed(recorder, opt_level):
         yield handle
     handle.finish()
@@ -152,6 +158,6 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
     if mixed_precision:
         label = f"{label}+mixed_precision(float16, accumulate {mixed_precision})"
     with trace(model=name, target=str(target), pipeline=str(label), layer_of=layer_of, progress=progress,
-               opt_level=opt_level) as handle:
+               opt_level=opt_level, program=imported.program) as handle:
         executable = tvm.compile(mod, target, relax_pipeline=seq)
     return executable, handle.lineage

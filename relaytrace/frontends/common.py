@@ -7,6 +7,7 @@ import importlib
 from attrs import define, field
 
 from ..errors import RelaytraceError
+from ..model.frontend import Program
 
 
 @define(frozen=True)
@@ -16,12 +17,15 @@ class ImportedModel:
     ``layers`` maps a binding's var handle to ``(layer, source op[, source, node])``
     (``Origin``'s fields), in any function
     of ``mod``; ``mod`` (and ``keep``, vars the frontend noted) keep those handles valid.
+    ``program``: the frontend's nodes, which verification holds the layers against
+    (``model.frontend``); None for a plain IRModule.
     """
 
     mod: object
     name: str
     layers: dict[int, tuple[str, ...]] = field(repr=False)
     keep: tuple = field(default=(), repr=False)
+    program: Program | None = field(default=None, repr=False)  # what the frontend translated: the layers' evidence
 
     def layer_of(self, fname: str, var_handle: int, index: int):
         return self.layers.get(var_handle)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..errors import RelaytraceError, describe
+from ..model.frontend import NN, Program
 from .common import ImportedModel, require
 
 
@@ -70,7 +71,7 @@ def from_nn(module, spec: dict, name: str | None = None) -> ImportedModel:
                 sub.forward = own
     if ext_mods:
         raise RelaytraceError(f"{label} uses ExternModules, which relaytrace cannot trace")
-    return ImportedModel(mod=mod, name=label, layers=owner, keep=tuple(emitted))
+    return ImportedModel(mod=mod, name=label, layers=owner, keep=tuple(emitted), program=Program(NN))
 
 
 _NONE = object()

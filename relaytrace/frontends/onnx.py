@@ -14,6 +14,7 @@ import os
 import tempfile
 
 from ..errors import RelaytraceError, UsageError, describe
+from ..model.frontend import ONNX, Program, SourceNode
 from ..model.jsonio import current_umask
 from ..model.origin import ONNX_SOURCE, ONNX_VALUE
 from .common import ImportedModel, match_input_names, require
@@ -38,8 +39,8 @@ def from_onnx(model_or_path, shape_dict=None, name: str | None = None, layer_nam
     except Exception as exc:
         raise RelaytraceError(f"TVM could not import ONNX model {label}: {describe(exc)}"
                               f"{_symbolic_hint(model, shape_dict or {})}") from exc
-    layers = _assign(mod, importer.records)
-    return ImportedModel(mod=mod, name=label, layers=layers)
+    layers, nodes = _assign(mod, importer.records)
+    return ImportedModel(mod=mod, name=label, layers=layers, program=Program(ONNX, nodes))
 
 
 def _symbolic_hint(model, shape_dict: dict) -> str:
@@ -138,9 +139,11 @@ def _recording_importer(shape_dict, torch_names: bool):
     return RecordingImporter(shape_dict or {}, {}, keep_params_in_input=False, sanitize=True)
 
 
-def _assign(mod, records) -> dict[int, tuple[str, str, str, str]]:
+def _assign(mod, records) -> tuple[dict[int, tuple[str, str, str, str]], tuple[SourceNode, ...]]:
     """Each binding of main: (layer, ONNX op type, ``onnx node NAME``, ``onnx:OUTPUT``) of the node whose
-    converter emitted it (or, left over, of the next node's)."""
+    converter emitted it (or, left over, of the next node's); and the graph's nodes
+    (``SourceNode``), each computing when its converter's result is a binding no
+    earlier node's was (a Constant, an Identity or a shape folded to a constant: not)."""
     from ..tracking import ir
 
     binds = ir.bindings(mod["main"])
@@ -148,12 +151,16 @@ def _assign(mod, records) -> dict[int, tuple[str, str, str, str]]:
     by_value = {b.value.__chandle__(): i for i, b in enumerate(binds)}
     owner: dict[int, tuple[str, str, str, str]] = {}
     roots = []
+    nodes = []
     for layer, op_type, where, value, sym in records:
+        made = False
         for expr in (sym.fields[:] if ir.is_tuple(sym) else [sym]):
             index = by_var.get(expr.__chandle__()) if ir.is_var(expr) else by_value.get(expr.__chandle__())
             if index is not None and index not in owner:
                 owner[index] = (layer, op_type, where, value)
                 roots.append(index)
+                made = True
+        nodes.append(SourceNode(value, op_type, layer, made))
     for root in roots:  # claim what each node's converter emitted on its way
         stack = [root]
         while stack:
@@ -169,7 +176,7 @@ def _assign(mod, records) -> dict[int, tuple[str, str, str, str]]:
         following = owner.get(index, following)
         if following is not None:
             layers[binds[index].var.__chandle__()] = following
-    return layers
+    return layers, tuple(nodes)
 
 
 def _var_args(value, ir):

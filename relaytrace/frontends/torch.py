@@ -17,6 +17,7 @@ import os
 import re
 
 from ..errors import RelaytraceError, describe
+from ..model.frontend import TORCH, Program, SourceNode
 from .common import ImportedModel, require
 
 
@@ -45,8 +46,8 @@ def from_torch(module, example_args, name: str | None = None, dynamic_shapes=Non
     except Exception as exc:  # an op TVM's importer lacks, dtypes it cannot mix
         raise RelaytraceError(f"TVM's torch importer could not import {label} ({type(module).__name__}): "
                               f"{describe(exc)}") from exc
-    layers = _assign(mod, importer.order, original.graph)
-    return ImportedModel(mod=mod, name=label, layers=layers)
+    layers, nodes = _assign(mod, importer.order, original.graph)
+    return ImportedModel(mod=mod, name=label, layers=layers, program=Program(TORCH, nodes))
 
 
 def _layer(node) -> str:
@@ -90,9 +91,15 @@ def _source_op(node) -> str:
     return str(getattr(target, "__name__", target)).split(".")[0]
 
 
-def _assign(mod, order, graph) -> dict[int, tuple[str, str, str, str]]:
+def _assign(mod, order, graph) -> tuple[dict[int, tuple[str, str, str, str]], tuple[SourceNode, ...]]:
     """Bindings of main up to each node's result var belong to that node: its layer,
-    source op, where in the user's code it was made and its node in ``graph``.
+    source op, where in the user's code it was made and its node in ``graph``. A var
+    belongs to the node that *produced* it, the first whose importer value it is: a
+    later node that only passes it on (eval ``Dropout``, ``.to`` the same dtype,
+    ``clone``, ``_assert_tensor_metadata``) computes nothing and owns nothing.
+
+    Also returns the program's nodes as the importer saw them (``SourceNode``): what
+    verification checks the origins against.
 
     BindParams rebuilds ``main`` after translation, so result vars are found again by
     name (the importer's names are unique within main)."""
@@ -102,18 +109,31 @@ def _assign(mod, order, graph) -> dict[int, tuple[str, str, str, str]]:
 
     torch_dir = os.path.dirname(torch.__file__)
     boundary = {}
+    made: dict = {}  # node -> the names of the values it made (a multi-output op: its projections too)
     for node, value in order:
-        if ir.is_var(value):
+        if node.op != "call_function":  # an input: no binding of main
+            if ir.is_var(value):
+                boundary.setdefault(value.name, None)
+            continue
+        if node.target is operator.getitem and node.args and hasattr(node.args[0], "meta"):
+            node = node.args[0]  # a projection of a multi-output op belongs to that op
+        else:
+            made.setdefault(node, [])
+        if ir.is_var(value) and value.name not in boundary:
             boundary[value.name] = node
+            made.setdefault(node, []).append(value.name)
     layers: dict[int, tuple[str, str, str, str]] = {}
     pending = []
-    for binding in ir.bindings(mod["main"]):
+    bindings = ir.bindings(mod["main"])
+    # a value folded to a constant computes nothing; an op's, or a projection of one, does
+    bound = {b.var.name for b in bindings if ir.is_call(b.value) or ir.is_tuple_get_item(b.value)}
+    program = tuple(SourceNode(_exported_name(node, graph), _source_op(node), _layer(node), bool(bound.intersection(names)))
+                    for node, names in made.items())
+    for binding in bindings:
         pending.append(binding.var)
         node = boundary.get(binding.var.name)
         if node is None:
             continue
-        if node.target is operator.getitem and node.args and hasattr(node.args[0], "meta"):
-            node = node.args[0]  # a projection of a multi-output op belongs to that op
         label = (_layer(node), _source_op(node), _where(node, torch_dir), _exported_name(node, graph))
         for var in pending:
             layers[var.__chandle__()] = label
@@ -122,7 +142,7 @@ def _assign(mod, order, graph) -> dict[int, tuple[str, str, str, str]]:
         last = list(layers.values())[-1]
         for var in pending:
             layers[var.__chandle__()] = last
-    return layers
+    return layers, program
 
 
 def _recording_importer():
@@ -135,7 +155,7 @@ def _recording_importer():
 
         def _translate_fx_graph(self, graph_module, nodes, inputs_vars, custom_ops=None):
             result = super()._translate_fx_graph(graph_module, nodes, inputs_vars, custom_ops)
-            self.order = [(n, v) for n, v in self.env.items() if getattr(n, "op", None) == "call_function"]
+            self.order = list(self.env.items())
             return result
 
     return RecordingImporter()

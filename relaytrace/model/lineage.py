@@ -11,11 +11,12 @@ import attrs
 from attrs import define, field
 
 from ..errors import LineageFormatError, UnknownNameError, UsageError
+from .frontend import Program, SourceNode
 from .journal import Change, PassEvent
 from .jsonio import check, check_schema, items_of, make_record, read_json, tuples, write_json
 from .ops import op_rank
 from .origin import INSERTED, OP, UNRESOLVED, Origin
-from .verification import SUSPECT, UNVERIFIED, VERIFIED, Member, SiteCheck, Verification, verify
+from .verification import SUSPECT, UNVERIFIED, VERIFIED, LayerCheck, Member, SiteCheck, Verification, verify
 
 SCHEMA = "relaytrace.lineage/1"
 
@@ -130,6 +131,7 @@ class Lineage:
     shape_consumers: dict[str, tuple[str, ...]] = field(factory=dict)
     kernel_members: dict[str, tuple[Member, ...]] = field(factory=dict)  # kernel -> its PrimFuncs, from the IR
     verification: Verification | None = None  # ``verify()`` of this lineage, made by the build
+    program: Program | None = None  # what the frontend translated: the evidence for the layers (``model.frontend``)
     schema: str = SCHEMA
 
     # -- entries --------------------------------------------------------------
@@ -356,6 +358,7 @@ class Lineage:
             "shape_consumers": self.shape_consumers,
             "kernel_members": {k: [attrs.asdict(m) for m in v] for k, v in self.kernel_members.items()},
             "verification": attrs.asdict(self.verification) if self.verification is not None else None,
+            "program": attrs.asdict(self.program) if self.program is not None else None,
         }
 
     @classmethod
@@ -419,6 +422,7 @@ class Lineage:
             shape_consumers={k: tuple(v) for k, v in data.get("shape_consumers", {}).items()},
             kernel_members=table("kernel_members", Member),
             verification=_verification(data.get("verification"), where),
+            program=_program(data.get("program"), where),
         )
         _check_references(lineage, where)
         return lineage
@@ -449,6 +453,16 @@ def choose_entry(entries, name: str | None = None) -> str:
                           "choose one (--entry NAME, entry=NAME)")
 
 
+def _program(data, where: str) -> Program | None:
+    if data is None:
+        return None
+    at = f"{where}: program"
+    check(data, dict, at)
+    nodes = tuple(make_record(SourceNode, n, f"{at}.nodes[{i}]") for i, n in enumerate(items_of(data, "nodes", list, at)))
+    check(data.get("frontend"), str, f"{at}.frontend")
+    return Program(data["frontend"], nodes)
+
+
 def _verification(data, where: str) -> Verification | None:
     if data is None:
         return None
@@ -457,7 +471,9 @@ def _verification(data, where: str) -> Verification | None:
     check(data.get("problems", []), tuple[str, ...], f"{at}.problems")
     return Verification(sites=tuple(make_record(SiteCheck, c, f"{at}.sites[{i}]")
                                     for i, c in enumerate(items_of(data, "sites", list, at))),
-                        problems=tuples(data.get("problems", ())))
+                        problems=tuples(data.get("problems", ())),
+                        layers=tuple(make_record(LayerCheck, c, f"{at}.layers[{i}]")
+                                     for i, c in enumerate(data.get("layers", ()))))
 
 
 def _check_references(lineage: Lineage, where: str) -> None:

@@ -26,6 +26,7 @@ from typing import Mapping
 
 from attrs import define
 
+from .frontend import check_program, missing_reason
 from .ops import is_data_movement, is_shape_computation
 
 VERIFIED, SUSPECT, UNVERIFIED = "verified", "suspect", "unverified"
@@ -52,11 +53,26 @@ class SiteCheck:
 
 
 @define(frozen=True)
+class LayerCheck:
+    """The verdict on one layer: the worst of its ops' sites and of its ops held
+    against the frontend's program (``model.frontend``), with the reasons."""
+
+    layer: str
+    status: str  # verified | suspect | unverified
+    reasons: tuple[str, ...] = ()
+
+
+@define(frozen=True)
 class Verification:
-    """Every kernel site's verdict, and what is wrong beyond single sites."""
+    """Every kernel site's and every layer's verdict, and what is wrong beyond single
+    sites."""
 
     sites: tuple[SiteCheck, ...] = ()
     problems: tuple[str, ...] = ()  # broken invariants not tied to one site
+    layers: tuple[LayerCheck, ...] = ()
+
+    def by_layer(self) -> dict[str, LayerCheck]:
+        return {c.layer: c for c in self.layers}
 
     def by_position(self) -> dict[int, SiteCheck]:
         return {s.position: s for s in self.sites}
@@ -66,12 +82,14 @@ class Verification:
 
     @property
     def ok(self) -> bool:
-        """True when every site is verified and no invariant is broken."""
-        return not self.problems and all(s.status == VERIFIED for s in self.sites)
+        """True when every site and layer is verified and no invariant is broken."""
+        return not self.problems and all(c.status == VERIFIED for c in (*self.sites, *self.layers))
 
     def summary(self) -> str:
+        layers = sum(1 for c in self.layers if c.status == VERIFIED)
         return (f"{self.count(VERIFIED)} verified, {self.count(SUSPECT)} suspect, "
-                f"{self.count(UNVERIFIED)} unverified call sites; {len(self.problems)} other problems")
+                f"{self.count(UNVERIFIED)} unverified call sites; {layers} of {len(self.layers)} layers verified; "
+                f"{len(self.problems)} other problems")
 
 
 # -- the check (pure) -----------------------------------------------------------
@@ -97,6 +115,7 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
         running.setdefault(oid, []).extend(found)
     neighbours = _neighbours(lineage)
     out_of_order = _out_of_order(lineage, where)
+    program = check_program(origins, lineage.program)
     checks = []
     for site in sites:
         if site.kernel not in members:
@@ -114,6 +133,8 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
         reasons += wrong
         unknown += untold
         reasons += out_of_order.get(site.position, [])
+        reasons += [program.wrong[oid] for oid in site.origin_ids if oid in program.wrong]
+        unknown += [program.unknown[oid] for oid in site.origin_ids if oid in program.unknown]
         if reasons:
             checks.append(SiteCheck(site.position, SUSPECT, tuple(reasons + unknown)))
         elif unknown:
@@ -128,7 +149,44 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
     ]
     problems += [f"{oid} is reported eliminated by {lineage.eliminated_by[oid]} but runs at "
                  f"{', '.join(s.label for s in running[oid])}" for oid in lineage.eliminated_by if oid in running]
-    return Verification(tuple(checks), tuple(problems))
+    at_sites = {oid for site in sites for oid in site.origin_ids}
+    problems += [why for oid, why in program.wrong.items() if oid not in at_sites]
+    problems += [missing_reason(node) for node in program.missing]
+    return Verification(tuple(checks), tuple(problems), _layer_checks(lineage, checks, program))
+
+
+def _layer_checks(lineage, checks: list[SiteCheck], program) -> tuple[LayerCheck, ...]:
+    """Each layer of op origins: suspect when one of its ops is wrong for its node, a
+    node of it has no op or a site running its ops is suspect; unverified when the
+    frontend's table cannot tell one of its ops or a site running them is unverified."""
+    status = {c.position: c for c in checks}
+    wrong: dict[str, list[str]] = {}
+    unknown: dict[str, list[str]] = {}
+    for site in lineage.call_sites:
+        check = status[site.position]
+        if check.status == VERIFIED:
+            continue
+        for layer in dict.fromkeys(lineage.origins[o].layer for o in site.origin_ids
+                                   if lineage.origins[o].kind == "op"):
+            (wrong if check.status == SUSPECT else unknown).setdefault(layer, []).append(
+                f"its ops run at {site.label}, which is {check.status}")
+    for oid, why in program.wrong.items():
+        wrong.setdefault(lineage.origins[oid].layer, []).append(why)
+    for oid, why in program.unknown.items():
+        unknown.setdefault(lineage.origins[oid].layer, []).append(why)
+    for node in program.missing:
+        wrong.setdefault(node.layer, []).append(missing_reason(node))
+    layers = dict.fromkeys(o.layer for o in lineage.origins.values() if o.kind == "op")
+    layers.update(dict.fromkeys(node.layer for node in program.missing))
+    out = []
+    for layer in layers:
+        if layer in wrong:
+            out.append(LayerCheck(layer, SUSPECT, tuple(wrong[layer] + unknown.get(layer, []))))
+        elif layer in unknown:
+            out.append(LayerCheck(layer, UNVERIFIED, tuple(unknown[layer])))
+        else:
+            out.append(LayerCheck(layer, VERIFIED))
+    return tuple(out)
 
 
 def _account(site, kernel_members: tuple[Member, ...], origins) -> tuple[list[str], list[str]]:

@@ -14,6 +14,7 @@ from typing import Callable
 
 import attrs
 
+from ..model.frontend import Program
 from ..model.lineage import Lineage
 from ..model.ops import is_shape_computation
 from ..model.origin import INSERTED, OP
@@ -27,9 +28,11 @@ from .truth import kernel_members, shape_consumers, tuned_kernels
 
 
 def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: str = "model", target: str = "",
-           pipeline: str = "user", on_step: Callable[[str], None] | None = None) -> Lineage:
+           pipeline: str = "user", on_step: Callable[[str], None] | None = None,
+           program: Program | None = None) -> Lineage:
     """The verified lineage of a recorded build. ``layer_of`` names the input's ops
-    (the frontend's namer); ``on_step(name)`` is called as each step ends (origin
+    (the frontend's namer) and ``program`` is what the frontend translated (the
+    evidence its layers are verified against); ``on_step(name)`` is called as each step ends (origin
     assignment, each pass, kernel members; ``benchmarks/tracking_breakdown.py`` times
     them)."""
     done = on_step or (lambda name: None)
@@ -58,12 +61,12 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
             tuned = [k for k in tuned_kernels(recording.passes) if k in lineage.kernels]
             consumers = shape_consumers(recording.passes)
             lineage = attrs.evolve(lineage, tuned=tuple(tuned), shape_consumers=consumers,
-                                   origins=_served_shapes(lineage, consumers))
+                                   origins=_served_shapes(lineage, consumers), program=program)
             return attrs.evolve(lineage, verification=verify(lineage))
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")
     origins = tracker.origins if tracker is not None else table.origins if table is not None else {}
-    return Lineage(model, target, pipeline, dict(origins), {}, degraded=tuple(degraded))
+    return Lineage(model, target, pipeline, dict(origins), {}, degraded=tuple(degraded), program=program)
 
 
 def _served_shapes(lineage: Lineage, consumers: dict[str, tuple[str, ...]]) -> dict:
