@@ -76,7 +76,9 @@ def trace(model: str = "model", target: str = "", pipeline: str = "user",
 
 def _composed(recorder, opt_level: int | None = None):
     """The current PassContext with ``recorder`` added after its instruments (and
-    ``opt_level`` when given): its config and required/disabled passes stay in force."""
+    ``opt_level`` when given): its config and required/disabled passes stay in force.
+    Without a ``recorder``: the same context with no instrument at all (plain
+    ``tvm.compile``, as ``diagnosis`` reruns it)."""
     import tvm
 
     current = tvm.transform.PassContext.current()
@@ -85,7 +87,7 @@ def _composed(recorder, opt_level: int | None = None):
         required_pass=list(current.required_pass),
         disabled_pass=list(current.disabled_pass),
         config=dict(current.config),
-        instruments=list(current.instruments) + [recorder],
+        instruments=list(current.instruments) + [recorder] if recorder is not None else [],
     )
 
 
@@ -133,6 +135,10 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
     DIR``) whose schedules are applied after FuseTIR, on the fused CPU pipeline.
     ``mixed_precision``: build through ``ToMixedPrecision`` accumulating in that dtype
     (``build_pipeline``); the casts it inserts are traced as inserted ops.
+
+    When TVM fails (a pass, code generation), a ``diagnosis.BuildFailedError`` says
+    where, on which PrimFunc and layers, and whether plain ``tvm.compile`` (run again
+    without instruments) fails the same way; TVM's exception is its ``__cause__``.
     """
     import tvm
 
@@ -157,7 +163,38 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
         label = f"{label}+convert_layout({', '.join(f'{k}={v}' for k, v in convert_layout.items())})"
     if mixed_precision:
         label = f"{label}+mixed_precision(float16, accumulate {mixed_precision})"
+    plain_context = _composed(None, opt_level)  # the caller's, before ours is entered
     with trace(model=name, target=str(target), pipeline=str(label), layer_of=layer_of, progress=progress,
                opt_level=opt_level, program=imported.program) as handle:
-        executable = tvm.compile(mod, target, relax_pipeline=seq)
+        try:
+            executable = tvm.compile(mod, target, relax_pipeline=seq)
+        except Exception as exc:
+            failure = _diagnosed(exc, handle.recorder.recording, layer_of, target,
+                                 lambda: _compile_in(plain_context, mod, target, seq))
+            if failure is None:
+                raise
+            from .diagnosis import BuildFailedError
+
+            raise BuildFailedError(failure) from exc
     return executable, handle.lineage
+
+
+def _compile_in(context, mod, target, pipeline):
+    import tvm
+
+    with context:
+        return tvm.compile(mod, target, relax_pipeline=pipeline)
+
+
+def _diagnosed(exc: Exception, recording, layer_of, target, plain):
+    """Where TVM's failure ``exc`` happened (``diagnosis.BuildFailure``), or None when
+    tracing had stopped before (the recording says nothing sure) or ``exc`` is TVM's
+    error for ``relaytrace`` itself: a RelaytraceError, a Ctrl-C (``failures``: then
+    the interrupt is raised)."""
+    from .diagnosis import diagnose
+    from .failures import stop_if_interrupted
+
+    stop_if_interrupted()
+    if recording.degraded or recording.input is None or isinstance(exc, RelaytraceError):
+        return None
+    return diagnose(exc, recording, layer_of, target, plain)

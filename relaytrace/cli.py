@@ -169,9 +169,9 @@ def cmd_compare(args) -> int:
     say(f"importing {args.model}")
     loaded = load(args.model, shapes=[parse_shape(x) for x in args.input_shape])
     if loaded.source is None:
-        raise UsageError(f"compare runs the model in its own framework, and {args.model} is a TVM model (an nn module "
-                         "or a Relax IRModule): compare an .onnx file or path/to/file.py:factory returning a torch "
-                         "module and its inputs")
+        raise UsageError(f"compare runs the model in its own framework, and {args.model} gives only a TVM model (an "
+                         "ImportedModel, an nn module or a Relax IRModule): compare an .onnx file or a factory "
+                         "returning (torch module, example inputs[, dynamic_shapes])")
     accumulate = (args.accumulate or "float32") if args.precision == "fp16" else None
     precision = f"float16, accumulating in {accumulate}" if accumulate else "float32 as built"
     say(f"building {loaded.model.name} ({args.pipeline}, {args.layout}, {precision}) for {args.target}")
@@ -493,9 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="compare every layer's output of the build with the torch model's")
     p.add_argument("model", metavar="MODEL", help="an .onnx file or path/to/file.py:factory returning a torch "
-                                                  "module and its inputs")
+                                                  "module, its inputs [and dynamic_shapes]")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224[:DTYPE]",
-                   help="an ONNX input's size (repeatable); needed for symbolic dims")
+                   help="an input's size (repeatable): needed for symbolic dims without example inputs")
     p.add_argument("--target", default="llvm", help="TVM target of this machine (default llvm)")
     p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
     p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",

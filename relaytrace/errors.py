@@ -8,12 +8,13 @@ import difflib
 def describe(exc: BaseException, limit: int = 300) -> str:
     """``Type: line`` for any exception: its first non-empty line, or for an error
     relayed over TVM RPC (whose first lines are wrappers) its last; TVM's ``Check
-    failed: (...) is false:`` prefix dropped. The one way relaytrace quotes an error."""
+    failed: (...) is false:`` prefix dropped (a check with no message of its own keeps
+    its condition). The one way relaytrace quotes an error."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     if not lines:
         return type(exc).__name__
     text = lines[-1] if "RPC" in type(exc).__name__ else lines[0]
-    return f"{type(exc).__name__}: {text.split(' is false: ', 1)[-1][:limit]}"
+    return f"{type(exc).__name__}: {text.removesuffix(' is false:').split(' is false: ', 1)[-1][:limit]}"
 
 
 class RelaytraceError(Exception):

@@ -373,3 +373,83 @@ def test_a_factory_file_imports_its_own_siblings(tmp_path):
                cwd="/")
     assert done.returncode == 0, done.stderr
     assert "conv1" in (tmp_path / "out" / "layers.csv").read_text()
+
+
+SYMBOLIC_FACTORY = '''
+import torch
+from relaytrace.frontends.torch import from_torch
+
+
+class Scorer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.softmax(self.proj(x), dim=1)
+
+
+def _parts():
+    torch.manual_seed(0)
+    return Scorer().eval(), (torch.randn(1, 5, 8),), {"x": {1: torch.export.Dim("seq", max=64)}}
+
+
+def triple():
+    return _parts()
+
+
+def imported():
+    module, example, dynamic = _parts()
+    return from_torch(module, example, name="scorer", dynamic_shapes=dynamic)
+
+
+def static():
+    return _parts()[:2]
+'''
+
+
+@pytest.mark.parametrize("factory", ["triple", "imported"])
+def test_a_factory_with_a_symbolic_dim_profiles_at_the_lengths_given(tmp_path, factory):
+    """A factory returning ``from_torch(..., dynamic_shapes=)`` (an ImportedModel) or
+    ``(module, example inputs, dynamic_shapes)``: one build, run at each
+    ``--input-shape``; every kernel call site attributed to its layer."""
+    from relaytrace.model.lineage import Lineage
+
+    (tmp_path / "seq.py").write_text(SYMBOLIC_FACTORY)
+    for length in (3, 12):
+        out = tmp_path / f"len{length}"
+        done = run("--quiet", "profile", f"{tmp_path / 'seq.py'}:{factory}", "--input-shape", f"x:1x{length}x8",
+                   "--repeat", "1", "--out", out)
+        assert done.returncode == 0, done.stderr
+        assert json.loads((out / "profile.json").read_text())["inputs"] == [["x", [1, length, 8], "float32"]]
+        lineage = Lineage.load(out / "lineage.json")
+        coverage = lineage.coverage()
+        assert coverage.complete and coverage.attributed_sites == coverage.call_sites > 0
+        layers = {lineage.origins[o].layer for s in lineage.call_sites for o in s.origin_ids}
+        assert layers == {"proj", "_softmax"}  # the softmax is the root module's own op
+        assert {r["verification"] for r in csv.DictReader((out / "layers.csv").open())} == {"verified"}
+    if factory == "triple":  # without --input-shape: the factory's example inputs
+        done = run("--quiet", "profile", f"{tmp_path / 'seq.py'}:{factory}", "--repeat", "1", "--out", tmp_path / "ex")
+        assert done.returncode == 0, done.stderr
+        assert json.loads((tmp_path / "ex" / "profile.json").read_text())["inputs"] == [["x", [1, 5, 8], "float32"]]
+
+
+def test_a_symbolic_model_without_sizes_or_a_reference_is_refused_in_one_line(tmp_path):
+    (tmp_path / "seq.py").write_text(SYMBOLIC_FACTORY)
+    model = f"{tmp_path / 'seq.py'}:imported"
+    for command in (["profile", model, "--out", tmp_path / "a"], ["compare", model]):
+        done = run(*command)
+        assert done.returncode == 2, done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("relaytrace: usage error: input x of scorer has symbolic dims (")
+        assert last.endswith("give its size, e.g. --input-shape x:1x1x8")
+    done = run("compare", model, "--input-shape", "x:1x4x8")
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith(
+        "gives only a TVM model (an ImportedModel, an nn module or a Relax IRModule): compare an .onnx file or a "
+        "factory returning (torch module, example inputs[, dynamic_shapes])")
+    done = run("profile", f"{tmp_path / 'seq.py'}:static", "--input-shape", "x:1x4x8", "--out", tmp_path / "b")
+    assert done.returncode == 2 and "exported without dynamic_shapes runs at its example inputs' sizes" in done.stderr
+    done = run("--quiet", "compare", f"{tmp_path / 'seq.py'}:triple", "--input-shape", "x:1x9x8")
+    assert done.returncode == 0, done.stderr
+    assert "1x9x8" in done.stdout and "0 beyond" in done.stdout
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

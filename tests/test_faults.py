@@ -454,3 +454,69 @@ def test_terminal_tables_wrap_long_cells():
     text = format_table(["layer", "kernel calls"], [["layer1", calls], ["fc", "fused_matmul#0"]])
     assert max(len(line) for line in text.splitlines()) <= 6 + 2 + 60
     assert " ".join(line[8:].strip() for line in text.splitlines()[2:-1]) == calls  # nothing lost
+
+
+BOOL_CUMSUM = '''
+import torch
+
+
+class Counted(torch.nn.Module):
+    """transformers' default causal-mask code in small: a cumsum over a bool tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x) + torch.cumsum(x > 0, dim=-1)
+
+
+def make():
+    torch.manual_seed(0)
+    return Counted().eval(), torch.randn(2, 4)
+'''
+
+
+def test_tvms_own_codegen_failure_names_the_primfunc_its_layer_and_plain_tvm_compile(tmp_path):
+    """LLVM code generation rejects the bool add of a bool cumsum. The line names the
+    PrimFunc (found by building each alone), the layer whose op it holds, and says
+    plain tvm.compile fails the same way (run again to know)."""
+    (tmp_path / "counted.py").write_text(BOOL_CUMSUM)
+    last = _refused(["--quiet", "profile", f"{tmp_path / 'counted.py'}:make", "--out", tmp_path / "out"], 1,
+                    "relaytrace: error: TVM's code generation failed on PrimFunc cumsum, which holds ops of layer "
+                    "cumsum: InternalError: Check failed: (t.MatchesCode(DLDataTypeCode::kDLFloat)); plain "
+                    "tvm.compile fails the same way")
+    assert "fc" not in last.split("failed on")[1].split(":")[0]  # the Linear's kernel builds
+    assert not (tmp_path / "out").exists()
+
+
+def test_tvms_own_pass_failure_names_the_pass_and_the_api_keeps_tvms_error():
+    """A cumsum over a tensor of unknown shape: TVM's DispatchSortScan pass raises.
+    The pass is named; TVM says not which op, and the line says so."""
+    import tvm
+    from tvm import relax
+    from tvm.script import relax as R
+
+    import relaytrace
+    from relaytrace.diagnosis import BuildFailedError
+
+    @tvm.script.ir_module
+    class OpenShape:
+        @R.function
+        def main(x: R.Tensor(ndim=2, dtype="float32")):
+            with R.dataflow():
+                y = R.cumsum(x, axis=1)
+                R.output(y)
+            return y
+
+    with pytest.raises(BuildFailedError) as caught:
+        relaytrace.build(OpenShape, "llvm")
+    failure = caught.value.failure
+    assert failure.step == "pass DispatchSortScan" and failure.plain == "same"
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert str(caught.value) == ("TVM's pass DispatchSortScan failed (TVM does not say on which op): ValueError: "
+                                 "non-symbolic shape is not supported for now; plain tvm.compile fails the same way: "
+                                 "TVM's own failure, not relaytrace's (change the model around it, or report it to "
+                                 "TVM)")
+    with pytest.raises(ValueError, match="non-symbolic shape"):  # plain tvm.compile: the same failure
+        tvm.compile(OpenShape, "llvm", relax_pipeline=relax.get_default_pipeline(tvm.target.Target("llvm")))

@@ -3,11 +3,14 @@
 ``load(source)`` takes a ``tvm.IRModule``, an ``ImportedModel``, a ``torch.nn.Module``
 (with ``example_args``), a ``tvm.relax.frontend.nn.Module`` (with its export spec as
 ``example_args``), an ONNX ``ModelProto`` or ``.onnx`` path,
-``"path/to/file.py:factory"`` (a function returning a torch or nn module and its
-example inputs or spec) or ``"demo:NAME"`` (a built-in model), and returns a ``LoadedModel``: the
-model with its layer names, and inputs to run it with (the example inputs where the
-source has them, else seeded random ones of the entry's shapes and dtypes: integer
-inputs are zeros, valid as indices; symbolic dims must be given a size).
+``"path/to/file.py:factory"`` (a function returning what ``load`` takes: an
+``ImportedModel``, a torch module with its example inputs and optionally its
+``dynamic_shapes``, or an nn module and its spec) or ``"demo:NAME"`` (a built-in
+model), and returns a ``LoadedModel``: the model with its layer names, and inputs to
+run it with. An input given a size (``shapes``) is seeded random data of that size;
+one not given is the source's example input where it has one, else seeded random data
+of the entry's shape and dtype (integer inputs are zeros, valid as indices); a
+symbolic dim that gets no size either way is refused, naming the input.
 """
 
 from __future__ import annotations
@@ -37,16 +40,16 @@ def load(source, example_args=None, shapes=(), dtype: str | None = None, name: s
          seed: int = 0, with_inputs: bool = True, entry: str | None = None, dynamic_shapes=None) -> LoadedModel:
     """The model ``source`` names (see the module docstring). ``shapes`` (``(input
     name, shape)`` or ``(input name, shape, dtype)``) fix an ONNX model's input shapes
-    and size the random inputs of any model; ``dtype`` is the dtype of the inputs given
-    a shape without one (default: the model's). ``entry`` names the entry function the
-    inputs are for (default ``main``, or the only one); ``dynamic_shapes`` goes to
-    ``torch.export``. Without ``with_inputs`` no random inputs are made (build() needs
-    none)."""
+    and size the random inputs of any model (of a torch module only with
+    ``dynamic_shapes``: its other dims are fixed); ``dtype`` is the dtype of the inputs
+    given a shape without one (default: the model's). ``entry`` names the entry function
+    the inputs are for (default ``main``, or the only one); ``dynamic_shapes`` goes to
+    ``torch.export``. Without ``with_inputs`` no inputs are made (build() needs none)."""
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
     given = _given_shapes(shapes, dtype)
     if isinstance(source, ImportedModel):
-        return LoadedModel(source, _random_inputs(source, seed, given, entry) if with_inputs else ())
+        return LoadedModel(source, _inputs(source, seed, given, entry) if with_inputs else ())
     if isinstance(source, str) and source.startswith("demo:"):
         return _demo(source[len("demo:"):], name, seed, with_inputs)
     if isinstance(source, str) and not source.endswith(".onnx"):
@@ -57,7 +60,7 @@ def load(source, example_args=None, shapes=(), dtype: str | None = None, name: s
         if isinstance(source, str) and not Path(source).is_file():
             raise RelaytraceError(f"no ONNX file at {source}")
         imported = from_onnx(source, shape_dict={n: shape for n, (shape, _) in given.items()} or None, name=name)
-        return LoadedModel(imported, _random_inputs(imported, seed, given, entry) if with_inputs else (), source)
+        return LoadedModel(imported, _inputs(imported, seed, given, entry) if with_inputs else (), source)
     if _is_nn_module(source):  # tvm.relax.frontend.nn: example_args is the export spec
         from .nn import from_nn
 
@@ -65,23 +68,27 @@ def load(source, example_args=None, shapes=(), dtype: str | None = None, name: s
             raise RelaytraceError("a tvm.relax.frontend.nn module needs its export spec: "
                                   "{method: {argument: nn.spec.Tensor(shape, dtype)}}")
         imported = from_nn(source, example_args, name=name)
-        return LoadedModel(imported, _random_inputs(imported, seed, given, entry) if with_inputs else ())
+        return LoadedModel(imported, _inputs(imported, seed, given, entry) if with_inputs else ())
     if _is_torch_module(source):
         if example_args is None:
             raise RelaytraceError("a torch module needs example_args=(tensor, ...) to be exported")
         from .torch import from_torch
 
-        if given or entry not in (None, "main"):
-            raise UsageError("a torch model runs on its example inputs, through main: --input-shape, --dtype and "
-                             "--entry do not apply (change the factory's example inputs)")
+        if entry not in (None, "main"):
+            raise UsageError("a torch model runs through main: --entry does not apply")
+        if given and dynamic_shapes is None:
+            raise UsageError("a torch model exported without dynamic_shapes runs at its example inputs' sizes: "
+                             "--input-shape and --dtype do not apply (return (module, example inputs, "
+                             "dynamic_shapes) from the factory to run it at other sizes)")
         example = example_args if isinstance(example_args, tuple) else (example_args,)
-        return LoadedModel(from_torch(source, example, name=name, dynamic_shapes=dynamic_shapes),
-                           tuple(e.detach().numpy() for e in example), source)
+        imported = from_torch(source, example, name=name, dynamic_shapes=dynamic_shapes)
+        arrays = tuple(e.detach().numpy() for e in example)
+        return LoadedModel(imported, _inputs(imported, seed, given, entry, arrays) if with_inputs else arrays, source)
     import tvm
 
     if isinstance(source, tvm.IRModule):
         imported = ImportedModel(source, name or "model", {})
-        return LoadedModel(imported, _random_inputs(imported, seed, given, entry) if with_inputs else ())
+        return LoadedModel(imported, _inputs(imported, seed, given, entry) if with_inputs else ())
     raise RelaytraceError(
         "a model is a tvm.IRModule, an ImportedModel, a torch.nn.Module (with example inputs), an ONNX model "
         f"or .onnx path, path/to/file.py:factory or demo:NAME; not {type(source).__name__}"
@@ -101,6 +108,10 @@ def _demo(demo: str, name: str | None, seed: int, with_inputs: bool) -> LoadedMo
 
     module, example = zoo.get(demo, seed=seed)
     return load(module, (example,), name=name or demo)
+
+
+FACTORY_RESULTS = ("(torch module, example inputs), (torch module, example inputs, dynamic_shapes), "
+                   "(nn module, spec) or an ImportedModel (from_torch, from_onnx, from_nn)")
 
 
 def _factory(spec: str, name: str | None, **options) -> LoadedModel:
@@ -123,10 +134,20 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
         made = _call_factory(getattr(module, factory), f"{path}:{factory}")
     finally:
         sys.path.remove(folder)
+    if isinstance(made, ImportedModel):
+        return load(made, **options)  # named as its frontend named it
+    if isinstance(made, tuple) and len(made) == 3 and _is_torch_module(made[0]):
+        made_module, example, dynamic_shapes = made
+        return load(made_module, example, name=name or Path(path).stem, dynamic_shapes=dynamic_shapes, **options)
     if not (isinstance(made, tuple) and len(made) == 2):
-        raise RelaytraceError(f"{factory}() must return (torch module, example inputs) or (nn module, spec)")
+        raise RelaytraceError(f"{factory}() must return {FACTORY_RESULTS}, not {_kind(made)}")
     made_module, example = made
     return load(made_module, example, name=name or Path(path).stem, **options)
+
+
+def _kind(value) -> str:
+    """What a factory returned, in words: ``a tuple of 4``, ``a str``."""
+    return f"a tuple of {len(value)}" if isinstance(value, tuple) else f"a {type(value).__name__}"
 
 
 def _call_factory(factory, where: str):
@@ -156,9 +177,13 @@ def _given_shapes(shapes, dtype: str | None) -> dict[str, tuple[tuple[int, ...],
     return out
 
 
-def _random_inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = None) -> tuple:
-    """Seeded inputs for one entry of the model, sized by ``given`` (``_given_shapes``)
-    where the model's shapes are symbolic or the user asked for other sizes."""
+def _inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = None, example: tuple = ()) -> tuple:
+    """Inputs for one entry of the model: seeded random data sized by ``given``
+    (``_given_shapes``) for an input named there, the ``example`` array (one per input,
+    when the source has them) for one that is not, else seeded random data of the
+    model's shape; a symbolic dim left without a size is a UsageError naming the input,
+    its symbolic dims and the ``--input-shape`` to give. The sizes must fit the
+    signature together (``shapes.bind``: one value per symbol)."""
     from ..model.lineage import choose_entry
     from ..model.shapes import bind
     from ..tracking import ir
@@ -167,9 +192,11 @@ def _random_inputs(imported: ImportedModel, seed: int, given=None, entry: str | 
     entries = entry_inputs(ir.function_map(imported.mod))
     signature = entries.get(choose_entry(entries, entry), ())
     given = match_input_names(given or {}, [n for n, _, _ in signature], imported.name)
+    examples = dict(zip((n for n, _, _ in signature), example))
     chosen = []
     for pname, shape, declared in signature:
-        size, dtype = given.get(pname, (shape, None))
+        default = examples[pname].shape if pname in examples else shape
+        size, dtype = given.get(pname, (default, None))
         symbolic = [str(d) for d in size if not isinstance(d, int)]  # "?" and "...": open shapes too
         if symbolic:
             example = "x".join(str(d) if isinstance(d, int) else "1" for d in size)
@@ -178,8 +205,9 @@ def _random_inputs(imported: ImportedModel, seed: int, given=None, entry: str | 
         chosen.append((tuple(size), dtype or declared))
     bind(signature, chosen, imported.name)
     rng = np.random.default_rng(seed)
-    return tuple(rng.standard_normal(shape).astype(dtype) if np.issubdtype(np.dtype(dtype), np.floating)
-                 else np.zeros(shape, dtype) for shape, dtype in chosen)
+    return tuple(examples[pname] if pname in examples and pname not in given
+                 else rng.standard_normal(shape).astype(dtype) if np.issubdtype(np.dtype(dtype), np.floating)
+                 else np.zeros(shape, dtype) for (pname, _, _), (shape, dtype) in zip(signature, chosen))
 
 
 def _is_nn_module(obj) -> bool:

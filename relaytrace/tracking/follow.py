@@ -19,7 +19,7 @@ from ..model.lineage import Lineage
 from ..model.ops import is_shape_computation
 from ..model.origin import INSERTED, OP
 from ..model.verification import verify
-from . import reader
+from . import ir, reader
 from .callsites import lineage_from
 from .origins import LayerNamer, assign_origins
 from .recorder import Recording
@@ -67,6 +67,25 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
             degraded.append(f"lineage extraction failed: {_describe(exc)}")
     origins = tracker.origins if tracker is not None else table.origins if table is not None else {}
     return Lineage(model, target, pipeline, dict(origins), {}, degraded=tuple(degraded), program=program)
+
+
+def layers_of_callees(recording: Recording, layer_of: LayerNamer | None = None) -> dict[str, tuple[str, ...]]:
+    """For a build that stopped (a pass or code generation failed): each callee (a
+    PrimFunc, an op) of the Relax functions as the last recorded pass left them -> the
+    layers of the bindings calling it, in order. Raises what tracking raises."""
+    tracker = Tracker(assign_origins(recording.input, layer_of, reader.read))
+    tracker.start(recording.input)
+    for record in recording.passes:
+        tracker.observe(record.functions, record.pass_name)
+    layers: dict[str, dict[str, None]] = {}
+    for func in ir.model_functions(tracker.last_functions).values():
+        d = reader.read(func)
+        for position, handle in enumerate(d.vars):
+            callee, tok = reader.callee_of(d, position), tracker.tokens.of(handle)
+            if callee is not None and tok is not None:
+                found = layers.setdefault(callee, {})
+                found.update(dict.fromkeys(tracker.origins[o].layer for o in tracker.tokens.origins[tok]))
+    return {callee: tuple(found) for callee, found in layers.items()}
 
 
 def _served_shapes(lineage: Lineage, consumers: dict[str, tuple[str, ...]]) -> dict:

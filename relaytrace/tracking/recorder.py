@@ -43,6 +43,9 @@ class Recording:
     entries: dict = field(factory=dict)
     degraded: list[str] = field(factory=list)
     pass_count: int = 0  # every pass the instrument saw, recorded or not
+    # passes begun and not ended, outermost first: while a build runs, those running now;
+    # after one failed, the pass that raised is last (a pass that raises reports no end)
+    running: list[str] = field(factory=list)
 
 
 @tvm.ir.instrument.pass_instrument
@@ -53,14 +56,14 @@ class Recorder:
     def __init__(self, progress=None):
         self.recording = Recording()
         self.progress = progress
-        self._depth = 0  # passes running now: a pass at depth 0 is one the user's code called
-        # (a pass that raises never reports its end: after a failed build caught inside the
-        # block, no later pass is at depth 0 and a second build goes unnoticed)
+        # a pass begun with none running is one the user's code called (a pass that raises
+        # never reports its end: after a failed build caught inside the block, no later pass
+        # is at the top and a second build goes unnoticed)
 
     def run_before_pass(self, mod, info):
         rec = self.recording
-        top = self._depth == 0
-        self._depth += 1
+        top = not rec.running
+        rec.running.append(info.name)
         if rec.degraded:
             return
         if rec.input is None:
@@ -69,8 +72,8 @@ class Recorder:
             self._guard(info.name, self._check_same_build, mod, info.name)
 
     def run_after_pass(self, mod, info):
-        self._depth -= 1
         rec = self.recording
+        rec.running.pop()
         rec.pass_count += 1
         if self.progress is not None:
             self.progress(rec.pass_count, info.name)
