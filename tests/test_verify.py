@@ -5,6 +5,8 @@ each kernel computes, read from the lineage's kernel members (the IR's own recor
 not by TVM's numbered names.
 """
 
+from pathlib import Path
+
 import attrs
 import pytest
 
@@ -214,3 +216,32 @@ def test_an_op_legalized_into_two_primfuncs_is_one_op_in_both(resnet_mod):
         members = [m for m in lineage.kernel_members[site.kernel] if "relax.nn.relu" in m.ops]
         assert [m.part for m in members] == [True, False]  # relu_neg is a part, relu_max finishes it
     assert any(c.rule == "part" for relu in relus for c in lineage.history(relu.id))
+
+
+def test_noop_owner_repro_bills_each_op_to_the_module_that_wrote_it(tmp_path):
+    """Reported (shared/repros/noop_owner.py): the embedding's take billed to ``norm``
+    (through its ``.to(float32)``), the residual add to ``drop``, and no layer ``emb``,
+    every site "verified". Root cause: a node that passes its input on (``.to`` the same
+    dtype, eval Dropout, ``clone``) took the var over from the node that produced it.
+    Run as the repro says, through the CLI."""
+    pytest.importorskip("torch")
+    from .test_cli import run
+
+    factory = tmp_path / "noop.py"
+    factory.write_text("from tests.fixtures.repros import noop_owner as make\n")
+    out = tmp_path / "out"
+    root = str(Path(__file__).parent.parent)
+    done = run("profile", f"{factory}:make", "--out", out, "--repeat", "1", cwd=root)
+    assert done.returncode == 0, done.stderr
+    lineage = Lineage.load(out / "lineage.json")
+    take = next(o for o in lineage.origins.values() if o.short_op == "take")
+    assert take.layer == "emb" and take.source_op == "embedding"
+    (site,) = [s for s in lineage.call_sites if take.id in s.origin_ids]
+    assert "relax.take" in _computes(lineage, site)
+    shown = run("query", out, "--kernel", site.label, cwd=root)
+    assert shown.returncode == 0 and "emb" in shown.stdout and "norm" not in shown.stdout.split("at ")[0], shown.stdout
+    listed = run("query", out, "--layer", "emb", cwd=root)
+    assert listed.returncode == 0 and "take" in listed.stdout, listed.stdout + listed.stderr
+    adds = {o.layer for o in lineage.origins.values() if o.short_op == "add" and o.source_op == "add"}
+    assert "drop" not in lineage.layers() and "norm" in adds and len(adds) == 2  # eps in norm, the residual in Net
+    assert lineage.verification.ok and all(c.status == VERIFIED for c in lineage.verification.layers)

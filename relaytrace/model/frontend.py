@@ -106,6 +106,8 @@ PRODUCES: dict[str, dict[str, frozenset[str]]] = {
         "scaled_dot_product_attention": "matmul multiply softmax add permute_dims",
         "_scaled_dot_product_flash_attention_for_cpu": "matmul multiply softmax add permute_dims",
         "pad": "pad", "constant_pad_nd": "pad",
+        # they pass a value on in an eval-mode export: no op comes from them
+        "dropout": "", "clone": "", "contiguous": "", "alias": "", "detach": "", "_assert_tensor_metadata": "",
     }),
     ONNX: _table({
         "Gemm": "matmul add multiply permute_dims", "MatMul": "matmul",
@@ -119,7 +121,7 @@ PRODUCES: dict[str, dict[str, frozenset[str]]] = {
         "Expand": "broadcast_to", "Slice": "strided_slice", "Trilu": "triu tril",
         "Clip": "clip maximum minimum isnan where", "Concat": "concat", "Split": "split",
         "Reshape": "reshape", "Squeeze": "squeeze", "Softmax": "softmax", "Where": "where", "Equal": "equal",
-        "Range": "arange", "ConstantOfShape": "full",
+        "Range": "arange", "ConstantOfShape": "full", "Identity": "", "Dropout": "",
     }),
     NN: _table({
         "Linear": "matmul add permute_dims astype", "Embedding": "take reshape astype",
@@ -170,7 +172,7 @@ def check_program(origins, program: Program | None) -> ProgramCheck:
             continue
         verdict = can_produce(program.frontend, origin.source_op, origin.op)
         if verdict is False:
-            wrong[oid] = f"{at}, but its node {origin.node or '?'} ({origin.source_op}) cannot produce a {origin.short_op}"
+            wrong[oid] = f"{at}, but its node {origin.node or '?'} ({origin.source_op}) cannot produce {origin.short_op}"
         elif verdict is None and program.frontend != NN:
             unknown[oid] = f"{oid}: which ops a {origin.source_op} node produces is not known to relaytrace"
     missing = tuple(dict.fromkeys(n for n in program.nodes if n.computes and (n.node, n.op) not in claimed))
