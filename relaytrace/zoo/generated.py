@@ -566,7 +566,9 @@ _SHAPE_TARGETS = {"view", "reshape", "unsqueeze", "squeeze", "expand", "slice", 
                   "flatten", "select", "split", "split_with_sizes", "t", "unflatten", "chunk"}
 # the Relax ops a layer of each kind of module may hold (after the frontend's import)
 _MODULE_OPS = {
-    "Linear": {"relax.matmul", "relax.permute_dims", "relax.add", "relax.reshape", "relax.linear"},
+    # a linear on 3-d input may decompose to expand + bmm
+    "Linear": {"relax.matmul", "relax.permute_dims", "relax.add", "relax.reshape", "relax.linear",
+               "relax.broadcast_to"},
     "Embedding": {"relax.take", "relax.reshape", "relax.astype"},
 }
 # TVM's ONNX Gather wraps negative indices: where(less(i, 0), i + n, i)
@@ -613,7 +615,8 @@ def layer_problems(module, origins, frontend, program) -> list[str]:
     or onnx), by evidence of its own.
 
     ``program`` is torch.export's program of ``module``. For either frontend (its layers
-    are torch module paths): every Linear and Embedding module that runs is a layer,
+    are torch module paths): every Linear and Embedding module that runs is a layer (for
+    ONNX, one whose output depends on the inputs: the exporter folds the others),
     each holding only the ops such a module makes (an embedding's ``take`` among them);
     no origin is billed to a Dropout. For torch: each origin's node is a node of
     ``program`` that computes something, the origin's layer is that node's innermost
@@ -624,6 +627,16 @@ def layer_problems(module, origins, frontend, program) -> list[str]:
     nodes = {n.name: n for n in program.graph.nodes if n.op == "call_function"}
     ran = {path for n in nodes.values() for path, _ in (n.meta.get("nn_module_stack") or {}).values()}
     modules = {path: m for path, m in module.named_modules() if path in ran}
+    if frontend == "onnx":  # torch.onnx folds what does not depend on the inputs (wpe(arange(T)))
+        inputs = set(program.graph_signature.user_inputs)
+        live = {n.name for n in program.graph.nodes if n.op == "placeholder" and n.name in inputs}
+        for n in program.graph.nodes:
+            if n.op == "call_function" and any(getattr(a, "name", None) in live for a in n.all_input_nodes):
+                live.add(n.name)
+        varying = {path for name in live if name in nodes
+                   for path, _ in (nodes[name].meta.get("nn_module_stack") or {}).values()}
+    else:
+        varying = set(modules)
     by_layer: dict[str, set[str]] = {}
     for o in origins:
         by_layer.setdefault(o.layer.split("@")[0], set()).add(o.op)
@@ -635,7 +648,8 @@ def layer_problems(module, origins, frontend, program) -> list[str]:
         if kind not in _MODULE_OPS:
             continue
         if path not in by_layer:
-            problems.append(f"{kind} {path} is no layer")
+            if path in varying:
+                problems.append(f"{kind} {path} is no layer")
             continue
         allowed = _MODULE_OPS[kind] | (_MODULE_OPS_ONNX.get(kind, set()) if frontend == "onnx" else set())
         foreign = by_layer[path] - allowed
