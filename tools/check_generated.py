@@ -1,7 +1,7 @@
 """Build many generated models through torch and ONNX, unfused / fused / NHWC, and
 count verified and suspect call sites: the search for attribution bugs.
 
-    .venv/bin/python tools/check_generated.py --seeds 0-199 [--jobs 2] [--show 5]
+    .venv/bin/python tools/check_generated.py --seeds 0-199 [--jobs 2] [--show 5] [--progress]
 
 Prints one line per build that is not clean (suspect / unverified sites, problems),
 then the totals: models, builds, call sites verified / suspect / unverified, seconds.
@@ -40,6 +40,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default="0-19", help="e.g. 0-199 or 1,5,9 (default 0-19)")
     parser.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
     parser.add_argument("--show", type=int, default=3, help="reasons shown per bad build")
+    parser.add_argument("--progress", action="store_true",
+                        help="also one line per model (its kind, sites, seconds): a long sweep's log reads as it runs")
     args = parser.parse_args(argv)
     seeds = _seeds(args.seeds)
     start = time.perf_counter()
@@ -47,6 +49,13 @@ def main(argv=None) -> int:
     with ProcessPoolExecutor(args.jobs) as pool:
         for seed, checks, crash in pool.map(_check, seeds):
             totals["models"] += 1
+            if args.progress:
+                from relaytrace.zoo.generated import token_model
+
+                built = [c for c in checks if not c.skipped]
+                print(f"seed {seed} ({'token' if token_model(seed) else 'image'} model): {len(built)} builds, "
+                      f"{sum(c.sites for c in built)} sites, {sum(c.verified for c in built)} verified, "
+                      f"{sum(not c.ok for c in built)} not clean; {sum(c.seconds for c in checks):.0f} s", flush=True)
             if crash:
                 totals["crashed"] += 1
                 print(f"seed {seed}: CRASHED {crash}", flush=True)

@@ -8,6 +8,19 @@ module called twice), optionally followed by a token stage (flatten + transpose,
 causal self-attention, an MLP), and a linear head or none (the feature map is the
 output, as in dense prediction). Module names say what a layer
 is (``b3_dwconv``), so a lineage reads against the model at a glance.
+
+About a third of the seeds (``token_model(seed)``, drawn from a stream of their own, so
+every other seed makes the image model it made before token models existed) make a
+token model instead (``generate_tokens``): integer ``input_ids`` of shape (1, T), token
+and learned position embeddings or rotary ones, 1-2 transformer blocks written the way
+Hugging Face ``transformers`` writes them (eval-mode Dropout, RMSNorm's ``.to(float32)``,
+``contiguous()``, additive masks from the dtype's min, grouped-query attention, gated
+MLPs, residual adds in the block's forward), a final norm and an LM head, sometimes
+tied to the embedding. ``TOKEN_KINDS`` lists what is drawn.
+
+``check(seed)`` builds a model every way and also checks its layers by evidence of
+their own (``layer_problems``): for the torch frontend, each op's layer is the innermost
+``nn_module_stack`` path torch.export gives the node that produced it.
 """
 
 from __future__ import annotations
@@ -23,8 +36,32 @@ IMAGE_BLOCKS = ("conv", "dwconv", "grouped", "deconv", "ln2d", "ln_permute", "ga
                 "split_cat", "pool", "twice")
 
 
+# A token model draws one value of each of these per model, from the seed's RNG.
+TOKEN_KINDS = {
+    # LLaMA's rotary embedding; GPT-2's wte + wpe then dropout; BERT's, with a LayerNorm before the dropout
+    "position": ("rope", "learned", "learned_norm"),
+    "norm": ("layernorm", "rmsnorm"),
+    "placement": ("pre", "post"),  # pre-norm decoder with a final norm; post-norm encoder (BERT)
+    "mlp": ("gelu", "gelu_tanh", "gated_silu", "gated_gelu"),
+    "mask": ("triu", "masked_fill", "where", "padding"),  # causal masks, or BERT's padding mask
+    "attention": ("eager", "sdpa"),
+    "kv": ("mha", "gqa"),
+    "qkv": ("split", "fused"),
+    "lm_head": ("tied", "untied"),
+}
+
+
+def token_model(seed: int) -> bool:
+    """Whether generated model ``seed`` is a token model (a transformer on ``input_ids``),
+    drawn from a stream of its own so that the image models keep the seeds they had."""
+    return random.Random(f"token model:{seed}").random() < 0.35
+
+
 def generate(seed: int):
-    """(torch module in eval mode, example input) of generated model ``seed``."""
+    """(torch module in eval mode, example input) of generated model ``seed``: a token
+    model (example ``input_ids`` of shape (1, T)) or an image model (an image)."""
+    if token_model(seed):
+        return generate_tokens(seed)
     torch = require("torch", "torch")
     nn = torch.nn
     rng = random.Random(seed)
@@ -188,6 +225,253 @@ def generate(seed: int):
     return module.eval(), example
 
 
+def generate_tokens(seed: int, blocks: int | None = None, **override):
+    """(torch module in eval mode, example ``input_ids``) of token model ``seed``: 1-2
+    transformer blocks written as Hugging Face ``transformers`` writes them (eval-mode
+    dropout, ``.to()`` that computes nothing, ``contiguous()``, masks from the dtype's
+    min, rotary embeddings, grouped-query attention), a final norm and an LM head.
+    ``override`` sets kinds (``mask="triu"``) and ``blocks`` the number of blocks, for
+    narrowing a failure down; the rest is drawn as for the seed."""
+    torch = require("torch", "torch")
+    nn = torch.nn
+    F = nn.functional
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    kinds = {axis: rng.choice(values) for axis, values in TOKEN_KINDS.items()}
+    if set(override) - set(TOKEN_KINDS) or any(v not in TOKEN_KINDS[k] for k, v in override.items()):
+        raise ValueError(f"unknown kinds {override}; they are {TOKEN_KINDS}")
+    kinds.update(override)
+    d = rng.choice([32, 48, 64])
+    heads = rng.choice([2, 4])
+    kv_heads = heads // 2 if kinds["kv"] == "gqa" else heads
+    head_dim = d // heads
+    vocab = rng.choice([64, 96, 128])
+    tokens = rng.choice([8, 12, 16])
+    causal = kinds["mask"] != "padding"
+    p = 0.1  # eval mode: every dropout computes nothing
+
+    class RMSNorm(nn.Module):
+        """LlamaRMSNorm: in float32, back to the input's dtype before the weight."""
+
+        def __init__(self, dim, eps=1e-6):
+            super().__init__()
+            self.weight = nn.Parameter(1 + 0.1 * torch.randn(dim))
+            self.variance_epsilon = eps
+
+        def forward(self, hidden_states):
+            input_dtype = hidden_states.dtype
+            hidden_states = hidden_states.to(torch.float32)
+            variance = hidden_states.pow(2).mean(-1, keepdim=True)
+            hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+            return self.weight * hidden_states.to(input_dtype)
+
+    def norm(dim):
+        if kinds["norm"] == "rmsnorm":
+            return RMSNorm(dim)
+        layer = nn.LayerNorm(dim)
+        with torch.no_grad():
+            layer.weight.add_(0.1 * torch.randn(dim))
+            layer.bias.add_(0.1 * torch.randn(dim))
+        return layer
+
+    norm_name = "rmsnorm" if kinds["norm"] == "rmsnorm" else "layernorm"
+
+    class RotaryEmbedding(nn.Module):
+        """LlamaRotaryEmbedding: cos / sin of position ids times an inv_freq buffer."""
+
+        def __init__(self, dim, base=10000.0):
+            super().__init__()
+            inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+            self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+        def forward(self, x, position_ids):
+            inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+            position_ids_expanded = position_ids[:, None, :].float()
+            freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            return emb.cos().to(dtype=x.dtype), emb.sin().to(dtype=x.dtype)
+
+    def rotate_half(x):
+        x1 = x[..., : x.shape[-1] // 2]
+        x2 = x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def apply_rotary_pos_emb(q, k, cos, sin):
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+    def repeat_kv(hidden_states, n_rep):
+        batch, num_key_value_heads, slen, dim = hidden_states.shape
+        if n_rep == 1:
+            return hidden_states
+        hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, dim)
+        return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, dim)
+
+    class SelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            bias = kinds["position"] != "rope"  # LLaMA's projections have no bias
+            if kinds["qkv"] == "fused":
+                self.qkv_proj = nn.Linear(d, (heads + 2 * kv_heads) * head_dim, bias=bias)
+            else:
+                self.q_proj = nn.Linear(d, heads * head_dim, bias=bias)
+                self.k_proj = nn.Linear(d, kv_heads * head_dim, bias=bias)
+                self.v_proj = nn.Linear(d, kv_heads * head_dim, bias=bias)
+            self.o_proj = nn.Linear(heads * head_dim, d, bias=bias)
+            self.attn_dropout = nn.Dropout(p)
+            self.scaling = head_dim ** -0.5
+            if kinds["mask"] == "where" and kinds["attention"] == "eager":  # GPT-2's causal buffer
+                self.register_buffer("bias", torch.tril(torch.ones(tokens, tokens, dtype=torch.bool))
+                                     .view(1, 1, tokens, tokens), persistent=False)
+
+        def forward(self, hidden_states, attention_mask, position_embeddings):
+            b, t, _ = hidden_states.shape
+            if kinds["qkv"] == "fused":
+                q, k, v = self.qkv_proj(hidden_states).split(
+                    [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=2)
+            else:
+                q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
+            q = q.view(b, t, -1, head_dim).transpose(1, 2)
+            k = k.view(b, t, -1, head_dim).transpose(1, 2)
+            v = v.view(b, t, -1, head_dim).transpose(1, 2)
+            if position_embeddings is not None:
+                q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
+            k, v = repeat_kv(k, heads // kv_heads), repeat_kv(v, heads // kv_heads)
+            if kinds["attention"] == "sdpa":
+                out = F.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                     attn_mask=attention_mask, dropout_p=0.0, scale=self.scaling)
+            else:
+                weights = torch.matmul(q, k.transpose(2, 3)) * self.scaling
+                if attention_mask is not None:
+                    weights = weights + attention_mask
+                else:  # GPT-2: where(causal buffer, weights, the dtype's min)
+                    mask_value = torch.full([], torch.finfo(weights.dtype).min, dtype=weights.dtype)
+                    weights = torch.where(self.bias[:, :, :t, :t], weights, mask_value)
+                weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
+                weights = self.attn_dropout(weights)
+                out = torch.matmul(weights, v)
+            out = out.transpose(1, 2).contiguous().reshape(b, t, -1)
+            return self.o_proj(out)
+
+    class Mlp(nn.Module):
+        """GPT-2 / BERT: fc_out(act(fc_in(x)))."""
+
+        def __init__(self, act):
+            super().__init__()
+            self.fc_in = nn.Linear(d, 2 * d)
+            self.act = act
+            self.fc_out = nn.Linear(2 * d, d)
+
+        def forward(self, x):
+            return self.fc_out(self.act(self.fc_in(x)))
+
+    class GatedMlp(nn.Module):
+        """LLaMA: down_proj(act(gate_proj(x)) * up_proj(x))."""
+
+        def __init__(self, act):
+            super().__init__()
+            self.gate_proj = nn.Linear(d, 2 * d, bias=False)
+            self.up_proj = nn.Linear(d, 2 * d, bias=False)
+            self.down_proj = nn.Linear(2 * d, d, bias=False)
+            self.act = act
+
+        def forward(self, x):
+            return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+    def mlp():
+        kind = kinds["mlp"]
+        act = nn.SiLU() if kind == "gated_silu" else nn.GELU(approximate="tanh" if kind == "gelu_tanh" else "none")
+        return GatedMlp(act) if kind.startswith("gated") else Mlp(act)
+
+    class Block(nn.Module):
+        """One transformer block; its residual adds are written here."""
+
+        def __init__(self):
+            super().__init__()
+            first, second = ("input", "post_attention") if kinds["placement"] == "pre" else ("attention", "output")
+            setattr(self, f"{first}_{norm_name}", norm(d))
+            self.self_attn = SelfAttention()
+            self.resid_dropout = nn.Dropout(p)
+            setattr(self, f"{second}_{norm_name}", norm(d))
+            self.mlp = mlp()
+            self.mlp_dropout = nn.Dropout(p)
+            self.norms = (f"{first}_{norm_name}", f"{second}_{norm_name}")
+
+        def forward(self, hidden_states, attention_mask, position_embeddings):
+            norm1, norm2 = (getattr(self, name) for name in self.norms)
+            if kinds["placement"] == "pre":
+                residual = hidden_states
+                hidden_states = self.self_attn(norm1(hidden_states), attention_mask, position_embeddings)
+                hidden_states = residual + self.resid_dropout(hidden_states)
+                residual = hidden_states
+                hidden_states = self.mlp(norm2(hidden_states))
+                return residual + self.mlp_dropout(hidden_states)
+            attended = self.self_attn(hidden_states, attention_mask, position_embeddings)
+            hidden_states = norm1(hidden_states + self.resid_dropout(attended))
+            return norm2(hidden_states + self.mlp_dropout(self.mlp(hidden_states)))
+
+    class GeneratedLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(vocab, d)
+            if kinds["position"] == "rope":
+                self.rotary_emb = RotaryEmbedding(head_dim)
+            else:
+                self.embed_positions = nn.Embedding(tokens, d)
+                if kinds["position"] == "learned_norm":
+                    self.embed_layernorm = nn.LayerNorm(d)
+            self.embed_dropout = nn.Dropout(p)
+            count = rng.randint(1, 2)
+            # a ModuleList called ``layers``, as transformers has it: torch.onnx names a
+            # ModuleDict's children without the dict's own name, a ModuleList's as layers.0
+            self.layers = nn.ModuleList(Block() for _ in range(blocks or count))
+            if kinds["placement"] == "pre":
+                setattr(self, f"final_{norm_name}", norm(d))
+            self.lm_head = nn.Linear(d, vocab, bias=False)
+            if kinds["lm_head"] == "tied":
+                self.lm_head.weight = self.embed_tokens.weight
+            self.kinds = dict(kinds)
+
+        def forward(self, input_ids):
+            b, t = input_ids.shape
+            position_ids = torch.arange(t, device=input_ids.device).unsqueeze(0)
+            hidden_states = self.embed_tokens(input_ids)
+            position_embeddings = None
+            if kinds["position"] == "rope":
+                position_embeddings = self.rotary_emb(hidden_states, position_ids)
+            else:
+                hidden_states = hidden_states + self.embed_positions(position_ids)
+                if kinds["position"] == "learned_norm":
+                    hidden_states = self.embed_layernorm(hidden_states)
+            hidden_states = self.embed_dropout(hidden_states)
+            dtype = hidden_states.dtype
+            min_value = torch.finfo(dtype).min
+            attention_mask = None
+            if kinds["mask"] == "triu":
+                attention_mask = torch.triu(torch.full((t, t), min_value, dtype=dtype), diagonal=1)[None, None]
+            elif kinds["mask"] == "masked_fill":  # LLaMA's _make_causal_mask
+                mask = torch.full((t, t), min_value, dtype=dtype)
+                mask_cond = torch.arange(mask.size(-1))
+                mask = mask.masked_fill(mask_cond < (mask_cond + 1).view(mask.size(-1), 1), 0)
+                attention_mask = mask[None, None, :, :].expand(b, 1, t, t)
+            elif kinds["mask"] == "where" and kinds["attention"] == "sdpa":
+                above = torch.arange(t)[None, :] > torch.arange(t)[:, None]
+                attention_mask = torch.where(above, torch.full((), min_value, dtype=dtype),
+                                             torch.zeros((), dtype=dtype))[None, None]
+            elif kinds["mask"] == "padding":  # BERT's extended attention mask of an all-ones mask
+                ones = torch.ones_like(input_ids)
+                attention_mask = (1.0 - ones[:, None, None, :].to(dtype)) * min_value
+            for decoder_layer in self.layers:
+                hidden_states = decoder_layer(hidden_states, attention_mask, position_embeddings)
+            if kinds["placement"] == "pre":
+                hidden_states = getattr(self, f"final_{norm_name}")(hidden_states)
+            return self.lm_head(hidden_states)
+
+    module = GeneratedLM()
+    example = torch.randint(0, vocab, (1, tokens), generator=torch.Generator().manual_seed(seed))
+    return module.eval(), example
+
+
 NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
 PIPELINES = {"unfused": ("unfused", None), "fused": ("fused", None), "nhwc": ("fused", NHWC)}
 
@@ -230,6 +514,7 @@ def check(seed: int, frontends=("torch", "onnx"), pipelines=tuple(PIPELINES), wo
 
     module, example = generate(seed)
     expected = module(example).detach().numpy()
+    program = _exported(module, example)
     out = []
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         for frontend in frontends:
@@ -251,6 +536,8 @@ def check(seed: int, frontends=("torch", "onnx"), pipelines=tuple(PIPELINES), wo
                 got = vm["main"](tvm.runtime.tensor(example.numpy()))
                 got = (got if hasattr(got, "numpy") else got[0]).numpy()  # from_torch returns a tuple
                 problems = list(lineage.verification.problems) + list(lineage.degraded)
+                if ids is None:  # the same origins in every pipeline (checked below): their layers once
+                    problems += layer_problems(module, lineage.origins.values(), frontend, program)
                 if not np.allclose(got, expected, rtol=1e-3, atol=1e-4):
                     problems.append(f"output differs from torch's by {np.abs(got - expected).max():.3g}")
                 op_ids = sorted(o.id for o in lineage.origins.values() if o.kind == "op")
@@ -267,6 +554,130 @@ def check(seed: int, frontends=("torch", "onnx"), pipelines=tuple(PIPELINES), wo
                           if v.status == "unverified"),
                     tuple(problems), time.perf_counter() - start))
     return out
+
+
+# torch.export nodes (before decompositions) that compute nothing: an op billed to one
+# was made by an earlier node whose value only passes through it.
+_NOOP_TARGETS = {"dropout", "_assert_tensor_metadata", "contiguous", "clone", "alias", "detach",
+                 "lift_fresh_copy", "getitem"}
+_CASTS = {"to", "_to_copy", "type_as"}
+# nodes that may import to no op at all (a view or reshape of the shape it has, a full slice)
+_SHAPE_TARGETS = {"view", "reshape", "unsqueeze", "squeeze", "expand", "slice", "transpose", "permute",
+                  "flatten", "select", "split", "split_with_sizes", "t", "unflatten", "chunk"}
+# the Relax ops a layer of each kind of module may hold (after the frontend's import)
+_MODULE_OPS = {
+    # a linear on 3-d input may decompose to expand + bmm
+    "Linear": {"relax.matmul", "relax.permute_dims", "relax.add", "relax.reshape", "relax.linear",
+               "relax.broadcast_to"},
+    "Embedding": {"relax.take", "relax.reshape", "relax.astype"},
+}
+# TVM's ONNX Gather wraps negative indices: where(less(i, 0), i + n, i)
+_MODULE_OPS_ONNX = {"Embedding": {"relax.shape_to_tensor", "relax.less", "relax.add", "relax.where"}}
+
+
+def _exported(module, example):
+    """torch.export's own program of ``module`` (before decompositions): the module paths
+    the layers must equal, read independently of the frontend's import."""
+    import torch
+
+    return torch.export.export(module, (example,))
+
+
+def _target(node) -> str:
+    target = node.target
+    name = getattr(target, "__name__", str(target))
+    return name.split(".")[0]
+
+
+def _computes_nothing(node) -> bool:
+    target = _target(node)
+    if target in _NOOP_TARGETS:
+        return True
+    if target in _CASTS:  # a cast to the dtype the value has
+        src, val = getattr(node.args[0], "meta", {}).get("val"), node.meta.get("val")
+        return src is not None and val is not None and src.dtype == val.dtype
+    return False
+
+
+def _stack_layer(node) -> str:
+    """The innermost module path torch.export recorded for ``node`` ("" in the root's
+    own forward), with ``@N`` for the N-th further call of a module."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    key, (path, _) = list(stack.items())[-1]
+    call = key.rsplit("@", 1)[1] if "@" in key else ""
+    return f"{path}@{call}" if path and call else path
+
+
+def layer_problems(module, origins, frontend, program) -> list[str]:
+    """What is wrong with the layers of a build's op origins (from ``frontend``, torch
+    or onnx), by evidence of its own.
+
+    ``program`` is torch.export's program of ``module``. For either frontend (its layers
+    are torch module paths): every Linear and Embedding module that runs is a layer (for
+    ONNX, one whose output depends on the inputs: the exporter folds the others),
+    each holding only the ops such a module makes (an embedding's ``take`` among them);
+    no origin is billed to a Dropout. For torch: each origin's node is a node of
+    ``program`` that computes something, the origin's layer is that node's innermost
+    ``nn_module_stack`` path, and every node that computes has an origin."""
+    import torch
+
+    origins = [o for o in origins if o.kind == "op"]
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "call_function"}
+    ran = {path for n in nodes.values() for path, _ in (n.meta.get("nn_module_stack") or {}).values()}
+    modules = {path: m for path, m in module.named_modules() if path in ran}
+    if frontend == "onnx":  # torch.onnx folds what does not depend on the inputs (wpe(arange(T)))
+        inputs = set(program.graph_signature.user_inputs)
+        live = {n.name for n in program.graph.nodes if n.op == "placeholder" and n.name in inputs}
+        for n in program.graph.nodes:
+            if n.op == "call_function" and any(getattr(a, "name", None) in live for a in n.all_input_nodes):
+                live.add(n.name)
+        varying = {path for name in live if name in nodes
+                   for path, _ in (nodes[name].meta.get("nn_module_stack") or {}).values()}
+    else:
+        varying = set(modules)
+    by_layer: dict[str, set[str]] = {}
+    for o in origins:
+        by_layer.setdefault(o.layer.split("@")[0], set()).add(o.op)
+    problems = []
+    for path, m in modules.items():
+        kind = type(m).__name__
+        if isinstance(m, torch.nn.Dropout) and path in by_layer:
+            problems.append(f"layer {path} is a Dropout, yet holds {', '.join(sorted(by_layer[path]))}")
+        if kind not in _MODULE_OPS:
+            continue
+        if path not in by_layer:
+            if path in varying:
+                problems.append(f"{kind} {path} is no layer")
+            continue
+        allowed = _MODULE_OPS[kind] | (_MODULE_OPS_ONNX.get(kind, set()) if frontend == "onnx" else set())
+        foreign = by_layer[path] - allowed
+        if foreign:
+            problems.append(f"{kind} {path} holds {', '.join(sorted(foreign))}, which no {kind} makes")
+        if kind == "Embedding" and "relax.take" not in by_layer[path]:
+            problems.append(f"Embedding {path} holds no take")
+    if frontend != "torch":
+        return problems
+    billed: dict[str, list] = {}
+    for o in origins:
+        node = nodes.get(o.node)
+        if node is None:
+            problems.append(f"{o.id} ({o.op}) names no node of torch.export's program: {o.node!r}")
+            continue
+        billed.setdefault(o.node, []).append(o)
+        if _computes_nothing(node):
+            problems.append(f"{o.id} ({o.op}) is billed to {o.node} ({_target(node)}), which computes nothing")
+        layer = _stack_layer(node)
+        if layer and o.layer != layer:
+            problems.append(f"{o.id} ({o.op}) is in {o.layer}; torch.export puts its node {o.node} in {layer}")
+        if not layer and o.layer.split("@")[0] in modules and o.layer:
+            problems.append(f"{o.id} ({o.op}) is in {o.layer}; torch.export puts its node {o.node} "
+                            f"in the root module's forward")
+    for name, node in nodes.items():
+        if name not in billed and not _computes_nothing(node) and _target(node) not in _SHAPE_TARGETS:
+            problems.append(f"node {name} ({_target(node)}, in {_stack_layer(node) or 'the root'}) has no origin")
+    return problems
 
 
 def _failed_build(seed, frontend, name, model, exc, seconds) -> BuildCheck:
