@@ -269,9 +269,15 @@ def cmd_query(args) -> int:
             for o in s["origins"]) for s in result)
     elif args.layer:
         sites = lineage.kernels_of(args.layer)
+        verdict = lineage.verification.by_layer().get(args.layer) if lineage.verification is not None else None
         result = {"layer": args.layer, "kernel_calls": [s.label for s in sites],
-                  "source": list(lineage.sources().get(args.layer, ()))}
-        text = f"{args.layer} runs in: " + (", ".join(result["kernel_calls"]) or "no kernel")
+                  "source": list(lineage.sources().get(args.layer, ())),
+                  "verification": verdict.status if verdict else "unverified",
+                  "reasons": list(verdict.reasons) if verdict else ["this lineage has no layer verdicts"]}
+        text = (f"{args.layer} runs in: " + (", ".join(result["kernel_calls"]) or "no kernel")
+                + f"
+verification: {result['verification'].upper()}" + "".join(f"
+  ! {r}" for r in result["reasons"]))
         if result["source"]:
             text += "\nmade at: " + ", ".join(result["source"])
         gone = [f"{o} (eliminated by {p})" for o, p in lineage.eliminated().items() if o in lineage.resolve(args.layer)]

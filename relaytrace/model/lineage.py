@@ -91,6 +91,9 @@ class Coverage:
     unverified: tuple[str, ...] = ()  # labels of call sites the IR could not confirm
     problems: tuple[str, ...] = ()  # broken invariants (``Verification.problems``)
     degraded: tuple[str, ...] = ()  # why the build could not be followed to its end (``Lineage.degraded``)
+    layers: int = 0  # layers with a verdict (``Verification.layers``)
+    suspect_layers: tuple[str, ...] = ()  # layers the frontend's program or their sites contradict
+    unverified_layers: tuple[str, ...] = ()
 
     @property
     def site_fraction(self) -> float:
@@ -102,10 +105,11 @@ class Coverage:
 
     @property
     def complete(self) -> bool:
-        """Every site attributed and confirmed by the IR, every op accounted for, the
-        build followed to its end."""
+        """Every site attributed and confirmed by the IR, every layer confirmed, every
+        op accounted for, the build followed to its end."""
         return (self.attributed_sites == self.call_sites and not self.unaccounted
-                and not self.suspect and not self.unverified and not self.problems and not self.degraded)
+                and not self.suspect and not self.unverified and not self.problems and not self.degraded
+                and not self.suspect_layers and not self.unverified_layers)
 
 
 @define(frozen=True)
@@ -271,6 +275,7 @@ class Lineage:
         in_kernels = {o for s in sites for o in s.origin_ids}
         in_builtins = {o for b in self.builtins for o in b.origins}
         inputs = [o for o in self.origins.values() if o.kind == OP]
+        layer_checks = self.verification.layers if self.verification is not None else ()
         unaccounted = tuple(
             o.id for o in inputs
             if o.id not in in_kernels and o.id not in in_builtins and o.id not in self.eliminated_by
@@ -288,6 +293,9 @@ class Lineage:
             unverified=self._sites_with(UNVERIFIED),
             problems=self.verification.problems if self.verification is not None else (),
             degraded=self.degraded,
+            layers=len(layer_checks),
+            suspect_layers=tuple(c.layer for c in layer_checks if c.status == SUSPECT),
+            unverified_layers=tuple(c.layer for c in layer_checks if c.status == UNVERIFIED),
         )
 
     def _sites_with(self, status: str) -> tuple[str, ...]:

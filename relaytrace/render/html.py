@@ -40,7 +40,9 @@ def report_data(report) -> dict:
                      "shapes": r.shapes, "layers": list(r.layers), "status": r.status} for r in report.kernels],
         "checks": [{"site": s.label, "status": checks[s.position].status,
                     "reasons": "; ".join(checks[s.position].reasons)}
-                   for s in lineage.call_sites if checks[s.position].status != "verified"],
+                   for s in lineage.call_sites if checks[s.position].status != "verified"]
+        + [{"site": f"layer {c.layer}", "status": c.status, "reasons": "; ".join(c.reasons)}
+           for c in (lineage.verification.layers if lineage.verification is not None else ()) if c.status != "verified"],
         "op_types": [{"op": r.op, "ms": r.us / 1e3, "percent": r.percent, "count": r.count, "layers": r.layers}
                      for r in report.op_types],
         "categories": [{"name": n, "ms": us / 1e3, "percent": p} for n, us, p in report.categories.rows()],
@@ -211,12 +213,15 @@ def html_report(report, comparison=None) -> str:
     caused = ", ".join(f"{html.escape(layer)} ({us / 1e3:.3f} ms)" for layer, us in cats.inserted_by_layer[:6])
     payload = json.dumps(data).replace("</", "<\\/")
     cov = report.coverage
+    layers = (f"; {cov.layers - len(cov.suspect_layers) - len(cov.unverified_layers)} of {cov.layers} layers "
+              f"verified against the frontend's program" if cov.layers else "")
     verdict = (f"{cov.verified_sites} of {cov.call_sites} call sites verified against the compiled IR; "
-               f"{len(cov.suspect)} suspect, {len(cov.unverified)} unverified"
+               f"{len(cov.suspect)} suspect, {len(cov.unverified)} unverified{layers}"
                + ("" if not (cov.suspect or cov.unverified) else
                   f": {(cats.suspect_us + cats.unverified_us) / 1e3:.3f} ms ran there, and may be billed "
                   f"to the wrong layers below"))
-    verdict_class = "bad" if cov.suspect or cov.problems else "warn" if cov.unverified else "good"
+    verdict_class = ("bad" if cov.suspect or cov.problems or cov.suspect_layers
+                     else "warn" if cov.unverified or cov.unverified_layers else "good")
     problems = "".join(f"<p class=\"bad\">{html.escape(p)}</p>" for p in cov.problems)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

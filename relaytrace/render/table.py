@@ -43,6 +43,14 @@ def coverage_summary(lineage: Lineage) -> str:
     if lineage.tuned or "+tuned(" in lineage.pipeline:
         lines.append(f"tuned schedules (MetaSchedule database): {len(lineage.tuned)} of {len(lineage.kernels)} kernels")
     lines.append(f"verified against the compiled IR: {cov.verified_sites} of {cov.call_sites} call sites")
+    if cov.layers:
+        verified = cov.layers - len(cov.suspect_layers) - len(cov.unverified_layers)
+        lines.append(f"layers verified against the frontend's program: {verified} of {cov.layers}")
+    by_layer = lineage.verification.by_layer() if lineage.verification is not None else {}
+    for word, layers in (("SUSPECT LAYERS", cov.suspect_layers), ("UNVERIFIED LAYERS", cov.unverified_layers)):
+        if layers:
+            lines.append(f"{word}: {len(layers)} ({', '.join(layers[:5])}{', ...' if len(layers) > 5 else ''}); "
+                         f"{layers[0]}: {by_layer[layers[0]].reasons[0]}")
     checks = lineage.site_checks()
     by_label = {site.label: checks[site.position] for site in lineage.call_sites}
     for word, labels in (("SUSPECT", cov.suspect), ("UNVERIFIED", cov.unverified)):
