@@ -201,3 +201,98 @@ def test_a_tuple_literals_field_is_the_value_it_holds():
     t = follow(before, after)
     assert origins(t, out2) == ("out/sigmoid",)
     assert rules(t) == {"identity": 1, "value": 1}
+
+
+# -- replay of fused groups with symbolic shapes ------------------------------
+
+def _symbolic_module(params, emit):
+    """A one-function module over ``params``: ``emit(bb, *params)`` adds the bindings
+    and returns the output."""
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(emit(bb, *params))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _fused(mod):
+    """(the module as FuseOps finds it, as FuseOps leaves it)."""
+    before = tvm.transform.Sequential([relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern()])(mod)
+    return before, relax.transform.FuseOps()(before)
+
+
+def _group_calls(t, after) -> list:
+    """The origins each call of a fused group in ``after``'s main carries, in order."""
+    return [origins(t, b.var) for b in ir.bindings(after["main"])
+            if ir.is_call(b.value) and isinstance(b.value.op, relax.GlobalVar) and ir.is_primitive(after[b.value.op])]
+
+
+def test_replay_reads_past_a_symbolic_dim_passed_as_a_var():
+    """LegalizeOps passes a symbolic dim a PrimFunc cannot read off its buffers (``n``
+    of an ``n + 1`` long concat) as a var in call_tir's arguments; in the fused group
+    that var is bound nowhere. It is no input the replay failed to follow: the scale
+    multiply that reads it is matched with the matmul (it was lost before)."""
+    n = tvm.tirx.Var("n", "int64")
+    params = [relax.Var("x", T((n, 4), "float32")), relax.Var("y", T((1, 4), "float32")),
+              relax.Var("w", T((4, 4), "float32"))]
+
+    def emit(bb, x, y, w):
+        cat = bb.emit(R.concat([x, y], axis=0), name_hint="cat")
+        proj = bb.emit(R.matmul(cat, w), name_hint="proj")
+        return bb.emit(R.multiply(proj, relax.const(0.25, "float32")), name_hint="scale")
+
+    before, after = _fused(_symbolic_module(params, emit))
+    t = follow(before, after, "FuseOps")
+    groups = _group_calls(t, after)
+    assert groups == [("proj/matmul", "scale/multiply")]  # not the concat, which runs on its own
+    assert rules(t).get("replay") == 1 and not t.log.events[-1].eliminated
+
+
+def _two_position_chains(bb, x, w):
+    """Two ``arange``s of the symbolic length: equal values from no tensor, one key. The
+    second one's chain ends first, so FuseOps emits its group first."""
+    n = x.ty.shape[0]
+    pos = bb.emit(R.arange(0, n, 1, "float32"), name_hint="pos")
+    bias_pos = bb.emit(R.arange(0, n, 1, "float32"), name_hint="bias_pos")
+    bias_col = bb.emit(R.expand_dims(bias_pos, [1]), name_hint="bias_col")
+    biased = bb.emit(R.add(bias_col, x), name_hint="biased")
+    proj = bb.emit(R.matmul(biased, w), name_hint="proj")
+    pos_col = bb.emit(R.expand_dims(pos, [1]), name_hint="pos_col")
+    return bb.emit(R.multiply(pos_col, proj), name_hint="scaled")
+
+
+def test_replay_gives_equal_values_to_the_group_the_rest_of_its_body_agrees_with():
+    """The first fused group runs the second arange's chain. Taking the first fit of
+    the arange's key gave it ``pos`` (and then ``pos_col``, whose expand_dims of it has
+    the same key), leaving its add and all of the second group but the matmul lost.
+    Each group gets its own chain."""
+    n = tvm.tirx.Var("n", "int64")
+    params = [relax.Var("x", T((n, 4), "float32")), relax.Var("w", T((4, 4), "float32"))]
+    before, after = _fused(_symbolic_module(params, _two_position_chains))
+    t = follow(before, after, "FuseOps")
+    assert sorted(_group_calls(t, after)) == [
+        ("bias_col/expand_dims", "bias_pos/arange", "biased/add"),
+        ("pos/arange", "pos_col/expand_dims", "proj/matmul", "scaled/multiply")]
+    assert rules(t).get("replay") == 2 and not t.log.events[-1].eliminated
+
+
+def test_replay_keeps_program_order_between_groups_that_compute_equal_values():
+    """Two chains alike op for op (the same mask made for two layers): nothing tells
+    their values apart, and each group takes the first fit, in program order."""
+    n = tvm.tirx.Var("n", "int64")
+    params = [relax.Var("x", T((n, 4), "float32")), relax.Var("w", T((4, 4), "float32"))]
+
+    def emit(bb, x, w):
+        first = bb.emit(R.matmul(bb.emit(R.add(bb.emit(R.expand_dims(bb.emit(
+            R.arange(0, n, 1, "float32"), name_hint="a0"), [1]), name_hint="e0"), x), name_hint="s0"), w),
+            name_hint="m0")
+        second = bb.emit(R.matmul(bb.emit(R.add(bb.emit(R.expand_dims(bb.emit(
+            R.arange(0, n, 1, "float32"), name_hint="a1"), [1]), name_hint="e1"), x), name_hint="s1"), w),
+            name_hint="m1")
+        return bb.emit(R.add(first, second), name_hint="both")
+
+    before, after = _fused(_symbolic_module(params, emit))
+    t = follow(before, after, "FuseOps")
+    chains = [o for o in _group_calls(t, after) if any(i.endswith("/arange") for i in o)]
+    assert chains == [("a0/arange", "e0/expand_dims", "s0/add"), ("a1/arange", "e1/expand_dims", "s1/add")]

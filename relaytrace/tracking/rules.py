@@ -59,7 +59,9 @@ class ValueKey:
 class Replay:
     """A call of a fused (``Primitive``) function, matched through its body with its
     parameters bound to this call site's arguments: every call site of a shared fused
-    kernel finds its own ops. The body is read once per function (``_recipe``)."""
+    kernel finds its own ops. The body is read once per function (``_recipe``). Where
+    a step's key fits several earlier values, the one the rest of the body agrees with
+    wins (``_replay``)."""
 
     name = "replay"
 
@@ -84,30 +86,10 @@ class Replay:
                 tok = tokens.resolve(kind, handle)
             if tok is not None or kind not in (VAR, CONST):
                 env[param] = tok
-        matched: list[int] = []
-        canon = tokens.canon
-        for var, callee, refs, index in steps:
-            resolved = []
-            for ref, const in refs:
-                tok = const if const is not None else env.get(ref, _UNKNOWN)
-                if tok is _UNKNOWN:
-                    break  # an input this replay could not follow: no key to trust
-                if tok is not None:
-                    resolved.append(canon.get(tok, tok))
-            else:
-                if callee is None:  # an alias, or a projection of field ``index``
-                    if not resolved:
-                        continue
-                    tok = resolved[0] if index is None else keys.item(resolved[0], index)
-                else:
-                    tok = keys.match((callee, tuple(resolved)), walk.claimed)
-                    if tok is None:
-                        continue
-                    walk.claimed.add(tok)
-                    matched.append(tok)
-                env[var] = tok
+        matched = _replay(steps, env, keys, walk.claimed)
         if not matched:
             return None
+        walk.claimed.update(matched)
         result = tokens.new(tokens.union(matched))
         if tuple_output:  # each field of the call's result is the value its step made
             for i, field in enumerate(outputs):
@@ -116,6 +98,57 @@ class Replay:
         elif outputs and env.get(outputs[0]) is not None:
             tokens.alias(result, env[outputs[0]])
         return result
+
+
+def _replay(steps, env: dict, keys, claimed: set[int], start: int = 0, taken: frozenset[int] = frozenset(),
+            trial: bool = False) -> list[int]:
+    """Match a recipe's steps from ``start`` on by value key, their var arguments
+    resolved through ``env`` (param and step var handles -> tokens; filled in place);
+    return the tokens matched, none in ``claimed`` or ``taken``, each once.
+
+    A key may fit several values: equal values made twice, such as the ``arange`` of
+    a symbolic length that a causal mask and the positions each compute from no
+    tensor at all. Each is then tried with the steps after it (``trial``: those take
+    the first fit), and the one with which most of them match wins, the first on a
+    tie: taking the first blindly hands one chain's ``arange`` to another's group,
+    whose later steps then match nothing and are lost."""
+    canon = keys.tokens.canon
+    matched: list[int] = []
+    for at in range(start, len(steps)):
+        var, callee, refs, index = steps[at]
+        resolved = []
+        for ref, const in refs:
+            tok = const if const is not None else env.get(ref, _UNKNOWN)
+            if tok is _UNKNOWN:
+                break  # an input this replay could not follow: no key to trust
+            if tok is not None:
+                resolved.append(canon.get(tok, tok))
+        else:
+            if callee is None:  # an alias, or a projection of field ``index``
+                if not resolved:
+                    continue
+                tok = resolved[0] if index is None else keys.item(resolved[0], index)
+            else:
+                fits = [t for t in keys.table.get((callee, tuple(resolved)), ())
+                        if t not in claimed and t not in taken and t not in matched]
+                if not fits:
+                    continue
+                tok = fits[0] if len(fits) == 1 or trial else \
+                    _best_fit(fits, steps, at, env, keys, claimed, taken.union(matched))
+                matched.append(tok)
+            env[var] = tok
+    return matched
+
+
+def _best_fit(fits: list[int], steps, at: int, env: dict, keys, claimed: set[int], taken: frozenset[int]) -> int:
+    """Of the values step ``at`` fits, the one with which most steps after it match
+    (each of them taking its first fit); the first on a tie."""
+    var = steps[at][0]
+
+    def agreement(candidate: int) -> int:
+        return len(_replay(steps, {**env, var: candidate}, keys, claimed, at + 1, taken | {candidate}, trial=True))
+
+    return max(fits, key=agreement)
 
 
 class ImplementationSwap:
@@ -184,12 +217,13 @@ def _recipe(tracker, func) -> tuple | None:
             tracker.recipes[handle] = None
             return None
         d = tracker.read(func)
+        bound = {*d.params, *d.vars}
         steps = []
         for position, var in enumerate(d.vars):
             made = reader.call(d, position)
             if made is not None:
                 atoms = made.atoms
-                refs = [_ref(tracker, atoms[i] % FIELD, atoms[i + 1]) for i in range(0, len(atoms), 3)
+                refs = [_ref(tracker, atoms[i] % FIELD, atoms[i + 1], bound) for i in range(0, len(atoms), 3)
                         if atoms[i] != TUPLE]  # a tuple argument is read through its fields
                 steps.append((var, made.callee, tuple(r for r in refs if r is not None), None))
                 continue
@@ -205,9 +239,13 @@ def _recipe(tracker, func) -> tuple | None:
     return tracker.recipes[handle]
 
 
-def _ref(tracker, kind, handle) -> tuple[int | None, int | None] | None:
-    """(var handle, None) for a var, (None, token) for a constant, else None."""
+def _ref(tracker, kind, handle, bound: set[int]) -> tuple[int | None, int | None] | None:
+    """(var handle, None) for a var of the body (a parameter or a binding), (None,
+    token) for a constant, else None. A var the body binds nowhere is a symbolic dim
+    (TVM 0.27 passes ``past`` to a PrimFunc as a var of type int64, defined by the
+    shapes of the parameters): it carries no value, and is left out as a value key
+    leaves it out (it has no token there either)."""
     if kind == VAR:
-        return (handle, None)
+        return (handle, None) if handle in bound else None
     tok = tracker.tokens.raw(kind, handle)
     return None if tok is None else (None, tok)
