@@ -219,9 +219,11 @@ def test_generated_token_model_layers_are_checked_against_torch_export():
                         f"puts its node {add.node} in layers.0"]
 
 
-@pytest.mark.xfail(strict=True, reason="a static torch.arange, which LegalizeOps folds to a constant binding, "
-                   "leaves every later op of the unfused pipeline 'made by ToNonDataflow'")
 def test_static_arange_verifies_in_the_unfused_pipeline():
+    """Found by the generator's token models: LegalizeOps folds a static ``arange`` into
+    a constant bound to the same Var; ToNonDataflow then binds a new Var to that
+    constant, and every later op was 'made by ToNonDataflow'. A var a pass rebinds to a
+    constant now holds the constant (``Tracker._rebound``), its op eliminated there."""
     torch = pytest.importorskip("torch")
     from relaytrace.frontends.torch import from_torch
 
@@ -232,6 +234,8 @@ def test_static_arange_verifies_in_the_unfused_pipeline():
     model = from_torch(AddPositions(), (torch.randn(1, 8),))
     _, lineage = relaytrace.build(model, "llvm", pipeline="unfused")
     assert lineage.verification.ok, lineage.verification.summary()
+    assert lineage.eliminated_by == {"arange/arange": "LegalizeOps"}
+    assert [[lineage.origins[o].short_op for o in s.origin_ids] for s in lineage.call_sites] == [["astype"], ["add"]]
 
 
 def test_alter_op_impl_kernels_verify_by_their_declared_operator(resnet_mod):

@@ -23,7 +23,7 @@ from .keys import ValueKeys
 from .newops import IDENTITY, NEW, Changes
 from .origins import OriginTable
 from .passlog import PassLog
-from .reader import ITEM, TUPLE, VAR
+from .reader import CONST, ITEM, TUPLE, VAR
 from .rules import DEFAULT_RULES, Binding
 from .tokens import Tokens
 
@@ -196,11 +196,16 @@ class Tracker:
         return state
 
     def _rebound(self, handle, tok, position, walk) -> bool:
-        """The two exceptions to identity: a var that named another binding's value now
-        calls something of its own (ConvertLayout's permute into the output var), or a
-        var whose token this walk gave away already now calls a layout transform
-        (AlterOpImpl reused the var for it). Either is a new binding."""
+        """The exceptions to identity: a var that named another binding's value now
+        calls something of its own (ConvertLayout's permute into the output var); a var
+        whose token this walk gave away already now calls a layout transform
+        (AlterOpImpl reused the var for it); a var whose op a pass folded into a
+        constant (LegalizeOps folds a static ``arange``) now holds that constant, as a
+        var bound to it later does. Each is a new binding."""
         if handle in self._aliases and walk.d.call_at[position] >= 0:
+            return True
+        if handle not in self._aliases and walk.d.call_at[position] < 0 \
+                and reader.value(walk.d, position)[0] == reader.CONST:
             return True
         return tok in walk.claimed and ops.is_data_movement(reader.callee_of(walk.d, position) or "")
 
@@ -275,6 +280,8 @@ class Tracker:
             return None if tup is None else self.keys.item(tup, value[3])
         if kind == TUPLE:
             return self.keys.tuple_of([self.tokens.raw(*f[:2]) for f in value[2]])
+        if kind == CONST:
+            return self.tokens.constant(value[1])
         return self.tokens.of(value[1]) if kind == VAR else None  # an alias
 
     def _judge_new(self, fname, pass_name, walk: Walk) -> list[Origin]:
