@@ -1,7 +1,8 @@
 """Build many generated models through torch and ONNX, unfused / fused / NHWC, and
 count verified and suspect call sites: the search for attribution bugs.
 
-    .venv/bin/python tools/check_generated.py --seeds 0-199 [--jobs 2] [--show 5] [--progress]
+    .venv/bin/python tools/check_generated.py --seeds 0-199 [--jobs 2] [--pipelines fused] [--frontends torch]
+        [--show 5] [--progress]
 
 Prints one line per build that is not clean (suspect / unverified sites, problems),
 then the totals: models, builds, call sites verified / suspect / unverified, seconds.
@@ -25,12 +26,13 @@ def _seeds(text: str) -> list[int]:
     return out
 
 
-def _check(seed: int):
+def _check(seed: int, options: tuple[tuple[str, ...], tuple[str, ...]]):
     warnings.simplefilter("ignore")
     from relaytrace.zoo.generated import check
 
+    frontends, pipelines = options
     try:
-        return seed, check(seed), None
+        return seed, check(seed, frontends, pipelines), None
     except Exception as exc:  # a crash is a finding too
         return seed, [], f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
@@ -40,6 +42,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default="0-19", help="e.g. 0-199 or 1,5,9 (default 0-19)")
     parser.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
     parser.add_argument("--show", type=int, default=3, help="reasons shown per bad build")
+    parser.add_argument("--pipelines", default="unfused,fused,nhwc", help="of unfused, fused, nhwc (default all)")
+    parser.add_argument("--frontends", default="torch,onnx", help="of torch, onnx (default both)")
     parser.add_argument("--progress", action="store_true",
                         help="also one line per model (its kind, sites, seconds): a long sweep's log reads as it runs")
     args = parser.parse_args(argv)
@@ -47,7 +51,8 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     totals = dict(models=0, builds=0, sites=0, verified=0, suspect=0, unverified=0, bad=0, crashed=0, skipped=0)
     with ProcessPoolExecutor(args.jobs) as pool:
-        for seed, checks, crash in pool.map(_check, seeds):
+        options = [(tuple(args.frontends.split(",")), tuple(args.pipelines.split(",")))] * len(seeds)
+        for seed, checks, crash in pool.map(_check, seeds, options):
             totals["models"] += 1
             if args.progress:
                 from relaytrace.zoo.generated import token_model

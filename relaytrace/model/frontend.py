@@ -92,7 +92,7 @@ PRODUCES: dict[str, dict[str, frozenset[str]]] = {
         "max_pool2d": "max_pool2d", "avg_pool2d": "avg_pool2d", "adaptive_avg_pool2d": "adaptive_avg_pool2d",
         "_adaptive_avg_pool2d": "adaptive_avg_pool2d", "mean": "mean", "sum": "sum", "amax": "max",
         "max": "max", "amin": "min", "min": "min", "var": "variance", "cumsum": "cumsum",
-        "argmax": "argmax", "topk": "topk",
+        "argmax": "argmax", "topk": "topk", "any": "astype max", "all": "astype min",
         "cat": "concat", "split_with_sizes": "split", "split": "split", "chunk": "split",
         "view": "reshape", "_unsafe_view": "reshape", "reshape": "reshape", "permute": "permute_dims",
         "transpose": "permute_dims", "t": "permute_dims", "unsqueeze": "expand_dims", "squeeze": "squeeze",
