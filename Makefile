@@ -4,16 +4,18 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.relaytrace-installed
 
-.PHONY: demo test test-fast bench setup graphviz browser cross clean
+.PHONY: demo test test-slow bench setup graphviz browser cross clean
 
 demo: setup
 	$(VENV)/bin/relaytrace demo --out relaytrace-out --force
 
+# make test: every test not marked slow (under 15 minutes on 2 cores); make test-slow:
+# the full-size builds, transformers through ONNX, symbolic lengths, the browser's. CI runs both.
 test: setup browser cross
-	$(PY) -m pytest -q
-
-test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
+
+test-slow: setup browser cross
+	$(PY) -m pytest -q -m slow
 
 bench: setup
 	$(PY) benchmarks/compile_overhead.py

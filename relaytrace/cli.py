@@ -275,9 +275,7 @@ def cmd_query(args) -> int:
                   "verification": verdict.status if verdict else "unverified",
                   "reasons": list(verdict.reasons) if verdict else ["this lineage has no layer verdicts"]}
         text = (f"{args.layer} runs in: " + (", ".join(result["kernel_calls"]) or "no kernel")
-                + f"
-verification: {result['verification'].upper()}" + "".join(f"
-  ! {r}" for r in result["reasons"]))
+                + f"\nverification: {result['verification'].upper()}" + "".join(f"\n  ! {r}" for r in result["reasons"]))
         if result["source"]:
             text += "\nmade at: " + ", ".join(result["source"])
         gone = [f"{o} (eliminated by {p})" for o, p in lineage.eliminated().items() if o in lineage.resolve(args.layer)]
