@@ -8,8 +8,14 @@ it moves the plain build's median by several percent between invocations), which
 ratio of the two sides' medians does not. Also printed: bindings, the plain and
 traced medians and the extra time. Each build starts after a full garbage
 collection, so that one side does not pay for garbage the other left.
-Targets: ratio <= 1.10 on deep_chain(2000), <= 1.03 on resnet_style and zoo resnet50;
-cost linear in bindings x passes.
+Targets: ratio <= 1.05 on the 32-block decoder (``zoo.nn_decoder``, prefill and
+decode, through ``from_nn``), <= 1.10 on deep_chain(2000), <= 1.03 on resnet_style and
+zoo resnet50.
+
+For the decoder it then prints what a user of its lineage waits for: the size of
+``lineage.json``, its load time, ``kernels_of`` over every layer and ``origins_of``
+over every kernel (mean per call), and ``relaytrace query DIR --kernel K`` as a
+command (median of 5).
 """
 
 from __future__ import annotations
@@ -17,8 +23,11 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import tvm
 from tvm import relax
@@ -35,8 +44,17 @@ def _resnet50():
     return from_torch(module, (example,), name="resnet50").mod
 
 
+def _decoder(layers: int = 32):
+    from relaytrace.frontends.nn import from_nn
+    from relaytrace.zoo.nn_decoder import decoder
+
+    return from_nn(*decoder(layers=layers), name=f"decoder{layers}")
+
+
 def _bindings(mod) -> int:
-    return sum(len(b.bindings) for b in mod["main"].body.blocks)
+    from relaytrace.tracking import ir
+
+    return sum(len(ir.bindings(f)) for f in ir.model_functions(ir.function_map(mod)).values())
 
 
 def _plain(mod, target):
@@ -44,36 +62,78 @@ def _plain(mod, target):
         tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target))
 
 
-def _traced(mod, target):
-    relaytrace.build(mod, target, pipeline="fused")
+def _traced(model, target):
+    return relaytrace.build(model, target, pipeline="fused")[1]
 
 
-def measure(name, mod, runs: int):
+def measure(name, model, runs: int):
+    """The ratio for ``model`` (an IRModule, or a frontend's ImportedModel: traced with
+    its layer names, built plainly from its module); returns (ratio, a lineage)."""
     target = tvm.target.Target("llvm")
+    mod = getattr(model, "mod", model)
     _plain(mod, target)  # warm caches on both sides
-    _traced(mod, target)
+    lineage = _traced(model, target)
     plain, traced = [], []
     for i in range(runs):
-        order = (_plain, _traced) if i % 2 == 0 else (_traced, _plain)
-        for fn in order:
+        for traced_side in ((False, True) if i % 2 == 0 else (True, False)):
             gc.collect()
             start = time.perf_counter()
-            fn(mod, target)
-            (plain if fn is _plain else traced).append(time.perf_counter() - start)
+            _traced(model, target) if traced_side else _plain(mod, target)
+            (traced if traced_side else plain).append(time.perf_counter() - start)
     p, t = statistics.median(plain), statistics.median(traced)
     ratios = sorted(b / a for a, b in zip(plain, traced))
     ratio = statistics.median(ratios)
     quartiles = statistics.quantiles(ratios, n=4)
     print(f"{name:<24} bindings={_bindings(mod):>5}  plain={p:6.3f}s  traced={t:6.3f}s  "
           f"ratio={ratio:.3f} (IQR {quartiles[0]:.3f}-{quartiles[2]:.3f})  extra={(t - p) * 1e3:4.0f}ms", flush=True)
-    return ratio
+    return ratio, lineage
+
+
+def lineage_figures(lineage) -> None:
+    """Size, load and query times of a saved lineage (see the module docstring)."""
+    from relaytrace.model.lineage import Lineage
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = lineage.save(Path(tmp) / "lineage.json")
+        loads = []
+        for _ in range(5):
+            gc.collect()
+            start = time.perf_counter()
+            loaded = Lineage.load(path)
+            loads.append(time.perf_counter() - start)
+        layers, kernels = loaded.layers(), list(loaded.kernels)
+        start = time.perf_counter()
+        for layer in layers:
+            loaded.kernels_of(layer)
+        per_layer = (time.perf_counter() - start) / len(layers)
+        start = time.perf_counter()
+        for kernel in kernels:
+            loaded.origins_of(kernel)
+        per_kernel = (time.perf_counter() - start) / len(kernels)
+        command = [str(Path(sys.executable).parent / "relaytrace"), "query", tmp, "--kernel", kernels[len(kernels) // 2]]
+        queries = []
+        for _ in range(5):
+            start = time.perf_counter()
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+            queries.append(time.perf_counter() - start)
+        print(f"  lineage.json {path.stat().st_size / 1e6:.2f} MB ({len(loaded.call_sites)} sites, "
+              f"{len(loaded.origins)} origins)  load={statistics.median(loads) * 1e3:.0f}ms  "
+              f"kernels_of={per_layer * 1e6:.0f}us/layer ({len(layers)})  "
+              f"origins_of={per_kernel * 1e6:.0f}us/kernel ({len(kernels)})  "
+              f"query --kernel={statistics.median(queries) * 1e3:.0f}ms", flush=True)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--deep", type=int, default=2000, help="bindings of the generated deep model")
+    parser.add_argument("--blocks", type=int, default=32, help="blocks of the decoder")
+    parser.add_argument("--only", choices=("decoder", "small"), help="the decoder alone, or the rest alone")
     args = parser.parse_args(argv)
+    if args.only != "small":
+        lineage_figures(measure(f"decoder({args.blocks} blocks)", _decoder(args.blocks), args.runs)[1])
+    if args.only == "decoder":
+        return 0
     measure("resnet_style(blocks=3)", resnet_style(blocks=3), args.runs)
     measure("zoo resnet50 (torch)", _resnet50(), args.runs)
     measure(f"deep_chain({args.deep})", deep_chain(args.deep), args.runs)

@@ -40,7 +40,7 @@ def record(mod, target) -> list[tuple[bool, object, object]]:
     return calls
 
 
-def replay(calls) -> dict[str, float]:
+def replay(calls, layer_of=None) -> dict[str, float]:
     stages: dict[str, float] = defaultdict(float)
     recorder = Recorder()
     start = time.perf_counter()
@@ -56,7 +56,7 @@ def replay(calls) -> dict[str, float]:
 
     with gc_paused():  # as Trace.finish does
         clock[0] = time.perf_counter()
-        lineage = follow(recorder.recording, on_step=step)
+        lineage = follow(recorder.recording, layer_of, on_step=step)
         step("lineage extraction + verification")
     if lineage.degraded:
         raise SystemExit(f"tracking degraded: {lineage.degraded}")
@@ -66,13 +66,23 @@ def replay(calls) -> dict[str, float]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--deep", type=int, default=2000, help="bindings of the generated deep model; 0: resnet_style")
+    parser.add_argument("--decoder", type=int, default=0, metavar="BLOCKS",
+                        help="the nn decoder of this many blocks (prefill and decode) instead")
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args(argv)
-    mod = deep_chain(args.deep) if args.deep else resnet_style(blocks=3)
+    layer_of = None
+    if args.decoder:
+        from relaytrace.frontends.nn import from_nn
+        from relaytrace.zoo.nn_decoder import decoder
+
+        imported = from_nn(*decoder(layers=args.decoder))
+        mod, layer_of = imported.mod, imported.layer_of
+    else:
+        mod = deep_chain(args.deep) if args.deep else resnet_style(blocks=3)
     calls = record(mod, tvm.target.Target("llvm"))
     best: dict[str, float] = {}
     for _ in range(args.runs):
-        for stage, seconds in replay(calls).items():
+        for stage, seconds in replay(calls, layer_of).items():
             best[stage] = min(best.get(stage, seconds), seconds)
     total = sum(best.values())
     for stage, seconds in sorted(best.items(), key=lambda item: -item[1]):

@@ -127,6 +127,7 @@ def test_diff_reference_reports_missing_layers_not_zero(two_runs, tmp_path):
     assert "not.in.model" in done.stdout
 
 
+@pytest.mark.slow
 def test_tasks_weights_sum_to_call_sites(two_runs):
     from_dir = run("--quiet", "tasks", two_runs / "fused")  # the model a profile DIR was made from
     assert from_dir.returncode == 0, from_dir.stderr
@@ -293,6 +294,7 @@ def test_diff_says_where_a_layer_without_time_went_totals_and_sorts(two_runs):
     assert f"total: A {total_a / 1e3:.3f} ms, B {total_b / 1e3:.3f} ms" in done.stdout
 
 
+@pytest.mark.slow
 def test_diff_shows_each_layers_noise_from_the_runs_spread(tmp_path, two_runs):
     """Two profiles of one build, three runs each: every layer's noise is its sites'
     max - min over runs (scaled by its share), a change within it is marked ``~``; one
@@ -408,7 +410,7 @@ def static():
 '''
 
 
-@pytest.mark.parametrize("factory", ["triple", "imported"])
+@pytest.mark.parametrize("factory", [pytest.param("triple", marks=pytest.mark.slow), "imported"])
 def test_a_factory_with_a_symbolic_dim_profiles_at_the_lengths_given(tmp_path, factory):
     """A factory returning ``from_torch(..., dynamic_shapes=)`` (an ImportedModel) or
     ``(module, example inputs, dynamic_shapes)``: one build, run at each
@@ -434,6 +436,7 @@ def test_a_factory_with_a_symbolic_dim_profiles_at_the_lengths_given(tmp_path, f
         assert json.loads((tmp_path / "ex" / "profile.json").read_text())["inputs"] == [["x", [1, 5, 8], "float32"]]
 
 
+@pytest.mark.slow
 def test_a_symbolic_model_without_sizes_or_a_reference_is_refused_in_one_line(tmp_path):
     (tmp_path / "seq.py").write_text(SYMBOLIC_FACTORY)
     model = f"{tmp_path / 'seq.py'}:imported"

@@ -56,6 +56,7 @@ def test_a_layer_fused_away_is_said_with_the_kernel_that_holds_it(resnet18_fp32)
     assert "missing" not in " ".join(e.note for e in result.layers)
 
 
+@pytest.mark.slow
 def test_fp16_errors_grow_along_the_network_and_name_the_first_layer(resnet18_fp32):
     """At 224x224 (at 64x64 layer4's errors are no larger than layer1's: growth along
     a network is an observation about this one, not a law)."""

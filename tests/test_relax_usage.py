@@ -181,5 +181,7 @@ def test_torch_inputs_come_from_the_example_and_other_options_are_refused():
     from relaytrace.errors import UsageError
     from relaytrace.frontends.loader import load
 
-    with pytest.raises(UsageError, match="--input-shape, --dtype and --entry do not apply"):
+    with pytest.raises(UsageError, match="--input-shape and --dtype do not apply"):
         load(TwoLayer(), (torch.randn(1, 16),), shapes=[("x", (5, 16))])
+    with pytest.raises(UsageError, match="--entry does not apply"):
+        load(TwoLayer(), (torch.randn(1, 16),), entry="decode")

@@ -173,9 +173,12 @@ def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
         page_path.write_text(html_report(make_report(broken, prof)))
         page.goto(page_path.as_uri())
         assert errors == []
-        suspect = broken.coverage().suspect
+        cov = broken.coverage()
+        suspect = cov.suspect
         assert page.locator("p.bad", has_text=f"{len(suspect)} suspect").count() == 1
-        assert sorted(page.locator("#checks tbody tr td:first-child").all_inner_texts()) == sorted(suspect)
+        checked = [*suspect, *(f"layer {layer}" for layer in (*cov.suspect_layers, *cov.unverified_layers))]
+        assert cov.suspect_layers and sorted(page.locator("#checks tbody tr td:first-child").all_inner_texts()) \
+            == sorted(checked)
         assert page.locator("#layers tbody tr", has_text="suspect").count() >= 1
         browser.close()
 

@@ -149,7 +149,7 @@ def test_a_lineage_without_verification_is_unverified_not_complete(builds):
     assert cov.unverified and cov.verified_sites == 0 and not cov.complete
 
 
-@pytest.mark.parametrize("seed", [5, 7, 14])
+@pytest.mark.parametrize("seed", [5, *(pytest.param(seed, marks=pytest.mark.slow) for seed in (7, 14))])
 def test_generated_models_verify_in_every_pipeline_and_frontend(seed, tmp_path):
     pytest.importorskip("torch")
     from relaytrace.zoo.generated import check

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -28,7 +29,7 @@ def check_schema(data, schema: str, what: str, where: str = "", made_by: str = "
 def tuples(value):
     """JSON lists back to tuples, all the way down; records (NamedTuples) stay records."""
     if type(value) in (list, tuple):
-        return tuple(tuples(v) for v in value)
+        return tuple([tuples(v) if type(v) in (list, tuple) else v for v in value])
     return value
 
 
@@ -37,6 +38,13 @@ def make_record(cls, data, where: str):
     tuples, after checking every field against the record's annotations (``check``):
     no unknown or missing field, every value of its type. ``where`` names the record
     in the error (``kernels['k'][0]``), which is a ``LineageFormatError``."""
+    if not _record_is_valid(cls, data):
+        _explain_record(cls, data, where)
+    return cls(**{k: tuples(v) for k, v in data.items()})
+
+
+def _explain_record(cls, data, where: str) -> None:
+    """Raise the error that says why ``data`` is no ``cls`` record."""
     if not isinstance(data, dict):
         raise LineageFormatError(f"{where} must be an object, not {_json_kind(data)}")
     fields = _fields(cls)
@@ -48,13 +56,19 @@ def make_record(cls, data, where: str):
             check(data[name], kind, f"{where}.{name}")
         elif required:
             raise LineageFormatError(f"{where} has no field {name!r}")
-    return cls(**{k: tuples(v) for k, v in data.items()})
 
 
 def check(value, kind, where: str) -> None:
     """``value`` (read from JSON) is of the annotated type ``kind``: str, int, float
     (finite), bool, a tuple (a JSON list) of such, an optional or union of such, or a
-    dict of str to such; anything else is taken as it is."""
+    dict of str to such; anything else is taken as it is. A ``LineageFormatError``
+    naming ``where`` otherwise."""
+    if not _is_valid(kind)(value):
+        _explain(value, kind, where)
+
+
+def _explain(value, kind, where: str) -> None:
+    """Raise the error that says where in ``value`` it is not of type ``kind``."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (typing.Union, types.UnionType):
         for option in args:
@@ -96,6 +110,62 @@ def check(value, kind, where: str) -> None:
         return
     if not ok:
         raise LineageFormatError(f"{where} must be {_KIND_NAMES[kind]}, not {_json_kind(value)}")
+
+
+# Checking a lineage of an LLM asks hundreds of thousands of values their type: each
+# annotation is turned once into a predicate (``_is_valid``), and the slow walk that
+# names what is wrong (``_explain``) runs only on a value the predicate refused.
+
+@functools.lru_cache(maxsize=None)
+def _is_valid(kind):
+    """A predicate: is a JSON value of the annotated type ``kind`` (as ``check`` says)."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        options = tuple(_is_valid(option) for option in args)
+        return lambda v: any(ok(v) for ok in options)
+    if kind is type(None):
+        return lambda v: v is None
+    if kind is bool:
+        return lambda v: isinstance(v, bool)
+    if kind is int:
+        return lambda v: isinstance(v, int) and not isinstance(v, bool)
+    if kind is float:
+        return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if kind is str:
+        return lambda v: isinstance(v, str)
+    if kind is tuple or origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = _is_valid(args[0])
+            return lambda v: isinstance(v, list) and all(map(item, v))
+        if args and args != ((),):
+            items = tuple(_is_valid(option) for option in args)
+            return lambda v: isinstance(v, list) and len(v) == len(items) and all(ok(i) for ok, i in zip(items, v))
+        return lambda v: isinstance(v, list)
+    if kind is dict or origin is dict:
+        item = _is_valid(args[1]) if args else (lambda v: True)
+        return lambda v: isinstance(v, dict) and all(map(item, v.values()))
+    return lambda v: True
+
+
+def _record_is_valid(cls, data) -> bool:
+    """``make_record``'s checks as one predicate."""
+    if not isinstance(data, dict):
+        return False
+    fields = _fields(cls)
+    for name, value in data.items():
+        found = fields.get(name)
+        if found is None or not _is_valid(found[0])(value):
+            return False
+    return all(name in data for name in _required(cls))
+
+
+_REQUIRED: dict[type, tuple[str, ...]] = {}
+
+
+def _required(cls) -> tuple[str, ...]:
+    if cls not in _REQUIRED:
+        _REQUIRED[cls] = tuple(name for name, (_, required) in _fields(cls).items() if required)
+    return _REQUIRED[cls]
 
 
 _KIND_NAMES = {float: "a finite number", int: "an integer", str: "a string", bool: "true or false",

@@ -14,6 +14,7 @@ from ..errors import LineageFormatError, UnknownNameError, UsageError
 from .frontend import Program, SourceNode
 from .journal import Change, PassEvent
 from .jsonio import check, check_schema, items_of, make_record, read_json, tuples, write_json
+from .lineage_index import LineageIndex, index_of
 from .ops import op_rank
 from .origin import INSERTED, OP, UNRESOLVED, Origin
 from .verification import SUSPECT, UNVERIFIED, VERIFIED, LayerCheck, Member, SiteCheck, Verification, verify
@@ -137,6 +138,14 @@ class Lineage:
     verification: Verification | None = None  # ``verify()`` of this lineage, made by the build
     program: Program | None = None  # what the frontend translated: the evidence for the layers (``model.frontend``)
     schema: str = SCHEMA
+    _index: LineageIndex | None = field(default=None, init=False, eq=False, repr=False)
+
+    def index(self) -> LineageIndex:
+        """The look-ups queries use (``lineage_index``), built at the first query:
+        a lineage is frozen, so they stay true; ``attrs.evolve`` starts a new one."""
+        if self._index is None:
+            object.__setattr__(self, "_index", index_of(self.kernels, self.origins, self.verification))
+        return self._index
 
     # -- entries --------------------------------------------------------------
 
@@ -194,7 +203,7 @@ class Lineage:
     @property
     def call_sites(self) -> tuple[CallSite, ...]:
         """Every kernel call site, in run order."""
-        return tuple(sorted((s for sites in self.kernels.values() for s in sites), key=lambda s: s.position))
+        return self.index().call_sites
 
     def site(self, kernel: str, call: int = 0, entry: str | None = None) -> CallSite:
         """The ``call``-th call of ``kernel`` in a run of ``entry`` (``entry()``)."""
@@ -207,10 +216,10 @@ class Lineage:
 
     def site_by_label(self, label: str) -> CallSite:
         """The call site a label names (``kernel#call`` or ``entry:kernel#call``)."""
-        for s in self.call_sites:
-            if s.label == label:
-                return s
-        raise UnknownNameError("call site", label, [s.label for s in self.call_sites])
+        found = self.index().by_label.get(label)
+        if found is None:
+            raise UnknownNameError("call site", label, [s.label for s in self.call_sites])
+        return found
 
     def origins_of(self, kernel: str, call: int | None = None) -> tuple[Origin, ...]:
         """Origins a kernel runs: at one call site, or at all of them (in order)."""
@@ -220,10 +229,11 @@ class Lineage:
 
     def kernels_of(self, name: str) -> tuple[CallSite, ...]:
         """Call sites that run a layer or an origin (inserted ops serving it included)."""
+        index = self.index()
         ids = self.resolve(name)
-        serving = {o.id for o in self.origins.values() if set(o.serves) & ids}
-        wanted = ids | serving
-        return tuple(s for s in self.call_sites if wanted & set(s.origin_ids))
+        wanted = ids.union(*(index.serving.get(o, ()) for o in ids))
+        positions = sorted({p for o in wanted for p in index.sites_of_origin.get(o, ())})
+        return tuple(index.at_position[p] for p in positions)
 
     def history(self, name: str) -> tuple[Change, ...]:
         """Each pass that rewrote the op, in order, with the rule that followed it."""
@@ -249,7 +259,8 @@ class Lineage:
                            if k not in self.kernels and k not in self.subfunctions]
 
     def layers(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(o.layer for o in self.origins.values() if o.kind == OP))
+        """The layers of the input's ops, in op order."""
+        return tuple(self.index().ops_of_layer)
 
     def sources(self) -> dict[str, tuple[str, ...]]:
         """layer -> where its ops came from in the user's code (``Origin.source``: the
@@ -264,7 +275,7 @@ class Lineage:
         """Origin ids named by an origin id or a layer name."""
         if name in self.origins:
             return {name}
-        ids = {o.id for o in self.origins.values() if o.layer == name and o.kind == OP}
+        ids = set(self.index().ops_of_layer.get(name, ()))
         if not ids:
             known = list(self.origins) + list(self.layers())
             raise UnknownNameError("layer or origin", name, known)
@@ -303,15 +314,12 @@ class Lineage:
         return tuple(s.label for s in self.call_sites if checks[s.position].status == status)
 
     def site_checks(self) -> dict[int, SiteCheck]:
-        """position -> the verification verdict of each call site; a lineage saved
-        without one counts every site as unverified."""
-        if self.verification is None:
-            return {s.position: SiteCheck(s.position, UNVERIFIED, ("this lineage was never verified",))
-                    for s in self.call_sites}
-        return self.verification.by_position()
+        """position -> the verification verdict of each call site (not to be changed:
+        it is the index's); a lineage saved without one counts every site as unverified."""
+        return self.index().checks
 
     def check(self, site: CallSite) -> SiteCheck:
-        return self.site_checks()[site.position]
+        return self.index().checks[site.position]
 
     def verify(self) -> Verification:
         """Check this lineage again against the kernel members it holds (see ``verify``)."""
