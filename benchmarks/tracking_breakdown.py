@@ -4,7 +4,8 @@ Records the modules of one plain build, then replays them through a fresh Record
 several times and prints the fastest time of each stage: what the instrument does
 during the build (record each pass's functions), then, as after a traced build
 (``follow``), origin assignment with the input walk, each pass the tracker follows,
-kernel members, and lineage extraction with verification. Use it to see what a change to the tracker buys; use
+kernel members, call sites, the IR's facts (tuned kernels, shape consumers) and
+verification. Use it to see what a change to the tracker buys; use
 compile_overhead.py for the ratio the target is about.
 """
 
@@ -57,7 +58,7 @@ def replay(calls, layer_of=None) -> dict[str, float]:
     with gc_paused():  # as Trace.finish does
         clock[0] = time.perf_counter()
         lineage = follow(recorder.recording, layer_of, on_step=step)
-        step("lineage extraction + verification")
+        step("verification")
     if lineage.degraded:
         raise SystemExit(f"tracking degraded: {lineage.degraded}")
     return stages

@@ -70,15 +70,15 @@ def test_a_view_reads_calls_as_the_tracker_needs_them():
     kernels = [c for c in callees if c and c.startswith("fused_")]
     assert kernels, callees
     for position, callee in enumerate(callees):
-        value, record = reader.value(d, position), reader.call(d, position)
-        assert (record is None) == (callee is None) == (value[0] != reader.CALL)
+        record = reader.call(d, position)
+        assert (record is None) == (callee is None) == (not d.is_call(position))
         if record is None:
+            assert reader.value(d, position).kind != reader.CALL
             continue
-        name, args, gv = reader.call_parts(value)  # the call record says what decoding the call says
-        assert record[0] == name == callee and record[1] == (gv or 0)
-        assert record.arguments() == [arg[:2] for arg in args]
+        assert record.callee == callee and record.handles == tuple(a.handle for a in record.atoms)
+        assert all(not a.field for a in record.arguments()) and len(record.arguments()) <= len(record.atoms)
         if callee in kernels:  # a lowered fused call: F(inputs..., output buffer)
-            assert gv and all(kind in (reader.VAR, reader.CONST) for kind, _ in record.arguments())
+            assert record.global_var and all(a.kind in (reader.VAR, reader.CONST) for a in record.arguments())
 
 
 def _symbolic_module():

@@ -296,3 +296,25 @@ def test_replay_keeps_program_order_between_groups_that_compute_equal_values():
     t = follow(before, after, "FuseOps")
     chains = [o for o in _group_calls(t, after) if any(i.endswith("/arange") for i in o)]
     assert chains == [("a0/arange", "e0/expand_dims", "s0/add"), ("a1/arange", "e1/expand_dims", "s1/add")]
+
+
+def test_identity_exceptions_are_listed_and_a_folded_op_is_gone():
+    """A pass that folds an op into a constant keeps the op's Var, now bound to the
+    constant (LegalizeOps folds a static ``arange``): the var holds a constant, and the
+    op is eliminated. Without the exception identity would keep the op alive."""
+    from relaytrace.tracking.rules import IDENTITY_EXCEPTIONS
+
+    assert [e.name for e in IDENTITY_EXCEPTIONS] == ["alias-calls", "folded", "layout-reuse"]
+    x = _x((4,))
+    before = _module(x, lambda bb, x: bb.emit(R.add(bb.emit(R.nn.relu(x), name_hint="act"), x), name_hint="out"))
+    old = before["main"]
+    act_binding, out_binding = ir.bindings(old)[:2]
+    block = relax.DataflowBlock([relax.VarBinding(act_binding.var, _const((4,))), out_binding]
+                                + ir.bindings(old)[2:])
+    after = tvm.IRModule({"main": relax.Function(old.params, relax.SeqExpr([block], old.body.body), old.ret_ty)})
+    folded = follow(before, after)
+    assert origins(folded, act_binding.var) == () and "act/relu" in folded.log.eliminated
+    tracker = Tracker(assign_origins(ir.function_map(before)), identity_exceptions=())
+    tracker.start(ir.function_map(before))
+    tracker.observe(ir.function_map(after), "P")
+    assert origins(tracker, act_binding.var) == ("act/relu",)

@@ -41,6 +41,9 @@ class Member:
     prim_func: str
     ops: tuple[str, ...]
     part: bool = False  # computes a part of its op; another member (or kernel) finishes it
+    # the facts about TVM's passes its ops rest on that the tracker relies on too
+    # (``tracking.facts``: "lowered-part", "layout-reuse"): evidence that is not independent
+    shared: tuple[str, ...] = ()
 
 
 @define(frozen=True)
@@ -50,6 +53,8 @@ class SiteCheck:
     position: int
     status: str  # verified | suspect | unverified
     reasons: tuple[str, ...] = ()
+    # the facts shared with the tracker the verdict rests on (its members' ``shared``)
+    shared: tuple[str, ...] = ()
 
 
 @define(frozen=True)
@@ -135,12 +140,13 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
         reasons += out_of_order.get(site.position, [])
         reasons += [program.wrong[oid] for oid in site.origin_ids if oid in program.wrong]
         unknown += [program.unknown[oid] for oid in site.origin_ids if oid in program.unknown]
+        shared = tuple(sorted({fact for m in members[site.kernel] for fact in m.shared}))
         if reasons:
-            checks.append(SiteCheck(site.position, SUSPECT, tuple(reasons + unknown)))
+            checks.append(SiteCheck(site.position, SUSPECT, tuple(reasons + unknown), shared))
         elif unknown:
-            checks.append(SiteCheck(site.position, UNVERIFIED, tuple(unknown)))
+            checks.append(SiteCheck(site.position, UNVERIFIED, tuple(unknown), shared))
         else:
-            checks.append(SiteCheck(site.position, VERIFIED))
+            checks.append(SiteCheck(site.position, VERIFIED, (), shared))
     problems = [
         f"{oid} ({origins[oid].short_op}) is reported eliminated by {pass_name}, a fusion pass, "
         f"which eliminates no compute op"

@@ -34,9 +34,10 @@ class _Sites:
         bindings = ir.bindings(functions[name])
         producer: dict[int, int] = {}  # token -> position of the site that computed it
         for index in range(len(d.vars)):
-            made = reader.call(d, index)
-            if made is None or is_bookkeeping(made.callee):
+            callee = reader.callee_of(d, index)
+            if callee is None or is_bookkeeping(callee):
                 continue
+            made = reader.call(d, index)
             callee, gv = made.callee, made.global_var
             if ir.is_subfunction(functions, callee, gv):
                 self.calls.setdefault(entry, set()).add(callee)
@@ -48,7 +49,7 @@ class _Sites:
                 continue  # a fused group not yet lowered: its kernels are its own sites
             tok = tokens.of(d.vars[index])
             if tok is None:  # a destination-passing call: its value lives in its output arg
-                outs = (tokens.of(handle) for kind, handle in reversed(made.arguments()) if kind == reader.VAR)
+                outs = (tokens.of(arg.handle) for arg in reversed(made.arguments()) if arg.kind == reader.VAR)
                 tok = next((t for t in outs if t is not None), None)
             origin_ids = tokens.origins[tok] if tok is not None else ()
             # an argument's own token first: an inserted layout change shares its input's

@@ -32,9 +32,9 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
            program: Program | None = None) -> Lineage:
     """The verified lineage of a recorded build. ``layer_of`` names the input's ops
     (the frontend's namer) and ``program`` is what the frontend translated (the
-    evidence its layers are verified against); ``on_step(name)`` is called as each step ends (origin
-    assignment, each pass, kernel members; ``benchmarks/tracking_breakdown.py`` times
-    them)."""
+    evidence its layers are verified against); ``on_step(name)`` is called as each step
+    ends (origin assignment, each pass, kernel members, call sites, the IR's facts;
+    ``benchmarks/tracking_breakdown.py`` times them)."""
     done = on_step or (lambda name: None)
     reads = reader.SharedReads()  # the tracker's reads, read again by verification
     degraded = list(recording.degraded)
@@ -58,10 +58,12 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
         try:
             lineage = lineage_from(tracker, model, target, pipeline, degraded, entries=recording.entries,
                                    members=members)
+            done("call sites")
             tuned = [k for k in tuned_kernels(recording.passes) if k in lineage.kernels]
             consumers = shape_consumers(recording.passes)
             lineage = attrs.evolve(lineage, tuned=tuple(tuned), shape_consumers=consumers,
                                    origins=_served_shapes(lineage, consumers), program=program)
+            done("tuned kernels, shape consumers")
             return attrs.evolve(lineage, verification=verify(lineage))
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")

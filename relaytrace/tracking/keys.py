@@ -11,7 +11,6 @@ canonical token). Tuples and their fields have keys too (``("tuple", parts)``,
 from __future__ import annotations
 
 from . import reader
-from .reader import FIELD
 from .tokens import Tokens
 
 
@@ -22,14 +21,14 @@ class ValueKeys:
         self._deferred: dict[int, tuple[reader.FunctionView, int, int]] = {}  # var handle -> (view, position, token)
 
     def key(self, call: reader.CallView) -> tuple:
-        atoms, tokens = call.atoms, self.tokens
-        canon, toks = tokens.canon, tuple(map(tokens.of_handle.get, atoms[1::3]))  # hot: at C speed
+        tokens = self.tokens
+        canon, toks = tokens.canon, tuple(map(tokens.of_handle.get, call.handles))  # hot: at C speed
         if None not in toks:
             return (call.callee, tuple(map(canon.get, toks, toks)))
         resolved = []
-        for i, tok in zip(range(0, len(atoms), 3), toks):
+        for atom, tok in zip(call.atoms, toks):
             if tok is None:  # a constant seen first, a tuple, another atom
-                tok = tokens.resolve(atoms[i] % FIELD, atoms[i + 1])
+                tok = tokens.resolve(atom.kind, atom.handle)
             if tok is not None:
                 resolved.append(canon.get(tok, tok))
         return (call.callee, tuple(resolved))

@@ -16,7 +16,7 @@ from typing import Callable
 
 from attrs import frozen
 
-from . import reader
+from . import facts, reader
 from ..model import ops
 from ..model.origin import INSERTED, OP, UNRESOLVED, Origin
 from .tokens import Tokens
@@ -66,28 +66,20 @@ def _links(changes: Changes, d, tokens: Tokens) -> tuple[dict[int, list[int]], d
     args_of: dict[int, list[int]] = {}
     for tok, position, _, _ in changes:
         made = reader.call(d, position)
-        args = made.arguments() if made is not None else [reader.value(d, position)[:2]]
-        args_of[tok] = [t for t in (tokens.raw(kind, handle) for kind, handle in args) if t is not None]
+        args = made.arguments() if made is not None else [reader.value(d, position)]
+        args_of[tok] = [t for t in (tokens.raw(a.kind, a.handle) for a in args) if t is not None]
         for t in args_of[tok]:
             uses.setdefault(t, []).append(tok)
     return uses, args_of
 
 
 def _parts_of_lowered_ops(new, changes: Changes, uses) -> dict[int, int]:
-    """A new PrimFunc call whose only consumer is an op this pass lowered in place (or
-    another such part) is a part of that op (``LegalizeOps(customize_legalize_map=...)``)."""
+    """The new PrimFunc calls that are parts of an op this pass lowered in place
+    (``facts.lowered_parts``)."""
     lowered = {tok for tok, _, rule, callee in changes
                if rule == IDENTITY and callee is not None and ops.is_prim_func(callee)}
-    parts: dict[int, int] = {}
-    for tok, callee in reversed(new):  # consumers come after their producers
-        consumers = set(uses.get(tok, ()))
-        if not ops.is_prim_func(callee) or ops.is_data_movement(callee) or len(consumers) != 1:
-            continue
-        (consumer,) = consumers
-        whole = consumer if consumer in lowered else parts.get(consumer)
-        if whole is not None:
-            parts[tok] = whole
-    return parts
+    candidates = [tok for tok, callee in new if ops.is_prim_func(callee) and not ops.is_data_movement(callee)]
+    return facts.lowered_parts(candidates, uses, lowered.__contains__)
 
 
 def _serves(tok, pending, rewritten, uses, args_of, origins_of: Callable, origins, seen) -> list[str]:

@@ -50,16 +50,15 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
             if made is None:
                 producers[handle] = _producers_of(reader.value(d, index), producers)
                 continue
-            callee, atoms = made.callee, made.atoms
+            callee = made.callee
             if is_bookkeeping(callee):
                 continue
             if ir.is_subfunction(model, callee, made.global_var):  # its ops are the callee's
-                producers[handle] = frozenset().union(*(_producers_of(arg, producers)
-                                                        for arg in reader.call_parts(reader.value(d, index))[1]))
+                producers[handle] = _producers_of_call(made, producers)
                 continue
             named = layer_of(fname, handle, index) if layer_of else None
             if named is None:
-                layer, source_op, where, node = _unique(prefix + d.strings[d.name_at[index]], used_layers), "", "", ""
+                layer, source_op, where, node = _unique(prefix + reader.name(d, index), used_layers), "", "", ""
             else:
                 layer, source_op, where, node = (*named, "", "")[:4]
             # a frontend's layer names recur across entry functions (prefill, decode):
@@ -67,14 +66,13 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
             scope = "" if named is None or fname == "main" else f"{fname}:"
             oid = _unique(f"{scope}{layer}/{short_op(callee)}", used_ids, sep="#")
             in_shapes, in_dtypes = (), ()
-            for i in range(0, len(atoms), 3):
-                if atoms[i] == reader.VAR or atoms[i] == reader.CONST:
-                    shapes, dtypes = reader.shapes_and_dtypes(d, atoms[i + 2])
+            for arg in made.arguments():
+                if arg.kind == reader.VAR or arg.kind == reader.CONST:
+                    shapes, dtypes = reader.shapes_and_dtypes(d, arg.type)
                     in_shapes += shapes
                     in_dtypes += dtypes
-            for arg in reader.call_parts(reader.value(d, index))[1]:
-                for src in _producers_of(arg, producers):
-                    edges.add((src, oid))
+            for src in _producers_of_call(made, producers):
+                edges.add((src, oid))
             out_shapes, out_dtypes = reader.shapes_and_dtypes(d, d.var_types[index])
             # positional: a keyword call costs twice the construction, once per op
             origins[oid] = Origin(oid, layer, callee, fname, index, in_shapes, in_dtypes, out_shapes, out_dtypes,
@@ -88,15 +86,21 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
 _NONE: frozenset[str] = frozenset()
 
 
-def _producers_of(node, producers: Mapping[int, frozenset[str]]) -> frozenset[str]:
-    kind = node[0]
+def _producers_of(node: reader.Node, producers: Mapping[int, frozenset[str]]) -> frozenset[str]:
+    """The origins whose values an alias, tuple or projection holds."""
+    kind = node.kind
     if kind == reader.VAR:
-        return producers.get(node[1], _NONE)
+        return producers.get(node.handle, _NONE)
     if kind == reader.TUPLE:
-        return _NONE.union(*(_producers_of(f, producers) for f in node[2]))
+        return _NONE.union(*(_producers_of(f, producers) for f in node.fields))
     if kind == reader.ITEM:
-        return _producers_of(node[2], producers)
+        return _producers_of(node.of, producers)
     return _NONE
+
+
+def _producers_of_call(made: reader.CallView, producers: Mapping[int, frozenset[str]]) -> frozenset[str]:
+    """The origins whose values a call reads (its var arguments and tuple fields)."""
+    return _NONE.union(*(producers.get(a.handle, _NONE) for a in made.atoms if a.kind == reader.VAR))
 
 
 def _unique(name: str, used: dict[str, int], sep: str = "_") -> str:

@@ -1,184 +1,227 @@
-"""A Relax function read in one go, as plain ints and strings.
+"""A Relax function as the tracker reads it: named records, each read when first asked.
 
-The tracker reads every function after every pass. ``read(func)`` returns the whole
-function as a ``FunctionView``: handles (object addresses, which key the tracker's tables),
-names, and every value as a flat prefix-order *stream* of ``(kind, handle, payload)``
-triples, so the rules compare Python ints instead of TVM objects. Two shortcuts keep
-re-reading cheap: a binding a pass kept is left out but for
-its var's handle, and a function rebuilt around the same bindings is not read again.
+``read(func, old)`` returns a ``FunctionView``: the handles (object addresses, which
+key the tracker's tables) of every binding's var, and of each value a pass wrote. What
+a binding holds is read from TVM only when someone asks: ``callee_of`` (the callee's
+name), ``call`` (the call as the tracker compares calls, a ``CallView`` of ``Atom``
+arguments), ``value`` (an alias, tuple, projection or constant as a ``Node``),
+``name``. Most bindings a pass writes are memory and shape bookkeeping, of which the
+tracker asks only the callee; reading an argument list costs more than the rest of a
+binding together, so it is read once, for the bindings whose arguments matter.
 
-Stream payloads: a var or constant's type (see ``TYPES_NOT_ASKED``); a
-tuple's field count, its fields following; a projection's index, its tuple following;
-a call's argument count, its callee then its arguments following; a callee's name
-(an index into the string table). Each call binding's value is followed by its *call
-record*, the call as the tracker compares calls: ``call(view, position)`` gives it as
-a ``CallView``, ``binding(view, position)`` a written binding as a ``BindingView``.
+Two shortcuts keep re-reading cheap: a binding a pass kept (the same object as in
+``old``) is left out but for its var's handle, and a function rebuilt around the same
+bindings is not read at all (None).
 """
 
 from __future__ import annotations
 
-from array import array
 from typing import NamedTuple
 
 import tvm_ffi
-from attrs import define
+from attrs import define, field
 
 from . import ir
 
 OTHER, VAR, CONST, TUPLE, ITEM, CALL, OP, GLOBAL, EXTERN = range(9)
-FIELD = 16  # added to the kind of an argument atom that is a field of a tuple argument
-_HEAD = 4  # n_params, n_bindings, output offset, n_changed
-# A type is the string-table index of its text, or one of these. The text holds each
-# tensor's dtype and dims, split by ASCII separators: a printed symbolic dim may hold
-# commas and brackets, never those.
+# A type is the string-table index of its text, or this for a read that did not ask
+# for types. The text holds each tensor's dtype and dims, split by ASCII separators: a
+# printed symbolic dim may hold commas and brackets, never those.
 DIM, DTYPE, TENSOR = "\x1f", "\x1e", "\x1d"
 TYPES_NOT_ASKED = -2
-Ints = array  # of int64 words
+
+
+class Atom(NamedTuple):
+    """One argument of a call as the tracker compares calls, or one field of a tuple
+    argument (``field``: it follows its tuple). ``type`` is the type's string index in
+    a typed read for a var or a constant, else 0 or ``TYPES_NOT_ASKED``."""
+
+    kind: int
+    handle: int
+    type: int
+    field: bool
+
+
+class CallView(NamedTuple):
+    """A call binding's call: ``call_tir(F, (a, b))`` and the lowered ``F(a, b, out)``
+    both name callee F with arguments (a, b[, out]), so the two compare alike; a packed
+    call names its function. ``global_var``: the GlobalVar handle of a call of a
+    function of the module, else 0. ``handles``: every atom's handle, in order, for
+    looking up all their tokens at once (``keys.ValueKeys.key``)."""
+
+    callee: str
+    global_var: int
+    atoms: tuple[Atom, ...]
+    handles: tuple[int, ...]
+
+    def arguments(self) -> list[Atom]:
+        """The call's own arguments, tuple fields left out."""
+        return [a for a in self.atoms if not a.field]
+
+
+class Node(NamedTuple):
+    """An expression that is not a call: a var or constant (``type`` as in ``Atom``), a
+    tuple (``fields``), a projection (``of``, field ``index``), or anything else (a
+    callee, a shape: ``name``). A call inside one is a ``CALL`` node with no more."""
+
+    kind: int
+    handle: int
+    type: int = 0
+    fields: tuple["Node", ...] = ()
+    of: "Node | None" = None
+    index: int = -1
+    name: str = ""
+
+
+class _Cache:
+    """What a view has read so far, so that each binding is read from TVM once; in a
+    typed view, the string index of each expression's type and of each type text."""
+
+    __slots__ = ("calls", "callees", "names", "typed", "types", "texts", "strings")
+
+    def __init__(self, typed: bool = False, strings: list[str] | None = None):
+        self.calls: dict[int, CallView | None] = {}
+        self.callees: dict[int, str | None] = {}
+        self.names: dict[int, tuple[int, str]] = {}  # callee object handle -> (kind, name)
+        self.typed = typed
+        self.types: dict[int, int] = {}  # expression handle -> string index
+        self.texts: dict[str, int] = {}
+        self.strings = strings if strings is not None else []
 
 
 @define(frozen=True, slots=True)
 class FunctionView:
-    """A function as the tracker reads it. The int columns are ``array('q')``: compact,
-    and nothing in them for the garbage collector to walk."""
+    """A function as the tracker reads it. ``vars``: each binding's var handle, in
+    order; ``values``: each binding's value handle, 0 for a binding the pass kept (left
+    out); ``changed``: the positions of the bindings written in full, the only ones the
+    functions below may be asked about. A typed read (``read(types=True)``) has every
+    var's and parameter's type in ``var_types`` / ``param_types`` (string indices)."""
 
-    params: Ints
-    param_names: list[str]
-    param_types: Ints
-    vars: Ints  # of the bindings, in order
-    values: Ints
-    name_at: Ints  # var names, as string-table indices
-    var_types: Ints
-    value_at: Ints  # where each binding's value starts in the stream; -1: known binding
-    call_at: Ints  # where each call binding's call record starts; -1: not a call
-    output_at: int  # where the body's result starts, -1 without one
-    stream: Ints
+    params: tuple[int, ...]
+    param_names: tuple[str, ...]
+    param_types: tuple[int, ...]
+    vars: list[int]
+    values: list[int]
+    changed: list[int]
+    var_types: list[int]
     strings: list[str]
-    changed: list[int]  # positions of the bindings written in full
+    _bindings: list  # the binding objects, None for a kept one
+    _output: object
+    _cache: _Cache = field(factory=_Cache)
 
     @property
     def partial(self) -> bool:
         """Some bindings were known (``read(func, old)``) and left out."""
         return len(self.changed) < len(self.vars)
 
-
-# -- reading the stream ---------------------------------------------------------
-
-def node(d, at: int) -> tuple[tuple, int]:
-    """The expression at ``at`` as ``(kind, handle, payload)`` and where the next
-    starts. Payload: type (var, const), field nodes (tuple), the tuple node
-    (item, followed by the index as a fourth element), ``(callee node, argument
-    nodes)`` (call), the name (callees)."""
-    s = d.stream
-    kind, handle, payload = s[at], s[at + 1], s[at + 2]
-    at += 3
-    if kind == VAR or kind == CONST:
-        return (kind, handle, payload), at
-    if kind == TUPLE or kind == CALL:
-        if kind == CALL:
-            callee, at = node(d, at)
-        parts = []
-        for _ in range(payload):
-            if s[at] == VAR or s[at] == CONST:  # most arguments: read here, not by a call
-                parts.append((s[at], s[at + 1], s[at + 2]))
-                at += 3
-            else:
-                part, at = node(d, at)
-                parts.append(part)
-        return (kind, handle, parts if kind == TUPLE else (callee, parts)), at
-    if kind == ITEM:
-        inner, at = node(d, at)
-        return (kind, handle, inner, payload), at
-    return (kind, handle, d.strings[payload]), at
+    def is_call(self, position: int) -> bool:
+        """The binding at ``position`` (written in full) binds a call."""
+        return ir.kind(self._bindings[position].value) == "call"
 
 
-def value(d: FunctionView, position: int) -> tuple:
-    """The value node of a binding written in full (see ``FunctionView.changed``)."""
-    return node(d, d.value_at[position])[0]
-
-
-def output(d: FunctionView) -> tuple | None:
-    return node(d, d.output_at)[0] if d.output_at >= 0 else None
-
-
-def call_parts(call: tuple) -> tuple[str, list, int | None]:
-    """(callee name, tensor-carrying argument nodes, GlobalVar handle or None) of a
-    call node. ``call_tir(F, (a, b))`` and the lowered ``F(a, b, out)`` both name
-    callee F, so the two forms compare alike."""
-    callee, args = call[2]
-    category, name = _category(callee)
-    if category == "call_tir" and args:
-        target = args[0]
-        inner = args[1] if len(args) > 1 else None
-        inner_args = [] if inner is None else inner[2] if inner[0] == TUPLE else [inner]
-        return _category(target)[1], inner_args, target[1] if target[0] == GLOBAL else None
-    if category == "packed" and args:
-        return _category(args[0])[1], args[1:], None
-    return name, args, callee[1] if category == "global" else None
-
+# -- asking a view --------------------------------------------------------------
 
 def callee_of(d: FunctionView, position: int) -> str | None:
-    """The callee of a call binding, as ``call_parts`` names it; None otherwise."""
-    at = d.call_at[position]
-    return d.strings[d.stream[at]] if at >= 0 else None
-
-
-class CallView(NamedTuple):
-    """A call binding as the tracker compares calls (what ``call_parts`` says, without
-    building nodes). ``atoms`` is a flat array of ``kind, handle, type`` triples (type 0
-    but for vars and constants): each argument, a tuple argument followed by its fields
-    with ``FIELD`` added to their kind; flat so that tokens of every argument are looked
-    up in one pass (``keys.ValueKeys.key``)."""
-
-    callee: str
-    global_var: int  # the GlobalVar handle of a call of a function of the module, else 0
-    atoms: Ints
-
-    def arguments(self) -> list[tuple[int, int]]:
-        """(kind, handle) of the call's own arguments, tuple fields left out."""
-        atoms = self.atoms
-        return [(atoms[i], atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] < FIELD]
-
-
-class BindingView(NamedTuple):
-    """One binding written in full: its var, its name, and either the call it makes or,
-    for an alias, tuple, projection or constant, its value node."""
-
-    position: int
-    var: int
-    name: str
-    call: CallView | None
-    value: tuple | None  # None for a call
+    """The callee of a call binding, as ``CallView.callee`` names it; None otherwise."""
+    found = d._cache.callees.get(position, _MISSING)
+    if found is _MISSING:
+        value = d._bindings[position].value
+        found = None
+        if ir.kind(value) == "call":
+            op = value.op
+            kind, name = _callee(d, op)
+            if kind == OP and (name in ir.CALL_TIR_OPS or name in ir.PACKED_OPS) and _ARRAY_SIZE(value.args):
+                name = _callee(d, _ARRAY_ITEM(value.args, 0))[1]
+            found = name
+        d._cache.callees[position] = found
+    return found
 
 
 def call(d: FunctionView, position: int) -> CallView | None:
     """The call a binding written in full makes; None when it is not a call."""
-    at = d.call_at[position]
-    if at < 0:
-        return None
-    s = d.stream
-    return CallView(d.strings[s[at]], s[at + 1], s[at + 3:at + 3 + 3 * s[at + 2]])
+    found = d._cache.calls.get(position, _MISSING)
+    if found is _MISSING:
+        value = d._bindings[position].value
+        found = d._cache.calls[position] = _call(d, value) if ir.kind(value) == "call" else None
+    return found
 
 
-def binding(d: FunctionView, position: int) -> BindingView:
-    """A binding written in full (see ``FunctionView.changed``)."""
-    made = call(d, position)
-    return BindingView(position, d.vars[position], d.strings[d.name_at[position]], made,
-                       value(d, position) if made is None else None)
+def value(d: FunctionView, position: int) -> Node:
+    """The value of a binding written in full that is not a call (an alias, a tuple,
+    a projection, a constant, a shape)."""
+    return _node(d, d._bindings[position].value)
 
 
-def _category(callee: tuple) -> tuple[str, str]:
-    kind, _, name = callee
-    if kind == OP:
-        return ("call_tir" if name in ir.CALL_TIR_OPS else "packed" if name in ir.PACKED_OPS else "op"), name
-    if kind == GLOBAL:
-        return "global", name
-    return "extern", name if isinstance(name, str) else _KIND_NAMES[kind]
+def name(d: FunctionView, position: int) -> str:
+    """The name of a binding's var (written in full)."""
+    return d._bindings[position].var.name
 
 
-_KIND_NAMES = {VAR: "Var", CONST: "Constant", TUPLE: "Tuple", ITEM: "TupleGetItem", CALL: "Call"}
+def output(d: FunctionView) -> Node | None:
+    """The body's result; None for a function without one."""
+    return _node(d, d._output) if d._output is not None else None
 
 
-# -- writing it -----------------------------------------------------------------
+_MISSING = object()
+_ARRAY_SIZE = tvm_ffi.get_global_func("ffi.ArraySize")
+_ARRAY_ITEM = tvm_ffi.get_global_func("ffi.ArrayGetItem")
+_KINDS = {"var": VAR, "const": CONST, "tuple": TUPLE, "item": ITEM, "call": CALL}
+_CALLEE_KINDS = {"op": OP, "global": GLOBAL, "extern": EXTERN, "other": OTHER}
+
+
+def _callee(d: FunctionView, e) -> tuple[int, str]:
+    """(kind, name) of a callee object, once per object: ops recur at every call."""
+    handle = e.__chandle__()
+    found = d._cache.names.get(handle)
+    if found is None:
+        category, text = ir.callee_category(e)
+        found = d._cache.names[handle] = (_CALLEE_KINDS[category], text)
+    return found
+
+
+def _call(d: FunctionView, value) -> CallView:
+    args = ir.items(value.args)
+    kind, callee = _callee(d, value.op)
+    global_var = value.op.__chandle__() if kind == GLOBAL else 0
+    if kind == OP and callee in ir.CALL_TIR_OPS and args:  # call_tir(F, (inputs...))
+        target = args[0]
+        target_kind, callee = _callee(d, target)
+        global_var = target.__chandle__() if target_kind == GLOBAL else 0
+        inner = args[1] if len(args) > 1 else None
+        args = [] if inner is None else ir.items(inner.fields) if ir.kind(inner) == "tuple" else [inner]
+    elif kind == OP and callee in ir.PACKED_OPS and args:  # call_packed("name", args...)
+        callee = _callee(d, args[0])[1]
+        args = args[1:]
+    atoms = []
+    for arg in args:
+        atoms.append(_atom(d, arg, False))
+        if atoms[-1].kind == TUPLE:
+            atoms.extend(_atom(d, f, True) for f in ir.items(arg.fields))
+    return CallView(callee, global_var, tuple(atoms), tuple(a.handle for a in atoms))
+
+
+def _atom(d: FunctionView, e, is_field: bool) -> Atom:
+    kind = _KINDS.get(ir.kind(e))
+    if kind is None:
+        return Atom(_callee(d, e)[0], e.__chandle__(), 0, is_field)
+    return Atom(kind, e.__chandle__(), _type(d._cache, e) if kind == VAR or kind == CONST else 0, is_field)
+
+
+def _node(d: FunctionView, e) -> Node:
+    kind = _KINDS.get(ir.kind(e))
+    if kind == VAR or kind == CONST:
+        return Node(kind, e.__chandle__(), _type(d._cache, e))
+    if kind == TUPLE:
+        return Node(TUPLE, e.__chandle__(), fields=tuple(_node(d, f) for f in ir.items(e.fields)))
+    if kind == ITEM:
+        return Node(ITEM, e.__chandle__(), of=_node(d, e.tuple_value), index=int(e.index))
+    if kind == CALL:
+        return Node(CALL, e.__chandle__())
+    callee_kind, text = _callee(d, e)
+    return Node(callee_kind, e.__chandle__(), name=text)
+
+
+# -- reading a function ---------------------------------------------------------
 
 def read(func, old=None, types: bool = False) -> FunctionView | None:
     """The view of one Relax function. Bindings that ``old`` (the function before a
@@ -189,34 +232,25 @@ def read(func, old=None, types: bool = False) -> FunctionView | None:
     params = ir.items(func.params)
     binds = ir.bindings(func)
     out = ir.function_output(func)
-    known = [b.__chandle__() for b in ir.bindings(old)] if old is not None else []
-    if old is not None and _handles(params) == _handles(ir.items(old.params)) \
-            and _handles(binds) == known and _handles([out]) == _handles([ir.function_output(old)]):
-        return None
-    known = set(known)
-    w = _Writer(types)
-    head = [len(params), len(binds), -1, 0]
-    for p in params:
-        head += (p.__chandle__(), w.append(p.name), w.type_(p))
-    columns: list[list[int]] = [[] for _ in range(6)]
-    changed: list[int] = []
-    for position, b in enumerate(binds):
-        if b.__chandle__() in known:
-            for column, word in zip(columns, (b.var.__chandle__(), 0, -1, TYPES_NOT_ASKED, -1, -1)):
-                column.append(word)
-            continue
-        var = b.var
-        changed.append(position)
-        name, type_, at = w.append(var.name), w.type_(var), len(w.stream)
-        w.expr(b.value)
-        record = w.write_call(at)
-        for column, word in zip(columns, (var.__chandle__(), b.value.__chandle__(), name, type_, at, record)):
-            column.append(word)
-    if out is not None:
-        head[2] = len(w.stream)
-        w.expr(out)
-    head[3] = len(changed)
-    return _decode(array("q", head + [x for column in columns for x in column] + w.stream + changed), w.strings)
+    handles = [b.__chandle__() for b in binds]
+    known: set[int] = set()
+    if old is not None:
+        before = [b.__chandle__() for b in ir.bindings(old)]
+        if handles == before and _handles(params) == _handles(ir.items(old.params)) \
+                and _handles([out]) == _handles([ir.function_output(old)]):
+            return None
+        known = set(before)
+    kept = [h in known for h in handles] if known else [False] * len(binds)
+    written = [None if k else b for b, k in zip(binds, kept)]
+    changed = [position for position, k in enumerate(kept) if not k]
+    cache = _Cache(types)
+    return FunctionView(
+        params=tuple(_handles(params)), param_names=tuple(p.name for p in params),
+        param_types=tuple(_type(cache, p) for p in params),
+        vars=[b.var.__chandle__() for b in binds],
+        values=[0 if b is None else b.value.__chandle__() for b in written],
+        changed=changed, var_types=[_type(cache, b.var) for b in binds] if types else [TYPES_NOT_ASKED] * len(binds),
+        strings=cache.strings, bindings=written, output=out, cache=cache)
 
 
 class SharedReads:
@@ -264,115 +298,25 @@ def _type_text(ty) -> str:
     return TENSOR.join(dtype + DTYPE + DIM.join(map(str, shape)) for shape, dtype in ir.tensor_types(ty))
 
 
-def _decode(words: Ints, strings: list[str]) -> FunctionView:
-    n_params, n, output_at, n_changed = words[0], words[1], words[2], words[3]
-    p = words[_HEAD:_HEAD + 3 * n_params]
-    c = _HEAD + 3 * n_params
-    stream_at = c + 6 * n
-    value_at = words[c + 4 * n:c + 5 * n]
-    return FunctionView(
-        params=p[0::3], param_names=[strings[i] for i in p[1::3]], param_types=p[2::3],
-        vars=words[c:c + n], values=words[c + n:c + 2 * n],
-        name_at=words[c + 2 * n:c + 3 * n], var_types=words[c + 3 * n:c + 4 * n],
-        value_at=value_at, call_at=words[c + 5 * n:stream_at], output_at=output_at,
-        stream=words[stream_at:len(words) - n_changed], strings=strings, changed=words[len(words) - n_changed:].tolist(),
-    )
-
-
-class _Writer:
-    """Writes a view, attribute by attribute. It has a view's ``stream`` and
-    ``strings``, so ``node`` reads it while it is written."""
-
-    def __init__(self, types: bool):
-        self.types = types
-        self.stream: list[int] = []
-        self.strings: list[str] = []
-        self._index: dict[str, int] = {}
-        self._types_of: dict[int, int] = {}
-        self._callees: dict[int, tuple[int, int]] = {}
-
-    def string(self, text: str) -> int:
-        found = self._index.get(text)
+def _type(cache: _Cache, expr) -> int:
+    """The string index of an expression's type in a typed view, once per expression,
+    the text once per distinct type (by structural hash: reading a shape costs more
+    than hashing it); ``TYPES_NOT_ASKED`` in an untyped one."""
+    if not cache.typed:
+        return TYPES_NOT_ASKED
+    found = cache.types.get(expr.__chandle__())
+    if found is None:
+        ty = ir.expr_type(expr)
+        key = tvm_ffi.structural_hash(ty) if ty is not None else None
+        text = _TYPE_TEXTS.get(key)
+        if text is None:
+            if len(_TYPE_TEXTS) > 100_000:  # a long-lived process building many models
+                _TYPE_TEXTS.clear()
+                _TYPE_TEXTS[None] = ""
+            text = _TYPE_TEXTS[key] = _type_text(ty)
+        found = cache.texts.get(text)
         if found is None:
-            found = self._index[text] = self.append(text)
-        return found
-
-    def append(self, text: str) -> int:
-        """A var's name: not interned (names rarely repeat; a look-up per name costs more)."""
-        self.strings.append(text)
-        return len(self.strings) - 1
-
-    def type_(self, expr) -> int:
-        """Once per expression, and the text once per distinct type
-        (by structural hash: reading a shape costs more than hashing it)."""
-        if not self.types:
-            return TYPES_NOT_ASKED
-        found = self._types_of.get(expr.__chandle__())
-        if found is None:
-            ty = ir.expr_type(expr)
-            key = tvm_ffi.structural_hash(ty) if ty is not None else None
-            text = _TYPE_TEXTS.get(key)
-            if text is None:
-                if len(_TYPE_TEXTS) > 100_000:  # a long-lived process building many models
-                    _TYPE_TEXTS.clear()
-                    _TYPE_TEXTS[None] = ""
-                text = _TYPE_TEXTS[key] = _type_text(ty)
-            found = self._types_of[expr.__chandle__()] = self.string(text)
-        return found
-
-    def expr(self, e) -> None:
-        kind = ir.kind(e)
-        if kind == "var":
-            self.put(VAR, e, self.type_(e))
-        elif kind == "const":
-            self.put(CONST, e, self.type_(e))
-        elif kind == "tuple":
-            fields = ir.items(e.fields)
-            self.put(TUPLE, e, len(fields))
-            for f in fields:
-                self.expr(f)
-        elif kind == "item":
-            self.put(ITEM, e, int(e.index))
-            self.expr(e.tuple_value)
-        elif kind == "call":
-            args = ir.items(e.args)
-            self.put(CALL, e, len(args))
-            self.expr(e.op)
-            for a in args:
-                self.expr(a)
-        else:
-            self.callee(e)
-
-    def callee(self, e) -> None:
-        """Named once per object: ops recur at every call site."""
-        handle = e.__chandle__()
-        found = self._callees.get(handle)
-        if found is None:
-            category, name = ir.callee_category(e)
-            found = self._callees[handle] = (_CALLEE_KINDS[category], self.string(name))
-        self.stream += (found[0], handle, found[1])
-
-    def put(self, kind: int, e, payload: int) -> None:
-        self.stream += (kind, e.__chandle__(), payload)
-
-    def write_call(self, at: int) -> int:
-        """The record of the call written at ``at``; -1 when it is not a call."""
-        if self.stream[at] != CALL:
-            return -1
-        callee, args, gv = call_parts(node(self, at)[0])
-        record = len(self.stream)
-        self.stream += (self.string(callee), gv or 0, 0)
-        for arg in args:
-            self.stream += _atom(arg, 0)
-            if arg[0] == TUPLE:
-                for field in arg[2]:
-                    self.stream += _atom(field, FIELD)
-        self.stream[record + 2] = (len(self.stream) - record - 3) // 3
-        return record
-
-
-_CALLEE_KINDS = {"op": OP, "global": GLOBAL, "extern": EXTERN, "other": OTHER}
-
-
-def _atom(arg: tuple, flag: int) -> tuple[int, int, int]:
-    return arg[0] + flag, arg[1], arg[2] if arg[0] == VAR or arg[0] == CONST else 0
+            cache.strings.append(text)
+            found = cache.texts[text] = len(cache.strings) - 1
+        cache.types[expr.__chandle__()] = found
+    return found

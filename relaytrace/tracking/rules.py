@@ -1,28 +1,28 @@
-"""The tracking rules that search: which earlier value a binding with a new Var is.
+"""The tracking rules: which earlier value a binding after a pass is.
 
 Identity comes first and needs no search: a Var object that survived a pass keeps its
-token (``Tracker._process``, with its two exceptions: a var that named another value
-and now calls something of its own, a var AlterOpImpl reused for a layout transform).
-A binding whose Var is new is offered to each rule of ``DEFAULT_RULES`` in order; the
-first that names a token wins, and a binding no rule explains is new (inserted or
-unresolved). Names are never evidence: generated names such as ``lv20`` recur.
+token, unless one of ``IDENTITY_EXCEPTIONS`` says the var now binds a new value. A
+binding whose Var is new (or whose identity was broken) is offered to each rule of
+``DEFAULT_RULES`` in order; the first that finds it wins, and a binding no rule
+explains is new (inserted or unresolved, ``newops``). Names are never evidence:
+generated names such as ``lv20`` recur.
 
 A rule is a small object with a ``name`` (what ``PassEvent.rules`` and each ``Change``
-record) and ``find(tracker, functions, binding, walk) -> token | None``. It may read
-the tracker's ``tokens`` and ``keys`` and the function as the pass before left it
-(``walk.old``), and
-must never hand a token ``walk.claimed`` holds (one value's origins go to one binding).
-``[rule.name for rule in DEFAULT_RULES]`` lists them; tests/test_rules.py shows each
-firing where it should and not where it should not.
+record) and ``find(binding, walk) -> Found | None``; an identity exception has a
+``name`` and ``breaks(walk, position, var, token) -> bool``. Both read the walk of the
+function at hand (``tracker.Walk``: the tokens, value keys, the function as the pass
+before left it, fused bodies as recipes) and change nothing: the tracker applies what
+a rule found. A rule never names a token ``walk.claimed`` holds (one value's origins
+go to one binding). ``[rule.name for rule in DEFAULT_RULES]`` lists them;
+tests/test_rules.py shows each firing where it should and not where it should not.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
-from . import reader
-from . import ir
-from .reader import CONST, FIELD, ITEM, TUPLE, VAR
+from . import facts, ir, reader
+from .reader import CONST, ITEM, TUPLE, VAR
 from ..model import ops
 
 _UNKNOWN = object()  # a replayed var whose value no step could follow
@@ -35,25 +35,108 @@ class Binding(NamedTuple):
     key: tuple  # its value key (``keys.ValueKeys.key``): (callee, canonical argument tokens)
 
 
+class Found(NamedTuple):
+    """What a rule found a binding to be: an earlier value (``token``), or a new value
+    made of earlier ones (``made_of``: a replayed fused call; the tracker claims them),
+    whose fields are earlier values (``fields``: (index, token)) or which carries the
+    value of one (``carries``)."""
+
+    token: int | None = None
+    made_of: tuple[int, ...] = ()
+    fields: tuple[tuple[int, int], ...] = ()
+    carries: int | None = None
+
+
+class Ref(NamedTuple):
+    """An argument of a recipe step: a var of the fused body (a parameter or a step's
+    var), or a constant, by its token."""
+
+    var: int | None
+    token: int | None
+
+
+class Step(NamedTuple):
+    """One binding of a fused body: its var, its callee (None for an alias or a
+    projection), its arguments, the field a projection takes (else None)."""
+
+    var: int
+    callee: str | None
+    refs: tuple[Ref, ...]
+    index: int | None
+
+
+class Recipe(NamedTuple):
+    """A fused function's body as plain data (``_recipe``): every call site of a
+    shared group is replayed from it without touching TVM."""
+
+    params: tuple[int, ...]  # parameter var handles
+    steps: tuple[Step, ...]
+    outputs: tuple[int, ...]  # var handles of the result
+    tuple_output: bool  # the result is a tuple of them
+
+
 class Rule(Protocol):
     name: str
 
-    def find(self, tracker, functions: dict, binding: Binding, walk) -> int | None: ...
+    def find(self, binding: Binding, walk) -> Found | None: ...
+
+
+class IdentityException(Protocol):
+    name: str
+
+    def breaks(self, walk, position: int, var: int, token: int) -> bool: ...
+
+
+# -- identity's exceptions ------------------------------------------------------
+
+class AliasNowCalls:
+    """A var that named another binding's value now calls something of its own
+    (ConvertLayout's permute into the output var)."""
+
+    name = "alias-calls"
+
+    def breaks(self, walk, position, var, token):
+        return var in walk.aliases and walk.d.is_call(position)
+
+
+class FoldedToConstant:
+    """A var whose op a pass folded into a constant (LegalizeOps folds a static
+    ``arange``) now holds that constant, as a var bound to it later does."""
+
+    name = "folded"
+
+    def breaks(self, walk, position, var, token):
+        return var not in walk.aliases and not walk.d.is_call(position) \
+            and reader.value(walk.d, position).kind == CONST
+
+
+class ReusedForLayout:
+    """A var whose token this walk gave away already now calls a layout transform:
+    AlterOpImpl reused the var of an op for the transform after its new
+    implementation (``facts.reused_for_layout``)."""
+
+    name = "layout-reuse"
+
+    def breaks(self, walk, position, var, token):
+        return token in walk.claimed and facts.reused_for_layout(False, reader.callee_of(walk.d, position) or "")
+
+
+IDENTITY_EXCEPTIONS: tuple[IdentityException, ...] = (AliasNowCalls(), FoldedToConstant(), ReusedForLayout())
+
+
+# -- the rules --------------------------------------------------------------------
 
 
 class ValueKey:
     """``(callee, argument tokens)`` equals a key seen before, with ``call_tir(F, args)``
     and the lowered ``F(args, out)`` alike; a layout change a pass inserted is
-    transparent, so a convolution fed through a new ``permute_dims`` still matches. A
-    shape function's only argument is the VM's shape heap, which carries no token: its
-    key tells no two shape functions apart, so it matches nothing."""
+    transparent, so a convolution fed through a new ``permute_dims`` still matches."""
 
     name = "value"
 
-    def find(self, tracker, functions, binding, walk):
-        if ops.is_shape_computation(binding.call.callee):
-            return None
-        return tracker.keys.match(binding.key, walk.claimed)
+    def find(self, binding, walk):
+        tok = walk.keys.match(binding.key, walk.claimed)
+        return None if tok is None else Found(tok)
 
 
 class Replay:
@@ -65,42 +148,32 @@ class Replay:
 
     name = "replay"
 
-    def find(self, tracker, functions, binding, walk):
+    def find(self, binding, walk):
         call = binding.call
-        if not call.global_var:
-            return None
-        recipe = walk.recipes.get(call.global_var, False)
-        if recipe is False:
-            func = functions.get(call.callee)
-            recipe = walk.recipes[call.global_var] = _recipe(tracker, func) if func is not None else None
+        recipe = walk.recipe(call)
         if recipe is None:
             return None
-        params, steps, outputs, tuple_output = recipe
         args = call.arguments()
-        if len(params) != len(args):
+        if len(recipe.params) != len(args):
             return None
-        tokens, keys = tracker.tokens, tracker.keys
+        tokens, keys = walk.tokens, walk.keys
         env: dict[int, int | None] = {}  # None: an argument no key holds (as a key leaves it out)
-        for param, tok, (kind, handle) in zip(params, tokens.arguments(call), args):
+        for param, tok, arg in zip(recipe.params, tokens.arguments(call), args):
             if tok is None:  # a constant seen first
-                tok = tokens.resolve(kind, handle)
-            if tok is not None or kind not in (VAR, CONST):
+                tok = tokens.resolve(arg.kind, arg.handle)
+            if tok is not None or arg.kind not in (VAR, CONST):
                 env[param] = tok
-        matched = _replay(steps, env, keys, walk.claimed)
+        matched = _replay(recipe.steps, env, keys, walk.claimed)
         if not matched:
             return None
-        walk.claimed.update(matched)
-        result = tokens.new(tokens.union(matched))
-        if tuple_output:  # each field of the call's result is the value its step made
-            for i, field in enumerate(outputs):
-                if env.get(field) is not None:
-                    keys.set_item(result, i, env[field])
-        elif outputs and env.get(outputs[0]) is not None:
-            tokens.alias(result, env[outputs[0]])
-        return result
+        if recipe.tuple_output:  # each field of the call's result is the value its step made
+            fields = tuple((i, env[field]) for i, field in enumerate(recipe.outputs) if env.get(field) is not None)
+            return Found(made_of=tuple(matched), fields=fields)
+        carries = env.get(recipe.outputs[0]) if recipe.outputs else None
+        return Found(made_of=tuple(matched), carries=carries)
 
 
-def _replay(steps, env: dict, keys, claimed: set[int], start: int = 0, taken: frozenset[int] = frozenset(),
+def _replay(steps: tuple[Step, ...], env: dict, keys, claimed: set[int], start: int = 0, taken: frozenset[int] = frozenset(),
             trial: bool = False) -> list[int]:
     """Match a recipe's steps from ``start`` on by value key, their var arguments
     resolved through ``env`` (param and step var handles -> tokens; filled in place);
@@ -117,8 +190,8 @@ def _replay(steps, env: dict, keys, claimed: set[int], start: int = 0, taken: fr
     for at in range(start, len(steps)):
         var, callee, refs, index = steps[at]
         resolved = []
-        for ref, const in refs:
-            tok = const if const is not None else env.get(ref, _UNKNOWN)
+        for ref in refs:
+            tok = ref.token if ref.var is None else env.get(ref.var, _UNKNOWN)
             if tok is _UNKNOWN:
                 break  # an input this replay could not follow: no key to trust
             if tok is not None:
@@ -143,7 +216,7 @@ def _replay(steps, env: dict, keys, claimed: set[int], start: int = 0, taken: fr
 def _best_fit(fits: list[int], steps, at: int, env: dict, keys, claimed: set[int], taken: frozenset[int]) -> int:
     """Of the values step ``at`` fits, the one with which most steps after it match
     (each of them taking its first fit); the first on a tie."""
-    var = steps[at][0]
+    var = steps[at].var
 
     def agreement(candidate: int) -> int:
         return len(_replay(steps, {**env, var: candidate}, keys, claimed, at + 1, taken | {candidate}, trial=True))
@@ -158,24 +231,24 @@ class ImplementationSwap:
 
     name = "args"
 
-    def find(self, tracker, functions, binding, walk):
+    def find(self, binding, walk):
         if walk.old is None:
             return None
         callee, args = binding.key
         if not ops.is_prim_func(callee):
             return None
         found = []
-        index = walk.old.index(tracker)
+        index = walk.old_index()
         for tok in index.by_args.get(args, ()):
             if tok in walk.claimed:
                 continue
             handle, old_callee = index.tok_var[tok]
             if not ops.is_prim_func(old_callee) or ops.is_data_movement(callee) and not ops.is_data_movement(old_callee):
                 continue
-            now = walk.callee_of().get(handle)
-            if now is None or (ops.is_data_movement(now) and not ops.is_data_movement(old_callee)):
+            now = walk.callees_after().get(handle)
+            if now is None or facts.reused_for_layout(ops.is_data_movement(old_callee), now):
                 found.append(tok)
-        return found[0] if len(found) == 1 else None
+        return Found(found[0]) if len(found) == 1 else None
 
 
 class SameInputs:
@@ -185,67 +258,58 @@ class SameInputs:
 
     name = "inputs"
 
-    def find(self, tracker, functions, binding, walk):
+    def find(self, binding, walk):
         if walk.old is None:
             return None
         callee, args = binding.key
-        index = walk.old.index(tracker)
+        index = walk.old_index()
         present = walk.present()
         found = [(sum(a == b for a, b in zip(old_args, args)), tok)
-                 for tok, old_args in index.by_inputs.get((callee, tracker.tokens.var_inputs(binding.call)), ())
+                 for tok, old_args in index.by_inputs.get((callee, walk.tokens.var_inputs(binding.call)), ())
                  if tok not in walk.claimed and index.tok_var[tok][0] not in present]
         if not found:
             return None
         best = max(score for score, _ in found)
         winners = [tok for score, tok in found if score == best]
-        return winners[0] if len(winners) == 1 else None
+        return Found(winners[0]) if len(winners) == 1 else None
 
 
 DEFAULT_RULES: tuple[Rule, ...] = (ValueKey(), Replay(), ImplementationSwap(), SameInputs())
 
 
-def _recipe(tracker, func) -> tuple | None:
-    """A fused function's body read once, as plain data: (param handles, steps of
-    (var handle, callee or None for aliases and projections, arguments as (var
-    handle, constant token), field index of a projection or None), the var
-    handles of the result, whether the result is a tuple of them); None for a
-    function that is not a fused group. Every call site of a shared group is
-    replayed from it without touching TVM."""
-    handle = func.__chandle__()
-    if handle not in tracker.recipes:
-        if not ir.is_primitive(func):
-            tracker.recipes[handle] = None
-            return None
-        d = tracker.read(func)
-        bound = {*d.params, *d.vars}
-        steps = []
-        for position, var in enumerate(d.vars):
-            made = reader.call(d, position)
-            if made is not None:
-                atoms = made.atoms
-                refs = [_ref(tracker, atoms[i] % FIELD, atoms[i + 1], bound) for i in range(0, len(atoms), 3)
-                        if atoms[i] != TUPLE]  # a tuple argument is read through its fields
-                steps.append((var, made.callee, tuple(r for r in refs if r is not None), None))
-                continue
-            value = reader.value(d, position)
-            if value[0] == VAR:  # an alias
-                steps.append((var, None, ((value[1], None),), None))
-            elif value[0] == ITEM and value[2][0] == VAR:  # a projection
-                steps.append((var, None, ((value[2][1], None),), value[3]))
-        out = reader.output(d)
-        fields = out[2] if out is not None and out[0] == TUPLE else [out] if out is not None else []
-        outputs = tuple(f[1] for f in fields if f[0] == VAR)
-        tracker.recipes[handle] = (tuple(d.params), tuple(steps), outputs, out is not None and out[0] == TUPLE)
-    return tracker.recipes[handle]
+def read_recipe(func, read, tokens) -> Recipe | None:
+    """A fused function's body (``Recipe``), read with ``read``, its constants' tokens
+    from ``tokens`` (a constant seen first gets one); None for a function that is not
+    a fused group."""
+    if not ir.is_primitive(func):
+        return None
+    d = read(func)
+    bound = {*d.params, *d.vars}
+    steps = []
+    for position, var in enumerate(d.vars):
+        made = reader.call(d, position)
+        if made is not None:
+            refs = [_ref(tokens, a.kind, a.handle, bound) for a in made.atoms
+                    if a.kind != TUPLE]  # a tuple argument is read through its fields
+            steps.append(Step(var, made.callee, tuple(r for r in refs if r is not None), None))
+            continue
+        value = reader.value(d, position)
+        if value.kind == VAR:  # an alias
+            steps.append(Step(var, None, (Ref(value.handle, None),), None))
+        elif value.kind == ITEM and value.of.kind == VAR:  # a projection
+            steps.append(Step(var, None, (Ref(value.of.handle, None),), value.index))
+    out = reader.output(d)
+    fields = out.fields if out is not None and out.kind == TUPLE else [out] if out is not None else []
+    outputs = tuple(f.handle for f in fields if f.kind == VAR)
+    return Recipe(tuple(d.params), tuple(steps), outputs, out is not None and out.kind == TUPLE)
 
 
-def _ref(tracker, kind, handle, bound: set[int]) -> tuple[int | None, int | None] | None:
-    """(var handle, None) for a var of the body (a parameter or a binding), (None,
-    token) for a constant, else None. A var the body binds nowhere is a symbolic dim
+def _ref(tokens, kind, handle, bound: set[int]) -> Ref | None:
+    """The ref of a var of the body (a parameter or a binding) or of a constant, else None. A var the body binds nowhere is a symbolic dim
     (TVM 0.27 passes ``past`` to a PrimFunc as a var of type int64, defined by the
     shapes of the parameters): it carries no value, and is left out as a value key
     leaves it out (it has no token there either)."""
     if kind == VAR:
-        return (handle, None) if handle in bound else None
-    tok = tracker.tokens.raw(kind, handle)
-    return None if tok is None else (None, tok)
+        return Ref(handle, None) if handle in bound else None
+    tok = tokens.raw(kind, handle)
+    return None if tok is None else Ref(None, tok)

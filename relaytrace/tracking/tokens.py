@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from . import reader
-from .reader import CONST, FIELD, VAR
+from .reader import CONST, VAR
 
 
 class Tokens:
@@ -67,12 +67,10 @@ class Tokens:
     def arguments(self, call: reader.CallView, canonical: bool = True) -> list[int | None]:
         """The token of each of a call's own arguments (tuple fields left out), canonical
         unless asked otherwise; None for one that carries no token."""
-        atoms = call.atoms
-        toks = [self.of_handle.get(atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] < FIELD]
+        toks = [self.of_handle.get(a.handle) for a in call.atoms if not a.field]
         return list(map(self.canon.get, toks, toks)) if canonical else toks
 
     def var_inputs(self, call: reader.CallView) -> tuple[int, ...]:
         """Canonical tokens of a call's var arguments (tuple fields included), constants left out."""
-        atoms = call.atoms
-        toks = (self.of_handle.get(atoms[i + 1]) for i in range(0, len(atoms), 3) if atoms[i] % FIELD == VAR)
+        toks = (self.of_handle.get(a.handle) for a in call.atoms if a.kind == VAR)
         return tuple(self.canon.get(t, t) for t in toks if t is not None)

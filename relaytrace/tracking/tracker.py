@@ -2,14 +2,14 @@
 
 It walks each function a pass changed, binding by binding, and gives each binding a
 token (``tokens.Tokens``). A binding whose Var object survived the pass keeps its token
-(*identity*), unless the var named another value and now calls something of its own, or
-AlterOpImpl reused it for a layout transform. A binding whose Var is new is offered to
-the rules of ``rules.DEFAULT_RULES`` in order (value key, replay, implementation swap,
-same inputs); names are never evidence. What no rule explains is judged by ``newops``
-(a part of an op, inserted, unresolved), and every pass is logged (``passlog``).
+(*identity*), unless one of ``rules.IDENTITY_EXCEPTIONS`` says the var binds a new
+value now. A binding whose Var is new is offered to the rules of
+``rules.DEFAULT_RULES`` in order (value key, replay, implementation swap, same inputs);
+names are never evidence. What no rule explains is judged by ``newops`` (a part of an
+op, inserted, unresolved), and every pass is logged (``passlog``).
 
-The rules read the tracker's ``tokens``, ``keys`` (``keys.ValueKeys``), ``recipes`` and
-``read``, and the walk of the function at hand (``Walk``).
+Rules and exceptions read only the walk of the function at hand (``Walk``), and return
+what they found (``rules.Found``); the tracker applies it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .newops import IDENTITY, NEW, Changes
 from .origins import OriginTable
 from .passlog import PassLog
 from .reader import CONST, ITEM, TUPLE, VAR
-from .rules import DEFAULT_RULES, Binding
+from .rules import DEFAULT_RULES, IDENTITY_EXCEPTIONS, Binding, Found, Recipe, read_recipe
 from .tokens import Tokens
 
 
@@ -50,45 +50,66 @@ class FunctionState:
     bookkeeping: set[int]  # var handles of memory/shape bookkeeping bindings
     _index: _Index | None = None
 
-    def index(self, tracker: "Tracker") -> _Index:
+    def index(self, tokens: Tokens, keys: ValueKeys, read) -> _Index:
         if self._index is None:
             by_args, tok_var, by_inputs = {}, {}, {}
-            d = _full(self.view, self.func, tracker.read)
+            d = _full(self.view, self.func, read)
             for position, handle in enumerate(d.vars):
-                tok = tracker.tokens.of(handle)
+                tok = tokens.of(handle)
                 made = reader.call(d, position) if tok is not None else None
                 if made is not None:
                     tok_var[tok] = (handle, made.callee)
-                    args = tracker.keys.key(made)[1]
+                    args = keys.key(made)[1]
                     by_args.setdefault(args, []).append(tok)
-                    by_inputs.setdefault((made.callee, tracker.tokens.var_inputs(made)), []).append((tok, args))
+                    by_inputs.setdefault((made.callee, tokens.var_inputs(made)), []).append((tok, args))
             self._index = _Index(by_args, tok_var, by_inputs)
         return self._index
 
 
 @define
 class Walk:
-    """One function walk: the function after the pass, its view, its state before the
-    pass (None for a new function), and what the walk found so far."""
+    """One function walk, and what the rules may read of it: the function after the
+    pass and its view, its state before the pass (``old``: None for a new function),
+    the module's functions, the tracker's tokens and value keys, the vars bound to
+    another value (``aliases``), the tokens this walk gave away (``claimed``). Rules
+    change none of it; the look-ups they ask for are built on first use."""
 
     func: object
     d: reader.FunctionView
     old: FunctionState | None
+    functions: dict = field(factory=dict)
+    tokens: Tokens = field(factory=Tokens)
+    keys: ValueKeys | None = None
+    aliases: set[int] = field(factory=set)
     read: object = reader.read  # the tracker's
+    recipes: dict[int, Recipe | None] = field(factory=dict)  # fused function handle -> its recipe (the tracker's)
     claimed: set[int] = field(factory=set)  # tokens given to a binding of this walk
     bookkeeping: set[int] = field(factory=set)
     changes: Changes = field(factory=list)
     new: list[tuple[int, str]] = field(factory=list)  # (token, callee) no rule explained
-    recipes: dict[int, tuple | None] = field(factory=dict)  # callee GlobalVar handle -> its recipe
     _present: set[int] | None = None
     _callee_of: dict[int, str] | None = None
 
-    def callee_of(self) -> dict[int, str]:
+    def old_index(self) -> _Index:
+        """Look-ups into the function as the pass before left it (``old`` must be set)."""
+        return self.old.index(self.tokens, self.keys, self.read)
+
+    def recipe(self, call: reader.CallView) -> Recipe | None:
+        """The recipe of the fused function a call calls; None for any other call."""
+        func = self.functions.get(call.callee) if call.global_var else None
+        if func is None:
+            return None
+        handle = func.__chandle__()
+        if handle not in self.recipes:
+            self.recipes[handle] = read_recipe(func, self.read, self.tokens)
+        return self.recipes[handle]
+
+    def callees_after(self) -> dict[int, str]:
         """var handle -> callee after the pass; built only when a rule asks."""
         if self._callee_of is None:
             d = _full(self.d, self.func, self.read)
-            calls = ((handle, reader.call(d, position)) for position, handle in enumerate(d.vars))
-            self._callee_of = {handle: made.callee for handle, made in calls if made is not None}
+            callees = ((handle, reader.callee_of(d, position)) for position, handle in enumerate(d.vars))
+            self._callee_of = {handle: callee for handle, callee in callees if callee is not None}
         return self._callee_of
 
     def present(self) -> set[int]:
@@ -101,15 +122,17 @@ class Walk:
 class Tracker:
     """Follows origins from pass to pass; fed, pass by pass, the functions each one left."""
 
-    def __init__(self, table: OriginTable, read=reader.read, rules=DEFAULT_RULES):
+    def __init__(self, table: OriginTable, read=reader.read, rules=DEFAULT_RULES,
+                 identity_exceptions=IDENTITY_EXCEPTIONS):
         self.read = read  # of each function a pass changed: ``reader.read``
         self.rules = tuple(rules)  # tried in order on each binding whose Var is new
+        self.identity_exceptions = tuple(identity_exceptions)  # asked of each var that survived with a new value
         self.origins: dict[str, Origin] = dict(table.origins)
         self.edges = table.edges
         self.tokens = Tokens()
         self.keys = ValueKeys(self.tokens)
         self.log = PassLog()
-        self.recipes: dict[int, tuple | None] = {}  # fused function handle -> its recipe (``rules.Replay``)
+        self.recipes: dict[int, Recipe | None] = {}  # fused function handle -> its recipe (``rules.Replay``)
         self.last_functions: dict[str, object] = {}
         self._input_views = dict(table.views)  # popped as used; the table stays as it was
         self._var_value: dict[int, int] = {}  # var handle -> handle of the value it was last seen bound to
@@ -161,7 +184,8 @@ class Tracker:
                                       bookkeeping=old.bookkeeping, index=old._index)
                 self._log(fname, pass_name, Walk(func=func, d=old.view, old=old), old, state)
                 return state
-        walk = Walk(func=func, d=d, old=old, read=self.read)
+        walk = Walk(func=func, d=d, old=old, functions=functions, tokens=self.tokens, keys=self.keys,
+                    aliases=self._aliases, read=self.read, recipes=self.recipes)
         for handle, name in zip(d.params, d.param_names):
             self._param_token(fname, handle, name)
         of_handle, var_value = self.tokens.of_handle, self._var_value
@@ -170,13 +194,13 @@ class Tracker:
         # change the tokens of vars bound before them, so these can be read first.
         toks = [of_handle.get(var) for var in d.vars]
         if d.partial:
-            walk.bookkeeping = {var for var, tok, at in zip(d.vars, toks, d.value_at)
-                                if at < 0 and tok is None and var in old.bookkeeping}
+            walk.bookkeeping = {var for var, tok, value in zip(d.vars, toks, d.values)
+                                if not value and tok is None and var in old.bookkeeping}
         for position in d.changed:
             handle = d.vars[position]
             tok = of_handle.get(handle)
             if tok is not None and var_value.get(handle) != d.values[position]:
-                if self._rebound(handle, tok, position, walk):
+                if any(e.breaks(walk, position, handle, tok) for e in self.identity_exceptions):
                     del of_handle[handle]
                     self._aliases.discard(handle)
                     tok = self._bind(functions, position, walk)
@@ -194,20 +218,6 @@ class Tracker:
         state = FunctionState(func=func, view=d, tokens=tokens, origins=origins, bookkeeping=walk.bookkeeping)
         self._log(fname, pass_name, walk, old, state, minted)
         return state
-
-    def _rebound(self, handle, tok, position, walk) -> bool:
-        """The exceptions to identity: a var that named another binding's value now
-        calls something of its own (ConvertLayout's permute into the output var); a var
-        whose token this walk gave away already now calls a layout transform
-        (AlterOpImpl reused the var for it); a var whose op a pass folded into a
-        constant (LegalizeOps folds a static ``arange``) now holds that constant, as a
-        var bound to it later does. Each is a new binding."""
-        if handle in self._aliases and walk.d.call_at[position] >= 0:
-            return True
-        if handle not in self._aliases and walk.d.call_at[position] < 0 \
-                and reader.value(walk.d, position)[0] == reader.CONST:
-            return True
-        return tok in walk.claimed and ops.is_data_movement(reader.callee_of(walk.d, position) or "")
 
     def _rewritten_in_place(self, position, handle, tok, walk) -> int:
         """Identity: the Var survived with a new value (LegalizeOps, FuseTIR). The new
@@ -235,54 +245,69 @@ class Tracker:
     def _bind(self, functions, position, walk: Walk) -> int | None:
         """A binding whose Var is new to us: the first of ``self.rules`` that names a
         token, else a new token."""
-        b = reader.binding(walk.d, position)
-        if b.call is None:
-            self._var_value[b.var] = walk.d.values[position]
-            tok = self._structural(b.value)
+        var = walk.d.vars[position]
+        callee = reader.callee_of(walk.d, position)
+        if callee is None:
+            self._var_value[var] = walk.d.values[position]
+            tok = self._structural(reader.value(walk.d, position))
             if tok is not None:
-                self.tokens.of_handle[b.var] = tok
-                self._aliases.add(b.var)
+                self.tokens.of_handle[var] = tok
+                self._aliases.add(var)
             return tok
-        callee = b.call.callee
         if ops.is_bookkeeping(callee):
-            walk.bookkeeping.add(b.var)
+            walk.bookkeeping.add(var)
             return None
-        self._var_value[b.var] = walk.d.values[position]
+        made = reader.call(walk.d, position)
+        self._var_value[var] = walk.d.values[position]
         self.keys.flush()
-        binding = Binding(b.call, self.keys.key(b.call))
+        binding = Binding(made, self.keys.key(made))
         tok, rule = None, NEW
-        for candidate in self.rules:
-            tok = candidate.find(self, functions, binding, walk)
-            if tok is not None:
-                rule = candidate.name
+        # a shape function's only argument is the VM's shape heap, which carries no
+        # token: nothing tells two of them apart, so no rule may match one
+        for candidate in () if ops.is_shape_computation(callee) else self.rules:
+            found = candidate.find(binding, walk)
+            if found is not None:
+                tok, rule = self._apply(found, walk), candidate.name
                 break
         if tok is None:
             tok = self.tokens.new(())
-            if not ir.is_subfunction(functions, b.call.callee, b.call.global_var):  # whose ops are the callee's, at its own sites
+            if not ir.is_subfunction(functions, callee, made.global_var):  # whose ops are the callee's, at its own sites
                 walk.new.append((tok, callee))
             if ops.is_data_movement(callee) and binding.key[1]:
                 self.tokens.alias(tok, binding.key[1][0])  # a layout change keeps the value's identity
         walk.changes.append((tok, position, rule, callee))
         walk.claimed.add(tok)
-        self.tokens.of_handle[b.var] = tok
+        self.tokens.of_handle[var] = tok
         self.keys.add(binding.key, tok)
         if walk.bookkeeping:  # a destination-passing call writes into its allocations: they hold its value
-            for kind, handle in b.call.arguments():
-                if kind == VAR and handle in walk.bookkeeping:
-                    self.tokens.of_handle[handle] = tok
+            for arg in made.arguments():
+                if arg.kind == VAR and arg.handle in walk.bookkeeping:
+                    self.tokens.of_handle[arg.handle] = tok
         return tok
 
-    def _structural(self, value) -> int | None:
+    def _apply(self, found: Found, walk: Walk) -> int:
+        """The token a rule's finding gives the binding."""
+        if found.token is not None:
+            return found.token
+        walk.claimed.update(found.made_of)
+        tok = self.tokens.new(self.tokens.union(found.made_of))
+        for index, field_tok in found.fields:
+            self.keys.set_item(tok, index, field_tok)
+        if found.carries is not None:
+            self.tokens.alias(tok, found.carries)
+        return tok
+
+    def _structural(self, value: reader.Node) -> int | None:
         """Aliases, tuples and projections carry the origins of what they hold."""
-        kind = value[0]
+        kind = value.kind
         if kind == ITEM:
-            tup = self.tokens.raw(*value[2][:2])
-            return None if tup is None else self.keys.item(tup, value[3])
+            tup = self.tokens.raw(value.of.kind, value.of.handle)
+            return None if tup is None else self.keys.item(tup, value.index)
         if kind == TUPLE:
-            return self.keys.tuple_of([self.tokens.raw(*f[:2]) for f in value[2]])
+            return self.keys.tuple_of([self.tokens.raw(f.kind, f.handle) for f in value.fields])
         if kind == CONST:
-            return self.tokens.constant(value[1])
-        return self.tokens.of(value[1]) if kind == VAR else None  # an alias
+            return self.tokens.constant(value.handle)
+        return self.tokens.of(value.handle) if kind == VAR else None  # an alias
 
     def _judge_new(self, fname, pass_name, walk: Walk) -> list[Origin]:
         """Give the bindings no rule explained their origins (``newops.classify``)."""

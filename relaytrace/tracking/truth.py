@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from . import ir, reader
+from . import facts, ir, reader
 from ..model.ops import is_bookkeeping, is_data_movement, is_shape_computation
 from ..model.verification import Member
 
@@ -46,15 +46,19 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
         prim_ops.setdefault(prim, set()).add(op)
     out: dict[str, tuple[Member, ...]] = {}
     parts = computes.parts
+
+    def member(prim: str) -> Member:
+        shared = (facts.LOWERED_PART,) * (prim in parts) + (facts.LAYOUT_REUSE,) * (prim in computes.reused)
+        return Member(prim, tuple(sorted(prim_ops.get(prim, ()))), prim in parts, shared)
+
     for name, func in groups.items():
         d = read(func)
         calls = (reader.call(d, position) for position in range(len(d.vars)))
         # a PrimFunc computes what the evidence says; a Relax op left in a group, itself
-        out[name] = tuple(Member(c.callee, tuple(sorted(prim_ops.get(c.callee, ()))) if c.global_var else (c.callee,),
-                                 c.callee in parts)
+        out[name] = tuple(member(c.callee) if c.global_var else Member(c.callee, (c.callee,))
                           for c in calls if c is not None and not is_bookkeeping(c.callee))
-    for prim, ops in prim_ops.items():
-        out.setdefault(prim, (Member(prim, tuple(sorted(ops)), prim in parts),))
+    for prim in prim_ops:
+        out.setdefault(prim, (member(prim),))
     return out
 
 
@@ -148,15 +152,6 @@ def _declared_ops(mod) -> dict[str, str]:
     return out
 
 
-def _carried(was: tuple[str, ...], callee: str) -> tuple[str, ...]:
-    """What a rebound Var computed that its new callee computes too: nothing when the
-    new one only moves data and the old did not (AlterOpImpl reuses a relu's Var for
-    the layout transform after its new implementation)."""
-    if was and is_data_movement(callee) and not all(is_data_movement(op) for op in was):
-        return ()
-    return was
-
-
 class _Computes:
     """What each binding of the model functions computes, pass by pass: an op name,
     or the ops of the PrimFunc it calls. A Var that computed op X before a pass and
@@ -166,6 +161,7 @@ class _Computes:
         self.read = read
         self.prim_ops = prim_ops
         self.parts: set[str] = set()  # PrimFuncs that compute a part of an op another one finishes
+        self.reused: set[str] = set()  # callees of vars reused for a layout transform (``facts.reused_for_layout``)
         self.state: dict[str, tuple[object, dict[int, tuple[str, ...]]]] = {}  # name -> (function, var -> ops)
 
     def record(self, functions: dict, input_: bool = False) -> None:
@@ -177,7 +173,7 @@ class _Computes:
             if d is None:  # rebuilt around the same bindings
                 self.state[name] = (func, old)
                 continue
-            now = {var: old[var] for var, at in zip(d.vars, d.value_at) if at < 0 and var in old}
+            now = {var: old[var] for var, value in zip(d.vars, d.values) if not value and var in old}
             for position in d.changed:
                 made = reader.call(d, position)
                 if made is None or is_bookkeeping(made.callee):
@@ -185,10 +181,10 @@ class _Computes:
                 callee, gv = made.callee, made.global_var
                 var = d.vars[position]
                 if not gv:  # an op; one a pass wrote in place of another still computes that one
-                    was = _carried(old.get(var, ()), callee) if callee.startswith("relax.") else ()
+                    was = self._carried(old.get(var, ()), callee) if callee.startswith("relax.") else ()
                     now[var] = tuple(sorted({callee, *was})) if callee.startswith("relax.") else ()
                 elif callee not in functions:  # a PrimFunc (not a fused group or a subfunction)
-                    was = _carried(old.get(var, ()), callee)
+                    was = self._carried(old.get(var, ()), callee)
                     if was:
                         self.prim_ops.setdefault(callee, set()).update(was)
                     elif input_:  # the input itself calls a PrimFunc (a frontend's emit_te): the op is its name
@@ -197,11 +193,18 @@ class _Computes:
             self._parts(d, old, now, functions)
             self.state[name] = (func, now)
 
+    def _carried(self, was: tuple[str, ...], callee: str) -> tuple[str, ...]:
+        """What a rebound Var computed that its new callee computes too: nothing when
+        it was reused for a layout transform (``facts.reused_for_layout``)."""
+        if was and facts.reused_for_layout(all(is_data_movement(op) for op in was), callee):
+            self.reused.add(callee)
+            return ()
+        return was
+
     def _parts(self, d, old, now, functions) -> None:
-        """A new PrimFunc call that feeds only a PrimFunc call computing op X (the Var
-        that bound X, lowered in place, or another part) computes a part of X: a
-        legalization into several PrimFuncs. Later bindings first, so a chain of parts
-        is followed."""
+        """A new PrimFunc call that is a part of an op X lowered in place
+        (``facts.lowered_parts``: the Var that bound X now calls a PrimFunc computing
+        X, or a part of an earlier pass's) computes a part of X."""
         consumers: dict[int, set[int]] = {}
         calls = {}
         for position in d.changed:
@@ -209,17 +212,18 @@ class _Computes:
             if made is None:
                 continue
             calls[d.vars[position]] = made
-            for kind, handle in made.arguments():
-                if kind == reader.VAR:
-                    consumers.setdefault(handle, set()).add(d.vars[position])
-        for var in reversed(list(calls)):
-            callee, gv = calls[var].callee, calls[var].global_var
-            users = consumers.get(var, set())
-            if var in old or not gv or callee in functions or self.prim_ops.get(callee) or len(users) != 1:
-                continue
-            (user,) = users
-            lowered = user in calls and calls[user].global_var and calls[user].callee not in functions  # a PrimFunc
-            if lowered and now.get(user) and (user in old or calls[user][0] in self.parts):
-                self.prim_ops.setdefault(callee, set()).update(now[user])
-                self.parts.add(callee)
-                now[var] = now[user]
+            for arg in made.arguments():
+                if arg.kind == reader.VAR:
+                    consumers.setdefault(arg.handle, set()).add(d.vars[position])
+
+        def prim_func_call(var) -> bool:
+            return var in calls and bool(calls[var].global_var) and calls[var].callee not in functions
+
+        candidates = [var for var in calls if var not in old and prim_func_call(var)
+                      and not self.prim_ops.get(calls[var].callee)]
+        wholes = lambda var: prim_func_call(var) and bool(now.get(var)) and (  # noqa: E731
+            var in old or calls[var].callee in self.parts)
+        for var, whole in facts.lowered_parts(candidates, consumers, wholes).items():
+            self.prim_ops.setdefault(calls[var].callee, set()).update(now[whole])
+            self.parts.add(calls[var].callee)
+            now[var] = now[whole]

@@ -1,0 +1,46 @@
+"""How TVM's passes rewrite Relax IR: the facts the tracker and verification's truth
+both rely on, in one place, so that a verdict that rests on one of them can say so
+(``model.verification.Member.evidence``).
+
+Each is a pure function of what the IR shows; neither side keeps its own copy.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Hashable, Mapping, Sequence, TypeVar
+
+from ..model.ops import is_data_movement
+
+K = TypeVar("K", bound=Hashable)
+
+# The names verdicts give these facts when they rest on them
+LAYOUT_REUSE = "layout-reuse"
+LOWERED_PART = "lowered-part"
+
+
+def reused_for_layout(old_moves_data: bool, new_callee: str) -> bool:
+    """A var that bound an op and now calls a layout transform was reused for the
+    transform (AlterOpImpl writes the op's new implementation to a new var and the
+    transform after it into the old one): the var no longer computes the op. A var
+    that moved data before and moves data now is the same transform."""
+    return is_data_movement(new_callee) and not old_moves_data
+
+
+def lowered_parts(candidates: Sequence[K], consumers: Mapping[K, Sequence[K]],
+                  is_whole: Callable[[K], bool]) -> dict[K, K]:
+    """Which new PrimFunc calls are parts of an op a pass lowered into several
+    (``LegalizeOps(customize_legalize_map=...)``): a candidate (a new PrimFunc call
+    that does not only move data, in binding order) whose only consumer is a whole
+    (the op lowered in place, ``is_whole``) or another part is a part of that whole.
+    Later candidates first, so a chain of parts reaches its whole. Returns
+    candidate -> whole."""
+    parts: dict[K, K] = {}
+    for candidate in reversed(candidates):
+        users = set(consumers.get(candidate, ()))
+        if len(users) != 1:
+            continue
+        (user,) = users
+        whole = user if is_whole(user) else parts.get(user)
+        if whole is not None:
+            parts[candidate] = whole
+    return parts
