@@ -49,7 +49,7 @@ def test_json_round_trip_is_exact(builds, tmp_path, name):
     path = lineage.save(tmp_path / "lineage.json")
     loaded = Lineage.load(path)
     assert loaded == lineage
-    assert json.loads(path.read_text())["schema"] == "relaytrace.lineage/1"
+    assert json.loads(path.read_text())["schema"] == "relaytrace.lineage/2"
     # records come back as records, not as tuples that merely compare equal
     assert all(type(r) is Role for s in loaded.call_sites for r in s.roles)
     assert all(type(c) is Change for h in loaded.history_by_origin.values() for c in h)
@@ -105,3 +105,21 @@ def test_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     monkeypatch.undo()
     write_atomic(path, b"fourth", overwrite=True)
     assert path.read_text() == "fourth"
+
+
+def test_a_lineage_of_schema_1_still_loads_and_a_bad_history_is_named(builds, tmp_path):
+    """/1 wrote a record per history step; /2 indexes one table of distinct changes."""
+    _, lineage = builds["fused"]
+    data = lineage.to_json()
+    table = data["history"]["changes"]
+    assert len(table) < sum(len(v) for v in data["history"]["by_origin"].values())  # shared steps
+    old = {**data, "schema": "relaytrace.lineage/1", "history": {
+        oid: [dict(zip(Change._fields, table[i])) for i in indices] for oid, indices in data["history"]["by_origin"].items()}}
+    (tmp_path / "v1.json").write_text(json.dumps(old))
+    assert Lineage.load(tmp_path / "v1.json") == lineage
+    oid = next(iter(data["history"]["by_origin"]))
+    for history, message in (({**data["history"], "by_origin": {oid: [len(table)]}}, rf"by_origin\['{oid}'\]"),
+                             ({**data["history"], "changes": [[1, "P"]]}, r"changes\[0\] must be a list of 5")):
+        (tmp_path / "bad.json").write_text(json.dumps({**data, "history": history}))
+        with pytest.raises(LineageFormatError, match=message):
+            Lineage.load(tmp_path / "bad.json")

@@ -20,7 +20,6 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
 from attrs import define
 
 from ..errors import RelaytraceError, UsageError, describe
@@ -204,6 +203,8 @@ def _inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = 
                              f"give its size, e.g. --input-shape {pname}:{example}")
         chosen.append((tuple(size), dtype or declared))
     bind(signature, chosen, imported.name)
+    import numpy as np  # here: the CLI's reading commands import this module, and need no numpy
+
     rng = np.random.default_rng(seed)
     return tuple(examples[pname] if pname in examples and pname not in given
                  else rng.standard_normal(shape).astype(dtype) if np.issubdtype(np.dtype(dtype), np.floating)

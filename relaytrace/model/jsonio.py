@@ -148,24 +148,26 @@ def _is_valid(kind):
 
 
 def _record_is_valid(cls, data) -> bool:
-    """``make_record``'s checks as one predicate."""
-    if not isinstance(data, dict):
-        return False
-    fields = _fields(cls)
-    for name, value in data.items():
-        found = fields.get(name)
-        if found is None or not _is_valid(found[0])(value):
-            return False
-    return all(name in data for name in _required(cls))
+    """``make_record``'s checks as one predicate (made once per record class)."""
+    found = _VALIDATORS.get(cls)
+    if found is None:
+        predicates = {name: _is_valid(kind) for name, (kind, _) in _fields(cls).items()}
+        required = frozenset(name for name, (_, needed) in _fields(cls).items() if needed)
+
+        def found(data) -> bool:
+            if not isinstance(data, dict):
+                return False
+            for name, value in data.items():
+                ok = predicates.get(name)
+                if ok is None or not ok(value):
+                    return False
+            return required <= data.keys()
+
+        _VALIDATORS[cls] = found
+    return found(data)
 
 
-_REQUIRED: dict[type, tuple[str, ...]] = {}
-
-
-def _required(cls) -> tuple[str, ...]:
-    if cls not in _REQUIRED:
-        _REQUIRED[cls] = tuple(name for name, (_, required) in _fields(cls).items() if required)
-    return _REQUIRED[cls]
+_VALIDATORS: dict[type, object] = {}
 
 
 _KIND_NAMES = {float: "a finite number", int: "an integer", str: "a string", bool: "true or false",

@@ -19,7 +19,11 @@ from .ops import op_rank
 from .origin import INSERTED, OP, UNRESOLVED, Origin
 from .verification import SUSPECT, UNVERIFIED, VERIFIED, LayerCheck, Member, SiteCheck, Verification, verify
 
-SCHEMA = "relaytrace.lineage/1"
+# /2 writes each origin's history as indices into one table of distinct changes (a
+# build records one per rewritten binding per pass, and most are alike: a third of
+# an LLM's lineage.json was them); /1 files, a record per step, still load
+SCHEMA = "relaytrace.lineage/2"
+SCHEMA_V1 = "relaytrace.lineage/1"
 
 ANCHOR, FUSED = "anchor", "fused"
 
@@ -363,7 +367,7 @@ class Lineage:
                         for k, v in self.kernels.items()},
             "builtins": [attrs.asdict(b) for b in self.builtins],
             "events": [attrs.asdict(e) for e in self.events],
-            "history": {k: [c._asdict() for c in v] for k, v in self.history_by_origin.items()},
+            "history": _history_json(self.history_by_origin),
             "eliminated": self.eliminated_by,
             "edges": self.edges,
             "site_edges": self.site_edges,
@@ -381,7 +385,8 @@ class Lineage:
     def from_json(cls, data: dict, where: str = "lineage") -> "Lineage":
         """The lineage a JSON object holds, every record and reference checked: a
         ``LineageFormatError`` naming the field (``where`` names the file) otherwise."""
-        check_schema(data, SCHEMA, "lineage", where)
+        check_schema(data, SCHEMA_V1 if isinstance(data, dict) and data.get("schema") == SCHEMA_V1 else SCHEMA,
+                     "lineage", where)
         for key in ("model", "target", "pipeline"):
             if key not in data:
                 raise LineageFormatError(f"{where} has no field {key!r}")
@@ -426,7 +431,8 @@ class Lineage:
             kernels={k: sites(k, v) for k, v in items_of(data, "kernels", dict, where).items()},
             builtins=records("builtins", BuiltinSite),
             events=records("events", PassEvent),
-            history_by_origin=table("history", Change),
+            history_by_origin=table("history", Change) if data["schema"] == SCHEMA_V1
+            else _history(items_of(data, "history", dict, where), f"{where}: history"),
             eliminated_by=dict(items_of(data, "eliminated", dict, where)),
             edges=tuples(items_of(data, "edges", list, where)),
             site_edges=tuples(items_of(data, "site_edges", list, where)),
@@ -450,6 +456,32 @@ class Lineage:
     @classmethod
     def load(cls, path) -> "Lineage":
         return cls.from_json(read_json(path, "lineage"), str(path))
+
+
+def _history_json(history: dict[str, tuple[Change, ...]]) -> dict:
+    """``{"changes": [[index, pass, function, callee, rule], ...], "by_origin": {origin:
+    [change index, ...]}}``: each distinct change once."""
+    table: dict[Change, int] = {}
+    by_origin = {oid: [table.setdefault(c, len(table)) for c in changes] for oid, changes in history.items()}
+    return {"changes": [list(c) for c in table], "by_origin": by_origin}
+
+
+def _history(data: dict, where: str) -> dict[str, tuple[Change, ...]]:
+    """The history ``_history_json`` wrote, every row and index checked."""
+    rows = items_of(data, "changes", list, where)
+    changes = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != len(Change._fields):
+            raise LineageFormatError(f"{where}.changes[{i}] must be a list of {len(Change._fields)} items "
+                                     f"({', '.join(Change._fields)})")
+        changes.append(make_record(Change, dict(zip(Change._fields, row)), f"{where}.changes[{i}]"))
+    out = {}
+    for oid, indices in items_of(data, "by_origin", dict, where).items():
+        if not isinstance(indices, list) or not all(type(i) is int and 0 <= i < len(changes) for i in indices):
+            raise LineageFormatError(f"{where}.by_origin[{oid!r}] must list indices of changes (0 to "
+                                     f"{len(changes) - 1})")
+        out[oid] = tuple(changes[i] for i in indices)
+    return out
 
 
 def choose_entry(entries, name: str | None = None) -> str:

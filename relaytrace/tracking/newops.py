@@ -12,7 +12,7 @@ of vars never do.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from attrs import frozen
 
@@ -23,8 +23,18 @@ from .tokens import Tokens
 
 IDENTITY, PART, NEW = "identity", "part", "new"
 
-#: (token, position, rule, callee) of each binding a pass wrote
-Changes = list[tuple[int, int, str, "str | None"]]
+class Rewrite(NamedTuple):
+    """One binding a pass wrote into a function, as the walk accounted for it: its
+    token, its position, the rule that explained it (``IDENTITY``, a rule's name,
+    ``PART``, ``NEW``), its callee (None for an alias, tuple or projection)."""
+
+    token: int
+    position: int
+    rule: str
+    callee: str | None
+
+
+Changes = list[Rewrite]
 
 
 @frozen

@@ -30,7 +30,7 @@ class PassLog:
         self.eliminate(eliminated, pass_name)
         self.events.append(PassEvent(
             index=index, pass_name=pass_name, function=fname,
-            rules=tuple(sorted(Counter(change[2] for change in changes).items())),
+            rules=tuple(sorted(Counter(change.rule for change in changes).items())),
             inserted=tuple(o.id for o in minted if o.kind == INSERTED),
             unresolved=tuple(o.id for o in minted if o.kind == UNRESOLVED),
             eliminated=tuple(eliminated), merged=tuple(merged),

@@ -20,7 +20,7 @@ from . import ir, newops, reader
 from ..model import ops
 from ..model.origin import Origin
 from .keys import ValueKeys
-from .newops import IDENTITY, NEW, Changes
+from .newops import IDENTITY, NEW, Changes, Rewrite
 from .origins import OriginTable
 from .passlog import PassLog
 from .reader import CONST, ITEM, TUPLE, VAR
@@ -231,7 +231,7 @@ class Tracker:
             return tok  # an output buffer re-planned by the memory passes: not a change of the op
         if callee is not None:
             self.keys.defer(handle, walk.d, position, tok)
-        walk.changes.append((tok, position, IDENTITY, callee))
+        walk.changes.append(Rewrite(tok, position, IDENTITY, callee))
         return tok
 
     def _param_token(self, fname, handle, name) -> None:
@@ -275,7 +275,7 @@ class Tracker:
                 walk.new.append((tok, callee))
             if ops.is_data_movement(callee) and binding.key[1]:
                 self.tokens.alias(tok, binding.key[1][0])  # a layout change keeps the value's identity
-        walk.changes.append((tok, position, rule, callee))
+        walk.changes.append(Rewrite(tok, position, rule, callee))
         walk.claimed.add(tok)
         self.tokens.of_handle[var] = tok
         self.keys.add(binding.key, tok)
@@ -320,7 +320,7 @@ class Tracker:
             self.origins[origin.id] = origin
             self.tokens.origins[tok] = (origin.id,)
         if verdict.parts:
-            walk.changes = [(tok, at, newops.PART if tok in verdict.parts else rule, callee)
+            walk.changes = [Rewrite(tok, at, newops.PART if tok in verdict.parts else rule, callee)
                             for tok, at, rule, callee in walk.changes]
         return list(verdict.minted.values())
 
