@@ -20,6 +20,7 @@ checked. Pure: no TVM, no torch.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from attrs import define
@@ -131,9 +132,11 @@ PRODUCES: dict[str, dict[str, frozenset[str]]] = {
 }
 
 
+@functools.lru_cache(maxsize=4096)
 def _plain(name: str) -> str:
     """``LayerNormalization`` -> ``layer_normalization``, ``_softmax`` -> ``softmax``,
-    ``maximum3`` -> ``maximum``: names compared across vocabularies."""
+    ``maximum3`` -> ``maximum``: names compared across vocabularies (memoised: an
+    LLM's thousands of ops have a few dozen names)."""
     name = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name.strip("_")).lower()
     return re.sub(r"\d+$", "", name)
 

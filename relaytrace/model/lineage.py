@@ -4,6 +4,7 @@ without TVM."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
@@ -56,8 +57,10 @@ class CallSite:
     scope: str = ""
     arguments: tuple[tuple[tuple, str], ...] = ()
 
-    @property
+    @functools.cached_property
     def origin_ids(self) -> tuple[str, ...]:
+        """The origins of its roles, in order (made once: verification and queries ask
+        each site many times)."""
         return tuple(r.origin for r in self.roles)
 
     @property

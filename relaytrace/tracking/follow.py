@@ -60,7 +60,7 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
                                    members=members)
             done("call sites")
             tuned = [k for k in tuned_kernels(recording.passes) if k in lineage.kernels]
-            consumers = shape_consumers(recording.passes)
+            consumers = shape_consumers(recording.passes, reads.read)
             lineage = attrs.evolve(lineage, tuned=tuple(tuned), shape_consumers=consumers,
                                    origins=_served_shapes(lineage, consumers), program=program)
             done("tuned kernels, shape consumers")

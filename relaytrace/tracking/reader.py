@@ -157,6 +157,19 @@ def name(d: FunctionView, position: int) -> str:
     return d._bindings[position].var.name
 
 
+def integer_arguments(d: FunctionView, position: int) -> list[int | None]:
+    """The value of each argument of a call binding (written in full) that is an
+    integer (a ``PrimValue``, an ``IntImm``), None for any other; read from TVM each time
+    (``vm.builtin.make_shape`` says heap slots this way)."""
+    out: list[int | None] = []
+    for arg in ir.items(d._bindings[position].value.args):
+        try:
+            out.append(int(arg.value) if hasattr(arg, "value") else int(arg))
+        except (TypeError, ValueError):
+            out.append(None)
+    return out
+
+
 def output(d: FunctionView) -> Node | None:
     """The body's result; None for a function without one."""
     return _node(d, d._output) if d._output is not None else None

@@ -259,12 +259,14 @@ class Tracker:
             return None
         made = reader.call(walk.d, position)
         self._var_value[var] = walk.d.values[position]
-        self.keys.flush()
-        binding = Binding(made, self.keys.key(made))
-        tok, rule = None, NEW
         # a shape function's only argument is the VM's shape heap, which carries no
         # token: nothing tells two of them apart, so no rule may match one
-        for candidate in () if ops.is_shape_computation(callee) else self.rules:
+        rules = () if ops.is_shape_computation(callee) else self.rules
+        if rules:
+            self.keys.flush()
+        binding = Binding(made, self.keys.key(made))
+        tok, rule = None, NEW
+        for candidate in rules:
             found = candidate.find(binding, walk)
             if found is not None:
                 tok, rule = self._apply(found, walk), candidate.name

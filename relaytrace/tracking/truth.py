@@ -74,13 +74,14 @@ def tuned_kernels(passes: Sequence[PassRecord], pass_name: str = "MetaScheduleAp
     return tuple(sorted(tuned))
 
 
-def shape_consumers(passes: Sequence[PassRecord]) -> dict[str, tuple[str, ...]]:
+def shape_consumers(passes: Sequence[PassRecord], read=reader.read) -> dict[str, tuple[str, ...]]:
     """shape function -> the kernels whose output allocations are sized from the shape
     heap slots it writes, read from the last recorded module with Relax functions: the
     slots a ``shape_func`` PrimFunc stores (its TIR), the slots each
     ``vm.builtin.make_shape`` loads (kind 1 pairs of its arguments), and the
     allocations and kernel calls those shapes reach. Independent of the tracker, which
-    sees only that a kernel's allocation reads the heap after the shape function."""
+    sees only that a kernel's allocation reads the heap after the shape function.
+    ``read`` reads a function's view (the build's shared reads)."""
     module = next((r.module for r in reversed(passes) if ir.model_functions(r.functions)), None)
     if module is None:
         return {}
@@ -91,28 +92,30 @@ def shape_consumers(passes: Sequence[PassRecord]) -> dict[str, tuple[str, ...]]:
     for func in ir.model_functions(ir.function_map(module)).values():
         writer: dict[int, str] = {}  # heap slot -> the shape function that wrote it last
         reaches: dict[int, set[str]] = {}  # var handle -> the shape functions whose slots it carries
-        for binding in ir.bindings(func):
-            value = binding.value
-            if not ir.is_call(value):
+        d = read(func)
+        for position, var in enumerate(d.vars):
+            name = reader.callee_of(d, position)
+            if name is None:
                 continue
-            category, name = ir.callee_category(value.op)
-            args = ir.items(value.args)
-            if category == "global" and is_shape_computation(name) and name in prims:
+            if is_shape_computation(name) and name in prims:
                 consumers.setdefault(name, set())
                 writer.update({slot: name for slot in _stored_slots(prims[name].body)})
                 continue
-            if category == "extern" and name == "vm.builtin.make_shape":
-                ints = [_int(a) for a in args[2:]]
+            if not writer:
+                continue  # before the first shape function, nothing carries its slots
+            if name == "vm.builtin.make_shape":
+                ints = reader.integer_arguments(d, position)[2:]
                 found = {writer[v] for k, v in zip(ints[0::2], ints[1::2]) if k == 1 and v in writer}
             else:
-                found = set().union(*(reaches.get(a.__chandle__(), set()) for a in args if ir.is_var(a)))
+                found = set().union(*(reaches.get(a.handle, set()) for a in reader.call(d, position).arguments()
+                                      if a.kind == reader.VAR))
             if not found:
                 continue
-            if category == "global" and name in prims:  # a kernel writing into such an allocation
+            if name in prims:  # a kernel writing into such an allocation
                 for shape_func in found:
                     consumers[shape_func].add(name)
             else:  # alloc_storage, alloc_tensor, ...: what they make carries those shapes on
-                reaches[binding.var.__chandle__()] = found
+                reaches[var] = found
     return {name: tuple(sorted(kernels)) for name, kernels in sorted(consumers.items())}
 
 
@@ -129,13 +132,6 @@ def _stored_slots(stmt) -> set[int]:
             for part in (list(child) if attr == "seq" else [child]):
                 out |= _stored_slots(part)
     return out
-
-
-def _int(expr) -> int | None:
-    try:
-        return int(expr.value) if hasattr(expr, "value") else int(expr)
-    except (TypeError, ValueError):
-        return None
 
 
 def _prim_func_names(mod) -> list[str]:
