@@ -259,12 +259,13 @@ def cmd_query(args) -> int:
             raise UsageError(f"--kernel takes NAME, NAME#CALL or ENTRY:NAME#CALL, not {args.kernel!r}")
         sites = [lineage.site_by_label(args.kernel)] if call else list(lineage.sites(name.rpartition(":")[2]))
         result = [{"site": s.label, "verification": lineage.check(s).status,
-                   "reasons": list(lineage.check(s).reasons), "origins": [
+                   "reasons": list(lineage.check(s).reasons), "shared": list(lineage.check(s).shared), "origins": [
             {"origin": r.origin, "role": r.role, "layer": lineage.origins[r.origin].layer,
              "op": lineage.origins[r.origin].short_op, "source": lineage.origins[r.origin].source}
             for r in s.roles]} for s in sites]
         text = "\n".join(f"{s['site']}: {s['verification'].upper()}\n" + "".join(
-            f"  ! {reason}\n" for reason in s["reasons"]) + "\n".join(
+            f"  ! {reason}\n" for reason in s["reasons"]) + "".join(
+            f"  (rests on a fact the tracker relies on too: {fact})\n" for fact in s["shared"]) + "\n".join(
             f"  {o['role']:<10} {o['layer']}  ({o['op']}, {o['origin']})" + (f"  at {o['source']}" if o["source"] else "")
             for o in s["origins"]) for s in result)
     elif args.layer:

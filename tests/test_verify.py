@@ -291,7 +291,11 @@ def test_an_op_legalized_into_two_primfuncs_is_one_op_in_both(resnet_mod):
         (site,) = lineage.kernels_of(relu.id)
         members = [m for m in lineage.kernel_members[site.kernel] if "relax.nn.relu" in m.ops]
         assert [m.part for m in members] == [True, False]  # relu_neg is a part, relu_max finishes it
+        # the verdict rests on the lowered-part fact, which the tracker relies on too: it says so
+        assert lineage.check(site).shared == ("lowered-part",) and members[0].shared == ("lowered-part",)
     assert any(c.rule == "part" for relu in relus for c in lineage.history(relu.id))
+    assert all(not lineage.check(s).shared for s in lineage.call_sites if not any(
+        o.op == "relax.nn.relu" for o in lineage.origins_of(s.kernel, s.call)))
 
 
 def test_noop_owner_repro_bills_each_op_to_the_module_that_wrote_it(tmp_path):
