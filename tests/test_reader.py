@@ -107,8 +107,8 @@ def test_verification_reads_what_the_tracker_read(monkeypatch):
 
     calls = []
     plain_read = reader.read
-    monkeypatch.setattr(reader, "read", lambda func, old=None, types=False: calls.append(
-        (func.__chandle__(), old.__chandle__() if old is not None else 0)) or plain_read(func, old, types))
+    monkeypatch.setattr(reader, "read", lambda func, old=None, types=False, decoded=None: calls.append(
+        (func.__chandle__(), old.__chandle__() if old is not None else 0)) or plain_read(func, old, types, decoded))
     _, lineage = relaytrace.build(resnet_style(blocks=2), "llvm")
     assert lineage.verification.ok
     assert any(old for _, old in calls) and len(calls) == len(set(calls))

@@ -31,7 +31,6 @@ class _Sites:
         if depth > 64:
             raise RecursionError(f"Relax functions call each other more than 64 deep (at {name})")
         d = tracker.read(functions[name])
-        bindings = ir.bindings(functions[name])
         producer: dict[int, int] = {}  # token -> position of the site that computed it
         for index in range(len(d.vars)):
             callee = reader.callee_of(d, index)
@@ -62,7 +61,7 @@ class _Sites:
             if gv:  # a kernel
                 call = self.counts[(entry, callee)] = self.counts.get((entry, callee), -1) + 1
                 site = CallSite(callee, call, position, roles_for(origin_ids, tracker.origins), entry, scope,
-                                _argument_types(bindings[index].value))
+                                reader.argument_types(d, index))
                 self.kernels.setdefault(callee, []).append(site)
                 self.edges.update((src, position) for src in sources if src != position)
                 made_by = position
@@ -73,11 +72,6 @@ class _Sites:
                 producer[tok] = made_by
                 producer.setdefault(tokens.canonical(tok), made_by)
             self.position += 1
-
-
-def _argument_types(call) -> tuple[tuple[tuple, str], ...]:
-    """``(shape, dtype)`` of each tensor argument of a kernel call in the compiled IR."""
-    return tuple(t for arg in ir.items(call.args) for t in ir.tensor_types(ir.expr_type(arg)))
 
 
 def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), entries=None,

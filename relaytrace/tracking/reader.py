@@ -73,20 +73,33 @@ class Node(NamedTuple):
     name: str = ""
 
 
-class _Cache:
-    """What a view has read so far, so that each binding is read from TVM once; in a
-    typed view, the string index of each expression's type and of each type text."""
+class Decoded:
+    """What has been read of each value so far, by the value's handle, so that each is
+    read from TVM once: one per view, or one for every view of a build
+    (``SharedReads``), where a binding a pass kept, or a full read of a function read in
+    part before, finds its values read. Handles stay valid while the build's functions
+    are pinned (the tracker pins them)."""
 
-    __slots__ = ("calls", "callees", "names", "typed", "types", "texts", "strings")
+    __slots__ = ("calls", "callees", "names")
 
-    def __init__(self, typed: bool = False, strings: list[str] | None = None):
-        self.calls: dict[int, CallView | None] = {}
-        self.callees: dict[int, str | None] = {}
+    def __init__(self):
+        self.calls: dict[int, CallView | None] = {}  # value handle -> its call (None: not a call)
+        self.callees: dict[int, str | None] = {}  # value handle -> its callee
         self.names: dict[int, tuple[int, str]] = {}  # callee object handle -> (kind, name)
+
+
+class _Cache:
+    """A view's reads: its values' (``Decoded``), and in a typed view the string index
+    of each expression's type and of each type text."""
+
+    __slots__ = ("decoded", "typed", "types", "texts", "strings")
+
+    def __init__(self, typed: bool = False, decoded: Decoded | None = None):
+        self.decoded = decoded if decoded is not None else Decoded()
         self.typed = typed
         self.types: dict[int, int] = {}  # expression handle -> string index
         self.texts: dict[str, int] = {}
-        self.strings = strings if strings is not None else []
+        self.strings: list[str] = []
 
 
 @define(frozen=True, slots=True)
@@ -123,7 +136,8 @@ class FunctionView:
 
 def callee_of(d: FunctionView, position: int) -> str | None:
     """The callee of a call binding, as ``CallView.callee`` names it; None otherwise."""
-    found = d._cache.callees.get(position, _MISSING)
+    callees = d._cache.decoded.callees
+    found = callees.get(d.values[position], _MISSING)
     if found is _MISSING:
         value = d._bindings[position].value
         found = None
@@ -133,16 +147,17 @@ def callee_of(d: FunctionView, position: int) -> str | None:
             if kind == OP and (name in ir.CALL_TIR_OPS or name in ir.PACKED_OPS) and _ARRAY_SIZE(value.args):
                 name = _callee(d, _ARRAY_ITEM(value.args, 0))[1]
             found = name
-        d._cache.callees[position] = found
+        callees[d.values[position]] = found
     return found
 
 
 def call(d: FunctionView, position: int) -> CallView | None:
     """The call a binding written in full makes; None when it is not a call."""
-    found = d._cache.calls.get(position, _MISSING)
+    calls = d._cache.decoded.calls
+    found = calls.get(d.values[position], _MISSING)
     if found is _MISSING:
         value = d._bindings[position].value
-        found = d._cache.calls[position] = _call(d, value) if ir.kind(value) == "call" else None
+        found = calls[d.values[position]] = _call(d, value) if ir.kind(value) == "call" else None
     return found
 
 
@@ -170,6 +185,27 @@ def integer_arguments(d: FunctionView, position: int) -> list[int | None]:
     return out
 
 
+def argument_types(d: FunctionView, position: int) -> tuple[tuple[tuple, str], ...]:
+    """``(shape, dtype)`` of each tensor among a call binding's arguments (written in
+    full), as the IR types them (``ir.tensor_types``), each distinct type read once."""
+    out: list[tuple[tuple, str]] = []
+    for arg in ir.items(d._bindings[position].value.args):
+        ty = ir.expr_type(arg)
+        if ty is None:
+            continue
+        key = tvm_ffi.structural_hash(ty)
+        found = _TENSOR_TYPES.get(key)
+        if found is None:
+            if len(_TENSOR_TYPES) > 100_000:  # a long-lived process building many models
+                _TENSOR_TYPES.clear()
+            found = _TENSOR_TYPES[key] = tuple(ir.tensor_types(ty))
+        out.extend(found)
+    return tuple(out)
+
+
+_TENSOR_TYPES: dict[int, tuple[tuple[tuple, str], ...]] = {}  # structural hash -> its tensor types
+
+
 def output(d: FunctionView) -> Node | None:
     """The body's result; None for a function without one."""
     return _node(d, d._output) if d._output is not None else None
@@ -185,10 +221,11 @@ _CALLEE_KINDS = {"op": OP, "global": GLOBAL, "extern": EXTERN, "other": OTHER}
 def _callee(d: FunctionView, e) -> tuple[int, str]:
     """(kind, name) of a callee object, once per object: ops recur at every call."""
     handle = e.__chandle__()
-    found = d._cache.names.get(handle)
+    names = d._cache.decoded.names
+    found = names.get(handle)
     if found is None:
         category, text = ir.callee_category(e)
-        found = d._cache.names[handle] = (_CALLEE_KINDS[category], text)
+        found = names[handle] = (_CALLEE_KINDS[category], text)
     return found
 
 
@@ -236,12 +273,14 @@ def _node(d: FunctionView, e) -> Node:
 
 # -- reading a function ---------------------------------------------------------
 
-def read(func, old=None, types: bool = False) -> FunctionView | None:
+def read(func, old=None, types: bool = False, decoded: Decoded | None = None) -> FunctionView | None:
     """The view of one Relax function. Bindings that ``old`` (the function before a
     pass) has too are left out but for their vars' handles: a pass keeps most binding
     objects, and the tracker knows the rest of them already. None when ``func`` has
     all of ``old``'s params, bindings and result: many passes rebuild a function they
-    changed nothing in. ``types`` asks for each var's type (origin assignment does)."""
+    changed nothing in. ``types`` asks for each var's type (origin assignment does);
+    ``decoded`` is where values already read are found (default: the view's own; a
+    typed view always has its own, whose calls carry their arguments' types)."""
     params = ir.items(func.params)
     binds = ir.bindings(func)
     out = ir.function_output(func)
@@ -256,7 +295,7 @@ def read(func, old=None, types: bool = False) -> FunctionView | None:
     kept = [h in known for h in handles] if known else [False] * len(binds)
     written = [None if k else b for b, k in zip(binds, kept)]
     changed = [position for position, k in enumerate(kept) if not k]
-    cache = _Cache(types)
+    cache = _Cache(types, None if types else decoded)
     return FunctionView(
         params=tuple(_handles(params)), param_names=tuple(p.name for p in params),
         param_types=tuple(_type(cache, p) for p in params),
@@ -273,12 +312,14 @@ class SharedReads:
 
     def __init__(self):
         self._views: dict[tuple[int, int, bool], FunctionView | None] = {}
+        self._decoded = Decoded()  # every view's values, read once for the build
 
     def read(self, func, old=None, types: bool = False) -> FunctionView | None:
         key = (func.__chandle__(), old.__chandle__() if old is not None else 0, types)
         if key not in self._views:
             typed = (key[0], key[1], True)
-            self._views[key] = self._views[typed] if typed in self._views else read(func, old, types)
+            self._views[key] = self._views[typed] if typed in self._views \
+                else read(func, old, types, self._decoded)
         return self._views[key]
 
 

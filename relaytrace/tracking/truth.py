@@ -89,6 +89,7 @@ def shape_consumers(passes: Sequence[PassRecord], read=reader.read) -> dict[str,
     if not any(is_shape_computation(name) for name in prims):
         return {}  # static shapes: no binding to read
     consumers: dict[str, set[str]] = {}
+    slots: dict[str, set[int]] = {}  # shape function -> the heap slots it stores (its TIR, read once)
     for func in ir.model_functions(ir.function_map(module)).values():
         writer: dict[int, str] = {}  # heap slot -> the shape function that wrote it last
         reaches: dict[int, set[str]] = {}  # var handle -> the shape functions whose slots it carries
@@ -99,7 +100,9 @@ def shape_consumers(passes: Sequence[PassRecord], read=reader.read) -> dict[str,
                 continue
             if is_shape_computation(name) and name in prims:
                 consumers.setdefault(name, set())
-                writer.update({slot: name for slot in _stored_slots(prims[name].body)})
+                if name not in slots:
+                    slots[name] = _stored_slots(prims[name].body)
+                writer.update(dict.fromkeys(slots[name], name))
                 continue
             if not writer:
                 continue  # before the first shape function, nothing carries its slots
