@@ -80,12 +80,14 @@ class Decoded:
     part before, finds its values read. Handles stay valid while the build's functions
     are pinned (the tracker pins them)."""
 
-    __slots__ = ("calls", "callees", "names")
+    __slots__ = ("calls", "callees", "names", "bindings_of", "var_of")
 
     def __init__(self):
         self.calls: dict[int, CallView | None] = {}  # value handle -> its call (None: not a call)
         self.callees: dict[int, str | None] = {}  # value handle -> its callee
         self.names: dict[int, tuple[int, str]] = {}  # callee object handle -> (kind, name)
+        self.bindings_of: dict[int, list[int]] = {}  # function handle -> its bindings' handles
+        self.var_of: dict[int, int] = {}  # binding handle -> its var's handle
 
 
 class _Cache:
@@ -118,7 +120,9 @@ class FunctionView:
     changed: list[int]
     var_types: list[int]
     strings: list[str]
+    kinds: list[int]  # each written binding's value kind (VAR, CONST, TUPLE, ITEM, CALL, OTHER); -1 kept
     _bindings: list  # the binding objects, None for a kept one
+    _value_objects: list  # their values, None for a kept one
     _output: object
     _cache: _Cache = field(factory=_Cache)
 
@@ -129,7 +133,7 @@ class FunctionView:
 
     def is_call(self, position: int) -> bool:
         """The binding at ``position`` (written in full) binds a call."""
-        return ir.kind(self._bindings[position].value) == "call"
+        return self.kinds[position] == CALL
 
 
 # -- asking a view --------------------------------------------------------------
@@ -139,7 +143,7 @@ def callee_of(d: FunctionView, position: int) -> str | None:
     callees = d._cache.decoded.callees
     found = callees.get(d.values[position], _MISSING)
     if found is _MISSING:
-        value = d._bindings[position].value
+        value = d._value_objects[position]
         found = None
         if ir.kind(value) == "call":
             op = value.op
@@ -156,7 +160,7 @@ def call(d: FunctionView, position: int) -> CallView | None:
     calls = d._cache.decoded.calls
     found = calls.get(d.values[position], _MISSING)
     if found is _MISSING:
-        value = d._bindings[position].value
+        value = d._value_objects[position]
         found = calls[d.values[position]] = _call(d, value) if ir.kind(value) == "call" else None
     return found
 
@@ -164,7 +168,7 @@ def call(d: FunctionView, position: int) -> CallView | None:
 def value(d: FunctionView, position: int) -> Node:
     """The value of a binding written in full that is not a call (an alias, a tuple,
     a projection, a constant, a shape)."""
-    return _node(d, d._bindings[position].value)
+    return _node(d, d._value_objects[position])
 
 
 def name(d: FunctionView, position: int) -> str:
@@ -177,7 +181,7 @@ def integer_arguments(d: FunctionView, position: int) -> list[int | None]:
     integer (a ``PrimValue``, an ``IntImm``), None for any other; read from TVM each time
     (``vm.builtin.make_shape`` says heap slots this way)."""
     out: list[int | None] = []
-    for arg in ir.items(d._bindings[position].value.args):
+    for arg in ir.items(d._value_objects[position].args):
         try:
             out.append(int(arg.value) if hasattr(arg, "value") else int(arg))
         except (TypeError, ValueError):
@@ -189,7 +193,7 @@ def argument_types(d: FunctionView, position: int) -> tuple[tuple[tuple, str], .
     """``(shape, dtype)`` of each tensor among a call binding's arguments (written in
     full), as the IR types them (``ir.tensor_types``), each distinct type read once."""
     out: list[tuple[tuple, str]] = []
-    for arg in ir.items(d._bindings[position].value.args):
+    for arg in ir.items(d._value_objects[position].args):
         ty = ir.expr_type(arg)
         if ty is None:
             continue
@@ -281,28 +285,37 @@ def read(func, old=None, types: bool = False, decoded: Decoded | None = None) ->
     changed nothing in. ``types`` asks for each var's type (origin assignment does);
     ``decoded`` is where values already read are found (default: the view's own; a
     typed view always has its own, whose calls carry their arguments' types)."""
+    shared = decoded if decoded is not None else Decoded()
     params = ir.items(func.params)
     binds = ir.bindings(func)
     out = ir.function_output(func)
-    handles = [b.__chandle__() for b in binds]
+    handles = shared.bindings_of[func.__chandle__()] = [b.__chandle__() for b in binds]
     known: set[int] = set()
     if old is not None:
-        before = [b.__chandle__() for b in ir.bindings(old)]
+        before = shared.bindings_of.get(old.__chandle__())
+        if before is None:
+            before = [b.__chandle__() for b in ir.bindings(old)]
         if handles == before and _handles(params) == _handles(ir.items(old.params)) \
                 and _handles([out]) == _handles([ir.function_output(old)]):
             return None
         known = set(before)
     kept = [h in known for h in handles] if known else [False] * len(binds)
     written = [None if k else b for b, k in zip(binds, kept)]
+    value_objects = [None if b is None else b.value for b in written]
     changed = [position for position, k in enumerate(kept) if not k]
-    cache = _Cache(types, None if types else decoded)
+    var_of = shared.var_of
+    for h, b in zip(handles, binds):
+        if h not in var_of:  # a binding seen in an earlier read has its var's handle known
+            var_of[h] = b.var.__chandle__()
+    cache = _Cache(types, None if types else shared)
     return FunctionView(
         params=tuple(_handles(params)), param_names=tuple(p.name for p in params),
         param_types=tuple(_type(cache, p) for p in params),
-        vars=[b.var.__chandle__() for b in binds],
-        values=[0 if b is None else b.value.__chandle__() for b in written],
+        vars=[var_of[h] for h in handles],
+        values=[0 if v is None else v.__chandle__() for v in value_objects],
+        kinds=[-1 if v is None else _KINDS.get(ir.kind(v), OTHER) for v in value_objects],
         changed=changed, var_types=[_type(cache, b.var) for b in binds] if types else [TYPES_NOT_ASKED] * len(binds),
-        strings=cache.strings, bindings=written, output=out, cache=cache)
+        strings=cache.strings, bindings=written, value_objects=value_objects, output=out, cache=cache)
 
 
 class SharedReads:
