@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -585,7 +586,12 @@ def main(argv=None) -> int:
     except BaseException as exc:  # noqa: BLE001 - the one place failures become exit codes
         if isinstance(exc, SystemExit):
             raise
-        return failures.report(exc)
+        code = failures.report(exc)
+        remote = sys.modules.get(f"{__package__}.remote")
+        if remote is not None and remote.ABANDONED:  # tearing down a session to a stopped device would hang
+            sys.stdout.flush()
+            os._exit(code)
+        return code
     finally:
         restore()
 

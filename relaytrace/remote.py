@@ -26,6 +26,16 @@ from attrs import frozen
 from .errors import RelaytraceError, describe
 
 
+class StoppedAnswering(RelaytraceError):
+    """A remote step ran out of time: the device stopped answering."""
+
+
+# Sessions to a device that stopped answering (or that a Ctrl-C left waiting): never
+# closed, since closing one waits for the device forever. A process holding one should
+# end with ``os._exit`` (the CLI does), not by tearing down its objects.
+ABANDONED: list = []
+
+
 @frozen
 class RemoteDevice:
     """Where to run: ``rpc`` (with the server's ``key`` if it has one) or ``tracker``
@@ -135,10 +145,13 @@ def exporter(target_text: str, compiler: str | None):
 
 
 def address(text: str) -> tuple[str, int]:
-    """``(host, port)`` of ``HOST:PORT``; anything else is an error saying the form."""
+    """``(host, port)`` of ``HOST:PORT`` with a port of 1 to 65535; anything else is an
+    error saying the form (a larger port would wrap around in the socket layer)."""
     host, sep, port = (text or "").rpartition(":")
     if not sep or not host or not port.isdigit():
         raise RelaytraceError(f"a device address is HOST:PORT, not {text!r}")
+    if not 0 < int(port) < 65536:
+        raise RelaytraceError(f"a port is 1 to 65535, not {port} (in {text!r})")
     return host, int(port)
 
 
@@ -160,7 +173,7 @@ def _bounded(call, seconds: float, failure: str, late: str | None = None):
         return result["value"]
     if "error" in result:
         raise RelaytraceError(f"{failure}: {describe(result['error'])}")
-    raise RelaytraceError(f"{late or failure} within {seconds:g} s")
+    raise StoppedAnswering(f"{late or failure} within {seconds:g} s")
 
 
 def run_remote(executable, kernel_library, target_text: str, entry: str, args, captured, device: RemoteDevice,
@@ -183,40 +196,53 @@ def run_remote(executable, kernel_library, target_text: str, entry: str, args, c
         try:
             say("uploading the executable")
             for name in paths:
-                session.upload(os.path.join(tmp, name))
+                _step(device, f"uploading {name}", lambda: session.upload(os.path.join(tmp, name)))
             return _time_there(session, kind, entry, args, captured, device, repeat, number, say)
+        except (StoppedAnswering, KeyboardInterrupt):
+            ABANDONED.append(session)  # a step still waits on it: closing it would wait too
+            raise
         except RelaytraceError:
             raise
         except Exception as exc:  # the server went away, a kernel failed there
             raise RelaytraceError(f"the remote run on {device.describe()} failed: {describe(exc)}") from exc
 
 
+def _step(device: RemoteDevice, what: str, call, failure: str | None = None):
+    """One remote step other than timing, within the device's ``kernel_timeout_s``: a
+    server that stops answering (a stopped process, a cut link) never hangs a run, and
+    Ctrl-C ends it while it waits. An error says ``failure`` (default: the run failed
+    while ``what``), or, when time ran out, that the device stopped answering then."""
+    return _bounded(call, device.kernel_timeout_s, failure or f"the remote run on {device.describe()} failed {what}",
+                    f"{device.describe()} stopped answering while {what} (--kernel-timeout)")
+
+
 def _time_there(session, kind: str, entry: str, args, captured, device: RemoteDevice, repeat: int, number: int, say):
     import tvm
     from tvm import relax
 
-    dev = session.device(kind, 0)
-    if not dev.exist:
+    dev = _step(device, f"finding its {kind} device", lambda: session.device(kind, 0))
+    if not _step(device, f"finding its {kind} device", lambda: dev.exist):
         raise RelaytraceError(f"{device.describe()} has no {kind} device, which this build's target needs: "
                               "profile it on a device of its kind, or build for this one's (--target)")
-    try:
-        remote_vm = relax.VirtualMachine(session.load_module("vm.so"), dev)
-        kernels = session.load_module("kernels.so")
-    except Exception as exc:
-        raise RelaytraceError(f"{device.describe()} cannot load this build ({describe(exc)}): is --target the "
-                              "device's own target?") from exc
+    refused = f"{device.describe()} cannot load this build (is --target the device's own target?)"
+    remote_vm = _step(device, "loading the build", lambda: relax.VirtualMachine(session.load_module("vm.so"), dev),
+                      refused)
+    kernels = _step(device, "loading the build", lambda: session.load_module("kernels.so"), refused)
     sites = []
     for i, (name, call, arrays) in enumerate(captured):
         say(f"remote isolated {i + 1}/{len(captured)}: {name}#{call}")
-        remote_args = [tvm.runtime.tensor(a, dev) for a in arrays]
-        timer = kernels.time_evaluator(name, dev, number=number, repeat=repeat)
+        remote_args = _step(device, f"sending the arguments of {name}#{call}",
+                            lambda: [tvm.runtime.tensor(a, dev) for a in arrays])
+        timer = _step(device, f"preparing the timing of {name}#{call}",
+                      lambda: kernels.time_evaluator(name, dev, number=number, repeat=repeat))
         results = _bounded(lambda: timer(*remote_args).results, device.kernel_timeout_s,
                            f"the remote run on {device.describe()} failed at {name}#{call}",
                            f"kernel {name}#{call} did not finish on {device.describe()} (--kernel-timeout)")
         sites.append((name, call, results))
     say("remote end-to-end timing")
-    inputs = [tvm.runtime.tensor(a, dev) for a in args]
-    vm_timer = remote_vm.time_evaluator(entry, dev, number=1, repeat=max(repeat, 3))
+    inputs = _step(device, f"sending the inputs of {entry}", lambda: [tvm.runtime.tensor(a, dev) for a in args])
+    vm_timer = _step(device, f"preparing the timing of {entry}",
+                     lambda: remote_vm.time_evaluator(entry, dev, number=1, repeat=max(repeat, 3)))
     e2e = _bounded(lambda: vm_timer(*inputs).results, device.kernel_timeout_s * max(len(captured), 1),
                    f"the remote run on {device.describe()} failed timing {entry} end to end",
                    f"{entry} did not finish on {device.describe()} (--kernel-timeout, per call site)")

@@ -120,6 +120,67 @@ def test_a_server_killed_mid_run_is_a_one_line_error_and_the_directory_is_not_cr
     assert not (tmp_path / "d").exists()
 
 
+def _profile(port: int, out, *extra):
+    return subprocess.Popen([sys.executable, "-m", "relaytrace.cli", "profile", TINY, "--rpc", f"127.0.0.1:{port}",
+                             "--out", str(out), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONWARNINGS="ignore"))
+
+
+def _wait_for(proc, text: str) -> str:
+    seen = ""
+    while text not in seen:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen += line
+    return seen
+
+
+def test_a_server_that_stops_answering_ends_the_run_within_its_limit_and_ctrl_c_ends_it_at_once(tmp_path):
+    """A server stopped (SIGSTOP, not killed) mid-run, at upload or later: the run ends
+    within --kernel-timeout with one line naming the step and the device; Ctrl-C ends
+    a run waiting on it within seconds; no output directory either way."""
+    import psutil
+    import signal
+    from tvm.rpc import server
+
+    board = server.Server(host="127.0.0.1", port=10100, port_end=10190, silent=True)
+    mine = psutil.Process()
+    try:
+        proc = _profile(board.port, tmp_path / "d", "--kernel-timeout", "4")
+        _wait_for(proc, "uploading the executable")
+        stopped = [p for p in mine.children(recursive=True)
+                   if p.pid != proc.pid and proc.pid not in (q.pid for q in p.parents())]
+        for p in stopped:
+            p.suspend()
+        start = time.time()
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 1 and time.time() - start < 60, err[-2000:]
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("relaytrace: error:") and f"rpc 127.0.0.1:{board.port}" in last, last
+        assert "stopped answering while" in last or "did not finish" in last, last
+        second = _profile(board.port, tmp_path / "e", "--kernel-timeout", "60")
+        seen = _wait_for(second, "checking rpc")
+        time.sleep(2.0)  # waiting on the stopped server now
+        second.send_signal(signal.SIGINT)
+        start = time.time()
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == 130 and time.time() - start < 15, (second.returncode, seen[-2000:], err[-2000:])
+        assert not (tmp_path / "d").exists() and not (tmp_path / "e").exists()
+    finally:
+        for p in mine.children(recursive=True):
+            try:
+                p.resume()
+            except psutil.Error:
+                pass
+        board.terminate()
+
+
+def test_a_port_beyond_65535_is_refused_not_wrapped():
+    done = run("profile", TINY, "--rpc", "127.0.0.1:99999", "--out", "never")
+    assert done.returncode == 2 and "a port is 1 to 65535, not 99999" in done.stderr.strip().splitlines()[-1]
+
+
 AARCH64 = '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'
 
 
