@@ -22,6 +22,10 @@ from ..model.profile import KERNEL
 ASSETS = Path(__file__).parent / "assets"
 
 def report_data(report) -> dict:
+    """What the page's script reads, as JSON-ready data. Names (layers, kernels, call
+    sites, ops) are only ever values: a table keyed by name is a list of ``[name,
+    value]`` pairs (``layer_sites``, ``layer_detail``, ``errors``, a site's ``roles``),
+    which the script makes a ``Map``."""
     lineage = report.lineage
     checks = lineage.site_checks()
     layer_sites: dict[str, list[str]] = {}
@@ -46,10 +50,10 @@ def report_data(report) -> dict:
         "op_types": [{"op": r.op, "ms": r.us / 1e3, "percent": r.percent, "count": r.count, "layers": r.layers}
                      for r in report.op_types],
         "categories": [{"name": n, "ms": us / 1e3, "percent": p} for n, us, p in report.categories.rows()],
-        "layer_sites": layer_sites,
+        "layer_sites": list(layer_sites.items()),
         "model": lineage.model,
         "sites": _sites(report),
-        "layer_detail": _layer_detail(lineage),
+        "layer_detail": list(_layer_detail(lineage).items()),
         "graph": _layer_graph(report),
         "timeline_note": ("run 1 of the timeline" if report.profile.mode == "timeline"
                           else "sites timed alone, laid end to end"),
@@ -73,7 +77,7 @@ def _sites(report) -> list[dict]:
         out.append({
             "label": s.label, "kernel": s.kernel, "start_us": starts.get((s.kernel, s.call), 0.0),
             "us": t.median_us if t else 0.0, "min_us": t.min_us if t else 0.0, "max_us": t.max_us if t else 0.0,
-            "layers": list(roles), "roles": roles, "status": checks[s.position].status,
+            "layers": list(roles), "roles": list(roles.items()), "status": checks[s.position].status,
             "reasons": "; ".join(checks[s.position].reasons),
             "category": "compute" if OP in kinds else "inserted" if INSERTED in kinds else "unresolved",
             "shapes": ", ".join(f"{d}{list(sh)}" for sh, d in zip(arg.shapes, arg.dtypes)) if arg else "",
@@ -144,6 +148,18 @@ def _layer_detail(lineage) -> dict[str, dict]:
     return out
 
 
+_SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def script_json(data) -> str:
+    """``data`` as JSON to put inside a ``<script>`` element: ``<``, ``>`` and ``&`` are
+    written as ``\\u`` escapes (so no ``</script>``, ``<!--`` or ``<script`` can end or
+    derail the element, whatever a name holds), and so is every non-ASCII character
+    (``ensure_ascii``: U+2028 and U+2029 too). ``JSON.parse`` of the element's text
+    gives ``data`` back unchanged."""
+    return json.dumps(data, ensure_ascii=True).translate(_SCRIPT_ESCAPES)
+
+
 def _asset(name: str) -> str:
     return (ASSETS / name).read_text()
 
@@ -209,9 +225,8 @@ def html_report(report, comparison=None) -> str:
     shows its output's error against the reference."""
     lineage, profile, policy, cats = report.lineage, report.profile, report.policy, report.categories
     data = report_data(report)
-    data["errors"] = _errors(comparison)
+    data["errors"] = list(_errors(comparison).items())
     caused = ", ".join(f"{html.escape(layer)} ({us / 1e3:.3f} ms)" for layer, us in cats.inserted_by_layer[:6])
-    payload = json.dumps(data).replace("</", "<\\/")
     cov = report.coverage
     layers = (f"; {cov.layers - len(cov.suspect_layers) - len(cov.unverified_layers)} of {cov.layers} layers "
               f"verified against the frontend's program" if cov.layers else "")
@@ -254,7 +269,7 @@ Drag to pan, wheel to zoom, click a node for its details. The search also filter
 <h2>Op types</h2><table id="optypes"></table>
 {_op_sections(lineage)}
 </div><aside id="detail"><h3>details</h3><p>Click a module, layer or call site.</p></aside></div>
-<script type="application/json" id="relaytrace-data">{payload}</script>
+<script type="application/json" id="relaytrace-data">{script_json(data)}</script>
 <script>{_asset("d3-hierarchy.min.js")}</script>
 <script>{_asset("dagre.min.js")}</script>
 <script>{_asset("report.js")}</script>

@@ -1,56 +1,83 @@
+// The report page. Every name in the data (layer, kernel, call site, op, source, the
+// model) is data: the page is built of DOM nodes, names go in as text nodes and
+// attribute values (never parsed as markup), and whatever is looked up by a name is a Map.
 const data = JSON.parse(document.getElementById('relaytrace-data').textContent);
-const tables = {};
+const layerSites = new Map(data.layer_sites);    // layer -> the labels of the call sites running or serving it
+const layerDetail = new Map(data.layer_detail);  // layer -> {ops, source}
+const layerErrors = new Map(data.errors);        // layer -> {status, text}: its numerical comparison
+const siteByLabel = new Map(data.sites.map(s => [s.label, s]));
+data.sites.forEach(s => { s.roles = new Map(s.roles); });  // layer -> its role at the site
+const tables = new Map();  // table id -> {body, keyOf, sorted}
+
+/** An HTML element: attributes set as values (never parsed), then the children, each a
+    node or a string (a text node). */
+function h(tag, attrs, ...children){
+  const e = document.createElement(tag);
+  Object.entries(attrs || {}).forEach(([k, v]) => e.setAttribute(k, v));
+  e.append(...children.filter(c => c !== null));
+  return e;
+}
+const SVGNS = 'http://www.w3.org/2000/svg';
+/** An SVG element with attributes set as values, appended to parent when given. */
+function el(tag, attrs, parent){ const e = document.createElementNS(SVGNS, tag);
+  Object.entries(attrs).forEach(([k, v]) => e.setAttribute(k, v)); if (parent) parent.appendChild(e); return e; }
+
+// ---- the sortable, searchable tables ----
 function cell(v){ return (typeof v === 'number') ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : (Array.isArray(v) ? v.join(', ') : String(v)); }
+/** Fill table `id`: a header of columns ([title, field]), a row per item of rows, keyed
+    (tr.dataset.key) by keyOf(row); a click on a row picks it. */
 function build(id, columns, rows, keyOf){
   const table = document.getElementById(id);
   const head = table.createTHead().insertRow();
-  columns.forEach((c, i) => { const th = document.createElement('th'); th.textContent = c[0];
-    th.onclick = () => sortBy(id, i); head.appendChild(th); });
+  columns.forEach((c, i) => { const th = h('th', null, c[0]); th.onclick = () => sortBy(id, i); head.appendChild(th); });
   const body = table.createTBody();
   rows.forEach(r => { const tr = body.insertRow(); tr.dataset.key = keyOf(r);
     columns.forEach(c => { const td = tr.insertCell(); const v = r[c[1]]; td.textContent = cell(v);
       if (typeof v === 'number') td.className = 'num'; });
     tr.dataset.text = tr.textContent.toLowerCase(); tr.onclick = () => pick(id, r); });
-  tables[id] = {columns, body, asc: {}};
+  tables.set(id, {body, keyOf, sorted: null});
 }
+/** Sort table id by column i, ascending unless it was sorted so already; numbers as numbers. */
 function sortBy(id, i){
-  const t = tables[id], rows = Array.from(t.body.rows), asc = !t.asc[i]; t.asc = {}; t.asc[i] = asc;
+  const t = tables.get(id), rows = Array.from(t.body.rows);
+  const asc = !(t.sorted && t.sorted.column === i && t.sorted.asc); t.sorted = {column: i, asc};
   const val = tr => { const s = tr.cells[i].textContent, n = parseFloat(s); return isNaN(n) || /[a-z]/i.test(s.replace(/e[-+]?\d+$/,'')) ? s : n; };
   rows.sort((a, b) => { const x = val(a), y = val(b); return (x < y ? -1 : x > y ? 1 : 0) * (asc ? 1 : -1); });
   rows.forEach(r => t.body.appendChild(r));
-  document.querySelectorAll('#' + id + ' th').forEach((th, j) => th.classList.toggle('sorted', j === i));
+  document.getElementById(id).querySelectorAll('th').forEach((th, j) => th.classList.toggle('sorted', j === i));
 }
 function clear(){ document.querySelectorAll('tr.hl,tr.pick').forEach(r => r.classList.remove('hl', 'pick'));
   document.querySelectorAll('#graph g.hl').forEach(g => g.classList.remove('hl')); }
-function mark(id, keys){ Array.from(tables[id].body.rows).forEach(tr => { if (keys.has(tr.dataset.key)) tr.classList.add('hl'); }); }
+/** Highlight the rows of table id whose keys are in the Set keys. */
+function mark(id, keys){ Array.from(tables.get(id).body.rows).forEach(tr => { if (keys.has(tr.dataset.key)) tr.classList.add('hl'); }); }
+/** Row r of table id picked: it and what it runs (a layer's kernels, a kernel's layers) highlighted. */
 function pick(id, r){
   clear();
-  const row = Array.from(tables[id].body.rows).find(tr => tr.dataset.key === tables[id].keyOf(r));
+  const t = tables.get(id), key = t.keyOf(r);
+  const row = Array.from(t.body.rows).find(tr => tr.dataset.key === key);
   if (row) row.classList.add('pick');
-  if (id === 'layers'){ const sites = data.layer_sites[r.layer] || [];
-    mark('kernels', new Set(sites.map(s => s.split('#')[0]))); markLayers([r.layer]); }
+  if (id === 'layers'){
+    mark('kernels', new Set((layerSites.get(r.layer) || []).map(label => siteByLabel.get(label).kernel)));
+    markLayers([r.layer]); }
   if (id === 'kernels'){ mark('layers', new Set(r.layers)); markLayers(r.layers); }
 }
 function search(q){ q = q.toLowerCase();
-  Object.values(tables).forEach(t => Array.from(t.body.rows).forEach(tr => {
+  tables.forEach(t => Array.from(t.body.rows).forEach(tr => {
     tr.style.display = !q || tr.dataset.text.includes(q) ? '' : 'none'; }));
   findInGraph(q); }
 build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted (ms)','inserted_ms'],['ops','ops'],['kernel calls','sites'],['verification','status']], data.layers, r => r.layer);
 build('kernels', [['Name','name'],['Duration (us, median)','us'],['min','min_us'],['max','max_us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['verification','status']], data.kernels, r => r.name);
-if (data.checks.length){
-  build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
-  tables.checks.keyOf = r => r.site; }
+if (data.checks.length) build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
 build('optypes', [['op type','op'],['time (ms)','ms'],['%','percent'],['count','count'],['layers','layers']], data.op_types, r => r.op);
 build('categories', [['category','name'],['time (ms)','ms'],['% of end-to-end','percent']], data.categories, r => r.name);
-tables.layers.keyOf = r => r.layer; tables.kernels.keyOf = r => r.name;
-tables.optypes.keyOf = r => r.op; tables.categories.keyOf = r => r.name;
 document.getElementById('search').oninput = e => search(e.target.value);
 
 // ---- where the time goes: an icicle over the module hierarchy (d3-hierarchy) ----
-const COLOURS = {compute: '#4e79a7', inserted: '#f28e2b', unresolved: '#e15759', builtin: '#9c755f', gap: '#bab0ac'};
-const SVGNS = 'http://www.w3.org/2000/svg';
-function el(tag, attrs, parent){ const e = document.createElementNS(SVGNS, tag);
-  Object.entries(attrs).forEach(([k, v]) => e.setAttribute(k, v)); if (parent) parent.appendChild(e); return e; }
+const COLOURS = new Map([['compute', '#4e79a7'], ['inserted', '#f28e2b'], ['unresolved', '#e15759'],
+  ['builtin', '#9c755f'], ['gap', '#bab0ac']]);
+/** The module tree of the layers (split at '.'), for d3.hierarchy: each node {name (its
+    module path), children, layer}, a layer's own time as leaves {part, value}; the root
+    (model: true) is the model. */
 function hierarchyOf(){
   const root = {name: data.model, children: new Map()};
   data.layers.forEach(l => { let node = root;
@@ -65,11 +92,12 @@ function hierarchyOf(){
     if (n.inserted) own.push({name: n.name + ' (inserted)', part: 'inserted', value: n.inserted, layer: n.layer});
     if (!kids.length) return own.length === 1 ? own[0] : {name: n.name, children: own, layer: n.layer};
     return {name: n.name, children: kids.concat(own), layer: n.layer}; };
-  return plain(root);
+  return Object.assign(plain(root), {model: true});
 }
 let icicleRoot = null;
+/** Draw the icicle of the subtree focus (null: the whole model) and its breadcrumbs. */
 function drawIcicle(focus){
-  const svg = document.getElementById('icicle'); svg.innerHTML = '';
+  const svg = document.getElementById('icicle'); svg.replaceChildren();
   const width = svg.clientWidth || 900, rowH = 22;
   const root = d3.hierarchy(focus || icicleRoot.data).sum(d => d.children ? 0 : d.value).sort((a, b) => b.value - a.value);
   d3.partition().size([width, (root.height + 1) * rowH])(root);
@@ -79,91 +107,98 @@ function drawIcicle(focus){
     const g = el('g', {}, svg);
     const part = d.data.part || (d.children ? null : 'compute');
     const rect = el('rect', {x: d.x0, y: d.y0, width: w, height: d.y1 - d.y0,
-      fill: part ? COLOURS[part] : '#8fb0d8', 'data-name': d.data.name}, g);
+      fill: part ? COLOURS.get(part) : '#8fb0d8', 'data-name': d.data.name}, g);
     el('title', {}, rect).textContent = `${d.data.name}: ${d.value.toFixed(3)} ms`;
     if (w > 60) el('text', {x: d.x0 + 4, y: d.y0 + 14}, g).textContent =
       `${d.depth ? d.data.name.split('.').pop() : d.data.name} ${d.value.toFixed(3)} ms`;
     rect.onclick = () => {
       if (!d.children && d.data.layer) return showLayer(d.data.layer);
       if (d.children && d !== root) drawIcicle(d.data); else if (d === root && focus) drawIcicle(null);
-      showModule(d.data.name); };
+      showModule(d.data.model ? null : d.data.name); };
   });
-  const crumbs = document.getElementById('crumbs'); crumbs.innerHTML = '';
-  const name = focus ? focus.name : data.model;
-  const top = document.createElement('a'); top.textContent = data.model; top.onclick = () => drawIcicle(null); crumbs.appendChild(top);
-  if (focus) crumbs.appendChild(document.createTextNode(' / ' + name + ' (click the top bar to go up)'));
+  const top = h('a', null, data.model); top.onclick = () => drawIcicle(null);
+  document.getElementById('crumbs').replaceChildren(top,
+    focus ? ` / ${focus.name} (click the top bar to go up)` : '');
 }
+/** The pane of module name (a layer path prefix; null: the whole model): its layers and their kernel calls. */
 function showModule(name){
-  const layers = data.layers.filter(l => l.layer === name || l.layer.startsWith(name + '.') || name === data.model);
-  const sites = new Set(); layers.forEach(l => (data.layer_sites[l.layer] || []).forEach(s => sites.add(s)));
+  const layers = data.layers.filter(l => name === null || l.layer === name || l.layer.startsWith(name + '.'));
+  const sites = new Set(); layers.forEach(l => (layerSites.get(l.layer) || []).forEach(s => sites.add(s)));
   const total = layers.reduce((a, l) => a + l.ms, 0);
-  detail(`module ${name}`, [
-    `<p>${total.toFixed(3)} ms in ${layers.length} layer(s), ${sites.size} kernel call site(s)</p>`,
+  detail(`module ${name === null ? data.model : name}`, [
+    h('p', null, `${total.toFixed(3)} ms in ${layers.length} layer(s), ${sites.size} kernel call site(s)`),
     table(['layer', 'ms', 'kernel calls'], layers.slice(0, 60).map(l => [link('layer', l.layer), l.ms.toFixed(3), l.sites.join(' ')])),
   ]);
 }
 
 // ---- one run, site by site ----
 function drawTimeline(){
-  const svg = document.getElementById('timeline'); svg.innerHTML = '';
-  const width = svg.clientWidth || 900, h = 26;
+  const svg = document.getElementById('timeline'); svg.replaceChildren();
+  const width = svg.clientWidth || 900, ht = 26;
   const end = data.sites.reduce((a, s) => Math.max(a, s.start_us + s.us), 0) || 1;
-  svg.setAttribute('height', h + 18);
+  svg.setAttribute('height', ht + 18);
   data.sites.forEach(s => {
     const x = s.start_us / end * width, w = Math.max(s.us / end * width, 0.5);
-    const rect = el('rect', {x, y: 2, width: w, height: h, fill: COLOURS[s.category] || COLOURS.compute,
+    const rect = el('rect', {x, y: 2, width: w, height: ht, fill: COLOURS.get(s.category) || COLOURS.get('compute'),
       'data-site': s.label}, svg);
     el('title', {}, rect).textContent = `${s.label}: ${s.us.toFixed(1)} us (${s.layers.join(', ')})`;
     if (w > 70) el('text', {x: x + 3, y: 18}, svg).textContent = s.layers[0] || s.kernel;
     rect.onclick = () => showSite(s.label);
   });
-  el('text', {x: 2, y: h + 14}, svg).textContent = `0 .. ${(end / 1e3).toFixed(3)} ms: the kernel call sites of one run in order (${data.timeline_note})`;
+  el('text', {x: 2, y: ht + 14}, svg).textContent = `0 .. ${(end / 1e3).toFixed(3)} ms: the kernel call sites of one run in order (${data.timeline_note})`;
 }
 
 // ---- the detail pane ----
-function esc(t){ return String(t).replace(/[&<>"]/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'}[c])); }
-function link(kind, name){ return `<a href="#" data-${kind}="${esc(name)}">${esc(name)}</a>`; }
-function table(head, rows){ return '<table><thead><tr>' + head.map(h => `<th>${esc(h)}</th>`).join('') + '</tr></thead><tbody>'
-  + rows.map(r => '<tr>' + r.map(c => `<td>${c}</td>`).join('') + '</tr>').join('') + '</tbody></table>'; }
+/** A link (data-layer or data-site: name) that opens the pane of that layer or call site. */
+function link(kind, name){
+  const a = h('a', {href: '#', [`data-${kind}`]: name}, name);
+  a.onclick = e => { e.preventDefault(); (kind === 'layer' ? showLayer : showSite)(name); };
+  return a;
+}
+/** A table of head (strings) and rows (arrays of cells, each a node or a string). */
+function table(head, rows){
+  return h('table', null, h('thead', null, h('tr', null, ...head.map(x => h('th', null, x)))),
+    h('tbody', null, ...rows.map(r => h('tr', null, ...r.map(c => h('td', null, c))))));
+}
+/** The pane shows title and parts (nodes; null for none). */
 function detail(title, parts){
-  const pane = document.getElementById('detail');
-  pane.innerHTML = `<h3>${esc(title)}</h3>` + parts.join('');
-  pane.querySelectorAll('a[data-layer]').forEach(a => a.onclick = e => { e.preventDefault(); showLayer(a.dataset.layer); });
-  pane.querySelectorAll('a[data-site]').forEach(a => a.onclick = e => { e.preventDefault(); showSite(a.dataset.site); });
+  document.getElementById('detail').replaceChildren(h('h3', null, title), ...parts.filter(p => p !== null));
 }
 function showLayer(name){
-  const d = data.layer_detail[name]; if (!d) return;
-  const row = data.layers.find(l => l.layer === name);
-  const sites = (data.layer_sites[name] || []).map(label => data.sites.find(s => s.label === label)).filter(Boolean);
+  const d = layerDetail.get(name); if (!d) return;
+  const row = data.layers.find(l => l.layer === name), numerics = layerErrors.get(name);
+  const sites = (layerSites.get(name) || []).map(label => siteByLabel.get(label));
+  const time = h('p', null, row ? `${row.ms.toFixed(3)} ms (${row.percent.toFixed(2)}% of kernel time)` : 'no time of its own');
+  if (d.source.length) time.append(h('br'), `made at: ${d.source.join(', ')}`);
   detail(`layer ${name}`, [
-    `<p>${row ? row.ms.toFixed(3) + ' ms (' + row.percent.toFixed(2) + '% of kernel time)' : 'no time of its own'}`
-      + (d.source.length ? `<br>made at: ${d.source.map(esc).join(', ')}` : '') + '</p>',
-    data.errors[name] ? `<p class="numerics ${data.errors[name].status}"><b>numerics</b>: ${esc(data.errors[name].text)}</p>` : '',
-    '<b>ops</b>' + table(['op', 'inputs', 'output', 'passes'], d.ops.map(o => [esc(o.op), esc(o.inputs), esc(o.output),
-      esc(o.history.join(' → ') || (o.eliminated ? 'eliminated by ' + o.eliminated : ''))])),
-    '<b>kernel call sites</b>' + table(['site', 'role', 'median us', 'min', 'max', 'verdict'], sites.map(s =>
-      [link('site', s.label), esc(s.roles[name] || 'serves'), s.us.toFixed(1), s.min_us.toFixed(1), s.max_us.toFixed(1),
-       esc(s.status) + (s.reasons ? ': ' + esc(s.reasons) : '')])),
+    time,
+    numerics ? h('p', {class: `numerics ${numerics.status}`}, h('b', null, 'numerics'), `: ${numerics.text}`) : null,
+    h('b', null, 'ops'), table(['op', 'inputs', 'output', 'passes'], d.ops.map(o => [o.op, o.inputs, o.output,
+      o.history.join(' → ') || (o.eliminated ? 'eliminated by ' + o.eliminated : '')])),
+    h('b', null, 'kernel call sites'), table(['site', 'role', 'median us', 'min', 'max', 'verdict'], sites.map(s =>
+      [link('site', s.label), s.roles.get(name) || 'serves', s.us.toFixed(1), s.min_us.toFixed(1), s.max_us.toFixed(1),
+       s.status + (s.reasons ? ': ' + s.reasons : '')])),
   ]);
-  const row2 = Array.from(tables.layers.body.rows).find(tr => tr.dataset.key === name); if (row2) pick('layers', row);
+  if (row) pick('layers', row);
 }
 function showSite(label){
-  const s = data.sites.find(x => x.label === label); if (!s) return;
+  const s = siteByLabel.get(label); if (!s) return;
   document.querySelectorAll('.timeline rect').forEach(r => r.classList.toggle('picked', r.dataset.site === label));
   detail(`call site ${label}`, [
-    `<p>kernel ${esc(s.kernel)}: median ${s.us.toFixed(1)} us (min ${s.min_us.toFixed(1)}, max ${s.max_us.toFixed(1)})`
-      + `<br>arguments: ${esc(s.shapes)}<br>verification: ${esc(s.status)}${s.reasons ? ' — ' + esc(s.reasons) : ''}</p>`,
-    '<b>what it runs</b>' + table(['layer', 'role'], Object.entries(s.roles).map(([layer, role]) => [link('layer', layer), esc(role)])),
+    h('p', null, `kernel ${s.kernel}: median ${s.us.toFixed(1)} us (min ${s.min_us.toFixed(1)}, max ${s.max_us.toFixed(1)})`,
+      h('br'), `arguments: ${s.shapes}`, h('br'), `verification: ${s.status}${s.reasons ? ' — ' + s.reasons : ''}`),
+    h('b', null, 'what it runs'), table(['layer', 'role'], Array.from(s.roles, ([layer, role]) => [link('layer', layer), role])),
   ]);
 }
 // ---- the layer graph: grouped by module depth, laid out by dagre, pan and zoom ----
 const HEAT = ['#fff5f0', '#fee0d2', '#fcbba1', '#fc9272', '#fb6a4a', '#ef3b2c', '#cb181d', '#99000d'];
-const graph = {depth: 0, nodes: new Map(), box: null, full: null};
+const graph = {depth: 0, nodes: new Map(), box: null, full: null};  // nodes: group key -> {el, x, y, group}
 function prefix(layer, depth){
   if (!depth) return layer;
   const sep = layer.startsWith('/') ? '/' : '.', parts = layer.split('@')[0].split(sep).filter(Boolean);
   return (sep === '/' ? '/' : '') + parts.slice(0, depth).join(sep);
 }
+/** The layers grouped by their module prefix at depth (0: each its own): key -> {key, layers, ms, builtin}. */
 function groupsAt(depth){
   const groups = new Map();
   data.graph.nodes.forEach(n => { const key = prefix(n.layer, depth);
@@ -175,18 +210,20 @@ function defaultDepth(){  // every layer up to 120 nodes, else the deepest group
   if (data.graph.nodes.length <= 120) return 0;
   let d = 1; while (d < 8 && groupsAt(d + 1).size <= 120) d++; return d;
 }
+/** Lay out and draw the groups at graph.depth. dagre's graph keys its nodes by plain
+    object properties, so it gets ids of ours (n0, n1, ...), never a name. */
 function drawGraph(){
-  const svg = document.getElementById('graph'); svg.innerHTML = '';
-  const groups = groupsAt(graph.depth), g = new dagre.graphlib.Graph();
+  const svg = document.getElementById('graph'); svg.replaceChildren();
+  const groups = groupsAt(graph.depth), g = new dagre.graphlib.Graph(), ids = new Map();
   g.setGraph({rankdir: 'TB', nodesep: 14, ranksep: 28, marginx: 8, marginy: 8}); g.setDefaultEdgeLabel(() => ({}));
   const hottest = Math.max(...Array.from(groups.values()).map(x => x.ms), 1e-9);
   groups.forEach(x => { x.text = x.key + (x.layers.length > 1 || x.layers[0] !== x.key ? ` (${x.layers.length})` : '');
     x.sub = x.builtin ? 'VM builtin' : x.ms > 0 ? `${x.ms.toFixed(3)} ms`
-      : x.layers.some(l => (data.layer_sites[l] || []).length) ? 'fused: time billed to another layer' : 'no kernel';
-    g.setNode(x.key, {width: Math.max(70, 6.2 * Math.max(x.text.length, x.sub.length) + 14), height: 34, x0: x}); });
-  const seen = new Set();
+      : x.layers.some(l => (layerSites.get(l) || []).length) ? 'fused: time billed to another layer' : 'no kernel';
+    ids.set(x.key, `n${ids.size}`);
+    g.setNode(ids.get(x.key), {width: Math.max(70, 6.2 * Math.max(x.text.length, x.sub.length) + 14), height: 34, group: x}); });
   data.graph.edges.forEach(([a, b]) => { const u = prefix(a, graph.depth), v = prefix(b, graph.depth);
-    if (u !== v && !seen.has(u + '\u0000' + v)) { seen.add(u + '\u0000' + v); g.setEdge(u, v); } });
+    if (u !== v) g.setEdge(ids.get(u), ids.get(v)); });
   dagre.layout(g);
   const marker = el('marker', {id: 'arrow', viewBox: '0 0 8 8', refX: 8, refY: 4, markerWidth: 6, markerHeight: 6,
     orient: 'auto'}, el('defs', {}, svg));
@@ -195,7 +232,7 @@ function drawGraph(){
   g.edges().forEach(e => { const pts = g.edge(e).points;
     el('path', {d: 'M' + pts.map(p => `${p.x},${p.y}`).join('L'), class: 'edge', 'marker-end': 'url(#arrow)'}, root); });
   graph.nodes = new Map();
-  g.nodes().forEach(key => { const n = g.node(key), x = n.x0;
+  g.nodes().forEach(id => { const n = g.node(id), x = n.group, key = x.key;
     const step = Math.min(Math.round(x.ms / hottest * (HEAT.length - 1)), HEAT.length - 1);
     const node = el('g', {class: 'gnode' + (x.builtin ? ' builtin' : ''), transform: `translate(${n.x - n.width / 2},${n.y - n.height / 2})`,
       'data-key': key}, root);
@@ -212,15 +249,15 @@ function drawGraph(){
 }
 function setBox(box){ graph.box = box; document.getElementById('graph').setAttribute('viewBox', box.join(' ')); }
 function fit(){  // the graph's whole width, at most 1:1; a tall graph starts at its top
-  const svg = document.getElementById('graph'), w = svg.clientWidth || 900, h = svg.clientHeight || 600;
+  const svg = document.getElementById('graph'), w = svg.clientWidth || 900, ht = svg.clientHeight || 600;
   const scale = Math.max(graph.full[2] / w, 1);
-  setBox([(graph.full[2] - w * scale) / 2, 0, w * scale, h * scale]);  // centred
+  setBox([(graph.full[2] - w * scale) / 2, 0, w * scale, ht * scale]);  // centred
 }
 function centreOn(key){  // a node already in view stays where it is
   const n = graph.nodes.get(key); if (!n) return;
-  const [x, y, w, h] = graph.box;
-  if (n.x > x && n.x < x + w && n.y > y && n.y < y + h) return;
-  setBox([n.x - w / 2, n.y - h / 2, w, h]); }
+  const [x, y, w, ht] = graph.box;
+  if (n.x > x && n.x < x + w && n.y > y && n.y < y + ht) return;
+  setBox([n.x - w / 2, n.y - ht / 2, w, ht]); }
 function markLayers(layers){
   const keys = new Set(layers.map(l => prefix(l, graph.depth)));
   graph.nodes.forEach((n, key) => n.el.classList.toggle('hl', keys.has(key)));
@@ -228,7 +265,7 @@ function markLayers(layers){
 }
 function findInGraph(q){
   let count = 0, first = null;
-  const matches = l => l.toLowerCase().includes(q) || (data.layer_sites[l] || []).some(x => x.toLowerCase().includes(q));
+  const matches = l => l.toLowerCase().includes(q) || (layerSites.get(l) || []).some(x => x.toLowerCase().includes(q));
   graph.nodes.forEach((n, key) => { const hit = !!q && n.group.layers.some(matches);
     n.el.classList.toggle('found', hit); if (hit) { count++; first = first || key; } });
   document.getElementById('found').textContent = q ? `${count} node(s) in the graph match` : '';
@@ -243,15 +280,15 @@ function graphControls(){
   select.onchange = () => { graph.depth = Number(select.value); drawGraph(); findInGraph(document.getElementById('search').value.toLowerCase()); };
   document.getElementById('fit').onclick = fit;
   svg.addEventListener('wheel', e => { e.preventDefault();
-    const [x, y, w, h] = graph.box, r = svg.getBoundingClientRect(), k = e.deltaY > 0 ? 1.2 : 1 / 1.2;
-    const px = x + (e.clientX - r.left) / r.width * w, py = y + (e.clientY - r.top) / r.height * h;
-    setBox([px - (px - x) * k, py - (py - y) * k, w * k, h * k]); }, {passive: false});
+    const [x, y, w, ht] = graph.box, r = svg.getBoundingClientRect(), k = e.deltaY > 0 ? 1.2 : 1 / 1.2;
+    const px = x + (e.clientX - r.left) / r.width * w, py = y + (e.clientY - r.top) / r.height * ht;
+    setBox([px - (px - x) * k, py - (py - y) * k, w * k, ht * k]); }, {passive: false});
   let drag = null;
   svg.addEventListener('mousedown', e => { drag = {x: e.clientX, y: e.clientY, box: graph.box}; });
   window.addEventListener('mouseup', () => { drag = null; });
   svg.addEventListener('mousemove', e => { if (!drag) return;
-    const r = svg.getBoundingClientRect(), [x, y, w, h] = drag.box;
-    setBox([x - (e.clientX - drag.x) / r.width * w, y - (e.clientY - drag.y) / r.height * h, w, h]); });
+    const r = svg.getBoundingClientRect(), [x, y, w, ht] = drag.box;
+    setBox([x - (e.clientX - drag.x) / r.width * w, y - (e.clientY - drag.y) / r.height * ht, w, ht]); });
 }
 
 icicleRoot = d3.hierarchy(hierarchyOf());
@@ -260,6 +297,7 @@ drawTimeline();
 graph.depth = defaultDepth();
 graphControls();
 drawGraph();
-document.getElementById('legend').innerHTML = Object.entries(COLOURS).map(([k, c]) => `<span><i style="background:${c}"></i>${k}</span>`).join('');
+document.getElementById('legend').replaceChildren(...Array.from(COLOURS, ([part, colour]) => {
+  const swatch = h('i'); swatch.style.background = colour; return h('span', null, swatch, part); }));
 document.querySelectorAll('#layers tbody tr').forEach(tr => tr.addEventListener('click', () => showLayer(tr.dataset.key)));
 document.body.dataset.ready = String(performance.now());
