@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .errors import LineageFormatError, RelaytraceError, UsageError
@@ -82,10 +83,18 @@ _NOT_NUMPY_DTYPES = ("bfloat16",)  # TVM dtypes numpy has no name for
 
 
 def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
-    """Refuse an existing directory unless forced, and any directory holding files
-    relaytrace does not write (``--force`` replaces the whole directory); nothing is
-    written yet. ``write_outputs`` checks again when it publishes."""
+    """Refuse, before any build: an existing directory unless forced; any directory
+    holding anything relaytrace does not write (``--force`` replaces exactly its own
+    files: by name and as regular files, so a directory or link named like an output is
+    the user's); a symbolic link (a link is not replaced by a directory); a name the
+    staging directory beside it could not have (over 234 bytes, not UTF-8). What an
+    interrupted run left beside it is cleared or named (``_leftovers``). Nothing is
+    written yet; ``write_outputs`` checks again when it publishes."""
     out = Path(out)
+    _check_name(out)
+    if out.is_symlink():
+        raise RelaytraceError(f"{out} is a symbolic link: name the directory it points to, or a new one")
+    _leftovers(out)
     if out.exists() and not force:
         raise FileExistsError(f"{out} exists; replace it with --force")
     if out.exists() and not out.is_dir():
@@ -98,11 +107,57 @@ def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
 
 
 RENDERED = "rendered-"  # `relaytrace render DIR` writes rendered-layers.svg ... beside the outputs
+RENDERED_OUTPUTS = frozenset({f"{RENDERED}report.html"} | {f"{RENDERED}{graph}.{fmt}" for graph in ("layers", "kernels")
+                                                           for fmt in ("svg", "png", "pdf", "dot")})
+_STAGING, _ASIDE = ".relaytrace-", ".old-"  # ``.OUT.relaytrace-XXXXXXXX``, ``.OUT.old-XXXXXXXX`` beside OUT
+_NAME_BYTES = 255 - len(f".{_STAGING}XXXXXXXX")  # the longest OUT name whose staging name a file system takes
+
+
+def _check_name(out: Path) -> None:
+    """The output directory's name can be written, and can have a staging directory
+    beside it (its name, 21 bytes longer)."""
+    try:
+        size = len(out.name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise RelaytraceError(f"--out {out.name.encode('utf-8', 'backslashreplace').decode()!r} is not valid UTF-8: "
+                              "choose a name of text") from None
+    if size > _NAME_BYTES:
+        raise RelaytraceError(f"--out name is {size} bytes long: at most {_NAME_BYTES} (its staging directory "
+                              "beside it needs 21 more)")
+
+
+def _leftovers(out: Path) -> None:
+    """What a run that was killed while it wrote ``out`` left beside it: its staging
+    directories (relaytrace's own partial outputs) are removed once ten minutes old (a
+    younger one may be another run's, writing now); the previous outputs a run moved
+    aside to put new ones in place are removed when the new ones are there, and named
+    when ``out`` is gone (that run ended between its two renames)."""
+    if not out.parent.is_dir():
+        return
+    prefix = f".{out.name}"
+    for p in out.parent.iterdir():
+        if not p.name.startswith(prefix) or not p.is_dir() or p.is_symlink():
+            continue
+        rest = p.name[len(prefix):]
+        if rest.startswith(_STAGING) and len(rest) == len(_STAGING) + 8:
+            if time.time() - p.stat().st_mtime > 600:
+                shutil.rmtree(p, ignore_errors=True)
+        elif rest.startswith(_ASIDE) and len(rest) == len(_ASIDE) + 8:
+            if out.exists():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                raise RelaytraceError(f"a run killed while replacing {out} left its previous outputs in "
+                                      f"{p / out.name}: move them back (mv '{p / out.name}' '{out}') or remove {p}")
+
+
+def _ours(p: Path) -> bool:
+    """A file relaytrace writes into an output directory: by name, and a regular file."""
+    return (p.name in OUTPUTS or p.name in RENDERED_OUTPUTS) and p.is_file() and not p.is_symlink()
 
 
 def _refuse_foreign(out: Path) -> None:
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in OUTPUTS and not p.name.startswith(RENDERED)) \
-        if out.is_dir() else []
+    foreign = sorted(p.name + ("/" if p.is_dir() and not p.is_symlink() else " (a link)" if p.is_symlink() else "")
+                     for p in out.iterdir() if not _ours(p)) if out.is_dir() else []
     if foreign:
         raise RelaytraceError(f"{out} holds files relaytrace did not write ({', '.join(foreign[:3])}"
                               f"{', ...' if len(foreign) > 3 else ''}): choose a new or empty --out")
@@ -170,7 +225,7 @@ def write_compare(out: Path, lineage, comparison, overwrite: bool = True) -> Pat
 def _staged(out: Path, write, overwrite: bool) -> Path:
     """``write`` into a fresh directory beside ``out``, then ``_publish`` it there."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.relaytrace-", dir=out.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}{_STAGING}", dir=out.parent))
     try:
         write(staging)
         stop_if_interrupted()
@@ -197,7 +252,7 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
     if not out.is_dir():
         raise RelaytraceError(f"{out} exists and is not a directory")
     _refuse_foreign(out)
-    aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    aside = Path(tempfile.mkdtemp(prefix=f".{out.name}{_ASIDE}", dir=out.parent))
     try:
         os.rename(out, aside / out.name)
     except BaseException:
