@@ -1,4 +1,8 @@
-"""The ``relaytrace`` command. Exit codes: 0 success, 2 usage error, 1 failure, 130 interrupted."""
+"""The ``relaytrace`` command. Exit codes: 0 success, 2 usage error, 1 failure, 130 interrupted.
+
+Everything a command prints goes through ``jobs.echo`` (each line through
+``safe_text.terminal``), and each name in a line it makes is ``terminal``'s too, so a
+name's control characters are shown escaped, never sent to the terminal."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from pathlib import Path
 
 from .errors import RelaytraceError, UsageError, describe
 from .frontends.loader import DEMO_MODELS
+from .jobs import echo, escape_warnings
+from .render.safe_text import terminal
 
 NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
 
@@ -80,21 +86,21 @@ def _remote(args):
 def _print_summary(report, out: Path | None, top: int = 10) -> None:
     from .render.table import category_table, coverage_summary, layer_table
 
-    print(f"{report.lineage.model}: {report.profile.summary()}")
+    echo(f"{terminal(report.lineage.model)}: {report.profile.summary()}")
     for warning in report.profile.warnings():
-        print(warning)
-    print()
-    print(f"top {top} layers:")
-    print(layer_table(report.layers, top=top))
-    print()
-    print(category_table(report.categories))
-    print()
-    print(coverage_summary(report.lineage))
+        echo(warning)
+    echo()
+    echo(f"top {top} layers:")
+    echo(layer_table(report.layers, top=top))
+    echo()
+    echo(category_table(report.categories))
+    echo()
+    echo(coverage_summary(report.lineage))
     if out is not None:
         from .jobs import OUTPUTS
 
-        print()
-        print(f"written to {out}/: {', '.join(n for n in OUTPUTS if (out / n).exists())}")
+        echo()
+        echo(f"written to {out}/: {', '.join(n for n in OUTPUTS if (out / n).exists())}")
 
 
 def cmd_demo(args) -> int:
@@ -181,12 +187,12 @@ def cmd_compare(args) -> int:
                                 progress=say.passes, mixed_precision=accumulate)
     comparison = compare(executable, lineage, loaded.source, list(loaded.inputs), atol=args.atol, rtol=args.rtol,
                          precision=precision, progress=say)
-    print(comparison_table(comparison))
-    print()
-    print(comparison.summary())
+    echo(comparison_table(comparison))
+    echo()
+    echo(comparison.summary())
     if out is not None:
         write_compare(out, lineage, comparison, overwrite=args.force)
-        print(f"\nwritten to {out}/: {', '.join(COMPARE_OUTPUTS)}")
+        echo(f"\nwritten to {out}/: {', '.join(COMPARE_OUTPUTS)}")
     return 0
 
 
@@ -227,7 +233,7 @@ def cmd_render(args) -> int:
         graph = (G.layer_graph(lineage, report, collapse=args.collapse) if args.graph == "layers"
                  else G.kernel_graph(lineage, report))
         G.render(graph, out, args.format, overwrite=args.force)
-    print(out)
+    echo(out)
     return 0
 
 
@@ -264,11 +270,11 @@ def cmd_query(args) -> int:
             {"origin": r.origin, "role": r.role, "layer": lineage.origins[r.origin].layer,
              "op": lineage.origins[r.origin].short_op, "source": lineage.origins[r.origin].source}
             for r in s.roles]} for s in sites]
-        text = "\n".join(f"{s['site']}: {s['verification'].upper()}\n" + "".join(
-            f"  ! {reason}\n" for reason in s["reasons"]) + "".join(
-            f"  (rests on a fact the tracker relies on too: {fact})\n" for fact in s["shared"]) + "\n".join(
-            f"  {o['role']:<10} {o['layer']}  ({o['op']}, {o['origin']})" + (f"  at {o['source']}" if o["source"] else "")
-            for o in s["origins"]) for s in result)
+        text = "\n".join(f"{terminal(s['site'])}: {s['verification'].upper()}\n" + "".join(
+            f"  ! {terminal(reason)}\n" for reason in s["reasons"]) + "".join(
+            f"  (rests on a fact the tracker relies on too: {terminal(fact)})\n" for fact in s["shared"]) + "\n".join(
+            f"  {o['role']:<10} {terminal(o['layer'])}  ({terminal(o['op'])}, {terminal(o['origin'])})"
+            + (f"  at {terminal(o['source'])}" if o["source"] else "") for o in s["origins"]) for s in result)
     elif args.layer:
         sites = lineage.kernels_of(args.layer)
         verdict = lineage.verification.by_layer().get(args.layer) if lineage.verification is not None else None
@@ -276,21 +282,23 @@ def cmd_query(args) -> int:
                   "source": list(lineage.sources().get(args.layer, ())),
                   "verification": verdict.status if verdict else "unverified",
                   "reasons": list(verdict.reasons) if verdict else ["this lineage has no layer verdicts"]}
-        text = (f"{args.layer} runs in: " + (", ".join(result["kernel_calls"]) or "no kernel")
-                + f"\nverification: {result['verification'].upper()}" + "".join(f"\n  ! {r}" for r in result["reasons"]))
+        text = (f"{terminal(args.layer)} runs in: " + (", ".join(map(terminal, result["kernel_calls"])) or "no kernel")
+                + f"\nverification: {result['verification'].upper()}"
+                + "".join(f"\n  ! {terminal(r)}" for r in result["reasons"]))
         if result["source"]:
-            text += "\nmade at: " + ", ".join(result["source"])
+            text += "\nmade at: " + ", ".join(map(terminal, result["source"]))
         gone = [f"{o} (eliminated by {p})" for o, p in lineage.eliminated().items() if o in lineage.resolve(args.layer)]
         if gone:
             result["eliminated"] = gone
-            text += "\n" + "\n".join(gone)
+            text += "\n" + "\n".join(map(terminal, gone))
     else:
         steps = lineage.history(args.history)
         result = [{"pass_index": c.index, "pass": c.pass_name, "function": c.function, "callee": c.callee,
                    "rule": c.rule} for c in steps]
-        text = f"history of {args.history}:\n" + "\n".join(
-            f"  #{c['pass_index']:<4} {c['pass']:<28} -> {c['callee']}  [{c['rule']}]" for c in result)
-    print(json.dumps(result, indent=1) if args.json else text)
+        text = f"history of {terminal(args.history)}:\n" + "\n".join(
+            f"  #{c['pass_index']:<4} {terminal(c['pass']):<28} -> {terminal(c['callee'])}  [{terminal(c['rule'])}]"
+            for c in result)
+    echo(json.dumps(result, indent=1) if args.json else text)
     return 0
 
 
@@ -319,28 +327,28 @@ def cmd_diff(args) -> int:
               f"±{r.spread_us / 1e3:.3g}" if r.spread_us else "-",
               " ".join(r.kernels_a) + ("" if args.reference else " -> " + " ".join(r.kernels_b))]
              + ([r.match] if args.by_layer and not args.reference else []) for r in rows]
-    print(format_table(headers, table))
+    echo(format_table(headers, table))
     total_a, total_b = D.totals(rows)
-    print(f"\ntotal: A {total_a / 1e3:.3f} ms, {'reference' if args.reference else 'B'} {total_b / 1e3:.3f} ms"
-          + (f", B / A {total_b / total_a:.3f}" if total_a else "") + " (rows sorted by the size of the change)")
+    echo(f"\ntotal: A {total_a / 1e3:.3f} ms, {'reference' if args.reference else 'B'} {total_b / 1e3:.3f} ms"
+         + (f", B / A {total_b / total_a:.3f}" if total_a else "") + " (rows sorted by the size of the change)")
     noise = [r.layer for r in rows if r.within_noise]
-    print(f"{len(noise)} layer(s) marked ~ changed by no more than their runs scatter (noise: max - min over "
-          "runs): that change may be noise" if noise else
-          "noise: how far each layer's time scatters over the runs (max - min); '-': one run, nothing to tell by")
+    echo(f"{len(noise)} layer(s) marked ~ changed by no more than their runs scatter (noise: max - min over "
+         "runs): that change may be noise" if noise else
+         "noise: how far each layer's time scatters over the runs (max - min); '-': one run, nothing to tell by")
     if args.by_layer and not args.reference:
-        print("\n" + D.match_summary(rows))
+        echo("\n" + D.match_summary(rows))
     missing = [r.layer for r in rows if r.b_us is None]
     if args.reference and missing:
-        print(f"\n{len(missing)} layer(s) missing from the reference: {', '.join(missing[:10])}"
-              f"{' ...' if len(missing) > 10 else ''}")
+        echo(f"\n{len(missing)} layer(s) missing from the reference: {', '.join(map(terminal, missing[:10]))}"
+             f"{' ...' if len(missing) > 10 else ''}")
     if unknown:
-        print(f"\n{len(unknown)} reference layer(s) not in the model: {', '.join(unknown[:10])}")
+        echo(f"\n{len(unknown)} reference layer(s) not in the model: {', '.join(map(terminal, unknown[:10]))}")
     if args.out and not args.reference:
         from .render.diff_graph import diff_graph
         from .render import graphviz as G
 
         path = G.render(diff_graph(lineage_a, rows), Path(args.out), overwrite=args.force)
-        print(f"\ngraph coloured by speedup: {path}")
+        echo(f"\ngraph coloured by speedup: {path}")
     return 0
 
 
@@ -375,22 +383,22 @@ def cmd_tasks(args) -> int:
     say("building (fused) and extracting MetaSchedule tasks")
     _, lineage = build(loaded.model, target, progress=say.passes)
     rows = T.extract(mod, target, lineage)
-    print(format_table(["task", "weight", "kernels", "layers"],
-                       [[r.name, r.weight, " ".join(r.kernels), ", ".join(r.layers)] for r in rows]))
-    print("\n" + _task_totals(rows, len(lineage.call_sites)))
+    echo(format_table(["task", "weight", "kernels", "layers"],
+                      [[r.name, r.weight, " ".join(r.kernels), ", ".join(r.layers)] for r in rows]))
+    echo("\n" + _task_totals(rows, len(lineage.call_sites)))
     if args.tune:
         T.tune(mod, target, args.db, args.tune, len(rows), progress=say, remote=remote)
         say("rebuilding with the tuned schedules")
         _, tuned = build(loaded.model, target, progress=say.passes, database=args.db)
         cov = tuned.coverage()
-        print(f"tuned build: {cov.attributed_sites}/{cov.call_sites} kernel call sites attributed"
-              f"{'' if cov.complete else ' (INCOMPLETE)'}; {len(tuned.tuned)} of {len(tuned.kernels)} kernels "
-              f"took a tuned schedule")
-        print(f"tuning database written to {args.db}; profile the tuned build with:\n"
-              f"  {_profile_command(spec, shapes, dtype, target_text, args.db, remote)}")
+        echo(f"tuned build: {cov.attributed_sites}/{cov.call_sites} kernel call sites attributed"
+             f"{'' if cov.complete else ' (INCOMPLETE)'}; {len(tuned.tuned)} of {len(tuned.kernels)} kernels "
+             f"took a tuned schedule")
+        echo(f"tuning database written to {args.db}; profile the tuned build with:\n"
+             f"  {_profile_command(spec, shapes, dtype, target_text, args.db, remote)}")
         if args.out:
             tuned.save(args.out, overwrite=args.force)
-            print(f"tuned lineage written to {args.out}")
+            echo(f"tuned lineage written to {args.out}")
     return 0
 
 
@@ -406,7 +414,7 @@ def _task_totals(rows, call_sites: int) -> str:
         text += " (MetaSchedule's task weights and the lineage's call sites disagree)"
     if idle:
         text += (f"\n{len(idle)} task(s) became no kernel of this build (run as VM builtins or folded): "
-                 f"{', '.join(idle[:8])}{' ...' if len(idle) > 8 else ''}")
+                 f"{', '.join(map(terminal, idle[:8]))}{' ...' if len(idle) > 8 else ''}")
     return text
 
 
@@ -575,7 +583,7 @@ def main(argv=None) -> int:
     (``failures``): 0 done, 1 failed, 2 bad command line, 130 interrupted."""
     from . import failures
 
-    restore = failures.watch_interrupts()
+    restore, restore_warnings = failures.watch_interrupts(), escape_warnings()
     # torch.export's own deprecation notice on every torch import: not the user's to act on
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
     try:
@@ -594,6 +602,7 @@ def main(argv=None) -> int:
         return code
     finally:
         restore()
+        restore_warnings()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from attrs import define
 from . import attribution as A
 from .errors import RelaytraceError
 from .model.origin import OP
+from .render.safe_text import csv_value, terminal
 
 
 @define(frozen=True)
@@ -123,10 +124,11 @@ def totals(rows: tuple[LayerDiff, ...]) -> tuple[float, float]:
 
 
 def match_summary(rows: tuple[LayerDiff, ...]) -> str:
-    """One line on how ``compare(..., by_layer=True)`` matched the layers."""
+    """One line on how ``compare(..., by_layer=True)`` matched the layers (names as
+    ``terminal`` shows them)."""
     found = {m: [r.layer for r in rows if r.match == m] for m in ("same ops", "different ops", "only in A", "only in B")}
     both = len(found["same ops"]) + len(found["different ops"])
-    only = [f"{len(v)} {k} ({', '.join(v[:5])}{' ...' if len(v) > 5 else ''})"
+    only = [f"{len(v)} {k} ({', '.join(map(terminal, v[:5]))}{' ...' if len(v) > 5 else ''})"
             for k, v in found.items() if k.startswith("only") and v]
     return (f"matched by layer name: {both} layers on both sides ({len(found['same ops'])} with the same ops, "
             f"{len(found['different ops'])} with different ops)" + "".join(f"; {o}" for o in only))
@@ -165,7 +167,9 @@ def _kernels(lineage, layer) -> tuple[str, ...]:
 def read_reference(path) -> dict[str, float]:
     """External per-layer times: a CSV with a ``layer`` column and ``time_us`` (or
     ``time_ms``) column; UTF-8, with or without Excel's byte-order mark. A time must
-    be a finite, non-negative number."""
+    be a finite, non-negative number. A layer cell is read as ``csv_value`` reads it:
+    our own ``layers.csv`` (whose ``'=...`` cells were neutralised) names its layers
+    as the model does."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no reference file at {path}")
@@ -190,7 +194,7 @@ def _reference_rows(path: Path) -> dict[str, float]:
                     raise ValueError
             except (TypeError, ValueError):
                 raise RelaytraceError(f"{path}:{line}: {unit} {row[unit]!r} is not a time (a number from 0)") from None
-            out[row["layer"]] = value * (1e3 if unit == "time_ms" else 1.0)
+            out[csv_value(row["layer"])] = value * (1e3 if unit == "time_ms" else 1.0)
     return out
 
 

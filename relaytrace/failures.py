@@ -15,6 +15,7 @@ import sys
 import threading
 
 from .errors import RelaytraceError, UsageError, describe
+from .render.safe_text import terminal
 
 USAGE, FAILED, INTERRUPTED = 2, 1, 130
 DEBUG_VARIABLE = "RELAYTRACE_DEBUG"  # set to 1: the traceback too
@@ -91,8 +92,10 @@ def _os_line(exc: OSError) -> str:
 
 
 def report(exc: BaseException) -> int:
-    """Print the line for ``exc`` (and its traceback when asked) and return the code."""
+    """Print the line for ``exc`` (and its traceback when asked) and return the code;
+    the line through ``safe_text.terminal`` (a name it quotes may hold anything)."""
     code, line = exit_code(exc)
+    line = terminal(line)
     if os.environ.get(DEBUG_VARIABLE) == "1":
         import traceback
 

@@ -14,12 +14,38 @@ from pathlib import Path
 from .errors import LineageFormatError, RelaytraceError, UsageError
 from .failures import stop_if_interrupted
 from .model.jsonio import current_umask
+from .render.safe_text import terminal, terminal_lines
 
 PROFILE_OUTPUTS = ("lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg",
                    "report.html", "trace.json", "run.json",
                    "explorer-time.json", "explorer-kernels.json", "explorer-category.json")  # the last: torch only
 COMPARE_OUTPUTS = ("lineage.json", "compare.json", "compare.csv", "errors.svg")  # `relaytrace compare --out DIR`
 OUTPUTS = tuple(dict.fromkeys(PROFILE_OUTPUTS + COMPARE_OUTPUTS))  # what a directory of ours may hold
+
+
+def echo(text: str = "") -> None:
+    """Print a command's output on stdout, each line through ``safe_text.terminal``:
+    the one way the CLI prints (a name's control characters are shown escaped)."""
+    print(terminal_lines(str(text)))
+
+
+def escape_warnings():
+    """Python warnings printed while a command runs (TVM's ONNX importer quotes the
+    input names it renames) through ``safe_text.terminal`` too. Returns what puts the
+    previous formatter back."""
+    import warnings
+
+    shown = warnings.formatwarning
+
+    def formatwarning(*args, **kwargs):
+        return terminal_lines(shown(*args, **kwargs))
+
+    warnings.formatwarning = formatwarning
+
+    def restore():
+        warnings.formatwarning = shown
+
+    return restore
 
 
 class Progress:
@@ -37,12 +63,12 @@ class Progress:
     def __call__(self, message: str) -> None:
         stop_if_interrupted()
         if not self.quiet:
-            self._say(f"[relaytrace] {message}", "\n")
+            self._say(f"[relaytrace] {terminal(message)}", "\n")
 
     def passes(self, count: int, name: str) -> None:
         stop_if_interrupted()
         if not self.quiet and self._tty and count % 5 == 0:
-            self._say(f"[relaytrace]   {count} passes ({name[:40]})", "")
+            self._say(f"[relaytrace]   {count} passes ({terminal(name[:40])})", "")
 
     def _say(self, line: str, end: str) -> None:
         try:
@@ -192,8 +218,8 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None, ove
     def write(staging: Path) -> None:
         report.build_lineage.save(staging / "lineage.json")  # every entry: `query` sees them all
         profile.save(staging / "profile.json")
-        (staging / "layers.csv").write_text(export.layers_csv(report.layers, lineage.sources()))
-        (staging / "kernels.csv").write_text(export.kernels_csv(report.kernels))
+        (staging / "layers.csv").write_text(export.layers_csv(report.layers, lineage.sources()), encoding="utf-8")
+        (staging / "kernels.csv").write_text(export.kernels_csv(report.kernels), encoding="utf-8")
         G.render(G.layer_graph(lineage, report, collapse=collapse), staging / "layers.svg")
         G.render(G.kernel_graph(lineage, report), staging / "kernels.svg")
         (staging / "report.html").write_text(html_report(report))
@@ -216,7 +242,7 @@ def write_compare(out: Path, lineage, comparison, overwrite: bool = True) -> Pat
     def write(staging: Path) -> None:
         lineage.save(staging / "lineage.json")
         comparison.save(staging / "compare.json")
-        (staging / "compare.csv").write_text(export.comparison_csv(comparison))
+        (staging / "compare.csv").write_text(export.comparison_csv(comparison), encoding="utf-8")
         G.render(error_graph(lineage.for_entry(comparison.entry), comparison), staging / "errors.svg")
 
     return _staged(out, write, overwrite)

@@ -3,11 +3,15 @@
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
+from .fixtures.hostile import HOSTILE_NAMES, INPUT_NAME, MODEL_NAME
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = f"{FIXTURES / 'tiny_model.py'}:make"
@@ -16,8 +20,8 @@ OUTPUTS = {"lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.
 EXPLORER = {"explorer-time.json", "explorer-kernels.json", "explorer-category.json"}  # Model Explorer node data
 
 
-def run(*args, cwd=None):
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
+def run(*args, cwd=None, warnings="ignore"):
+    env = dict(os.environ, PYTHONWARNINGS=warnings)
     return subprocess.run([sys.executable, "-m", "relaytrace.cli", *map(str, args)],
                           capture_output=True, text=True, cwd=cwd, env=env, timeout=900)
 
@@ -457,3 +461,119 @@ def test_a_symbolic_model_without_sizes_or_a_reference_is_refused_in_one_line(tm
     assert done.returncode == 0, done.stderr
     assert "1x9x8" in done.stdout and "0 beyond" in done.stdout
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # all but the newline
+FORMULA = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet cell starting with one is a formula
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory):
+    """tests/fixtures/hostile_model.py profiled: every layer, the model and its input
+    named by a hostile name (tests/fixtures/hostile.py)."""
+    out = tmp_path_factory.mktemp("hostile") / "out"
+    done = run("profile", f"{FIXTURES / 'hostile_model.py'}:make", "--repeat", "1", "--out", out,
+               warnings="default")  # TVM's warning quoting the input's name is shown too
+    return out, done
+
+
+def _shown_as_text(done):
+    """No control character of a name reached the terminal (the newline is the outputs' own)."""
+    for stream in (done.stdout, done.stderr):
+        assert not RAW_CONTROL.search(stream), repr(RAW_CONTROL.search(stream).group())
+
+
+def test_hostile_names_are_text_in_the_terminal_csv_svg_and_json(hostile_run):
+    from relaytrace.render.safe_text import terminal
+
+    out, done = hostile_run
+    assert done.returncode == 0, done.stderr
+    _shown_as_text(done)
+    assert terminal(MODEL_NAME) in done.stdout  # escaped, not dropped
+    assert f"Renaming name {terminal(INPUT_NAME)}" in done.stderr  # TVM's warning, escaped
+    shown = [line.split("  ")[0] for line in done.stdout.split("top 10 layers:\n")[1].splitlines()[2:12]]
+    assert set(shown) <= {terminal(name) for name in HOSTILE_NAMES}  # each row's layer as it is, escaped
+    cells = {}
+    for name in ("layers.csv", "kernels.csv"):
+        with (out / name).open(newline="", encoding="utf-8") as f:
+            cells[name] = [cell for row in csv.reader(f) for cell in row]
+    for cell in cells["layers.csv"] + cells["kernels.csv"]:
+        assert not cell.startswith(FORMULA) or _number(cell), cell  # neutralised: "'=cmd..."
+    layers = set(cells["layers.csv"])
+    for name in HOSTILE_NAMES:  # every layer has a row, its name as it is (after the quote)
+        assert ("'" + name if name.startswith(FORMULA) else name) in layers, name
+    svg_text = {}
+    for name in ("layers.svg", "kernels.svg"):
+        root = ET.parse(out / name).getroot()  # well-formed XML
+        svg_text[name] = "\n".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
+    for name in HOSTILE_NAMES:
+        assert terminal(name) in svg_text["layers.svg"].splitlines(), name
+    assert terminal(MODEL_NAME) in svg_text["kernels.svg"]
+    for name in ("trace.json", "lineage.json", "profile.json", "run.json") + tuple(EXPLORER):
+        json.loads((out / name).read_text(encoding="utf-8"))  # strict: no raw control character in a string
+    assert set(json.loads((out / "explorer-time.json").read_text())["results"]) == set(HOSTILE_NAMES)
+    trace = json.loads((out / "trace.json").read_text())
+    assert {e["args"]["layer"] for e in trace["traceEvents"] if e.get("ph") == "X" and "layer" in e["args"]} \
+        == set(HOSTILE_NAMES)
+
+
+def test_hostile_names_are_text_in_query_diff_and_errors(hostile_run, tmp_path):
+    from relaytrace.model.lineage import Lineage
+    from relaytrace.render.safe_text import terminal
+
+    out, done = hostile_run
+    assert done.returncode == 0, done.stderr
+    lineage = Lineage.load(out / "lineage.json")
+    site = lineage.call_sites[0]
+    for option, name, shown in (("--layer", "red\x1b[31mALERT\x1b[0m", "red\\x1b[31mALERT\\x1b[0m runs in: "),
+                                ("--history", "title\x1b]0;pwned\x07", "history of title\\x1b]0;pwned\\x07:"),
+                                ("--kernel", site.label, terminal(lineage.origins[site.anchor].layer))):
+        done = run("query", out, option, name)
+        assert done.returncode == 0, done.stderr
+        _shown_as_text(done)
+        assert shown in done.stdout
+    done = run("query", out, "--layer", "no\x1b]0;such\x07layer")
+    assert done.returncode == 1 and "unknown" in done.stderr
+    _shown_as_text(done)
+    done = run("diff", out, out, "--out", tmp_path / "diff.svg")  # a diff graph: every layer at x1.00
+    assert done.returncode == 0, done.stderr
+    _shown_as_text(done)
+    root = ET.parse(tmp_path / "diff.svg").getroot()
+    text = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "=cmd|' /C calc'!A0" in text and "red\\x1b[31mALERT\\x1b[0m" in text
+    done = run("diff", out, "--reference", out / "layers.csv")  # our own CSV as the reference: read back as written
+    assert done.returncode == 0, done.stderr
+    _shown_as_text(done)
+    assert "not in the reference" not in done.stdout and "not in the model" not in done.stdout
+    assert set(lineage.layers()) == set(HOSTILE_NAMES)
+
+
+def test_hostile_kernel_names_are_text_in_the_terminal_csv_and_svg(tmp_path):
+    from relaytrace.render.safe_text import csv_value, terminal
+
+    from .fixtures.hostile import HOSTILE_NAMES
+
+    out = tmp_path / "out"
+    done = run("profile", f"{FIXTURES / 'hostile_model.py'}:make_kernels", "--pipeline", "unfused", "--repeat", "1",
+               "--out", out, warnings="default")
+    assert done.returncode == 0, done.stderr
+    _shown_as_text(done)
+    kernels = {name.replace("\x00", "0") for name in HOSTILE_NAMES}  # hostile_model.kernel_name
+    with (out / "kernels.csv").open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        assert not any(cell.startswith(FORMULA) and not _number(cell) for cell in row.values()), row
+    assert {csv_value(row["name"]) for row in rows} == kernels
+    with (out / "layers.csv").open(newline="", encoding="utf-8") as f:
+        calls = {csv_value(row["kernel_calls"]) for row in csv.DictReader(f)}
+    assert calls == {f"{kernel}#0" for kernel in kernels}
+    root = ET.parse(out / "kernels.svg").getroot()
+    text = {t.text for t in root.iter("{http://www.w3.org/2000/svg}text")}
+    assert {terminal(f"{kernel}#0") for kernel in kernels} <= text
+    ids = {e.get("id") for e in root.iter()}
+    assert {terminal(f"site:{kernel}#0") for kernel in kernels} <= ids
+    ET.parse(out / "layers.svg")
+
+
+def _number(text: str) -> bool:
+    return re.fullmatch(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?", text) is not None

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import UsageError
+from ..jobs import echo  # every line as text: a pasted name's control characters escaped
 from ..model.jsonio import write_atomic
 from . import match as M
 from . import summary as S
@@ -51,20 +52,20 @@ def run(args) -> int:
     if texts["relay_ir"]:
         graph = parse_relay_ir(texts["relay_ir"], args.relay_ir)
         issues += graph.issues
-        print(f"Relay IR: {len(graph.ops)} ops, {len(M.chains(graph))} fusable op chains")
+        echo(f"Relay IR: {len(graph.ops)} ops, {len(M.chains(graph))} fusable op chains")
     if texts["report"]:
         reports, found = parse_reports(texts["report"], args.report)
         issues += found
         result["reports"] = []
         for report in reports:
             pure, mixed, total = M.layout_transform_share(report)
-            print(f"\nreport at line {report.line} ({report.kind}, {len(report.rows)} kernels, "
-                  f"total {total / 1e3:.3f} ms): layout_transform kernels {percent(pure, total)} "
-                  f"of the time; kernels containing a layout_transform {percent(mixed, total)}")
-            print(S.matches_table(M.match_rows(report.rows, graph)) if graph else
-                  "  (give --relay-ir to match kernels to Relay ops)")
+            echo(f"\nreport at line {report.line} ({report.kind}, {len(report.rows)} kernels, "
+                 f"total {total / 1e3:.3f} ms): layout_transform kernels {percent(pure, total)} "
+                 f"of the time; kernels containing a layout_transform {percent(mixed, total)}")
+            echo(S.matches_table(M.match_rows(report.rows, graph)) if graph else
+                 "  (give --relay-ir to match kernels to Relay ops)")
             shares = S.op_type_shares(report)
-            print("op-type shares: " + ", ".join(f"{op} {pct:.2f}%" for op, _, pct in shares))
+            echo("op-type shares: " + ", ".join(f"{op} {pct:.2f}%" for op, _, pct in shares))
             entry = {"line": report.line, "kind": report.kind, "total_us": total, "layout_transform_us": pure,
                      "with_layout_transform_us": mixed, "op_types": {op: us for op, us, _ in shares}}
             if graph:
@@ -75,11 +76,11 @@ def run(args) -> int:
         issues += found
         if graph:
             matched = M.match_tasks(tasks, graph)
-            print("\nAutoTVM tasks -> Relay ops (repeats = layers sharing the tuned schedule):")
-            print(S.tasks_table(matched))
+            echo("\nAutoTVM tasks -> Relay ops (repeats = layers sharing the tuned schedule):")
+            echo(S.tasks_table(matched))
             result["tasks"] = {f"{t.task.index} {t.task.name}": [c.label for c in t.chains] for t in matched}
         else:
-            print(f"\n{len(tasks)} AutoTVM tasks (give --relay-ir to map them to ops)")
+            echo(f"\n{len(tasks)} AutoTVM tasks (give --relay-ir to map them to ops)")
     if texts["autotvm_log"]:
         records, found = parse_log(texts["autotvm_log"], args.autotvm_log)
         issues += found
@@ -87,16 +88,16 @@ def run(args) -> int:
         workloads = next(iter(lists.values()), ())
         repeats = (M.repeats_in_graph(graph) if graph else _zoo_repeats(args.repeats_from))
         matched = M.match_log(records, workloads, repeats)
-        print(f"\ntuning log: {len(records)} records")
-        print(S.log_table(matched, workloads))
+        echo(f"\ntuning log: {len(records)} records")
+        echo(S.log_table(matched, workloads))
         total = M.weighted_total_s(matched)
-        print(f"total conv2d/dense time weighted by repeats: {total * 1e3:.2f} ms "
-              f"(unweighted sum {sum(r.cost_s or 0 for r in records) * 1e3:.2f} ms)")
+        echo(f"total conv2d/dense time weighted by repeats: {total * 1e3:.2f} ms "
+             f"(unweighted sum {sum(r.cost_s or 0 for r in records) * 1e3:.2f} ms)")
         result["log_weighted_total_ms"] = total * 1e3
     if issues:
-        print(f"\n{len(issues)} line(s) could not be read fully:")
+        echo(f"\n{len(issues)} line(s) could not be read fully:")
         for issue in issues:
-            print(f"  {issue}")
+            echo(f"  {issue}")
     result["issues"] = [str(i) for i in issues]
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)

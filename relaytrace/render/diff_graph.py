@@ -6,7 +6,7 @@ from __future__ import annotations
 import graphviz
 
 from ..model.origin import OP
-from .graphviz import _node_names
+from .graphviz import _label, _node_names
 
 _FASTER = ("#edf8e9", "#bae4b3", "#74c476", "#31a354", "#006d2c")
 _SLOWER = ("#fee5d9", "#fcae91", "#fb6a4a", "#de2d26", "#a50f15")
@@ -27,7 +27,7 @@ def diff_graph(lineage, rows):
         ratio = by_layer[layer].ratio if layer in by_layer else None
         return ("no time" if ratio is None else f"x{ratio:.2f}"), _fill(ratio)
 
-    g = _layers(lineage, f"{lineage.model}_diff", f"{lineage.model}: B / A per layer (green = B faster)", describe)
+    g = _layers(lineage, "diff", f"{lineage.model}: B / A per layer (green = B faster)", describe)
     _legend(g)
     return g
 
@@ -53,22 +53,22 @@ def error_graph(lineage, comparison):
         step = sum(ratio >= limit for limit in (0.01, 0.1, 1, 10))
         return text, {"fillcolor": _ERROR[step], "fontcolor": "white" if step >= 3 else "black"}
 
-    return _layers(lineage, f"{lineage.model}_errors",
+    return _layers(lineage, "errors",
                    f"{lineage.model}: each layer's output against the reference (atol {comparison.atol:g}, rtol "
                    f"{comparison.rtol:g}; darker: closer to the tolerance; red: beyond)", describe)
 
 
 def _layers(lineage, name: str, title: str, describe):
     """One node per layer (``describe(layer)`` -> second label line, node attributes)
-    and the dataflow edges between layers."""
+    and the dataflow edges between layers; labels through ``graphviz._label``."""
     layer_of = {o.id: o.layer for o in lineage.origins.values() if o.kind == OP}
     node = _node_names(dict.fromkeys(layer_of.values()))
-    g = graphviz.Digraph(name, graph_attr={"label": title, "labelloc": "t", "fontname": "Helvetica"},
+    g = graphviz.Digraph(name, graph_attr={"label": _label(title), "labelloc": "t", "fontname": "Helvetica"},
                          node_attr={"shape": "box", "style": "rounded,filled", "fontname": "Helvetica",
                                     "fontsize": "10"})
     for layer, dot_name in node.items():
         text, attrs = describe(layer)
-        g.node(dot_name, f"{layer}\n{text}", **attrs)
+        g.node(dot_name, _label(layer, text), **attrs)
     edges = {(layer_of[a], layer_of[b]) for a, b in lineage.edges
              if a in layer_of and b in layer_of and layer_of[a] != layer_of[b]}
     for a, b in sorted(edges):

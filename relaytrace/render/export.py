@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 
+from .safe_text import csv_cell
+
 
 def layers_csv(rows, sources: dict[str, tuple[str, ...]] | None = None) -> str:
     """One row per layer; ``source``: where its ops came from (``Lineage.sources``)."""
@@ -30,10 +32,12 @@ def comparison_csv(comparison) -> str:
 
 
 def _csv(headers, rows) -> str:
+    """Every CSV relaytrace writes: each cell through ``safe_text.csv_cell``, so a name
+    starting ``=cmd|...`` is text in a spreadsheet, not a formula."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(headers)
-    writer.writerows(rows)
+    writer.writerow([csv_cell(c) for c in headers])
+    writer.writerows([csv_cell(c) for c in row] for row in rows)
     return buf.getvalue()
 
 

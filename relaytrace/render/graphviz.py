@@ -7,6 +7,10 @@ pass; eliminated ops are grey; ops the VM runs as a builtin say which. ``collaps
 merges layers by module prefix so big models stay readable; a model of more than
 ``MAX_OPS`` ops is drawn so by default (``default_collapse``). Kernel graph: one node
 per kernel call site.
+
+Every label, id and tooltip goes through ``safe_text.dot_text`` (``_label``): names
+are shown as the terminal shows them, and the SVG stays well-formed XML whatever they
+hold. Graphs and nodes have DOT names of our own (``layers``, ``n0``).
 """
 
 from __future__ import annotations
@@ -21,10 +25,17 @@ from ..errors import RelaytraceError
 from ..model.lineage import Lineage
 from ..model.jsonio import write_atomic
 from ..model.origin import OP
+from .safe_text import dot_text
 
 FORMATS = ("dot", "svg", "png", "pdf")
 MAX_OPS = 400
 _SCALE = ("#fff5f0", "#fee0d2", "#fcbba1", "#fc9272", "#fb6a4a", "#ef3b2c", "#cb181d", "#99000d")
+
+
+def _label(*lines: str) -> str:
+    """A graphviz label (or id, tooltip) of these lines, each through
+    ``safe_text.dot_text``: a line break inside a name is escaped, not drawn."""
+    return "\n".join(dot_text(line) for line in lines)
 
 
 def _index(fraction: float) -> int:
@@ -91,11 +102,11 @@ def _op_times(report) -> dict[str, float]:
 def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
     """The layer graph; coloured by each op's own time when a ``Report`` of a profile
     is given. ``collapse`` None draws every op up to ``MAX_OPS``; 0 every op always."""
-    note = ""
+    note = ()
     if collapse is None and default_collapse(lineage):
         collapse = default_collapse(lineage)
-        note = (f"\n(grouped by module depth {collapse}: the model has more than {MAX_OPS} ops; "
-                f"render --collapse N for another depth, 0 for every op)")
+        note = (f"(grouped by module depth {collapse}: the model has more than {MAX_OPS} ops; "
+                f"render --collapse N for another depth, 0 for every op)",)
     if collapse:
         return _collapsed_graph(lineage, report, collapse, note)
     site_us = _site_times(report)
@@ -103,19 +114,19 @@ def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
     total = sum(site_us.values()) or 1.0
     hottest = max(op_us.values(), default=0.0) or 1.0
     builtin = {o: b.name for b in lineage.builtins for o in b.origins}
-    g = graphviz.Digraph(lineage.model, graph_attr={"rankdir": "TB", "fontname": "Helvetica", "fontsize": "11",
-                                                     "label": f"{lineage.model}: layers and kernels",
-                                                     "labelloc": "t"},
+    g = graphviz.Digraph("layers", graph_attr={"rankdir": "TB", "fontname": "Helvetica", "fontsize": "11",
+                                               "label": _label(f"{lineage.model}: layers and kernels"),
+                                               "labelloc": "t"},
                          node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
                                     "style": "rounded,filled", "fillcolor": "white"})
     placed: set[str] = set()
     node = _node_names(lineage.origins)
     for site in lineage.call_sites:
         us = site_us.get(site.label)
-        timing = f"\n{us / 1e3:.3f} ms ({100 * us / total:.1f}%)" if us is not None else ""
+        timing = (f"{us / 1e3:.3f} ms ({100 * us / total:.1f}%)",) if us is not None else ()
         with g.subgraph(name=f"cluster_{site.position}") as cluster:
-            cluster.attr(label=f"{site.label}{timing}", style="rounded", color="#4a6fa5", fontsize="10",
-                         id=f"site:{site.label}")
+            cluster.attr(label=_label(site.label, *timing), style="rounded", color="#4a6fa5", fontsize="10",
+                         id=_label(f"site:{site.label}"))
             for oid in site.origin_ids:
                 if oid not in placed:
                     placed.add(oid)
@@ -145,23 +156,23 @@ def _node_names(items) -> dict[str, str]:
 
 def _origin_node(graph, name, origin, op_us, hottest, timed: bool, eliminated: str | None = None,
                  builtin: str | None = None) -> None:
-    label = f"{origin.layer}\n{origin.short_op} {_shape(origin)}"
-    attrs = {"id": f"origin:{origin.id}", "tooltip": origin.id}
+    label = [origin.layer, f"{origin.short_op} {_shape(origin)}"]
+    attrs = {"id": _label(f"origin:{origin.id}"), "tooltip": _label(origin.id)}
     if eliminated:
         attrs.update(fillcolor="#e0e0e0", fontcolor="#777777", color="#aaaaaa")
-        label += f"\n(eliminated by {eliminated})"
+        label.append(f"(eliminated by {eliminated})")
     elif origin.kind != OP:
         attrs.update(style="rounded,dashed,filled", fillcolor="#eef3ff", color="#3a5fcd")
-        label = f"{origin.short_op} {_shape(origin)}\n{origin.kind} by {origin.pass_name}\nfor {origin.layer}"
+        label = [f"{origin.short_op} {_shape(origin)}", f"{origin.kind} by {origin.pass_name}", f"for {origin.layer}"]
     elif builtin:
         attrs.update(style="rounded,dotted,filled", fillcolor="#f4efe9", color="#9c755f")
-        label += f"\nVM builtin {builtin}"
+        label.append(f"VM builtin {builtin}")
     elif timed:
         attrs.update(_fill(op_us.get(origin.id, 0.0) / hottest))
-    graph.node(name, label, **attrs)
+    graph.node(name, _label(*label), **attrs)
 
 
-def _collapsed_graph(lineage, report, depth, note: str = ""):
+def _collapsed_graph(lineage, report, depth, note: tuple[str, ...] = ()):
     layer_us = _layer_times(report)
     group_us: dict[str, float] = defaultdict(float)
     for layer, us in layer_us.items():
@@ -178,16 +189,16 @@ def _collapsed_graph(lineage, report, depth, note: str = ""):
         for oid in site.origin_ids:
             if oid in group_of:
                 kernels[group_of[oid]].add(site.kernel)
-    g = graphviz.Digraph(lineage.model, graph_attr={"rankdir": "TB", "label": f"{lineage.model} (depth {depth}){note}",
-                                                     "labelloc": "t", "fontname": "Helvetica"},
+    g = graphviz.Digraph("layers", graph_attr={"rankdir": "TB", "labelloc": "t", "fontname": "Helvetica",
+                                               "label": _label(f"{lineage.model} (depth {depth})", *note)},
                          node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
                                     "style": "rounded,filled", "fillcolor": "white"})
     node = _node_names(dict.fromkeys(group_of.values()))
     for group in node:
         us = group_us.get(group)
-        timing = f"\n{us / 1e3:.3f} ms" if us is not None else ""
-        g.node(node[group], f"{group}\n{len(members[group])} layers, {len(kernels[group])} kernels{timing}",
-               id=f"group:{group}", **(_fill(us / hottest) if us is not None else {}))
+        timing = (f"{us / 1e3:.3f} ms",) if us is not None else ()
+        g.node(node[group], _label(group, f"{len(members[group])} layers, {len(kernels[group])} kernels", *timing),
+               id=_label(f"group:{group}"), **(_fill(us / hottest) if us is not None else {}))
     edges = {(group_of[a], group_of[b]) for a, b in lineage.edges
              if a in group_of and b in group_of and group_of[a] != group_of[b]}
     for a, b in sorted(edges):
@@ -202,8 +213,8 @@ def kernel_graph(lineage: Lineage, report=None):
     site_us = _site_times(report)
     hottest = max(site_us.values(), default=0.0) or 1.0
     total = sum(site_us.values()) or 1.0
-    g = graphviz.Digraph(f"{lineage.model}_kernels",
-                         graph_attr={"rankdir": "TB", "label": f"{lineage.model}: kernel call sites",
+    g = graphviz.Digraph("kernels",
+                         graph_attr={"rankdir": "TB", "label": _label(f"{lineage.model}: kernel call sites"),
                                      "labelloc": "t", "fontname": "Helvetica"},
                          node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
                                     "style": "rounded,filled", "fillcolor": "white"})
@@ -214,8 +225,8 @@ def kernel_graph(lineage: Lineage, report=None):
         layers = list(dict.fromkeys(lineage.origins[o].layer for o in site.origin_ids))
         shown = ", ".join(layers[:3]) + (f" +{len(layers) - 3}" if len(layers) > 3 else "")
         us = site_us.get(site.label)
-        timing = f"\n{us / 1e3:.3f} ms ({100 * us / total:.1f}%)" if us is not None else ""
-        g.node(node[site.label], f"{site.label}\n{shown}{timing}", id=f"site:{site.label}",
+        timing = (f"{us / 1e3:.3f} ms ({100 * us / total:.1f}%)",) if us is not None else ()
+        g.node(node[site.label], _label(site.label, shown, *timing), id=_label(f"site:{site.label}"),
                **(_fill(us / hottest) if us is not None else {}))
     for a, b in lineage.site_edges:
         g.edge(node[by_position[a].label], node[by_position[b].label])

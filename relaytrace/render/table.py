@@ -1,8 +1,10 @@
-"""Plain-text tables for terminals."""
+"""Plain-text tables for terminals: every cell, and every name in a summary line,
+through ``safe_text.terminal`` (a control character in a name is shown escaped)."""
 
 from __future__ import annotations
 
 from ..model.lineage import Lineage
+from .safe_text import terminal
 
 
 WRAP = 60  # a cell longer than this (a list of kernel calls) is wrapped onto more lines
@@ -10,11 +12,14 @@ WRAP = 60  # a cell longer than this (a list of kernel calls) is wrapped onto mo
 
 def format_table(headers, rows, wrap: int = WRAP) -> str:
     """Columns aligned; a cell over ``wrap`` characters is broken at spaces onto the
-    row's next lines, so a long list of kernel calls does not make a 300-character row."""
+    row's next lines, so a long list of kernel calls does not make a 300-character row.
+    Each cell and header is ``safe_text.terminal``'s: a tab or line break in a name is
+    shown escaped, not taken for space."""
     import textwrap
 
-    cells = [[textwrap.wrap(str(c), wrap, break_long_words=False, break_on_hyphens=False) or [""] for c in r]
-             for r in rows]
+    headers = [terminal(str(h)) for h in headers]
+    cells = [[textwrap.wrap(terminal(str(c)), wrap, break_long_words=False, break_on_hyphens=False) or [""]
+              for c in r] for r in rows]
     widths = [max([len(h)] + [len(part) for r in cells for part in r[i]]) for i, h in enumerate(headers)]
 
     def line(parts):
@@ -27,7 +32,15 @@ def format_table(headers, rows, wrap: int = WRAP) -> str:
     return "\n".join(out)
 
 
+def _names(names, limit: int | None = None) -> str:
+    """The first ``limit`` names (all without one), each as ``terminal`` shows it,
+    comma-separated."""
+    return ", ".join(terminal(n) for n in list(names)[:limit])
+
+
 def coverage_summary(lineage: Lineage) -> str:
+    """The lineage's coverage and verification, one fact a line; each name in it as
+    ``terminal`` shows it."""
     cov = lineage.coverage()
     lines = [
         f"kernel call sites: {cov.call_sites} ({cov.attributed_sites} attributed, {100 * cov.site_fraction:.0f}%)"
@@ -38,8 +51,9 @@ def coverage_summary(lineage: Lineage) -> str:
     if lineage.inserted():
         lines.append(f"inserted by passes: {len(lineage.inserted())} ops")
     if len(lineage.entries) > 1 or lineage.subfunctions:
-        lines.append(f"entry functions: {', '.join(lineage.entries)}"
-                     + (f"; Relax subfunctions called: {', '.join(lineage.subfunctions)}" if lineage.subfunctions else ""))
+        lines.append(f"entry functions: {_names(lineage.entries)}"
+                     + (f"; Relax subfunctions called: {_names(lineage.subfunctions)}"
+                        if lineage.subfunctions else ""))
     if lineage.tuned or "+tuned(" in lineage.pipeline:
         lines.append(f"tuned schedules (MetaSchedule database): {len(lineage.tuned)} of {len(lineage.kernels)} kernels")
     lines.append(f"verified against the compiled IR: {cov.verified_sites} of {cov.call_sites} call sites")
@@ -49,23 +63,23 @@ def coverage_summary(lineage: Lineage) -> str:
     by_layer = lineage.verification.by_layer() if lineage.verification is not None else {}
     for word, layers in (("SUSPECT LAYERS", cov.suspect_layers), ("UNVERIFIED LAYERS", cov.unverified_layers)):
         if layers:
-            lines.append(f"{word}: {len(layers)} ({', '.join(layers[:5])}{', ...' if len(layers) > 5 else ''}); "
-                         f"{layers[0]}: {by_layer[layers[0]].reasons[0]}")
+            lines.append(f"{word}: {len(layers)} ({_names(layers, 5)}{', ...' if len(layers) > 5 else ''}); "
+                         f"{terminal(layers[0])}: {terminal(by_layer[layers[0]].reasons[0])}")
     checks = lineage.site_checks()
     by_label = {site.label: checks[site.position] for site in lineage.call_sites}
     for word, labels in (("SUSPECT", cov.suspect), ("UNVERIFIED", cov.unverified)):
         if labels:
             first = by_label[labels[0]]
-            lines.append(f"{word}: {len(labels)} call sites ({', '.join(labels[:5])}"
-                         f"{', ...' if len(labels) > 5 else ''}); {labels[0]}: {first.reasons[0]}")
+            lines.append(f"{word}: {len(labels)} call sites ({_names(labels, 5)}"
+                         f"{', ...' if len(labels) > 5 else ''}); {terminal(labels[0])}: {terminal(first.reasons[0])}")
     for problem in cov.problems[:5]:
-        lines.append(f"SUSPECT LINEAGE: {problem}")
+        lines.append(f"SUSPECT LINEAGE: {terminal(problem)}")
     if cov.unresolved:
-        lines.append(f"UNRESOLVED: {len(cov.unresolved)} ops no rule explains: {', '.join(cov.unresolved[:5])}")
+        lines.append(f"UNRESOLVED: {len(cov.unresolved)} ops no rule explains: {_names(cov.unresolved, 5)}")
     if cov.unaccounted:
-        lines.append(f"UNACCOUNTED: {', '.join(cov.unaccounted[:5])}")
+        lines.append(f"UNACCOUNTED: {_names(cov.unaccounted, 5)}")
     for reason in lineage.degraded:
-        lines.append(f"DEGRADED: {reason}")
+        lines.append(f"DEGRADED: {terminal(reason)}")
     return "\n".join(lines)
 
 
@@ -105,7 +119,7 @@ def category_table(categories) -> str:
             text += (f"\n{word}: {_ms(us)} ms ({100 * us / (categories.e2e_us or 1):.1f}%) ran at call sites "
                      f"whose attribution is {word.lower()}")
     if categories.inserted_by_layer:
-        caused = ", ".join(f"{layer} ({_ms(us)} ms)" for layer, us in categories.inserted_by_layer[:8])
+        caused = ", ".join(f"{terminal(layer)} ({_ms(us)} ms)" for layer, us in categories.inserted_by_layer[:8])
         text += f"\ninserted layout transforms/casts are caused by: {caused}"
     return text
 
