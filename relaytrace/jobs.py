@@ -222,11 +222,11 @@ def write_outputs(out: Path, report, run: dict, collapse: int | None = None, ove
         (staging / "kernels.csv").write_text(export.kernels_csv(report.kernels), encoding="utf-8")
         G.render(G.layer_graph(lineage, report, collapse=collapse), staging / "layers.svg")
         G.render(G.kernel_graph(lineage, report), staging / "kernels.svg")
-        (staging / "report.html").write_text(html_report(report))
-        (staging / "trace.json").write_text(json.dumps(chrome_trace(lineage, profile)))
-        (staging / "run.json").write_text(json.dumps(run, indent=1))  # how to rebuild: `tasks DIR`
+        (staging / "report.html").write_text(html_report(report), encoding="utf-8")
+        (staging / "trace.json").write_text(json.dumps(chrome_trace(lineage, profile)), encoding="utf-8")
+        (staging / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")  # how to rebuild: `tasks DIR`
         for name, data in node_data(report).items():  # a torch model's times for Model Explorer
-            (staging / name).write_text(json.dumps(data, indent=1))
+            (staging / name).write_text(json.dumps(data, indent=1), encoding="utf-8")
 
     return _staged(out, write, overwrite)
 
