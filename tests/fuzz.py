@@ -276,3 +276,108 @@ def option_cases(source: Path, work: Path, seed: int, count: int):
         if problem is None and sorted(p.name for p in work.iterdir()) != before:
             problem = "wrote something"
         yield " ".join(argv), problem
+
+
+# -- names as data ----------------------------------------------------------------
+
+_PIECES = ("<", ">", "&", '"', "'", "\\", "{", "}", "|", "=", "+", "-", "@", "\t", "\r", "\n", "\x00", "\x07",
+           "\x1b[31m", "\x1b]0;t\x07", "\x7f", "\x85", "\u202e", "\u2028", "\ufffe", "\ud800", "<!--", "</script>",
+           "<img src=x onerror=alert(1)>", "__proto__", "constructor", "é", "🔥", "a", "layer", " ", "0", "1.5")
+
+
+def hostile_name(rng: random.Random) -> str:
+    """A name of up to six random pieces of markup, formulas, control and format
+    characters, JS object keys and ordinary text."""
+    return "".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 6)))
+
+
+def name_cases(seed: int, count: int):
+    """Random hostile names through every text output's escaping, each promise
+    checked: the terminal gets no control or format character; a CSV cell read back
+    is the name and no cell starts as a formula; a graphviz label and its SVG (one dot
+    run for all) hold no character XML forbids and parse; the HTML report's inlined
+    data has no ``<``, ``>`` or ``&`` and reads back as the name."""
+    import csv
+    import xml.etree.ElementTree as ET
+
+    import graphviz
+
+    from relaytrace.render.html import script_json
+    from relaytrace.render.safe_text import csv_cell, csv_value, dot_text, terminal
+
+    rng = random.Random(seed)
+    names = [hostile_name(rng) for _ in range(count)]
+    graph = graphviz.Digraph("fuzz")
+    for i, name in enumerate(names):
+        graph.node(f"n{i}", label=dot_text(name), tooltip=dot_text(name))
+    try:
+        svg = ET.fromstring(graph.pipe(format="svg"))
+        drawn = " | ".join(" ".join("".join(t.itertext()).split()) for t in svg.iter("{http://www.w3.org/2000/svg}text"))
+        svg_problem = None
+    except ET.ParseError as exc:
+        drawn, svg_problem = set(), f"layers.svg is not XML: {exc}"
+    for i, name in enumerate(names):
+        problem = svg_problem
+        shown = terminal(name)
+        if any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 or c in "\u202e\u2028" for c in shown):
+            problem = f"a control character reaches the terminal: {shown!r}"
+        out = io.StringIO()
+        csv.writer(out).writerow([csv_cell(name)])
+        (cell,) = next(csv.reader(io.StringIO(out.getvalue())))
+        if problem is None and (cell.startswith(("=", "+", "-", "@", "\t", "\r")) and cell != name
+                                or csv_value(cell) != name):
+            problem = f"CSV cell {cell!r} for {name!r}"
+        if problem is None and " ".join(shown.split()) not in drawn:  # dot collapses white space
+            problem = f"the SVG does not show {shown!r}"
+        data = script_json({"layer": name})
+        if problem is None and (any(c in data for c in "<>&") or json.loads(data)["layer"] != name):
+            problem = f"inlined data {data!r}"
+        yield repr(name), problem
+
+
+# -- output directories --------------------------------------------------------------
+
+def layout_cases(work: Path, seed: int, count: int):
+    """Random output directory layouts (relaytrace's files, the user's files, a
+    directory or link named like an output, rendered- names, nested trees) given to
+    ``--out DIR --force``: either refused with one line before anything is written, or
+    replaced — and never a file of the user's lost or changed."""
+    import os
+
+    from relaytrace.errors import RelaytraceError
+    from relaytrace.jobs import OUTPUTS, RENDERED_OUTPUTS, _staged, prepare_out_dir
+
+    rng = random.Random(seed)
+    ours = sorted(OUTPUTS) + sorted(RENDERED_OUTPUTS)
+    for case in range(count):
+        root = work / f"layout{case}"
+        out = root / "d"
+        out.mkdir(parents=True)
+        user: dict[Path, str] = {}
+        for _ in range(rng.randint(0, 4)):
+            name = rng.choice(ours)
+            if rng.random() < 0.2:  # a directory or a link named like an output: the user's
+                if rng.random() < 0.5 and not (out / name).is_file():
+                    (out / name).mkdir(exist_ok=True)
+                    user[out / name / "thesis.txt"] = "the user's"
+                    (out / name / "thesis.txt").write_text("the user's")
+                elif not (out / name).exists():
+                    (root / "precious.txt").write_text("the user's")
+                    user[root / "precious.txt"] = "the user's"
+                    os.symlink(root / "precious.txt", out / name)
+            elif not (out / name).exists():
+                (out / name).write_text("ours")
+        if rng.random() < 0.3:
+            name = rng.choice(("notes.txt", "rendered-data", "rendered-notes.txt", ".hidden"))
+            user[out / name] = "the user's"
+            (out / name).write_text("the user's")
+        try:
+            prepare_out_dir(out, force=True)
+            _staged(out, lambda staging: (staging / "lineage.json").write_text("new"), overwrite=True)
+            problem = None if (out / "lineage.json").read_text() == "new" else "not replaced"
+        except (RelaytraceError, FileExistsError) as exc:
+            problem = None if "\n" not in str(exc) else f"a many-line error: {exc}"
+        lost = [str(p) for p, text in user.items() if not p.is_file() or p.read_text() != text]
+        left = [p.name for p in root.iterdir() if p.name.startswith(".d.")]
+        yield str(sorted(p.name for p in out.iterdir()) if out.is_dir() else "gone"), \
+            f"user files lost: {lost}" if lost else f"left behind: {left}" if left else problem

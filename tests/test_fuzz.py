@@ -1,11 +1,12 @@
 """The seeded fuzz suite (tests/fuzz.py): a few hundred mutated artifacts, legacy
-pastes and command lines, every promise kept. tools/fuzz.py runs thousands."""
+pastes, command lines, hostile names through every text output and output directory
+layouts under --force, every promise kept. tools/fuzz.py runs thousands."""
 
 import shutil
 
 import pytest
 
-from tests.fuzz import artifact_cases, legacy_cases, option_cases, run_cli
+from tests.fuzz import artifact_cases, layout_cases, legacy_cases, name_cases, option_cases, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -36,3 +37,11 @@ def test_mutated_legacy_pastes_keep_every_promise(tmp_path):
 
 def test_bad_command_lines_keep_every_promise(source, tmp_path):
     _kept(option_cases(source, tmp_path, seed=17, count=80))
+
+
+def test_hostile_names_are_text_in_every_text_output():
+    _kept(name_cases(seed=17, count=400))
+
+
+def test_force_never_loses_a_users_file(tmp_path):
+    _kept(layout_cases(tmp_path, seed=17, count=300))

@@ -1,6 +1,6 @@
 """The long fuzz run: many seeded cases of each class in tests/fuzz.py, with counts.
 
-    .venv/bin/python tools/fuzz.py                 # 2000 artifact, 2000 legacy, 285 option cases
+    .venv/bin/python tools/fuzz.py                 # 2000 each: artifacts, legacy, names, layouts; 285 options
     .venv/bin/python tools/fuzz.py --cases 200 --seed 7
 
 Prints per class: cases, broken promises (tracebacks, wrong exit codes, files left
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fuzz import artifact_cases, legacy_cases, option_cases, run_cli  # noqa: E402
+from tests.fuzz import artifact_cases, layout_cases, legacy_cases, name_cases, option_cases, run_cli  # noqa: E402
 
 TINY = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tiny_model.py"
 
@@ -43,10 +43,12 @@ def main() -> int:
             "artifacts": artifact_cases(source, work, args.seed, args.cases),
             "legacy": legacy_cases(work, args.seed, args.cases),
             "options": option_cases(source, work, args.seed, max(args.cases // 7, 20)),
+            "names": name_cases(args.seed, args.cases),
+            "layouts": layout_cases(work, args.seed, args.cases),
         }
         for name, cases in classes.items():
             problems = [(what, problem) for what, problem in cases if problem]
-            total = {"artifacts": args.cases, "legacy": args.cases}.get(name, max(args.cases // 7, 20))
+            total = args.cases if name != "options" else max(args.cases // 7, 20)
             print(f"{name}: {total} cases, {len(problems)} broken promises")
             for what, problem in problems[:10]:
                 print(f"  {what}: {problem}")
