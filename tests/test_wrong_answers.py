@@ -37,3 +37,32 @@ def test_a_profile_without_end_to_end_runs_is_refused_not_shown_as_zero(tmp_path
     with pytest.raises(LineageFormatError, match="e2e_us is empty") as caught:
         Profile.load(path)
     assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+# 2. impossible numbers in compare.json
+
+def _comparison():
+    from relaytrace.model.numerics import Comparison, LayerError
+
+    layer = LayerError(layer="conv1", status="within", site="k#0", shape=(1, 4), max_abs=0.1, max_rel=0.01,
+                       tolerance_ratio=0.5, cosine=0.99)
+    return Comparison("m", "main", 1e-4, 1e-4, "as built", (layer,))
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["layers"][0].__setitem__("nan", -3), "layers[0].nan must be at least 0"),
+    (lambda d: d["layers"][0].__setitem__("reference_nan", -1), "layers[0].reference_nan must be at least 0"),
+    (lambda d: d["layers"][0].__setitem__("max_abs", -0.5), "layers[0].max_abs must be at least 0"),
+    (lambda d: d["layers"][0].__setitem__("tolerance_ratio", -2.0), "layers[0].tolerance_ratio must be at least 0"),
+    (lambda d: d["layers"][0].__setitem__("shape", [-1, 4]), "layers[0].shape must be at least 0"),
+    (lambda d: d["layers"][0].__setitem__("cosine", 3.0), "layers[0].cosine must be from -1 to 1"),
+    (lambda d: d.__setitem__("atol", -1e-4), "atol must be at least 0"),
+])
+def test_impossible_numbers_in_a_comparison_are_refused_naming_file_and_field(tmp_path, edit, field):
+    from relaytrace.model.numerics import Comparison
+
+    assert Comparison.load(_edited(tmp_path, "good.json", _comparison(), lambda d: None)) == _comparison()
+    path = _edited(tmp_path, "compare.json", _comparison(), edit)
+    with pytest.raises(LineageFormatError, match=field.replace("[", r"\[").replace("]", r"\]")) as caught:
+        Comparison.load(path)
+    assert str(caught.value).startswith(f"{path}: ")
