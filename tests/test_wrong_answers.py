@@ -80,3 +80,15 @@ def test_edges_naming_an_unknown_origin_are_refused(tmp_path):
     path = _edited(tmp_path, "lineage.json", lineage, lambda d: d["edges"].append(["b", "ghost"]))
     with pytest.raises(LineageFormatError, match=r"edges\[1\] names origin 'ghost', which the lineage does not have"):
         Lineage.load(path)
+
+
+# 4. profile(number=0, repeat=0)
+
+@pytest.mark.parametrize("options, name", [({"number": 0}, "number"), ({"number": -2}, "number"),
+                                           ({"repeat": 0}, "repeat"), ({"number": 1.5}, "number")])
+def test_profile_refuses_counts_below_one_before_any_work(options, name):
+    from relaytrace.profiler import profile
+
+    with pytest.raises(RelaytraceError, match=f"^{name} must be a whole number at least 1") as caught:
+        profile(None, None, [], mode="isolated", **options)  # nothing else is looked at
+    assert "\n" not in str(caught.value)
