@@ -92,3 +92,34 @@ def test_profile_refuses_counts_below_one_before_any_work(options, name):
     with pytest.raises(RelaytraceError, match=f"^{name} must be a whole number at least 1") as caught:
         profile(None, None, [], mode="isolated", **options)  # nothing else is looked at
     assert "\n" not in str(caught.value)
+
+
+# 6. an input shape of the wrong rank
+
+def test_a_shape_of_another_rank_than_the_input_is_refused():
+    from relaytrace.model.shapes import check_rank
+
+    check_rank("x", (1, 3, 224, 224), (2, 3, 64, 64), "m")
+    check_rank("x", ("...",), (2,), "m")
+    with pytest.raises(UsageError, match=r"the shape 1x3 given for input x of m has rank 2, but x has rank 4 "
+                                         r"\(nx3x224x224\): give 4 dims, e.g. --input-shape x:1x3x224x224$"):
+        check_rank("x", ("n", 3, 224, 224), (1, 3), "m")
+
+
+def test_an_onnx_input_shape_of_the_wrong_rank_is_refused_naming_the_input(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from relaytrace.frontends.loader import load
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    with pytest.raises(UsageError, match="input x of ONNX model .* has rank 2, but x has rank 4 "
+                                         r"\(1x3x8x8\): give 4 dims"):
+        load(str(path), shapes=[("x", (1, 3))], with_inputs=False)
+    code, _, err = run_cli(["profile", path, "--input-shape", "x:1x3", "--out", tmp_path / "out"])
+    assert code == 2 and "has rank 2, but x has rank 4" in err.strip().splitlines()[-1], err
+    assert not (tmp_path / "out").exists()
