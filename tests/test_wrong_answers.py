@@ -123,3 +123,24 @@ def test_an_onnx_input_shape_of_the_wrong_rank_is_refused_naming_the_input(tmp_p
     code, _, err = run_cli(["profile", path, "--input-shape", "x:1x3", "--out", tmp_path / "out"])
     assert code == 2 and "has rank 2, but x has rank 4" in err.strip().splitlines()[-1], err
     assert not (tmp_path / "out").exists()
+
+
+# 7. a factory that calls sys.exit
+
+@pytest.mark.parametrize("source, words", [
+    ("import sys\ndef make():\n    sys.exit(3)\n", "the factory make in {path} called sys.exit(3): a factory returns"),
+    ("import sys\ndef make():\n    sys.exit()\n", "the factory make in {path} called sys.exit():"),
+    ("import sys\nsys.exit('bye')\n", "{path} called sys.exit('bye') while relaytrace imported it"),
+])
+def test_a_factory_calling_sys_exit_is_one_line_and_exit_code_1(tmp_path, source, words):
+    from relaytrace.frontends.loader import load
+
+    path = tmp_path / "file.py"
+    path.write_text(source)
+    with pytest.raises(RelaytraceError) as caught:
+        load(f"{path}:make")
+    assert words.format(path=path) in str(caught.value)
+    assert exit_code(caught.value)[0] == 1
+    code, _, err = run_cli(["--quiet", "profile", f"{path}:make", "--out", tmp_path / "out"])
+    assert broken_promise(code, err) is None and code == 1, err
+    assert words.format(path=path) in err.strip().splitlines()[-1]
