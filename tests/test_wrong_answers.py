@@ -94,6 +94,21 @@ def test_profile_refuses_counts_below_one_before_any_work(options, name):
     assert "\n" not in str(caught.value)
 
 
+# 5. a number too long for Python's int-string limit
+
+def test_a_number_of_thousands_of_digits_is_a_format_error_naming_the_file(tmp_path):
+    from relaytrace.model.jsonio import read_json
+    from relaytrace.model.profile import Profile
+
+    path = tmp_path / "profile.json"
+    path.write_text('{"schema": "relaytrace.profile/1", "repeat": ' + "9" * 5000 + "}")
+    with pytest.raises(LineageFormatError, match="a number too long") as caught:
+        Profile.load(path)
+    assert str(path) in str(caught.value)
+    with pytest.raises(LineageFormatError, match="a number too long"):
+        read_json(path, "profile")
+
+
 # 6. an input shape of the wrong rank
 
 def test_a_shape_of_another_rank_than_the_input_is_refused():

@@ -252,6 +252,9 @@ def current_umask() -> int:
 
 
 def read_json(path, what: str):
+    """The JSON value of the ``what`` file at ``path``; a file that is no UTF-8 JSON, or
+    nests too deep, or holds a number too long for Python to read, is a one-line
+    ``LineageFormatError`` naming the file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no {what} file at {path}")
@@ -264,3 +267,6 @@ def read_json(path, what: str):
                                  "was it cut short or edited?") from None
     except RecursionError:
         raise LineageFormatError(f"{path} nests too deep to be a relaytrace {what} file") from None
+    except ValueError:  # Python's limit on int-string conversion: no figure relaytrace writes is that long
+        raise LineageFormatError(f"{path} holds a number too long (thousands of digits) to be in a relaytrace "
+                                 f"{what} file: was it edited or corrupted?") from None
