@@ -159,3 +159,40 @@ def test_a_factory_calling_sys_exit_is_one_line_and_exit_code_1(tmp_path, source
     code, _, err = run_cli(["--quiet", "profile", f"{path}:make", "--out", tmp_path / "out"])
     assert broken_promise(code, err) is None and code == 1, err
     assert words.format(path=path) in err.strip().splitlines()[-1]
+
+
+# 8. write errors name the file asked for, not a staging name
+
+def _names(line: str, path) -> bool:
+    """The CLI's line for an OS error names ``path`` (then maybe a hint), no temporary."""
+    return (line.endswith(f": {path}") or f": {path} (" in line) and ".tmp" not in line
+
+def test_a_failed_write_names_the_file_asked_for_not_its_temporary(tmp_path):
+    from relaytrace.model.jsonio import write_atomic
+
+    target = tmp_path / "nope" / "a.svg"
+    with pytest.raises(FileNotFoundError) as caught:
+        write_atomic(target, "<svg/>")
+    line = exit_code(caught.value)[1]
+    assert _names(line, target), line
+    (tmp_path / "b.svg").mkdir()  # a directory in the way of the final rename
+    with pytest.raises(OSError) as caught:
+        write_atomic(tmp_path / "b.svg", "<svg/>", overwrite=True)
+    line = exit_code(caught.value)[1]
+    assert _names(line, tmp_path / "b.svg"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.svg"]
+
+
+def test_a_failed_write_of_an_output_directory_names_it_not_the_staging_directory(tmp_path):
+    from relaytrace.jobs import _staged
+
+    def write(staging: Path) -> None:
+        (staging / "lineage.json").mkdir()
+        (staging / "lineage.json").write_text("{}")  # IsADirectoryError on the staged file
+
+    out = tmp_path / "out"
+    with pytest.raises(IsADirectoryError) as caught:
+        _staged(out, write, overwrite=False)
+    line = exit_code(caught.value)[1]
+    assert _names(line, out / "lineage.json") and "relaytrace-" not in line, line
+    assert list(tmp_path.iterdir()) == []

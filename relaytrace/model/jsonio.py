@@ -227,7 +227,11 @@ def write_atomic(path, data: str | bytes, overwrite: bool = False) -> Path:
     path = Path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; replace it with --force (API: overwrite=True)")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    prefix = f".{path.name}."
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise_naming_target(exc, path.parent, prefix, path)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data.encode() if isinstance(data, str) else data)
@@ -237,11 +241,30 @@ def write_atomic(path, data: str | bytes, overwrite: bool = False) -> Path:
         else:
             os.link(tmp, path)  # fails if the file appeared meanwhile: nothing is overwritten
             os.unlink(tmp)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise_naming_target(exc, path.parent, prefix, path)
         raise
     return path
+
+
+def raise_naming_target(exc: OSError, parent, prefix: str, target) -> None:
+    """Raise ``exc`` again, as the same error on ``target`` when it names a staging
+    file or directory (``parent/PREFIX...``) or a file inside one: an error names the
+    file or directory the user asked for, never a temporary name. Any other error is
+    raised as it is."""
+    filename = exc.filename
+    if exc.errno is None or exc.strerror is None or filename is None:
+        raise exc
+    try:
+        parts = Path(os.path.abspath(os.fsdecode(filename))).relative_to(os.path.abspath(parent)).parts
+    except (TypeError, ValueError):
+        raise exc from None
+    if not parts or not parts[0].startswith(prefix):
+        raise exc
+    raise OSError(exc.errno, exc.strerror, str(Path(target, *parts[1:]))) from exc
 
 
 def current_umask() -> int:
