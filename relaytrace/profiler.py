@@ -11,6 +11,7 @@ subfunctions are not records of their own: their kernels are.
 
 from __future__ import annotations
 
+import numbers
 import time
 
 import numpy as np
@@ -39,7 +40,7 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     if mode not in ("timeline", "isolated"):
         raise RelaytraceError(f"unknown profiling mode {mode!r}: use 'timeline' or 'isolated'")
     for name, value in (("repeat", repeat), ("number", number)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
             raise RelaytraceError(f"{name} must be a whole number at least 1, not {value!r}: it counts timed runs")
     entry = lineage.entry(entry)
     lineage = lineage.for_entry(entry)  # a run of one entry runs its sites only

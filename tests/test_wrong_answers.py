@@ -4,6 +4,7 @@ naming the file, field, argument or input. Pure tests: no build, most without TV
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from relaytrace.errors import LineageFormatError, RelaytraceError, UsageError
@@ -85,7 +86,8 @@ def test_edges_naming_an_unknown_origin_are_refused(tmp_path):
 # 4. profile(number=0, repeat=0)
 
 @pytest.mark.parametrize("options, name", [({"number": 0}, "number"), ({"number": -2}, "number"),
-                                           ({"repeat": 0}, "repeat"), ({"number": 1.5}, "number")])
+                                           ({"repeat": 0}, "repeat"), ({"number": 1.5}, "number"),
+                                           ({"repeat": np.int64(3), "number": 0}, "number")])
 def test_profile_refuses_counts_below_one_before_any_work(options, name):
     from relaytrace.profiler import profile
 
