@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .errors import LineageFormatError, RelaytraceError, UsageError
 from .failures import stop_if_interrupted
-from .model.jsonio import current_umask
+from .model.jsonio import current_umask, raise_naming_target
 from .render.safe_text import terminal, terminal_lines
 
 PROFILE_OUTPUTS = ("lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg",
@@ -249,14 +249,22 @@ def write_compare(out: Path, lineage, comparison, overwrite: bool = True) -> Pat
 
 
 def _staged(out: Path, write, overwrite: bool) -> Path:
-    """``write`` into a fresh directory beside ``out``, then ``_publish`` it there."""
+    """``write`` into a fresh directory beside ``out``, then ``_publish`` it there. An
+    OS error on the staging directory or a file in it names ``out`` (or the file in
+    ``out``), never the staging name."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}{_STAGING}", dir=out.parent))
+    prefix = f".{out.name}{_STAGING}"
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
+    except OSError as exc:
+        raise_naming_target(exc, out.parent, prefix, out)
     try:
         write(staging)
         stop_if_interrupted()
         os.chmod(staging, 0o777 & ~current_umask())  # as mkdir would have made it, not mkdtemp's 0700
         _publish(staging, out, overwrite)
+    except OSError as exc:  # said of OUT (or OUT/lineage.json), not of the staging directory
+        raise_naming_target(exc, out.parent, prefix, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out

@@ -11,6 +11,7 @@ subfunctions are not records of their own: their kernels are.
 
 from __future__ import annotations
 
+import numbers
 import time
 
 import numpy as np
@@ -31,13 +32,16 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     ``remote`` (a ``remote.RemoteDevice``) times the kernels and the entry on a device
     over RPC instead, isolated (``remote.run_remote``): a build for this machine has
     each site's arguments captured in one local run, a build for another CPU or a GPU
-    gets arguments of the shapes its IR gives each site (``site_arguments``)."""
+    gets arguments of the shapes its IR gives each site (``site_arguments``).
+    ``repeat`` (timed runs) and ``number`` (calls averaged per isolated timing) are
+    whole numbers at least 1, refused before any work otherwise."""
     if remote is not None:
         mode = "isolated"
     if mode not in ("timeline", "isolated"):
         raise RelaytraceError(f"unknown profiling mode {mode!r}: use 'timeline' or 'isolated'")
-    if repeat < 1:
-        raise RelaytraceError("repeat must be at least 1")
+    for name, value in (("repeat", repeat), ("number", number)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise RelaytraceError(f"{name} must be a whole number at least 1, not {value!r}: it counts timed runs")
     entry = lineage.entry(entry)
     lineage = lineage.for_entry(entry)  # a run of one entry runs its sites only
     arrays = check_inputs(lineage, inputs, entry)

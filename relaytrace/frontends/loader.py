@@ -114,6 +114,9 @@ FACTORY_RESULTS = ("(torch module, example inputs), (torch module, example input
 
 
 def _factory(spec: str, name: str | None, **options) -> LoadedModel:
+    """The model ``path/to/file.py:factory`` makes. Whatever the file does wrong while
+    imported or while its factory runs (raises, calls ``sys.exit``, returns something
+    else) is a one-line ``RelaytraceError`` naming the file and the factory."""
     path, sep, factory = spec.rpartition(":")
     if not sep or not path.endswith(".py"):
         raise UsageError(f"MODEL must be an .onnx file or path/to/file.py:factory, not {spec!r}")
@@ -128,9 +131,16 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
             loader.loader.exec_module(module)
         except Exception as exc:
             raise RelaytraceError(f"{path} failed to import: {type(exc).__name__}: {exc}") from exc
+        except SystemExit as exc:
+            raise RelaytraceError(f"{path} called {_exit_call(exc)} while relaytrace imported it: keep a script's "
+                                  "own run under `if __name__ == \"__main__\":`") from None
         if not hasattr(module, factory):
             raise RelaytraceError(f"{path} has no function {factory!r}")
-        made = _call_factory(getattr(module, factory), f"{path}:{factory}")
+        try:
+            made = _call_factory(getattr(module, factory), f"{path}:{factory}")
+        except SystemExit as exc:
+            raise RelaytraceError(f"the factory {factory} in {path} called {_exit_call(exc)}: a factory returns "
+                                  f"{FACTORY_RESULTS}, it does not exit") from None
     finally:
         sys.path.remove(folder)
     if isinstance(made, ImportedModel):
@@ -142,6 +152,11 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
         raise RelaytraceError(f"{factory}() must return {FACTORY_RESULTS}, not {_kind(made)}")
     made_module, example = made
     return load(made_module, example, name=name or Path(path).stem, **options)
+
+
+def _exit_call(exc: SystemExit) -> str:
+    """The ``sys.exit(...)`` call a user's code made, as it would read in the code."""
+    return f"sys.exit({'' if exc.code is None else repr(exc.code)})"
 
 
 def _kind(value) -> str:

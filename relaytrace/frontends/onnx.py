@@ -17,6 +17,7 @@ from ..errors import RelaytraceError, UsageError, describe
 from ..model.frontend import ONNX, Program, SourceNode
 from ..model.jsonio import current_umask
 from ..model.origin import ONNX_SOURCE, ONNX_VALUE
+from ..model.shapes import check_rank
 from .common import ImportedModel, match_input_names, require
 
 
@@ -31,6 +32,10 @@ def from_onnx(model_or_path, shape_dict=None, name: str | None = None, layer_nam
     model, label = _load(onnx, model_or_path, name)
     inputs = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
     shape_dict = match_input_names(shape_dict or {}, inputs, f"ONNX model {label}") or None
+    declared = {i.name: _declared_shape(i) for i in model.graph.input}
+    for input_name, shape in (shape_dict or {}).items():
+        if declared[input_name] is not None:
+            check_rank(input_name, declared[input_name], tuple(shape), f"ONNX model {label}")
     torch_names = layer_names == "torch" and model.producer_name == "pytorch"
     importer = _recording_importer(shape_dict, torch_names)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
@@ -41,6 +46,15 @@ def from_onnx(model_or_path, shape_dict=None, name: str | None = None, layer_nam
                               f"{_symbolic_hint(model, shape_dict or {})}") from exc
     layers, nodes = _assign(mod, importer.records)
     return ImportedModel(mod=mod, name=label, layers=layers, program=Program(ONNX, nodes))
+
+
+def _declared_shape(value_info) -> tuple | None:
+    """An ONNX graph input's shape (ints, symbol names, ``?``), or None when the model
+    does not say its rank."""
+    tensor = value_info.type.tensor_type
+    if not tensor.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim)
 
 
 def _symbolic_hint(model, shape_dict: dict) -> str:

@@ -227,7 +227,11 @@ def write_atomic(path, data: str | bytes, overwrite: bool = False) -> Path:
     path = Path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; replace it with --force (API: overwrite=True)")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    prefix = f".{path.name}."
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise_naming_target(exc, path.parent, prefix, path)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data.encode() if isinstance(data, str) else data)
@@ -237,11 +241,30 @@ def write_atomic(path, data: str | bytes, overwrite: bool = False) -> Path:
         else:
             os.link(tmp, path)  # fails if the file appeared meanwhile: nothing is overwritten
             os.unlink(tmp)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise_naming_target(exc, path.parent, prefix, path)
         raise
     return path
+
+
+def raise_naming_target(exc: OSError, parent, prefix: str, target) -> None:
+    """Raise ``exc`` again, as the same error on ``target`` when it names a staging
+    file or directory (``parent/PREFIX...``) or a file inside one: an error names the
+    file or directory the user asked for, never a temporary name. Any other error is
+    raised as it is."""
+    filename = exc.filename
+    if exc.errno is None or exc.strerror is None or filename is None:
+        raise exc
+    try:
+        parts = Path(os.path.abspath(os.fsdecode(filename))).relative_to(os.path.abspath(parent)).parts
+    except (TypeError, ValueError):
+        raise exc from None
+    if not parts or not parts[0].startswith(prefix):
+        raise exc
+    raise OSError(exc.errno, exc.strerror, str(Path(target, *parts[1:]))) from exc
 
 
 def current_umask() -> int:
@@ -252,6 +275,9 @@ def current_umask() -> int:
 
 
 def read_json(path, what: str):
+    """The JSON value of the ``what`` file at ``path``; a file that is no UTF-8 JSON, or
+    nests too deep, or holds a number too long for Python to read, is a one-line
+    ``LineageFormatError`` naming the file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no {what} file at {path}")
@@ -264,3 +290,6 @@ def read_json(path, what: str):
                                  "was it cut short or edited?") from None
     except RecursionError:
         raise LineageFormatError(f"{path} nests too deep to be a relaytrace {what} file") from None
+    except ValueError:  # Python's limit on int-string conversion: no figure relaytrace writes is that long
+        raise LineageFormatError(f"{path} holds a number too long (thousands of digits) to be in a relaytrace "
+                                 f"{what} file: was it edited or corrupted?") from None

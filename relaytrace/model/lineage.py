@@ -528,8 +528,8 @@ def _verification(data, where: str) -> Verification | None:
 
 
 def _check_references(lineage: Lineage, where: str) -> None:
-    """Every origin id a site, builtin, history, elimination or served op names is one
-    of the lineage's origins; every edge and verdict is about a site that exists; kinds,
+    """Every origin id a site, builtin, history, elimination, served op or data-flow
+    edge names is one of the lineage's origins; every edge and verdict is about a site that exists; kinds,
     roles and verdicts are ones relaytrace writes."""
     known = lineage.origins
     for kernel, sites in lineage.kernels.items():
@@ -556,6 +556,7 @@ def _check_references(lineage: Lineage, where: str) -> None:
     named += [("history", o) for o in lineage.history_by_origin]
     named += [("eliminated", o) for o in lineage.eliminated_by]
     named += [(f"origin {o.id!r} serves", s) for o in known.values() for s in o.serves]
+    named += [(f"edges[{i}]", o) for i, edge in enumerate(lineage.edges) for o in edge]
     for what, origin in named:
         if origin not in known:
             raise LineageFormatError(f"{where}: {what} names origin {origin!r}, which the lineage does not have")

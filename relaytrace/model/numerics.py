@@ -108,6 +108,7 @@ class Comparison:
         bad = next((i for i, e in enumerate(layers) if e.status not in STATUSES), None)
         if bad is not None:
             raise LineageFormatError(f"{where}: layers[{bad}].status must be one of {', '.join(STATUSES)}")
+        _check_ranges(data, layers, where)
         return cls(model=data["model"], entry=data["entry"], atol=float(data["atol"]), rtol=float(data["rtol"]),
                    precision=data["precision"], layers=layers)
 
@@ -117,6 +118,28 @@ class Comparison:
     @classmethod
     def load(cls, path) -> "Comparison":
         return cls.from_json(read_json(path, "compare"), str(path))
+
+
+_COUNTS = ("nan", "inf", "reference_nan")  # counts of elements
+_ERRORS = ("max_abs", "max_rel", "tolerance_ratio")  # magnitudes, or None
+
+
+def _check_ranges(data, layers, where: str) -> None:
+    """Every figure of a comparison is one ``error_of`` can make: tolerances, counts,
+    errors and dims at least 0, a cosine from -1 to 1; a ``LineageFormatError``
+    naming the file and field otherwise (an edited or corrupt file)."""
+    fields = [(key, data[key]) for key in ("atol", "rtol")]
+    for i, e in enumerate(layers):
+        fields += [(f"layers[{i}].{name}", getattr(e, name)) for name in _COUNTS + _ERRORS]
+        fields += [(f"layers[{i}].shape", min(e.shape, default=0))]
+    for name, value in fields:
+        if value is not None and value < 0:
+            raise LineageFormatError(f"{where}: {name} must be at least 0, not {value!r}: the file was edited or is "
+                                     "corrupt; run `relaytrace compare` again")
+    for i, e in enumerate(layers):
+        if e.cosine is not None and not -1 - 1e-6 <= e.cosine <= 1 + 1e-6:
+            raise LineageFormatError(f"{where}: layers[{i}].cosine must be from -1 to 1, not {e.cosine!r}: the file "
+                                     "was edited or is corrupt; run `relaytrace compare` again")
 
 
 def _num(value) -> str:

@@ -147,7 +147,8 @@ class Profile:
     @classmethod
     def from_json(cls, data, where: str = "profile") -> "Profile":
         """The profile a JSON object holds, every field checked for type and range (a
-        duration is 0 to ``MAX_US``): a ``LineageFormatError`` naming it otherwise."""
+        duration is 0 to ``MAX_US``; at least one end-to-end run, every profile has
+        one): a ``LineageFormatError`` naming it otherwise."""
         check_schema(data, SCHEMA, "profile", where)
         scalars = {"model": str, "target": str, "device": str, "mode": str, "repeat": int, "entry": str,
                    "remote": str, "arguments": str, "e2e_us": tuple[float, ...],
@@ -160,6 +161,9 @@ class Profile:
         records = tuple(_call_record(r, f"{where}: records[{i}]")
                         for i, r in enumerate(items_of(data, "records", list, where)))
         args = {k: make_record(ArgInfo, v, f"{where}: args[{k!r}]") for k, v in items_of(data, "args", dict, where).items()}
+        if not data["e2e_us"]:
+            raise LineageFormatError(f"{where}: e2e_us is empty, so the profile has no end-to-end time to share out; "
+                                     "profile the model again (`relaytrace profile`)")
         if data["repeat"] < 1 or any(not 0 <= t <= MAX_US for t in data["e2e_us"]):
             raise LineageFormatError(f"{where}: repeat must be at least 1 and each e2e_us 0 to {MAX_US:g}")
         if data["mode"] not in ("timeline", "isolated") or data.get("arguments", LOCAL_RUN) not in (LOCAL_RUN, FROM_IR):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import operator
 
-from ..errors import RelaytraceError
+from ..errors import RelaytraceError, UsageError
 
 UNKNOWN_DIM, ANY_RANK = "?", "..."  # a dim of any size; a shape of any rank
 Signature = tuple[tuple[str, tuple, str], ...]  # (name, shape, dtype) per input
@@ -57,6 +57,20 @@ def bind(signature: Signature, given: list[tuple[tuple[int, ...], str]], what: s
             raise RelaytraceError(f"input {i} ({name}) dim {axis} of {what} must be {dim} = {expected} "
                                   f"(with {', '.join(f'{k}={v}' for k, v in sorted(values.items()))}), got {value}")
     return values
+
+
+def check_rank(name: str, declared: tuple, given: tuple, what: str) -> None:
+    """A shape ``given`` for input ``name`` (one that replaces its declared shape, as
+    an ONNX model's ``shape_dict`` does) has the rank of the ``declared`` shape (dims
+    as ints or symbol names; ``("...",)`` is any rank): a ``UsageError`` naming the
+    input, its rank and the shape given otherwise."""
+    if tuple(declared) == (ANY_RANK,) or len(given) == len(declared):
+        return
+    dims = "x".join(str(d) for d in declared)
+    example = "x".join(str(d) if isinstance(d, int) else "1" for d in declared)
+    raise UsageError(f"the shape {'x'.join(str(d) for d in given) or '(none)'} given for input {name} of {what} has "
+                     f"rank {len(given)}, but {name} has rank {len(declared)} ({dims}): give {len(declared)} dims, "
+                     f"e.g. --input-shape {name}:{example}")
 
 
 def _evaluate(text: str, values: dict[str, int]) -> int | None:
