@@ -152,7 +152,9 @@ def test_cli_compare_writes_its_outputs_and_the_report_shows_them(tmp_path, tiny
     assert code == 0, err
     page = (tmp_path / "r.html").read_text()
     compared = next(e for e in result.layers if e.compared)
-    assert f'"{compared.layer}": {{"status": "within"' in page
+    inlined = page.split('<script type="application/json" id="relaytrace-data">', 1)[1].split("</script>", 1)[0]
+    errors = dict(json.loads(inlined)["errors"])  # the page's data: [layer, error] pairs
+    assert errors[compared.layer]["status"] == "within"
     other = json.loads((out / "compare.json").read_text())
     other["model"] = "another"
     (tmp_path / "other.json").write_text(json.dumps(other))
