@@ -140,3 +140,34 @@ def test_legacy_command_on_the_seeds(tmp_path):
     assert done.returncode == 0 and "1836.69 ms" in done.stdout
     done = run()
     assert done.returncode == 2 and "at least one of" in done.stderr
+
+
+def test_answers_never_come_from_a_row_or_record_read_wrong(tmp_path):
+    """A misaligned row is named and not read (its name ran into its duration); a nested
+    list in a log record is a named issue; an empty file and unknown repeats are said,
+    not shown as nothing or 0.00 ms."""
+    lines = SEED2.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("fused_") and "Duration" not in line)
+    name = lines[row].split()[0]
+    lines[row] = f"{name} 150.00" + lines[row][len(name) + 7:]  # the name ran into the next column
+    reports, issues = parse_reports("\n".join(lines), "paste")
+    assert all(not r.name.startswith(name + " ") for report in reports for r in report.rows)
+    assert any(i.line == row + 1 and "a name with a space" in i.message for i in issues)
+    from relaytrace.legacy.common import normalise_quotes
+
+    record = normalise_quotes(SEED3.splitlines()[26])  # the thread pasted it with typographic quotes
+    nested = record.replace('["TENSOR", [1, ', '["TENSOR", [[1], ', 1)
+    assert nested != record
+    records, issues = parse_log(nested, "log")
+    assert records == () and "a shape must be a flat list" in issues[0].message
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "relaytrace.cli", "legacy", *map(str, args)],
+                              capture_output=True, text=True, timeout=600)
+
+    (tmp_path / "empty.txt").write_text("\n  \n")
+    done = run("--report", tmp_path / "empty.txt")
+    assert done.returncode == 1 and done.stderr.strip().endswith("empty.txt is empty: paste the report into it")
+    done = run("--autotvm-log", SEEDS / "003_474c1638f4a184e4.txt")
+    assert done.returncode == 0 and "weighted by repeats: unknown, the repeats are not known" in done.stdout
+    assert "0.00 ms (" not in done.stdout

@@ -113,9 +113,9 @@ def parse_log(text: str, source: str = "autotvm-log") -> tuple[tuple[LogRecord, 
                     not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c)
                             and 0 <= c < 1e6 for c in costs):
                 raise ValueError("target and task must be strings, costs a list of seconds")
-            workload = Workload(op_of(task), tuple(data_t[1]), tuple(weight_t[1]),
-                                tuple(args[2]) if len(args) > 2 and isinstance(args[2], list) else (),
-                                tuple(args[3]) if len(args) > 3 and isinstance(args[3], list) else ())
+            workload = Workload(op_of(task), _flat(data_t[1]), _flat(weight_t[1]),
+                                _flat(args[2]) if len(args) > 2 and isinstance(args[2], list) else (),
+                                _flat(args[3]) if len(args) > 3 and isinstance(args[3], list) else ())
         except json.JSONDecodeError as exc:
             issues.append(Issue(source, number, f"not a JSON record (column {exc.colno}): {exc.msg}"))
             continue
@@ -127,6 +127,15 @@ def parse_log(text: str, source: str = "autotvm-log") -> tuple[tuple[LogRecord, 
     if not records:
         issues.append(Issue(source, 0, "no tuning-log records (JSON lines) found"))
     return tuple(records), tuple(issues)
+
+
+def _flat(value) -> tuple:
+    """A shape or an attribute list of a record: a list of numbers and strings; anything
+    else (a nested list, an object) is a ValueError the caller reports."""
+    if not isinstance(value, list) or not all(isinstance(v, (int, float, str)) and not isinstance(v, bool)
+                                              for v in value):
+        raise ValueError(f"a shape must be a flat list of numbers, not {json.dumps(value)[:40]}")
+    return tuple(value)
 
 
 def parse_workload_lists(text: str, source: str = "workloads") -> tuple[dict[str, tuple[Workload, ...]], tuple[Issue, ...]]:

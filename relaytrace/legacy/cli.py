@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import RelaytraceError, UsageError
 from ..jobs import echo  # every line as text: a pasted name's control characters escaped
 from ..model.jsonio import write_atomic
 from . import match as M
@@ -36,7 +36,10 @@ def _read(path: str | None, what: str) -> str | None:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no {what} file at {p}")
-    return p.read_text(errors="replace")
+    text = p.read_text(errors="replace")
+    if not text.strip():
+        raise RelaytraceError(f"{p} is empty: paste the {what} into it")
+    return text
 
 
 def run(args) -> int:
@@ -90,10 +93,15 @@ def run(args) -> int:
         matched = M.match_log(records, workloads, repeats)
         echo(f"\ntuning log: {len(records)} records")
         echo(S.log_table(matched, workloads))
-        total = M.weighted_total_s(matched)
-        echo(f"total conv2d/dense time weighted by repeats: {total * 1e3:.2f} ms "
-             f"(unweighted sum {sum(r.cost_s or 0 for r in records) * 1e3:.2f} ms)")
-        result["log_weighted_total_ms"] = total * 1e3
+        unweighted = f"unweighted sum {sum(r.cost_s or 0 for r in records) * 1e3:.2f} ms"
+        if repeats:
+            total = M.weighted_total_s(matched)
+            echo(f"total conv2d/dense time weighted by repeats: {total * 1e3:.2f} ms ({unweighted})")
+            result["log_weighted_total_ms"] = total * 1e3
+        else:  # no IR and no zoo model: how often each workload runs is not known
+            echo(f"total conv2d/dense time weighted by repeats: unknown, the repeats are not known (give "
+                 f"--relay-ir or --repeats-from ZOO_MODEL); {unweighted}")
+            result["log_weighted_total_ms"] = None
     if issues:
         echo(f"\n{len(issues)} line(s) could not be read fully:")
         for issue in issues:

@@ -119,6 +119,11 @@ def _table(lines, at, source):
             continue
         cells = _cells(line)
         first = cells[0][0]
+        if " " in first and first not in ("Sum", "Total"):  # a kernel's name has no space: columns ran together
+            issues.append(Issue(source, i + 1, f"row {stripped[:70]!r} has a name with a space ({first!r}): "
+                                                "its columns ran together (a misaligned paste?); row not read"))
+            i += 1
+            continue
         placed = [(c, *_column(c, columns[1:])) for c in cells[1:]]
         values = {name: c[0] for c, name, _ in placed}
         astray = [c[0] for c, _, overlaps in placed if not overlaps]
