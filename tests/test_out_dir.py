@@ -93,3 +93,72 @@ def test_what_a_killed_run_left_is_cleared_or_named(tmp_path):
     _outputs(aside / "d", "lineage.json")  # killed after the new outputs were in: the old ones are superseded
     prepare_out_dir(out, force=True)
     assert not aside.exists()
+
+
+def _killed_at(step: int, out, user_file):
+    """Fork a run writing ``out`` that SIGKILLs itself at its ``step``-th write or
+    rename (the staging files, then the swap's renames); return whether it got there."""
+    import signal
+
+    import relaytrace.jobs as jobs
+
+    pid = os.fork()
+    if pid == 0:  # the run
+        count = [0]
+        real_rename = os.rename
+
+        def tick():
+            count[0] += 1
+            if count[0] == step:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        def rename(a, b):
+            tick()
+            real_rename(a, b)
+
+        def write(staging):
+            for name in ("lineage.json", "profile.json", "layers.csv", "report.html", "trace.json"):
+                tick()
+                (staging / name).write_text("new")
+
+        jobs.os.rename = rename
+        try:
+            prepare_out_dir(out, force=True)
+            _staged(out, write, overwrite=True)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert user_file.read_text() == "the user's"
+    return os.WIFSIGNALED(status)
+
+
+def test_a_run_killed_at_any_write_step_loses_nothing_and_the_next_run_says_or_clears_it(tmp_path):
+    """SIGKILL at each staging write and at each rename of the swap: ``out`` is then its
+    old outputs, its new ones, or gone with the old ones named beside it; the next run
+    with --force succeeds or names them; a file of the user's beside ``out`` is never
+    touched."""
+    steps = 0
+    for step in range(1, 20):
+        root = tmp_path / f"kill{step}"
+        out = _outputs(root / "d", "lineage.json", "profile.json")
+        (root / "mine.txt").write_text("the user's")
+        if not _killed_at(step, out, root / "mine.txt"):
+            break  # the run finished before this step: every step was tried
+        steps += 1
+        names = sorted(p.name for p in out.iterdir()) if out.is_dir() else None
+        assert names in (["lineage.json", "profile.json"], ["layers.csv", "lineage.json", "profile.json",
+                                                             "report.html", "trace.json"], None), names
+        if names is not None:
+            assert {(out / n).read_text() for n in names} in ({"ours"}, {"new"})
+        for stale in root.glob(".d.relaytrace-*"):  # as if the run was killed ten minutes ago
+            os.utime(stale, (time.time() - 3600, time.time() - 3600))
+        if names is None:  # killed between the swap's renames: the old outputs are aside, and named
+            with pytest.raises(RelaytraceError, match="left its previous outputs in"):
+                prepare_out_dir(out, force=True)
+            (aside,) = root.glob(".d.old-*")
+            os.rename(aside / "d", out)
+        prepare_out_dir(out, force=True)
+        _staged(out, _write, overwrite=True)
+        assert (out / "lineage.json").read_text() == "new"
+        assert sorted(p.name for p in root.iterdir()) == ["d", "mine.txt"]  # nothing left beside
+    assert steps == 7  # five staging writes, the rename aside, the rename into place
