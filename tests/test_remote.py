@@ -136,10 +136,14 @@ def _wait_for(proc, text: str) -> str:
     return seen
 
 
-def test_a_server_that_stops_answering_ends_the_run_within_its_limit_and_ctrl_c_ends_it_at_once(tmp_path):
-    """A server stopped (SIGSTOP, not killed) mid-run, at upload or later: the run ends
-    within --kernel-timeout with one line naming the step and the device; Ctrl-C ends
-    a run waiting on it within seconds; no output directory either way."""
+@pytest.mark.parametrize("at", ["uploading the executable",
+                                *(pytest.param(step, marks=pytest.mark.slow)
+                                  for step in ("remote isolated 2/", "remote end-to-end timing"))])
+def test_a_server_that_stops_answering_ends_the_run_within_its_limit_and_ctrl_c_ends_it_at_once(tmp_path, at):
+    """A server stopped (SIGSTOP, not killed) mid-run, at upload, while sites are timed,
+    at the end-to-end timing: the run ends within --kernel-timeout with one line naming
+    the step and the device; Ctrl-C ends a run waiting on it within seconds; no output
+    directory either way."""
     import psutil
     import signal
     from tvm.rpc import server
@@ -148,7 +152,7 @@ def test_a_server_that_stops_answering_ends_the_run_within_its_limit_and_ctrl_c_
     mine = psutil.Process()
     try:
         proc = _profile(board.port, tmp_path / "d", "--kernel-timeout", "4")
-        _wait_for(proc, "uploading the executable")
+        _wait_for(proc, at)
         stopped = [p for p in mine.children(recursive=True)
                    if p.pid != proc.pid and proc.pid not in (q.pid for q in p.parents())]
         for p in stopped:
