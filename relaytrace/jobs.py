@@ -153,11 +153,13 @@ def _check_name(out: Path) -> None:
 
 
 def _leftovers(out: Path) -> None:
-    """What a run that was killed while it wrote ``out`` left beside it: its staging
-    directories (relaytrace's own partial outputs) are removed once ten minutes old (a
-    younger one may be another run's, writing now); the previous outputs a run moved
-    aside to put new ones in place are removed when the new ones are there, and named
-    when ``out`` is gone (that run ended between its two renames)."""
+    """What a run that was killed while it wrote ``out`` left beside it, told from
+    anything else by its name and by holding nothing but relaytrace's outputs (a
+    directory of the user's that happens to be named so is left alone): its staging
+    directories (partial outputs) are removed once ten minutes old (a younger one may be
+    another run's, writing now); the previous outputs a run moved aside to put new ones
+    in place are removed when the new ones are there (superseded), and named when
+    ``out`` is gone (that run ended between its two renames)."""
     if not out.parent.is_dir():
         return
     prefix = f".{out.name}"
@@ -165,15 +167,28 @@ def _leftovers(out: Path) -> None:
         if not p.name.startswith(prefix) or not p.is_dir() or p.is_symlink():
             continue
         rest = p.name[len(prefix):]
-        if rest.startswith(_STAGING) and len(rest) == len(_STAGING) + 8:
+        if rest.startswith(_STAGING) and len(rest) == len(_STAGING) + 8 and _only_ours(p):
             if time.time() - p.stat().st_mtime > 600:
                 shutil.rmtree(p, ignore_errors=True)
-        elif rest.startswith(_ASIDE) and len(rest) == len(_ASIDE) + 8:
+        elif rest.startswith(_ASIDE) and len(rest) == len(_ASIDE) + 8 and _aside_of(p, out.name):
             if out.exists():
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 raise RelaytraceError(f"a run killed while replacing {out} left its previous outputs in "
                                       f"{p / out.name}: move them back (mv '{p / out.name}' '{out}') or remove {p}")
+
+
+def _only_ours(directory: Path) -> bool:
+    """A directory holding nothing but relaytrace's output files (or nothing)."""
+    return all(_ours(p) for p in directory.iterdir())
+
+
+def _aside_of(directory: Path, name: str) -> bool:
+    """A directory ``_publish`` moved outputs aside into: nothing, or only ``name``
+    holding nothing but relaytrace's output files."""
+    inside = list(directory.iterdir())
+    return not inside or (len(inside) == 1 and inside[0].name == name and inside[0].is_dir()
+                          and not inside[0].is_symlink() and _only_ours(inside[0]))
 
 
 def _ours(p: Path) -> bool:

@@ -193,30 +193,41 @@ def run_remote(executable, kernel_library, target_text: str, entry: str, args, c
                 raise RelaytraceError(f"could not link the build for the device: {describe(exc)}") from exc
         say(f"connecting to {device.describe()}")
         session = device.connect()
+        held: list = []  # the remote objects made: freeing one waits for the device, so never unbounded
         try:
             say("uploading the executable")
             for name in paths:
                 _step(device, f"uploading {name}", lambda: session.upload(os.path.join(tmp, name)))
-            return _time_there(session, kind, entry, args, captured, device, repeat, number, say)
+            result = _time_there(session, kind, entry, args, captured, device, repeat, number, say, held)
+            _step(device, "releasing its arrays", held.clear)
         except (StoppedAnswering, KeyboardInterrupt):
-            ABANDONED.append(session)  # a step still waits on it: closing it would wait too
+            ABANDONED.append((session, held))  # a step still waits on it: freeing them would wait too
             raise
         except RelaytraceError:
             raise
         except Exception as exc:  # the server went away, a kernel failed there
             raise RelaytraceError(f"the remote run on {device.describe()} failed: {describe(exc)}") from exc
+        ending, session = [session], None  # closed on a worker: a device that stops now cannot hang the run
+        try:
+            _step(device, "closing the session", ending.clear)
+        except StoppedAnswering:
+            pass  # every figure is in: the session is left to the worker
+        return result
 
 
 def _step(device: RemoteDevice, what: str, call, failure: str | None = None):
-    """One remote step other than timing, within the device's ``kernel_timeout_s``: a
-    server that stops answering (a stopped process, a cut link) never hangs a run, and
-    Ctrl-C ends it while it waits. An error says ``failure`` (default: the run failed
-    while ``what``), or, when time ran out, that the device stopped answering then."""
-    return _bounded(call, device.kernel_timeout_s, failure or f"the remote run on {device.describe()} failed {what}",
-                    f"{device.describe()} stopped answering while {what} (--kernel-timeout)")
+    """One remote step other than timing, within the device's ``wait_s``: a server that
+    stops answering (a stopped process, a cut link) never hangs a run, and Ctrl-C ends
+    it while it waits. An error says ``failure`` (default: the run failed while
+    ``what``), or, when time ran out, that the device stopped answering then."""
+    return _bounded(call, device.wait_s, failure or f"the remote run on {device.describe()} failed {what}",
+                    f"{device.describe()} stopped answering while {what}")
 
 
-def _time_there(session, kind: str, entry: str, args, captured, device: RemoteDevice, repeat: int, number: int, say):
+def _time_there(session, kind: str, entry: str, args, captured, device: RemoteDevice, repeat: int, number: int, say,
+                held: list):
+    """(site timings, end-to-end seconds, device name), every step bounded; each
+    remote object made is put in ``held`` (the caller frees them, bounded)."""
     import tvm
     from tvm import relax
 
@@ -228,6 +239,7 @@ def _time_there(session, kind: str, entry: str, args, captured, device: RemoteDe
     remote_vm = _step(device, "loading the build", lambda: relax.VirtualMachine(session.load_module("vm.so"), dev),
                       refused)
     kernels = _step(device, "loading the build", lambda: session.load_module("kernels.so"), refused)
+    held += [dev, remote_vm, kernels]
     sites = []
     for i, (name, call, arrays) in enumerate(captured):
         say(f"remote isolated {i + 1}/{len(captured)}: {name}#{call}")
@@ -235,14 +247,17 @@ def _time_there(session, kind: str, entry: str, args, captured, device: RemoteDe
                             lambda: [tvm.runtime.tensor(a, dev) for a in arrays])
         timer = _step(device, f"preparing the timing of {name}#{call}",
                       lambda: kernels.time_evaluator(name, dev, number=number, repeat=repeat))
+        held += [remote_args, timer]
         results = _bounded(lambda: timer(*remote_args).results, device.kernel_timeout_s,
                            f"the remote run on {device.describe()} failed at {name}#{call}",
                            f"kernel {name}#{call} did not finish on {device.describe()} (--kernel-timeout)")
         sites.append((name, call, results))
     say("remote end-to-end timing")
     inputs = _step(device, f"sending the inputs of {entry}", lambda: [tvm.runtime.tensor(a, dev) for a in args])
+    held.append(inputs)
     vm_timer = _step(device, f"preparing the timing of {entry}",
                      lambda: remote_vm.time_evaluator(entry, dev, number=1, repeat=max(repeat, 3)))
+    held.append(vm_timer)
     e2e = _bounded(lambda: vm_timer(*inputs).results, device.kernel_timeout_s * max(len(captured), 1),
                    f"the remote run on {device.describe()} failed timing {entry} end to end",
                    f"{entry} did not finish on {device.describe()} (--kernel-timeout, per call site)")

@@ -162,3 +162,13 @@ def test_a_run_killed_at_any_write_step_loses_nothing_and_the_next_run_says_or_c
         assert (out / "lineage.json").read_text() == "new"
         assert sorted(p.name for p in root.iterdir()) == ["d", "mine.txt"]  # nothing left beside
     assert steps == 7  # five staging writes, the rename aside, the rename into place
+
+
+def test_a_users_directory_named_like_a_leftover_is_left_alone(tmp_path):
+    out = _outputs(tmp_path / "results", "lineage.json")
+    backups = [_outputs(tmp_path / ".results.old-20240315", "thesis.txt"),
+               _outputs(tmp_path / ".results.relaytrace-20240315", "notes.txt")]
+    for backup in backups:
+        os.utime(backup, (time.time() - 3600, time.time() - 3600))
+    prepare_out_dir(out, force=True)
+    assert all((b / n).read_text() == "ours" for b, n in zip(backups, ("thesis.txt", "notes.txt")))

@@ -98,9 +98,11 @@ def run(args) -> int:
             total = M.weighted_total_s(matched)
             echo(f"total conv2d/dense time weighted by repeats: {total * 1e3:.2f} ms ({unweighted})")
             result["log_weighted_total_ms"] = total * 1e3
-        else:  # no IR and no zoo model: how often each workload runs is not known
-            echo(f"total conv2d/dense time weighted by repeats: unknown, the repeats are not known (give "
-                 f"--relay-ir or --repeats-from ZOO_MODEL); {unweighted}")
+        else:  # how often each workload runs is not known
+            how = ("no workload of the log was found in " + ("the Relay IR" if graph else args.repeats_from)
+                   if graph or args.repeats_from else "give --relay-ir or --repeats-from ZOO_MODEL")
+            echo(f"total conv2d/dense time weighted by repeats: unknown, the repeats are not known ({how}); "
+                 f"{unweighted}")
             result["log_weighted_total_ms"] = None
     if issues:
         echo(f"\n{len(issues)} line(s) could not be read fully:")

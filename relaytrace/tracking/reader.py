@@ -80,7 +80,7 @@ class Decoded:
     part before, finds its values read. Handles stay valid while the build's functions
     are pinned (the tracker pins them)."""
 
-    __slots__ = ("calls", "callees", "names", "bindings_of", "var_of")
+    __slots__ = ("calls", "callees", "names", "bindings_of", "var_of", "type_texts", "tensor_types")
 
     def __init__(self):
         self.calls: dict[int, CallView | None] = {}  # value handle -> its call (None: not a call)
@@ -88,6 +88,10 @@ class Decoded:
         self.names: dict[int, tuple[int, str]] = {}  # callee object handle -> (kind, name)
         self.bindings_of: dict[int, list[int]] = {}  # function handle -> its bindings' handles
         self.var_of: dict[int, int] = {}  # binding handle -> its var's handle
+        # structural hash of a type -> its text / its tensors' (shape, dtype). Per build, never
+        # across builds: a free TIR var hashes by address, and a later build's var may reuse one
+        self.type_texts: dict[int, str] = {}
+        self.tensor_types: dict[int, tuple[tuple[tuple, str], ...]] = {}
 
 
 class _Cache:
@@ -144,14 +148,7 @@ def callee_of(d: FunctionView, position: int) -> str | None:
     found = callees.get(d.values[position], _MISSING)
     if found is _MISSING:
         value = d._value_objects[position]
-        found = None
-        if ir.kind(value) == "call":
-            op = value.op
-            kind, name = _callee(d, op)
-            if kind == OP and (name in ir.CALL_TIR_OPS or name in ir.PACKED_OPS) and _ARRAY_SIZE(value.args):
-                name = _callee(d, _ARRAY_ITEM(value.args, 0))[1]
-            found = name
-        callees[d.values[position]] = found
+        found = callees[d.values[position]] = _named(d, value)[1] if ir.kind(value) == "call" else None
     return found
 
 
@@ -178,10 +175,14 @@ def name(d: FunctionView, position: int) -> str:
 
 def integer_arguments(d: FunctionView, position: int) -> list[int | None]:
     """The value of each argument of a call binding (written in full) that is an
-    integer (a ``PrimValue``, an ``IntImm``), None for any other; read from TVM each time
-    (``vm.builtin.make_shape`` says heap slots this way)."""
+    integer (a ``PrimValue``, an ``IntImm``), None for any other, the arguments as
+    ``CallView`` counts them (a packed call's name is no argument); read from TVM each
+    time (``vm.builtin.make_shape`` says heap slots this way)."""
+    value = d._value_objects[position]
+    kind, _, _ = _named(d, value)
+    args = ir.items(value.args)
     out: list[int | None] = []
-    for arg in ir.items(d._value_objects[position].args):
+    for arg in args[1:] if kind == _PACKED else args:
         try:
             out.append(int(arg.value) if hasattr(arg, "value") else int(arg))
         except (TypeError, ValueError):
@@ -197,17 +198,13 @@ def argument_types(d: FunctionView, position: int) -> tuple[tuple[tuple, str], .
         ty = ir.expr_type(arg)
         if ty is None:
             continue
+        cache = d._cache.decoded.tensor_types
         key = tvm_ffi.structural_hash(ty)
-        found = _TENSOR_TYPES.get(key)
+        found = cache.get(key)
         if found is None:
-            if len(_TENSOR_TYPES) > 100_000:  # a long-lived process building many models
-                _TENSOR_TYPES.clear()
-            found = _TENSOR_TYPES[key] = tuple(ir.tensor_types(ty))
+            found = cache[key] = tuple(ir.tensor_types(ty))
         out.extend(found)
     return tuple(out)
-
-
-_TENSOR_TYPES: dict[int, tuple[tuple[tuple, str], ...]] = {}  # structural hash -> its tensor types
 
 
 def output(d: FunctionView) -> Node | None:
@@ -233,18 +230,29 @@ def _callee(d: FunctionView, e) -> tuple[int, str]:
     return found
 
 
+_CALL_TIR, _PACKED, _DIRECT = range(3)
+
+
+def _named(d: FunctionView, value) -> tuple[int, str, object]:
+    """How a call names its callee: (``_CALL_TIR``, F, F) for ``call_tir(F, ...)``,
+    (``_PACKED``, name, the name's object) for ``call_packed("name", ...)``,
+    (``_DIRECT``, callee, the op or function) otherwise."""
+    op = value.op
+    kind, name = _callee(d, op)
+    if kind == OP and (name in ir.CALL_TIR_OPS or name in ir.PACKED_OPS) and _ARRAY_SIZE(value.args):
+        first = _ARRAY_ITEM(value.args, 0)
+        return (_CALL_TIR if name in ir.CALL_TIR_OPS else _PACKED), _callee(d, first)[1], first
+    return _DIRECT, name, op
+
+
 def _call(d: FunctionView, value) -> CallView:
     args = ir.items(value.args)
-    kind, callee = _callee(d, value.op)
-    global_var = value.op.__chandle__() if kind == GLOBAL else 0
-    if kind == OP and callee in ir.CALL_TIR_OPS and args:  # call_tir(F, (inputs...))
-        target = args[0]
-        target_kind, callee = _callee(d, target)
-        global_var = target.__chandle__() if target_kind == GLOBAL else 0
+    form, callee, target = _named(d, value)
+    global_var = target.__chandle__() if _callee(d, target)[0] == GLOBAL else 0
+    if form == _CALL_TIR:  # call_tir(F, (inputs...))
         inner = args[1] if len(args) > 1 else None
         args = [] if inner is None else ir.items(inner.fields) if ir.kind(inner) == "tuple" else [inner]
-    elif kind == OP and callee in ir.PACKED_OPS and args:  # call_packed("name", args...)
-        callee = _callee(d, args[0])[1]
+    elif form == _PACKED:  # call_packed("name", args...)
         args = args[1:]
     atoms = []
     for arg in args:
@@ -356,7 +364,6 @@ def shapes_and_dtypes(d: FunctionView, type_: int) -> tuple[tuple[tuple, ...], t
     return found
 
 
-_TYPE_TEXTS: dict[int | None, str] = {None: ""}  # structural hash -> type text
 
 
 def _type_text(ty) -> str:
@@ -375,12 +382,10 @@ def _type(cache: _Cache, expr) -> int:
     if found is None:
         ty = ir.expr_type(expr)
         key = tvm_ffi.structural_hash(ty) if ty is not None else None
-        text = _TYPE_TEXTS.get(key)
+        texts = cache.decoded.type_texts
+        text = texts.get(key) if key is not None else ""
         if text is None:
-            if len(_TYPE_TEXTS) > 100_000:  # a long-lived process building many models
-                _TYPE_TEXTS.clear()
-                _TYPE_TEXTS[None] = ""
-            text = _TYPE_TEXTS[key] = _type_text(ty)
+            text = texts[key] = _type_text(ty)
         found = cache.texts.get(text)
         if found is None:
             cache.strings.append(text)

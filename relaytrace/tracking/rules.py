@@ -3,7 +3,8 @@
 Identity comes first and needs no search: a Var object that survived a pass keeps its
 token, unless one of ``IDENTITY_EXCEPTIONS`` says the var now binds a new value. A
 binding whose Var is new (or whose identity was broken) is offered to each rule of
-``DEFAULT_RULES`` in order; the first that finds it wins, and a binding no rule
+``DEFAULT_RULES`` in order (a shape function to none: its only argument, the VM's
+shape heap, tells no two apart); the first that finds it wins, and a binding no rule
 explains is new (inserted or unresolved, ``newops``). Names are never evidence:
 generated names such as ``lv20`` recur.
 
@@ -11,8 +12,9 @@ A rule is a small object with a ``name`` (what ``PassEvent.rules`` and each ``Ch
 record) and ``find(binding, walk) -> Found | None``; an identity exception has a
 ``name`` and ``breaks(walk, position, var, token) -> bool``. Both read the walk of the
 function at hand (``tracker.Walk``: the tokens, value keys, the function as the pass
-before left it, fused bodies as recipes) and change nothing: the tracker applies what
-a rule found. A rule never names a token ``walk.claimed`` holds (one value's origins
+before left it, fused bodies as recipes) and change nothing in the tracker's state
+but its memos (a constant's token, a tuple field's token, a fused body's recipe: each
+made once, at the first look-up); the tracker applies what a rule found. A rule never names a token ``walk.claimed`` holds (one value's origins
 go to one binding). ``[rule.name for rule in DEFAULT_RULES]`` lists them;
 tests/test_rules.py shows each firing where it should and not where it should not.
 """
@@ -113,7 +115,9 @@ class FoldedToConstant:
 class ReusedForLayout:
     """A var whose token this walk gave away already now calls a layout transform:
     AlterOpImpl reused the var of an op for the transform after its new
-    implementation (``facts.reused_for_layout``)."""
+    implementation (``facts.reused_for_layout``). That the token went to another
+    binding is the evidence the old value lives on there, so whatever the var computed
+    before, it is taken as not moving data."""
 
     name = "layout-reuse"
 

@@ -72,7 +72,7 @@ class Walk:
     pass and its view, its state before the pass (``old``: None for a new function),
     the module's functions, the tracker's tokens and value keys, the vars bound to
     another value (``aliases``), the tokens this walk gave away (``claimed``). Rules
-    change none of it; the look-ups they ask for are built on first use."""
+    change none of it but memos; the look-ups they ask for are built on first use."""
 
     func: object
     d: reader.FunctionView
@@ -169,8 +169,9 @@ class Tracker:
     def _pin(self, obj) -> None:
         """Keep IR objects alive. Handles key every table here, so the C++ objects
         behind them must outlive the tracking; pinning each pass's function map (every
-        function the tracker reads is in one) does that without holding (and making
-        the GC walk) a wrapper per binding."""
+        function the tracker reads is in one) does that. (The views hold a wrapper per
+        binding a pass wrote, for reading it on demand; tracking runs with the garbage
+        collector paused, ``recorder.gc_paused``.)"""
         self._pins.append(obj)
 
     # -- one function ---------------------------------------------------------

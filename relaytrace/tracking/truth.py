@@ -79,9 +79,10 @@ def shape_consumers(passes: Sequence[PassRecord], read=reader.read) -> dict[str,
     heap slots it writes, read from the last recorded module with Relax functions: the
     slots a ``shape_func`` PrimFunc stores (its TIR), the slots each
     ``vm.builtin.make_shape`` loads (kind 1 pairs of its arguments), and the
-    allocations and kernel calls those shapes reach. Independent of the tracker, which
-    sees only that a kernel's allocation reads the heap after the shape function.
-    ``read`` reads a function's view (the build's shared reads)."""
+    allocations and kernel calls those shapes reach. Independent of the tracker's
+    rules, which see only that a kernel's allocation reads the heap after the shape
+    function; ``read`` reads a function's view (the build's shared reads: the reader
+    states what the IR holds, nothing more)."""
     module = next((r.module for r in reversed(passes) if ir.model_functions(r.functions)), None)
     if module is None:
         return {}
