@@ -394,6 +394,10 @@ def cmd_tasks(args) -> int:
         echo(f"tuned build: {cov.attributed_sites}/{cov.call_sites} kernel call sites attributed"
              f"{'' if cov.complete else ' (INCOMPLETE)'}; {len(tuned.tuned)} of {len(tuned.kernels)} kernels "
              f"took a tuned schedule")
+        failed = T.failed_tasks(args.db)
+        if failed:
+            echo(f"{failed} task(s) kept the default schedule: every candidate failed to build or run "
+                 f"(MetaSchedule's logs: {Path(args.db) / 'logs'})")
         echo(f"tuning database written to {args.db}; profile the tuned build with:\n"
              f"  {_profile_command(spec, shapes, dtype, target_text, args.db, remote)}")
         if args.out:

@@ -71,6 +71,7 @@ def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=
     if trials_per_task < 1:
         raise RelaytraceError("--tune needs at least 1 trial per task")
     runner = "local" if remote is None else fleet_runner(remote)
+    builder = ms.builder.LocalBuilder(initializer=_import_tensor_intrinsics)
     fused = fused_module(mod, target)
     if progress:
         where = f", measured on {remote.describe()}" if remote is not None else ""
@@ -78,9 +79,18 @@ def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=
     database = ms.relax_integration.tune_relax(
         fused, {}, target, work_dir, max_trials_global=trials_per_task * tasks,
         max_trials_per_task=trials_per_task, num_trials_per_iter=min(trials_per_task, 64),
-        cost_model="random", seed=0, runner=runner,
+        cost_model="random", seed=0, builder=builder, runner=runner,
     )
     return tuned_pipeline(target, database)
+
+
+def _import_tensor_intrinsics():
+    """Run once in each of MetaSchedule's build workers before its first build: the
+    import its default build function makes first (every target's tensor intrinsics,
+    parsed from TVMScript) can take as long as LocalBuilder's timeout on a small
+    machine, so inside the timed build every candidate failed as "Timeout" and the
+    database held only failed records. An initializer's time is not timed."""
+    import tvm.s_tir.tensor_intrin  # noqa: F401
 
 
 def fleet_runner(remote):
@@ -115,6 +125,21 @@ def open_database(work_dir):
         raise RelaytraceError(f"no MetaSchedule database in {work_dir}: make one with "
                               f"`relaytrace tasks MODEL --tune N --db {work_dir}`")
     return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
+
+
+def failed_tasks(work_dir) -> int:
+    """How many tuned workloads in the database of ``work_dir`` have no candidate that
+    built and ran: MetaSchedule records a failure with a huge run time and keeps the
+    default schedule for them, without a word in the tuned build."""
+    from tvm_ffi import structural_hash
+
+    failed_cost = 1e9  # MetaSchedule's MAX_FAIL_COST is 1e10 s
+    best: dict = {}
+    for record in open_database(work_dir).get_all_tuning_records():
+        times = [float(t) for t in record.run_secs or ()]
+        key = structural_hash(record.workload.mod)
+        best[key] = best.get(key, False) or (bool(times) and max(times) < failed_cost)
+    return sum(not ok for ok in best.values())
 
 
 def tuned_pipeline(target, database):
