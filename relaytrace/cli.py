@@ -592,21 +592,22 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
     try:
         args = build_parser().parse_args(argv)
-        return args.run(args)
+        code = args.run(args)
     except BrokenPipeError:
         return failures.quiet_broken_pipe()
     except BaseException as exc:  # noqa: BLE001 - the one place failures become exit codes
         if isinstance(exc, SystemExit):
             raise
         code = failures.report(exc)
-        remote = sys.modules.get(f"{__package__}.remote")
-        if remote is not None and remote.ABANDONED:  # tearing down a session to a stopped device would hang
-            sys.stdout.flush()
-            os._exit(code)
-        return code
     finally:
         restore()
         restore_warnings()
+    remote = sys.modules.get(f"{__package__}.remote")
+    if remote is not None and remote.ABANDONED:  # tearing down a session to a stopped device would hang
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

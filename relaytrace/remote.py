@@ -193,26 +193,92 @@ def run_remote(executable, kernel_library, target_text: str, entry: str, args, c
                 raise RelaytraceError(f"could not link the build for the device: {describe(exc)}") from exc
         say(f"connecting to {device.describe()}")
         session = device.connect()
-        held: list = []  # the remote objects made: freeing one waits for the device, so never unbounded
+        held = _Held()
         try:
             say("uploading the executable")
             for name in paths:
                 _step(device, f"uploading {name}", lambda: session.upload(os.path.join(tmp, name)))
-            result = _time_there(session, kind, entry, args, captured, device, repeat, number, say, held)
-            _step(device, "releasing its arrays", held.clear)
+            dev = _step(device, f"finding its {kind} device", lambda: session.device(kind, 0))
+            result = _time_there(session, dev, kind, entry, args, captured, device, repeat, number, say, held)
         except (StoppedAnswering, KeyboardInterrupt):
-            ABANDONED.append((session, held))  # a step still waits on it: freeing them would wait too
+            ABANDONED.append(held.take(session))  # freeing them would wait for the device
             raise
         except RelaytraceError:
             raise
         except Exception as exc:  # the server went away, a kernel failed there
             raise RelaytraceError(f"the remote run on {device.describe()} failed: {describe(exc)}") from exc
-        ending, session = [session], None  # closed on a worker: a device that stops now cannot hang the run
+        owned = held.take(session)
+        del session
         try:
-            _step(device, "closing the session", ending.clear)
-        except StoppedAnswering:
-            pass  # every figure is in: the session is left to the worker
+            _step(device, "releasing the build and closing the session", lambda: _free(owned))
+        except StoppedAnswering as exc:  # every figure is in: keep them, leave the session
+            ABANDONED.append(owned)
+            say(f"{exc}; the session is left open, the figures are kept")
         return result
+
+
+class _Held:
+    """The remote objects of a run, each owned by one TVM list. Why: a remote object is
+    freed by its destructor, which waits for the device's reply; run from Python it
+    waits holding the interpreter lock, so on a stopped device every thread hangs, the
+    time limits' too. Cleared by a packed call (``_free``), which waits without the
+    lock, the last references go inside TVM and the wait can be bounded (``_step``).
+    Objects are added as they are made; Python's own references are dropped before
+    the list is cleared, so Python never frees one."""
+
+    def __init__(self):
+        import tvm_ffi
+
+        self.lists: list = [tvm_ffi.List()]  # the run's; one more per site while it is timed
+
+    def open(self) -> None:
+        """Objects added from now on are freed together by ``close``."""
+        import tvm_ffi
+
+        self.lists.append(tvm_ffi.List())
+
+    def close(self) -> None:
+        """Frees the objects added since ``open`` (the caller holds none of them)."""
+        _free(self.lists[-1])
+        self.lists.pop()
+
+    def add(self, thing):
+        """``thing`` (a TVM object, a list of them, or an object whose attributes hold
+        them: a session, a VirtualMachine) owned by the newest list; returns it."""
+        for value in _tvm_objects(thing):
+            self.lists[-1].append(value)
+        return thing
+
+    def take(self, *more):
+        """One TVM list owning every object held, and those of ``more``; ``self`` holds none."""
+        import tvm_ffi
+
+        for thing in more:
+            self.add(thing)
+        owned = tvm_ffi.List([value for owned in self.lists for value in owned])
+        self.lists = [tvm_ffi.List()]
+        return owned
+
+
+def _tvm_objects(thing) -> list:
+    from tvm_ffi.core import CObject
+
+    if isinstance(thing, CObject):
+        return [thing]
+    if isinstance(thing, (list, tuple)):
+        return [value for item in thing for value in _tvm_objects(item)]
+    if isinstance(thing, dict):
+        return _tvm_objects(list(thing.values()))
+    if hasattr(thing, "__dict__") and not callable(thing):
+        return _tvm_objects(list(vars(thing).values()))
+    return []
+
+
+def _free(owned) -> None:
+    """Clears the TVM list ``owned`` in a packed call (run without the interpreter lock)."""
+    import tvm_ffi
+
+    tvm_ffi.get_global_func("ffi.ListClear")(owned)
 
 
 def _step(device: RemoteDevice, what: str, call, failure: str | None = None):
@@ -224,41 +290,58 @@ def _step(device: RemoteDevice, what: str, call, failure: str | None = None):
                     f"{device.describe()} stopped answering while {what}")
 
 
-def _time_there(session, kind: str, entry: str, args, captured, device: RemoteDevice, repeat: int, number: int, say,
-                held: list):
-    """(site timings, end-to-end seconds, device name), every step bounded; each
-    remote object made is put in ``held`` (the caller frees them, bounded)."""
+def _time_there(session, dev, kind: str, entry: str, args, captured, device: RemoteDevice, repeat: int, number: int,
+                say, held: _Held):
+    """(site timings, end-to-end seconds, device name), every step bounded. Each remote
+    object made is added to ``held``; a site's arguments and timer are freed after it
+    (a model's every argument at once could fill a board), the build by the caller."""
     import tvm
     from tvm import relax
 
-    dev = _step(device, f"finding its {kind} device", lambda: session.device(kind, 0))
     if not _step(device, f"finding its {kind} device", lambda: dev.exist):
         raise RelaytraceError(f"{device.describe()} has no {kind} device, which this build's target needs: "
                               "profile it on a device of its kind, or build for this one's (--target)")
     refused = f"{device.describe()} cannot load this build (is --target the device's own target?)"
-    remote_vm = _step(device, "loading the build", lambda: relax.VirtualMachine(session.load_module("vm.so"), dev),
-                      refused)
-    kernels = _step(device, "loading the build", lambda: session.load_module("kernels.so"), refused)
-    held += [dev, remote_vm, kernels]
+    vm = held.add(_step(device, "loading the build",
+                        lambda: relax.VirtualMachine(session.load_module("vm.so"), dev), refused)).module
+    kernels = held.add(_step(device, "loading the build", lambda: session.load_module("kernels.so"), refused))
     sites = []
     for i, (name, call, arrays) in enumerate(captured):
         say(f"remote isolated {i + 1}/{len(captured)}: {name}#{call}")
-        remote_args = _step(device, f"sending the arguments of {name}#{call}",
-                            lambda: [tvm.runtime.tensor(a, dev) for a in arrays])
-        timer = _step(device, f"preparing the timing of {name}#{call}",
-                      lambda: kernels.time_evaluator(name, dev, number=number, repeat=repeat))
-        held += [remote_args, timer]
-        results = _bounded(lambda: timer(*remote_args).results, device.kernel_timeout_s,
+        held.open()
+        remote_args = held.add(_step(device, f"sending the arguments of {name}#{call}",
+                                     lambda: [tvm.runtime.tensor(a, dev) for a in arrays]))
+        timer = held.add(_step(device, f"preparing the timing of {name}#{call}",
+                               lambda: _timer(kernels, name, dev, number, repeat)))
+        results = _bounded(lambda: _seconds(timer(*remote_args), repeat), device.kernel_timeout_s,
                            f"the remote run on {device.describe()} failed at {name}#{call}",
                            f"kernel {name}#{call} did not finish on {device.describe()} (--kernel-timeout)")
         sites.append((name, call, results))
+        del remote_args, timer
+        _step(device, f"releasing the arguments of {name}#{call}", held.close)
     say("remote end-to-end timing")
-    inputs = _step(device, f"sending the inputs of {entry}", lambda: [tvm.runtime.tensor(a, dev) for a in args])
-    held.append(inputs)
-    vm_timer = _step(device, f"preparing the timing of {entry}",
-                     lambda: remote_vm.time_evaluator(entry, dev, number=1, repeat=max(repeat, 3)))
-    held.append(vm_timer)
-    e2e = _bounded(lambda: vm_timer(*inputs).results, device.kernel_timeout_s * max(len(captured), 1),
+    inputs = held.add(_step(device, f"sending the inputs of {entry}",
+                            lambda: [tvm.runtime.tensor(a, dev) for a in args]))
+    timer = held.add(_step(device, f"preparing the timing of {entry}",
+                           lambda: _timer(vm, entry, dev, 1, max(repeat, 3))))
+    e2e = _bounded(lambda: _seconds(timer(*inputs), max(repeat, 3)), device.kernel_timeout_s * max(len(captured), 1),
                    f"the remote run on {device.describe()} failed timing {entry} end to end",
                    f"{entry} did not finish on {device.describe()} (--kernel-timeout, per call site)")
     return sites, e2e, f"remote {kind}(0)"  # str() of a remote device is an RPC table index
+
+
+def _timer(module, name: str, dev, number: int, repeat: int):
+    """TVM's timing function of ``name`` in the remote ``module`` (a packed function
+    that returns ``repeat`` doubles as bytes): the one ``Module.time_evaluator`` wraps
+    in a Python closure, which ``_Held`` could not own."""
+    from tvm.runtime import _ffi_api
+
+    return _ffi_api.RPCTimeEvaluator(module, name, dev.dlpack_device_type(), dev.index, number, repeat,
+                                     0, 100, 0, 1, 0, "")
+
+
+def _seconds(blob: bytes, repeat: int) -> tuple[float, ...]:
+    """The ``repeat`` per-repeat mean times (s) in a timing function's result."""
+    import struct
+
+    return struct.unpack("@" + "d" * repeat, bytes(blob))

@@ -137,7 +137,7 @@ def _wait_for(proc, text: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("at", ["uploading the executable"])  # later phases: see issue 27's note (a hang left)
+@pytest.mark.parametrize("at", ["uploading the executable", "remote isolated 2/", "remote end-to-end timing"])
 def test_a_server_that_stops_answering_ends_the_run_within_its_limit_and_ctrl_c_ends_it_at_once(tmp_path, at):
     """A server stopped (SIGSTOP, not killed) mid-run, at upload, while sites are timed,
     at the end-to-end timing: the run ends within its limits (--kernel-timeout for a
