@@ -293,7 +293,7 @@ def test_one_slow_run_does_not_move_a_sites_figure_and_is_said(out_dir, tmp_path
     base = Profile.load(out_dir / "profile.json")
     records = [attrs.evolve(r, run=run) for run in range(5) for r in base.records]  # five equal runs
     steady = attrs.evolve(base, records=tuple(records), repeat=5)
-    steady = attrs.evolve(steady, e2e_us=(10 * (steady.kernel_us + steady.builtin_us),) * 3)
+    steady = attrs.evolve(steady, e2e_us=(steady.timed_run_us,) * 3)  # untimed runs as long as the timed ones
     site = (records[0].name, records[0].call)
     hiccup = attrs.evolve(steady, records=(attrs.evolve(records[0], duration_us=records[0].duration_us + 4000),)
                           + tuple(records[1:]))
@@ -302,7 +302,13 @@ def test_one_slow_run_does_not_move_a_sites_figure_and_is_said(out_dir, tmp_path
     assert not steady.warnings()
     assert hiccup.warnings()[0].startswith("NOISY: 1 call site(s)") and f"{site[0]}#{site[1]}" in hiccup.warnings()[0]
     fast = attrs.evolve(steady, e2e_us=(steady.kernel_us / 2,) * 3)
-    assert any(w.startswith("OVER END TO END") and "gap is negative" in w for w in fast.warnings())
+    over = [w for w in fast.warnings() if w.startswith("OVER END TO END")]
+    assert len(over) == 1 and "gap is negative" in over[0] and "the runs differ" in over[0]
+    assert f"the timed runs took {steady.timed_run_us / 1e3:.3f} ms each" in over[0]
+    slow = attrs.evolve(steady, e2e_us=(steady.timed_run_us * 1.5,) * 3)  # the untimed runs took longer
+    between = [w for w in slow.warnings() if w.startswith("BETWEEN RUNS")]
+    assert len(between) == 1 and f"({slow.gap_us / 1e3:.3f} ms)" in between[0]
+    assert steady.calls_per_run_us <= steady.timed_run_us <= steady.calls_per_run_us * 1.5
     saved = Profile.load(hiccup.save(tmp_path / "p.json"))
     assert saved.by_site() == hiccup.by_site()
     assert json.loads((tmp_path / "p.json").read_text())["site_times"][f"{site[0]}#{site[1]}"][2] == \
