@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from .tracking.recorder import Recorder
 
 PIPELINES = ("fused", "unfused")
+NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}  # what --layout NHWC asks ConvertLayout for
+# the three builds (pipeline, convert_layout) goldens and generated models are checked in
+BUILD_CONFIGS = {"unfused": ("unfused", None), "fused": ("fused", None), "nhwc": ("fused", NHWC)}
 
 
 class Trace:

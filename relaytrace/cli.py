@@ -18,7 +18,6 @@ from .frontends.loader import DEMO_MODELS
 from .jobs import echo, escape_warnings
 from .render.safe_text import terminal
 
-NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
 
 
 def _progress(args):
@@ -28,7 +27,7 @@ def _progress(args):
 
 
 def _build_and_profile(model, args, say, inputs):
-    from .build import build
+    from .build import NHWC, build
     from .profiler import profile
 
     from .remote import exporter, runs_here, target_name
@@ -158,10 +157,11 @@ def _absolute_factory(spec: str) -> str:
 
 
 def cmd_compare(args) -> int:
-    from .build import build
+    from .build import NHWC, build
     from .comparison import compare
     from .frontends.loader import load
-    from .jobs import COMPARE_OUTPUTS, parse_shape, prepare_out_dir, write_compare
+    from .jobs import parse_shape, prepare_out_dir, write_compare
+    from .render.outputs import COMPARE, names
     from .remote import runs_here, target_name
     from .render.table import comparison_table
 
@@ -192,7 +192,7 @@ def cmd_compare(args) -> int:
     echo(comparison.summary())
     if out is not None:
         write_compare(out, lineage, comparison, overwrite=args.force)
-        echo(f"\nwritten to {out}/: {', '.join(COMPARE_OUTPUTS)}")
+        echo(f"\nwritten to {out}/: {', '.join(names(COMPARE))}")
     return 0
 
 

@@ -3,8 +3,9 @@ profiled build written into a directory in one step (or not at all), saved outpu
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -14,13 +15,8 @@ from pathlib import Path
 from .errors import LineageFormatError, RelaytraceError, UsageError
 from .failures import stop_if_interrupted
 from .model.jsonio import current_umask, raise_naming_target
+from .render.outputs import NAMES as OUTPUTS  # what a directory of ours may hold
 from .render.safe_text import terminal, terminal_lines
-
-PROFILE_OUTPUTS = ("lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg",
-                   "report.html", "trace.json", "run.json",
-                   "explorer-time.json", "explorer-kernels.json", "explorer-category.json")  # the last: torch only
-COMPARE_OUTPUTS = ("lineage.json", "compare.json", "compare.csv", "errors.svg")  # `relaytrace compare --out DIR`
-OUTPUTS = tuple(dict.fromkeys(PROFILE_OUTPUTS + COMPARE_OUTPUTS))  # what a directory of ours may hold
 
 
 def echo(text: str = "") -> None:
@@ -191,9 +187,15 @@ def _aside_of(directory: Path, name: str) -> bool:
                           and not inside[0].is_symlink() and _only_ours(inside[0]))
 
 
+_PARTIAL = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp")  # jsonio.write_atomic's temporary file
+
+
 def _ours(p: Path) -> bool:
-    """A file relaytrace writes into an output directory: by name, and a regular file."""
-    return (p.name in OUTPUTS or p.name in RENDERED_OUTPUTS) and p.is_file() and not p.is_symlink()
+    """A file relaytrace writes into an output directory, or the temporary file one is
+    written through (a run killed mid-write leaves it): by name, and a regular file."""
+    partial = _PARTIAL.fullmatch(p.name)
+    name = partial["name"] if partial else p.name
+    return (name in OUTPUTS or name in RENDERED_OUTPUTS) and p.is_file() and not p.is_symlink()
 
 
 def _refuse_foreign(out: Path) -> None:
@@ -204,63 +206,45 @@ def _refuse_foreign(out: Path) -> None:
                               f"{', ...' if len(foreign) > 3 else ''}): choose a new or empty --out")
 
 
+_PROBE = ".relaytrace-probe-"
+
+
 def _check_writable_beside(out: Path) -> None:
     """The directory the outputs will be staged in can take a directory: its nearest
-    existing ancestor is a directory where one can be made (tried, and removed)."""
+    existing ancestor is a directory where one can be made (tried, and removed). An
+    empty probe over ten minutes old is one a signal left between its two steps:
+    removed (a younger one may be another run's, probing now)."""
     ancestor = next(p for p in out.absolute().parents if p.exists())  # missing levels are made when writing
     if not ancestor.is_dir():
         raise RelaytraceError(f"cannot write {out}: {ancestor} is a file, not a directory")
+    for stale in ancestor.glob(f"{_PROBE}*"):
+        with contextlib.suppress(OSError):  # not empty, not ours, or gone: left
+            if stale.is_dir() and not stale.is_symlink() and time.time() - stale.stat().st_mtime > 600:
+                stale.rmdir()
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".relaytrace-probe-", dir=ancestor))
+        os.rmdir(tempfile.mkdtemp(prefix=_PROBE, dir=ancestor))
     except OSError as exc:
         raise RelaytraceError(f"cannot write {out}: {ancestor} takes no new directory ({exc.strerror}); "
                               "choose another --out") from None
 
 
 def write_outputs(out: Path, report, run: dict, collapse: int | None = None, overwrite: bool = True) -> Path:
-    """Write every output of a ``Report`` into a fresh directory beside ``out``, then put
-    it in ``out``'s place in one rename: a failure at any point leaves ``out`` as it was
-    (or absent) and nothing else behind. An existing ``out`` is replaced only with
-    ``overwrite`` and only when it holds nothing but relaytrace's outputs."""
-    from .render import export
-    from .render import graphviz as G
-    from .render.chrome_trace import chrome_trace
-    from .render.explorer import node_data
-    from .render.html import html_report
+    """Write every output of a ``Report`` (``render.outputs.PROFILE``) into a fresh
+    directory beside ``out``, then put it in ``out``'s place in one rename: a failure at
+    any point leaves ``out`` as it was (or absent) and nothing else behind. An existing
+    ``out`` is replaced only with ``overwrite`` and only when it holds nothing but
+    relaytrace's outputs."""
+    from .render.outputs import PROFILE, ProfileRun, write_all
 
-    lineage, profile = report.lineage, report.profile
-
-    def write(staging: Path) -> None:
-        report.build_lineage.save(staging / "lineage.json")  # every entry: `query` sees them all
-        profile.save(staging / "profile.json")
-        (staging / "layers.csv").write_text(export.layers_csv(report.layers, lineage.sources()), encoding="utf-8")
-        (staging / "kernels.csv").write_text(export.kernels_csv(report.kernels), encoding="utf-8")
-        G.render(G.layer_graph(lineage, report, collapse=collapse), staging / "layers.svg")
-        G.render(G.kernel_graph(lineage, report), staging / "kernels.svg")
-        (staging / "report.html").write_text(html_report(report), encoding="utf-8")
-        (staging / "trace.json").write_text(json.dumps(chrome_trace(lineage, profile)), encoding="utf-8")
-        (staging / "run.json").write_text(json.dumps(run, indent=1), encoding="utf-8")  # how to rebuild: `tasks DIR`
-        for name, data in node_data(report).items():  # a torch model's times for Model Explorer
-            (staging / name).write_text(json.dumps(data, indent=1), encoding="utf-8")
-
-    return _staged(out, write, overwrite)
+    return _staged(out, lambda staging: write_all(PROFILE, ProfileRun(report, run, collapse), staging), overwrite)
 
 
 def write_compare(out: Path, lineage, comparison, overwrite: bool = True) -> Path:
-    """Write a ``relaytrace compare`` run's outputs (lineage.json, compare.json,
-    compare.csv, errors.svg) as ``write_outputs`` writes a profile's: whole or not at
-    all."""
-    from .render import export
-    from .render.diff_graph import error_graph
-    from .render import graphviz as G
+    """Write a ``relaytrace compare`` run's outputs (``render.outputs.COMPARE``) as
+    ``write_outputs`` writes a profile's: whole or not at all."""
+    from .render.outputs import COMPARE, CompareRun, write_all
 
-    def write(staging: Path) -> None:
-        lineage.save(staging / "lineage.json")
-        comparison.save(staging / "compare.json")
-        (staging / "compare.csv").write_text(export.comparison_csv(comparison), encoding="utf-8")
-        G.render(error_graph(lineage.for_entry(comparison.entry), comparison), staging / "errors.svg")
-
-    return _staged(out, write, overwrite)
+    return _staged(out, lambda staging: write_all(COMPARE, CompareRun(lineage, comparison), staging), overwrite)
 
 
 def _staged(out: Path, write, overwrite: bool) -> Path:

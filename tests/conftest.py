@@ -4,10 +4,9 @@ import pytest
 import tvm
 from tvm import relax
 
+from relaytrace.build import BUILD_CONFIGS as CONFIGS
 from relaytrace.relax_models import resnet_style
 
-NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
-CONFIGS = {"unfused": ("unfused", None), "fused": ("fused", None), "nhwc": ("fused", NHWC)}
 
 
 @pytest.fixture(scope="session")

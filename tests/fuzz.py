@@ -2,12 +2,14 @@
 never a traceback; a failure is one line on stderr; nothing the user had is lost and
 no temporary file is left behind.
 
-Three classes: saved artifacts mutated (``artifact_cases``: a real output directory's
+Classes: saved artifacts mutated (``artifact_cases``: a real output directory's
 ``lineage.json``, ``profile.json``, ``run.json``, ``compare.json`` and reference CSVs, read by ``render``,
 ``query``, ``diff``), legacy texts mutated (``legacy_cases``: the seed threads'
-tables, IR and logs, read by the legacy parsers), and command lines
-(``option_cases``). ``tests/test_fuzz.py`` runs a few hundred of each; ``tools/fuzz.py``
-runs many more and prints the counts.
+tables, IR and logs, read by the legacy parsers), command lines (``option_cases``),
+hostile names in every text output (``name_cases``), output-directory layouts given
+to ``--force`` (``layout_cases``), and a whole run signalled at each of its writes
+(``signal_cases``). ``tests/test_fuzz.py`` runs a few hundred of the first ones;
+``tools/fuzz.py`` runs many more of each and prints the counts.
 """
 
 from __future__ import annotations
@@ -381,3 +383,88 @@ def layout_cases(work: Path, seed: int, count: int):
         left = [p.name for p in root.iterdir() if p.name.startswith(".d.")]
         yield str(sorted(p.name for p in out.iterdir()) if out.is_dir() else "gone"), \
             f"user files lost: {lost}" if lost else f"left behind: {left}" if left else problem
+
+
+# A whole CLI run in a child process that sends itself SIGNAL at its STEP-th write
+# under ROOT (a file opened for writing, a rename, a removal), found by an audit hook.
+_SIGNALLED_RUN = r"""
+import os, signal, sys
+root, step, sig, argv = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+count = [0]
+WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT
+def hook(event, args):
+    if event == "open":
+        path, mode, flags = args
+        writing = set(mode or "") & set("wax+") if mode else bool((flags or 0) & WRITES)
+    elif event in ("os.rename", "os.replace", "os.remove", "os.rmdir", "shutil.rmtree"):
+        path, writing = args[0], True
+    else:
+        return
+    if writing and isinstance(path, (str, os.PathLike)) and os.fspath(path).startswith(root):
+        count[0] += 1
+        if count[0] == step:
+            os.kill(os.getpid(), sig)
+sys.addaudithook(hook)
+from relaytrace.cli import main
+sys.exit(main(argv))
+"""
+
+
+def signal_cases(work: Path, model: str, signals=("SIGKILL", "SIGINT", "SIGTERM"), limit: int = 40):
+    """A whole ``profile --out DIR --force`` run over DIR's previous outputs, signalled
+    at each of its writes in turn (every output file, the swap's renames), per signal:
+    ``DIR`` is then its old outputs, its new ones, or gone with the old ones named by
+    the next run; a Ctrl-C ends with code 130 and one line; a file of the user's beside
+    or inside is never touched; the next ``--force`` run, once leftovers are old,
+    succeeds and leaves nothing beside. Yields (case, problem or None)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    source = work / "signal-source"
+    code, _, err = run_cli(["--quiet", "profile", model, "--repeat", "1", "--out", source])
+    if code:
+        yield "source", f"could not make the source directory: {err[-300:]}"
+        return
+    old = sorted(p.name for p in source.iterdir())
+    for name in signals:
+        for step in range(1, limit + 1):
+            root = work / f"signal-{name}-{step}"
+            out = root / "d"
+            shutil.copytree(source, out)
+            (root / "mine.txt").write_text("the user's")
+            run = subprocess.run([sys.executable, "-c", _SIGNALLED_RUN, str(root), str(step),
+                                  str(int(getattr(signal, name))), "--quiet", "profile", model, "--repeat", "1",
+                                  "--out", str(out), "--force"], capture_output=True, text=True)
+            finished = run.returncode == 0
+            problem = None
+            if name == "SIGINT" and not finished:
+                if run.returncode != 130 or "Traceback" in run.stderr:
+                    problem = f"Ctrl-C ended with {run.returncode}: {run.stderr[-300:]}"
+            elif not finished and run.returncode != -getattr(signal, name):
+                problem = f"ended with {run.returncode}: {run.stderr[-300:]}"
+            names = sorted(p.name for p in out.iterdir()) if out.is_dir() else None
+            if names is not None and names != old and set(names) != set(old):
+                problem = problem or f"out holds neither the old outputs nor the new: {names}"
+            if (root / "mine.txt").read_text() != "the user's":
+                problem = problem or "a user's file changed"
+            for stale in root.glob(".*"):  # as if the signal came ten minutes ago
+                os.utime(stale, (time.time() - 3600, time.time() - 3600))
+            again = subprocess.run([sys.executable, "-m", "relaytrace.cli", "--quiet", "profile", model, "--repeat",
+                                    "1", "--out", str(out), "--force"], capture_output=True, text=True)
+            if again.returncode == 1 and "left its previous outputs in" in again.stderr:
+                (aside,) = root.glob(".d.old-*")  # named: the user puts them back, and runs again
+                os.rename(aside / "d", out)
+                shutil.rmtree(aside)
+                again = subprocess.run(again.args, capture_output=True, text=True)
+            if again.returncode:
+                problem = problem or f"the next run failed: {again.stderr[-300:]}"
+            left = sorted(p.name for p in root.iterdir() if p.name not in ("d", "mine.txt"))
+            if left:
+                problem = problem or f"left beside: {left}"
+            yield f"{name} at write {step}", problem
+            shutil.rmtree(root)
+            if finished:
+                break  # the run ended before this write: every write was tried

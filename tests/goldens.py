@@ -17,11 +17,11 @@ import json
 import sys
 from pathlib import Path
 
+from relaytrace.build import BUILD_CONFIGS as PIPELINES
+
 GOLDENS = Path(__file__).parent / "goldens"
 ZOO = ("resnet18", "resnet50", "resnet50_v1", "vgg16", "mobilenet_v2")
 RELAX = ("resnet_style", "deep_chain")
-NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
-PIPELINES = {"unfused": ("unfused", None), "fused": ("fused", None), "nhwc": ("fused", NHWC)}
 
 
 def summarize(lineage) -> dict:

@@ -177,14 +177,15 @@ def test_diff_of_two_different_models_is_refused(tmp_path, two_runs):
 
 
 def test_an_output_directory_is_replaced_in_one_step_or_not_at_all(two_runs, tmp_path):
-    from relaytrace.jobs import PROFILE_OUTPUTS, load_pair, prepare_out_dir, write_outputs
+    from relaytrace.jobs import load_pair, prepare_out_dir, write_outputs
+    from relaytrace.render.outputs import PROFILE, names
     from relaytrace.errors import RelaytraceError
     from relaytrace.report import make_report
 
     report = make_report(*load_pair(two_runs / "fused"))
     out = tmp_path / "out"
     write_outputs(out, report, {"model": "m"})
-    assert sorted(p.name for p in out.iterdir()) == sorted(PROFILE_OUTPUTS)
+    assert sorted(p.name for p in out.iterdir()) == sorted(names(PROFILE))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     with pytest.raises(TypeError):  # fails at the last output, run.json
         write_outputs(out, report, {"model": object()})

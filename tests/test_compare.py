@@ -10,6 +10,7 @@ import pytest
 import relaytrace
 from relaytrace import zoo
 from relaytrace import compare
+from relaytrace.build import NHWC
 from relaytrace.frontends.torch import from_torch
 from relaytrace.layer_outputs import layer_outputs
 from relaytrace.model.numerics import BEYOND, FUSED, WITHIN, Comparison, error_of
@@ -227,7 +228,7 @@ def test_a_layout_changed_build_is_not_compared_as_if_it_were_not():
     """NHWC data compared with NCHW data would be garbage even when the shapes agree."""
     module, example = _split_model()
     _, result = _compare(module, example, pipeline="unfused",
-                         convert_layout={"relax.nn.conv2d": ["NHWC", "OHWI"]})
+                         convert_layout=NHWC)
     conv = next(e for e in result.layers if e.layer == "conv")
     assert conv.status == "not comparable" and "ConvertLayout" in conv.note
     assert all(e.status != BEYOND for e in result.layers)

@@ -7,13 +7,13 @@ from tvm import relax
 
 import relaytrace
 from relaytrace import zoo
+from relaytrace.build import NHWC
 from relaytrace.errors import RelaytraceError
 from relaytrace.frontends.onnx import export_torch_to_onnx, from_onnx, torch_layer_name
 from relaytrace.frontends.torch import from_torch
 from relaytrace.model.origin import OP
 
 torch = pytest.importorskip("torch")
-NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
 PARAM_LEAVES = (torch.nn.Conv2d, torch.nn.Linear, torch.nn.BatchNorm2d)
 
 

@@ -76,6 +76,23 @@ def test_names_the_staging_directory_could_not_have_are_refused_before_anything(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_staging_directory_killed_mid_write_holds_a_temporary_file_of_ours_and_is_cleared(tmp_path):
+    """Outputs are written through ``.NAME.XXXXXXXX.tmp`` files: a signal mid-write leaves
+    one in the staging directory, which is still relaytrace's own (found by the fuzz
+    suite's signal class); a like-named temporary file of another name is the user's."""
+    out = _outputs(tmp_path / "d", "lineage.json", ".profile.json.k3j_9xq2.tmp")
+    prepare_out_dir(out, force=True)  # ours, also inside DIR itself
+    ours = _outputs(tmp_path / ".d.relaytrace-abcd1234", "layers.csv", ".lineage.json.k3j_9xq2.tmp")
+    theirs = _outputs(tmp_path / ".d.relaytrace-efgh5678", ".thesis.txt.k3j_9xq2.tmp")
+    for staging in (ours, theirs):
+        os.utime(staging, (time.time() - 3600, time.time() - 3600))
+    prepare_out_dir(out, force=True)
+    assert not ours.exists() and theirs.exists()
+    _outputs(out, ".thesis.txt.k3j_9xq2.tmp")
+    with pytest.raises(RelaytraceError, match="holds files relaytrace did not write"):
+        prepare_out_dir(out, force=True)
+
+
 def test_what_a_killed_run_left_is_cleared_or_named(tmp_path):
     out = tmp_path / "d"
     stale = tmp_path / ".d.relaytrace-abcd1234"

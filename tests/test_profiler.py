@@ -6,13 +6,13 @@ import pytest
 
 import relaytrace
 from relaytrace import attribution as A
+from relaytrace.build import NHWC
 from relaytrace.errors import LineageFormatError, RelaytraceError
 from relaytrace.model.profile import KERNEL, Profile
 from relaytrace.report import make_report
 from relaytrace.render import export
 from relaytrace.render.table import category_table, kernel_table, layer_table, op_type_table
 
-NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ from tvm.relax import op as R
 from relaytrace.tracking import ir
 from relaytrace.tracking import reader
 from relaytrace.tracking.origins import assign_origins
+from relaytrace.build import NHWC
 from relaytrace.relax_models import resnet_style
 
-from .conftest import NHWC
 from .passes import alter_op_impl_pipeline
 
 

@@ -11,10 +11,11 @@ import attrs
 import pytest
 
 import relaytrace
+from relaytrace.build import NHWC
 from relaytrace.model.lineage import Lineage
 from relaytrace.model.verification import SUSPECT, VERIFIED
 
-from .conftest import NHWC, move_origin
+from .conftest import move_origin
 
 CONV = "relax.nn.conv2d"
 

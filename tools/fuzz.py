@@ -1,6 +1,7 @@
 """The long fuzz run: many seeded cases of each class in tests/fuzz.py, with counts.
 
-    .venv/bin/python tools/fuzz.py                 # 2000 each: artifacts, legacy, names, layouts; 285 options
+    .venv/bin/python tools/fuzz.py                 # 2000 each: artifacts, legacy, names, layouts; 285 options;
+                                                   # a whole run signalled at each of its writes (3 signals)
     .venv/bin/python tools/fuzz.py --cases 200 --seed 7
 
 Prints per class: cases, broken promises (tracebacks, wrong exit codes, files left
@@ -16,7 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fuzz import artifact_cases, layout_cases, legacy_cases, name_cases, option_cases, run_cli  # noqa: E402
+from tests.fuzz import (artifact_cases, layout_cases, legacy_cases, name_cases, option_cases, run_cli,  # noqa: E402
+                        signal_cases)
 
 TINY = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tiny_model.py"
 
@@ -45,10 +47,12 @@ def main() -> int:
             "options": option_cases(source, work, args.seed, max(args.cases // 7, 20)),
             "names": name_cases(args.seed, args.cases),
             "layouts": layout_cases(work, args.seed, args.cases),
+            "signals": signal_cases(work, f"{TINY}:make"),
         }
         for name, cases in classes.items():
-            problems = [(what, problem) for what, problem in cases if problem]
-            total = args.cases if name != "options" else max(args.cases // 7, 20)
+            results = list(cases)
+            problems = [(what, problem) for what, problem in results if problem]
+            total = len(results)
             print(f"{name}: {total} cases, {len(problems)} broken promises")
             for what, problem in problems[:10]:
                 print(f"  {what}: {problem}")

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 import relaytrace
+from relaytrace.build import NHWC
 from relaytrace.frontends.loader import load
 from relaytrace.render import graphviz as G
 from relaytrace.render.html import html_report
@@ -23,7 +24,7 @@ def main() -> int:
     if sys.argv[1:] == ["--screenshots"]:  # of the reports already there
         _screenshots()
         return 0
-    for name, layout in (("resnet50", None), ("resnet50", {"relax.nn.conv2d": ["NHWC", "OHWI"]}),
+    for name, layout in (("resnet50", None), ("resnet50", NHWC),
                          ("mobilenet_v2", None)):
         tag = name + ("_nhwc" if layout else "")
         executable, lineage = relaytrace.build(load(f"demo:{name}").model, "llvm", convert_layout=layout, model=tag)

@@ -30,6 +30,7 @@ import random
 
 from attrs import define
 
+from ..build import BUILD_CONFIGS
 from ..frontends.common import require
 
 IMAGE_BLOCKS = ("conv", "dwconv", "grouped", "deconv", "ln2d", "ln_permute", "gate", "residual",
@@ -472,8 +473,7 @@ def generate_tokens(seed: int, blocks: int | None = None, **override):
     return module.eval(), example
 
 
-NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}
-PIPELINES = {"unfused": ("unfused", None), "fused": ("fused", None), "nhwc": ("fused", NHWC)}
+PIPELINES = BUILD_CONFIGS  # every generated model is built in each
 
 
 @define(frozen=True)

@@ -1,0 +1,147 @@
+"""The files a run writes into its output directory, each listed once.
+
+An ``Output`` names the files it writes and writes them from what the run produced
+(a ``ProfileRun`` or a ``CompareRun``) into a directory. ``PROFILE`` and ``COMPARE``
+are the lists ``jobs.write_outputs`` / ``jobs.write_compare`` write, ``NAMES`` is what
+``--force`` accepts as relaytrace's own files, and the CLI's "written to" line names
+the files that exist. Why one list: an output added to the writer but not to the
+ownership check made the next ``--force`` refuse the directory as holding files
+relaytrace did not write. Adding an output is one ``Output`` in one list
+(docs/architecture.md shows one)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from attrs import field, frozen
+
+
+@frozen
+class ProfileRun:
+    """What ``profile`` and ``demo`` write from: the report, the record of how the run
+    was made (``run.json``: ``tasks DIR`` rebuilds from it), and the layer graph's
+    grouping depth (None: the renderer's default)."""
+
+    report: object
+    run: dict = field(factory=dict)
+    collapse: int | None = None
+
+
+@frozen
+class CompareRun:
+    """What ``compare --out`` writes from: the lineage of the compared build and its
+    ``Comparison``."""
+
+    lineage: object
+    comparison: object
+
+
+@frozen
+class Output:
+    """``names``: the files ``write(run, directory)`` writes (all of them, or, for an
+    output that applies to some models only, none); ``about``: one line for the docs."""
+
+    names: tuple[str, ...]
+    write: Callable[[object, Path], None]
+    about: str
+
+
+def _text(directory: Path, name: str, text: str) -> None:
+    (directory / name).write_text(text, encoding="utf-8")
+
+
+def _layers_csv(run: ProfileRun, d: Path) -> None:
+    from . import export
+
+    _text(d, "layers.csv", export.layers_csv(run.report.layers, run.report.lineage.sources()))
+
+
+def _kernels_csv(run: ProfileRun, d: Path) -> None:
+    from . import export
+
+    _text(d, "kernels.csv", export.kernels_csv(run.report.kernels))
+
+
+def _layers_svg(run: ProfileRun, d: Path) -> None:
+    from . import graphviz as G
+
+    G.render(G.layer_graph(run.report.lineage, run.report, collapse=run.collapse), d / "layers.svg")
+
+
+def _kernels_svg(run: ProfileRun, d: Path) -> None:
+    from . import graphviz as G
+
+    G.render(G.kernel_graph(run.report.lineage, run.report), d / "kernels.svg")
+
+
+def _report_html(run: ProfileRun, d: Path) -> None:
+    from .html import html_report
+
+    _text(d, "report.html", html_report(run.report))
+
+
+def _trace(run: ProfileRun, d: Path) -> None:
+    from .chrome_trace import chrome_trace
+
+    _text(d, "trace.json", json.dumps(chrome_trace(run.report.lineage, run.report.profile)))
+
+
+def _explorer(run: ProfileRun, d: Path) -> None:
+    from .explorer import node_data
+
+    for name, data in node_data(run.report).items():
+        _text(d, name, json.dumps(data, indent=1))
+
+
+def _compare_csv(run: CompareRun, d: Path) -> None:
+    from . import export
+
+    _text(d, "compare.csv", export.comparison_csv(run.comparison))
+
+
+def _errors_svg(run: CompareRun, d: Path) -> None:
+    from . import graphviz as G
+    from .diff_graph import error_graph
+
+    G.render(error_graph(run.lineage.for_entry(run.comparison.entry), run.comparison), d / "errors.svg")
+
+
+PROFILE: tuple[Output, ...] = (
+    Output(("lineage.json",), lambda run, d: run.report.build_lineage.save(d / "lineage.json"),
+           "the build's lineage, every entry (query, render, diff and tasks read it)"),
+    Output(("profile.json",), lambda run, d: run.report.profile.save(d / "profile.json"),
+           "every timed call of the profiled entry"),
+    Output(("layers.csv",), _layers_csv, "time per layer"),
+    Output(("kernels.csv",), _kernels_csv, "time per kernel, with its layers"),
+    Output(("layers.svg",), _layers_svg, "the layer graph coloured by time"),
+    Output(("kernels.svg",), _kernels_svg, "the kernel graph"),
+    Output(("report.html",), _report_html, "the interactive report"),
+    Output(("trace.json",), _trace, "a Chrome / Perfetto trace"),
+    Output(("run.json",), lambda run, d: _text(d, "run.json", json.dumps(run.run, indent=1)),
+           "how the run was made"),
+    Output(("explorer-time.json", "explorer-kernels.json", "explorer-category.json"), _explorer,
+           "Model Explorer node data (torch models only)"),
+)
+
+COMPARE: tuple[Output, ...] = (
+    Output(("lineage.json",), lambda run, d: run.lineage.save(d / "lineage.json"), "the compared build's lineage"),
+    Output(("compare.json",), lambda run, d: run.comparison.save(d / "compare.json"), "every layer's comparison"),
+    Output(("compare.csv",), _compare_csv, "the comparison as a table"),
+    Output(("errors.svg",), _errors_svg, "the layer graph coloured by error"),
+)
+
+
+def names(outputs: tuple[Output, ...]) -> tuple[str, ...]:
+    """Every file ``outputs`` may write, in list order."""
+    return tuple(name for output in outputs for name in output.names)
+
+
+NAMES = tuple(dict.fromkeys(names(PROFILE) + names(COMPARE)))  # what a directory of ours may hold
+
+
+def write_all(outputs: tuple[Output, ...], run, directory: Path) -> None:
+    """Each of ``outputs`` written from ``run`` into ``directory``, in list order."""
+    for output in outputs:
+        output.write(run, directory)
