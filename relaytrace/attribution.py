@@ -55,6 +55,9 @@ class Share:
 
 @define(frozen=True)
 class LayerRow:
+    """One layer's time: its shares summed (``us`` = ``compute_us`` + ``inserted_us`` +
+    unresolved), its percent of kernel time, the ops and call sites billed to it."""
+
     layer: str
     us: float
     percent: float
@@ -67,6 +70,9 @@ class LayerRow:
 
 @define(frozen=True)
 class OpTypeRow:
+    """One op type's time over the model (conv2d, matmul, ...), its share, how often
+    it ran and in how many layers."""
+
     op: str
     us: float
     percent: float
@@ -76,6 +82,9 @@ class OpTypeRow:
 
 @define(frozen=True)
 class KernelRow:
+    """One kernel's time over its call sites (medians added), how often it ran, where,
+    its argument shapes, the layers it runs and its worst verdict."""
+
     name: str
     us: float
     percent: float
@@ -91,6 +100,9 @@ class KernelRow:
 
 @define(frozen=True)
 class Categories:
+    """Where the end-to-end time went: model compute, ops passes inserted, unresolved
+    ops, VM builtins and the gap no recorded call explains; they add up to ``e2e_us``."""
+
     compute_us: float
     inserted_us: float
     builtin_us: float
@@ -102,6 +114,7 @@ class Categories:
     unverified_us: float = 0.0  # kernel time at call sites the IR could not confirm
 
     def rows(self):
+        """(category, us, percent of end-to-end) for each category, in table order."""
         total = self.e2e_us or 1.0
         return [(name, us, 100.0 * us / total) for name, us in (
             ("compute", self.compute_us), ("inserted layout/casts/shapes", self.inserted_us),
@@ -123,6 +136,11 @@ def check_match(lineage: Lineage, profile: Profile) -> None:
 
 
 def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[Share, ...]:
+    """Every call site's median time cut into ``Share``s, one per layer it is billed to:
+    under ``anchor`` a kernel with model ops goes to its anchor op's layer, under
+    ``split`` over all its ops by estimated work; time of an inserted op (a kernel of
+    them only, or its part under ``split``) is split evenly over the layers it serves. The shares add up to the profile's kernel time; each carries the worst of
+    its site's and its layer's verdicts. A profile of another build is refused."""
     if policy not in POLICIES:
         raise RelaytraceError(f"unknown policy {policy!r}: use one of {POLICIES}")
     lineage = lineage.for_entry(profile.entry)
@@ -171,6 +189,7 @@ def _inserted_shares(lineage, site, origin, us):
 
 
 def by_layer(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[LayerRow, ...]:
+    """``layers_from(shares(...))``: time per layer, slowest first."""
     return layers_from(shares(lineage, profile, policy))
 
 
@@ -217,6 +236,7 @@ def by_op_type(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tu
 
 
 def op_types_from(lineage: Lineage, parts: tuple[Share, ...]) -> tuple[OpTypeRow, ...]:
+    """Shares summed by op type, slowest first, with each type's count of ops that ran."""
     total = sum(s.us for s in parts) or 1.0
     us: dict[str, float] = defaultdict(float)
     for s in parts:
@@ -256,6 +276,7 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
 
 
 def by_category(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Categories:
+    """``categories_from(shares(...), profile)``."""
     return categories_from(shares(lineage, profile, policy), profile)
 
 

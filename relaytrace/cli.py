@@ -103,6 +103,8 @@ def _print_summary(report, out: Path | None, top: int = 10) -> None:
 
 
 def cmd_demo(args) -> int:
+    """`relaytrace demo`: build, profile and write every output for a built-in model
+    (docs/cli.md)."""
     from .frontends.loader import load
     from .jobs import prepare_out_dir, write_outputs
     from .report import make_report
@@ -121,6 +123,8 @@ def cmd_demo(args) -> int:
 
 
 def cmd_profile(args) -> int:
+    """`relaytrace profile MODEL`: build a user's model traced, profile it here or on a
+    remote device, write every output."""
     from .frontends.loader import load
     from .jobs import parse_shape, prepare_out_dir, write_outputs
     from .report import make_report
@@ -157,6 +161,8 @@ def _absolute_factory(spec: str) -> str:
 
 
 def cmd_compare(args) -> int:
+    """`relaytrace compare MODEL`: each layer's value in the build against the framework's,
+    and the first layer beyond tolerance."""
     from .build import NHWC, build
     from .comparison import compare
     from .frontends.loader import load
@@ -197,6 +203,8 @@ def cmd_compare(args) -> int:
 
 
 def cmd_render(args) -> int:
+    """`relaytrace render DIR`: draw a saved run again (a graph in another format, the
+    report) beside its outputs."""
     from .model.jsonio import write_atomic
     from .model.lineage import Lineage
     from .model.profile import Profile
@@ -254,6 +262,8 @@ def _comparison(path, lineage):
 
 
 def cmd_query(args) -> int:
+    """`relaytrace query DIR|lineage.json`: what a layer, kernel or origin became, from a
+    saved lineage (no TVM)."""
     from .model.lineage import Lineage
 
     asked = next((f"--{k}" for k in ("kernel", "layer", "history") if getattr(args, k) == ""), None)
@@ -303,6 +313,8 @@ def cmd_query(args) -> int:
 
 
 def cmd_diff(args) -> int:
+    """`relaytrace diff A B`: per-layer (or per-kernel) time differences of two runs, with
+    their noise."""
     from . import diff as D
     from .jobs import load_pair
     from .render.table import format_table
@@ -353,6 +365,8 @@ def cmd_diff(args) -> int:
 
 
 def cmd_tasks(args) -> int:
+    """`relaytrace tasks MODEL|DIR`: MetaSchedule tuning tasks mapped to kernels and
+    layers; `--tune N --db DIR` tunes them."""
     from . import tasks as T
     from .build import build
     from .render.table import format_table
@@ -486,6 +500,8 @@ def _add_model_options(p) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `relaytrace` argument parser: one subcommand per ``cmd_*`` function (and
+    ``legacy``), each option checked as it is parsed."""
     parser = _Parser(prog="relaytrace",
                                      description="Map TVM kernels, and their time, back to model layers.")
     parser.add_argument("--quiet", action="store_true", help="no progress messages")

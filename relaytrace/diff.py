@@ -22,6 +22,8 @@ from .render.safe_text import csv_value, terminal
 
 @define(frozen=True)
 class LayerDiff:
+    """One layer in two runs A and B: each run's time (None where it is absent) and kernels."""
+
     layer: str
     a_us: float | None
     b_us: float | None
@@ -52,6 +54,7 @@ class LayerDiff:
 
 
 def same_model(lineage_a, lineage_b) -> None:
+    """Refuses two lineages whose model ops differ (by origin id), naming some on each side."""
     ids_a = {o.id for o in lineage_a.origins.values() if o.kind == OP}
     ids_b = {o.id for o in lineage_b.origins.values() if o.kind == OP}
     if ids_a != ids_b:

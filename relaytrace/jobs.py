@@ -62,6 +62,7 @@ class Progress:
             self._say(f"[relaytrace] {terminal(message)}", "\n")
 
     def passes(self, count: int, name: str) -> None:
+        """The build's progress hook: every fifth pass shown on a terminal; Ctrl-C is checked."""
         stop_if_interrupted()
         if not self.quiet and self._tty and count % 5 == 0:
             self._say(f"[relaytrace]   {count} passes ({terminal(name[:40])})", "")

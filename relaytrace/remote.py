@@ -62,6 +62,7 @@ class RemoteDevice:
         address(self.rpc or self.tracker)
 
     def describe(self) -> str:
+        """``rpc HOST:PORT`` or ``tracker HOST:PORT key K``: how messages name the device."""
         return f"rpc {self.rpc}" if self.rpc else f"tracker {self.tracker} key {self.key}"
 
     def connect(self):

@@ -12,6 +12,8 @@ from .errors import RelaytraceError
 
 @define(frozen=True)
 class TaskRow:
+    """One MetaSchedule task: its name, weight (call sites that run it), kernels and layers."""
+
     name: str
     weight: int
     kernels: tuple[str, ...]
@@ -49,6 +51,8 @@ def fused_module(mod, target):
 
 
 def extract(mod, target, lineage) -> tuple[TaskRow, ...]:
+    """The tuning tasks of ``mod``'s fused build, each mapped through ``lineage`` to its
+    layers; heaviest first."""
     import tvm.s_tir.meta_schedule as ms
 
     tasks = ms.relax_integration.extract_tasks(fused_module(mod, target), target)

@@ -1,16 +1,16 @@
+"""Shared fixtures. TVM, torch and numpy are imported inside the fixtures that need
+them: the pure tests (tests/pure) run with TVM, torch and ONNX blocked."""
+
 import attrs
-import numpy as np
 import pytest
-import tvm
-from tvm import relax
 
 from relaytrace.build import BUILD_CONFIGS as CONFIGS
-from relaytrace.relax_models import resnet_style
-
 
 
 @pytest.fixture(scope="session")
 def resnet_mod():
+    from relaytrace.relax_models import resnet_style
+
     return resnet_style(blocks=3)
 
 
@@ -26,12 +26,17 @@ def builds(resnet_mod):
 
 
 def run_vm(executable, data):
+    import tvm
+    from tvm import relax
+
     vm = relax.VirtualMachine(executable, tvm.cpu())
     return vm["main"](tvm.runtime.tensor(data)).numpy()
 
 
 @pytest.fixture(scope="session")
 def input_data():
+    import numpy as np
+
     return np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
 
 

@@ -75,3 +75,19 @@ def test_cli_reads_saved_outputs_without_tvm(builds, input_data, tmp_path):
     assert done.returncode == 0 and (tmp_path / "layers.dot").read_text().startswith("digraph"), done.stderr
     done = _run(cli, "query", "--help")
     assert done.returncode == 0 and "--kernel" in done.stdout
+
+
+def test_the_pure_test_suite_passes_without_tvm():
+    """``tests/pure`` (hand-built lineages and profiles, output directories, escaping,
+    indexes) runs in a process where TVM, torch and ONNX cannot be imported, well
+    inside a minute: a TVM upgrade cannot break what it checks."""
+    import time
+    from pathlib import Path
+
+    start = time.monotonic()
+    pure = "import pytest\nsys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/pure']))\n"
+    done = _run(pure, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    assert time.monotonic() - start < 60
+    done = _run("import relaytrace.tracking.reader\n")
+    assert done.returncode != 0 and "tvm_ffi is blocked" in done.stderr  # the block is real

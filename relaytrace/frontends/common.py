@@ -28,6 +28,7 @@ class ImportedModel:
     program: Program | None = field(default=None, repr=False)  # what the frontend translated: the layers' evidence
 
     def layer_of(self, fname: str, var_handle: int, index: int):
+        """The layer of the op bound to ``var_handle`` in the imported module, or None."""
         return self.layers.get(var_handle)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from attrs import define
@@ -30,9 +31,47 @@ DEMO_MODELS = ("resnet50", "resnet18", "vgg16", "mobilenet_v2", "resnet_style")
 
 @define(frozen=True)
 class LoadedModel:
+    """A model spec loaded: the imported model, its example inputs, and what it came from."""
+
     model: ImportedModel
     inputs: tuple  # numpy arrays, one per input of the entry function they are for
     source: object = None  # the torch module or ONNX model (or path) it came from: `compare`'s reference
+
+
+@define(frozen=True)
+class Request:
+    """What ``load`` was asked besides the source (see ``load``); ``given`` is ``shapes``
+    and ``dtype`` read by ``_given_shapes``."""
+
+    example_args: object
+    shapes: tuple
+    dtype: str | None
+    name: str | None
+    seed: int
+    with_inputs: bool
+    entry: str | None
+    dynamic_shapes: object
+    given: dict
+
+    def loaded(self, imported: ImportedModel, source=None, example: tuple = ()) -> LoadedModel:
+        """``imported`` with its inputs (``_inputs``; without ``with_inputs``, the
+        source's own ``example`` arrays, or none)."""
+        arrays = _inputs(imported, self.seed, self.given, self.entry, example) if self.with_inputs else example
+        return LoadedModel(imported, arrays, source)
+
+
+@define(frozen=True)
+class Frontend:
+    """One form a model comes in: ``accepts(source)`` says whether a source is of it,
+    ``load(source, request)`` makes the ``LoadedModel``, ``what`` names the form in the
+    error that lists them. ``FRONTENDS`` is asked in order; the first that accepts
+    loads. A new frontend is a module beside this one, returning an ``ImportedModel``
+    whose ``layer_of`` names every op, and one line in ``FRONTENDS``."""
+
+    name: str
+    accepts: Callable[[object], bool]
+    load: Callable[[object, Request], LoadedModel]
+    what: str
 
 
 def load(source, example_args=None, shapes=(), dtype: str | None = None, name: str | None = None,
@@ -43,55 +82,72 @@ def load(source, example_args=None, shapes=(), dtype: str | None = None, name: s
     ``dynamic_shapes``: its other dims are fixed); ``dtype`` is the dtype of the inputs
     given a shape without one (default: the model's). ``entry`` names the entry function
     the inputs are for (default ``main``, or the only one); ``dynamic_shapes`` goes to
-    ``torch.export``. Without ``with_inputs`` no inputs are made (build() needs none)."""
+    ``torch.export``. Without ``with_inputs`` no inputs are made (build() needs none).
+    The first of ``FRONTENDS`` that accepts ``source`` loads it."""
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
-    given = _given_shapes(shapes, dtype)
-    if isinstance(source, ImportedModel):
-        return LoadedModel(source, _inputs(source, seed, given, entry) if with_inputs else ())
-    if isinstance(source, str) and source.startswith("demo:"):
-        return _demo(source[len("demo:"):], name, seed, with_inputs)
-    if isinstance(source, str) and not source.endswith(".onnx"):
-        return _factory(source, name, shapes=shapes, dtype=dtype, seed=seed, with_inputs=with_inputs, entry=entry)
-    if _is_onnx(source):
-        from .onnx import from_onnx
+    request = Request(example_args, shapes, dtype, name, seed, with_inputs, entry, dynamic_shapes,
+                      _given_shapes(shapes, dtype))
+    for frontend in FRONTENDS:
+        if frontend.accepts(source):
+            return frontend.load(source, request)
+    kinds = [f.what for f in FRONTENDS]
+    raise RelaytraceError(f"a model is {', '.join(kinds[:-1])} or {kinds[-1]}; not {type(source).__name__}")
 
-        if isinstance(source, str) and not Path(source).is_file():
-            raise RelaytraceError(f"no ONNX file at {source}")
-        imported = from_onnx(source, shape_dict={n: shape for n, (shape, _) in given.items()} or None, name=name)
-        return LoadedModel(imported, _inputs(imported, seed, given, entry) if with_inputs else (), source)
-    if _is_nn_module(source):  # tvm.relax.frontend.nn: example_args is the export spec
-        from .nn import from_nn
 
-        if not isinstance(example_args, dict):
-            raise RelaytraceError("a tvm.relax.frontend.nn module needs its export spec: "
-                                  "{method: {argument: nn.spec.Tensor(shape, dtype)}}")
-        imported = from_nn(source, example_args, name=name)
-        return LoadedModel(imported, _inputs(imported, seed, given, entry) if with_inputs else ())
-    if _is_torch_module(source):
-        if example_args is None:
-            raise RelaytraceError("a torch module needs example_args=(tensor, ...) to be exported")
-        from .torch import from_torch
+def _load_onnx(source, request: Request) -> LoadedModel:
+    from .onnx import from_onnx
 
-        if entry not in (None, "main"):
-            raise UsageError("a torch model runs through main: --entry does not apply")
-        if given and dynamic_shapes is None:
-            raise UsageError("a torch model exported without dynamic_shapes runs at its example inputs' sizes: "
-                             "--input-shape and --dtype do not apply (return (module, example inputs, "
-                             "dynamic_shapes) from the factory to run it at other sizes)")
-        example = example_args if isinstance(example_args, tuple) else (example_args,)
-        imported = from_torch(source, example, name=name, dynamic_shapes=dynamic_shapes)
-        arrays = tuple(e.detach().numpy() for e in example)
-        return LoadedModel(imported, _inputs(imported, seed, given, entry, arrays) if with_inputs else arrays, source)
+    if isinstance(source, str) and not Path(source).is_file():
+        raise RelaytraceError(f"no ONNX file at {source}")
+    shape_dict = {n: shape for n, (shape, _) in request.given.items()} or None
+    return request.loaded(from_onnx(source, shape_dict=shape_dict, name=request.name), source)
+
+
+def _load_nn(source, request: Request) -> LoadedModel:  # tvm.relax.frontend.nn: example_args is the export spec
+    from .nn import from_nn
+
+    if not isinstance(request.example_args, dict):
+        raise RelaytraceError("a tvm.relax.frontend.nn module needs its export spec: "
+                              "{method: {argument: nn.spec.Tensor(shape, dtype)}}")
+    return request.loaded(from_nn(source, request.example_args, name=request.name))
+
+
+def _load_torch(source, request: Request) -> LoadedModel:
+    if request.example_args is None:
+        raise RelaytraceError("a torch module needs example_args=(tensor, ...) to be exported")
+    from .torch import from_torch
+
+    if request.entry not in (None, "main"):
+        raise UsageError("a torch model runs through main: --entry does not apply")
+    if request.given and request.dynamic_shapes is None:
+        raise UsageError("a torch model exported without dynamic_shapes runs at its example inputs' sizes: "
+                         "--input-shape and --dtype do not apply (return (module, example inputs, "
+                         "dynamic_shapes) from the factory to run it at other sizes)")
+    example = request.example_args if isinstance(request.example_args, tuple) else (request.example_args,)
+    imported = from_torch(source, example, name=request.name, dynamic_shapes=request.dynamic_shapes)
+    return request.loaded(imported, source, tuple(e.detach().numpy() for e in example))
+
+
+def _is_ir_module(obj) -> bool:
     import tvm
 
-    if isinstance(source, tvm.IRModule):
-        imported = ImportedModel(source, name or "model", {})
-        return LoadedModel(imported, _inputs(imported, seed, given, entry) if with_inputs else ())
-    raise RelaytraceError(
-        "a model is a tvm.IRModule, an ImportedModel, a torch.nn.Module (with example inputs), an ONNX model "
-        f"or .onnx path, path/to/file.py:factory or demo:NAME; not {type(source).__name__}"
-    )
+    return isinstance(obj, tvm.IRModule)
+
+
+FRONTENDS: tuple[Frontend, ...] = (
+    Frontend("imported", lambda s: isinstance(s, ImportedModel), lambda s, r: r.loaded(s), "an ImportedModel"),
+    Frontend("demo", lambda s: isinstance(s, str) and s.startswith("demo:"),
+             lambda s, r: _demo(s[len("demo:"):], r.name, r.seed, r.with_inputs), "demo:NAME"),
+    Frontend("factory", lambda s: isinstance(s, str) and not s.endswith(".onnx"),
+             lambda s, r: _factory(s, r.name, shapes=r.shapes, dtype=r.dtype, seed=r.seed,
+                                   with_inputs=r.with_inputs, entry=r.entry),
+             "path/to/file.py:factory"),
+    Frontend("onnx", lambda s: _is_onnx(s), _load_onnx, "an ONNX model or .onnx path"),
+    Frontend("nn", lambda s: _is_nn_module(s), _load_nn, "a tvm.relax.frontend.nn module (with its export spec)"),
+    Frontend("torch", lambda s: _is_torch_module(s), _load_torch, "a torch.nn.Module (with example inputs)"),
+    Frontend("relax", _is_ir_module, lambda s, r: r.loaded(ImportedModel(s, r.name or "model", {})), "a tvm.IRModule"),
+)
 
 
 def _demo(demo: str, name: str | None, seed: int, with_inputs: bool) -> LoadedModel:

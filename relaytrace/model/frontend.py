@@ -183,4 +183,5 @@ def check_program(origins, program: Program | None) -> ProgramCheck:
 
 
 def missing_reason(node: SourceNode) -> str:
+    """Why a computing source node with no op billed to it is a verification problem."""
     return f"node {node.node or '?'} ({node.op}) of layer {node.layer} computes, but no op is billed to it"

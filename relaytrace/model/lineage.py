@@ -65,6 +65,8 @@ class CallSite:
 
     @property
     def anchor(self) -> str | None:
+        """The origin whose op the kernel was built around (the one its time is billed
+        to under the default policy), or None for a site that runs no model op."""
         return next((r.origin for r in self.roles if r.role == ANCHOR), None)
 
     @property
@@ -87,6 +89,11 @@ class BuiltinSite:
 
 @define(frozen=True)
 class Coverage:
+    """How much of a build the lineage accounts for (``Lineage.coverage``): counts of
+    call sites and origins, and the labels or ids of whatever is not explained or not
+    confirmed. ``complete`` is the one verdict a user acts on; the CLI summary and the
+    report's coverage line print these fields."""
+
     call_sites: int
     attributed_sites: int
     origins: int
@@ -105,10 +112,12 @@ class Coverage:
 
     @property
     def site_fraction(self) -> float:
+        """Attributed call sites over all of them (1.0 for a build with none)."""
         return self.attributed_sites / self.call_sites if self.call_sites else 1.0
 
     @property
     def verified_sites(self) -> int:
+        """Call sites neither suspect nor unverified."""
         return self.call_sites - len(self.suspect) - len(self.unverified)
 
     @property
@@ -122,6 +131,15 @@ class Coverage:
 
 @define(frozen=True)
 class Lineage:
+    """Where every kernel call of a build came from: the model's ops (``origins``, keyed
+    by stable origin id), each kernel's call sites in run order with the role each
+    origin plays there, the VM builtins, what each pass did to each origin (history,
+    eliminations, edges), the entries and their inputs, and the verification verdicts.
+    Frozen data made by ``relaytrace.build`` (or ``trace``), saved and loaded as
+    ``lineage.json`` (schema ``relaytrace.lineage/2``; /1 loads); every question about
+    it (``kernels_of``, ``origins_of``, ``history``, ``coverage``) is answered from
+    indexes built once, at the first question. No TVM is needed to read one."""
+
     model: str
     target: str
     pipeline: str
@@ -249,12 +267,16 @@ class Lineage:
         return tuple(sorted(steps, key=lambda c: c.index))
 
     def eliminated(self) -> dict[str, str]:
+        """Origin id -> the pass that removed it (folded, dead code, fused away)."""
         return dict(self.eliminated_by)
 
     def inserted(self) -> tuple[Origin, ...]:
+        """The ops a pass added (layout transforms, casts, shape work), each serving the
+        model ops named in its ``serves``."""
         return tuple(o for o in self.origins.values() if o.kind == INSERTED)
 
     def unresolved(self) -> tuple[Origin, ...]:
+        """The ops no rule could trace to the model: counted apart, never guessed."""
         return tuple(o for o in self.origins.values() if o.kind == UNRESOLVED)
 
     def call_count_mismatches(self, ran: dict[str, int]) -> list[str]:
@@ -289,6 +311,7 @@ class Lineage:
         return ids
 
     def coverage(self) -> Coverage:
+        """What this lineage accounts for and what it does not (see ``Coverage``)."""
         sites = self.call_sites
         in_kernels = {o for s in sites for o in s.origin_ids}
         in_builtins = {o for b in self.builtins for o in b.origins}
@@ -326,6 +349,7 @@ class Lineage:
         return self.index().checks
 
     def check(self, site: CallSite) -> SiteCheck:
+        """The verification verdict of one of this lineage's call sites."""
         return self.index().checks[site.position]
 
     def verify(self) -> Verification:
@@ -360,6 +384,7 @@ class Lineage:
     # -- persistence ----------------------------------------------------------
 
     def to_json(self) -> dict:
+        """The lineage as plain JSON data, as ``save`` writes it (``from_json`` reads it)."""
         return {
             "schema": self.schema,
             "model": self.model,
@@ -458,6 +483,8 @@ class Lineage:
 
     @classmethod
     def load(cls, path) -> "Lineage":
+        """The lineage saved at ``path``; a file that is not one is a one-line
+        ``LineageFormatError`` naming the file and the field."""
         return cls.from_json(read_json(path, "lineage"), str(path))
 
 

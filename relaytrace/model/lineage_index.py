@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 @define(frozen=True)
 class LineageIndex:
+    """Every lookup a query needs, built once from a lineage (``Lineage.index``): the
+    sites in run order, by label and position, the sites of each origin, the ops of
+    each layer, the inserted ops serving each origin, the verdict of each site."""
+
     call_sites: tuple[CallSite, ...]  # every kernel call site, in run order
     by_label: dict[str, CallSite]
     sites_of_origin: dict[str, tuple[int, ...]]  # origin id -> positions of the sites running it, in order

@@ -43,6 +43,7 @@ class LayerError:
 
     @property
     def compared(self) -> bool:
+        """The layer's value was compared (within or beyond tolerance), not skipped."""
         return self.status in (WITHIN, BEYOND)
 
 
@@ -69,6 +70,7 @@ class Comparison:
         return next((e for e in self.layers if e.nan or e.inf), None)
 
     def counts(self) -> dict[str, int]:
+        """Status -> how many layers have it."""
         return {s: sum(1 for e in self.layers if e.status == s) for s in STATUSES}
 
     def summary(self) -> str:
@@ -88,6 +90,7 @@ class Comparison:
         return "\n".join(lines)
 
     def to_json(self) -> dict:
+        """The comparison as plain JSON data, as ``save`` writes it."""
         first, nan = self.first_beyond, self.first_nan
         return {"schema": self.schema, "model": self.model, "entry": self.entry, "atol": self.atol,
                 "rtol": self.rtol, "precision": self.precision, "layers": [attrs.asdict(e) for e in self.layers],
@@ -113,10 +116,12 @@ class Comparison:
                    precision=data["precision"], layers=layers)
 
     def save(self, path, overwrite: bool = False):
+        """Writes ``compare.json`` whole or not at all; an existing file only with ``overwrite``."""
         return write_json(path, self.to_json(), overwrite)
 
     @classmethod
     def load(cls, path) -> "Comparison":
+        """The comparison saved at ``path``; a corrupt file is a one-line format error."""
         return cls.from_json(read_json(path, "compare"), str(path))
 
 

@@ -52,6 +52,7 @@ def short_op(callee: str) -> str:
 
 @lru_cache(maxsize=65536)  # asked per binding per pass, about a few dozen names
 def is_bookkeeping(callee: str) -> bool:
+    """A callee that moves no data of the model (VM memory and shape builtins)."""
     return callee.startswith(BOOKKEEPING_PREFIXES)
 
 
@@ -77,6 +78,8 @@ def is_shape_computation(callee: str) -> bool:
 
 @lru_cache(maxsize=None)
 def op_rank(op: str) -> int:
+    """How much an op is the point of its kernel (data movement 0, up to conv/matmul):
+    picks anchors."""
     if is_data_movement(op):
         return 0
     name = short_op(op)

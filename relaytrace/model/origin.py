@@ -45,4 +45,5 @@ class Origin:
 
     @property
     def short_op(self) -> str:
+        """The op without its namespace (``conv2d`` for ``relax.nn.conv2d``)."""
         return short_op(self.op)

@@ -37,17 +37,26 @@ class SiteTime:
 
     @classmethod
     def of(cls, durations: list[float]) -> "SiteTime":
+        """The median, min, max and count of one site's durations (at least one)."""
         return cls(statistics.median(durations), min(durations), max(durations), len(durations))
 
 
 @define(frozen=True)
 class ArgInfo:
+    """The shapes and dtypes of one call site's arguments as they ran."""
+
     shapes: tuple[tuple, ...]
     dtypes: tuple[str, ...]
 
 
 @define(frozen=True)
 class Profile:
+    """Every timed call of one entry function's runs (``records``), the end-to-end
+    times of separate untimed runs (``e2e_us``), and how and where it was measured
+    (``mode`` timeline or isolated, ``repeat``, ``device``, ``remote``, ``arguments``).
+    Frozen data made by ``relaytrace.profile``, saved and loaded as ``profile.json``.
+    Every figure drawn from it is a median over runs per call site (``by_site``)."""
+
     model: str
     target: str
     device: str
@@ -64,6 +73,7 @@ class Profile:
 
     @property
     def runs(self) -> int:
+        """How many runs the records come from."""
         return max((r.run for r in self.records), default=-1) + 1
 
     def site_times(self, kind: str | None = None) -> dict[tuple[str, int], SiteTime]:
@@ -87,14 +97,17 @@ class Profile:
 
     @property
     def kernel_us(self) -> float:
+        """The sum of every kernel call site's median."""
         return sum(self.by_site(KERNEL).values())
 
     @property
     def builtin_us(self) -> float:
+        """The sum of every VM builtin call's median."""
         return sum(self.by_site(BUILTIN).values())
 
     @property
     def e2e_median_us(self) -> float:
+        """The median of the untimed end-to-end runs (0 when there were none)."""
         return statistics.median(self.e2e_us) if self.e2e_us else 0.0
 
     @property
@@ -153,6 +166,7 @@ class Profile:
         return tuple(out)
 
     def summary(self) -> str:
+        """One line: kernels + builtins + gap = end-to-end, and how it was measured."""
         rest = (f"VM builtins {self.builtin_us / 1e3:.3f} ms + unexplained gap {self.gap_us / 1e3:.3f} ms"
                 if self.mode == "timeline" else
                 f"VM builtins and dispatch (not timed apart in isolated mode) {self.gap_us / 1e3:.3f} ms")
@@ -166,6 +180,7 @@ class Profile:
         return "" if self.arguments == LOCAL_RUN else f", sites given arguments of {self.arguments}'s shapes"
 
     def to_json(self) -> dict:
+        """The profile as plain JSON data, with each site's medians (``site_times``)."""
         return {
             "schema": self.schema, "model": self.model, "target": self.target, "device": self.device,
             "mode": self.mode, "repeat": self.repeat,
@@ -210,10 +225,13 @@ class Profile:
         )
 
     def save(self, path, overwrite: bool = False):
+        """Writes ``profile.json`` whole or not at all; an existing file only with ``overwrite``."""
         return write_json(path, self.to_json(), overwrite)
 
     @classmethod
     def load(cls, path) -> "Profile":
+        """The profile saved at ``path``; a file that is not one is a one-line
+        ``LineageFormatError`` naming the file and the field."""
         return cls.from_json(read_json(path, "profile"), str(path))
 
 

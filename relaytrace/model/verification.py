@@ -77,12 +77,15 @@ class Verification:
     layers: tuple[LayerCheck, ...] = ()
 
     def by_layer(self) -> dict[str, LayerCheck]:
+        """Layer -> its verdict."""
         return {c.layer: c for c in self.layers}
 
     def by_position(self) -> dict[int, SiteCheck]:
+        """Call-site position -> its verdict."""
         return {s.position: s for s in self.sites}
 
     def count(self, status: str) -> int:
+        """How many call sites have the verdict ``status``."""
         return sum(1 for s in self.sites if s.status == status)
 
     @property
@@ -91,6 +94,7 @@ class Verification:
         return not self.problems and all(c.status == VERIFIED for c in (*self.sites, *self.layers))
 
     def summary(self) -> str:
+        """One line: the counts of each verdict, sites and layers."""
         layers = sum(1 for c in self.layers if c.status == VERIFIED)
         return (f"{self.count(VERIFIED)} verified, {self.count(SUSPECT)} suspect, "
                 f"{self.count(UNVERIFIED)} unverified call sites; {layers} of {len(self.layers)} layers verified; "

@@ -21,6 +21,7 @@ def _fill(ratio: float | None) -> dict:
 
 
 def diff_graph(lineage, rows):
+    """The layer graph coloured by each layer's time difference (``LayerDiff`` rows of ``diff``)."""
     by_layer = {r.layer: r for r in rows}
 
     def describe(layer):

@@ -18,6 +18,7 @@ def layers_csv(rows, sources: dict[str, tuple[str, ...]] | None = None) -> str:
 
 
 def kernels_csv(rows) -> str:
+    """``kernels.csv`` from ``KernelRow``s; every cell through ``safe_text.csv_cell``."""
     return _csv(["name", "duration_us", "percent", "count", "device", "argument_shapes", "layers", "verification",
                  "tuned", "min_us", "max_us"],
                 [[r.name, f"{r.us:.3f}", f"{r.percent:.4f}", r.count, r.device, r.shapes, " ".join(r.layers),

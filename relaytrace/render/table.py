@@ -88,6 +88,7 @@ def _ms(us: float) -> str:
 
 
 def layer_table(rows, top: int | None = None) -> str:
+    """The terminal table of ``LayerRow``s (the ``top`` slowest, or all)."""
     shown = rows[:top] if top else rows
     return format_table(
         ["layer", "time (ms)", "%", "inserted (ms)", "ops", "kernel calls", "verification"],
@@ -97,6 +98,7 @@ def layer_table(rows, top: int | None = None) -> str:
 
 
 def op_type_table(rows) -> str:
+    """The terminal table of ``OpTypeRow``s."""
     return format_table(["op type", "time (ms)", "%", "count", "layers"],
                         [[r.op, _ms(r.us), f"{r.percent:.2f}", r.count, r.layers] for r in rows])
 
@@ -111,6 +113,7 @@ def kernel_table(rows) -> str:
 
 
 def category_table(categories) -> str:
+    """The terminal table of a ``Categories``: where the end-to-end time went."""
     rows = [[name, _ms(us), f"{pct:.2f}"] for name, us, pct in categories.rows()]
     rows.append(["end-to-end (median)", _ms(categories.e2e_us), "100.00"])
     text = format_table(["category", "time (ms)", "% of end-to-end"], rows)
@@ -141,4 +144,5 @@ def comparison_rows(comparison) -> tuple[list[str], list[list[str]]]:
 
 
 def comparison_table(comparison) -> str:
+    """The terminal table of a ``Comparison``, one row per layer in run order."""
     return format_table(*comparison_rows(comparison))

@@ -15,6 +15,9 @@ from .tokens import Tokens
 
 
 class ValueKeys:
+    """Value key -> the tokens of the values computed so: what ``ValueKey`` matches a
+    rewritten binding against."""
+
     def __init__(self, tokens: Tokens):
         self.tokens = tokens
         self.table: dict[tuple, tuple[int, ...]] = {}  # key -> tokens (tuples of ints: not GC-tracked)

@@ -12,6 +12,9 @@ from .newops import Changes
 
 
 class PassLog:
+    """What each pass did to each token (changes, eliminations), written as the tracker
+    walks: the lineage's history."""
+
     def __init__(self):
         self.events: list[PassEvent] = []
         self.changes: dict[int, tuple[Change, ...]] = {}  # token -> its changes, pass by pass

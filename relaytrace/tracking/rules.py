@@ -78,15 +78,32 @@ class Recipe(NamedTuple):
 
 
 class Rule(Protocol):
-    name: str
+    """How a binding a pass rewrote is traced to the value it came from. ``RULES``
+    lists them in the order they are asked; the first to answer wins. A rule reads the
+    binding (``Binding``: its position, key and call) and the read-only ``walk``
+    context (tokens, keys, the function's views, what this walk claimed) and returns
+    what it found, or None. It never changes the tracker: the tracker applies the
+    ``Found``. A new rule is a class here, one line in ``RULES`` and a test in
+    ``tests/test_rules.py`` (docs/architecture.md)."""
 
-    def find(self, binding: Binding, walk) -> Found | None: ...
+    name: str  # said in histories and in ``tracking_breakdown``
+
+    def find(self, binding: Binding, walk) -> Found | None:
+        """The token(s) this binding's value carries on, or None: not this rule's case."""
+        ...
 
 
 class IdentityException(Protocol):
+    """When a var that kept its name must not keep its token (identity is the first
+    answer: a var a pass left in place holds the same value). ``IDENTITY_EXCEPTIONS``
+    lists them; each says why in its docstring."""
+
     name: str
 
-    def breaks(self, walk, position: int, var: int, token: int) -> bool: ...
+    def breaks(self, walk, position: int, var: int, token: int) -> bool:
+        """True when the binding at ``position`` (var handle ``var``, which held
+        ``token`` before the pass) no longer holds that value."""
+        ...
 
 
 # -- identity's exceptions ------------------------------------------------------

@@ -493,6 +493,7 @@ class BuildCheck:
 
     @property
     def ok(self) -> bool:
+        """No suspect or unverified site and no broken invariant."""
         return not (self.suspect or self.unverified or self.problems)
 
 

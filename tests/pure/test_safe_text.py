@@ -11,7 +11,7 @@ import pytest
 
 from relaytrace.render import safe_text as S
 
-from .fixtures.hostile import HOSTILE_NAMES, INPUT_NAME, MODEL_NAME
+from ..fixtures.hostile import HOSTILE_NAMES, INPUT_NAME, MODEL_NAME
 
 NAMES = HOSTILE_NAMES + (MODEL_NAME, INPUT_NAME, "\ud800lone surrogate", "non\ufffechar", "c1\x85\x9bnext",
                          "sep\u2028line", "del\x7f", "\u2067isolate\u2069", "'=already quoted", "''+twice")
