@@ -4,15 +4,22 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.relaytrace-installed
 
-.PHONY: demo test test-slow bench setup graphviz browser cross clean
+.PHONY: demo test test-slow lint bench setup graphviz browser cross clean
 
 demo: setup
 	$(VENV)/bin/relaytrace demo --out relaytrace-out --force
 
-# make test: every test not marked slow (under 15 minutes on 2 cores); make test-slow:
-# the full-size builds, transformers through ONNX, symbolic lengths, the browser's. CI runs both.
-test: setup browser cross
+# make test: the lint step, then every test not marked slow (under 15 minutes on 2 cores);
+# make test-slow: the full-size builds, transformers through ONNX, symbolic lengths, the
+# browser's. CI runs both.
+test: lint browser cross
 	$(PY) -m pytest -q -m "not slow"
+
+# ruff over all the code (pyproject.toml [tool.ruff]); mypy over the data layer,
+# renderers and output jobs ([tool.mypy]).
+lint: setup
+	$(VENV)/bin/ruff check relaytrace tests tools benchmarks
+	$(VENV)/bin/mypy
 
 test-slow: setup browser cross
 	$(PY) -m pytest -q -m slow

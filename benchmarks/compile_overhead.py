@@ -110,7 +110,8 @@ def lineage_figures(lineage) -> None:
         for kernel in kernels:
             loaded.origins_of(kernel)
         per_kernel = (time.perf_counter() - start) / len(kernels)
-        command = [str(Path(sys.executable).parent / "relaytrace"), "query", tmp, "--kernel", kernels[len(kernels) // 2]]
+        command = [str(Path(sys.executable).parent / "relaytrace"), "query", tmp,
+                   "--kernel", kernels[len(kernels) // 2]]
         queries = []
         for _ in range(5):
             start = time.perf_counter()

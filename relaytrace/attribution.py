@@ -26,8 +26,9 @@ from .errors import RelaytraceError
 from .model.lineage import ANCHOR, Lineage
 from .model.ops import estimated_flops
 from .model.origin import OP, UNRESOLVED
-from .model.verification import SUSPECT, UNVERIFIED, VERIFIED
 from .model.profile import BUILTIN, KERNEL, Profile
+from .model.sitekey import SiteKey
+from .model.verification import SUSPECT, UNVERIFIED, VERIFIED
 
 POLICIES = ("anchor", "split")
 COMPUTE, INSERTED = "compute", "inserted"
@@ -43,14 +44,23 @@ def worst(statuses) -> str:
 class Share:
     """Part of one call site's time, billed to one layer."""
 
-    site: str  # kernel#call
-    kernel: str
+    key: SiteKey  # the call site
     layer: str
     origin: str
     op: str
     category: str  # compute | inserted | unresolved
     us: float
     status: str = VERIFIED  # the worst of the site's and the layer's verification verdicts
+
+    @property
+    def site(self) -> str:
+        """The call site's label (``SiteKey.label``)."""
+        return self.key.label
+
+    @property
+    def kernel(self) -> str:
+        """The kernel the call site calls."""
+        return self.key.kernel
 
 
 @define(frozen=True)
@@ -125,8 +135,8 @@ class Categories:
 def check_match(lineage: Lineage, profile: Profile) -> None:
     """A profile must come from an executable of this lineage: same kernels, same calls."""
     ran: dict[str, int] = defaultdict(int)
-    for (name, call) in profile.by_site(KERNEL):
-        ran[name] = max(ran[name], call + 1)
+    for site in profile.by_site(KERNEL):
+        ran[site.kernel] = max(ran[site.kernel], site.call + 1)
     problems = lineage.call_count_mismatches(ran)
     if problems:
         raise RelaytraceError(
@@ -139,8 +149,9 @@ def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[
     """Every call site's median time cut into ``Share``s, one per layer it is billed to:
     under ``anchor`` a kernel with model ops goes to its anchor op's layer, under
     ``split`` over all its ops by estimated work; time of an inserted op (a kernel of
-    them only, or its part under ``split``) is split evenly over the layers it serves. The shares add up to the profile's kernel time; each carries the worst of
-    its site's and its layer's verdicts. A profile of another build is refused."""
+    them only, or its part under ``split``) is split evenly over the layers it serves.
+    The shares add up to the profile's kernel time; each carries the worst of its
+    site's and its layer's verdicts. A profile of another build is refused."""
     if policy not in POLICIES:
         raise RelaytraceError(f"unknown policy {policy!r}: use one of {POLICIES}")
     lineage = lineage.for_entry(profile.entry)
@@ -150,7 +161,7 @@ def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[
     layer_checks = lineage.verification.by_layer() if lineage.verification is not None else {}
     out: list[Share] = []
     for site in lineage.call_sites:
-        us = times[(site.kernel, site.call)]
+        us = times[site.key]
         for share in _split_site(lineage, site, us, policy):
             layer = layer_checks.get(share.layer)
             status = worst((checks[site.position].status, layer.status if layer else VERIFIED))
@@ -164,14 +175,14 @@ def _split_site(lineage, site, us, policy):
     extra = [o for o in origins if o.kind != OP]
     if policy == "anchor" and ops:
         anchor = lineage.origins[site.anchor] if site.anchor else ops[0]
-        return [Share(site.label, site.kernel, anchor.layer, anchor.id, anchor.short_op, COMPUTE, us)]
+        return [Share(site.key, anchor.layer, anchor.id, anchor.short_op, COMPUTE, us)]
     weights = [(o, estimated_flops(o)) for o in (origins if policy == "split" else extra)]
     total = sum(w for _, w in weights) or 1.0
     result = []
     for origin, weight in weights:
         part = us * weight / total
         if origin.kind == OP:
-            result.append(Share(site.label, site.kernel, origin.layer, origin.id, origin.short_op, COMPUTE, part))
+            result.append(Share(site.key, origin.layer, origin.id, origin.short_op, COMPUTE, part))
         elif origin.kind == UNRESOLVED:  # billed to the layers it sits among, but not as inserted
             result.extend(attrs.evolve(share, category=UNRESOLVED)
                           for share in _inserted_shares(lineage, site, origin, part))
@@ -184,7 +195,7 @@ def _inserted_shares(lineage, site, origin, us):
     """An inserted op's time, split evenly over the layers it serves."""
     served = [lineage.origins[s].layer for s in origin.serves] or [origin.layer]
     served = list(dict.fromkeys(served))
-    return [Share(site.label, site.kernel, layer, origin.id, origin.short_op, INSERTED, us / len(served))
+    return [Share(site.key, layer, origin.id, origin.short_op, INSERTED, us / len(served))
             for layer in served]
 
 
@@ -263,15 +274,15 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
     checks = lineage.site_checks()
     rows = []
     for name, sites in lineage.kernels.items():
-        us = sum(spread[(name, s.call)].median_us for s in sites)
-        arg = profile.args.get(f"{name}#0")
+        us = sum(spread[s.key].median_us for s in sites)
+        arg = profile.arg(sites[0].key)
         shapes = ", ".join(f"{d}{list(s)}" for s, d in zip(arg.shapes, arg.dtypes)) if arg else ""
         layers = tuple(dict.fromkeys(lineage.origins[r.origin].layer for s in sites for r in s.roles
                                      if r.role == ANCHOR or lineage.origins[r.origin].kind == OP))
         rows.append(KernelRow(name, us, 100.0 * us / total, len(sites), profile.device, shapes, layers,
                               worst(checks[s.position].status for s in sites), name in lineage.tuned,
-                              sum(spread[(name, s.call)].min_us for s in sites),
-                              sum(spread[(name, s.call)].max_us for s in sites)))
+                              sum(spread[s.key].min_us for s in sites),
+                              sum(spread[s.key].max_us for s in sites)))
     return tuple(sorted(rows, key=lambda r: -r.us))
 
 

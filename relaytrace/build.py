@@ -7,7 +7,8 @@ relaytrace`` stays TVM-free for the data layer and the CLI's reading commands.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from .errors import RelaytraceError
 from .model.lineage import Lineage
@@ -113,7 +114,8 @@ def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None =
     elif isinstance(pipeline, tvm.transform.Pass):
         base = pipeline
     else:
-        raise RelaytraceError(f"pipeline must be 'fused', 'unfused' or a tvm.transform.Pass, not {type(pipeline).__name__}")
+        raise RelaytraceError("pipeline must be 'fused', 'unfused' or a tvm.transform.Pass, "
+                              f"not {type(pipeline).__name__}")
     before = []
     if mixed_precision is not None:
         if mixed_precision not in ("float32", "float16"):

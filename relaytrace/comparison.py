@@ -25,6 +25,7 @@ from .layer_outputs import layer_outputs
 from .model.lineage import Lineage
 from .model.numerics import NOT_COMPARABLE, Comparison, LayerError, error_of
 from .model.origin import ONNX_VALUE
+from .model.sitekey import SiteKey
 
 
 def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4, rtol: float = 1e-4,
@@ -53,23 +54,23 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4,
         if onnx and onnx != wanted:
             raise RelaytraceError("the lineage mixes torch and ONNX ops: compare one model's build")
         saved = (_onnx_outputs if onnx else _torch_outputs)(reference, arrays, wanted, Path(folder))
-        by_site: dict[tuple[str, int], list] = {}
+        by_site: dict[SiteKey, list] = {}
         for p in plan:
             if not p.status and saved.get(p.node):
-                by_site.setdefault((p.kernel, p.call), []).append(p)
+                by_site.setdefault(SiteKey(entry, p.kernel, p.call), []).append(p)
         device = device or device_here(lineage.target)
         vm = relax.VirtualMachine(executable, device)
         counts: dict[str, int] = {}
-        pending: list[tuple] = []
+        pending: list[SiteKey] = []
 
         def note(func, name, before, ret, *call_args):
             if before:
                 k = counts.get(name, 0)
                 counts[name] = k + 1
-                pending.append((name, k))
+                pending.append(SiteKey(entry, name, k))
                 return relax.VMInstrumentReturnKind.NO_OP
-            name_k = pending.pop()  # calls nest (a Relax subfunction holds kernel calls): last in, first out
-            for p in by_site.get(name_k, ()):
+            site = pending.pop()  # calls nest (a Relax subfunction holds kernel calls): last in, first out
+            for p in by_site.get(site, ()):
                 tensors = [a for a in call_args if hasattr(a, "shape")]
                 got = [t.numpy() for t in tensors[-p.outputs:]] if len(tensors) >= p.outputs else []
                 results[p.layer] = _judge(p, got, saved[p.node], atol, rtol)
@@ -110,7 +111,7 @@ def _onnx_outputs(model, arrays, wanted: set[str], folder: Path) -> dict[str, st
     """Run the ONNX ``model`` (a ModelProto or path) with ``onnx.reference`` on
     ``arrays`` (its graph inputs in order) and save each value in ``wanted``
     (``onnx:NAME``, a node's first output): node -> [.npy path]."""
-    from .frontends.common import require
+    from .errors import require
 
     onnx = require("onnx", "onnx")
     from onnx.reference import ReferenceEvaluator

@@ -19,7 +19,7 @@ Evidence only, each piece found after the failure, never during the build:
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from attrs import define
 

@@ -104,7 +104,7 @@ def layer_spread(shares, profile) -> dict[str, float]:
     times = profile.site_times()
     spread: dict[str, float] = {}
     for share in shares:
-        t = times[(share.kernel, int(share.site.rpartition("#")[2]))]  # a label may carry its entry: decode:k#0
+        t = times[share.key]
         if t.median_us > 0 and t.runs > 1:
             spread[share.layer] = spread.get(share.layer, 0.0) + share.us * (t.max_us - t.min_us) / t.median_us
     return spread
@@ -129,7 +129,8 @@ def totals(rows: tuple[LayerDiff, ...]) -> tuple[float, float]:
 def match_summary(rows: tuple[LayerDiff, ...]) -> str:
     """One line on how ``compare(..., by_layer=True)`` matched the layers (names as
     ``terminal`` shows them)."""
-    found = {m: [r.layer for r in rows if r.match == m] for m in ("same ops", "different ops", "only in A", "only in B")}
+    found = {m: [r.layer for r in rows if r.match == m]
+             for m in ("same ops", "different ops", "only in A", "only in B")}
     both = len(found["same ops"]) + len(found["different ops"])
     only = [f"{len(v)} {k} ({', '.join(map(terminal, v[:5]))}{' ...' if len(v) > 5 else ''})"
             for k, v in found.items() if k.startswith("only") and v]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 
 
 def describe(exc: BaseException, limit: int = 300) -> str:
@@ -39,3 +40,14 @@ class LineageFormatError(RelaytraceError, ValueError):
 
 class UsageError(RelaytraceError):
     """Bad command-line input (the CLI exits with 2)."""
+
+
+def require(module: str, extra: str):
+    """Import an optional dependency, or say exactly how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise RelaytraceError(
+            f"this needs the '{module}' package, which is not installed: "
+            f"pip install 'relaytrace[{extra}]'  ({exc})"
+        ) from None

@@ -307,8 +307,8 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
 
 _RUN_FIELDS = {"model": str, "input_shapes": tuple[str, ...], "dtype": str | None, "db": str | None,
                "target": str, "pipeline": str, "layout": str, "entry": str | None}
-_RUN_DEFAULTS = {"input_shapes": [], "dtype": None, "db": None, "target": "llvm", "pipeline": "fused",
-                 "layout": "NCHW", "entry": None}
+_RUN_DEFAULTS: dict[str, object] = {"input_shapes": [], "dtype": None, "db": None, "target": "llvm",
+                                     "pipeline": "fused", "layout": "NCHW", "entry": None}
 
 
 def run_info(path) -> dict:
@@ -322,7 +322,8 @@ def run_info(path) -> dict:
     data = read_json(info, "run")
     check(data, dict, str(info))
     if "model" not in data:
-        raise LineageFormatError(f"{info} has no field 'model': pass the model itself (an .onnx file or file.py:factory)")
+        raise LineageFormatError(f"{info} has no field 'model': pass the model itself "
+                                 "(an .onnx file or file.py:factory)")
     data = {**_RUN_DEFAULTS, **data}
     for key, kind in _RUN_FIELDS.items():
         check(data.get(key), kind, f"{info}: {key}")

@@ -22,6 +22,8 @@ from .errors import RelaytraceError, describe
 from .model.lineage import Lineage
 from .model.profile import BUILTIN, FROM_IR, KERNEL, LOCAL_RUN, ArgInfo, CallRecord, Profile
 from .model.shapes import bind
+from .model.sitekey import SiteKey
+
 
 def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, repeat: int = 5,
             mode: str = "timeline", number: int = 3, progress=None, entry: str | None = None,
@@ -117,7 +119,7 @@ def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat,
 
 
 def site_arguments(lineage: Lineage, seed: int = 0):
-    """(ArgInfo per site, ``[(kernel, call, arrays)]``) for every kernel site of the
+    """(``SiteKey`` -> ArgInfo, ``[(kernel, call, arrays)]``) for every kernel site of the
     lineage, in run order, made from the shapes the compiled IR gives its arguments:
     floats drawn from a normal distribution, integers zero (an index is never out of
     range). A site whose shapes are known only at run time is an error naming it."""
@@ -133,8 +135,7 @@ def site_arguments(lineage: Lineage, seed: int = 0):
                 f"{site.label} takes arguments whose shapes are known only at run time {open_dims[0]}: only a run "
                 "sizes them; profile a build with static shapes, or on a machine that runs its target")
         arrays = [_values(rng, shape, dtype, site.label) for shape, dtype in site.arguments]
-        info[f"{site.kernel}#{site.call}"] = ArgInfo(tuple(s for s, _ in site.arguments),
-                                                     tuple(d for _, d in site.arguments))
+        info[site.key] = ArgInfo(tuple(s for s, _ in site.arguments), tuple(d for _, d in site.arguments))
         captured.append((site.kernel, site.call, arrays))
     return info, captured
 
@@ -153,7 +154,8 @@ def _profile(lineage, entry, arrays, device: str, mode, repeat, records, arg_inf
     signature = lineage.entries.get(entry) or ()
     return Profile(
         model=lineage.model, target=lineage.target, device=device, mode=mode, repeat=repeat,
-        records=tuple(records), args=arg_info, e2e_us=tuple(t * 1e6 for t in e2e_s), entry=entry,
+        records=tuple(records), args={site.in_entry: a for site, a in arg_info.items()},
+        e2e_us=tuple(t * 1e6 for t in e2e_s), entry=entry,
         inputs=tuple((name, tuple(a.shape), str(a.dtype)) for (name, _, _), a in zip(signature, arrays)),
         remote=remote, arguments=arguments,
     )
@@ -195,7 +197,7 @@ def _capture(vm, entry: str, args, lineage, skip: frozenset, copy: bool):
     """One run of ``entry`` that notes every call's argument shapes (and copies kernel
     arguments for isolated timing); calls of ``skip`` (Relax subfunctions) are no sites."""
     counts: dict[str, int] = {}
-    info: dict[str, ArgInfo] = {}
+    info: dict[SiteKey, ArgInfo] = {}
     captured: list[tuple[str, int, list]] = []
     kernels = lineage.kernels
     function = vm[entry]
@@ -205,8 +207,8 @@ def _capture(vm, entry: str, args, lineage, skip: frozenset, copy: bool):
             k = counts.get(name, 0)
             counts[name] = k + 1
             tensors = [a for a in call_args if hasattr(a, "shape")]
-            info[f"{name}#{k}"] = ArgInfo(tuple(tuple(int(d) for d in a.shape) for a in tensors),
-                                          tuple(str(a.dtype) for a in tensors))
+            info[SiteKey(entry, name, k)] = ArgInfo(tuple(tuple(int(d) for d in a.shape) for a in tensors),
+                                                    tuple(str(a.dtype) for a in tensors))
             if copy and name in kernels:
                 captured.append((name, k, [tvm.runtime.tensor(a.numpy(), a.device) for a in tensors]))
         return relax.VMInstrumentReturnKind.NO_OP
@@ -221,12 +223,11 @@ def _capture(vm, entry: str, args, lineage, skip: frozenset, copy: bool):
     return info, captured
 
 
-def _check_names(lineage: Lineage, info: dict[str, ArgInfo]) -> None:
+def _check_names(lineage: Lineage, info: dict[SiteKey, ArgInfo]) -> None:
     ran: dict[str, int] = {}
-    for label in info:
-        name, _, k = label.rpartition("#")
-        if not name.startswith("vm.builtin."):
-            ran[name] = max(ran.get(name, 0), int(k) + 1)
+    for site in info:
+        if not site.kernel.startswith("vm.builtin."):
+            ran[site.kernel] = max(ran.get(site.kernel, 0), site.call + 1)
     problems = lineage.call_count_mismatches(ran)
     if problems:
         raise RelaytraceError("the lineage does not match this executable: " + "; ".join(problems[:8]))

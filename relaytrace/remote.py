@@ -16,6 +16,7 @@ kernel over its time limit) is a one-line ``RelaytraceError``.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -198,8 +199,8 @@ def run_remote(executable, kernel_library, target_text: str, entry: str, args, c
         try:
             say("uploading the executable")
             for name in paths:
-                _step(device, f"uploading {name}", lambda: session.upload(os.path.join(tmp, name)))
-            dev = _step(device, f"finding its {kind} device", lambda: session.device(kind, 0))
+                _step(device, f"uploading {name}", functools.partial(session.upload, os.path.join(tmp, name)))
+            dev = _step(device, f"finding its {kind} device", functools.partial(session.device, kind, 0))
             result = _time_there(session, dev, kind, entry, args, captured, device, repeat, number, say, held)
         except (StoppedAnswering, KeyboardInterrupt):
             ABANDONED.append(held.take(session))  # freeing them would wait for the device
@@ -209,7 +210,9 @@ def run_remote(executable, kernel_library, target_text: str, entry: str, args, c
         except Exception as exc:  # the server went away, a kernel failed there
             raise RelaytraceError(f"the remote run on {device.describe()} failed: {describe(exc)}") from exc
         owned = held.take(session)
-        del session
+        # Python's last references to the session (a remote device holds its session):
+        # dropped while the device still answers, so that only ``owned`` frees it, bounded
+        del session, dev
         try:
             _step(device, "releasing the build and closing the session", lambda: _free(owned))
         except StoppedAnswering as exc:  # every figure is in: keep them, leave the session
@@ -239,9 +242,10 @@ class _Held:
         self.lists.append(tvm_ffi.List())
 
     def close(self) -> None:
-        """Frees the objects added since ``open`` (the caller holds none of them)."""
-        _free(self.lists[-1])
-        self.lists.pop()
+        """Frees the objects added since ``open`` (the caller holds none of them). Their
+        list leaves ``self`` first: if the device stops while they are freed, ``take``
+        must not read a list a bounded step is still clearing."""
+        _free(self.lists.pop())
 
     def add(self, thing):
         """``thing`` (a TVM object, a list of them, or an object whose attributes hold
@@ -296,7 +300,6 @@ def _time_there(session, dev, kind: str, entry: str, args, captured, device: Rem
     """(site timings, end-to-end seconds, device name), every step bounded. Each remote
     object made is added to ``held``; a site's arguments and timer are freed after it
     (a model's every argument at once could fill a board), the build by the caller."""
-    import tvm
     from tvm import relax
 
     if not _step(device, f"finding its {kind} device", lambda: dev.exist):
@@ -311,21 +314,21 @@ def _time_there(session, dev, kind: str, entry: str, args, captured, device: Rem
         say(f"remote isolated {i + 1}/{len(captured)}: {name}#{call}")
         held.open()
         remote_args = held.add(_step(device, f"sending the arguments of {name}#{call}",
-                                     lambda: [tvm.runtime.tensor(a, dev) for a in arrays]))
+                                     functools.partial(_tensors, arrays, dev)))
         timer = held.add(_step(device, f"preparing the timing of {name}#{call}",
-                               lambda: _timer(kernels, name, dev, number, repeat)))
-        results = _bounded(lambda: _seconds(timer(*remote_args), repeat), device.kernel_timeout_s,
+                               functools.partial(_timer, kernels, name, dev, number, repeat)))
+        results = _bounded(functools.partial(_timed, timer, remote_args, repeat), device.kernel_timeout_s,
                            f"the remote run on {device.describe()} failed at {name}#{call}",
                            f"kernel {name}#{call} did not finish on {device.describe()} (--kernel-timeout)")
         sites.append((name, call, results))
         del remote_args, timer
         _step(device, f"releasing the arguments of {name}#{call}", held.close)
     say("remote end-to-end timing")
-    inputs = held.add(_step(device, f"sending the inputs of {entry}",
-                            lambda: [tvm.runtime.tensor(a, dev) for a in args]))
+    inputs = held.add(_step(device, f"sending the inputs of {entry}", functools.partial(_tensors, args, dev)))
     timer = held.add(_step(device, f"preparing the timing of {entry}",
-                           lambda: _timer(vm, entry, dev, 1, max(repeat, 3))))
-    e2e = _bounded(lambda: _seconds(timer(*inputs), max(repeat, 3)), device.kernel_timeout_s * max(len(captured), 1),
+                           functools.partial(_timer, vm, entry, dev, 1, max(repeat, 3))))
+    e2e = _bounded(functools.partial(_timed, timer, inputs, max(repeat, 3)),
+                   device.kernel_timeout_s * max(len(captured), 1),
                    f"the remote run on {device.describe()} failed timing {entry} end to end",
                    f"{entry} did not finish on {device.describe()} (--kernel-timeout, per call site)")
     return sites, e2e, f"remote {kind}(0)"  # str() of a remote device is an RPC table index
@@ -339,6 +342,18 @@ def _timer(module, name: str, dev, number: int, repeat: int):
 
     return _ffi_api.RPCTimeEvaluator(module, name, dev.dlpack_device_type(), dev.index, number, repeat,
                                      0, 100, 0, 1, 0, "")
+
+
+def _tensors(arrays, dev) -> list:
+    """Each of ``arrays`` copied to the device ``dev``."""
+    import tvm
+
+    return [tvm.runtime.tensor(a, dev) for a in arrays]
+
+
+def _timed(timer, arguments, repeat: int) -> tuple[float, ...]:
+    """The per-repeat mean times (s) of one call of the timing function ``timer``."""
+    return _seconds(timer(*arguments), repeat)
 
 
 def _seconds(blob: bytes, repeat: int) -> tuple[float, ...]:

@@ -46,6 +46,6 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
         layers=A.layers_from(parts), kernels=A.by_kernel(lineage, profile),
         op_types=A.op_types_from(lineage, parts), categories=A.categories_from(parts, profile),
         coverage=lineage.coverage(),
-        site_us={s.label: times[(s.kernel, s.call)] for s in lineage.call_sites},
+        site_us={s.label: times[s.key] for s in lineage.call_sites},
         build_lineage=build_lineage,
     )

@@ -244,11 +244,13 @@ def option_cases(source: Path, work: Path, seed: int, count: int):
         lambda: (["profile", "m.py:make", "--rpc", pick("nohost", "h:x", ":1"), *out], 2),
         lambda: (["profile", "m.py:make", "--rpc", "h:1", "--tracker", "h:2", "--key", "k", *out], 2),
         lambda: (["profile", "m.py:make", "--cc", "g++", *out], 2),
-        lambda: (["profile", "m.py:make", "--input-shape", pick("x", "x:1xA", ":1x2", "x:0x3", "x:1x2:nodtype"), *out], 2),
+        lambda: (["profile", "m.py:make", "--input-shape",
+                  pick("x", "x:1xA", ":1x2", "x:0x3", "x:1x2:nodtype"), *out], 2),
         lambda: (["profile", pick("m.txt", "m.py", "model"), *out], 2),
         lambda: (["profile", "missing.onnx", *out], 1),
         lambda: (["profile", f"{work}/missing.py:make", *out], 1),
-        lambda: (["render", str(source), "--format", "png", "--out", f"{work}/x.{pick('svg', 'pdf', 'html', 'dot')}"], 2),
+        lambda: (["render", str(source), "--format", "png",
+                  "--out", f"{work}/x.{pick('svg', 'pdf', 'html', 'dot')}"], 2),
         lambda: (["render", str(source), "--format", "html", "--out", f"{work}/x.svg"], 2),
         lambda: (["query", str(source / "lineage.json"), pick("--kernel", "--layer", "--history"), ""], 2),
         lambda: (["query", str(source / "lineage.json"), "--layer", "conv1", "--history", "conv1"], 2),
@@ -318,7 +320,7 @@ def name_cases(seed: int, count: int):
         svg_problem = None
     except ET.ParseError as exc:
         drawn, svg_problem = set(), f"layers.svg is not XML: {exc}"
-    for i, name in enumerate(names):
+    for name in names:
         problem = svg_problem
         shown = terminal(name)
         if any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 or c in "\u202e\u2028" for c in shown):
@@ -468,3 +470,126 @@ def signal_cases(work: Path, model: str, signals=("SIGKILL", "SIGINT", "SIGTERM"
             shutil.rmtree(root)
             if finished:
                 break  # the run ended before this write: every write was tried
+
+
+def _remote_run(port: int, model: str, out: Path, *extra: str):
+    """``relaytrace profile MODEL --rpc 127.0.0.1:PORT --out OUT`` in a child process."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "relaytrace.cli", "profile", model, "--rpc", f"127.0.0.1:{port}",
+                             "--out", str(out), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONWARNINGS="ignore", PYTHONFAULTHANDLER="1"))
+
+
+def _read_until(proc, text: str) -> str:
+    """The child's stderr up to and including the first line holding TEXT (all of it if none does)."""
+    seen = ""
+    while text not in seen:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen += line
+    return seen
+
+
+def remote_steps(model: str) -> list[str]:
+    """The progress lines of a healthy remote ``profile`` of MODEL from the RPC check on:
+    the steps a stopped server is tried at."""
+    import tempfile
+
+    from tvm.rpc import server
+
+    board = server.Server(host="127.0.0.1", port=10200, port_end=10290, silent=True)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = _remote_run(board.port, model, Path(tmp) / "d")
+            _, err = proc.communicate(timeout=600)
+    finally:
+        board.terminate()
+    lines = [line.removeprefix("[relaytrace] ") for line in err.splitlines() if line.startswith("[relaytrace] ")]
+    start = next(i for i, line in enumerate(lines) if line.startswith("checking rpc"))
+    # each line up to the address it names (the cases' server listens on a port of its own)
+    return [line.split(":")[0] if line.startswith("remote isolated") else line.split(" 127.0.0.1:")[0]
+            for line in lines[start:]]
+
+
+def stopped_server_cases(work: Path, model: str, steps=None, delays=(0.0, 0.3), limit_s: float = 45.0):
+    """A remote ``profile`` whose server is stopped (SIGSTOP: it holds its sockets and never
+    answers) at each of its steps (default: every progress line of a healthy run, each
+    site's), right as the step begins and DELAYS seconds into it: the run ends within
+    LIMIT_S (the 30 s step limit and --kernel-timeout 4, plus start-up) with code 1 and one
+    line naming the device and what it was doing — or, stopped after the last figure was
+    in, with code 0 and its outputs; the directory exists only then. Then a second run
+    waiting on the stopped server is interrupted (Ctrl-C): code 130 within 15 s, no
+    directory. Yields (case, problem or None)."""
+    import os
+    import signal
+    import subprocess
+    import tempfile
+    import time
+
+    import psutil
+    from tvm.rpc import server
+
+    mine = psutil.Process()
+    hangs: list[Path] = []
+    for step in steps or remote_steps(model):
+        for delay in delays:
+            case = f"stopped at {step!r} +{delay:.1f} s"
+            board = server.Server(host="127.0.0.1", port=10300, port_end=10390, silent=True)
+            out, waiting = work / "stopped-d", work / "stopped-e"
+            problem = None
+            try:
+                proc = _remote_run(board.port, model, out, "--kernel-timeout", "4")
+                seen = _read_until(proc, step)
+                time.sleep(delay)
+                for p in mine.children(recursive=True):  # the server's processes, not the run's
+                    if p.pid != proc.pid and proc.pid not in (q.pid for q in p.parents()):
+                        p.suspend()
+                start = time.time()
+                try:
+                    _, err = proc.communicate(timeout=limit_s * 2)
+                except subprocess.TimeoutExpired:  # every thread's stack to a file, for the report
+                    proc.send_signal(signal.SIGABRT)
+                    _, err = proc.communicate()
+                    dump = Path(tempfile.gettempdir()) / f"relaytrace-hang-{os.getpid()}-{len(hangs)}.txt"
+                    dump.write_text(err)
+                    hangs.append(dump)
+                    err += f"\n(hung: its threads' stacks are in {dump})"
+                took = time.time() - start
+                err = seen + err
+                last = (err.strip().splitlines() or [""])[-1]
+                if took > limit_s:
+                    problem = f"ended {took:.0f} s after the stop (limit {limit_s:.0f} s): {last[:200]}"
+                elif proc.returncode not in (0, 1) or broken_promise(proc.returncode, err):
+                    problem = broken_promise(proc.returncode, err) or f"exit code {proc.returncode}"
+                elif proc.returncode == 1 and not (f"127.0.0.1:{board.port}" in last and any(
+                        said in last for said in ("stopped answering while", "did not finish", "answered at"))):
+                    problem = f"the error does not name the device and the step: {last[:200]}"
+                elif out.exists() != (proc.returncode == 0):
+                    problem = f"exit {proc.returncode} but the output directory exists: {out.exists()}"
+                second = _remote_run(board.port, model, waiting, "--kernel-timeout", "60")
+                _read_until(second, "checking rpc")
+                time.sleep(2.0)  # waiting on the stopped server now
+                second.send_signal(signal.SIGINT)
+                start = time.time()
+                try:
+                    _, err = second.communicate(timeout=60)
+                except subprocess.TimeoutExpired:
+                    second.kill()
+                    _, err = second.communicate()
+                if problem is None and (second.returncode != 130 or time.time() - start > 15 or waiting.exists()):
+                    problem = (f"Ctrl-C while waiting ended with {second.returncode} after "
+                               f"{time.time() - start:.0f} s: {err[-200:]}")
+            finally:
+                for p in mine.children(recursive=True):
+                    try:
+                        p.resume()
+                    except psutil.Error:
+                        pass
+                board.terminate()
+                shutil.rmtree(out, ignore_errors=True)
+                shutil.rmtree(waiting, ignore_errors=True)
+            yield case, problem

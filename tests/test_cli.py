@@ -86,7 +86,11 @@ def test_query_render_and_json(two_runs, tmp_path):
     lineage = two_runs / "fused" / "lineage.json"
     done = run("query", lineage, "--layer", "layer2.0.conv1")
     assert done.returncode == 0 and "layer2.0.conv1 runs in:" in done.stdout
-    done = run("query", lineage, "--kernel", "fused_matmul_add4#0", "--json")
+    from relaytrace.model.lineage import Lineage
+
+    saved = Lineage.load(lineage)
+    fc = next(s for s in saved.call_sites if s.anchor and saved.origins[s.anchor].layer == "fc")
+    done = run("query", lineage, "--kernel", fc.label, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)[0]["origins"][0]["layer"] == "fc"
     assert json.loads(done.stdout)[0]["verification"] == "verified"
@@ -177,9 +181,9 @@ def test_diff_of_two_different_models_is_refused(tmp_path, two_runs):
 
 
 def test_an_output_directory_is_replaced_in_one_step_or_not_at_all(two_runs, tmp_path):
+    from relaytrace.errors import RelaytraceError
     from relaytrace.jobs import load_pair, prepare_out_dir, write_outputs
     from relaytrace.render.outputs import PROFILE, names
-    from relaytrace.errors import RelaytraceError
     from relaytrace.report import make_report
 
     report = make_report(*load_pair(two_runs / "fused"))
@@ -317,7 +321,7 @@ def test_diff_shows_each_layers_noise_from_the_runs_spread(tmp_path, two_runs):
     spread = 0.0
     for lineage, profile in ((la, pa), (lb, pb)):
         site = next(s for s in lineage.kernels_of("fc") if s.anchor and lineage.origins[s.anchor].layer == "fc")
-        t = profile.site_times()[(site.kernel, site.call)]
+        t = profile.site_times()[site.key]
         spread += t.max_us - t.min_us
     assert rows["fc"].spread_us == pytest.approx(spread) and spread > 0
     same = D.compare(la, pa, la, pa)  # a profile against itself: every change is 0, within any spread

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import relaytrace
-from relaytrace import zoo
-from relaytrace import compare
+from relaytrace import compare, zoo
 from relaytrace.build import NHWC
 from relaytrace.frontends.torch import from_torch
 from relaytrace.layer_outputs import layer_outputs

@@ -108,14 +108,16 @@ def test_malformed_and_truncated_pastes_report_line_numbers_and_keep_what_parsed
     broken_log = "\n".join(SEED3.splitlines()[:27]) + '\n{"i": ["llvm", "topi_nn_conv2d", [[\n'
     records, issues = parse_log(broken_log, "log")
     assert len(records) == 2 and issues[0].line == 28
-    ir = "fn (%x: Tensor[(1, 8), float32]) {\n%0 = nn.relu(%x) /* ty=Tensor[(1, 8), float32] */;\n%1 = nn.dense(%0, meta["
+    ir = ("fn (%x: Tensor[(1, 8), float32]) {\n%0 = nn.relu(%x) /* ty=Tensor[(1, 8), float32] */;\n"
+          "%1 = nn.dense(%0, meta[")
     graph = parse_relay_ir(ir, "ir")
     assert len(graph.ops) == 1 and graph.issues[0].line == 3 and str(graph.issues[0]).startswith("ir:3:")
 
 
 @pytest.mark.parametrize("kernel, ops", [
     ("fused_nn_contrib_conv2d_NCHWc_add_nn_relu_5", ("conv2d", "add", "relu")),
-    ("tvmgen_default_fused_nn_contrib_conv2d_NCHWc_add_multiply_add_nn_relu", ("conv2d", "add", "multiply", "add", "relu")),
+    ("tvmgen_default_fused_nn_contrib_conv2d_NCHWc_add_multiply_add_nn_relu",
+     ("conv2d", "add", "multiply", "add", "relu")),
     ("fused_layout_transform_nn_batch_flatten", ("layout_transform", "batch_flatten")),
     ("fused_nn_contrib_dense_pack_add", ("dense", "add")),
     ("fused_nn_global_avg_pool2d", ("global_avg_pool2d",)),

@@ -27,8 +27,9 @@ def built():
 
 
 def _all_modules(module):
-    from relaytrace.frontends.nn import _submodules
     from tvm.relax.frontend import nn
+
+    from relaytrace.frontends.nn import _submodules
 
     return [m for _, m in _submodules(module, nn)]
 

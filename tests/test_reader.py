@@ -6,11 +6,10 @@ import tvm
 from tvm import relax
 from tvm.relax import op as R
 
-from relaytrace.tracking import ir
-from relaytrace.tracking import reader
-from relaytrace.tracking.origins import assign_origins
 from relaytrace.build import NHWC
 from relaytrace.relax_models import resnet_style
+from relaytrace.tracking import ir, reader
+from relaytrace.tracking.origins import assign_origins
 
 from .passes import alter_op_impl_pipeline
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fuzz import stopped_server_cases
+
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = f"{FIXTURES / 'tiny_model.py'}:make"
 
@@ -58,7 +60,8 @@ def test_profile_through_a_tracker_and_through_one_server(devices, tmp_path):
     prof = _check_outputs(tmp_path / "tracker")
     assert prof.remote == f"tracker 127.0.0.1:{pool.port} key tiny"
     assert f"on tracker 127.0.0.1:{pool.port}" in done.stdout
-    done = run("--quiet", "profile", TINY, "--rpc", f"127.0.0.1:{board.port}", "--repeat", "2", "--out", tmp_path / "rpc")
+    done = run("--quiet", "profile", TINY, "--rpc", f"127.0.0.1:{board.port}", "--repeat", "2",
+               "--out", tmp_path / "rpc")
     assert done.returncode == 0, done.stderr[-2000:]
     assert _check_outputs(tmp_path / "rpc").remote == f"rpc 127.0.0.1:{board.port}"
     assert json.loads((tmp_path / "rpc" / "profile.json").read_text())["remote"] == f"rpc 127.0.0.1:{board.port}"
@@ -120,65 +123,17 @@ def test_a_server_killed_mid_run_is_a_one_line_error_and_the_directory_is_not_cr
     assert not (tmp_path / "d").exists()
 
 
-def _profile(port: int, out, *extra):
-    return subprocess.Popen([sys.executable, "-m", "relaytrace.cli", "profile", TINY, "--rpc", f"127.0.0.1:{port}",
-                             "--out", str(out), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONWARNINGS="ignore"))
-
-
-def _wait_for(proc, text: str) -> str:
-    seen = ""
-    while text not in seen:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        seen += line
-    return seen
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("at", ["uploading the executable", "remote isolated 2/", "remote end-to-end timing"])
-def test_a_server_that_stops_answering_ends_the_run_within_its_limit_and_ctrl_c_ends_it_at_once(tmp_path, at):
+@pytest.mark.parametrize("step", ["uploading the executable", "remote isolated 2/", "remote end-to-end timing"])
+def test_a_server_that_stops_answering_ends_the_run_within_its_limit_and_ctrl_c_ends_it_at_once(tmp_path, step):
     """A server stopped (SIGSTOP, not killed) mid-run, at upload, while sites are timed,
     at the end-to-end timing: the run ends within its limits (--kernel-timeout for a
     kernel, 30 s for any other step) with one line naming the step and the device (or,
-    stopped after the last figure was in, with them); Ctrl-C ends a run waiting on it within seconds; no output
-    directory either way."""
-    import psutil
-    import signal
-    from tvm.rpc import server
-
-    board = server.Server(host="127.0.0.1", port=10100, port_end=10190, silent=True)
-    mine = psutil.Process()
-    try:
-        proc = _profile(board.port, tmp_path / "d", "--kernel-timeout", "4")
-        _wait_for(proc, at)
-        stopped = [p for p in mine.children(recursive=True)
-                   if p.pid != proc.pid and proc.pid not in (q.pid for q in p.parents())]
-        for p in stopped:
-            p.suspend()
-        start = time.time()
-        _, err = proc.communicate(timeout=120)
-        assert time.time() - start < 60 and proc.returncode in ((0, 1) if at.startswith("remote end") else (1,))
-        if proc.returncode:
-            last = err.strip().splitlines()[-1]
-            assert last.startswith("relaytrace: error:") and f"rpc 127.0.0.1:{board.port}" in last, last
-            assert "stopped answering while" in last or "did not finish" in last, last
-        second = _profile(board.port, tmp_path / "e", "--kernel-timeout", "60")
-        seen = _wait_for(second, "checking rpc")
-        time.sleep(2.0)  # waiting on the stopped server now
-        second.send_signal(signal.SIGINT)
-        start = time.time()
-        _, err = second.communicate(timeout=60)
-        assert second.returncode == 130 and time.time() - start < 15, (second.returncode, seen[-2000:], err[-2000:])
-        assert (tmp_path / "d").exists() == (proc.returncode == 0) and not (tmp_path / "e").exists()
-    finally:
-        for p in mine.children(recursive=True):
-            try:
-                p.resume()
-            except psutil.Error:
-                pass
-        board.terminate()
+    stopped after the last figure was in, with them); Ctrl-C ends a run waiting on it
+    within seconds; no output directory either way (tests/fuzz.stopped_server_cases;
+    tools/fuzz.py tries every step)."""
+    ((case, problem),) = stopped_server_cases(tmp_path, TINY, steps=[step], delays=[0.0])
+    assert problem is None, (case, problem)
 
 
 def test_a_port_beyond_65535_is_refused_not_wrapped():
@@ -195,7 +150,7 @@ def test_a_build_for_another_cpu_is_linked_by_its_cross_compiler_and_refused_by_
     machine's x86 server is the wrong device for it: a one-line error that says so."""
     import relaytrace
     from relaytrace.frontends.loader import load
-    from relaytrace.remote import RemoteDevice, exporter
+    from relaytrace.remote import exporter
 
     if shutil.which("aarch64-linux-gnu-g++") is None:
         pytest.skip("aarch64-linux-gnu-g++ is not installed (make test installs g++-aarch64-linux-gnu)")
@@ -248,11 +203,12 @@ def test_site_arguments_from_the_ir_are_the_shapes_a_run_gives_each_site():
 
     module, example = zoo.get("resnet18", image=64)
     executable, lineage = relaytrace.build(from_torch(module, (example,), name="resnet18"), "llvm")
-    captured = relaytrace.profile(executable, lineage, [example.numpy()], repeat=1).args
+    captured = relaytrace.profile(executable, lineage, [example.numpy()], repeat=1)
     from_ir, arrays = site_arguments(lineage)
     assert len(from_ir) == len(lineage.call_sites) > 20
-    assert {label: captured[label] for label in from_ir} == from_ir
-    assert all(a.shape == shape for (_, _, xs), info in zip(arrays, from_ir.values()) for a, shape in zip(xs, info.shapes))
+    assert {site: captured.arg(site) for site in from_ir} == from_ir
+    assert all(a.shape == shape
+               for (_, _, xs), info in zip(arrays, from_ir.values()) for a, shape in zip(xs, info.shapes))
 
 
 @pytest.mark.slow

@@ -11,9 +11,9 @@ from tvm import relax
 from tvm.relax import op as R
 
 from relaytrace.tracking import ir
-from relaytrace.tracking.tracker import Tracker
 from relaytrace.tracking.origins import assign_origins
 from relaytrace.tracking.rules import DEFAULT_RULES, ValueKey
+from relaytrace.tracking.tracker import Tracker
 
 T = relax.TensorType
 

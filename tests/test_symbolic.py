@@ -76,7 +76,7 @@ def _ops_at_sites(lineage) -> set[tuple[str, str]]:
 def _assert_attributed_at_every_site(executable, lineage, inputs):
     prof = relaytrace.profile(executable, lineage, inputs, repeat=1)
     report = make_report(lineage, prof)
-    assert {(s.kernel, s.call) for s in lineage.call_sites} == set(prof.by_site(KERNEL))
+    assert {s.key for s in lineage.call_sites} == set(prof.by_site(KERNEL))
     assert sum(r.us for r in report.layers) == pytest.approx(prof.kernel_us, rel=1e-9)
     assert report.categories.suspect_us == report.categories.unverified_us == report.categories.unresolved_us == 0
     assert report.coverage.complete
@@ -196,7 +196,8 @@ def _nn_two_layer_decoder():
             x = x + self.layers[0](self.norm(x), past_k0, past_v0)
             return x + self.layers[1](x, past_k1, past_v1)
 
-    past = {name: nn.spec.Tensor([1, 2, "past", 16], "float32") for name in ("past_k0", "past_v0", "past_k1", "past_v1")}
+    past = {name: nn.spec.Tensor([1, 2, "past", 16], "float32")
+            for name in ("past_k0", "past_v0", "past_k1", "past_v1")}
     return Decoder(), {"step": {"x": nn.spec.Tensor([1, 1, 32], "float32"), **past}}
 
 

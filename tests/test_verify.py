@@ -153,7 +153,7 @@ def test_a_lineage_without_verification_is_unverified_not_complete(builds):
 @pytest.mark.parametrize("seed", [5, *(pytest.param(seed, marks=pytest.mark.slow) for seed in (7, 14))])
 def test_generated_models_verify_in_every_pipeline_and_frontend(seed, tmp_path):
     pytest.importorskip("torch")
-    from relaytrace.zoo.generated import check
+    from tests.generated_check import check
 
     checks = check(seed, workdir=tmp_path)
     built = [c for c in checks if not c.skipped]
@@ -176,7 +176,8 @@ def test_generated_token_models_verify_with_torch_exports_layers(seed, tmp_path)
     layer_problems), torch and ONNX. The fused pipeline only: in the unfused one a
     static ``torch.arange`` (position ids) loses its sites (test below)."""
     pytest.importorskip("torch")
-    from relaytrace.zoo.generated import check, token_model
+    from relaytrace.zoo.generated import token_model
+    from tests.generated_check import check
 
     assert token_model(seed)
     checks = check(seed, pipelines=("fused",), workdir=tmp_path)
@@ -192,11 +193,12 @@ def test_generated_token_model_layers_are_checked_against_torch_export():
     the embedding's take to the Dropout after it, a residual add to the next norm."""
     pytest.importorskip("torch")
     from relaytrace.frontends.torch import from_torch
-    from relaytrace.zoo.generated import _exported, generate_tokens, layer_problems
+    from relaytrace.zoo.generated import generate_tokens
+    from tests.generated_check import exported_program, layer_problems
 
     module, example = generate_tokens(99, blocks=1)
     _, lineage = relaytrace.build(from_torch(module, (example,)), "llvm", pipeline="fused")
-    program = _exported(module, example)
+    program = exported_program(module, example)
     origins = {o.id: o for o in lineage.origins.values() if o.kind == "op"}
     assert layer_problems(module, origins.values(), "torch", program) == []
     take = next(o for o in origins.values() if o.op == "relax.take")

@@ -16,6 +16,9 @@ import sys
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.generated_check
 
 
 def _seeds(text: str) -> list[int]:
@@ -28,7 +31,7 @@ def _seeds(text: str) -> list[int]:
 
 def _check(seed: int, options: tuple[tuple[str, ...], tuple[str, ...]]):
     warnings.simplefilter("ignore")
-    from relaytrace.zoo.generated import check
+    from tests.generated_check import check
 
     frontends, pipelines = options
     try:
@@ -82,7 +85,8 @@ def main(argv=None) -> int:
                         print(f"    {line}", flush=True)
     seconds = time.perf_counter() - start
     print(f"{totals['models']} models ({totals['crashed']} crashed), {totals['builds']} builds "
-          f"({totals['bad']} not clean, {totals['skipped']} skipped: TVM cannot build them), {totals['sites']} call sites: {totals['verified']} verified, "
+          f"({totals['bad']} not clean, {totals['skipped']} skipped: TVM cannot build them), "
+          f"{totals['sites']} call sites: {totals['verified']} verified, "
           f"{totals['suspect']} suspect, {totals['unverified']} unverified; {seconds:.0f} s")
     return 1 if totals["bad"] or totals["crashed"] else 0
 

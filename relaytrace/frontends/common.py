@@ -1,12 +1,9 @@
-"""What every frontend returns, and the optional-dependency guard they share."""
+"""What every frontend returns, and how given input names meet the model's."""
 
 from __future__ import annotations
 
-import importlib
-
 from attrs import define, field
 
-from ..errors import RelaytraceError
 from ..model.frontend import Program
 
 
@@ -57,13 +54,3 @@ def match_input_names(given, names, what: str) -> dict:
         raise UsageError(f"{what} has no input named {', '.join(sorted(unknown))}; its inputs are {listed or 'none'}")
     return out
 
-
-def require(module: str, extra: str):
-    """Import an optional dependency, or say exactly how to install it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise RelaytraceError(
-            f"this needs the '{module}' package, which is not installed: "
-            f"pip install 'relaytrace[{extra}]'  ({exc})"
-        ) from None

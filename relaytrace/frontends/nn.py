@@ -13,11 +13,11 @@ named this way; parameters stay inputs of each function, as ``export_tvm`` makes
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
-from ..errors import RelaytraceError, describe
+from ..errors import RelaytraceError, describe, require
 from ..model.frontend import NN, Program
-from .common import ImportedModel, require
+from .common import ImportedModel
 
 
 def from_nn(module, spec: dict, name: str | None = None) -> ImportedModel:

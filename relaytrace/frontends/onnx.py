@@ -13,12 +13,12 @@ import ast
 import os
 import tempfile
 
-from ..errors import RelaytraceError, UsageError, describe
+from ..errors import RelaytraceError, UsageError, describe, require
 from ..model.frontend import ONNX, Program, SourceNode
 from ..model.jsonio import current_umask
 from ..model.origin import ONNX_SOURCE, ONNX_VALUE
 from ..model.shapes import check_rank
-from .common import ImportedModel, match_input_names, require
+from .common import ImportedModel, match_input_names
 
 
 def from_onnx(model_or_path, shape_dict=None, name: str | None = None, layer_names: str = "torch") -> ImportedModel:

@@ -16,9 +16,9 @@ import operator
 import os
 import re
 
-from ..errors import RelaytraceError, describe
+from ..errors import RelaytraceError, describe, require
 from ..model.frontend import TORCH, Program, SourceNode
-from .common import ImportedModel, require
+from .common import ImportedModel
 
 
 def from_torch(module, example_args, name: str | None = None, dynamic_shapes=None) -> ImportedModel:
@@ -34,7 +34,8 @@ def from_torch(module, example_args, name: str | None = None, dynamic_shapes=Non
         original = torch.export.export(module.eval(), example_args, dynamic_shapes=dynamic_shapes)
         exported = original.run_decompositions()
     except Exception as exc:
-        raise RelaytraceError(f"torch.export could not export {label} ({type(module).__name__}): {describe(exc)}") from exc
+        raise RelaytraceError(f"torch.export could not export {label} ({type(module).__name__}): "
+                              f"{describe(exc)}") from exc
 
     importer = _recording_importer()
     try:
@@ -127,7 +128,8 @@ def _assign(mod, order, graph) -> tuple[dict[int, tuple[str, str, str, str]], tu
     bindings = ir.bindings(mod["main"])
     # a value folded to a constant computes nothing; an op's, or a projection of one, does
     bound = {b.var.name for b in bindings if ir.is_call(b.value) or ir.is_tuple_get_item(b.value)}
-    program = tuple(SourceNode(_exported_name(node, graph), _source_op(node), _layer(node), bool(bound.intersection(names)))
+    program = tuple(SourceNode(_exported_name(node, graph), _source_op(node), _layer(node),
+                               bool(bound.intersection(names)))
                     for node, names in made.items())
     for binding in bindings:
         pending.append(binding.var)

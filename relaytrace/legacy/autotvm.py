@@ -33,6 +33,8 @@ class Workload:
     padding: Shape = ()
 
     def key(self) -> tuple:
+        """(op, data, weight, strides, padding): equal for one workload whatever artifact
+        spelled it, a symmetric four-value padding taken as its two-value form."""
         return (self.op, self.data, self.weight, self.strides, _pad2(self.padding))
 
 
@@ -45,6 +47,9 @@ def _pad2(padding: Shape) -> Shape:
 
 @define(frozen=True)
 class Task:
+    """One task of a printed AutoTVM listing: its ``[Kernel i/n]`` index and total, its
+    name, the search-space size (None when not printed), its workload and its line."""
+
     index: int
     total: int
     name: str             # conv2d_NCHWc.x86
@@ -55,6 +60,9 @@ class Task:
 
 @define(frozen=True)
 class LogRecord:
+    """One record of an AutoTVM tuning log: its line, target, task name and workload, the
+    mean measured cost in seconds (None when the measurement failed) and error number."""
+
     line: int
     target: str
     task: str
@@ -64,6 +72,8 @@ class LogRecord:
 
 
 def op_of(task_name: str) -> str:
+    """The workload op a task name runs: ``depthwise_conv2d``, ``conv2d`` or ``dense``
+    (``matmul`` too); any other name up to its first dot, lower-cased."""
     name = task_name.lower()
     if "depthwise" in name:
         return "depthwise_conv2d"
@@ -75,6 +85,9 @@ def op_of(task_name: str) -> str:
 
 
 def parse_tasks(text: str, source: str = "autotvm-tasks") -> tuple[tuple[Task, ...], tuple[Issue, ...]]:
+    """The tasks of a printed AutoTVM task listing, each with the data and weight tensors
+    of the two lines after its header, and the issues met: a task listed again (the
+    first listing kept), one without its tensor lines, no task at all."""
     lines = normalise_quotes(text).splitlines()
     tasks, issues = [], []
     seen = set()
@@ -99,6 +112,9 @@ def parse_tasks(text: str, source: str = "autotvm-tasks") -> tuple[tuple[Task, .
 
 
 def parse_log(text: str, source: str = "autotvm-log") -> tuple[tuple[LogRecord, ...], tuple[Issue, ...]]:
+    """The records of an AutoTVM tuning log (lines not starting with ``{`` are skipped),
+    and an issue per line that is no JSON record or lacks the expected fields, or for
+    a log with no record at all."""
     records, issues = [], []
     for number, line in enumerate(normalise_quotes(text).splitlines(), start=1):
         stripped = line.strip()
@@ -138,7 +154,8 @@ def _flat(value) -> tuple:
     return tuple(value)
 
 
-def parse_workload_lists(text: str, source: str = "workloads") -> tuple[dict[str, tuple[Workload, ...]], tuple[Issue, ...]]:
+def parse_workload_lists(text: str,
+                         source: str = "workloads") -> tuple[dict[str, tuple[Workload, ...]], tuple[Issue, ...]]:
     """Workload tuples, ``('conv2d', (1, 3, 224, 224, 'float32'), (64, 3, 7, 7, 'float32'),
     (2, 2), (3, 3), 'NCHW', 'float32')``, grouped under the line that introduces them
     (``Resnet-50 workload:``)."""

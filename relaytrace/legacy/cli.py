@@ -16,20 +16,6 @@ from .relay_ir import parse_relay_ir
 from .reports import parse_reports
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("legacy", help="read Relay-era IR, profiler reports and AutoTVM tasks/logs offline")
-    p.add_argument("--relay-ir", metavar="FILE", help="printed Relay IR of main (a whole paste is fine)")
-    p.add_argument("--report", metavar="FILE", help="debug_executor / profiler_vm / debug-runtime report(s)")
-    p.add_argument("--autotvm-tasks", metavar="FILE", help="printed AutoTVM task listing")
-    p.add_argument("--autotvm-log", metavar="FILE", help="AutoTVM tuning log (JSON lines)")
-    p.add_argument("--workloads", metavar="FILE", help="listed workload tuples to match log records to")
-    p.add_argument("--repeats-from", metavar="ZOO_MODEL",
-                   help="count workload repeats in a zoo model (e.g. resnet50_v1) when there is no Relay IR")
-    p.add_argument("--out", metavar="DIR", help="also write matches.json into DIR")
-    p.add_argument("--force", action="store_true")
-    p.set_defaults(run=run)
-
-
 def _read(path: str | None, what: str) -> str | None:
     if path is None:
         return None
@@ -43,6 +29,9 @@ def _read(path: str | None, what: str) -> str | None:
 
 
 def run(args) -> int:
+    """`relaytrace legacy`: each given artifact read and matched to the others (kernels
+    of a report to the Relay IR's ops, AutoTVM log records to tasks and workloads),
+    printed as tables; ``--out DIR`` also writes matches.json."""
     if not any((args.relay_ir, args.report, args.autotvm_tasks, args.autotvm_log)):
         raise UsageError("give at least one of --relay-ir, --report, --autotvm-tasks, --autotvm-log")
     out_dir = Path(args.out) if args.out else None

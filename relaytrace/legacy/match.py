@@ -33,6 +33,8 @@ _VOCAB = ("nn_contrib_depthwise_conv2d_NCHWc", "nn_contrib_conv2d_NCHWc", "nn_co
 
 
 def canonical(op: str) -> str:
+    """An op's name as matching compares it: namespace and ``nn_`` prefix dropped,
+    variants folded (``bias_add`` -> ``add``, ``contrib_conv2d_NCHWc`` -> ``conv2d``)."""
     name = op.rsplit(".", 1)[-1]
     name = name[3:] if name.startswith("nn_") else name
     return _CANON.get(name, name)
@@ -66,18 +68,24 @@ class Chain:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The canonical names of the chain's ops, anchor first."""
         return tuple(canonical(o.op) for o in self.ops)
 
     @property
     def out_shape(self) -> Shape:
+        """The output shape of the chain's last op: what its fused kernel writes."""
         return self.ops[-1].out_shape
 
     @property
     def label(self) -> str:
+        """The chain as tables print it: each op's var (``%out`` for the returned
+        expression) and short name, joined by a plus: ``%3 conv2d + %4 add``."""
         return " + ".join(f"{o.var or '%out'} {o.short}" for o in self.ops)
 
     @property
     def flops(self) -> float:
+        """The anchor's work: 2 x its output elements x its weight's elements per output
+        channel when it has a weight, else its output element count."""
         anchor, out = self.ops[0], 1
         for d in self.ops[0].out_shape:
             out *= d
@@ -89,6 +97,8 @@ class Chain:
         return float(out)
 
     def workload(self) -> Workload | None:
+        """The AutoTVM workload of a conv2d or dense chain (strides and padding from a
+        conv2d's attributes); None for other ops or when the data or weight shape is unknown."""
         anchor = self.ops[0]
         kind = canonical(anchor.op)
         if kind not in ("conv2d", "dense") or self.data is None or not anchor.weights:
@@ -103,6 +113,8 @@ def _ints(text: str) -> Shape:
 
 
 def chains(graph: RelayGraph) -> tuple[Chain, ...]:
+    """The graph's ops as chains, in program order: an elementwise op joins the chain
+    before it when its first input is the previous op's var and that var's only use."""
     uses = Counter(ref for op in graph.ops for ref in op.inputs)
     out: list[list[RelayOp]] = []
     for op in graph.ops:
@@ -120,6 +132,10 @@ def chains(graph: RelayGraph) -> tuple[Chain, ...]:
 
 @define(frozen=True)
 class RowMatch:
+    """A report row and the Relay op chains it ran: ``matched`` when decided, else every
+    chain that fits as ``candidates`` (``likely``: a time ~ FLOPs hint), with the
+    evidence that decided (``basis``)."""
+
     row: ReportRow
     ops: tuple[str, ...]                 # from the fused name
     matched: tuple[Chain, ...]           # decided
@@ -129,6 +145,7 @@ class RowMatch:
 
     @property
     def decided(self) -> bool:
+        """Whether the row was matched to the chain(s) it ran."""
         return bool(self.matched)
 
 
@@ -183,7 +200,7 @@ def _likely(results):
         if not r.matched and r.candidates:
             groups.setdefault(tuple(c.index for c in r.candidates), []).append(i)
     results = list(results)
-    for key, members in groups.items():
+    for members in groups.values():
         chains_ = sorted(results[members[0]].candidates, key=lambda c: -c.flops)
         if len(members) != len(chains_):
             continue
@@ -204,11 +221,16 @@ def _by_order(row, rows, group):
 
 @define(frozen=True)
 class TaskMatch:
+    """An AutoTVM task and the chains with its workload's op, data and weight shape: the
+    layers its schedule serves."""
+
     task: Task
     chains: tuple[Chain, ...]   # every layer the task's schedule serves (its repeats)
 
 
 def match_tasks(tasks, graph: RelayGraph) -> tuple[TaskMatch, ...]:
+    """Each task to the chains of ``graph`` with its workload's op, data and weight shape
+    (none when no op fits)."""
     all_chains = chains(graph)
     out = []
     for task in tasks:
@@ -221,18 +243,24 @@ def match_tasks(tasks, graph: RelayGraph) -> tuple[TaskMatch, ...]:
 
 @define(frozen=True)
 class LogMatch:
+    """A tuning-log record, the position of its workload among the listed ones (None
+    when not listed), and how many layers of the model run that workload."""
+
     record: LogRecord
     workload_index: int | None   # position in the listed workloads
     repeats: int                 # how many layers of the model run this workload
 
 
 def match_log(records, workloads, repeats: Counter) -> tuple[LogMatch, ...]:
+    """Each record to the position of its workload among ``workloads`` (None when not
+    listed) and its count in ``repeats`` (0 when absent), both by ``Workload.key``."""
     keys = [w.key() for w in workloads]
     return tuple(LogMatch(r, keys.index(r.workload.key()) if r.workload.key() in keys else None,
                           repeats.get(r.workload.key(), 0)) for r in records)
 
 
 def repeats_in_graph(graph: RelayGraph) -> Counter:
+    """How many conv2d and dense chains of ``graph`` run each workload, by ``Workload.key``."""
     return Counter(c.workload().key() for c in chains(graph) if c.workload() is not None)
 
 

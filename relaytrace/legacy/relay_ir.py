@@ -25,6 +25,9 @@ _ATTR = re.compile(r"(\w+)=(\[[^\]]*\]|\"[^\"]*\"|[^,]+)")
 
 @define(frozen=True)
 class RelayOp:
+    """One binding of printed Relay IR: its op, the vars it references, the shapes of its
+    constant arguments, its attributes, its output shape and dtype, and its line."""
+
     index: int          # position among ops, in program order
     var: str            # "%3" ("" for the returned expression)
     op: str             # "nn.conv2d"
@@ -37,20 +40,27 @@ class RelayOp:
 
     @property
     def short(self) -> str:
+        """The op's name without its namespace (``conv2d`` of ``nn.conv2d``)."""
         return self.op.rsplit(".", 1)[-1]
 
     @property
     def layer(self) -> str:
+        """The op as output names its layer: its var (``%out`` for the returned
+        expression) and op, ``%3 nn.conv2d``."""
         return f"{self.var or '%out'} {self.op}"
 
 
 @define(frozen=True)
 class RelayGraph:
+    """``main`` of printed Relay IR: its inputs (var -> (shape, dtype)), its ops in
+    program order, and the issues met reading it."""
+
     inputs: dict[str, tuple[Shape, str]]
     ops: tuple[RelayOp, ...]
     issues: tuple[Issue, ...] = ()
 
     def consumers(self) -> dict[str, list[RelayOp]]:
+        """Each referenced var to the ops that take it as an input, in program order."""
         out: dict[str, list[RelayOp]] = {}
         for op in self.ops:
             for ref in op.inputs:
@@ -58,6 +68,8 @@ class RelayGraph:
         return out
 
     def shape_of(self, ref: str) -> Shape | None:
+        """The shape of an input or an op's var (``%data``, ``%3``); None for a var the
+        graph does not bind."""
         if ref in self.inputs:
             return self.inputs[ref][0]
         for op in self.ops:
@@ -75,8 +87,8 @@ def _binding(line: str) -> tuple[str | None, str, str, str, str] | None:
     if not head:
         return None
     last = None
-    for last in _TYPE_COMMENT.finditer(line, head.end() - 1):
-        pass
+    for found in _TYPE_COMMENT.finditer(line, head.end() - 1):
+        last = found
     if last is None:
         return None
     close = line.find("*/", last.end())
@@ -88,6 +100,10 @@ def _binding(line: str) -> tuple[str | None, str, str, str, str] | None:
 
 
 def parse_relay_ir(text: str, source: str = "relay-ir") -> RelayGraph:
+    """The graph of ``main`` in printed Relay IR (the first ``fn`` up to its closing
+    brace, or the whole text when it has no ``fn``), tuple projections read as their
+    tuple's var; issues for lines that look like bindings and do not parse, text after
+    a binding, and no binding at all."""
     inputs: dict[str, tuple[Shape, str]] = {}
     ops: list[RelayOp] = []
     issues: list[Issue] = []

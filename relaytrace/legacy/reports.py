@@ -21,6 +21,10 @@ _OLD_ROW = re.compile(r"^(\S+)\s+(\S+)\s+([\d.,]+)\s+([\d.,]+)\s+(\([\d,\s]*\))\
 
 @define(frozen=True)
 class ReportRow:
+    """One kernel of a profiler report: its name, the fused function it runs, its
+    duration, percent (None when not printed), call count, output and argument shapes,
+    its cells by column, and its line."""
+
     name: str            # the kernel (node) name
     function: str        # the fused function it runs (debug runtime "Ops"; else the name)
     duration_us: float
@@ -34,6 +38,9 @@ class ReportRow:
 
 @define(frozen=True)
 class Report:
+    """One profiler table as read: its kind, header line and rows, the ``Sum`` and
+    ``Total`` it printed (None when absent), and the issues met reading it."""
+
     kind: str            # "table" (profiler_vm / debug_executor) | "debug_runtime"
     line: int            # where its header stands
     rows: tuple[ReportRow, ...]
@@ -43,10 +50,13 @@ class Report:
 
     @property
     def kernel_us(self) -> float:
+        """The sum of the rows' durations, in microseconds."""
         return sum(r.duration_us for r in self.rows)
 
 
 def parse_reports(text: str, source: str = "report") -> tuple[tuple[Report, ...], tuple[Issue, ...]]:
+    """Every profiler table in a paste (profiler_vm / debug_executor tables, debug-runtime
+    tables), and the issues met reading them; one issue when the text holds none."""
     lines = text.splitlines()
     reports, issues = [], []
     i = 0

@@ -19,6 +19,9 @@ def layer_times(matches) -> dict[str, float]:
 
 
 def op_type_shares(report) -> list[tuple[str, float, float]]:
+    """(op, microseconds, percent of the total) per op type of a report, slowest first:
+    a row counts under the first compute op of its fused name (``layout_transform``
+    when it has none)."""
     total = report.total_us or report.kernel_us or 1.0
     sums: dict[str, float] = defaultdict(float)
     for row in report.rows:
@@ -29,6 +32,8 @@ def op_type_shares(report) -> list[tuple[str, float, float]]:
 
 
 def matches_table(matches) -> str:
+    """Row matches as a table: kernel, time, count, the Relay ops it ran (or its
+    candidates and the likely one), and the basis of the match."""
     rows = []
     for m in matches:
         if m.matched:
@@ -44,6 +49,8 @@ def matches_table(matches) -> str:
 
 
 def tasks_table(task_matches) -> str:
+    """Task matches as a table: task, workload shapes, how many layers it serves, and
+    their Relay ops."""
     return format_table(
         ["task", "workload (data, weight)", "repeats", "Relay ops"],
         [[f"{t.task.index} {t.task.name}", f"{list(t.task.workload.data)} x {list(t.task.workload.weight)}",
@@ -52,6 +59,8 @@ def tasks_table(task_matches) -> str:
 
 
 def log_table(log_matches, workloads) -> str:
+    """Log matches as a table: line, workload, listed position, repeats, and the cost and
+    the cost times repeats in milliseconds (``failed`` for a failed measurement)."""
     rows = []
     for m in log_matches:
         w = m.record.workload

@@ -116,7 +116,8 @@ PRODUCES: dict[str, dict[str, frozenset[str]]] = {
         "BatchNormalization": "batch_norm", "LayerNormalization": "layer_norm",
         "GlobalAveragePool": "mean", "AveragePool": "avg_pool2d", "MaxPool": "max_pool2d",
         "ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max",
-        "Gather": "take add less where shape_to_tensor", "GatherElements": "gather_elements add less where take shape_to_tensor",
+        "Gather": "take add less where shape_to_tensor",
+        "GatherElements": "gather_elements add less where take shape_to_tensor",
         "Cast": "astype", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Pow": "power",
         "Neg": "negative", "Transpose": "permute_dims", "Unsqueeze": "expand_dims", "Flatten": "reshape",
         "Expand": "broadcast_to", "Slice": "strided_slice", "Trilu": "triu tril",
@@ -127,7 +128,8 @@ PRODUCES: dict[str, dict[str, frozenset[str]]] = {
     NN: _table({
         "Linear": "matmul add permute_dims astype", "Embedding": "take reshape astype",
         "RMSNorm": "rms_norm", "LayerNorm": "layer_norm", "GroupNorm": "group_norm",
-        "Conv1D": "conv1d add reshape", "Conv2D": "conv2d add reshape", "ConvTranspose1D": "conv1d_transpose add reshape",
+        "Conv1D": "conv1d add reshape", "Conv2D": "conv2d add reshape",
+        "ConvTranspose1D": "conv1d_transpose add reshape",
     }),
 }
 
@@ -175,7 +177,8 @@ def check_program(origins, program: Program | None) -> ProgramCheck:
             continue
         verdict = can_produce(program.frontend, origin.source_op, origin.op)
         if verdict is False:
-            wrong[oid] = f"{at}, but its node {origin.node or '?'} ({origin.source_op}) cannot produce {origin.short_op}"
+            wrong[oid] = (f"{at}, but its node {origin.node or '?'} ({origin.source_op}) "
+                          f"cannot produce {origin.short_op}")
         elif verdict is None and program.frontend != NN:
             unknown[oid] = f"{oid}: which ops a {origin.source_op} node produces is not known to relaytrace"
     missing = tuple(dict.fromkeys(n for n in program.nodes if n.computes and (n.node, n.op) not in claimed))

@@ -28,7 +28,7 @@ class Change(NamedTuple):
     binding per pass, and a tuple of str and int is cheaper to make and is not
     tracked by the garbage collector."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field saved files name; tuple.index is not used
     pass_name: str
     function: str
     callee: str

@@ -9,6 +9,7 @@ import os
 import tempfile
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import LineageFormatError
@@ -116,7 +117,7 @@ def _explain(value, kind, where: str) -> None:
 # annotation is turned once into a predicate (``_is_valid``), and the slow walk that
 # names what is wrong (``_explain``) runs only on a value the predicate refused.
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _is_valid(kind):
     """A predicate: is a JSON value of the annotated type ``kind`` (as ``check`` says)."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
@@ -167,7 +168,7 @@ def _record_is_valid(cls, data) -> bool:
     return found(data)
 
 
-_VALIDATORS: dict[type, object] = {}
+_VALIDATORS: dict[type, Callable[[object], bool]] = {}
 
 
 _KIND_NAMES = {float: "a finite number", int: "an integer", str: "a string", bool: "true or false",
@@ -182,7 +183,8 @@ def items_of(data, key: str, kind, where: str):
     value = data[key]
     if not isinstance(value, kind):
         field = f"{where}.{key}" if ": " in where else f"{where}: {key}"
-        raise LineageFormatError(f"{field} must be {'a list' if kind is list else 'an object'}, not {_json_kind(value)}")
+        wanted = "a list" if kind is list else "an object"
+        raise LineageFormatError(f"{field} must be {wanted}, not {_json_kind(value)}")
     return value
 
 
@@ -216,6 +218,8 @@ def _fields(cls) -> dict[str, tuple[object, bool]]:
 
 
 def write_json(path, data, overwrite: bool) -> Path:
+    """Write ``data`` to ``path`` as indented JSON, whole or not at all
+    (``write_atomic``); return the path."""
     return write_atomic(path, json.dumps(data, indent=1), overwrite)
 
 

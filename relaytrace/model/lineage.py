@@ -5,8 +5,9 @@ without TVM."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 import attrs
 from attrs import define, field
@@ -18,6 +19,7 @@ from .jsonio import check, check_schema, items_of, make_record, read_json, tuple
 from .lineage_index import LineageIndex, index_of
 from .ops import op_rank
 from .origin import INSERTED, OP, UNRESOLVED, Origin
+from .sitekey import SiteKey
 from .verification import SUSPECT, UNVERIFIED, VERIFIED, LayerCheck, Member, SiteCheck, Verification, verify
 
 # /2 writes each origin's history as indices into one table of distinct changes (a
@@ -70,10 +72,16 @@ class CallSite:
         return next((r.origin for r in self.roles if r.role == ANCHOR), None)
 
     @property
+    def key(self) -> SiteKey:
+        """Its identity, ``SiteKey(entry, kernel, call)``: what profiles and reports key
+        its figures by."""
+        return SiteKey(self.function, self.kernel, self.call)
+
+    @property
     def label(self) -> str:
-        """``kernel#call``; ``entry:kernel#call`` for a site of an entry other than main,
-        so that the sites of several entries never share a label."""
-        return f"{self.kernel}#{self.call}" if self.function == "main" else f"{self.function}:{self.kernel}#{self.call}"
+        """``kernel#call``; ``entry:kernel#call`` for a site of an entry other than main
+        (``SiteKey.label``)."""
+        return self.key.label
 
 
 @define(frozen=True)
@@ -170,6 +178,7 @@ class Lineage:
         a lineage is frozen, so they stay true; ``attrs.evolve`` starts a new one."""
         if self._index is None:
             object.__setattr__(self, "_index", index_of(self.kernels, self.origins, self.verification))
+        assert self._index is not None
         return self._index
 
     # -- entries --------------------------------------------------------------
@@ -188,7 +197,7 @@ class Lineage:
         """The tensor inputs of the default entry (``entry()``)."""
         return self.entries.get(self.entry(), ())
 
-    def for_entry(self, name: str | None = None) -> "Lineage":
+    def for_entry(self, name: str | None = None) -> Lineage:
         """This lineage as one entry function's run sees it: that entry's call sites
         and builtins; the origins of the entry and of every function its run calls
         (so an op of a subfunction that runs nowhere is still unaccounted), and the
@@ -236,7 +245,7 @@ class Lineage:
         sites = self.sites(kernel)
         found = [s for s in sites if s.call == call and s.function == function]
         if not found:
-            raise UnknownNameError("call", f"{kernel}#{call}", [s.label for s in sites])
+            raise UnknownNameError("call", SiteKey(function, kernel, call).label, [s.label for s in sites])
         return found[0]
 
     def site_by_label(self, label: str) -> CallSite:
@@ -410,7 +419,7 @@ class Lineage:
         }
 
     @classmethod
-    def from_json(cls, data: dict, where: str = "lineage") -> "Lineage":
+    def from_json(cls, data: dict, where: str = "lineage") -> Lineage:
         """The lineage a JSON object holds, every record and reference checked: a
         ``LineageFormatError`` naming the field (``where`` names the file) otherwise."""
         check_schema(data, SCHEMA_V1 if isinstance(data, dict) and data.get("schema") == SCHEMA_V1 else SCHEMA,
@@ -482,7 +491,7 @@ class Lineage:
         return write_json(path, self.to_json(), overwrite)
 
     @classmethod
-    def load(cls, path) -> "Lineage":
+    def load(cls, path) -> Lineage:
         """The lineage saved at ``path``; a file that is not one is a one-line
         ``LineageFormatError`` naming the file and the field."""
         return cls.from_json(read_json(path, "lineage"), str(path))
@@ -536,7 +545,8 @@ def _program(data, where: str) -> Program | None:
         return None
     at = f"{where}: program"
     check(data, dict, at)
-    nodes = tuple(make_record(SourceNode, n, f"{at}.nodes[{i}]") for i, n in enumerate(items_of(data, "nodes", list, at)))
+    nodes = tuple(make_record(SourceNode, n, f"{at}.nodes[{i}]")
+                  for i, n in enumerate(items_of(data, "nodes", list, at)))
     check(data.get("frontend"), str, f"{at}.frontend")
     return Program(data["frontend"], nodes)
 
@@ -569,7 +579,8 @@ def _check_references(lineage: Lineage, where: str) -> None:
             if sorted(numbers) != list(range(len(numbers))):
                 raise LineageFormatError(f"{where}: kernels[{kernel!r}] calls in {function} are {sorted(numbers)}, "
                                          f"not 0 to {len(numbers) - 1}")
-    values = [(f"origin {o.id!r} kind", o.kind, (OP, INSERTED, UNRESOLVED)) for o in known.values()]
+    values: list[tuple[str, str, tuple[str, ...]]] = [
+        (f"origin {o.id!r} kind", o.kind, (OP, INSERTED, UNRESOLVED)) for o in known.values()]
     values += [(f"kernels[{s.kernel!r}] call {s.call} role", r.role, (ANCHOR, FUSED, INSERTED, UNRESOLVED))
                for s in lineage.call_sites for r in s.roles]
     if lineage.verification is not None:

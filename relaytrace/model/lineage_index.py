@@ -9,7 +9,8 @@ Pure data, made by ``index_of`` from the lineage's own fields; never saved.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from attrs import define
 

@@ -98,7 +98,7 @@ class Comparison:
                 "first_nan": nan.layer if nan else None}
 
     @classmethod
-    def from_json(cls, data, where: str = "compare") -> "Comparison":
+    def from_json(cls, data, where: str = "compare") -> Comparison:
         """The comparison a JSON object holds, every field checked (a
         ``LineageFormatError`` naming it otherwise)."""
         check_schema(data, SCHEMA, "compare", where, made_by="`relaytrace compare --out DIR` (or Comparison.save)")
@@ -120,7 +120,7 @@ class Comparison:
         return write_json(path, self.to_json(), overwrite)
 
     @classmethod
-    def load(cls, path) -> "Comparison":
+    def load(cls, path) -> Comparison:
         """The comparison saved at ``path``; a corrupt file is a one-line format error."""
         return cls.from_json(read_json(path, "compare"), str(path))
 
@@ -169,16 +169,15 @@ def error_of(layer: str, site: str, got: np.ndarray, ref: np.ndarray, atol: floa
     tolerance = atol + rtol * np.abs(np.where(both, ref, 0.0))
     ratio = np.divide(diff, tolerance, out=np.where(diff > 0, np.inf, 0.0), where=tolerance > 0)
     beyond = bool((~both & ~same_bad).any()) or bool((ratio > 1).any())
-    finite = bool(both.any())
-    max_abs = float(diff[both].max()) if finite else None
-    scale = float(np.abs(ref[both]).max()) if finite else 0.0
-    worst = float(ratio[both].max()) if finite else None
+    max_abs = float(diff[both].max()) if both.any() else None
+    scale = float(np.abs(ref[both]).max()) if both.any() else 0.0
+    worst = float(ratio[both].max()) if both.any() else None
     return LayerError(
         layer=layer, status=BEYOND if beyond else WITHIN, site=site, shape=tuple(int(d) for d in ref.shape),
         max_abs=max_abs,
-        max_rel=None if not finite or (scale == 0 and max_abs > 0) else (max_abs / scale if scale else 0.0),
+        max_rel=None if max_abs is None or (scale == 0 and max_abs > 0) else (max_abs / scale if scale else 0.0),
         tolerance_ratio=worst if worst is None or np.isfinite(worst) else None,
-        cosine=_cosine(got[both], ref[both]) if finite else None,
+        cosine=_cosine(got[both], ref[both]) if max_abs is not None else None,
         nan=nan, inf=inf, reference_nan=reference_nan)
 
 

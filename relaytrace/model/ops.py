@@ -9,7 +9,7 @@ exactly: the op by name, the PrimFunc by its name without the number.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 
 # Ops that only move, reshape or recast data. A pass may insert them (ConvertLayout,
 # AlterOpImpl, mixed precision); they are "inserted", not "unresolved".
@@ -76,7 +76,7 @@ def is_shape_computation(callee: str) -> bool:
     return is_prim_func(callee) and re.sub(r"\d+$", "", callee) in SHAPE_PRIMFUNCS
 
 
-@lru_cache(maxsize=None)
+@cache
 def op_rank(op: str) -> int:
     """How much an op is the point of its kernel (data movement 0, up to conv/matmul):
     picks anchors."""

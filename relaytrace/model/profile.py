@@ -8,6 +8,7 @@ from attrs import define, field
 
 from ..errors import LineageFormatError
 from .jsonio import check, check_schema, items_of, make_record, read_json, tuples, write_json
+from .sitekey import SiteKey
 
 SCHEMA = "relaytrace.profile/1"
 LOCAL_RUN, FROM_IR = "a local run", "the compiled IR"  # what a profile's sites were given (Profile.arguments)
@@ -36,7 +37,7 @@ class SiteTime:
     runs: int
 
     @classmethod
-    def of(cls, durations: list[float]) -> "SiteTime":
+    def of(cls, durations: list[float]) -> SiteTime:
         """The median, min, max and count of one site's durations (at least one)."""
         return cls(statistics.median(durations), min(durations), max(durations), len(durations))
 
@@ -63,7 +64,7 @@ class Profile:
     mode: str
     repeat: int
     records: tuple[CallRecord, ...]
-    args: dict[str, ArgInfo] = field(factory=dict)  # "name#call" -> argument shapes
+    args: dict[str, ArgInfo] = field(factory=dict)  # SiteKey.in_entry -> argument shapes (``arg``)
     e2e_us: tuple[float, ...] = ()
     entry: str = "main"  # the entry function that ran
     inputs: tuple[tuple[str, tuple, str], ...] = ()  # (name, concrete shape, dtype) of each input it ran with
@@ -76,21 +77,29 @@ class Profile:
         """How many runs the records come from."""
         return max((r.run for r in self.records), default=-1) + 1
 
-    def site_times(self, kind: str | None = None) -> dict[tuple[str, int], SiteTime]:
-        """Each call site's (name, call) durations over the runs, as a ``SiteTime``."""
-        runs: dict[tuple[str, int], list[float]] = {}
+    def key(self, record: CallRecord) -> SiteKey:
+        """The call site a record is a call of (the profile's entry, its name and call)."""
+        return SiteKey(self.entry, record.name, record.call)
+
+    def arg(self, site: SiteKey) -> ArgInfo | None:
+        """The shapes and dtypes ``site``'s arguments ran with, None if not recorded."""
+        return self.args.get(site.in_entry) if site.entry == self.entry else None
+
+    def site_times(self, kind: str | None = None) -> dict[SiteKey, SiteTime]:
+        """Each call site's durations over the runs, as a ``SiteTime``."""
+        runs: dict[SiteKey, list[float]] = {}
         for r in self.records:
             if kind is None or r.kind == kind:
-                runs.setdefault((r.name, r.call), []).append(r.duration_us)
+                runs.setdefault(self.key(r), []).append(r.duration_us)
         return {site: SiteTime.of(durations) for site, durations in runs.items()}
 
-    def by_site(self, kind: str | None = None) -> dict[tuple[str, int], float]:
+    def by_site(self, kind: str | None = None) -> dict[SiteKey, float]:
         """The median over runs of each call site's duration: the figure every table,
         share and sum is made of. The median, not the mean: one hiccup in one run (a
         page fault, another process) does not move it."""
         return {site: t.median_us for site, t in self.site_times(kind).items()}
 
-    def noisy_sites(self) -> dict[tuple[str, int], SiteTime]:
+    def noisy_sites(self) -> dict[SiteKey, SiteTime]:
         """Sites whose slowest run took over twice their median, and 50 us more."""
         return {site: t for site, t in self.site_times().items() if t.max_us > 2 * t.median_us and
                 t.max_us - t.median_us > 50}
@@ -142,8 +151,8 @@ class Profile:
         out = []
         noisy = self.noisy_sites()
         if noisy:
-            (name, call), t = max(noisy.items(), key=lambda kv: kv[1].max_us - kv[1].median_us)
-            out.append(f"NOISY: {len(noisy)} call site(s) took over twice their median in some run ({name}#{call}: "
+            site, t = max(noisy.items(), key=lambda kv: kv[1].max_us - kv[1].median_us)
+            out.append(f"NOISY: {len(noisy)} call site(s) took over twice their median in some run ({site.label}: "
                        f"median {t.median_us:.1f} us, {t.min_us:.1f} to {t.max_us:.1f}); figures are medians "
                        "over runs; more --repeat steadies them")
         timed, calls, e2e = self.timed_run_us, self.calls_per_run_us, self.e2e_median_us
@@ -188,12 +197,12 @@ class Profile:
             "args": {k: {"shapes": v.shapes, "dtypes": v.dtypes} for k, v in self.args.items()},
             "e2e_us": self.e2e_us, "entry": self.entry, "inputs": self.inputs, "remote": self.remote,
             "arguments": self.arguments,
-            "site_times": {f"{name}#{call}": [t.median_us, t.min_us, t.max_us]
-                           for (name, call), t in self.site_times().items()},  # derived: median, min, max
+            "site_times": {site.in_entry: [t.median_us, t.min_us, t.max_us]
+                           for site, t in self.site_times().items()},  # derived: median, min, max
         }
 
     @classmethod
-    def from_json(cls, data, where: str = "profile") -> "Profile":
+    def from_json(cls, data, where: str = "profile") -> Profile:
         """The profile a JSON object holds, every field checked for type and range (a
         duration is 0 to ``MAX_US``; at least one end-to-end run, every profile has
         one): a ``LineageFormatError`` naming it otherwise."""
@@ -208,7 +217,8 @@ class Profile:
                 raise LineageFormatError(f"{where} has no field {key!r}")
         records = tuple(_call_record(r, f"{where}: records[{i}]")
                         for i, r in enumerate(items_of(data, "records", list, where)))
-        args = {k: make_record(ArgInfo, v, f"{where}: args[{k!r}]") for k, v in items_of(data, "args", dict, where).items()}
+        args = {k: make_record(ArgInfo, v, f"{where}: args[{k!r}]")
+                for k, v in items_of(data, "args", dict, where).items()}
         if not data["e2e_us"]:
             raise LineageFormatError(f"{where}: e2e_us is empty, so the profile has no end-to-end time to share out; "
                                      "profile the model again (`relaytrace profile`)")
@@ -229,7 +239,7 @@ class Profile:
         return write_json(path, self.to_json(), overwrite)
 
     @classmethod
-    def load(cls, path) -> "Profile":
+    def load(cls, path) -> Profile:
         """The profile saved at ``path``; a file that is not one is a one-line
         ``LineageFormatError`` naming the file and the field."""
         return cls.from_json(read_json(path, "profile"), str(path))

@@ -22,7 +22,7 @@ reasons; one whose truth is not known is **unverified**, with why. Nothing is wa
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from attrs import define
 
@@ -91,7 +91,8 @@ class Verification:
     @property
     def ok(self) -> bool:
         """True when every site and layer is verified and no invariant is broken."""
-        return not self.problems and all(c.status == VERIFIED for c in (*self.sites, *self.layers))
+        return (not self.problems and all(s.status == VERIFIED for s in self.sites)
+                and all(c.status == VERIFIED for c in self.layers))
 
     def summary(self) -> str:
         """One line: the counts of each verdict, sites and layers."""

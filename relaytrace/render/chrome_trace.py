@@ -10,6 +10,7 @@ from ..attribution import module_prefix
 from ..model.lineage import Lineage
 from ..model.origin import INSERTED
 from ..model.profile import KERNEL
+from ..model.sitekey import SiteKey
 
 
 def chrome_trace(lineage: Lineage, profile) -> dict:
@@ -19,7 +20,7 @@ def chrome_trace(lineage: Lineage, profile) -> dict:
     and argument shapes; a flow goes from every call of a site holding inserted ops to
     the next call, in the same run, of a site running an op they serve."""
     lineage = lineage.for_entry(profile.entry)
-    sites = {(s.kernel, s.call): s for s in lineage.call_sites}
+    sites = {s.key: s for s in lineage.call_sites}
     events = []
     for run in range(profile.runs):
         events.append({"name": "process_name", "ph": "M", "pid": run + 1, "tid": 0,
@@ -28,9 +29,10 @@ def chrome_trace(lineage: Lineage, profile) -> dict:
             events.append({"name": "thread_name", "ph": "M", "pid": run + 1, "tid": tid,
                            "args": {"name": f"{profile.entry} {label}"}})
     for r in profile.records:
-        arg = profile.args.get(f"{r.name}#{r.call}")
+        key = profile.key(r)
+        arg = profile.arg(key)
         args = {"call": r.call, "shapes": [list(s) for s in arg.shapes] if arg else []}
-        site = sites.get((r.name, r.call))
+        site = sites.get(key)
         if site is not None:
             args.update(_site_args(lineage, site))
         events.append({
@@ -59,20 +61,20 @@ def _site_args(lineage, site) -> dict:
 def _flows(lineage, profile, sites) -> list[dict]:
     """Flow start/end pairs from a call of an inserted op's site to the first later call,
     in the same run, of a site that runs an op it serves (bound to the enclosing slices)."""
-    runs_op = {}
+    runs_op: dict[str, set[SiteKey]] = {}
     for s in lineage.call_sites:
         for o in s.origin_ids:
-            runs_op.setdefault(o, set()).add((s.kernel, s.call))
+            runs_op.setdefault(o, set()).add(s.key)
     kernel_calls = sorted((r for r in profile.records if r.kind == KERNEL), key=lambda r: (r.run, r.start_us))
     out, flow = [], 0
     for i, r in enumerate(kernel_calls):
-        site = sites.get((r.name, r.call))
+        site = sites.get(profile.key(r))
         if site is None:
             continue
         served = {x for o in site.origin_ids if lineage.origins[o].kind == INSERTED
                   for x in lineage.origins[o].serves}
-        targets = set().union(*(runs_op.get(x, set()) for x in served)) - {(r.name, r.call)}
-        later = next((t for t in islice(kernel_calls, i + 1, None) if t.run == r.run and (t.name, t.call) in targets),
+        targets = set().union(*(runs_op.get(x, set()) for x in served)) - {site.key}
+        later = next((t for t in islice(kernel_calls, i + 1, None) if t.run == r.run and profile.key(t) in targets),
                      None)
         if later is None:
             continue

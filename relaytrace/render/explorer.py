@@ -49,13 +49,13 @@ def node_data(report) -> dict[str, dict]:
     for site in lineage.call_sites:
         anchor = lineage.origins[site.anchor] if site.anchor else None
         for oid in site.origin_ids:
-            node = node_of.get(oid)
-            if node and site.label not in sites[node]:
-                sites[node].append(site.label)
-                if anchor is not None and node_of.get(anchor.id) != node:
-                    anchors.setdefault(node, f"fused into {anchor.layer} ({site.label})")
+            runs_in = node_of.get(oid)
+            if runs_in and site.label not in sites[runs_in]:
+                sites[runs_in].append(site.label)
+                if anchor is not None and node_of.get(anchor.id) != runs_in:
+                    anchors.setdefault(runs_in, f"fused into {anchor.layer} ({site.label})")
     builtin = {node_of[o] for b in lineage.builtins for o in b.origins if o in node_of}
-    eliminated = {}
+    eliminated: dict[str, str] = {}
     for oid, node in node_of.items():
         if oid in lineage.eliminated_by:
             eliminated.setdefault(node, lineage.eliminated_by[oid])
@@ -73,7 +73,8 @@ def node_data(report) -> dict[str, dict]:
 
     name = f"{lineage.model}.{report.profile.entry}"
     return {
-        FILES[0]: {"name": f"{name}: time (us per run)", "results": {n: {"value": round(us, 3)} for n, us in time.items()},
+        FILES[0]: {"name": f"{name}: time (us per run)",
+                   "results": {n: {"value": round(us, 3)} for n, us in time.items()},
                    "gradient": _GRADIENT},
         FILES[1]: {"name": f"{name}: kernel call sites",
                    "results": {n: {"value": " ".join(s)} for n, s in sites.items() if s}},

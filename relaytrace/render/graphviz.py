@@ -22,8 +22,8 @@ import graphviz
 
 from .. import attribution as A  # module_prefix
 from ..errors import RelaytraceError
-from ..model.lineage import Lineage
 from ..model.jsonio import write_atomic
+from ..model.lineage import Lineage
 from ..model.origin import OP
 from .safe_text import dot_text
 
@@ -102,7 +102,7 @@ def _op_times(report) -> dict[str, float]:
 def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
     """The layer graph; coloured by each op's own time when a ``Report`` of a profile
     is given. ``collapse`` None draws every op up to ``MAX_OPS``; 0 every op always."""
-    note = ()
+    note: tuple[str, ...] = ()
     if collapse is None and default_collapse(lineage):
         collapse = default_collapse(lineage)
         note = (f"(grouped by module depth {collapse}: the model has more than {MAX_OPS} ops; "
@@ -175,8 +175,8 @@ def _origin_node(graph, name, origin, op_us, hottest, timed: bool, eliminated: s
 def _collapsed_graph(lineage, report, depth, note: tuple[str, ...] = ()):
     layer_us = _layer_times(report)
     group_us: dict[str, float] = defaultdict(float)
-    for layer, us in layer_us.items():
-        group_us[A.module_prefix(layer, depth)] += us
+    for layer, layer_time in layer_us.items():
+        group_us[A.module_prefix(layer, depth)] += layer_time
     hottest = max(group_us.values(), default=0.0) or 1.0
     members: dict[str, set[str]] = defaultdict(set)
     group_of = {}

@@ -46,7 +46,8 @@ def report_data(report) -> dict:
                     "reasons": "; ".join(checks[s.position].reasons)}
                    for s in lineage.call_sites if checks[s.position].status != "verified"]
         + [{"site": f"layer {c.layer}", "status": c.status, "reasons": "; ".join(c.reasons)}
-           for c in (lineage.verification.layers if lineage.verification is not None else ()) if c.status != "verified"],
+           for c in (lineage.verification.layers if lineage.verification is not None else ())
+           if c.status != "verified"],
         "op_types": [{"op": r.op, "ms": r.us / 1e3, "percent": r.percent, "count": r.count, "layers": r.layers}
                      for r in report.op_types],
         "categories": [{"name": n, "ms": us / 1e3, "percent": p} for n, us, p in report.categories.rows()],
@@ -64,18 +65,18 @@ def _sites(report) -> list[dict]:
     """Every kernel call site in run order, with its time over runs and what it runs."""
     lineage, profile = report.lineage, report.profile
     times = profile.site_times(KERNEL)
-    starts = {(r.name, r.call): r.start_us for r in profile.records if r.run == 0 and r.kind == KERNEL}
+    starts = {profile.key(r): r.start_us for r in profile.records if r.run == 0 and r.kind == KERNEL}
     checks = lineage.site_checks()
     out = []
     for s in lineage.call_sites:
-        t = times.get((s.kernel, s.call))
+        t = times.get(s.key)
         roles: dict[str, str] = {}
         for r in s.roles:
             roles.setdefault(lineage.origins[r.origin].layer, r.role)
         kinds = {lineage.origins[o].kind for o in s.origin_ids}
-        arg = profile.args.get(f"{s.kernel}#{s.call}")
+        arg = profile.arg(s.key)
         out.append({
-            "label": s.label, "kernel": s.kernel, "start_us": starts.get((s.kernel, s.call), 0.0),
+            "label": s.label, "kernel": s.kernel, "start_us": starts.get(s.key, 0.0),
             "us": t.median_us if t else 0.0, "min_us": t.min_us if t else 0.0, "max_us": t.max_us if t else 0.0,
             "layers": list(roles), "roles": list(roles.items()), "status": checks[s.position].status,
             "reasons": "; ".join(checks[s.position].reasons),
@@ -89,7 +90,8 @@ def _numerics_line(comparison) -> str:
     """What the detail pane's numerics come from: a comparison of a build of its own."""
     if comparison is None:
         return ""
-    return (f'<p class="summary">numerics (in each layer\'s pane): {html.escape(comparison.summary().splitlines()[0])}; '
+    first = html.escape(comparison.summary().splitlines()[0])
+    return (f'<p class="summary">numerics (in each layer\'s pane): {first}; '
             "from `relaytrace compare` of a build of its own, whose kernel calls are named there</p>")
 
 
@@ -206,14 +208,16 @@ def _op_sections(lineage) -> str:
                 + "</tbody></table>")
 
     cov = lineage.coverage()
-    eliminated = [(o, lineage.origins[o].layer, lineage.origins[o].short_op, p) for o, p in lineage.eliminated().items()]
+    eliminated = [(o, lineage.origins[o].layer, lineage.origins[o].short_op, p)
+                  for o, p in lineage.eliminated().items()]
     inserted = [(o.id, o.short_op, o.pass_name, ", ".join(dict.fromkeys(lineage.origins[x].layer for x in o.serves)))
                 for o in lineage.inserted()]
     unresolved = [(o.id, o.short_op, o.pass_name) for o in lineage.unresolved()]
     return (f'<h2 id="coverage">Coverage</h2><p>{cov.origins} model ops: {cov.in_kernels} in kernels, '
             f"{cov.in_builtins} in VM builtins only, {cov.eliminated} eliminated by passes, "
             f"{len(cov.unaccounted)} unaccounted</p>"
-            + f"<h2>Eliminated ops ({len(eliminated)})</h2>" + rows(["origin", "layer", "op", "eliminated by"], eliminated)
+            + f"<h2>Eliminated ops ({len(eliminated)})</h2>"
+            + rows(["origin", "layer", "op", "eliminated by"], eliminated)
             + f"<h2>Inserted ops ({len(inserted)})</h2>" + rows(["origin", "op", "inserted by", "serves"], inserted)
             + (f"<h2>Unresolved ops ({len(unresolved)})</h2>" + rows(["origin", "op", "pass"], unresolved)
                if unresolved else ""))

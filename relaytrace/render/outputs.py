@@ -14,8 +14,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from attrs import field, frozen
+
+if TYPE_CHECKING:
+    from ..model.lineage import Lineage
+    from ..model.numerics import Comparison
+    from ..report import Report
 
 
 @frozen
@@ -24,7 +30,7 @@ class ProfileRun:
     was made (``run.json``: ``tasks DIR`` rebuilds from it), and the layer graph's
     grouping depth (None: the renderer's default)."""
 
-    report: object
+    report: Report
     run: dict = field(factory=dict)
     collapse: int | None = None
 
@@ -34,17 +40,20 @@ class CompareRun:
     """What ``compare --out`` writes from: the lineage of the compared build and its
     ``Comparison``."""
 
-    lineage: object
-    comparison: object
+    lineage: Lineage
+    comparison: Comparison
+
+
+R = TypeVar("R", ProfileRun, CompareRun)
 
 
 @frozen
-class Output:
+class Output(Generic[R]):
     """``names``: the files ``write(run, directory)`` writes (all of them, or, for an
     output that applies to some models only, none); ``about``: one line for the docs."""
 
     names: tuple[str, ...]
-    write: Callable[[object, Path], None]
+    write: Callable[[R, Path], object]
     about: str
 
 
@@ -108,7 +117,7 @@ def _errors_svg(run: CompareRun, d: Path) -> None:
     G.render(error_graph(run.lineage.for_entry(run.comparison.entry), run.comparison), d / "errors.svg")
 
 
-PROFILE: tuple[Output, ...] = (
+PROFILE: tuple[Output[ProfileRun], ...] = (
     Output(("lineage.json",), lambda run, d: run.report.build_lineage.save(d / "lineage.json"),
            "the build's lineage, every entry (query, render, diff and tasks read it)"),
     Output(("profile.json",), lambda run, d: run.report.profile.save(d / "profile.json"),
@@ -125,7 +134,7 @@ PROFILE: tuple[Output, ...] = (
            "Model Explorer node data (torch models only)"),
 )
 
-COMPARE: tuple[Output, ...] = (
+COMPARE: tuple[Output[CompareRun], ...] = (
     Output(("lineage.json",), lambda run, d: run.lineage.save(d / "lineage.json"), "the compared build's lineage"),
     Output(("compare.json",), lambda run, d: run.comparison.save(d / "compare.json"), "every layer's comparison"),
     Output(("compare.csv",), _compare_csv, "the comparison as a table"),
@@ -133,7 +142,7 @@ COMPARE: tuple[Output, ...] = (
 )
 
 
-def names(outputs: tuple[Output, ...]) -> tuple[str, ...]:
+def names(outputs: tuple[Output[R], ...]) -> tuple[str, ...]:
     """Every file ``outputs`` may write, in list order."""
     return tuple(name for output in outputs for name in output.names)
 
@@ -141,7 +150,7 @@ def names(outputs: tuple[Output, ...]) -> tuple[str, ...]:
 NAMES = tuple(dict.fromkeys(names(PROFILE) + names(COMPARE)))  # what a directory of ours may hold
 
 
-def write_all(outputs: tuple[Output, ...], run, directory: Path) -> None:
+def write_all(outputs: tuple[Output[R], ...], run: R, directory: Path) -> None:
     """Each of ``outputs`` written from ``run`` into ``directory``, in list order."""
     for output in outputs:
         output.write(run, directory)

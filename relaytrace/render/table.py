@@ -6,7 +6,6 @@ from __future__ import annotations
 from ..model.lineage import Lineage
 from .safe_text import terminal
 
-
 WRAP = 60  # a cell longer than this (a list of kernel calls) is wrapped onto more lines
 
 

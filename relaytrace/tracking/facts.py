@@ -7,7 +7,8 @@ Each is a pure function of what the IR shows; neither side keeps its own copy.
 
 from __future__ import annotations
 
-from typing import Callable, Hashable, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TypeVar
 
 from ..model.ops import is_data_movement
 

@@ -10,7 +10,7 @@ and never raised: the user's build has already succeeded.
 from __future__ import annotations
 
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 import attrs
 

@@ -12,7 +12,6 @@ from tvm.ir import StringImm
 from tvm.ir import expr as _expr
 from tvm.ir.op import Op
 
-
 CONSTANT_TYPES = tuple(
     t for t in (getattr(_expr, "Constant", None), getattr(_expr, "GenericConst", None)) if t
 )
@@ -73,6 +72,7 @@ def lookup(mod, gv):
 
 
 def is_primitive(func) -> bool:
+    """Whether a Relax function is a fused group (its ``Primitive`` attribute is 1)."""
     attrs = func.attrs
     return attrs is not None and "Primitive" in attrs and int(attrs["Primitive"]) == 1
 
@@ -88,6 +88,7 @@ def bindings(func) -> list:
 
 
 def function_output(func):
+    """The result of a function's body; None when the body is no ``SeqExpr``."""
     body = func.body
     return body.body if isinstance(body, relax.SeqExpr) else None
 
@@ -113,18 +114,22 @@ def kind(expr) -> str:
 
 
 def is_var(expr) -> bool:
+    """Whether ``expr`` is a Relax Var."""
     return kind(expr) == "var"
 
 
 def is_tuple(expr) -> bool:
+    """Whether ``expr`` is a Relax Tuple."""
     return kind(expr) == "tuple"
 
 
 def is_tuple_get_item(expr) -> bool:
+    """Whether ``expr`` is a Relax TupleGetItem."""
     return kind(expr) == "item"
 
 
 def is_call(expr) -> bool:
+    """Whether ``expr`` is a Relax Call."""
     return kind(expr) == "call"
 
 
@@ -172,6 +177,7 @@ def dim(value):
 
 
 def expr_type(expr):
+    """The type an expression carries (``ty``); None when it has none."""
     return getattr(expr, "ty", None)
 
 

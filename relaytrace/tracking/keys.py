@@ -24,6 +24,8 @@ class ValueKeys:
         self._deferred: dict[int, tuple[reader.FunctionView, int, int]] = {}  # var handle -> (view, position, token)
 
     def key(self, call: reader.CallView) -> tuple:
+        """The value key of a call: its callee and the canonical tokens of its argument
+        atoms (a constant seen first gets one; an atom that carries none is left out)."""
         tokens = self.tokens
         canon, toks = tokens.canon, tuple(map(tokens.of_handle.get, call.handles))  # hot: at C speed
         if None not in toks:
@@ -37,6 +39,7 @@ class ValueKeys:
         return (call.callee, tuple(resolved))
 
     def add(self, key: tuple, tok: int) -> None:
+        """Register ``tok`` as a value computed as ``key`` says, once."""
         bucket = self.table.get(key, ())
         if tok not in bucket:
             self.table[key] = bucket + (tok,)

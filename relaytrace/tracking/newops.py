@@ -12,13 +12,14 @@ of vars never do.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from attrs import frozen
 
-from . import facts, reader
 from ..model import ops
 from ..model.origin import INSERTED, OP, UNRESOLVED, Origin
+from . import facts, reader
 from .tokens import Tokens
 
 IDENTITY, PART, NEW = "identity", "part", "new"

@@ -3,14 +3,14 @@ input module, with the handles of the vars that carry them."""
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from attrs import define, field
 
-from . import reader
-from . import ir
 from ..model.ops import is_bookkeeping, short_op
 from ..model.origin import Origin
+from . import ir, reader
+
 
 @define(frozen=True)
 class OriginTable:

@@ -4,7 +4,7 @@ function, each token's ``Change`` history, and which pass each eliminated origin
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..model.journal import Change, PassEvent
 from ..model.origin import INSERTED, UNRESOLVED, Origin
@@ -21,6 +21,8 @@ class PassLog:
         self.eliminated: dict[str, str] = {}  # origin -> the pass it went away in (the first)
 
     def eliminate(self, origin_ids: Iterable[str], pass_name: str) -> None:
+        """Record that these origins went away in ``pass_name``; an origin keeps the first
+        pass it went away in."""
         for oid in origin_ids:
             self.eliminated.setdefault(oid, pass_name)
 

@@ -67,8 +67,8 @@ class Node(NamedTuple):
     kind: int
     handle: int
     type: int = 0
-    fields: tuple["Node", ...] = ()
-    of: "Node | None" = None
+    fields: tuple[Node, ...] = ()
+    of: Node | None = None
     index: int = -1
     name: str = ""
 
@@ -336,6 +336,8 @@ class SharedReads:
         self._decoded = Decoded()  # every view's values, read once for the build
 
     def read(self, func, old=None, types: bool = False) -> FunctionView | None:
+        """The module's ``read`` of ``func`` after ``old``, once per build for each
+        (``func``, ``old``, ``types``); an untyped read is served a typed view read before."""
         key = (func.__chandle__(), old.__chandle__() if old is not None else 0, types)
         if key not in self._views:
             typed = (key[0], key[1], True)
@@ -359,8 +361,8 @@ def shapes_and_dtypes(d: FunctionView, type_: int) -> tuple[tuple[tuple, ...], t
         if len(_SHAPES) > 100_000:  # a long-lived process building many models
             _SHAPES.clear()
         tensors = [t.split(DTYPE) for t in text.split(TENSOR)] if text else []
-        found = _SHAPES[text] = (tuple(tuple(ir.dim(v) for v in dims.split(DIM)) if dims else () for _, dims in tensors),
-                                 tuple(dtype for dtype, _ in tensors))
+        shapes = tuple(tuple(ir.dim(v) for v in dims.split(DIM)) if dims else () for _, dims in tensors)
+        found = _SHAPES[text] = (shapes, tuple(dtype for dtype, _ in tensors))
     return found
 
 

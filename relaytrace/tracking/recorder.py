@@ -61,6 +61,9 @@ class Recorder:
         # is at the top and a second build goes unnoticed)
 
     def run_before_pass(self, mod, info):
+        """TVM's hook before a pass: it is pushed on ``running``; the first module with a
+        Relax function is taken as the input, and a top-level pass given another module is
+        checked to be of the same build. Nothing more once the recording is degraded."""
         rec = self.recording
         top = not rec.running
         rec.running.append(info.name)
@@ -72,6 +75,9 @@ class Recorder:
             self._guard(info.name, self._check_same_build, mod, info.name)
 
     def run_after_pass(self, mod, info):
+        """TVM's hook after a pass: it is popped off ``running`` and counted, ``progress``
+        is told, and the module it left is recorded once the input is taken, unless the
+        recording is degraded."""
         rec = self.recording
         rec.running.pop()
         rec.pass_count += 1

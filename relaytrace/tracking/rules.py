@@ -14,18 +14,19 @@ record) and ``find(binding, walk) -> Found | None``; an identity exception has a
 function at hand (``tracker.Walk``: the tokens, value keys, the function as the pass
 before left it, fused bodies as recipes) and change nothing in the tracker's state
 but its memos (a constant's token, a tuple field's token, a fused body's recipe: each
-made once, at the first look-up); the tracker applies what a rule found. A rule never names a token ``walk.claimed`` holds (one value's origins
-go to one binding). ``[rule.name for rule in DEFAULT_RULES]`` lists them;
-tests/test_rules.py shows each firing where it should and not where it should not.
+made once, at the first look-up); the tracker applies what a rule found. A rule never
+names a token ``walk.claimed`` holds (one value's origins go to one binding).
+``[rule.name for rule in DEFAULT_RULES]`` lists them; tests/test_rules.py shows each
+firing where it should and not where it should not.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
+from ..model import ops
 from . import facts, ir, reader
 from .reader import CONST, ITEM, TUPLE, VAR
-from ..model import ops
 
 _UNKNOWN = object()  # a replayed var whose value no step could follow
 
@@ -115,6 +116,7 @@ class AliasNowCalls:
     name = "alias-calls"
 
     def breaks(self, walk, position, var, token):
+        """True when ``var``, bound to another value, now binds a call."""
         return var in walk.aliases and walk.d.is_call(position)
 
 
@@ -125,6 +127,7 @@ class FoldedToConstant:
     name = "folded"
 
     def breaks(self, walk, position, var, token):
+        """True when ``var``, not bound to another value, now binds a constant."""
         return var not in walk.aliases and not walk.d.is_call(position) \
             and reader.value(walk.d, position).kind == CONST
 
@@ -139,6 +142,8 @@ class ReusedForLayout:
     name = "layout-reuse"
 
     def breaks(self, walk, position, var, token):
+        """True when this walk gave ``token`` away already and ``var`` now calls a layout
+        transform."""
         return token in walk.claimed and facts.reused_for_layout(False, reader.callee_of(walk.d, position) or "")
 
 
@@ -156,6 +161,7 @@ class ValueKey:
     name = "value"
 
     def find(self, binding, walk):
+        """The first unclaimed token of the binding's value key; None when there is none."""
         tok = walk.keys.match(binding.key, walk.claimed)
         return None if tok is None else Found(tok)
 
@@ -170,6 +176,9 @@ class Replay:
     name = "replay"
 
     def find(self, binding, walk):
+        """The tokens the fused body's steps match (``made_of``), with the fields or the
+        carried value of the call's result; None for a call of no fused function, a
+        parameter count that differs from the arguments', or no step matched."""
         call = binding.call
         recipe = walk.recipe(call)
         if recipe is None:
@@ -194,8 +203,8 @@ class Replay:
         return Found(made_of=tuple(matched), carries=carries)
 
 
-def _replay(steps: tuple[Step, ...], env: dict, keys, claimed: set[int], start: int = 0, taken: frozenset[int] = frozenset(),
-            trial: bool = False) -> list[int]:
+def _replay(steps: tuple[Step, ...], env: dict, keys, claimed: set[int], start: int = 0,
+            taken: frozenset[int] = frozenset(), trial: bool = False) -> list[int]:
     """Match a recipe's steps from ``start`` on by value key, their var arguments
     resolved through ``env`` (param and step var handles -> tokens; filled in place);
     return the tokens matched, none in ``claimed`` or ``taken``, each once.
@@ -253,6 +262,9 @@ class ImplementationSwap:
     name = "args"
 
     def find(self, binding, walk):
+        """The one unclaimed earlier PrimFunc call on the same argument tokens whose var is
+        gone or now a layout transform; None for a new function, a call of no PrimFunc,
+        or no such call or several."""
         if walk.old is None:
             return None
         callee, args = binding.key
@@ -264,7 +276,8 @@ class ImplementationSwap:
             if tok in walk.claimed:
                 continue
             handle, old_callee = index.tok_var[tok]
-            if not ops.is_prim_func(old_callee) or ops.is_data_movement(callee) and not ops.is_data_movement(old_callee):
+            moved_only = ops.is_data_movement(callee) and not ops.is_data_movement(old_callee)
+            if not ops.is_prim_func(old_callee) or moved_only:
                 continue
             now = walk.callees_after().get(handle)
             if now is None or facts.reused_for_layout(ops.is_data_movement(old_callee), now):
@@ -280,6 +293,9 @@ class SameInputs:
     name = "inputs"
 
     def find(self, binding, walk):
+        """The earlier binding of the same callee on the same var inputs whose var the pass
+        dropped, the one with most argument tokens equal; None for a new function, for
+        none, or on a tie."""
         if walk.old is None:
             return None
         callee, args = binding.key
@@ -326,7 +342,8 @@ def read_recipe(func, read, tokens) -> Recipe | None:
 
 
 def _ref(tokens, kind, handle, bound: set[int]) -> Ref | None:
-    """The ref of a var of the body (a parameter or a binding) or of a constant, else None. A var the body binds nowhere is a symbolic dim
+    """The ref of a var of the body (a parameter or a binding) or of a constant, else
+    None. A var the body binds nowhere is a symbolic dim
     (TVM 0.27 passes ``past`` to a PrimFunc as a var of type int64, defined by the
     shapes of the parameters): it carries no value, and is left out as a value key
     leaves it out (it has no token there either)."""

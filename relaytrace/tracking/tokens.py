@@ -9,7 +9,7 @@ carries the value of another token, and keys compare canonical tokens.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from . import reader
 from .reader import CONST, VAR
@@ -27,6 +27,7 @@ class Tokens:
         self.canon: dict[int, int] = {}
 
     def new(self, origins: Iterable[str]) -> int:
+        """A new token carrying ``origins`` (kept once each, sorted)."""
         self.origins.append(tuple(sorted(set(origins))))  # tuples of str: not GC-tracked
         return len(self.origins) - 1
 
@@ -39,6 +40,7 @@ class Tokens:
         self.canon[new] = self.canon.get(tok, tok)
 
     def canonical(self, tok: int) -> int:
+        """The token whose value ``tok`` carries; ``tok`` itself when it carries its own."""
         return self.canon.get(tok, tok)
 
     def of(self, handle: int) -> int | None:
@@ -59,6 +61,7 @@ class Tokens:
         return None if tok is None else self.canon.get(tok, tok)
 
     def constant(self, handle: int) -> int:
+        """The token of a constant by handle; one seen first gets a new token without origins."""
         tok = self.of_handle.get(handle)
         if tok is None:
             tok = self.of_handle[handle] = self.new(())

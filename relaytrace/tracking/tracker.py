@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from attrs import define, field
 
-from . import ir, newops, reader
 from ..model import ops
 from ..model.origin import Origin
+from . import ir, newops, reader
 from .keys import ValueKeys
 from .newops import IDENTITY, NEW, Changes, Rewrite
 from .origins import OriginTable
@@ -51,6 +51,8 @@ class FunctionState:
     _index: _Index | None = None
 
     def index(self, tokens: Tokens, keys: ValueKeys, read) -> _Index:
+        """The function's look-ups (``_Index``: by argument tokens, by token, by callee and
+        var inputs), built with ``tokens``, ``keys`` and ``read`` on first use and kept."""
         if self._index is None:
             by_args, tok_var, by_inputs = {}, {}, {}
             d = _full(self.view, self.func, read)
@@ -274,7 +276,8 @@ class Tracker:
                 break
         if tok is None:
             tok = self.tokens.new(())
-            if not ir.is_subfunction(functions, callee, made.global_var):  # whose ops are the callee's, at its own sites
+            # a callee whose ops are its own, at its own sites
+            if not ir.is_subfunction(functions, callee, made.global_var):
                 walk.new.append((tok, callee))
             if ops.is_data_movement(callee) and binding.key[1]:
                 self.tokens.alias(tok, binding.key[1][0])  # a layout change keeps the value's identity

@@ -7,11 +7,12 @@ each PrimFunc computes, shown by the IR itself (see ``model.verification``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from . import facts, ir, reader
 from ..model.ops import is_bookkeeping, is_data_movement, is_shape_computation
 from ..model.verification import Member
+from . import facts, ir, reader
 
 if TYPE_CHECKING:
     from .recorder import PassRecord

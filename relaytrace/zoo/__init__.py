@@ -6,8 +6,7 @@ our own; a torchvision state_dict loads into them. Weights are seeded random.
 
 from __future__ import annotations
 
-from ..errors import RelaytraceError
-from ..frontends.common import require
+from ..errors import RelaytraceError, require
 
 MODELS = ("resnet18", "resnet50", "resnet50_v1", "vgg16", "mobilenet_v2")
 

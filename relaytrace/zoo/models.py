@@ -19,6 +19,9 @@ def randomize_batchnorm(module: nn.Module, seed: int) -> None:
 
 
 class BasicBlock(nn.Module):
+    """torchvision's ResNet BasicBlock: ``conv1``/``bn1`` (3x3, strided), ``relu``,
+    ``conv2``/``bn2`` (3x3), and an optional ``downsample`` on the shortcut."""
+
     expansion = 1
 
     def __init__(self, inplanes, planes, stride=1, downsample=None):
@@ -31,6 +34,8 @@ class BasicBlock(nn.Module):
         self.downsample = downsample
 
     def forward(self, x):
+        """``relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut)``, the shortcut ``x`` or
+        ``downsample(x)``: (N, planes, H / stride, W / stride)."""
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
@@ -57,6 +62,8 @@ class Bottleneck(nn.Module):
         self.downsample = downsample
 
     def forward(self, x):
+        """1x1, 3x3 and 1x1 conv-BN stages (ReLU after the first two) to ``4 * planes``
+        channels, plus ``x`` or ``downsample(x)``, then ReLU: (N, 4 * planes, H / stride, W / stride)."""
         identity = x if self.downsample is None else self.downsample(x)
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
@@ -65,6 +72,9 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
+    """torchvision's ResNet: the stem ``conv1``/``bn1``/``relu``/``maxpool``,
+    ``layer1``-``layer4`` of ``block`` (64 to 512 planes, strides 1, 2, 2, 2), ``avgpool``, ``fc``."""
+
     def __init__(self, block, layers, num_classes=1000):
         super().__init__()
         self.inplanes = 64
@@ -92,20 +102,26 @@ class ResNet(nn.Module):
         return nn.Sequential(*layers)
 
     def forward(self, x):
+        """Class logits (N, num_classes) of an (N, 3, H, W) image batch."""
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
 def resnet18():
+    """ResNet-18 as torchvision's: BasicBlocks, [2, 2, 2, 2] per stage."""
     return ResNet(BasicBlock, [2, 2, 2, 2])
 
 
 def resnet50():
+    """ResNet-50 as torchvision's (v1.5): Bottlenecks striding their 3x3 conv, [3, 4, 6, 3] per stage."""
     return ResNet(Bottleneck, [3, 4, 6, 3])
 
 
 class BottleneckV1(Bottleneck):
+    """The ResNet v1 Bottleneck: strides its first 1x1 conv, not the 3x3; same names and
+    parameter shapes as ``Bottleneck``."""
+
     stride_in_1x1 = True
 
 
@@ -115,6 +131,10 @@ def resnet50_v1():
 
 
 class VGG(nn.Module):
+    """torchvision's VGG without batch norm: ``features`` from ``cfg`` (a 3x3 conv and ReLU
+    per channel count, a 2x2 max pool per ``"M"``), ``avgpool`` to 7x7, and a
+    ``classifier`` of three linear layers, ReLU and dropout between."""
+
     def __init__(self, cfg, num_classes=1000):
         super().__init__()
         layers, channels = [], 3
@@ -133,15 +153,20 @@ class VGG(nn.Module):
         )
 
     def forward(self, x):
+        """Class logits (N, num_classes) of an (N, 3, H, W) image batch."""
         return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
 
 
 def vgg16():
+    """VGG-16 (configuration D) as torchvision's ``vgg16``."""
     cfg = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
     return VGG(cfg)
 
 
 class Conv2dNormActivation(nn.Sequential):
+    """torchvision's Conv2dNormActivation as MobileNetV2 uses it: a bias-free conv padded
+    to keep the size at stride 1, BatchNorm, and ReLU6 unless ``activation`` is false."""
+
     def __init__(self, cin, cout, kernel=3, stride=1, groups=1, activation=True):
         layers = [nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
                   nn.BatchNorm2d(cout)]
@@ -151,6 +176,10 @@ class Conv2dNormActivation(nn.Sequential):
 
 
 class InvertedResidual(nn.Module):
+    """MobileNetV2's inverted residual block: ``conv`` is a 1x1 expansion (none when
+    ``expand_ratio`` is 1), a 3x3 depthwise conv and a 1x1 linear projection with
+    BatchNorm; a residual connection when the stride is 1 and the channels are kept."""
+
     def __init__(self, cin, cout, stride, expand_ratio):
         super().__init__()
         hidden = int(round(cin * expand_ratio))
@@ -161,10 +190,15 @@ class InvertedResidual(nn.Module):
         self.conv = nn.Sequential(*layers)
 
     def forward(self, x):
+        """``conv(x)``, plus ``x`` with a residual connection: (N, cout, H / stride, W / stride)."""
         return x + self.conv(x) if self.use_res_connect else self.conv(x)
 
 
 class MobileNetV2(nn.Module):
+    """torchvision's MobileNetV2 (width 1.0): ``features`` (a strided stem conv, 17
+    inverted residual blocks, a 1x1 conv to 1280 channels) and ``classifier``
+    (dropout, linear)."""
+
     def __init__(self, num_classes=1000):
         super().__init__()
         settings = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2],
@@ -180,9 +214,11 @@ class MobileNetV2(nn.Module):
         self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, num_classes))
 
     def forward(self, x):
+        """Class logits (N, num_classes): features, global average pool, flatten, classifier."""
         x = nn.functional.adaptive_avg_pool2d(self.features(x), (1, 1))
         return self.classifier(torch.flatten(x, 1))
 
 
 def mobilenet_v2():
+    """MobileNetV2 as torchvision's ``mobilenet_v2``, 1000 classes."""
     return MobileNetV2()

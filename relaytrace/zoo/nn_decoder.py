@@ -13,12 +13,17 @@ from tvm.relax.frontend.nn import op
 
 
 class Attention(nn.Module):
+    """Multi-head self-attention with a fused, bias-free ``qkv_proj`` and ``o_proj``;
+    no mask, no KV cache."""
+
     def __init__(self, hidden: int, heads: int):
         self.heads, self.head_dim = heads, hidden // heads
         self.qkv_proj = nn.Linear(hidden, 3 * hidden, bias=False)
         self.o_proj = nn.Linear(hidden, hidden, bias=False)
 
     def forward(self, x: nn.Tensor) -> nn.Tensor:
+        """Softmax attention of each head over the tokens of ``x`` (batch, seq, hidden),
+        projected back to (batch, seq, hidden)."""
         batch, seq, hidden = x.shape
         qkv = op.reshape(self.qkv_proj(x), (batch, seq, 3, self.heads, self.head_dim))
         q, k, v = op.split(qkv, 3, axis=2)
@@ -30,16 +35,23 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
+    """The SiLU-gated MLP: a fused, bias-free ``gate_up_proj`` to ``2 * inner`` and
+    ``down_proj`` back to ``hidden``."""
+
     def __init__(self, hidden: int, inner: int):
         self.gate_up_proj = nn.Linear(hidden, 2 * inner, bias=False)
         self.down_proj = nn.Linear(inner, hidden, bias=False)
 
     def forward(self, x: nn.Tensor) -> nn.Tensor:
+        """``down_proj(silu(gate) * up)`` of ``x``; the shape of ``x``."""
         gate, up = op.split(self.gate_up_proj(x), 2, axis=-1)
         return self.down_proj(op.silu(gate) * up)
 
 
 class Layer(nn.Module):
+    """One pre-norm decoder layer: ``input_norm`` and ``self_attn``, then
+    ``post_attention_norm`` and ``mlp``, each added to its input."""
+
     def __init__(self, hidden: int, heads: int, inner: int):
         self.input_norm = nn.RMSNorm(hidden, axes=-1, bias=False)
         self.self_attn = Attention(hidden, heads)
@@ -47,11 +59,16 @@ class Layer(nn.Module):
         self.mlp = Mlp(hidden, inner)
 
     def forward(self, x: nn.Tensor) -> nn.Tensor:
+        """``x`` plus the attention of its norm, plus the MLP of that sum's norm:
+        (batch, seq, hidden)."""
         x = x + self.self_attn(self.input_norm(x))
         return x + self.mlp(self.post_attention_norm(x))
 
 
 class Decoder(nn.Module):
+    """The decoder: ``embed_tokens``, ``layers`` of ``Layer``, a final ``norm`` and
+    ``lm_head``; ``prefill`` and ``decode`` are its entries."""
+
     def __init__(self, vocab: int = 256, hidden: int = 64, heads: int = 4, inner: int = 128, layers: int = 2):
         self.embed_tokens = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList([Layer(hidden, heads, inner) for _ in range(layers)])
@@ -65,9 +82,12 @@ class Decoder(nn.Module):
         return self.lm_head(self.norm(x))
 
     def prefill(self, tokens: nn.Tensor) -> nn.Tensor:
+        """Logits (batch, seq_len, vocab) of a (batch, seq_len) int32 token sequence."""
         return self._run(tokens)
 
     def decode(self, token: nn.Tensor) -> nn.Tensor:
+        """Logits (batch, 1, vocab) of one token per sequence, (batch, 1), attending over it
+        alone (no KV cache)."""
         return self._run(token)
 
 

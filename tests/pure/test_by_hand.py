@@ -7,8 +7,9 @@ import pytest
 
 from relaytrace.errors import RelaytraceError
 from relaytrace.model.lineage import CallSite, Lineage, Role
-from relaytrace.model.origin import INSERTED, OP, Origin
+from relaytrace.model.origin import INSERTED, Origin
 from relaytrace.model.profile import BUILTIN, KERNEL, CallRecord, Profile
+from relaytrace.model.sitekey import SiteKey
 from relaytrace.report import make_report
 
 # conv1 -> relu -> fc; a layout transform inserted for conv1 and fc; conv and relu fused
@@ -82,7 +83,7 @@ def test_a_profile_of_another_build_is_refused_and_a_hiccup_is_named_not_counted
     with pytest.raises(RelaytraceError):
         make_report(lineage(), other)
     noisy = profile(hiccup=4000.0)
-    assert noisy.by_site()[("fused_conv2d_relu", 0)] == pytest.approx(100.0)  # the median ignores one run
+    assert noisy.by_site()[SiteKey("main", "fused_conv2d_relu", 0)] == pytest.approx(100.0)  # the median: one run
     assert noisy.warnings()[0].startswith("NOISY: 1 call site(s)")
 
 

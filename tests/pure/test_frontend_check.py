@@ -6,7 +6,7 @@ import json
 import attrs
 
 from relaytrace.model.frontend import NN, ONNX, TORCH, Program, SourceNode, can_produce, check_program
-from relaytrace.model.lineage import Lineage, CallSite, Role
+from relaytrace.model.lineage import CallSite, Lineage, Role
 from relaytrace.model.origin import Origin
 from relaytrace.model.verification import SUSPECT, UNVERIFIED, VERIFIED, Member, verify
 
@@ -17,7 +17,8 @@ def _origin(oid, layer, op, source_op, node, index=0):
 
 EMB = _origin("emb/take", "emb", "take", "embedding", "embedding")
 ADD = _origin("add_1/add", "add_1", "add", "add", "add_1", 1)
-PROGRAM = Program(TORCH, (SourceNode("embedding", "embedding", "emb", True), SourceNode("to", "_to_copy", "norm", False),
+PROGRAM = Program(TORCH, (SourceNode("embedding", "embedding", "emb", True),
+                          SourceNode("to", "_to_copy", "norm", False),
                           SourceNode("add_1", "add", "add_1", True), SourceNode("dropout", "clone", "drop", False)))
 
 
@@ -62,7 +63,8 @@ def test_verification_gives_each_layer_a_verdict_and_suspects_the_site():
     site = CallSite("take", 0, 0, (Role(took.id, "anchor"),))
     site2 = CallSite("add", 0, 1, (Role(ADD.id, "anchor"),))
     lineage = Lineage("m", "llvm", "fused", {o.id: o for o in (took, ADD)}, {"take": (site,), "add": (site2,)},
-                      kernel_members={"take": (Member("take", ("relax.take",)),), "add": (Member("add", ("relax.add",)),)},
+                      kernel_members={"take": (Member("take", ("relax.take",)),),
+                                      "add": (Member("add", ("relax.add",)),)},
                       program=PROGRAM)
     v = verify(lineage)
     lineage = attrs.evolve(lineage, verification=v)

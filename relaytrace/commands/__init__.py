@@ -1,0 +1,18 @@
+"""The ``relaytrace`` commands, each one module behind one small interface.
+
+A ``Command`` is a name, a line of help, a function that adds its arguments to an
+``argparse`` parser and a function that runs it (the parsed arguments in, the exit
+code out: 0 done; a failure is raised, and ``cli.main`` makes it one line and an exit
+code). ``COMMANDS`` lists them in the order ``relaytrace --help`` shows; the parser is
+built from it and nothing else. Adding a command is one module defining ``COMMAND``
+and one line here (docs/architecture.md shows one). A command's module imports TVM,
+torch and the renderers inside ``run``, so building the parser (every command's) stays
+fast and ``query`` never loads TVM."""
+
+from __future__ import annotations
+
+from . import compare, demo, diff, legacy, profile, query, render, tasks
+from .base import Command
+
+COMMANDS: tuple[Command, ...] = (demo.COMMAND, profile.COMMAND, compare.COMMAND, render.COMMAND, query.COMMAND,
+                                 diff.COMMAND, tasks.COMMAND, legacy.COMMAND)

@@ -1,0 +1,76 @@
+"""`relaytrace compare`: each layer's value in the build against the framework's, and the
+first layer beyond tolerance."""
+
+from __future__ import annotations
+
+from ..errors import UsageError
+from ..jobs import echo
+from .base import Command
+from .shared import at_least, check_target, progress
+
+
+def add_arguments(p) -> None:
+    """`relaytrace compare`'s arguments and options (docs/cli.md#compare)."""
+    p.add_argument("model", metavar="MODEL", help="an .onnx file or path/to/file.py:factory returning a torch "
+                                                  "module, its inputs [and dynamic_shapes]")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224[:DTYPE]",
+                   help="an input's size (repeatable): needed for symbolic dims without example inputs")
+    p.add_argument("--target", default="llvm", help="TVM target of this machine (default llvm)")
+    p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
+    p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
+                   help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
+    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
+                   help="fp16: build through relax.transform.ToMixedPrecision (default fp32: as imported)")
+    p.add_argument("--accumulate", choices=["float32", "float16"],
+                   help="with --precision fp16: the dtype conv and matmul accumulate in (default float32)")
+    p.add_argument("--atol", type=at_least(0, float, strict=False), default=1e-4, metavar="A",
+                   help="absolute tolerance (default 1e-4)")
+    p.add_argument("--rtol", type=at_least(0, float, strict=False), default=1e-4, metavar="R",
+                   help="relative tolerance (default 1e-4): beyond when |got - ref| > A + R |ref| anywhere")
+    p.add_argument("--out", help="output DIR: lineage.json, compare.json, compare.csv, errors.svg")
+    p.add_argument("--force", action="store_true", help="replace an existing DIR")
+
+
+def run(args) -> int:
+    """`relaytrace compare MODEL`: each layer's value in the build against the framework's,
+    and the first layer beyond tolerance."""
+    from ..build import NHWC, build
+    from ..comparison import compare
+    from ..frontends.loader import load
+    from ..jobs import parse_shape, prepare_out_dir, write_compare
+    from ..remote import runs_here, target_name
+    from ..render.outputs import COMPARE, names
+    from ..render.table import comparison_table
+
+    say = progress(args)
+    check_target(args.target)
+    if not runs_here(args.target):
+        raise UsageError(f"compare runs the build here, and a build for {target_name(args.target)} does not run "
+                         "on this machine: compare with a target of this machine (llvm)")
+    if args.accumulate and args.precision != "fp16":
+        raise UsageError("--accumulate applies to --precision fp16")
+    out = prepare_out_dir(args.out, args.force) if args.out else None
+    say(f"importing {args.model}")
+    loaded = load(args.model, shapes=[parse_shape(x) for x in args.input_shape])
+    if loaded.source is None:
+        raise UsageError(f"compare runs the model in its own framework, and {args.model} gives only a TVM model (an "
+                         "ImportedModel, an nn module or a Relax IRModule): compare an .onnx file or a factory "
+                         "returning (torch module, example inputs[, dynamic_shapes])")
+    accumulate = (args.accumulate or "float32") if args.precision == "fp16" else None
+    precision = f"float16, accumulating in {accumulate}" if accumulate else "float32 as built"
+    say(f"building {loaded.model.name} ({args.pipeline}, {args.layout}, {precision}) for {args.target}")
+    executable, lineage = build(loaded.model, args.target, pipeline=args.pipeline,
+                                convert_layout=NHWC if args.layout == "NHWC" else None,
+                                progress=say.passes, mixed_precision=accumulate)
+    comparison = compare(executable, lineage, loaded.source, list(loaded.inputs), atol=args.atol, rtol=args.rtol,
+                         precision=precision, progress=say)
+    echo(comparison_table(comparison))
+    echo()
+    echo(comparison.summary())
+    if out is not None:
+        write_compare(out, lineage, comparison, overwrite=args.force)
+        echo(f"\nwritten to {out}/: {', '.join(names(COMPARE))}")
+    return 0
+
+
+COMMAND = Command("compare", "compare every layer's output of the build with the torch model's", add_arguments, run)

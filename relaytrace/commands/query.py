@@ -1,0 +1,92 @@
+"""`relaytrace query`: what a kernel, layer or origin became, from a saved lineage (no TVM)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import UsageError
+from ..jobs import echo
+from ..model.sitekey import SiteKey
+from ..render.safe_text import terminal
+from .base import Command
+
+
+def add_arguments(p) -> None:
+    """`relaytrace query`'s arguments and options (docs/cli.md#query)."""
+    p.add_argument("lineage", metavar="DIR|lineage.json")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--kernel", metavar="NAME[#CALL]")
+    which.add_argument("--layer", metavar="NAME")
+    which.add_argument("--history", metavar="LAYER")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args) -> int:
+    """`relaytrace query DIR|lineage.json`: what a layer, kernel or origin became, from a
+    saved lineage (no TVM)."""
+    from ..model.lineage import Lineage
+
+    asked = next((f"--{k}" for k in ("kernel", "layer", "history") if getattr(args, k) == ""), None)
+    if asked:
+        raise UsageError(f"{asked} needs a name (see `relaytrace query LINEAGE --{asked[2:]} NAME`)")
+    lineage = Lineage.load(Path(args.lineage) / "lineage.json" if Path(args.lineage).is_dir() else args.lineage)
+    if args.kernel:
+        sites = _sites(lineage, args.kernel)
+        result = [{"site": s.label, "verification": lineage.check(s).status,
+                   "reasons": list(lineage.check(s).reasons), "shared": list(lineage.check(s).shared), "origins": [
+            {"origin": r.origin, "role": r.role, "layer": lineage.origins[r.origin].layer,
+             "op": lineage.origins[r.origin].short_op, "source": lineage.origins[r.origin].source}
+            for r in s.roles]} for s in sites]
+        text = "\n".join(f"{terminal(s['site'])}: {s['verification'].upper()}\n" + "".join(
+            f"  ! {terminal(reason)}\n" for reason in s["reasons"]) + "".join(
+            f"  (rests on a fact the tracker relies on too: {terminal(fact)})\n" for fact in s["shared"]) + "\n".join(
+            f"  {o['role']:<10} {terminal(o['layer'])}  ({terminal(o['op'])}, {terminal(o['origin'])})"
+            + (f"  at {terminal(o['source'])}" if o["source"] else "") for o in s["origins"]) for s in result)
+    elif args.layer:
+        sites = lineage.kernels_of(args.layer)
+        verdict = lineage.verification.by_layer().get(args.layer) if lineage.verification is not None else None
+        result = {"layer": args.layer, "kernel_calls": [s.label for s in sites],
+                  "source": list(lineage.sources().get(args.layer, ())),
+                  "verification": verdict.status if verdict else "unverified",
+                  "reasons": list(verdict.reasons) if verdict else ["this lineage has no layer verdicts"]}
+        text = (f"{terminal(args.layer)} runs in: " + (", ".join(map(terminal, result["kernel_calls"])) or "no kernel")
+                + f"\nverification: {result['verification'].upper()}"
+                + "".join(f"\n  ! {terminal(r)}" for r in result["reasons"]))
+        if result["source"]:
+            text += "\nmade at: " + ", ".join(map(terminal, result["source"]))
+        gone = [f"{o} (eliminated by {p})" for o, p in lineage.eliminated().items() if o in lineage.resolve(args.layer)]
+        if gone:
+            result["eliminated"] = gone
+            text += "\n" + "\n".join(map(terminal, gone))
+    else:
+        steps = lineage.history(args.history)
+        result = [{"pass_index": c.index, "pass": c.pass_name, "function": c.function, "callee": c.callee,
+                   "rule": c.rule} for c in steps]
+        text = f"history of {terminal(args.history)}:\n" + "\n".join(
+            f"  #{c['pass_index']:<4} {terminal(c['pass']):<28} -> {terminal(c['callee'])}  [{terminal(c['rule'])}]"
+            for c in result)
+    echo(json.dumps(result, indent=1) if args.json else text)
+    return 0
+
+
+
+def _sites(lineage, text: str) -> list:
+    """The call sites ``--kernel TEXT`` names: every call of a kernel (``NAME``; with
+    ``ENTRY:NAME``, those in that entry) or one call (``[ENTRY:]NAME#CALL``, a
+    ``SiteKey``'s label)."""
+    if text in lineage.kernels:
+        return list(lineage.sites(text))
+    if "#" not in text:
+        entry, colon, kernel = text.rpartition(":")
+        if colon and entry and kernel in lineage.kernels:
+            return [s for s in lineage.sites(kernel) if s.function == entry] or [lineage.site(kernel, 0, entry)]
+        return list(lineage.sites(text))  # no such kernel: the error lists those there are
+    try:
+        key = SiteKey.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"--kernel {exc}; a kernel's NAME alone shows all its calls") from None
+    return [lineage.site_by_label(key.label)]
+
+
+COMMAND = Command("query", "ask a saved lineage which layers a kernel runs, and more", add_arguments, run)

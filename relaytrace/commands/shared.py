@@ -1,0 +1,183 @@
+"""What several commands share: the build and device options, their checks, building
+and profiling a model as the options say, the summary a run prints, the record of
+how a run was made (run.json)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import RelaytraceError, UsageError, describe
+from ..jobs import echo
+from ..render.safe_text import terminal
+
+
+def progress(args):
+    """The progress line writer of a command: silent under ``--quiet``."""
+    from ..jobs import Progress
+
+    return Progress(getattr(args, "quiet", False))
+
+
+def build_and_profile(model, args, say, inputs):
+    """``(lineage, profile)`` of ``model`` built traced as the build options say and
+    profiled on ``inputs`` here or on the remote device they name; the device is checked
+    (compiler, address, key) before the build, and a build that cannot run here without
+    one is refused before it is made."""
+    from ..build import NHWC, build
+    from ..profiler import profile
+    from ..remote import exporter, runs_here, target_name
+
+    remote = remote_device(args)
+    if remote is not None:  # a missing compiler, an address or key that answers not: said before the build
+        exporter(args.target, remote.compiler)
+        say(f"checking {remote.describe()}")
+        remote.connect()
+    elif not runs_here(args.target):
+        raise UsageError(f"a build for {target_name(args.target)} does not run on this machine: profile it on its "
+                         "device with --rpc HOST:PORT or --tracker HOST:PORT --key KEY (docs/remote.md)")
+    say(f"building {getattr(model, 'name', 'model')} ({args.pipeline}, {args.layout}) for {args.target}")
+    executable, lineage = build(model, args.target, pipeline=args.pipeline, model=getattr(args, "name", None),
+                                convert_layout=NHWC if args.layout == "NHWC" else None,
+                                progress=say.passes, database=getattr(args, "db", None))
+    entry = lineage.entry(args.entry)
+    mode = "isolated" if remote is not None else args.mode or "timeline"
+    say(f"profiling {entry} ({mode}{', on ' + remote.describe() if remote else ''}, {args.repeat} run(s))")
+    prof = profile(executable, lineage, list(inputs), repeat=args.repeat, mode=mode, progress=say, entry=entry,
+                   remote=remote)
+    return lineage, prof
+
+
+def check_target(text: str):
+    """The TVM target ``--target`` names, refused in one line before any work."""
+    import tvm
+
+    try:
+        return tvm.target.Target(text)
+    except Exception as exc:  # TVM's parser: ValueError, TVMError, ...
+        raise UsageError(f"--target {text!r} is not a TVM target ({describe(exc, 160)}): give a kind (llvm, "
+                         'cuda) or JSON such as \'{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}\'') from None
+
+
+def remote_device(args):
+    """The RPC device ``--rpc`` or ``--tracker``/``--key`` name, or None to run here."""
+    if not (args.rpc or args.tracker or args.key):
+        if args.cc or args.kernel_timeout is not None:
+            raise UsageError("--cc and --kernel-timeout apply to a remote device (--rpc or --tracker)")
+        return None
+    if args.rpc and args.tracker:
+        raise UsageError("give --rpc HOST:PORT or --tracker HOST:PORT --key KEY, not both")
+    if args.mode == "timeline":
+        raise UsageError("a remote device is timed --mode isolated (the VM's per-call timer cannot run there)")
+    from ..remote import RemoteDevice
+
+    try:
+        timeout = {} if args.kernel_timeout is None else {"kernel_timeout_s": args.kernel_timeout}
+        return RemoteDevice(rpc=args.rpc, tracker=args.tracker, key=args.key, compiler=args.cc, **timeout)
+    except RelaytraceError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def print_summary(report, out: Path | None, top: int = 10) -> None:
+    """What ``profile`` and ``demo`` print: the profile's summary and warnings, the
+    ``top`` layers, time by category, coverage, and the files written to ``out``."""
+    from ..render.table import category_table, coverage_summary, layer_table
+
+    echo(f"{terminal(report.lineage.model)}: {report.profile.summary()}")
+    for warning in report.profile.warnings():
+        echo(warning)
+    echo()
+    echo(f"top {top} layers:")
+    echo(layer_table(report.layers, top=top))
+    echo()
+    echo(category_table(report.categories))
+    echo()
+    echo(coverage_summary(report.lineage))
+    if out is not None:
+        from ..jobs import OUTPUTS
+
+        echo()
+        echo(f"written to {out}/: {', '.join(n for n in OUTPUTS if (out / n).exists())}")
+
+
+def profile_into_out(args, model: str, shown: str, spec: str, collapse: int | None = None, **load_options) -> int:
+    """``profile`` and ``demo``: the target and device checked and ``--out`` prepared
+    before any work, ``model`` (a model spec ``frontends.loader.load`` takes, with
+    ``load_options``; ``shown`` in the progress line) imported, built and profiled as the
+    options say, every output written (``spec``: run.json's model), the summary printed."""
+    from ..frontends.loader import load
+    from ..jobs import prepare_out_dir, write_outputs
+    from ..report import make_report
+
+    say = progress(args)
+    check_target(args.target)
+    remote_device(args)
+    out = prepare_out_dir(args.out, args.force)
+    say(f"importing {shown}")
+    loaded = load(model, entry=args.entry, **load_options)
+    report = make_report(*build_and_profile(loaded.model, args, say, loaded.inputs))
+    write_outputs(out, report, run_record(args, spec), collapse=collapse, overwrite=args.force)
+    print_summary(report, out)
+    return 0
+
+
+def run_record(args, spec: str) -> dict:
+    """What an output DIR was made from (its run.json): ``tasks DIR`` rebuilds it so."""
+    return {"model": spec, "input_shapes": getattr(args, "input_shape", []), "dtype": getattr(args, "dtype", None),
+            "db": getattr(args, "db", None), "target": args.target, "pipeline": args.pipeline,
+            "layout": args.layout, "entry": args.entry}
+
+
+def absolute_factory(spec: str) -> str:
+    """``path/to/file.py:factory`` with its path made absolute (a demo name as it is):
+    run.json's model, found again from any directory."""
+    if spec.startswith("demo:"):
+        return spec
+    path, _, factory = spec.rpartition(":")
+    return f"{Path(path).resolve()}:{factory}"
+
+
+def at_least(low, kind=int, strict: bool = True):
+    """An argparse type: a number of ``kind`` no smaller than ``low`` (above it for
+    floats, unless not ``strict``); a float is finite."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
+        above = kind is not int and strict
+        if value != value:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+        if not ((value > low if above else value >= low) and value < float("inf")):
+            raise argparse.ArgumentTypeError(f"{text!r} must be {'above' if above else 'at least'} {low}")
+        return value
+
+    parse.__name__ = "count" if kind is int else "seconds"
+    return parse
+
+
+def add_build_options(p) -> None:
+    """The build and device options of ``demo`` and ``profile`` (docs/cli.md)."""
+    p.add_argument("--target", default="llvm", help="TVM target (default llvm)")
+    p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
+    p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
+                   help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
+    p.add_argument("--mode", choices=["timeline", "isolated"], default=None,
+                   help="timeline (default here) or isolated (the only mode on a remote device)")
+    p.add_argument("--rpc", metavar="HOST:PORT", help="profile on the device of this TVM RPC server")
+    p.add_argument("--tracker", metavar="HOST:PORT", help="profile on a device from this TVM RPC tracker's pool")
+    p.add_argument("--key", metavar="KEY", help="the device key (needed with --tracker; a server's own key with --rpc)")
+    p.add_argument("--cc", metavar="COMPILER",
+                   help="links the build for a remote device (default: MTRIPLE-g++ for a target of another CPU)")
+    p.add_argument("--kernel-timeout", type=at_least(0, float), metavar="S",
+                   help="seconds one call site may take on a remote device (default 120)")
+    p.add_argument("--repeat", type=at_least(1), default=3, help="profiled runs (default 3)")
+    p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
+
+
+def add_model_options(p) -> None:
+    """MODEL and its input options, for the commands that import a model file."""
+    p.add_argument("model", metavar="MODEL", help="an .onnx file or path/to/file.py:factory (tasks: or an output DIR)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224[:DTYPE]",
+                   help="an input's size, and dtype (repeatable); needed for symbolic dims")
+    p.add_argument("--dtype", help="dtype of inputs given a shape without one (default: the model's)")
