@@ -233,6 +233,20 @@ def by_prefix(rows: tuple[LayerRow, ...], depth: int) -> tuple[tuple[str, float,
     return tuple(sorted(((k, v, 100.0 * v / total) for k, v in sums.items()), key=lambda x: -x[1]))
 
 
+def edges_between(lineage: Lineage, group_of: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The dataflow edges between groups of origins (``group_of``: origin id -> its
+    group, e.g. its layer or module prefix), sorted, each once; an edge inside a group
+    and one from or to an origin in no group are left out. The one way the layer
+    graphs (graphviz, the HTML report, diff and error graphs) draw layer-to-layer edges."""
+    return tuple(sorted({(group_of[a], group_of[b]) for a, b in lineage.edges
+                         if a in group_of and b in group_of and group_of[a] != group_of[b]}))
+
+
+def layer_of_ops(lineage: Lineage) -> dict[str, str]:
+    """Each model op's origin id -> its layer (inserted and unresolved ops have none)."""
+    return {o.id: o.layer for o in lineage.origins.values() if o.kind == OP}
+
+
 def module_prefix(layer: str, depth: int) -> str:
     """``layer3.1.conv2`` at depth 1 -> ``layer3``; ONNX ``/layer3/...`` alike."""
     sep = "/" if layer.startswith("/") else "."

@@ -172,6 +172,7 @@ class Lineage:
     program: Program | None = None  # what the frontend translated: the evidence for the layers (``model.frontend``)
     schema: str = SCHEMA
     _index: LineageIndex | None = field(default=None, init=False, eq=False, repr=False)
+    _entry_views: dict = field(factory=dict, init=False, eq=False, repr=False)  # entry -> ``for_entry``'s lineage
 
     def index(self) -> LineageIndex:
         """The look-ups queries use (``lineage_index``), built at the first query:
@@ -203,10 +204,17 @@ class Lineage:
         (so an op of a subfunction that runs nowhere is still unaccounted), and the
         inserted and unresolved ones serving them or running at its sites. What a
         profile of that entry is attributed against. The lineage itself when it has
-        one entry."""
+        one entry. Made once per entry (a lineage is frozen): the report, its renderers
+        and the attribution ask for the same entry's view many times."""
         entry = self.entry(name)
         if len(self.entries) <= 1:
             return self
+        view = self._entry_views.get(entry)
+        if view is None:
+            view = self._entry_views[entry] = self._view_of(entry)
+        return view
+
+    def _view_of(self, entry: str) -> Lineage:
         kernels = {k: kept for k, v in self.kernels.items() if (kept := tuple(s for s in v if s.function == entry))}
         builtins = tuple(b for b in self.builtins if b.function == entry)
         functions = {entry, *self.calls.get(entry, ())}

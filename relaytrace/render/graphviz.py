@@ -199,9 +199,7 @@ def _collapsed_graph(lineage, report, depth, note: tuple[str, ...] = ()):
         timing = (f"{us / 1e3:.3f} ms",) if us is not None else ()
         g.node(node[group], _label(group, f"{len(members[group])} layers, {len(kernels[group])} kernels", *timing),
                id=_label(f"group:{group}"), **(_fill(us / hottest) if us is not None else {}))
-    edges = {(group_of[a], group_of[b]) for a, b in lineage.edges
-             if a in group_of and b in group_of and group_of[a] != group_of[b]}
-    for a, b in sorted(edges):
+    for a, b in A.edges_between(lineage, group_of):
         g.edge(node[a], node[b])
     if report is not None:
         _legend(g, hottest)

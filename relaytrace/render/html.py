@@ -16,6 +16,7 @@ import html
 import json
 from pathlib import Path
 
+from .. import attribution as A
 from ..model.origin import INSERTED, OP
 from ..model.profile import KERNEL
 
@@ -118,15 +119,14 @@ def _layer_graph(report) -> dict:
     and the dataflow edges between layers, for the page to group and lay out."""
     lineage = report.lineage
     ms = {r.layer: r.us / 1e3 for r in report.layers}
-    layer_of = {o.id: o.layer for o in lineage.origins.values() if o.kind == OP}
+    layer_of = A.layer_of_ops(lineage)
     ops: dict[str, set[str]] = {}
     for oid, layer in layer_of.items():
         ops.setdefault(layer, set()).add(oid)
     in_kernels = {o for s in lineage.call_sites for o in s.origin_ids}
     builtin = {o for b in lineage.builtins for o in b.origins}
     only_builtin = {layer for layer, ids in ops.items() if not ids & in_kernels and ids & builtin}
-    edges = sorted({(layer_of[a], layer_of[b]) for a, b in lineage.edges
-                    if a in layer_of and b in layer_of and layer_of[a] != layer_of[b]})
+    edges = A.edges_between(lineage, layer_of)
     return {"nodes": [{"layer": layer, "ms": ms.get(layer, 0.0), "builtin": layer in only_builtin} for layer in ops],
             "edges": [list(e) for e in edges]}
 

@@ -96,3 +96,16 @@ def test_the_timed_runs_own_time_explains_a_gap_between_runs():
     fast = profile(e2e=(100.0,) * 3)
     (over,) = [w for w in fast.warnings() if w.startswith("OVER END TO END")]
     assert "the runs differ" in over and "the timed runs took 0.155 ms each" in over
+
+
+def test_an_entrys_view_is_made_once_and_holds_that_entrys_sites_only():
+    decode = Origin("d1", "fc", "relax.matmul", "decode", 0)
+    site = CallSite("matmul", 0, 3, (Role("d1", "anchor"),), function="decode")
+    two = attrs.evolve(lineage(), origins={**ORIGINS, "d1": decode},
+                       kernels={**{s.kernel: (s,) for s in SITES}, "matmul": (SITES[2], site)},
+                       entries={"main": (("x", (1, 3, 8, 8), "float32"),), "decode": (("y", (1, 8), "float32"),)})
+    view = two.for_entry("decode")
+    assert two.for_entry("decode") is view and two.for_entry("main") is not view
+    assert [s.label for s in view.call_sites] == ["decode:matmul#0"] and set(view.origins) == {"d1"}
+    assert [s.key for s in two.for_entry("main").call_sites] == [s.key for s in SITES]
+    assert attrs.evolve(two).for_entry("decode") == view  # an evolved lineage makes its own, equal one
