@@ -92,7 +92,7 @@ def print_summary(report, out: Path | None, top: int = 10) -> None:
     echo()
     echo(category_table(report.categories))
     echo()
-    echo(coverage_summary(report.lineage))
+    echo(coverage_summary(report.lineage, report.coverage))
     if out is not None:
         from ..jobs import OUTPUTS
 

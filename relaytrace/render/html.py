@@ -199,15 +199,15 @@ def _header(report) -> str:
     return '<dl class="header">' + "".join(f"<dt>{k}</dt><dd>{html.escape(v)}</dd>" for k, v in rows) + "</dl>"
 
 
-def _op_sections(lineage) -> str:
+def _op_sections(report) -> str:
     """Coverage, eliminated ops (with the pass), inserted ops (with what they serve),
     unresolved ops, as tables."""
+    lineage, cov = report.lineage, report.coverage
     def rows(head, body):
         return ("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"
                 + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in body)
                 + "</tbody></table>")
 
-    cov = lineage.coverage()
     eliminated = [(o, lineage.origins[o].layer, lineage.origins[o].short_op, p)
                   for o, p in lineage.eliminated().items()]
     inserted = [(o.id, o.short_op, o.pass_name, ", ".join(dict.fromkeys(lineage.origins[x].layer for x in o.serves)))
@@ -271,7 +271,7 @@ Drag to pan, wheel to zoom, click a node for its details. The search also filter
 <h2>Layers</h2><p>Click a layer to highlight its kernels (table and graph).</p><table id="layers"></table>
 <h2>Kernels</h2><p>Click a kernel to highlight the layers it runs.</p><table id="kernels"></table>
 <h2>Op types</h2><table id="optypes"></table>
-{_op_sections(lineage)}
+{_op_sections(report)}
 </div><aside id="detail"><h3>details</h3><p>Click a module, layer or call site.</p></aside></div>
 <script type="application/json" id="relaytrace-data">{script_json(data)}</script>
 <script>{_asset("d3-hierarchy.min.js")}</script>

@@ -3,7 +3,7 @@ through ``safe_text.terminal`` (a control character in a name is shown escaped).
 
 from __future__ import annotations
 
-from ..model.lineage import Lineage
+from ..model.lineage import Coverage, Lineage
 from .safe_text import terminal
 
 WRAP = 60  # a cell longer than this (a list of kernel calls) is wrapped onto more lines
@@ -37,10 +37,10 @@ def _names(names, limit: int | None = None) -> str:
     return ", ".join(terminal(n) for n in list(names)[:limit])
 
 
-def coverage_summary(lineage: Lineage) -> str:
-    """The lineage's coverage and verification, one fact a line; each name in it as
-    ``terminal`` shows it."""
-    cov = lineage.coverage()
+def coverage_summary(lineage: Lineage, cov: Coverage | None = None) -> str:
+    """The lineage's coverage (``cov``, a report's; default: the lineage's own) and
+    verification, one fact a line; each name in it as ``terminal`` shows it."""
+    cov = cov if cov is not None else lineage.coverage()
     lines = [
         f"kernel call sites: {cov.call_sites} ({cov.attributed_sites} attributed, {100 * cov.site_fraction:.0f}%)"
         f" of {len(lineage.kernels)} kernels",
