@@ -218,6 +218,9 @@ def run_remote(executable, kernel_library, target_text: str, entry: str, args, c
         except StoppedAnswering as exc:  # every figure is in: keep them, leave the session
             ABANDONED.append(owned)
             say(f"{exc}; the session is left open, the figures are kept")
+        except KeyboardInterrupt:
+            ABANDONED.append(owned)  # a bounded step may still be freeing them
+            raise
         return result
 
 
@@ -236,16 +239,16 @@ class _Held:
         self.lists: list = [tvm_ffi.List()]  # the run's; one more per site while it is timed
 
     def open(self) -> None:
-        """Objects added from now on are freed together by ``close``."""
+        """Objects added from now on are taken out together by ``detach``."""
         import tvm_ffi
 
         self.lists.append(tvm_ffi.List())
 
-    def close(self) -> None:
-        """Frees the objects added since ``open`` (the caller holds none of them). Their
-        list leaves ``self`` first: if the device stops while they are freed, ``take``
-        must not read a list a bounded step is still clearing."""
-        _free(self.lists.pop())
+    def detach(self):
+        """The TVM list owning the objects added since ``open``, taken out of ``self``
+        (in the caller's thread) before a bounded step frees it (``_free``): if the device
+        stops meanwhile, ``take`` never reads a list that step is still clearing."""
+        return self.lists.pop()
 
     def add(self, thing):
         """``thing`` (a TVM object, a list of them, or an object whose attributes hold
@@ -306,8 +309,11 @@ def _time_there(session, dev, kind: str, entry: str, args, captured, device: Rem
         raise RelaytraceError(f"{device.describe()} has no {kind} device, which this build's target needs: "
                               "profile it on a device of its kind, or build for this one's (--target)")
     refused = f"{device.describe()} cannot load this build (is --target the device's own target?)"
-    vm = held.add(_step(device, "loading the build",
-                        lambda: relax.VirtualMachine(session.load_module("vm.so"), dev), refused)).module
+    # each remote object held as soon as it is made: one Python let go of would be freed by
+    # Python, waiting for the device with the interpreter lock held
+    loaded = held.add(_step(device, "loading the build", functools.partial(session.load_module, "vm.so"), refused))
+    vm = held.add(_step(device, "loading the build", functools.partial(relax.VirtualMachine, loaded, dev),
+                        refused)).module
     kernels = held.add(_step(device, "loading the build", lambda: session.load_module("kernels.so"), refused))
     sites = []
     for i, (name, call, arrays) in enumerate(captured):
@@ -322,7 +328,7 @@ def _time_there(session, dev, kind: str, entry: str, args, captured, device: Rem
                            f"kernel {name}#{call} did not finish on {device.describe()} (--kernel-timeout)")
         sites.append((name, call, results))
         del remote_args, timer
-        _step(device, f"releasing the arguments of {name}#{call}", held.close)
+        _step(device, f"releasing the arguments of {name}#{call}", functools.partial(_free, held.detach()))
     say("remote end-to-end timing")
     inputs = held.add(_step(device, f"sending the inputs of {entry}", functools.partial(_tensors, args, dev)))
     timer = held.add(_step(device, f"preparing the timing of {entry}",

@@ -27,7 +27,7 @@ class Report:
     op_types: tuple[A.OpTypeRow, ...]
     categories: A.Categories
     coverage: Coverage
-    site_us: dict[str, float]  # call-site label -> mean time per run
+    site_us: dict[str, float]  # call-site label -> median time over runs
     build_lineage: Lineage
 
     def modules(self, depth: int) -> tuple[tuple[str, float, float], ...]:

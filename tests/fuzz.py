@@ -7,8 +7,9 @@ Classes: saved artifacts mutated (``artifact_cases``: a real output directory's
 ``query``, ``diff``), legacy texts mutated (``legacy_cases``: the seed threads'
 tables, IR and logs, read by the legacy parsers), command lines (``option_cases``),
 hostile names in every text output (``name_cases``), output-directory layouts given
-to ``--force`` (``layout_cases``), and a whole run signalled at each of its writes
-(``signal_cases``). ``tests/test_fuzz.py`` runs a few hundred of the first ones;
+to ``--force`` (``layout_cases``), a whole run signalled at each of its writes
+(``signal_cases``), and a remote profile whose server stops answering at each of its
+steps (``stopped_server_cases``). ``tests/test_fuzz.py`` runs a few hundred of the first ones;
 ``tools/fuzz.py`` runs many more of each and prints the counts.
 """
 
@@ -565,6 +566,9 @@ def stopped_server_cases(work: Path, model: str, steps=None, delays=(0.0, 0.3), 
                     problem = f"ended {took:.0f} s after the stop (limit {limit_s:.0f} s): {last[:200]}"
                 elif proc.returncode not in (0, 1) or broken_promise(proc.returncode, err):
                     problem = broken_promise(proc.returncode, err) or f"exit code {proc.returncode}"
+                elif proc.returncode == 0 and not (delay or step.startswith("remote end-to-end")
+                                                   or "the figures are kept" in err):
+                    problem = "it finished, although its server stopped before its last figure was in"
                 elif proc.returncode == 1 and not (f"127.0.0.1:{board.port}" in last and any(
                         said in last for said in ("stopped answering while", "did not finish", "answered at"))):
                     problem = f"the error does not name the device and the step: {last[:200]}"

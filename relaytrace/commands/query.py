@@ -16,7 +16,7 @@ def add_arguments(p) -> None:
     """`relaytrace query`'s arguments and options (docs/cli.md#query)."""
     p.add_argument("lineage", metavar="DIR|lineage.json")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--kernel", metavar="NAME[#CALL]")
+    which.add_argument("--kernel", metavar="[ENTRY:]NAME[#CALL]")
     which.add_argument("--layer", metavar="NAME")
     which.add_argument("--history", metavar="LAYER")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -68,7 +68,6 @@ def run(args) -> int:
             for c in result)
     echo(json.dumps(result, indent=1) if args.json else text)
     return 0
-
 
 
 def _sites(lineage, text: str) -> list:

@@ -2,11 +2,12 @@
 renderers, the CLI and the saved files.
 
 A call site is the ``call``-th run-time call of ``kernel`` in one run of the entry
-function ``entry``. Its text forms are made and read here only: ``label`` (what every
+function ``entry``. Its text forms are made and read here: ``label`` (what every
 table, graph and ``query --kernel`` shows: ``kernel#call``, or ``entry:kernel#call``
 outside ``main``, so that the sites of several entries never share one) and
 ``in_entry`` (``kernel#call``: how profile.json, which holds one entry's runs, keys
-its sites)."""
+its sites; also what a remote profile's progress lines print, which are about one
+entry)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,6 @@ class SiteKey(NamedTuple):
         ``#``, a call that is not a whole number, an empty kernel."""
         named, sep, call = text.rpartition("#")
         head, colon, kernel = named.rpartition(":")
-        if not sep or not kernel or not call.isdigit() or (colon and not head):
+        if not sep or not kernel or not (call.isascii() and call.isdigit()) or (colon and not head):
             raise ValueError(f"{text!r} is not a call site: give KERNEL#CALL or ENTRY:KERNEL#CALL (e.g. matmul#0)")
         return cls(head if colon else entry, kernel, int(call))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[2] / "relaytrace"
 
 # Lowest first. A module belongs to the stage of the longest prefix listed for it.
@@ -31,8 +33,8 @@ def stage_of(module: str) -> int:
     stage lists it."""
     best = None
     for index, (_, prefixes) in enumerate(STAGES):
-        for prefix in prefixes:
-            if module == prefix or module.startswith(prefix + ".") or prefix == "" and best is None:
+        for prefix in prefixes:  # "" is the package itself, nothing else
+            if module == prefix or prefix and module.startswith(prefix + "."):
                 if best is None or len(prefix) > best[0]:
                     best = (len(prefix), index)
     if best is None:
@@ -70,16 +72,16 @@ def _module(path: Path) -> str:
     return name.removesuffix(".__init__").removesuffix("__init__")
 
 
+def upward(module: str, found: list[tuple[int, str]]) -> list[str]:
+    """The imports among ``found`` ((line, target) of ``module``) that go to a higher stage."""
+    mine = stage_of(module)
+    return [f"{module}:{line}: {STAGES[mine][0]} imports {target or 'relaytrace'} ({STAGES[stage_of(target)][0]})"
+            for line, target in found if stage_of(target) > mine]
+
+
 def test_every_module_imports_only_its_own_stage_or_lower():
-    upward = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        mine = stage_of(_module(path))
-        for line, target in imports(path):
-            theirs = stage_of(target)
-            if theirs > mine:
-                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {STAGES[mine][0]} imports "
-                              f"{target or 'relaytrace'} ({STAGES[theirs][0]})")
-    assert not upward, "\n".join(upward)
+    wrong = [problem for path in sorted(PACKAGE.rglob("*.py")) for problem in upward(_module(path), imports(path))]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_check_sees_an_upward_import():
@@ -89,3 +91,8 @@ def test_the_check_sees_an_upward_import():
     assert stage_of("model.lineage") < stage_of("tracking.tracker") < stage_of("render.html") < stage_of("cli")
     assert stage_of("render.safe_text") == 0 and stage_of("render.outputs") == stage_of("render")
     assert stage_of("") == len(STAGES) - 1  # the package's own __init__: the top
+    assert upward("model.lineage", [(3, "render.html"), (4, "errors")]) == [
+        "model.lineage:3: model imports render.html (render)"]
+    assert upward("render.html", [(1, "model.origin"), (2, "render.safe_text")]) == []
+    with pytest.raises(KeyError):
+        stage_of("newmodule")  # a module no stage lists is an error, not the top stage

@@ -14,7 +14,7 @@ def test_labels_and_their_parse_round_trip():
     assert SiteKey("prefill", "k", 3).in_entry == "k#3"
 
 
-@pytest.mark.parametrize("text", ["k", "k#", "#0", "k#x", "k#-1", ":k#0", "decode:#0", "k#1.5"])
+@pytest.mark.parametrize("text", ["k", "k#", "#0", "k#x", "k#-1", ":k#0", "decode:#0", "k#1.5", "k#\u00b2", "k#\u0661"])
 def test_what_is_not_a_site_is_refused_naming_both_forms(text):
     with pytest.raises(ValueError, match="KERNEL#CALL or ENTRY:KERNEL#CALL"):
         SiteKey.parse(text)
