@@ -547,8 +547,11 @@ def stopped_server_cases(work: Path, model: str, steps=None, delays=(0.0, 0.3), 
                 seen = _read_until(proc, step)
                 time.sleep(delay)
                 for p in mine.children(recursive=True):  # the server's processes, not the run's
-                    if p.pid != proc.pid and proc.pid not in (q.pid for q in p.parents()):
-                        p.suspend()
+                    try:
+                        if p.pid != proc.pid and proc.pid not in (q.pid for q in p.parents()):
+                            p.suspend()
+                    except psutil.NoSuchProcess:  # one of the run's own, short-lived (a linker)
+                        pass
                 start = time.time()
                 try:
                     _, err = proc.communicate(timeout=limit_s * 2)
