@@ -109,7 +109,7 @@ def test_alter_op_impl_layout_transforms_are_tracked(resnet_mod):
 
 def test_a_kernel_mixing_two_layers_lists_both(builds):
     _, lineage = builds["fused"]
-    (site,) = [s for s in lineage.call_sites if lineage.origins[s.anchor].layer == "layer0_conv2_conv"]
+    (site,) = [s for s in lineage.call_sites if s.anchor and lineage.origins[s.anchor].layer == "layer0_conv2_conv"]
     assert Counter(lineage.origins[o].short_op for o in site.origin_ids) == {"conv2d": 1, "add": 2, "relu": 1}
     layers = {lineage.origins[o].layer for o in site.origin_ids}
     assert {"layer0_conv2_conv", "layer0_add", "layer0_relu2"} <= layers

@@ -32,7 +32,17 @@ from tests.fuzz import (  # noqa: E402
 )
 
 TINY = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tiny_model.py"
-CLASSES = ("artifacts", "legacy", "options", "names", "layouts", "signals", "stopped")
+# class -> its cases, from (the source DIR to mutate, a work DIR, the parsed options); a
+# generator, so a class not chosen never starts
+CLASSES = {
+    "artifacts": lambda source, work, a: artifact_cases(source, work, a.seed, a.cases),
+    "legacy": lambda source, work, a: legacy_cases(work, a.seed, a.cases),
+    "options": lambda source, work, a: option_cases(source, work, a.seed, max(a.cases // 7, 20)),
+    "names": lambda source, work, a: name_cases(a.seed, a.cases),
+    "layouts": lambda source, work, a: layout_cases(work, a.seed, a.cases),
+    "signals": lambda source, work, a: signal_cases(work, f"{TINY}:make"),
+    "stopped": lambda source, work, a: stopped_server_cases(work, f"{TINY}:make"),
+}
 
 
 def main() -> int:
@@ -40,7 +50,7 @@ def main() -> int:
     parser.add_argument("--cases", type=int, default=2000, help="cases per class (options: a seventh)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--source", type=Path, help="an output DIR to mutate (default: profile the tiny model)")
-    parser.add_argument("--only", nargs="+", choices=CLASSES, help="run these classes only")
+    parser.add_argument("--only", nargs="+", choices=list(CLASSES), help="run these classes only")
     args = parser.parse_args()
     broken = 0
     with tempfile.TemporaryDirectory(prefix="relaytrace-fuzz-") as tmp:
@@ -54,19 +64,10 @@ def main() -> int:
                 return 1
         work = tmp / "work"
         work.mkdir()
-        classes = {  # generators: a class not chosen never starts
-            "artifacts": artifact_cases(source, work, args.seed, args.cases),
-            "legacy": legacy_cases(work, args.seed, args.cases),
-            "options": option_cases(source, work, args.seed, max(args.cases // 7, 20)),
-            "names": name_cases(args.seed, args.cases),
-            "layouts": layout_cases(work, args.seed, args.cases),
-            "signals": signal_cases(work, f"{TINY}:make"),
-            "stopped": stopped_server_cases(work, f"{TINY}:make"),
-        }
-        for name, cases in classes.items():
+        for name, make in CLASSES.items():
             if args.only and name not in args.only:
                 continue
-            results = list(cases)
+            results = list(make(source, work, args))
             problems = [(what, problem) for what, problem in results if problem]
             total = len(results)
             print(f"{name}: {total} cases, {len(problems)} broken promises")
