@@ -24,9 +24,15 @@ BUILD_CONFIGS = {"unfused": ("unfused", None), "fused": ("fused", None), "nhwc":
 
 
 class Trace:
-    """Handle returned by ``trace()``; ``lineage`` is set when the block exits."""
+    """Handle returned by ``trace()``; ``lineage`` is set when the block exits.
+
+    The recorded build is followed on a second thread while TVM generates its code
+    (``tracking.ahead``); ``finish`` takes that lineage, or follows the recording itself
+    when the thread's snapshot no longer describes it."""
 
     def __init__(self, recorder: Recorder, layer_of, model: str, target: str, pipeline: str, program=None):
+        from .tracking.ahead import FollowAhead
+
         self.recorder = recorder
         self.layer_of = layer_of
         self.program = program
@@ -34,25 +40,37 @@ class Trace:
         self.target = target
         self.pipeline = pipeline
         self.lineage: Lineage | None = None
+        self.ahead = FollowAhead(self._follow)
+        recorder.on_lowering = self.ahead.start
+
+    def _follow(self, recording) -> Lineage:
+        from .tracking.follow import follow
+
+        return follow(recording, self.layer_of, model=self.model, target=self.target, pipeline=self.pipeline,
+                      program=self.program)
 
     def finish(self) -> Lineage:
         """Follow the recorded build into a lineage; the record (the IR) is let go."""
-        from .tracking.follow import follow
+        import attrs
+
+        from .tracking.ir import built_target
         from .tracking.recorder import gc_paused
 
         recording, self.recorder = self.recorder.recording, None
         if recording.input is None and not recording.degraded:
+            self.ahead.wait()
             raise RelaytraceError(
                 "no Relax module passed through the traced PassContext: call tvm.compile "
                 "(or relax.build) inside the `with relaytrace.trace():` block"
             )
-        from .tracking.ir import built_target
-
-        target = self.target or built_target([p.module for p in recording.passes])
-        with gc_paused():
-            self.lineage = follow(recording, self.layer_of, model=self.model, target=target, pipeline=self.pipeline,
-                                  program=self.program)
-        return self.lineage
+        lineage = self.ahead.result(recording)
+        if lineage is None:
+            with gc_paused():
+                lineage = self._follow(recording)
+        if not self.target:
+            lineage = attrs.evolve(lineage, target=built_target([p.module for p in recording.passes]))
+        self.lineage = lineage
+        return lineage
 
 
 @contextlib.contextmanager
@@ -174,6 +192,7 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
         try:
             executable = tvm.compile(mod, target, relax_pipeline=seq)
         except Exception as exc:
+            handle.ahead.wait()  # diagnosis reads the recording the thread reads
             failure = _diagnosed(exc, handle.recorder.recording, layer_of, target,
                                  lambda: _compile_in(plain_context, mod, target, seq))
             if failure is None:

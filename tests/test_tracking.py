@@ -175,3 +175,37 @@ def test_trace_without_a_build_says_what_to_do():
     with pytest.raises(relaytrace.RelaytraceError, match="call tvm.compile"):
         with relaytrace.trace():
             pass
+
+
+def _followed_after_the_build(handle, recording):
+    from relaytrace.tracking.follow import follow
+
+    return follow(recording, handle.layer_of, model=handle.model, target=handle.lineage.target,
+                  pipeline=handle.pipeline, program=handle.program)
+
+
+def test_the_lineage_followed_during_code_generation_is_the_one_after_the_build(resnet_mod):
+    from tests.fixtures.relax_modules import TwoEntries
+
+    for mod in (resnet_mod, TwoEntries):
+        with relaytrace.trace() as handle:
+            recording = handle.recorder.recording
+            tvm.compile(mod, "llvm")
+        ahead = handle.ahead.result(recording)
+        assert ahead is not None and ahead.kernels is handle.lineage.kernels  # followed on the thread
+        assert handle.lineage.to_json() == _followed_after_the_build(handle, recording).to_json()
+
+
+def test_a_relax_pass_after_a_tir_only_one_is_followed_after_the_build(resnet_mod):
+    def pipeline(mod):
+        mod = relax.transform.LegalizeOps()(mod)
+        prims = tvm.IRModule({gv: f for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)})
+        tvm.tirx.transform.RemoveNoOp()(prims)  # a top-level pass over a TIR-only module, mid-pipeline
+        return relax.get_pipeline("default")(mod)
+
+    with relaytrace.trace() as handle:
+        recording = handle.recorder.recording
+        tvm.compile(resnet_mod, "llvm", relax_pipeline=pipeline)
+    assert handle.ahead.result(recording) is None  # its snapshot ended at RemoveNoOp
+    assert handle.lineage.coverage().complete
+    assert handle.lineage.to_json() == _followed_after_the_build(handle, recording).to_json()

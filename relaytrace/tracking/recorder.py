@@ -1,7 +1,7 @@
 """The PassInstrument: thin. During the build it only records what each pass left
-(``Recording``); origins are followed through the record once the build is done
-(``follow.follow``), so nothing the tracker does can break, change or slow the user's
-build while it runs."""
+(``Recording``); origins are followed through the record once the Relax passes are
+done (``follow.follow``, on a thread while TVM generates code: ``ahead``), so nothing
+the tracker does can break or change the user's build, or slow its passes."""
 
 from __future__ import annotations
 
@@ -51,11 +51,15 @@ class Recording:
 @tvm.ir.instrument.pass_instrument
 class Recorder:
     """Records a build into ``self.recording``; ``progress(count, pass_name)`` is called
-    after every pass. Never raises into the build: a fault is written down instead."""
+    after every pass; ``on_lowering(recording)`` once, when the Relax passes are done:
+    as the first top-level pass over a module without a Relax function begins (TVM's
+    TIR build), after the input was taken. Never raises into the build: a fault is
+    written down instead."""
 
-    def __init__(self, progress=None):
+    def __init__(self, progress=None, on_lowering=None):
         self.recording = Recording()
         self.progress = progress
+        self.on_lowering = on_lowering
         # a pass begun with none running is one the user's code called (a pass that raises
         # never reports its end: after a failed build caught inside the block, no later pass
         # is at the top and a second build goes unnoticed)
@@ -73,6 +77,13 @@ class Recorder:
             self._guard(info.name, self._take_input, mod, info.name)
         elif top and rec.passes and mod.__chandle__() != rec.passes[-1].module.__chandle__():
             self._guard(info.name, self._check_same_build, mod, info.name)
+            if self.on_lowering is not None and not rec.degraded:
+                self._guard(info.name, self._tell_lowering, mod)
+
+    def _tell_lowering(self, mod) -> None:
+        if not ir.function_map(mod):
+            tell, self.on_lowering = self.on_lowering, None
+            tell(self.recording)
 
     def run_after_pass(self, mod, info):
         """TVM's hook after a pass: it is popped off ``running`` and counted, ``progress``
@@ -94,14 +105,16 @@ class Recorder:
 
     def _check_same_build(self, mod, pass_name: str) -> None:
         """A top-level pass (one no other pass runs) given a module other than the last
-        one recorded: the same build when it shares a Relax function with it, another
+        one recorded: the same build when it shares a Relax function with the last
+        recorded module that had one (a TIR-only pass may run between), another
         build (a second ``tvm.compile`` in one traced block) when it shares none. A pass
         inside another is not asked: it may see the outer pass's work in progress.
         Another build stops the recording: its passes are not this model's."""
         functions = ir.model_functions(ir.function_map(mod))
         if not functions:
             return
-        last = {f.__chandle__() for f in self.recording.passes[-1].functions.values()}
+        recorded = next((r.functions for r in reversed(self.recording.passes) if r.functions), self.recording.input)
+        last = {f.__chandle__() for f in recorded.values()}
         if not any(f.__chandle__() in last for f in functions.values()):
             self.recording.degraded.append(
                 f"another module entered the traced block at pass {pass_name} (two builds in one trace()?): "

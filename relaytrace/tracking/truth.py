@@ -23,7 +23,7 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
     pass; ``read(func, old)`` reads a function's view (bindings ``old`` has too left
     out; None when it has them all). The module a pass returned is asked for the
     ``operator_name`` attribute of PrimFuncs no binding explains: the op an
-    implementation (AlterOpImpl's) declares. Modules are read after the build: a Python
+    implementation (AlterOpImpl's) declares. Modules are read after the Relax passes: a Python
     pass that changed a module object in place later could hide a PrimFunc, and its
     sites are then unverified, not wrong."""
     prim_ops: dict[str, set[str]] = {}
