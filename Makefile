@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.relaytrace-installed
 
-.PHONY: demo test test-slow lint bench setup graphviz browser cross clean
+.PHONY: demo test test-slow lint bench setup bytecode graphviz browser cross clean
 
 demo: setup
 	$(VENV)/bin/relaytrace demo --out relaytrace-out --force
@@ -29,7 +29,13 @@ bench: setup
 	$(PY) benchmarks/tracking_breakdown.py
 	$(PY) benchmarks/profiler_fidelity.py
 
-setup: $(STAMP) graphviz
+setup: $(STAMP) graphviz bytecode
+
+# The editable install leaves relaytrace's modules uncompiled, and with
+# PYTHONDONTWRITEBYTECODE set every command would compile them again (half of a
+# `relaytrace query`); compile them as a regular pip install does.
+bytecode: $(STAMP)
+	@$(PY) -m compileall -q relaytrace
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
