@@ -21,9 +21,9 @@ import numpy as np, torch, tvm
 from tvm import relax
 import relaytrace
 from relaytrace import zoo
-from relaytrace.comparison import compare
+from relaytrace.analysis.comparison import compare
 from relaytrace.frontends.torch import from_torch
-from relaytrace.layer_outputs import layer_outputs
+from relaytrace.analysis.layer_outputs import layer_outputs
 
 mode, name, image = sys.argv[1], sys.argv[2], int(sys.argv[3])
 module, example = zoo.get(name, image=image)

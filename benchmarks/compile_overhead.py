@@ -35,7 +35,7 @@ import tvm
 from tvm import relax
 
 import relaytrace
-from relaytrace.relax_models import deep_chain, resnet_style
+from relaytrace.zoo.relax_models import deep_chain, resnet_style
 
 
 def _resnet50():

@@ -19,9 +19,9 @@ from collections import defaultdict
 import tvm
 from tvm import relax
 
-from relaytrace.relax_models import deep_chain, resnet_style
 from relaytrace.tracking.follow import follow
 from relaytrace.tracking.recorder import Recorder, gc_paused
+from relaytrace.zoo.relax_models import deep_chain, resnet_style
 
 
 def record(mod, target) -> list[tuple[bool, object, object]]:

@@ -10,7 +10,7 @@ from .errors import RelaytraceError, UnknownNameError
 from .model.lineage import Lineage
 from .model.origin import Origin
 from .model.profile import Profile
-from .remote import RemoteDevice
+from .profiling.remote import RemoteDevice
 
 __version__ = "0.1.0"
 __all__ = ["build", "build_pipeline", "compare", "profile", "Profile", "trace", "Lineage", "Origin",
@@ -19,12 +19,12 @@ __all__ = ["build", "build_pipeline", "compare", "profile", "Profile", "trace", 
 
 
 def __getattr__(name: str):
-    if name == "profile":  # profiler.py imports TVM
-        from .profiler import profile
+    if name == "profile":  # profiling/vm.py imports TVM
+        from .profiling.vm import profile
 
         return profile
-    if name == "compare":  # comparison.py runs the build on TVM's VM
-        from .comparison import compare
+    if name == "compare":  # analysis/comparison.py runs the build on TVM's VM
+        from .analysis.comparison import compare
 
         return compare
     raise AttributeError(f"module 'relaytrace' has no attribute {name!r}")

@@ -171,7 +171,7 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
     mod, layer_of, name = imported.mod, layer_of or imported.layer_of, model or imported.name
     target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
     if database is not None:
-        from . import tasks
+        from .profiling import tasks
 
         if pipeline != "fused" or convert_layout or mixed_precision:
             raise RelaytraceError("a tuning database applies to the fused pipeline without --layout NHWC or "

@@ -56,7 +56,7 @@ def main(argv=None, commands: tuple[Command, ...] = COMMANDS) -> int:
     finally:
         restore()
         restore_warnings()
-    remote = sys.modules.get(f"{__package__}.remote")
+    remote = sys.modules.get(f"{__package__}.profiling.remote")
     if remote is not None and remote.ABANDONED:  # tearing down a session to a stopped device would hang
         sys.stdout.flush()
         sys.stderr.flush()

@@ -9,7 +9,7 @@ from relaytrace.build import BUILD_CONFIGS as CONFIGS
 
 @pytest.fixture(scope="session")
 def resnet_mod():
-    from relaytrace.relax_models import resnet_style
+    from relaytrace.zoo.relax_models import resnet_style
 
     return resnet_style(blocks=3)
 

@@ -39,7 +39,7 @@ def imported(name: str, workdir: Path) -> dict:
     """frontend -> model for one golden model: torch and ONNX for the zoo, Relax alone
     for the Relax demo models."""
     if name in RELAX:
-        from relaytrace.relax_models import deep_chain, resnet_style
+        from relaytrace.zoo.relax_models import deep_chain, resnet_style
 
         return {"relax": resnet_style(blocks=3) if name == "resnet_style" else deep_chain(40)}
     from relaytrace import zoo

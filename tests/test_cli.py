@@ -181,10 +181,10 @@ def test_diff_of_two_different_models_is_refused(tmp_path, two_runs):
 
 
 def test_an_output_directory_is_replaced_in_one_step_or_not_at_all(two_runs, tmp_path):
+    from relaytrace.analysis.report import make_report
     from relaytrace.errors import RelaytraceError
     from relaytrace.jobs import load_pair, prepare_out_dir, write_outputs
     from relaytrace.render.outputs import PROFILE, names
-    from relaytrace.report import make_report
 
     report = make_report(*load_pair(two_runs / "fused"))
     out = tmp_path / "out"
@@ -238,7 +238,8 @@ def test_an_onnx_model_with_a_dynamic_batch_needs_and_takes_input_shapes(tmp_pat
 def test_a_torch_run_and_an_onnx_run_of_one_model_diff_layer_by_layer(two_runs, onnx_file, tmp_path):
     import torch
 
-    from relaytrace import diff, zoo
+    from relaytrace import zoo
+    from relaytrace.analysis import diff
     from relaytrace.jobs import load_pair
 
     out = tmp_path / "onnx"
@@ -260,8 +261,8 @@ def test_a_torch_run_and_an_onnx_run_of_one_model_diff_layer_by_layer(two_runs, 
 
 def test_a_failed_replacement_keeps_the_previous_outputs_and_says_where(two_runs, tmp_path, monkeypatch):
     import relaytrace.jobs as jobs
+    from relaytrace.analysis.report import make_report
     from relaytrace.errors import RelaytraceError
-    from relaytrace.report import make_report
 
     report = make_report(*jobs.load_pair(two_runs / "fused"))
     out = tmp_path / "out"
@@ -283,7 +284,7 @@ def test_a_failed_replacement_keeps_the_previous_outputs_and_says_where(two_runs
 def test_diff_says_where_a_layer_without_time_went_totals_and_sorts(two_runs):
     """Unfused, every op is a kernel of its own; fused, a ReLU's ops run inside the
     BatchNorm's kernel: "fused into bn1", never "missing"."""
-    from relaytrace import diff as D
+    from relaytrace.analysis import diff as D
     from relaytrace.jobs import load_pair
 
     done = run("--quiet", "diff", two_runs / "unfused", two_runs / "fused")
@@ -308,7 +309,7 @@ def test_diff_shows_each_layers_noise_from_the_runs_spread(tmp_path, two_runs):
     """Two profiles of one build, three runs each: every layer's noise is its sites'
     max - min over runs (scaled by its share), a change within it is marked ``~``; one
     run has no spread to tell by."""
-    from relaytrace import diff as D
+    from relaytrace.analysis import diff as D
     from relaytrace.jobs import load_pair
 
     for side in "ab":

@@ -9,9 +9,9 @@ import pytest
 
 import relaytrace
 from relaytrace import compare, zoo
+from relaytrace.analysis.layer_outputs import layer_outputs
 from relaytrace.build import NHWC
 from relaytrace.frontends.torch import from_torch
-from relaytrace.layer_outputs import layer_outputs
 from relaytrace.model.numerics import BEYOND, FUSED, WITHIN, Comparison, error_of
 
 from .fuzz import run_cli

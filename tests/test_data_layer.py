@@ -20,12 +20,12 @@ BLOCK_TVM = textwrap.dedent("""
 
 USE_SAVED = textwrap.dedent("""
     import sys
-    from relaytrace import attribution as A
+    from relaytrace.analysis import attribution as A
     from relaytrace.model.lineage import Lineage
     from relaytrace.model.profile import Profile
     from relaytrace.render import export, graphviz as G, html, table
     from relaytrace.render.chrome_trace import chrome_trace
-    from relaytrace.report import make_report
+    from relaytrace.analysis.report import make_report
 
     lineage, prof = Lineage.load(sys.argv[1]), Profile.load(sys.argv[2])
     assert lineage.verify() == lineage.verification and lineage.verification.ok

@@ -178,7 +178,7 @@ def test_onnx_from_the_dynamo_exporter_is_named_by_torch_module_paths(tmp_path):
 
 
 def test_with_batch_norm_kept_every_torch_layer_of_resnet18_has_its_onnx_counterpart(tmp_path):
-    from relaytrace import diff
+    from relaytrace.analysis import diff
 
     module, example = zoo.get("resnet18", image=64)
     path = export_torch_to_onnx(module, (example,), tmp_path / "r18.onnx", fold_batch_norm=False)

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
+from relaytrace.analysis.report import make_report
 from relaytrace.render.html import html_report, script_json
-from relaytrace.report import make_report
 
 from .fixtures.hostile import HOSTILE_NAMES
 from .test_render import CHROMIUM

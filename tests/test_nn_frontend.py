@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import relaytrace
+from relaytrace.analysis.report import make_report
 from relaytrace.frontends.nn import from_nn
 from relaytrace.model.origin import OP
-from relaytrace.report import make_report
 from relaytrace.zoo.nn_decoder import decoder
 
 

@@ -5,13 +5,13 @@ import json
 import pytest
 
 import relaytrace
-from relaytrace import attribution as A
+from relaytrace.analysis import attribution as A
+from relaytrace.analysis.report import make_report
 from relaytrace.build import NHWC
 from relaytrace.errors import LineageFormatError, RelaytraceError
 from relaytrace.model.profile import KERNEL, Profile
 from relaytrace.render import export
 from relaytrace.render.table import category_table, kernel_table, layer_table, op_type_table
-from relaytrace.report import make_report
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ from tvm import relax
 from tvm.relax import op as R
 
 from relaytrace.build import NHWC
-from relaytrace.relax_models import resnet_style
 from relaytrace.tracking import ir, reader
 from relaytrace.tracking.origins import assign_origins
+from relaytrace.zoo.relax_models import resnet_style
 
 from .passes import alter_op_impl_pipeline
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import relaytrace
+from relaytrace.analysis.report import make_report
 from relaytrace.errors import RelaytraceError
 from relaytrace.frontends.torch import from_torch
 from relaytrace.model.origin import INSERTED, OP
 from relaytrace.model.shapes import bind
-from relaytrace.report import make_report
 
 from .fixtures.relax_modules import CallsBlockTwice, NoMainWithMatchCast, SharedSymbol, TwoEntries
 
@@ -49,7 +49,7 @@ def test_two_entries_with_a_symbolic_dim_are_traced_and_profiled_at_any_size():
     report = _assert_layers_sum_to_kernels(lineage, prof)
     assert report.layers and all(r.layer.startswith("decode.") for r in report.layers)
     assert report.coverage.complete
-    from relaytrace import diff
+    from relaytrace.analysis import diff
 
     rows = diff.compare(lineage, prof, lineage, prof)  # decode's sites are labelled decode:KERNEL#N
     assert rows and all(r.within_noise for r in rows if r.spread_us)

@@ -41,8 +41,8 @@ def devices():
 
 
 def _check_outputs(out):
+    from relaytrace.analysis.report import make_report
     from relaytrace.jobs import load_pair
-    from relaytrace.report import make_report
 
     lineage, prof = load_pair(out)
     report = make_report(lineage, prof)
@@ -72,7 +72,7 @@ def test_remote_and_local_isolated_times_agree_per_site(devices, tmp_path):
     one, plus 20 us (RPC timing of microsecond kernels is noisy on a shared 2-core VM)."""
     import relaytrace
     from relaytrace.frontends.loader import load
-    from relaytrace.remote import RemoteDevice
+    from relaytrace.profiling.remote import RemoteDevice
 
     _, board = devices
     loaded = load(TINY)
@@ -91,7 +91,7 @@ def test_no_server_and_no_free_device_are_one_line_errors_and_nothing_is_written
     done = run("profile", TINY, "--rpc", "127.0.0.1:9", "--out", tmp_path / "a")
     assert done.returncode == 1 and "no RPC server answered at 127.0.0.1:9" in done.stderr
     from relaytrace.errors import RelaytraceError
-    from relaytrace.remote import RemoteDevice
+    from relaytrace.profiling.remote import RemoteDevice
 
     with pytest.raises(RelaytraceError, match="had no free device with key 'nokey'"):
         RemoteDevice(tracker=f"127.0.0.1:{pool.port}", key="nokey", wait_s=2).connect()
@@ -150,7 +150,7 @@ def test_a_build_for_another_cpu_is_linked_by_its_cross_compiler_and_refused_by_
     machine's x86 server is the wrong device for it: a one-line error that says so."""
     import relaytrace
     from relaytrace.frontends.loader import load
-    from relaytrace.remote import exporter
+    from relaytrace.profiling.remote import exporter
 
     if shutil.which("aarch64-linux-gnu-g++") is None:
         pytest.skip("aarch64-linux-gnu-g++ is not installed (make test installs g++-aarch64-linux-gnu)")
@@ -175,14 +175,14 @@ def test_a_build_that_cannot_run_here_is_timed_on_arguments_from_its_ir(devices,
     decision "cannot run here" taken as given, every site timed on arguments made from
     the shapes its IR names, and said so; per site within 3x + 20 us of local timing."""
     import relaytrace
-    import relaytrace.remote
+    import relaytrace.profiling.remote
     from relaytrace.frontends.loader import load
 
     _, board = devices
     loaded = load(TINY)
     executable, lineage = relaytrace.build(loaded.model, "llvm")
     here = relaytrace.profile(executable, lineage, list(loaded.inputs), mode="isolated", repeat=5)
-    monkeypatch.setattr(relaytrace.remote, "local_device", lambda target: None)
+    monkeypatch.setattr(relaytrace.profiling.remote, "local_device", lambda target: None)
     there = relaytrace.profile(executable, lineage, list(loaded.inputs), repeat=5,
                                remote=relaytrace.RemoteDevice(rpc=f"127.0.0.1:{board.port}"))
     assert there.arguments == "the compiled IR" and "arguments of the compiled IR's shapes" in there.summary()
@@ -199,7 +199,7 @@ def test_site_arguments_from_the_ir_are_the_shapes_a_run_gives_each_site():
     import relaytrace
     from relaytrace import zoo
     from relaytrace.frontends.torch import from_torch
-    from relaytrace.profiler import site_arguments
+    from relaytrace.profiling.vm import site_arguments
 
     module, example = zoo.get("resnet18", image=64)
     executable, lineage = relaytrace.build(from_torch(module, (example,), name="resnet18"), "llvm")
@@ -233,7 +233,7 @@ def _a_task_whose_every_candidate_failed_is_counted(db, copy):
     import re
     import shutil
 
-    from relaytrace.tasks import failed_tasks
+    from relaytrace.profiling.tasks import failed_tasks
 
     shutil.copytree(db, copy)
     records = (copy / "database_tuning_record.json").read_text().splitlines()

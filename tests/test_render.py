@@ -7,12 +7,12 @@ import subprocess
 import attrs
 import pytest
 
-from relaytrace import attribution as A
+from relaytrace.analysis import attribution as A
+from relaytrace.analysis.report import make_report
 from relaytrace.errors import RelaytraceError
 from relaytrace.render import graphviz as G
 from relaytrace.render.chrome_trace import chrome_trace
 from relaytrace.render.html import html_report
-from relaytrace.report import make_report
 
 from .conftest import move_origin
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import relaytrace
+from relaytrace.analysis.report import make_report
 from relaytrace.model.origin import OP
 from relaytrace.model.profile import KERNEL
 from relaytrace.model.verification import FUSION_PASSES
-from relaytrace.report import make_report
 
 from .conftest import run_vm
 

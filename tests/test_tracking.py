@@ -10,7 +10,7 @@ from tvm import relax
 
 import relaytrace
 from relaytrace.model.origin import INSERTED, OP, UNRESOLVED
-from relaytrace.relax_models import resnet_style
+from relaytrace.zoo.relax_models import resnet_style
 
 from .conftest import CONFIGS, run_vm
 from .passes import add_to_subtract, add_to_subtract_in_place, alter_op_impl_pipeline, user_pipeline

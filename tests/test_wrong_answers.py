@@ -89,7 +89,7 @@ def test_edges_naming_an_unknown_origin_are_refused(tmp_path):
                                            ({"repeat": 0}, "repeat"), ({"number": 1.5}, "number"),
                                            ({"repeat": np.int64(3), "number": 0}, "number")])
 def test_profile_refuses_counts_below_one_before_any_work(options, name):
-    from relaytrace.profiler import profile
+    from relaytrace.profiling.vm import profile
 
     with pytest.raises(RelaytraceError, match=f"^{name} must be a whole number at least 1") as caught:
         profile(None, None, [], mode="isolated", **options)  # nothing else is looked at

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 
 import relaytrace
+from relaytrace.analysis.report import make_report
 from relaytrace.build import NHWC
 from relaytrace.frontends.loader import load
 from relaytrace.render import graphviz as G
 from relaytrace.render.html import html_report
-from relaytrace.report import make_report
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "gallery"
 
@@ -48,7 +48,7 @@ def _comparison() -> None:
     its float32 torch model at atol = rtol = 1e-2: the layer graph coloured by error,
     and its profile's report with the errors in the pane."""
     from relaytrace import zoo
-    from relaytrace.comparison import compare
+    from relaytrace.analysis.comparison import compare
     from relaytrace.frontends.torch import from_torch
     from relaytrace.render.diff_graph import error_graph
 

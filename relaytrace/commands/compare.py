@@ -34,11 +34,11 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     """`relaytrace compare MODEL`: each layer's value in the build against the framework's,
     and the first layer beyond tolerance."""
+    from ..analysis.comparison import compare
     from ..build import NHWC, build
-    from ..comparison import compare
     from ..frontends.loader import load
     from ..jobs import parse_shape, prepare_out_dir, write_compare
-    from ..remote import runs_here, target_name
+    from ..profiling.remote import runs_here, target_name
     from ..render.outputs import COMPARE, names
     from ..render.table import comparison_table
 

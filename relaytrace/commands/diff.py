@@ -24,7 +24,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     """`relaytrace diff A B`: per-layer (or per-kernel) time differences of two runs, with
     their noise."""
-    from .. import diff as D
+    from ..analysis import diff as D
     from ..jobs import load_pair
     from ..render.table import format_table
 

@@ -29,12 +29,12 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     """`relaytrace render DIR`: draw a saved run again (a graph in another format, the
     report) beside its outputs."""
+    from ..analysis.report import make_report
     from ..model.jsonio import write_atomic
     from ..model.lineage import Lineage
     from ..model.profile import Profile
     from ..render import graphviz as G
     from ..render.html import html_report
-    from ..report import make_report
 
     suffixes = (f".{args.format}",) + ((".htm",) if args.format == "html" else ())
     if args.out and Path(args.out).suffix.lower() not in suffixes:

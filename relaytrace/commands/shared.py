@@ -25,8 +25,8 @@ def build_and_profile(model, args, say, inputs):
     (compiler, address, key) before the build, and a build that cannot run here without
     one is refused before it is made."""
     from ..build import NHWC, build
-    from ..profiler import profile
-    from ..remote import exporter, runs_here, target_name
+    from ..profiling.remote import exporter, runs_here, target_name
+    from ..profiling.vm import profile
 
     remote = remote_device(args)
     if remote is not None:  # a missing compiler, an address or key that answers not: said before the build
@@ -69,7 +69,7 @@ def remote_device(args):
         raise UsageError("give --rpc HOST:PORT or --tracker HOST:PORT --key KEY, not both")
     if args.mode == "timeline":
         raise UsageError("a remote device is timed --mode isolated (the VM's per-call timer cannot run there)")
-    from ..remote import RemoteDevice
+    from ..profiling.remote import RemoteDevice
 
     try:
         timeout = {} if args.kernel_timeout is None else {"kernel_timeout_s": args.kernel_timeout}
@@ -105,9 +105,9 @@ def profile_into_out(args, model: str, shown: str, spec: str, collapse: int | No
     before any work, ``model`` (a model spec ``frontends.loader.load`` takes, with
     ``load_options``; ``shown`` in the progress line) imported, built and profiled as the
     options say, every output written (``spec``: run.json's model), the summary printed."""
+    from ..analysis.report import make_report
     from ..frontends.loader import load
     from ..jobs import prepare_out_dir, write_outputs
-    from ..report import make_report
 
     say = progress(args)
     check_target(args.target)

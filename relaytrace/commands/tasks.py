@@ -27,10 +27,10 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     """`relaytrace tasks MODEL|DIR`: MetaSchedule tuning tasks mapped to kernels and
     layers; `--tune N --db DIR` tunes them."""
-    from .. import tasks as T
     from ..build import build
     from ..frontends.loader import load
     from ..jobs import parse_shape, run_info
+    from ..profiling import tasks as T
     from ..render.table import format_table
 
     say = progress(args)

@@ -156,7 +156,7 @@ def _demo(demo: str, name: str | None, seed: int, with_inputs: bool) -> LoadedMo
     if demo not in DEMO_MODELS:
         raise UsageError(f"unknown demo model {demo!r}: choose one of {', '.join(DEMO_MODELS)}")
     if demo == "resnet_style":
-        from ..relax_models import resnet_style
+        from ..zoo.relax_models import resnet_style
 
         return load(resnet_style(blocks=3), name=name or demo, seed=seed, with_inputs=with_inputs)
     from .. import zoo

@@ -3,7 +3,7 @@ layer: the data (``LayerError``, ``Comparison``) and the statistics of one pair 
 arrays (``error_of``). Needs numpy only, not TVM or torch.
 
 A layer's output is its last op's output. It is compared where a kernel call site
-writes it (``relaytrace.layer_outputs``); a layer whose output stays inside a kernel
+writes it (``relaytrace.analysis.layer_outputs``); a layer whose output stays inside a kernel
 (fused into the next layer's ops) is ``fused``, with the call site that holds it.
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from itertools import islice
 
-from ..attribution import module_prefix
+from ..analysis.attribution import module_prefix
 from ..model.lineage import Lineage
 from ..model.origin import INSERTED
 from ..model.profile import KERNEL

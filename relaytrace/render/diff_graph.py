@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import graphviz
 
-from .. import attribution as A
+from ..analysis import attribution as A
 from .graphviz import _label, _node_names
 
 _FASTER = ("#edf8e9", "#bae4b3", "#74c476", "#31a354", "#006d2c")

@@ -12,7 +12,7 @@ keyed by node id), which applies to whichever graph is open.
 
 from __future__ import annotations
 
-from ..attribution import COMPUTE
+from ..analysis.attribution import COMPUTE
 from ..model.origin import ONNX_SOURCE, ONNX_VALUE, OP
 
 FILES = ("explorer-time.json", "explorer-kernels.json", "explorer-category.json")

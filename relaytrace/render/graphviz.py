@@ -20,7 +20,7 @@ from pathlib import Path
 
 import graphviz
 
-from .. import attribution as A  # module_prefix
+from ..analysis import attribution as A  # module_prefix
 from ..errors import RelaytraceError
 from ..model.jsonio import write_atomic
 from ..model.lineage import Lineage

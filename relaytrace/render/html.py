@@ -16,7 +16,7 @@ import html
 import json
 from pathlib import Path
 
-from .. import attribution as A
+from ..analysis import attribution as A
 from ..model.origin import INSERTED, OP
 from ..model.profile import KERNEL
 

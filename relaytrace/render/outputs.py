@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from attrs import field, frozen
 
 if TYPE_CHECKING:
+    from ..analysis.report import Report
     from ..model.lineage import Lineage
     from ..model.numerics import Comparison
-    from ..report import Report
 
 
 @frozen

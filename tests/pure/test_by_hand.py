@@ -5,12 +5,12 @@ how kernel time becomes layer time, what the indexes answer, what survives a sav
 import attrs
 import pytest
 
+from relaytrace.analysis.report import make_report
 from relaytrace.errors import RelaytraceError
 from relaytrace.model.lineage import CallSite, Lineage, Role
 from relaytrace.model.origin import INSERTED, Origin
 from relaytrace.model.profile import BUILTIN, KERNEL, CallRecord, Profile
 from relaytrace.model.sitekey import SiteKey
-from relaytrace.report import make_report
 
 # conv1 -> relu -> fc; a layout transform inserted for conv1 and fc; conv and relu fused
 ORIGINS = {

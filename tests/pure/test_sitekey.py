@@ -21,7 +21,7 @@ def test_what_is_not_a_site_is_refused_naming_both_forms(text):
 
 
 def test_lineage_profile_and_shares_key_a_site_alike():
-    from relaytrace.attribution import shares
+    from relaytrace.analysis.attribution import shares
 
     built, ran = lineage(), profile()
     assert [s.key for s in built.call_sites] == list(ran.by_site(kind="kernel"))

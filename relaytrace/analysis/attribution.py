@@ -22,13 +22,13 @@ from collections import defaultdict
 import attrs
 from attrs import define
 
-from .errors import RelaytraceError
-from .model.lineage import ANCHOR, Lineage
-from .model.ops import estimated_flops
-from .model.origin import OP, UNRESOLVED
-from .model.profile import BUILTIN, KERNEL, Profile
-from .model.sitekey import SiteKey
-from .model.verification import SUSPECT, UNVERIFIED, VERIFIED
+from ..errors import RelaytraceError
+from ..model.lineage import ANCHOR, Lineage
+from ..model.ops import estimated_flops
+from ..model.origin import OP, UNRESOLVED
+from ..model.profile import BUILTIN, KERNEL, Profile
+from ..model.sitekey import SiteKey
+from ..model.verification import SUSPECT, UNVERIFIED, VERIFIED
 
 POLICIES = ("anchor", "split")
 COMPUTE, INSERTED = "compute", "inserted"

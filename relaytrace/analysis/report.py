@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from attrs import define
 
+from ..model.lineage import Coverage, Lineage
+from ..model.profile import KERNEL, Profile
 from . import attribution as A
-from .model.lineage import Coverage, Lineage
-from .model.profile import KERNEL, Profile
 
 
 @define(frozen=True)

@@ -24,7 +24,7 @@ import threading
 
 from attrs import frozen
 
-from .errors import RelaytraceError, describe
+from ..errors import RelaytraceError, describe
 
 
 class StoppedAnswering(RelaytraceError):

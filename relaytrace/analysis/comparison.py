@@ -20,12 +20,12 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from .errors import RelaytraceError, describe
+from ..errors import RelaytraceError, describe
+from ..model.lineage import Lineage
+from ..model.numerics import NOT_COMPARABLE, Comparison, LayerError, error_of
+from ..model.origin import ONNX_VALUE
+from ..model.sitekey import SiteKey
 from .layer_outputs import layer_outputs
-from .model.lineage import Lineage
-from .model.numerics import NOT_COMPARABLE, Comparison, LayerError, error_of
-from .model.origin import ONNX_VALUE
-from .model.sitekey import SiteKey
 
 
 def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4, rtol: float = 1e-4,
@@ -38,7 +38,7 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4,
     import tvm
     from tvm import relax
 
-    from .profiler import check_inputs, device_here
+    from ..profiling.vm import check_inputs, device_here
 
     if atol < 0 or rtol < 0 or not np.isfinite(atol + rtol):
         raise RelaytraceError(f"atol and rtol must be finite and at least 0, not {atol} and {rtol}")
@@ -111,7 +111,7 @@ def _onnx_outputs(model, arrays, wanted: set[str], folder: Path) -> dict[str, st
     """Run the ONNX ``model`` (a ModelProto or path) with ``onnx.reference`` on
     ``arrays`` (its graph inputs in order) and save each value in ``wanted``
     (``onnx:NAME``, a node's first output): node -> [.npy path]."""
-    from .errors import require
+    from ..errors import require
 
     onnx = require("onnx", "onnx")
     from onnx.reference import ReferenceEvaluator

@@ -18,9 +18,9 @@ from __future__ import annotations
 import attrs
 from attrs import define
 
-from .model.lineage import Lineage
-from .model.numerics import FUSED, NO_OUTPUT, NOT_COMPARABLE
-from .model.origin import OP
+from ..model.lineage import Lineage
+from ..model.numerics import FUSED, NO_OUTPUT, NOT_COMPARABLE
+from ..model.origin import OP
 
 
 @define(frozen=True)

@@ -18,11 +18,11 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .errors import RelaytraceError, describe
-from .model.lineage import Lineage
-from .model.profile import BUILTIN, FROM_IR, KERNEL, LOCAL_RUN, ArgInfo, CallRecord, Profile
-from .model.shapes import bind
-from .model.sitekey import SiteKey
+from ..errors import RelaytraceError, describe
+from ..model.lineage import Lineage
+from ..model.profile import BUILTIN, FROM_IR, KERNEL, LOCAL_RUN, ArgInfo, CallRecord, Profile
+from ..model.shapes import bind
+from ..model.sitekey import SiteKey
 
 
 def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, repeat: int = 5,

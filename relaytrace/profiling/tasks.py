@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from attrs import define
 
-from .errors import RelaytraceError
+from ..errors import RelaytraceError
 
 
 @define(frozen=True)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from attrs import define
 
+from ..errors import RelaytraceError
+from ..model.origin import OP
+from ..render.safe_text import csv_value, terminal
 from . import attribution as A
-from .errors import RelaytraceError
-from .model.origin import OP
-from .render.safe_text import csv_value, terminal
 
 
 @define(frozen=True)
