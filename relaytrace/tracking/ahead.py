@@ -13,6 +13,7 @@ otherwise the caller follows the whole recording as before.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 
@@ -20,6 +21,11 @@ import attrs
 
 from ..model.lineage import Lineage
 from .recorder import Recording, gc_paused
+
+# While the thread runs, TVM's thread needs the interpreter lock for each pass
+# instrument's call (the TIR passes'); Python's default 5 ms before the holder yields it
+# is made a tenth of that, for that time only.
+SWITCH_INTERVAL = 0.0005
 
 
 class FollowAhead:
@@ -48,11 +54,15 @@ class FollowAhead:
         self._thread.start()
 
     def _run(self) -> None:
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL)
         try:
             with gc_paused():
                 self._lineage = self._follow(self._snapshot)
         except BaseException:  # the caller follows the whole recording instead
             self._lineage = None
+        finally:
+            sys.setswitchinterval(interval)
 
     def wait(self) -> None:
         """Wait for the thread, if one runs (before anything else reads the recording)."""

@@ -60,6 +60,9 @@ class Recorder:
         self.recording = Recording()
         self.progress = progress
         self.on_lowering = on_lowering
+        # the top-level pass running now is over a module without a Relax function: the
+        # passes it runs are recorded without reading their modules (see _record)
+        self._tir_only = False
         # a pass begun with none running is one the user's code called (a pass that raises
         # never reports its end: after a failed build caught inside the block, no later pass
         # is at the top and a second build goes unnoticed)
@@ -67,7 +70,8 @@ class Recorder:
     def run_before_pass(self, mod, info):
         """TVM's hook before a pass: it is pushed on ``running``; the first module with a
         Relax function is taken as the input, and a top-level pass given another module is
-        checked to be of the same build. Nothing more once the recording is degraded."""
+        checked to be of the same build, or to be over TIR alone. Nothing more once the
+        recording is degraded."""
         rec = self.recording
         top = not rec.running
         rec.running.append(info.name)
@@ -76,14 +80,29 @@ class Recorder:
         if rec.input is None:
             self._guard(info.name, self._take_input, mod, info.name)
         elif top and rec.passes and mod.__chandle__() != rec.passes[-1].module.__chandle__():
-            self._guard(info.name, self._check_same_build, mod, info.name)
-            if self.on_lowering is not None and not rec.degraded:
-                self._guard(info.name, self._tell_lowering, mod)
+            self._guard(info.name, self._top_level, mod, info.name)
 
-    def _tell_lowering(self, mod) -> None:
-        if not ir.function_map(mod):
-            tell, self.on_lowering = self.on_lowering, None
-            tell(self.recording)
+    def _top_level(self, mod, pass_name: str) -> None:
+        """A top-level pass (one no other pass runs) given a module other than the last
+        one recorded. Over TIR alone: the Relax passes are done (``on_lowering`` is told,
+        the first time). With Relax functions: the same build when it shares one with the
+        last recorded module that had any (a TIR-only pass may run between), another build
+        (a second ``tvm.compile`` in one traced block) when it shares none; that stops the
+        recording, its passes are not this model's. A pass inside another is not asked: it
+        may see the outer pass's work in progress."""
+        functions = ir.model_functions(ir.function_map(mod))
+        self._tir_only = not functions
+        if self._tir_only:
+            if self.on_lowering is not None:
+                tell, self.on_lowering = self.on_lowering, None
+                tell(self.recording)
+            return
+        recorded = next((r.functions for r in reversed(self.recording.passes) if r.functions), self.recording.input)
+        last = {f.__chandle__() for f in recorded.values()}
+        if not any(f.__chandle__() in last for f in functions.values()):
+            self.recording.degraded.append(
+                f"another module entered the traced block at pass {pass_name} (two builds in one trace()?): "
+                "the lineage is of the first build only; trace each build in its own block")
 
     def run_after_pass(self, mod, info):
         """TVM's hook after a pass: it is popped off ``running`` and counted, ``progress``
@@ -103,26 +122,13 @@ class Recorder:
             rec = self.recording
             rec.entries, rec.input, rec.first_pass = entry_inputs(functions), functions, pass_name
 
-    def _check_same_build(self, mod, pass_name: str) -> None:
-        """A top-level pass (one no other pass runs) given a module other than the last
-        one recorded: the same build when it shares a Relax function with the last
-        recorded module that had one (a TIR-only pass may run between), another
-        build (a second ``tvm.compile`` in one traced block) when it shares none. A pass
-        inside another is not asked: it may see the outer pass's work in progress.
-        Another build stops the recording: its passes are not this model's."""
-        functions = ir.model_functions(ir.function_map(mod))
-        if not functions:
-            return
-        recorded = next((r.functions for r in reversed(self.recording.passes) if r.functions), self.recording.input)
-        last = {f.__chandle__() for f in recorded.values()}
-        if not any(f.__chandle__() in last for f in functions.values()):
-            self.recording.degraded.append(
-                f"another module entered the traced block at pass {pass_name} (two builds in one trace()?): "
-                "the lineage is of the first build only; trace each build in its own block")
-
     def _record(self, mod, pass_name: str) -> None:
+        """One ``PassRecord``. Under a top-level pass over TIR alone its functions are
+        not read (none is Relax): reading a module from Python here waits for the lock
+        the lineage's thread holds (``ahead``), and cost TVM's TIR passes a third more."""
         passes = self.recording.passes
-        passes.append(PassRecord(len(passes) + 1, pass_name, ir.function_map(mod), mod))
+        functions = {} if self._tir_only else ir.function_map(mod)
+        passes.append(PassRecord(len(passes) + 1, pass_name, functions, mod))
 
     def _guard(self, pass_name, fn, *args) -> None:
         try:
