@@ -43,11 +43,11 @@ class Trace:
         self.ahead = FollowAhead(self._follow)
         recorder.on_lowering = self.ahead.start
 
-    def _follow(self, recording) -> Lineage:
+    def _follow(self, recording, on_step=None) -> Lineage:
         from .tracking.follow import follow
 
         return follow(recording, self.layer_of, model=self.model, target=self.target, pipeline=self.pipeline,
-                      program=self.program)
+                      program=self.program, on_step=on_step)
 
     def finish(self) -> Lineage:
         """Follow the recorded build into a lineage; the record (the IR) is let go."""
@@ -92,7 +92,11 @@ def trace(model: str = "model", target: str = "", pipeline: str = "user",
     recorder = Recorder(progress)
     handle = Trace(recorder, layer_of, model, target, pipeline, program)
     with _composed(recorder, opt_level):
-        yield handle
+        try:
+            yield handle
+        except BaseException:
+            handle.ahead.cancel()  # the block failed: no lineage is wanted
+            raise
     handle.finish()
 
 
@@ -192,9 +196,7 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
         try:
             executable = tvm.compile(mod, target, relax_pipeline=seq)
         except Exception as exc:
-            handle.ahead.wait()  # diagnosis reads the recording the thread reads
-            failure = _diagnosed(exc, handle.recorder.recording, layer_of, target,
-                                 lambda: _compile_in(plain_context, mod, target, seq))
+            failure = _diagnosed(exc, handle, layer_of, target, lambda: _compile_in(plain_context, mod, target, seq))
             if failure is None:
                 raise
             from .diagnosis import BuildFailedError
@@ -210,15 +212,19 @@ def _compile_in(context, mod, target, pipeline):
         return tvm.compile(mod, target, relax_pipeline=pipeline)
 
 
-def _diagnosed(exc: Exception, recording, layer_of, target, plain):
+def _diagnosed(exc: Exception, handle: Trace, layer_of, target, plain):
     """Where TVM's failure ``exc`` happened (``diagnosis.BuildFailure``), or None when
     tracing had stopped before (the recording says nothing sure) or ``exc`` is TVM's
     error for ``relaytrace`` itself: a RelaytraceError, a Ctrl-C (``failures``: then
-    the interrupt is raised)."""
+    the interrupt is raised). The follow thread, if one runs, is stopped first: the
+    diagnosis reads the recording it reads."""
     from .diagnosis import diagnose
     from .failures import stop_if_interrupted
 
+    handle.ahead.cancel()
     stop_if_interrupted()
+    handle.ahead.wait()
+    recording = handle.recorder.recording
     if recording.degraded or recording.input is None or isinstance(exc, RelaytraceError):
         return None
     return diagnose(exc, recording, layer_of, target, plain)

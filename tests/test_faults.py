@@ -86,7 +86,7 @@ def _edit(name, edit):
                lambda d: next(iter(d["kernels"].values()))[0]["roles"][0].__setitem__("origin", "nope")),
          "names origin 'nope', which the lineage does not have"),
         (_edit("lineage.json", lambda d: d["verification"]["sites"][0].__setitem__("status", "fine")),
-         "is 'fine', not one of verified, suspect, unverified"),
+         "sites[0].status must be one of verified, suspect, unverified, not a string 'fine'"),
         (_edit("profile.json", lambda d: d["records"][0].__setitem__(4, "12")),
          "records[0].duration_us must be a finite number, not a string '12'"),
         (_edit("profile.json", lambda d: d["records"][0].__setitem__(4, 1e308)), "records[0] is out of range"),

@@ -187,10 +187,10 @@ def _followed_after_the_build(handle, recording):
 def test_the_lineage_followed_during_code_generation_is_the_one_after_the_build(resnet_mod):
     from tests.fixtures.relax_modules import TwoEntries
 
-    for mod in (resnet_mod, TwoEntries):
+    for mod, target in ((resnet_mod, "llvm"), (TwoEntries, "llvm"), (resnet_mod, "cuda")):
         with relaytrace.trace() as handle:
             recording = handle.recorder.recording
-            tvm.compile(mod, "llvm")
+            tvm.compile(mod, target)  # cuda: built, not run (its last TIR module is the device's)
         ahead = handle.ahead.result(recording)
         assert ahead is not None and ahead.kernels is handle.lineage.kernels  # followed on the thread
         assert handle.lineage.to_json() == _followed_after_the_build(handle, recording).to_json()
@@ -209,3 +209,33 @@ def test_a_relax_pass_after_a_tir_only_one_is_followed_after_the_build(resnet_mo
     assert handle.ahead.result(recording) is None  # its snapshot ended at RemoveNoOp
     assert handle.lineage.coverage().complete
     assert handle.lineage.to_json() == _followed_after_the_build(handle, recording).to_json()
+
+
+def test_a_block_that_fails_after_its_build_leaves_no_lineage_and_the_process_as_it_was(resnet_mod):
+    import gc
+    import sys
+
+    interval = sys.getswitchinterval()
+    with pytest.raises(ZeroDivisionError):
+        with relaytrace.trace() as handle:
+            recording = handle.recorder.recording
+            tvm.compile(resnet_mod, "llvm")
+            raise ZeroDivisionError("the user's own code, after the build")
+    assert handle.lineage is None and handle.ahead.result(recording) is None  # the thread was told to stop
+    assert sys.getswitchinterval() == interval and gc.isenabled()
+    relaytrace.build(resnet_mod, "llvm")
+    assert sys.getswitchinterval() == interval and gc.isenabled()
+
+
+def test_a_follow_thread_that_cannot_start_leaves_the_follow_to_the_end_of_the_block(resnet_mod, monkeypatch):
+    import threading
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    with relaytrace.trace() as handle:
+        recording = handle.recorder.recording
+        tvm.compile(resnet_mod, "llvm")
+    assert handle.ahead.result(recording) is None
+    assert handle.lineage.coverage().complete and not handle.lineage.degraded

@@ -10,6 +10,7 @@ import tempfile
 import types
 import typing
 from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
 
 from ..errors import LineageFormatError
@@ -41,7 +42,20 @@ def make_record(cls, data, where: str):
     in the error (``kernels['k'][0]``), which is a ``LineageFormatError``."""
     if not _record_is_valid(cls, data):
         _explain_record(cls, data, where)
-    return cls(**{k: tuples(v) for k, v in data.items()})
+    names = _name_fields(cls)
+    return cls(**{k: names[k](v) if k in names else tuples(v) for k, v in data.items()})
+
+
+def _name_fields(cls) -> dict[str, type[Enum]]:
+    """field -> its ``Name`` Enum, for the fields annotated with one (read as members)."""
+    found = _NAME_FIELDS.get(cls)
+    if found is None:
+        found = _NAME_FIELDS[cls] = {name: kind for name, (kind, _) in _fields(cls).items()
+                                     if isinstance(kind, type) and issubclass(kind, Enum)}
+    return found
+
+
+_NAME_FIELDS: dict[type, dict[str, type[Enum]]] = {}
 
 
 def _explain_record(cls, data, where: str) -> None:
@@ -61,9 +75,9 @@ def _explain_record(cls, data, where: str) -> None:
 
 def check(value, kind, where: str) -> None:
     """``value`` (read from JSON) is of the annotated type ``kind``: str, int, float
-    (finite), bool, a tuple (a JSON list) of such, an optional or union of such, or a
-    dict of str to such; anything else is taken as it is. A ``LineageFormatError``
-    naming ``where`` otherwise."""
+    (finite), bool, a str Enum (one of its values), a tuple (a JSON list) of such, an
+    optional or union of such, or a dict of str to such; anything else is taken as it
+    is. A ``LineageFormatError`` naming ``where`` otherwise."""
     if not _is_valid(kind)(value):
         _explain(value, kind, where)
 
@@ -79,6 +93,11 @@ def _explain(value, kind, where: str) -> None:
                 continue
         names = " or ".join(_KIND_NAMES.get(option, getattr(option, "__name__", str(option))) for option in args)
         raise LineageFormatError(f"{where} must be {names}, not {_json_kind(value)}")
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        if not isinstance(value, str) or value not in _values(kind):
+            raise LineageFormatError(f"{where} must be one of {', '.join(m.value for m in kind)}, "
+                                     f"not {_json_kind(value)}")
+        return
     if kind is type(None):
         ok = value is None
     elif kind is bool:
@@ -124,6 +143,9 @@ def _is_valid(kind):
     if origin in (typing.Union, types.UnionType):
         options = tuple(_is_valid(option) for option in args)
         return lambda v: any(ok(v) for ok in options)
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        values = _values(kind)
+        return lambda v: isinstance(v, str) and v in values
     if kind is type(None):
         return lambda v: v is None
     if kind is bool:
@@ -169,6 +191,10 @@ def _record_is_valid(cls, data) -> bool:
 
 
 _VALIDATORS: dict[type, Callable[[object], bool]] = {}
+
+
+def _values(kind: type[Enum]) -> frozenset:
+    return frozenset(m.value for m in kind)
 
 
 _KIND_NAMES = {float: "a finite number", int: "an integer", str: "a string", bool: "true or false",

@@ -17,10 +17,11 @@ from .frontend import Program, SourceNode
 from .journal import Change, PassEvent
 from .jsonio import check, check_schema, items_of, make_record, read_json, tuples, write_json
 from .lineage_index import LineageIndex, index_of
+from .names import Name
 from .ops import op_rank
 from .origin import INSERTED, OP, UNRESOLVED, Origin
 from .sitekey import SiteKey
-from .verification import SUSPECT, UNVERIFIED, VERIFIED, LayerCheck, Member, SiteCheck, Verification, verify
+from .verification import SUSPECT, UNVERIFIED, LayerCheck, Member, SiteCheck, Verification, verify
 
 # /2 writes each origin's history as indices into one table of distinct changes (a
 # build records one per rewritten binding per pass, and most are alike: a third of
@@ -28,14 +29,24 @@ from .verification import SUSPECT, UNVERIFIED, VERIFIED, LayerCheck, Member, Sit
 SCHEMA = "relaytrace.lineage/2"
 SCHEMA_V1 = "relaytrace.lineage/1"
 
-ANCHOR, FUSED = "anchor", "fused"
+class Part(Name):
+    """An origin's part in a call site: the heaviest model op (``anchor``), another
+    model op fused with it, or an op of the other kinds (``Kind``) by its kind."""
+
+    ANCHOR = "anchor"
+    FUSED = "fused"
+    INSERTED = "inserted"
+    UNRESOLVED = "unresolved"
+
+
+ANCHOR, FUSED = Part.ANCHOR, Part.FUSED
 
 
 class Role(NamedTuple):
     """An origin's part in a call site. A NamedTuple for the same reason as Change."""
 
     origin: str
-    role: str  # anchor | fused | inserted | unresolved
+    role: Part
 
 
 @define(frozen=True)
@@ -574,8 +585,8 @@ def _verification(data, where: str) -> Verification | None:
 
 def _check_references(lineage: Lineage, where: str) -> None:
     """Every origin id a site, builtin, history, elimination, served op or data-flow
-    edge names is one of the lineage's origins; every edge and verdict is about a site that exists; kinds,
-    roles and verdicts are ones relaytrace writes."""
+    edge names is one of the lineage's origins; every edge and verdict is about a site
+    that exists (kinds, roles and verdicts were checked as they were read: ``Name``)."""
     known = lineage.origins
     for kernel, sites in lineage.kernels.items():
         calls: dict[str, list[int]] = {}
@@ -587,16 +598,6 @@ def _check_references(lineage: Lineage, where: str) -> None:
             if sorted(numbers) != list(range(len(numbers))):
                 raise LineageFormatError(f"{where}: kernels[{kernel!r}] calls in {function} are {sorted(numbers)}, "
                                          f"not 0 to {len(numbers) - 1}")
-    values: list[tuple[str, str, tuple[str, ...]]] = [
-        (f"origin {o.id!r} kind", o.kind, (OP, INSERTED, UNRESOLVED)) for o in known.values()]
-    values += [(f"kernels[{s.kernel!r}] call {s.call} role", r.role, (ANCHOR, FUSED, INSERTED, UNRESOLVED))
-               for s in lineage.call_sites for r in s.roles]
-    if lineage.verification is not None:
-        values += [(f"verification of position {c.position}", c.status, (VERIFIED, SUSPECT, UNVERIFIED))
-                   for c in lineage.verification.sites]
-    for what, value, allowed in values:
-        if value not in allowed:
-            raise LineageFormatError(f"{where}: {what} is {value!r}, not one of {', '.join(allowed)}")
     named = [(f"kernels[{s.kernel!r}] call {s.call}", r.origin) for s in lineage.call_sites for r in s.roles]
     named += [(f"builtin {b.name!r}", o) for b in lineage.builtins for o in b.origins]
     named += [("history", o) for o in lineage.history_by_origin]
@@ -620,7 +621,7 @@ def roles_for(origin_ids: Iterable[str], origins: dict[str, Origin]) -> tuple[Ro
     """Anchor = heaviest model op (ties: earliest); other model ops fused; the rest by kind."""
     found = sorted(map(origins.__getitem__, set(origin_ids)), key=_site_order)
     anchor = max((o for o in found if o.kind == OP), key=_op_rank, default=None)
-    return tuple(Role(o.id, ANCHOR if o is anchor else FUSED if o.kind == OP else o.kind) for o in found)
+    return tuple(Role(o.id, ANCHOR if o is anchor else FUSED if o.kind == OP else Part(o.kind)) for o in found)
 
 
 def _op_rank(origin: Origin) -> int:

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 from attrs import define
 
+from .names import Name
 from .ops import short_op
 
-OP = "op"
-INSERTED = "inserted"
-UNRESOLVED = "unresolved"
+
+class Kind(Name):
+    """What an origin is: an op of the input model, an op a pass inserted (a layout
+    transform, a cast), or an op no rule explained."""
+
+    OP = "op"
+    INSERTED = "inserted"
+    UNRESOLVED = "unresolved"
+
+
+OP, INSERTED, UNRESOLVED = Kind.OP, Kind.INSERTED, Kind.UNRESOLVED
 
 Shape = tuple
 
@@ -36,7 +45,7 @@ class Origin:
     input_dtypes: tuple[str, ...] = ()
     output_shapes: tuple[Shape, ...] = ()
     output_dtypes: tuple[str, ...] = ()
-    kind: str = OP
+    kind: Kind = OP
     pass_name: str = ""
     serves: tuple[str, ...] = ()
     source_op: str = ""  # the frontend's op (aten op, ONNX op_type), when imported

@@ -8,11 +8,19 @@ from attrs import define, field
 
 from ..errors import LineageFormatError
 from .jsonio import check, check_schema, items_of, make_record, read_json, tuples, write_json
+from .names import Name
 from .sitekey import SiteKey
 
 SCHEMA = "relaytrace.profile/1"
 LOCAL_RUN, FROM_IR = "a local run", "the compiled IR"  # what a profile's sites were given (Profile.arguments)
-KERNEL, BUILTIN = "kernel", "builtin"
+class CallKind(Name):
+    """What a recorded call ran: a kernel (a PrimFunc) or a VM builtin."""
+
+    KERNEL = "kernel"
+    BUILTIN = "builtin"
+
+
+KERNEL, BUILTIN = CallKind.KERNEL, CallKind.BUILTIN
 
 
 @define(frozen=True)
@@ -24,7 +32,7 @@ class CallRecord:
     run: int
     start_us: float
     duration_us: float
-    kind: str
+    kind: CallKind
 
 
 @define(frozen=True)
@@ -85,7 +93,7 @@ class Profile:
         """The shapes and dtypes ``site``'s arguments ran with, None if not recorded."""
         return self.args.get(site.in_entry) if site.entry == self.entry else None
 
-    def site_times(self, kind: str | None = None) -> dict[SiteKey, SiteTime]:
+    def site_times(self, kind: CallKind | None = None) -> dict[SiteKey, SiteTime]:
         """Each call site's durations over the runs, as a ``SiteTime``."""
         runs: dict[SiteKey, list[float]] = {}
         for r in self.records:
@@ -93,7 +101,7 @@ class Profile:
                 runs.setdefault(self.key(r), []).append(r.duration_us)
         return {site: SiteTime.of(durations) for site, durations in runs.items()}
 
-    def by_site(self, kind: str | None = None) -> dict[SiteKey, float]:
+    def by_site(self, kind: CallKind | None = None) -> dict[SiteKey, float]:
         """The median over runs of each call site's duration: the figure every table,
         share and sum is made of. The median, not the mean: one hiccup in one run (a
         page fault, another process) does not move it."""
@@ -254,8 +262,6 @@ def _call_record(row, where: str) -> CallRecord:
     if not isinstance(row, list) or len(row) != len(_RECORD_FIELDS):
         raise LineageFormatError(f"{where} must be a list [{', '.join(_RECORD_FIELDS)}]")
     record = make_record(CallRecord, dict(zip(_RECORD_FIELDS, row)), where)
-    if record.kind not in (KERNEL, BUILTIN) or record.call < 0 or record.run < 0 \
-            or not 0 <= record.duration_us <= MAX_US or abs(record.start_us) > MAX_US:
-        raise LineageFormatError(f"{where} is out of range: kind {KERNEL} or {BUILTIN}, call and run from 0, "
-                                 f"times 0 to {MAX_US:g} us")
+    if record.call < 0 or record.run < 0 or not 0 <= record.duration_us <= MAX_US or abs(record.start_us) > MAX_US:
+        raise LineageFormatError(f"{where} is out of range: call and run from 0, times 0 to {MAX_US:g} us")
     return record

@@ -27,9 +27,22 @@ from collections.abc import Mapping
 from attrs import define
 
 from .frontend import check_program, missing_reason
+from .names import Name
 from .ops import is_data_movement, is_shape_computation
+from .origin import OP, UNRESOLVED
 
-VERIFIED, SUSPECT, UNVERIFIED = "verified", "suspect", "unverified"
+
+class Status(Name):
+    """A verdict on a call site or a layer: its origins agree with the evidence
+    (``verified``), contradict it (``suspect``), or the evidence says nothing
+    (``unverified``)."""
+
+    VERIFIED = "verified"
+    SUSPECT = "suspect"
+    UNVERIFIED = "unverified"
+
+
+VERIFIED, SUSPECT, UNVERIFIED = Status.VERIFIED, Status.SUSPECT, Status.UNVERIFIED
 FUSION_PASSES = frozenset({"FuseOps", "FuseTIR"})
 
 
@@ -51,7 +64,7 @@ class SiteCheck:
     """The verdict on one kernel call site (``position`` as in ``CallSite``)."""
 
     position: int
-    status: str  # verified | suspect | unverified
+    status: Status
     reasons: tuple[str, ...] = ()
     # the facts shared with the tracker the verdict rests on (its members' ``shared``)
     shared: tuple[str, ...] = ()
@@ -63,7 +76,7 @@ class LayerCheck:
     against the frontend's program (``model.frontend``), with the reasons."""
 
     layer: str
-    status: str  # verified | suspect | unverified
+    status: Status
     reasons: tuple[str, ...] = ()
 
 
@@ -118,7 +131,7 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
         partial = {op for m in members.get(site.kernel, ()) if m.part for op in m.ops}
         for oid in site.origin_ids:
             op = origins[oid].op
-            if origins[oid].kind == "op" and (op in whole or op not in partial):
+            if origins[oid].kind == OP and (op in whole or op not in partial):
                 where.setdefault((oid, _frame(site)), []).append(site)
     running: dict[str, list] = {}  # op origin -> every site that runs it, in any frame
     for (oid, _), found in where.items():
@@ -156,7 +169,7 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
         f"{oid} ({origins[oid].short_op}) is reported eliminated by {pass_name}, a fusion pass, "
         f"which eliminates no compute op"
         for oid, pass_name in lineage.eliminated_by.items()
-        if pass_name in FUSION_PASSES and origins[oid].kind == "op" and not is_data_movement(origins[oid].op)
+        if pass_name in FUSION_PASSES and origins[oid].kind == OP and not is_data_movement(origins[oid].op)
     ]
     problems += [f"{oid} is reported eliminated by {lineage.eliminated_by[oid]} but runs at "
                  f"{', '.join(s.label for s in running[oid])}" for oid in lineage.eliminated_by if oid in running]
@@ -178,7 +191,7 @@ def _layer_checks(lineage, checks: list[SiteCheck], program) -> tuple[LayerCheck
         if check.status == VERIFIED:
             continue
         for layer in dict.fromkeys(lineage.origins[o].layer for o in site.origin_ids
-                                   if lineage.origins[o].kind == "op"):
+                                   if lineage.origins[o].kind == OP):
             (wrong if check.status == SUSPECT else unknown).setdefault(layer, []).append(
                 f"its ops run at {site.label}, which is {check.status}")
     for oid, why in program.wrong.items():
@@ -187,7 +200,7 @@ def _layer_checks(lineage, checks: list[SiteCheck], program) -> tuple[LayerCheck
         unknown.setdefault(lineage.origins[oid].layer, []).append(why)
     for node in program.missing:
         wrong.setdefault(node.layer, []).append(missing_reason(node))
-    layers = dict.fromkeys(o.layer for o in lineage.origins.values() if o.kind == "op")
+    layers = dict.fromkeys(o.layer for o in lineage.origins.values() if o.kind == OP)
     layers.update(dict.fromkeys(node.layer for node in program.missing))
     out = []
     for layer in layers:
@@ -208,7 +221,7 @@ def _account(site, kernel_members: tuple[Member, ...], origins) -> tuple[list[st
     claimants = []
     for oid in site.origin_ids:
         origin = origins[oid]
-        if origin.kind == "unresolved":
+        if origin.kind == UNRESOLVED:
             unknown.append(f"{oid}: an op no tracking rule explains (made by {origin.pass_name})")
         claimants.append(origin)
     known = [m for m in kernel_members if m.ops and not m.part]
@@ -225,7 +238,7 @@ def _account(site, kernel_members: tuple[Member, ...], origins) -> tuple[list[st
                            f"by any origin at this site")
     matched = set(match.values())
     for j, origin in enumerate(claimants):
-        if j not in matched and origin.kind != "unresolved" and all(m.ops for m in kernel_members) \
+        if j not in matched and origin.kind != UNRESOLVED and all(m.ops for m in kernel_members) \
                 and not any(m.part and origin.op in m.ops for m in kernel_members):
             reasons.append(f"{origin.id} ({origin.short_op}) is attributed here, but the kernel computes "
                            f"no {origin.short_op} for it")
@@ -325,7 +338,7 @@ def _foreign_ops(site, origins) -> list[str]:
     subfunction its scope names (``block#1`` -> ``block``)."""
     running = site.scope.rsplit("/", 1)[-1].rpartition("#")[0] if site.scope else site.function
     return [f"{oid} is an op of {origins[oid].function}, but this site runs in {running}"
-            for oid in site.origin_ids if origins[oid].kind == "op" and origins[oid].function != running]
+            for oid in site.origin_ids if origins[oid].kind == OP and origins[oid].function != running]
 
 
 def _frame(site) -> tuple[str, str]:

@@ -79,17 +79,21 @@ class Recorder:
             return
         if rec.input is None:
             self._guard(info.name, self._take_input, mod, info.name)
-        elif top and rec.passes and mod.__chandle__() != rec.passes[-1].module.__chandle__():
+        elif (top or self._tir_only) and rec.passes and mod.__chandle__() != rec.passes[-1].module.__chandle__():
             self._guard(info.name, self._top_level, mod, info.name)
 
     def _top_level(self, mod, pass_name: str) -> None:
-        """A top-level pass (one no other pass runs) given a module other than the last
-        one recorded. Over TIR alone: the Relax passes are done (``on_lowering`` is told,
-        the first time). With Relax functions: the same build when it shares one with the
-        last recorded module that had any (a TIR-only pass may run between), another build
-        (a second ``tvm.compile`` in one traced block) when it shares none; that stops the
-        recording, its passes are not this model's. A pass inside another is not asked: it
-        may see the outer pass's work in progress."""
+        """A top-level pass (one no other pass runs), or any pass while the module is
+        TIR alone, given a module other than the last one recorded (in a sequence of
+        passes each is given the module the one before it left: another module is
+        another flow, e.g. a second build after a TIR pass raised and never ended).
+
+        Over TIR alone: the Relax passes are done (``on_lowering`` is told, the first
+        time). With Relax functions: the same build when it shares one with the last
+        recorded module that had any (a TIR-only pass may run between), another build
+        (a second ``tvm.compile`` in one traced block) when it shares none; that stops
+        the recording, its passes are not this model's. A pass inside a Relax pass is
+        not asked: it may see the outer pass's work in progress."""
         functions = ir.model_functions(ir.function_map(mod))
         self._tir_only = not functions
         if self._tir_only:

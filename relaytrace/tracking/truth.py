@@ -41,8 +41,9 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
         if ir.model_functions(record.functions) and not fused_before:
             members_at = record.module
     named = _declared_ops(members_at) if members_at is not None else {}
-    if passes:  # the shape functions VMShapeLower made (explicit table) compute shapes: their name
-        named.update({name: name for name in _prim_func_names(passes[-1].module) if is_shape_computation(name)})
+    last = next((r.module for r in reversed(passes) if ir.model_functions(r.functions)), None)
+    if last is not None:  # the shape functions VMShapeLower made (explicit table) compute shapes: their name
+        named.update({name: name for name in _prim_func_names(last) if is_shape_computation(name)})
     for prim, op in named.items():
         prim_ops.setdefault(prim, set()).add(op)
     out: dict[str, tuple[Member, ...]] = {}
