@@ -34,12 +34,12 @@ USE_SAVED = textwrap.dedent("""
     rows = A.by_layer(lineage, prof)
     assert abs(sum(r.us for r in rows) - prof.kernel_us) < 1e-6 * prof.kernel_us
     assert "verified against the compiled IR" in table.coverage_summary(lineage)
-    assert "verification" in export.kernels_csv(A.by_kernel(lineage, prof))
     report = make_report(lineage, prof)
+    assert "verification" in export.kernels_csv(report)
     assert report.layers == rows
     assert "Verification" in html.html_report(report)
     assert G.layer_graph(lineage, report).source.startswith("digraph")
-    assert chrome_trace(lineage, prof)["traceEvents"]
+    assert chrome_trace(report)["traceEvents"]
     loaded = [m for m in sys.modules if m.split(".")[0] in ("tvm", "tvm_ffi", "torch", "onnx")]
     assert not loaded, loaded
     print("ok")

@@ -77,9 +77,11 @@ def test_outputs_as_text_csv_and_json(small):
     assert "Argument Shapes" in kernel_table(A.by_kernel(lineage, prof))
     assert "conv2d" in op_type_table(A.by_op_type(lineage, prof))
     assert "unexplained gap" in category_table(A.by_category(lineage, prof))
-    csv_text = export.layers_csv(A.by_layer(lineage, prof))
+    report = make_report(lineage, prof)
+    csv_text = export.layers_csv(report)
     assert csv_text.splitlines()[0].startswith("layer,time_us")
-    data = json.loads(json.dumps(export.attribution_json(make_report(lineage, prof))))
+    assert len(csv_text.splitlines()) == len(report.layers) + 1
+    data = json.loads(json.dumps(export.attribution_json(report)))
     assert sum(layer["us"] for layer in data["layers"]) == pytest.approx(prof.kernel_us)
     assert {k["verification"] for k in data["kernels"]} == {"verified"}
 

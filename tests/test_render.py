@@ -66,7 +66,7 @@ def test_mismatched_profile_is_refused(builds, small_profiled):
 
 def test_chrome_trace_has_required_fields_for_every_call(small_profiled):
     lineage, prof = small_profiled
-    trace = chrome_trace(lineage, prof)
+    trace = chrome_trace(make_report(lineage, prof))
     calls = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert len(calls) == len(prof.records)
     for e in calls:
@@ -83,7 +83,7 @@ def test_chrome_trace_has_required_fields_for_every_call(small_profiled):
 
 def test_chrome_trace_flows_go_from_an_inserted_op_to_the_layer_it_serves(small_profiled):
     lineage, prof = small_profiled  # the NHWC build: ConvertLayout inserted layout transforms
-    trace = chrome_trace(lineage, prof)
+    trace = chrome_trace(make_report(lineage, prof))
     calls = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "kernel"]
     starts = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "s"}
     ends = {e["id"]: e for e in trace["traceEvents"] if e["ph"] == "f"}

@@ -7,19 +7,19 @@ from __future__ import annotations
 from itertools import islice
 
 from ..analysis.attribution import module_prefix
-from ..model.lineage import Lineage
 from ..model.origin import INSERTED
 from ..model.profile import KERNEL
 from ..model.sitekey import SiteKey
 
 
-def chrome_trace(lineage: Lineage, profile) -> dict:
-    """Kernels on track 1 (``ENTRY kernels``), VM builtins on track 2, one process per
-    run. Each kernel event's args carry its layers, the anchor's layer and module path
-    (``layer1`` / ``layer1.0`` / ``layer1.0.conv1``), origins with roles, source lines
-    and argument shapes; a flow goes from every call of a site holding inserted ops to
-    the next call, in the same run, of a site running an op they serve."""
-    lineage = lineage.for_entry(profile.entry)
+def chrome_trace(report) -> dict:
+    """The trace of a ``Report``'s profile: kernels on track 1 (``ENTRY kernels``), VM
+    builtins on track 2, one process per run. Each kernel event's args carry its layers,
+    the anchor's layer and module path (``layer1`` / ``layer1.0`` / ``layer1.0.conv1``),
+    origins with roles, source lines and argument shapes; a flow goes from every call of
+    a site holding inserted ops to the next call, in the same run, of a site running an
+    op they serve."""
+    lineage, profile = report.lineage, report.profile
     sites = {s.key: s for s in lineage.call_sites}
     events = []
     for run in range(profile.runs):

@@ -8,17 +8,20 @@ import io
 from .safe_text import csv_cell
 
 
-def layers_csv(rows, sources: dict[str, tuple[str, ...]] | None = None) -> str:
-    """One row per layer; ``source``: where its ops came from (``Lineage.sources``)."""
-    sources = sources or {}
+def layers_csv(report) -> str:
+    """``layers.csv`` of a ``Report``: one row per layer, slowest first; ``source``:
+    where its ops came from (``Lineage.sources``); every cell through ``csv_cell``."""
+    rows, sources = report.layers, report.lineage.sources()
     return _csv(["layer", "time_us", "percent", "compute_us", "inserted_us", "ops", "kernel_calls", "verification",
                  "source"],
                 [[r.layer, f"{r.us:.3f}", f"{r.percent:.4f}", f"{r.compute_us:.3f}", f"{r.inserted_us:.3f}",
                   " ".join(r.ops), " ".join(r.kernels), r.status, " ".join(sources.get(r.layer, ()))] for r in rows])
 
 
-def kernels_csv(rows) -> str:
-    """``kernels.csv`` from ``KernelRow``s; every cell through ``safe_text.csv_cell``."""
+def kernels_csv(report) -> str:
+    """``kernels.csv`` of a ``Report``: one row per kernel (its ``KernelRow``s); every
+    cell through ``safe_text.csv_cell``."""
+    rows = report.kernels
     return _csv(["name", "duration_us", "percent", "count", "device", "argument_shapes", "layers", "verification",
                  "tuned", "min_us", "max_us"],
                 [[r.name, f"{r.us:.3f}", f"{r.percent:.4f}", r.count, r.device, r.shapes, " ".join(r.layers),

@@ -64,13 +64,13 @@ def _text(directory: Path, name: str, text: str) -> None:
 def _layers_csv(run: ProfileRun, d: Path) -> None:
     from . import export
 
-    _text(d, "layers.csv", export.layers_csv(run.report.layers, run.report.lineage.sources()))
+    _text(d, "layers.csv", export.layers_csv(run.report))
 
 
 def _kernels_csv(run: ProfileRun, d: Path) -> None:
     from . import export
 
-    _text(d, "kernels.csv", export.kernels_csv(run.report.kernels))
+    _text(d, "kernels.csv", export.kernels_csv(run.report))
 
 
 def _layers_svg(run: ProfileRun, d: Path) -> None:
@@ -94,7 +94,7 @@ def _report_html(run: ProfileRun, d: Path) -> None:
 def _trace(run: ProfileRun, d: Path) -> None:
     from .chrome_trace import chrome_trace
 
-    _text(d, "trace.json", json.dumps(chrome_trace(run.report.lineage, run.report.profile)))
+    _text(d, "trace.json", json.dumps(chrome_trace(run.report)))
 
 
 def _explorer(run: ProfileRun, d: Path) -> None:
