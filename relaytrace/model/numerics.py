@@ -31,7 +31,6 @@ class Outcome(Name):
 
 
 WITHIN, BEYOND, FUSED, NO_OUTPUT, NOT_COMPARABLE = Outcome
-STATUSES = tuple(Outcome)
 
 
 @define(frozen=True)
@@ -83,7 +82,7 @@ class Comparison:
 
     def counts(self) -> dict[str, int]:
         """Status -> how many layers have it."""
-        return {s: sum(1 for e in self.layers if e.status == s) for s in STATUSES}
+        return {s: sum(1 for e in self.layers if e.status == s) for s in Outcome}
 
     def summary(self) -> str:
         """Two or three lines: how many layers were compared and within, the first one
