@@ -59,8 +59,8 @@ def replay(calls, layer_of=None) -> dict[str, float]:
         clock[0] = time.perf_counter()
         lineage = follow(recorder.recording, layer_of, on_step=step)
         step("verification")
-    if lineage.degraded:
-        raise SystemExit(f"tracking degraded: {lineage.degraded}")
+    if lineage.journal.degraded:
+        raise SystemExit(f"tracking degraded: {lineage.journal.degraded}")
     return stages
 
 

@@ -68,7 +68,8 @@ class Trace:
             with gc_paused():
                 lineage = self._follow(recording)
         if not self.target:
-            lineage = attrs.evolve(lineage, target=built_target([p.module for p in recording.passes]))
+            built = attrs.evolve(lineage.build, target=built_target([p.module for p in recording.passes]))
+            lineage = attrs.evolve(lineage, build=built)
         self.lineage = lineage
         return lineage
 

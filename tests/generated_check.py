@@ -80,7 +80,7 @@ def check(seed: int, frontends=("torch", "onnx"), pipelines=tuple(PIPELINES), wo
                 vm = relax.VirtualMachine(executable, tvm.cpu())
                 got = vm["main"](tvm.runtime.tensor(example.numpy()))
                 got = (got if hasattr(got, "numpy") else got[0]).numpy()  # from_torch returns a tuple
-                problems = list(lineage.verification.problems) + list(lineage.degraded)
+                problems = list(lineage.verification.problems) + list(lineage.journal.degraded)
                 if ids is None:  # the same origins in every pipeline (checked below): their layers once
                     problems += layer_problems(module, lineage.origins.values(), frontend, program)
                 if not np.allclose(got, expected, rtol=1e-3, atol=1e-4):

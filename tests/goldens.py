@@ -29,7 +29,7 @@ def summarize(lineage) -> dict:
     return {
         "sites": [f"{s.label}: " + ", ".join(f"{r.role}:{r.origin}" for r in s.roles) for s in lineage.call_sites],
         "builtins": [f"{b.name}: {', '.join(b.origins)}" for b in lineage.builtins],
-        "eliminated": dict(sorted(lineage.eliminated_by.items())),
+        "eliminated": dict(sorted(lineage.journal.eliminated_by.items())),
         "inserted": {o.id: list(o.serves) for o in sorted(lineage.inserted(), key=lambda o: o.id)},
         "unresolved": sorted(o.id for o in lineage.unresolved()),
     }

@@ -16,7 +16,7 @@ from .fixtures.hostile import HOSTILE_NAMES, INPUT_NAME, MODEL_NAME
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = f"{FIXTURES / 'tiny_model.py'}:make"
 OUTPUTS = {"lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg", "run.json",
-           "report.html", "trace.json"}
+           "report.html", "trace.json", "verification.csv"}
 EXPLORER = {"explorer-time.json", "explorer-kernels.json", "explorer-category.json"}  # Model Explorer node data
 
 
@@ -80,6 +80,19 @@ def test_profile_torch_factory_writes_every_output(tmp_path):
     sites = len(json.loads((out / "lineage.json").read_text())["verification"]["sites"])
     assert f"verified against the compiled IR: {sites} of {sites} call sites" in done.stdout
     assert json.loads((out / "trace.json").read_text())["traceEvents"]
+    # verification.csv: each layer's verdict as the lineage holds it, with its sites' own
+    from relaytrace.model.lineage import Lineage
+
+    lineage = Lineage.load(out / "lineage.json")
+    verdicts = {c.layer: c for c in lineage.verification.layers}
+    rows = list(csv.DictReader((out / "verification.csv").open()))
+    assert [r["layer"] for r in rows] == list(lineage.layers())
+    for r in rows:
+        assert r["verdict"] == verdicts[r["layer"]].status
+        sites = lineage.kernels_of(r["layer"])
+        assert r["call_sites"].split() == [f"{s.label}:{lineage.check(s).status}" for s in sites]
+    layer_us = {r["layer"]: float(r["time_us"]) for r in csv.DictReader((out / "layers.csv").open())}
+    assert all(abs(float(r["time_us"]) - layer_us.get(r["layer"], 0.0)) < 1e-3 for r in rows)
 
 
 def test_query_render_and_json(two_runs, tmp_path):

@@ -151,13 +151,13 @@ def test_two_builds_in_one_trace_block_are_said_not_mixed():
 
     with relaytrace.trace() as one:
         tvm.compile(TwoEntries, "llvm")
-    assert one.lineage.coverage().complete and not one.lineage.degraded
+    assert one.lineage.coverage().complete and not one.lineage.journal.degraded
     with relaytrace.trace() as two:
         tvm.compile(TwoEntries, "llvm")
         tvm.compile(SharedSymbol, "llvm")
     coverage = two.lineage.coverage()
     assert not coverage.complete and "two builds in one trace()" in coverage.degraded[0]
-    assert set(two.lineage.entries) == {"main", "decode"}  # the first build's, not a mix
+    assert set(two.lineage.build.entries) == {"main", "decode"}  # the first build's, not a mix
     assert {s.label for s in two.lineage.call_sites} == {s.label for s in one.lineage.call_sites}
 
     @tvm.transform.module_pass(opt_level=0, name="Swap")
@@ -374,7 +374,7 @@ def test_profiling_a_lineage_of_trace_without_a_target_and_an_out_two_levels_dow
 
     with relaytrace.trace() as traced:
         executable = tvm.compile(TwoEntries, "llvm")
-    assert '"kind":"llvm"' in traced.lineage.target
+    assert '"kind":"llvm"' in traced.lineage.build.target
     prof = relaytrace.profile(executable, traced.lineage, [np.zeros((3, 64), "float32"), np.zeros((64, 64), "float32")],
                               repeat=1)
     assert prof.kernel_us > 0

@@ -38,7 +38,7 @@ def _check_model(name, frontend, tmp_path):
         np.testing.assert_allclose(out, module(example).numpy(), rtol=1e-4, atol=1e-4)
     for label, (_, lin) in builds.items():
         cov = lin.coverage()
-        assert cov.complete and not cov.unresolved and not lin.degraded, (label, cov)
+        assert cov.complete and not cov.unresolved and not lin.journal.degraded, (label, cov)
     ids = [{o.id for o in lin.origins.values() if o.kind == OP} for _, lin in builds.values()]
     assert ids[0] == ids[1] == ids[2]
     layers = lineage.layers()
@@ -112,7 +112,7 @@ def test_build_takes_torch_modules_directly():
     with pytest.raises(RelaytraceError, match="example_args"):
         relaytrace.build(module)
     _, lineage = relaytrace.build(module, "llvm", example_args=(example,), model="r18")
-    assert lineage.model == "r18" and "layer4.1.conv2" in lineage.layers()
+    assert lineage.build.model == "r18" and "layer4.1.conv2" in lineage.layers()
 
 
 class _Unexportable(torch.nn.Module):

@@ -20,4 +20,4 @@ def test_a_gpu_build_of_a_zoo_model_has_a_complete_verified_lineage(target):
     convs = {n for n, m in module.named_modules() if type(m).__name__ == "Conv2d"}
     anchored = {lineage.origins[s.anchor].layer for s in lineage.call_sites if s.anchor}
     assert convs <= anchored  # every convolution anchors a GPU kernel of its own
-    assert "cuda" in lineage.target
+    assert "cuda" in lineage.build.target

@@ -9,6 +9,8 @@ from relaytrace.errors import LineageFormatError
 from relaytrace.model.journal import Change
 from relaytrace.model.lineage import Role
 
+from .lineage_files import flat_v2
+
 
 def test_queries(builds):
     _, lineage = builds["fused"]
@@ -51,10 +53,10 @@ def test_json_round_trip_is_exact(builds, tmp_path, name):
     path = lineage.save(tmp_path / "lineage.json")
     loaded = Lineage.load(path)
     assert loaded == lineage
-    assert json.loads(path.read_text())["schema"] == "relaytrace.lineage/2"
+    assert json.loads(path.read_text())["schema"] == "relaytrace.lineage/3"
     # records come back as records, not as tuples that merely compare equal
     assert all(type(r) is Role for s in loaded.call_sites for r in s.roles)
-    assert all(type(c) is Change for h in loaded.history_by_origin.values() for c in h)
+    assert all(type(c) is Change for h in loaded.journal.history_by_origin.values() for c in h)
     anchor = next(s.anchor for s in loaded.call_sites if s.anchor)
     history = loaded.history(anchor)
     assert history and all(type(c) is Change for c in history)
@@ -80,7 +82,7 @@ def test_malformed_files_get_clear_errors(tmp_path):
     with pytest.raises(LineageFormatError, match="schema"):
         Lineage.load(bad)
     bad.write_text(json.dumps({"schema": "relaytrace.lineage/1", "model": "m"}))
-    with pytest.raises(LineageFormatError, match="bad.json has no field 'target'"):
+    with pytest.raises(LineageFormatError, match="bad.json has no field 'origins'"):
         Lineage.load(bad)
     with pytest.raises(FileNotFoundError):
         Lineage.load(tmp_path / "nope.json")
@@ -109,20 +111,24 @@ def test_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     assert path.read_text() == "fourth"
 
 
-def test_a_lineage_of_schema_1_still_loads_and_a_bad_history_is_named(builds, tmp_path):
-    """/1 wrote a record per history step; /2 indexes one table of distinct changes."""
+def test_lineages_of_schemas_1_and_2_still_load_and_a_bad_history_is_named(builds, tmp_path):
+    """/1 wrote a record per history step; /2 indexed one table of distinct changes; both
+    kept every field flat, where /3 groups them into build and journal."""
     _, lineage = builds["fused"]
     data = lineage.to_json()
-    table = data["history"]["changes"]
-    assert len(table) < sum(len(v) for v in data["history"]["by_origin"].values())  # shared steps
-    old = {**data, "schema": "relaytrace.lineage/1", "history": {
-        oid: [dict(zip(Change._fields, table[i])) for i in indices]
-        for oid, indices in data["history"]["by_origin"].items()}}
-    (tmp_path / "v1.json").write_text(json.dumps(old))
-    assert Lineage.load(tmp_path / "v1.json") == lineage
-    oid = next(iter(data["history"]["by_origin"]))
-    for history, message in (({**data["history"], "by_origin": {oid: [len(table)]}}, rf"by_origin\['{oid}'\]"),
-                             ({**data["history"], "changes": [[1, "P"]]}, r"changes\[0\] must be a list of 5")):
-        (tmp_path / "bad.json").write_text(json.dumps({**data, "history": history}))
+    history = data["journal"]["history_by_origin"]
+    table = history["changes"]
+    assert len(table) < sum(len(v) for v in history["by_origin"].values())  # shared steps
+    v2 = flat_v2(data)
+    v1 = {**v2, "schema": "relaytrace.lineage/1", "history": {
+        oid: [dict(zip(Change._fields, table[i])) for i in indices] for oid, indices in history["by_origin"].items()}}
+    for name, old in (("v1.json", v1), ("v2.json", v2)):
+        (tmp_path / name).write_text(json.dumps(old))
+        assert Lineage.load(tmp_path / name) == lineage
+    oid = next(iter(history["by_origin"]))
+    for bad, message in (({**history, "by_origin": {oid: [len(table)]}}, rf"by_origin\['{oid}'\]"),
+                         ({**history, "changes": [[1, "P"]]}, r"history_by_origin.changes\[0\] must be a list of 5")):
+        journal = {**data["journal"], "history_by_origin": bad}
+        (tmp_path / "bad.json").write_text(json.dumps({**data, "journal": journal}))
         with pytest.raises(LineageFormatError, match=message):
             Lineage.load(tmp_path / "bad.json")

@@ -15,7 +15,7 @@ def _inputs(lineage, entry, seq):
     rng = np.random.default_rng(0)
     return [np.zeros((1, seq), dtype) if dtype.startswith("int")
             else rng.standard_normal([d if isinstance(d, int) else seq for d in shape]).astype(dtype)
-            for _, shape, dtype in lineage.entries[entry]]
+            for _, shape, dtype in lineage.build.entries[entry]]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +36,8 @@ def _all_modules(module):
 
 def test_every_op_of_both_entries_is_named_by_its_module_path(built):
     _, lineage = built
-    assert set(lineage.entries) == {"prefill", "decode"}
-    assert lineage.entries["prefill"][0] == ("tokens", (1, "seq_len"), "int32")
+    assert set(lineage.build.entries) == {"prefill", "decode"}
+    assert lineage.build.entries["prefill"][0] == ("tokens", (1, "seq_len"), "int32")
     assert lineage.coverage().complete, lineage.coverage()
     for entry in ("prefill", "decode"):
         ops = {(o.layer, o.short_op) for o in lineage.origins.values() if o.function == entry and o.kind == OP}
@@ -89,8 +89,8 @@ def test_the_outputs_of_one_entrys_profile_keep_the_whole_lineage(built, tmp_pat
     executable, lineage = built
     prof = relaytrace.profile(executable, lineage, _inputs(lineage, "decode", 1), entry="decode", repeat=1)
     report = make_report(lineage, prof)
-    assert set(report.lineage.entries) == {"decode"}
+    assert set(report.lineage.build.entries) == {"decode"}
     write_outputs(tmp_path / "out", report, {"model": "decoder"})
     saved = Lineage.load(tmp_path / "out" / "lineage.json")
-    assert set(saved.entries) == {"prefill", "decode"} and len(saved.call_sites) == len(lineage.call_sites)
+    assert set(saved.build.entries) == {"prefill", "decode"} and len(saved.call_sites) == len(lineage.call_sites)
     assert "<dt>entry</dt><dd>decode (" in (tmp_path / "out" / "report.html").read_text()  # the header says which ran

@@ -29,10 +29,10 @@ def _assert_layers_sum_to_kernels(lineage, prof):
 def test_two_entries_with_a_symbolic_dim_are_traced_and_profiled_at_any_size():
     executable, lineage = relaytrace.build(TwoEntries, "llvm")
     assert lineage.coverage().complete, lineage.coverage()
-    assert set(lineage.entries) == {"main", "decode"}
-    assert lineage.entries["main"][0] == ("x", ("n", 64), "float32")
+    assert set(lineage.build.entries) == {"main", "decode"}
+    assert lineage.build.entries["main"][0] == ("x", ("n", 64), "float32")
     ops = {entry: {lineage.origins[o].short_op for s in lineage.call_sites if s.function == entry for o in s.origin_ids}
-           for entry in lineage.entries}
+           for entry in lineage.build.entries}
     assert {"matmul", "relu", "add"} <= ops["main"] and "sigmoid" not in ops["main"]
     assert {"matmul", "sigmoid"} <= ops["decode"] and "relu" not in ops["decode"]
     # VMShapeLower's shape function sizes main's output: inserted, serving the matmul's kernel
@@ -77,7 +77,7 @@ def test_shape_expressions_are_checked_against_the_bound_symbols():
 def test_a_subfunction_called_twice_runs_its_ops_at_each_call():
     executable, lineage = relaytrace.build(CallsBlockTwice, "llvm")
     assert lineage.coverage().complete, lineage.coverage()
-    assert list(lineage.entries) == ["main"] and lineage.subfunctions == ("block",)
+    assert list(lineage.build.entries) == ["main"] and lineage.subfunctions == ("block",)
     matmul_sites = [s for s in lineage.call_sites
                     if any(lineage.origins[o].short_op == "matmul" for o in s.origin_ids)]
     assert [s.scope for s in matmul_sites] == ["block#0", "block#1"]
@@ -111,7 +111,7 @@ def test_a_torch_model_with_a_dynamic_batch_is_built_once_and_profiled_at_each_b
                           dynamic_shapes={"x": {0: batch}})
     executable, lineage = relaytrace.build(imported, "llvm")
     assert lineage.coverage().complete, lineage.coverage()
-    ((name, shape, _),) = lineage.entries["main"]
+    ((name, shape, _),) = lineage.build.entries["main"]
     assert isinstance(shape[0], str) and shape[1] == 16
     for size in (1, 3):
         x = torch.randn(size, 16)
@@ -124,7 +124,7 @@ def test_a_torch_model_with_a_dynamic_batch_is_built_once_and_profiled_at_each_b
 def test_a_module_without_main_and_an_open_shape_matched_inside():
     executable, lineage = relaytrace.build(NoMainWithMatchCast, "llvm")
     assert lineage.coverage().complete, lineage.coverage()
-    assert lineage.entries == {"forward": (("x", ("n", 16), "float32"), ("y", ("?", "?"), "float32"))}
+    assert lineage.build.entries == {"forward": (("x", ("n", 16), "float32"), ("y", ("?", "?"), "float32"))}
     prof = relaytrace.profile(executable, lineage, _inputs(0, (3, 16), (3, 16)), repeat=1)
     assert prof.entry == "forward"
     assert {r.layer for r in _assert_layers_sum_to_kernels(lineage, prof).layers} == {"forward.s", "forward.t"}
@@ -167,7 +167,7 @@ def test_a_module_whose_functions_have_no_global_symbol_is_traced_through_main()
         bb.emit_func_output(out)
     func = bb.get()["main"].without_attr("global_symbol")
     executable, lineage = relaytrace.build(tvm_module({"main": func}), "llvm", pipeline="unfused")  # tvm.compile's
-    assert list(lineage.entries) == ["main"] and lineage.coverage().complete, lineage.degraded
+    assert list(lineage.build.entries) == ["main"] and lineage.coverage().complete, lineage.journal.degraded
     relaytrace.profile(executable, lineage, _inputs(0, (4, 8)), repeat=1)
 
 

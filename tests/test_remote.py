@@ -159,7 +159,7 @@ def test_a_build_for_another_cpu_is_linked_by_its_cross_compiler_and_refused_by_
     executable, lineage = relaytrace.build(loaded.model, AARCH64)
     assert lineage.coverage().complete
     library = tmp_path / "model.so"
-    executable.export_library(str(library), fcompile=exporter(lineage.target, None))
+    executable.export_library(str(library), fcompile=exporter(lineage.build.target, None))
     assert subprocess.run(["file", library], capture_output=True, text=True).stdout.count("aarch64") == 1
     with pytest.raises(relaytrace.RelaytraceError, match="does not run on this machine: profile it on its device"):
         relaytrace.profile(executable, lineage, list(loaded.inputs))

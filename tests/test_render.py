@@ -208,7 +208,7 @@ def _decoder_report(layers: int):
     executable, lineage = relaytrace.build(from_nn(module, spec, name=f"decoder{layers}"), "llvm")
     params = [np.random.default_rng(0).standard_normal(shape).astype(dtype) if "float" in dtype
               else np.zeros(shape if "seq_len" not in shape else (1, 32), dtype)
-              for _, shape, dtype in lineage.entries["prefill"]]
+              for _, shape, dtype in lineage.build.entries["prefill"]]
     return make_report(lineage, relaytrace.profile(executable, lineage, params, entry="prefill", repeat=2))
 
 

@@ -63,8 +63,8 @@ def _torch_build(make, attn):
 def _assert_verified(lineage):
     check = lineage.verification
     assert check.ok, (check.summary(), [s for s in check.sites if s.status != "verified"][:3], check.problems[:3])
-    assert lineage.coverage().complete and lineage.degraded == ()
-    assert not [oid for oid, by in lineage.eliminated_by.items() if by in FUSION_PASSES]
+    assert lineage.coverage().complete and lineage.journal.degraded == ()
+    assert not [oid for oid, by in lineage.journal.eliminated_by.items() if by in FUSION_PASSES]
 
 
 def _ops_at_sites(lineage) -> set[tuple[str, str]]:
@@ -204,7 +204,7 @@ def _nn_two_layer_decoder():
 def _nn_inputs(lineage, past):
     rng = np.random.default_rng(past)
     return [rng.standard_normal([d if isinstance(d, int) else past for d in shape]).astype(dtype)
-            for _, shape, dtype in lineage.entries["step"]]
+            for _, shape, dtype in lineage.build.entries["step"]]
 
 
 def test_the_nn_decode_repro_verifies_with_its_scale_at_the_matmuls_kernel():

@@ -24,8 +24,8 @@ def test_every_call_site_and_every_origin_is_accounted_for(builds, name):
     assert cov.attributed_sites == cov.call_sites
     assert cov.unaccounted == ()
     assert cov.unresolved == ()
-    assert lineage.degraded == ()
-    assert set(lineage.eliminated().values()) <= {e.pass_name for e in lineage.events}
+    assert lineage.journal.degraded == ()
+    assert set(lineage.eliminated().values()) <= {e.pass_name for e in lineage.journal.events}
 
 
 def _ops_in_name(kernel: str) -> Counter:
@@ -143,7 +143,7 @@ def test_an_internal_tracking_error_degrades_the_lineage_not_the_build(resnet_mo
 
     monkeypatch.setattr(tracker.Tracker, "_process", broken)
     executable, lineage = relaytrace.build(resnet_mod, "llvm", pipeline="fused")
-    assert any("injected fault" in r for r in lineage.degraded)
+    assert any("injected fault" in r for r in lineage.journal.degraded)
     with tvm.transform.PassContext(opt_level=3):
         pipeline = relaytrace.build_pipeline("fused", tvm.target.Target("llvm"))
         plain = tvm.compile(resnet_mod, "llvm", relax_pipeline=pipeline)
@@ -168,7 +168,7 @@ def test_trace_composes_with_the_users_pass_context(resnet_mod):
             tvm.compile(resnet_mod, target, relax_pipeline=relax.get_default_pipeline(target))
     assert "FuseOps" in seen
     assert traced.lineage.coverage().complete
-    assert traced.lineage.model == "mine"
+    assert traced.lineage.build.model == "mine"
 
 
 def test_trace_without_a_build_says_what_to_do():
@@ -180,7 +180,7 @@ def test_trace_without_a_build_says_what_to_do():
 def _followed_after_the_build(handle, recording):
     from relaytrace.tracking.follow import follow
 
-    return follow(recording, handle.layer_of, model=handle.model, target=handle.lineage.target,
+    return follow(recording, handle.layer_of, model=handle.model, target=handle.lineage.build.target,
                   pipeline=handle.pipeline, program=handle.program)
 
 
@@ -238,4 +238,4 @@ def test_a_follow_thread_that_cannot_start_leaves_the_follow_to_the_end_of_the_b
         recording = handle.recorder.recording
         tvm.compile(resnet_mod, "llvm")
     assert handle.ahead.result(recording) is None
-    assert handle.lineage.coverage().complete and not handle.lineage.degraded
+    assert handle.lineage.coverage().complete and not handle.lineage.journal.degraded

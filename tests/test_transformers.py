@@ -46,7 +46,7 @@ def _site_of(lineage, layer, op):
     """The call site running the op ``op`` of ``layer``, and that the kernel computes it."""
     (oid,) = [o.id for o in lineage.origins.values() if o.layer == layer and o.short_op == op]
     (site,) = [s for s in lineage.call_sites if oid in s.origin_ids]
-    assert any(m.ops and op in {o.rsplit(".", 1)[-1] for o in m.ops} for m in lineage.kernel_members[site.kernel])
+    assert any(m.ops and op in {o.rsplit(".", 1)[-1] for o in m.ops} for m in lineage.build.kernel_members[site.kernel])
     return site
 
 

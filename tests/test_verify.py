@@ -22,7 +22,7 @@ CONV = "relax.nn.conv2d"
 
 def _computes(lineage, site) -> set[str]:
     """The ops a call site's kernel computes, by the IR's record of its members."""
-    return {op for member in lineage.kernel_members[site.kernel] for op in member.ops}
+    return {op for member in lineage.build.kernel_members[site.kernel] for op in member.ops}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,8 @@ def test_convnext_nhwc_runs_every_conv_at_a_conv_kernel(convnext_nhwc):
             assert anchor.op == CONV and anchor.layer in conv_layers, site
             anchored.append(anchor.layer)
     assert sorted(anchored) == sorted(conv_layers)  # each conv at exactly one conv kernel
-    assert not [o for o in lineage.eliminated_by if lineage.origins[o].op == CONV and lineage.origins[o].kind == "op"]
+    eliminated = lineage.journal.eliminated_by
+    assert not [o for o in eliminated if lineage.origins[o].op == CONV and lineage.origins[o].kind == "op"]
     (site,) = [s for s in lineage.kernels_of("downsample.1.1") if lineage.origins[s.anchor].layer == "downsample.1.1"]
     assert CONV in _computes(lineage, site)
     assert lineage.unresolved() == ()
@@ -79,7 +80,7 @@ def test_gpt_onnx_puts_qk_matmul_in_its_fused_kernel(tmp_path):
         assert {lineage.origins[o].op for o in site.origin_ids} == _computes(lineage, site) \
             == {"relax.matmul", "relax.multiply", "relax.where"}
         assert {lineage.origins[o].layer for o in site.origin_ids} == {f"h.{block}.attn"}
-    assert lineage.eliminated_by == {} or all(p not in ("FuseOps", "FuseTIR") for p in lineage.eliminated_by.values())
+    assert all(p not in ("FuseOps", "FuseTIR") for p in lineage.journal.eliminated_by.values())
     assert lineage.unresolved() == ()
     assert lineage.verification.ok, lineage.verification.summary()
 
@@ -113,7 +114,8 @@ def test_verification_flags_two_ops_of_one_kind_swapped_between_sites(builds):
 def test_verification_flags_a_compute_op_eliminated_by_fusion(builds):
     _, lineage = builds["fused"]
     conv = next(o for o in lineage.origins.values() if o.op == CONV)
-    broken = attrs.evolve(lineage, eliminated_by={**lineage.eliminated_by, conv.id: "FuseOps"})
+    journal = attrs.evolve(lineage.journal, eliminated_by={**lineage.journal.eliminated_by, conv.id: "FuseOps"})
+    broken = attrs.evolve(lineage, journal=journal)
     broken = attrs.evolve(broken, verification=broken.verify())
     problems = broken.verification.problems
     assert any(conv.id in p and "fusion pass" in p for p in problems)
@@ -139,7 +141,7 @@ def test_suspect_sites_reach_coverage_summary_and_json(builds, tmp_path):
     assert f"SUSPECT: {len(cov.suspect)} call sites" in coverage_summary(broken)
     loaded = Lineage.load(broken.save(tmp_path / "lineage.json"))
     assert loaded.verification == broken.verification
-    assert loaded.kernel_members == broken.kernel_members
+    assert loaded.build.kernel_members == broken.build.kernel_members
     assert loaded.verify() == broken.verification
 
 
@@ -237,7 +239,7 @@ def test_static_arange_verifies_in_the_unfused_pipeline():
     model = from_torch(AddPositions(), (torch.randn(1, 8),))
     _, lineage = relaytrace.build(model, "llvm", pipeline="unfused")
     assert lineage.verification.ok, lineage.verification.summary()
-    assert lineage.eliminated_by == {"arange/arange": "LegalizeOps"}
+    assert lineage.journal.eliminated_by == {"arange/arange": "LegalizeOps"}
     assert [[lineage.origins[o].short_op for o in s.origin_ids] for s in lineage.call_sites] == [["astype"], ["add"]]
 
 
@@ -292,7 +294,7 @@ def test_an_op_legalized_into_two_primfuncs_is_one_op_in_both(resnet_mod):
     relus = [o for o in lineage.origins.values() if o.op == "relax.nn.relu"]
     for relu in relus:
         (site,) = lineage.kernels_of(relu.id)
-        members = [m for m in lineage.kernel_members[site.kernel] if "relax.nn.relu" in m.ops]
+        members = [m for m in lineage.build.kernel_members[site.kernel] if "relax.nn.relu" in m.ops]
         assert [m.part for m in members] == [True, False]  # relu_neg is a part, relu_max finishes it
         # the verdict rests on the lowered-part fact, which the tracker relies on too: it says so
         assert lineage.check(site).shared == ("lowered-part",) and members[0].shared == ("lowered-part",)

@@ -72,11 +72,12 @@ def test_impossible_numbers_in_a_comparison_are_refused_naming_file_and_field(tm
 # 3. data-flow edges naming origins the lineage does not have
 
 def test_edges_naming_an_unknown_origin_are_refused(tmp_path):
+    from relaytrace.model.build_facts import BuildFacts
     from relaytrace.model.lineage import Lineage
     from relaytrace.model.origin import Origin
 
     origins = {o: Origin(o, f"layer_{o}", "relax.add", "main", i) for i, o in enumerate(("a", "b"))}
-    lineage = Lineage("m", "llvm", "fused", origins, {}, edges=(("a", "b"),))
+    lineage = Lineage(BuildFacts("m", "llvm", "fused"), origins, {}, edges=(("a", "b"),))
     assert Lineage.load(_edited(tmp_path, "good.json", lineage, lambda d: None)).edges == (("a", "b"),)
     path = _edited(tmp_path, "lineage.json", lineage, lambda d: d["edges"].append(["b", "ghost"]))
     with pytest.raises(LineageFormatError, match=r"edges\[1\] names origin 'ghost', which the lineage does not have"):

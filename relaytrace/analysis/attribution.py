@@ -140,7 +140,7 @@ def check_match(lineage: Lineage, profile: Profile) -> None:
     problems = lineage.call_count_mismatches(ran)
     if problems:
         raise RelaytraceError(
-            f"profile of {profile.model!r} does not match lineage of {lineage.model!r} "
+            f"profile of {profile.model!r} does not match lineage of {lineage.build.model!r} "
             f"({len(problems)} mismatch(es)): " + "; ".join(problems[:6])
         )
 
@@ -294,7 +294,7 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
         layers = tuple(dict.fromkeys(lineage.origins[r.origin].layer for s in sites for r in s.roles
                                      if r.role == ANCHOR or lineage.origins[r.origin].kind == OP))
         rows.append(KernelRow(name, us, 100.0 * us / total, len(sites), profile.device, shapes, layers,
-                              worst(checks[s.position].status for s in sites), name in lineage.tuned,
+                              worst(checks[s.position].status for s in sites), name in lineage.build.tuned,
                               sum(spread[s.key].min_us for s in sites),
                               sum(spread[s.key].max_us for s in sites)))
     return tuple(sorted(rows, key=lambda r: -r.us))

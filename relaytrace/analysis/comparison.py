@@ -21,9 +21,9 @@ import attrs
 import numpy as np
 
 from ..errors import RelaytraceError, describe
+from ..model.frontend import ONNX, onnx_node_id
 from ..model.lineage import Lineage
 from ..model.numerics import NOT_COMPARABLE, Comparison, LayerError, error_of
-from ..model.origin import ONNX_VALUE
 from ..model.sitekey import SiteKey
 from .layer_outputs import layer_outputs
 
@@ -50,15 +50,13 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4,
     results: dict[str, LayerError] = {}
     with tempfile.TemporaryDirectory(prefix="relaytrace-compare-") as folder:
         say(f"running the reference ({len(wanted)} layer outputs kept)")
-        onnx = {n for n in wanted if n.startswith(ONNX_VALUE)}
-        if onnx and onnx != wanted:
-            raise RelaytraceError("the lineage mixes torch and ONNX ops: compare one model's build")
+        onnx = lineage.program is not None and lineage.program.frontend == ONNX
         saved = (_onnx_outputs if onnx else _torch_outputs)(reference, arrays, wanted, Path(folder))
         by_site: dict[SiteKey, list] = {}
         for p in plan:
             if not p.status and saved.get(p.node):
                 by_site.setdefault(SiteKey(entry, p.kernel, p.call), []).append(p)
-        device = device or device_here(lineage.target)
+        device = device or device_here(lineage.build.target)
         vm = relax.VirtualMachine(executable, device)
         counts: dict[str, int] = {}
         pending: list[SiteKey] = []
@@ -90,7 +88,7 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4,
         p.layer, p.status or NOT_COMPARABLE, p.site,
         p.note or (f"the reference has no tensor for node {p.node!r}" if not saved.get(p.node)
                    else f"{p.site} did not run")) for p in plan)
-    return Comparison(model=lineage.model, entry=entry, atol=atol, rtol=rtol, precision=precision, layers=layers)
+    return Comparison(model=lineage.build.model, entry=entry, atol=atol, rtol=rtol, precision=precision, layers=layers)
 
 
 def _judge(p, got: list, ref_paths: list[str], atol: float, rtol: float) -> LayerError:
@@ -110,7 +108,7 @@ def _judge(p, got: list, ref_paths: list[str], atol: float, rtol: float) -> Laye
 def _onnx_outputs(model, arrays, wanted: set[str], folder: Path) -> dict[str, str]:
     """Run the ONNX ``model`` (a ModelProto or path) with ``onnx.reference`` on
     ``arrays`` (its graph inputs in order) and save each value in ``wanted``
-    (``onnx:NAME``, a node's first output): node -> [.npy path]."""
+    (ONNX node ids, ``onnx_node_id``: each node's first output is its value): node -> [.npy path]."""
     from ..errors import require
 
     onnx = require("onnx", "onnx")
@@ -121,15 +119,17 @@ def _onnx_outputs(model, arrays, wanted: set[str], folder: Path) -> dict[str, st
     proto = model if hasattr(model, "graph") else onnx.load(str(model))
     initialized = {t.name for t in proto.graph.initializer}
     feeds = dict(zip([i.name for i in proto.graph.input if i.name not in initialized], arrays))
-    names = sorted(n[len(ONNX_VALUE):] for n in wanted)
+    value_of = {onnx_node_id(n.name, i): n.output[0] for i, n in enumerate(proto.graph.node) if n.output}
+    nodes = sorted(n for n in wanted if n in value_of)
+    names = [value_of[n] for n in nodes]
     try:
         values = ReferenceEvaluator(proto).run(names, feeds)
     except Exception as exc:
         raise RelaytraceError(f"onnx.reference could not run the reference: {describe(exc)}") from exc
     saved = {}
-    for i, (name, value) in enumerate(zip(names, values)):
+    for i, (node, value) in enumerate(zip(nodes, values)):
         np.save(folder / f"{i}.npy", np.asarray(value))
-        saved[ONNX_VALUE + name] = [str(folder / f"{i}.npy")]
+        saved[node] = [str(folder / f"{i}.npy")]
     return saved
 
 

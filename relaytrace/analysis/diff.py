@@ -60,7 +60,7 @@ def same_model(lineage_a, lineage_b) -> None:
     if ids_a != ids_b:
         only_a, only_b = sorted(ids_a - ids_b), sorted(ids_b - ids_a)
         raise RelaytraceError(
-            f"A and B are not the same model's ops (A: {lineage_a.model!r}, B: {lineage_b.model!r}): "
+            f"A and B are not the same model's ops (A: {lineage_a.build.model!r}, B: {lineage_b.build.model!r}): "
             f"{len(only_a)} ops only in A (e.g. {', '.join(only_a[:3])}), "
             f"{len(only_b)} only in B (e.g. {', '.join(only_b[:3])}); "
             "for one model through two frontends (torch and ONNX), compare --by-layer"
@@ -157,7 +157,7 @@ def _match(ops_a, ops_b) -> str:
 
 def _some_common_layer(lineage_a, lineage_b) -> None:
     if not set(lineage_a.layers()) & set(lineage_b.layers()):
-        raise RelaytraceError(f"{lineage_a.model!r} and {lineage_b.model!r} have no layer name in common: "
+        raise RelaytraceError(f"{lineage_a.build.model!r} and {lineage_b.build.model!r} have no layer name in common: "
                               "nothing to compare by layer")
 
 

@@ -78,9 +78,9 @@ def _name_hosts(lineage, out: list[LayerOutput]) -> list[LayerOutput]:
 
 def _output(lineage, layer, op, sites, builtin) -> LayerOutput:
     base = dict(layer=layer, origin=op.id, node=op.node, site="", kernel="", call=0, position=-1)
-    if op.id in lineage.eliminated_by:
+    if op.id in lineage.journal.eliminated_by:
         return LayerOutput(**base, status=NO_OUTPUT,
-                           note=f"its last op ({op.short_op}) was eliminated by {lineage.eliminated_by[op.id]}")
+                           note=f"its last op ({op.short_op}) was eliminated by {lineage.journal.eliminated_by[op.id]}")
     if not sites:
         return LayerOutput(**base, status=NOT_COMPARABLE if builtin else NO_OUTPUT,
                            note=f"its last op ({op.short_op}) runs as the VM builtin {builtin}: not compared"
@@ -102,7 +102,7 @@ def _not_comparable(lineage, op, site, k: int) -> str:
     ("" when nothing says so)."""
     if not op.node:
         return "its op names no node of a source program (not imported from torch or ONNX)"
-    if any(c.pass_name == "ConvertLayout" for c in lineage.history_by_origin.get(op.id, ())):
+    if any(c.pass_name == "ConvertLayout" for c in lineage.journal.history_by_origin.get(op.id, ())):
         return f"ConvertLayout changed its op's layout: {site.label} writes it in another"
     moved = [lineage.origins[o].short_op for o in site.origin_ids
              if lineage.origins[o].kind != OP and lineage.origins[o].short_op != "astype"]
@@ -120,7 +120,7 @@ def _not_comparable(lineage, op, site, k: int) -> str:
 def _dead(lineage, origin) -> bool:
     """An op whose value nothing used (dead code elimination removed it): not a
     layer's output, e.g. the indices a max-pool decomposition makes."""
-    return "DeadCode" in lineage.eliminated_by.get(origin.id, "")
+    return "DeadCode" in lineage.journal.eliminated_by.get(origin.id, "")
 
 
 def _known(shape) -> bool:

@@ -79,8 +79,8 @@ def _comparison(path, lineage):
         return None
     comparison = Comparison.load(path)
     unknown = [e.layer for e in comparison.layers if e.layer not in set(lineage.layers())]
-    if comparison.model != lineage.model or unknown:
-        raise RelaytraceError(f"{path} compares {comparison.model!r}, not this lineage's model {lineage.model!r}"
+    if comparison.model != lineage.build.model or unknown:
+        raise RelaytraceError(f"{path} compares {comparison.model!r}, not this lineage's model {lineage.build.model!r}"
                               + (f" (layers {', '.join(unknown[:3])} are not in it)" if unknown else "")
                               + ": pass the compare.json of the same model")
     return comparison

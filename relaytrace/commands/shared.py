@@ -83,7 +83,7 @@ def print_summary(report, out: Path | None, top: int = 10) -> None:
     ``top`` layers, time by category, coverage, and the files written to ``out``."""
     from ..render.table import category_table, coverage_summary, layer_table
 
-    echo(f"{terminal(report.lineage.model)}: {report.profile.summary()}")
+    echo(f"{terminal(report.lineage.build.model)}: {report.profile.summary()}")
     for warning in report.profile.warnings():
         echo(warning)
     echo()

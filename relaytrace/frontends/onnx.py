@@ -14,9 +14,9 @@ import os
 import tempfile
 
 from ..errors import RelaytraceError, UsageError, describe, require
-from ..model.frontend import ONNX, Program, SourceNode
+from ..model.frontend import ONNX, Program, SourceNode, onnx_node_id
 from ..model.jsonio import current_umask
-from ..model.origin import ONNX_SOURCE, ONNX_VALUE
+from ..model.origin import ONNX_SOURCE
 from ..model.shapes import check_rank
 from .common import ImportedModel, match_input_names
 
@@ -140,21 +140,20 @@ def _recording_importer(shape_dict, torch_names: bool):
             self._names = layer_names(graph.node, torch_names)
             self._types = [n.op_type for n in graph.node]
             self._node_names = [n.name for n in graph.node]
-            self._outputs = [n.output[0] if n.output else "" for n in graph.node]
             return super()._construct_nodes(graph)
 
         def _convert_operator(self, op_name, inputs, attrs, opset):
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
             k = len(self.records)
             self.records.append((self._names[k], self._types[k], ONNX_SOURCE + self._node_names[k],
-                                 ONNX_VALUE + self._outputs[k], sym))
+                                 onnx_node_id(self._node_names[k], k), sym))
             return sym
 
     return RecordingImporter(shape_dict or {}, {}, keep_params_in_input=False, sanitize=True)
 
 
 def _assign(mod, records) -> tuple[dict[int, tuple[str, str, str, str]], tuple[SourceNode, ...]]:
-    """Each binding of main: (layer, ONNX op type, ``onnx node NAME``, ``onnx:OUTPUT``) of the node whose
+    """Each binding of main: (layer, ONNX op type, ``onnx node NAME``, node id) of the node whose
     converter emitted it (or, left over, of the next node's); and the graph's nodes
     (``SourceNode``), each computing when its converter's result is a binding no
     earlier node's was (a Constant, an Identity or a shape folded to a constant: not)."""

@@ -25,17 +25,35 @@ import re
 
 from attrs import define
 
+from .names import Name
 from .ops import is_prim_func, short_op
 
-TORCH, ONNX, NN = "torch", "onnx", "nn"
+
+class Frontend(Name):
+    """The frontend that translated a model: what ``Origin.node`` and ``SourceNode.node``
+    name (a torch.export node, an ONNX node) and which reference ``compare`` runs."""
+
+    TORCH = "torch"
+    ONNX = "onnx"
+    NN = "nn"
+
+
+TORCH, ONNX, NN = Frontend.TORCH, Frontend.ONNX, Frontend.NN
+
+
+def onnx_node_id(name: str, index: int) -> str:
+    """The id of the ``index``-th node of an ONNX graph, named ``name``, as Model
+    Explorer's ONNX adapter gives it (``<node_I>`` for a node without a name)."""
+    return name or f"<node_{index}>"
 
 
 @define(frozen=True)
 class SourceNode:
     """One node of the frontend's program. ``node`` and ``op`` are in the vocabulary of
     ``Origin.node`` and ``Origin.source_op`` (for torch: the node of the program before
-    decompositions, the aten op of the translated one; for ONNX: ``onnx:OUTPUT`` and
-    the op type). ``computes``: the importer made a new value for it; a node that only
+    decompositions, the aten op of the translated one; for ONNX: the node's name, as
+    Model Explorer's ONNX adapter ids it (``<node_I>`` for the I-th node when unnamed),
+    and the op type). ``computes``: the importer made a new value for it; a node that only
     passes one of its inputs on (eval Dropout, ``.to`` the same dtype, Identity) or
     whose value folded to a constant does not, and no op may be billed to it."""
 
@@ -50,7 +68,7 @@ class Program:
     """What a frontend translated: which frontend (``TORCH``, ``ONNX``, ``NN``) and its
     nodes in translation order (none for ``NN``)."""
 
-    frontend: str
+    frontend: Frontend
     nodes: tuple[SourceNode, ...] = ()
 
 

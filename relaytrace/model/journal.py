@@ -1,10 +1,15 @@
-"""The pass journal: what each pass did to each function, and each origin's history."""
+"""The pass journal: what each pass did to each function, each origin's history, the
+ops the passes eliminated, and whether the build could be followed to its end."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from attrs import define
+from attrs import define, field
+
+from ..errors import LineageFormatError
+from .codec import Codec, codec_field
+from .jsonio import check, items_of, make_record
 
 
 @define(frozen=True)
@@ -25,11 +30,56 @@ class Change(NamedTuple):
     """One step of an origin's history: after pass N its op was carried by ``callee``.
 
     A NamedTuple rather than an attrs class: a build records one per rewritten
-    binding per pass, and a tuple of str and int is cheaper to make and is not
-    tracked by the garbage collector."""
+    binding per pass, and a tuple is cheaper to make and to hold."""
 
     index: int  # type: ignore[assignment]  # the field saved files name; tuple.index is not used
     pass_name: str
     function: str
     callee: str
     rule: str
+
+
+def _history_json(history: dict[str, tuple[Change, ...]]) -> dict:
+    """``{"changes": [[index, pass, function, callee, rule], ...], "by_origin": {origin:
+    [change index, ...]}}``: each distinct change once (a build records one per
+    rewritten binding per pass, and most are alike)."""
+    table: dict[Change, int] = {}
+    by_origin = {oid: [table.setdefault(c, len(table)) for c in changes] for oid, changes in history.items()}
+    return {"changes": [list(c) for c in table], "by_origin": by_origin}
+
+
+def _history(data, where: str) -> dict[str, tuple[Change, ...]]:
+    """The history ``_history_json`` wrote, every row and index checked."""
+    check(data, dict, where)
+    rows = items_of(data, "changes", list, where)
+    changes = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != len(Change._fields):
+            raise LineageFormatError(f"{where}.changes[{i}] must be a list of {len(Change._fields)} items "
+                                     f"({', '.join(Change._fields)})")
+        changes.append(make_record(Change, dict(zip(Change._fields, row)), f"{where}.changes[{i}]"))
+    out = {}
+    for oid, indices in items_of(data, "by_origin", dict, where).items():
+        if not isinstance(indices, list) or not all(type(i) is int and 0 <= i < len(changes) for i in indices):
+            raise LineageFormatError(f"{where}.by_origin[{oid!r}] must list indices of changes (0 to "
+                                     f"{len(changes) - 1})")
+        out[oid] = tuple(changes[i] for i in indices)
+    return out
+
+
+HISTORY = Codec(_history_json, _history)
+
+
+@define(frozen=True)
+class Journal:
+    """What the passes of a build did, as the tracker followed them: ``events`` (one per
+    pass and function, in order), ``history_by_origin`` (origin id -> each pass that
+    rewrote its op, with the rule that followed it), ``eliminated_by`` (origin id -> the
+    pass that removed its op: folded, dead code, fused away) and ``degraded`` (why the
+    build could not be followed to its end; empty when it was). Saved as the lineage's
+    ``journal``; the history as one table of distinct changes (``HISTORY``)."""
+
+    events: tuple[PassEvent, ...] = ()
+    history_by_origin: dict[str, tuple[Change, ...]] = codec_field(HISTORY, factory=dict)
+    eliminated_by: dict[str, str] = field(factory=dict)
+    degraded: tuple[str, ...] = ()

@@ -29,9 +29,12 @@ def check_schema(data, schema: str, what: str, where: str = "", made_by: str = "
 
 
 def tuples(value):
-    """JSON lists back to tuples, all the way down; records (NamedTuples) stay records."""
+    """JSON lists back to tuples, all the way down (inside objects too); records
+    (NamedTuples) stay records."""
     if type(value) in (list, tuple):
-        return tuple([tuples(v) if type(v) in (list, tuple) else v for v in value])
+        return tuple([tuples(v) if type(v) in (list, tuple, dict) else v for v in value])
+    if type(value) is dict:
+        return {k: tuples(v) if type(v) in (list, tuple, dict) else v for k, v in value.items()}
     return value
 
 
@@ -40,17 +43,17 @@ def make_record(cls, data, where: str):
     tuples, after checking every field against the record's annotations (``check``):
     no unknown or missing field, every value of its type. ``where`` names the record
     in the error (``kernels['k'][0]``), which is a ``LineageFormatError``."""
-    if not _record_is_valid(cls, data):
+    if not record_is_valid(cls, data):
         _explain_record(cls, data, where)
-    names = _name_fields(cls)
+    names = name_fields(cls)
     return cls(**{k: names[k](v) if k in names else tuples(v) for k, v in data.items()})
 
 
-def _name_fields(cls) -> dict[str, type[Enum]]:
+def name_fields(cls) -> dict[str, type[Enum]]:
     """field -> its ``Name`` Enum, for the fields annotated with one (read as members)."""
     found = _NAME_FIELDS.get(cls)
     if found is None:
-        found = _NAME_FIELDS[cls] = {name: kind for name, (kind, _) in _fields(cls).items()
+        found = _NAME_FIELDS[cls] = {name: kind for name, (kind, _) in record_fields(cls).items()
                                      if isinstance(kind, type) and issubclass(kind, Enum)}
     return found
 
@@ -62,7 +65,7 @@ def _explain_record(cls, data, where: str) -> None:
     """Raise the error that says why ``data`` is no ``cls`` record."""
     if not isinstance(data, dict):
         raise LineageFormatError(f"{where} must be an object, not {_json_kind(data)}")
-    fields = _fields(cls)
+    fields = record_fields(cls)
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise LineageFormatError(f"{where} has an unknown field {unknown[0]!r}")
@@ -78,7 +81,7 @@ def check(value, kind, where: str) -> None:
     (finite), bool, a str Enum (one of its values), a tuple (a JSON list) of such, an
     optional or union of such, or a dict of str to such; anything else is taken as it
     is. A ``LineageFormatError`` naming ``where`` otherwise."""
-    if not _is_valid(kind)(value):
+    if not is_valid(kind)(value):
         _explain(value, kind, where)
 
 
@@ -133,15 +136,15 @@ def _explain(value, kind, where: str) -> None:
 
 
 # Checking a lineage of an LLM asks hundreds of thousands of values their type: each
-# annotation is turned once into a predicate (``_is_valid``), and the slow walk that
+# annotation is turned once into a predicate (``is_valid``), and the slow walk that
 # names what is wrong (``_explain``) runs only on a value the predicate refused.
 
 @functools.cache
-def _is_valid(kind):
+def is_valid(kind):
     """A predicate: is a JSON value of the annotated type ``kind`` (as ``check`` says)."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (typing.Union, types.UnionType):
-        options = tuple(_is_valid(option) for option in args)
+        options = tuple(is_valid(option) for option in args)
         return lambda v: any(ok(v) for ok in options)
     if isinstance(kind, type) and issubclass(kind, Enum):
         values = _values(kind)
@@ -158,24 +161,24 @@ def _is_valid(kind):
         return lambda v: isinstance(v, str)
     if kind is tuple or origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            item = _is_valid(args[0])
+            item = is_valid(args[0])
             return lambda v: isinstance(v, list) and all(map(item, v))
         if args and args != ((),):
-            items = tuple(_is_valid(option) for option in args)
+            items = tuple(is_valid(option) for option in args)
             return lambda v: isinstance(v, list) and len(v) == len(items) and all(ok(i) for ok, i in zip(items, v))
         return lambda v: isinstance(v, list)
     if kind is dict or origin is dict:
-        item = _is_valid(args[1]) if args else (lambda v: True)
+        item = is_valid(args[1]) if args else (lambda v: True)
         return lambda v: isinstance(v, dict) and all(map(item, v.values()))
     return lambda v: True
 
 
-def _record_is_valid(cls, data) -> bool:
+def record_is_valid(cls, data) -> bool:
     """``make_record``'s checks as one predicate (made once per record class)."""
     found = _VALIDATORS.get(cls)
     if found is None:
-        predicates = {name: _is_valid(kind) for name, (kind, _) in _fields(cls).items()}
-        required = frozenset(name for name, (_, needed) in _fields(cls).items() if needed)
+        predicates = {name: is_valid(kind) for name, (kind, _) in record_fields(cls).items()}
+        required = frozenset(name for name, (_, needed) in record_fields(cls).items() if needed)
 
         def found(data) -> bool:
             if not isinstance(data, dict):
@@ -228,7 +231,7 @@ def _json_kind(value) -> str:
 _FIELDS: dict[type, dict[str, tuple[object, bool]]] = {}
 
 
-def _fields(cls) -> dict[str, tuple[object, bool]]:
+def record_fields(cls) -> dict[str, tuple[object, bool]]:
     """name -> (annotated type, required) of an attrs or NamedTuple record class."""
     if cls not in _FIELDS:
         hints = typing.get_type_hints(cls)
@@ -238,7 +241,7 @@ def _fields(cls) -> dict[str, tuple[object, bool]]:
         else:
             import attrs
 
-            found = {f.name: (hints.get(f.name), f.default is attrs.NOTHING) for f in attrs.fields(cls)}
+            found = {f.name: (hints.get(f.name), f.default is attrs.NOTHING) for f in attrs.fields(cls) if f.init}
         _FIELDS[cls] = found
     return _FIELDS[cls]
 

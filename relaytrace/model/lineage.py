@@ -13,21 +13,19 @@ import attrs
 from attrs import define, field
 
 from ..errors import LineageFormatError, UnknownNameError, UsageError
-from .frontend import Program, SourceNode
-from .journal import Change, PassEvent
-from .jsonio import check, check_schema, items_of, make_record, read_json, tuples, write_json
+from .build_facts import BuildFacts
+from .codec import Codec, codec_field, decode, encode
+from .frontend import Program
+from .journal import Change, Journal
+from .jsonio import read_json, write_json
 from .lineage_index import LineageIndex, index_of
+from .lineage_schema import SCHEMA, migrate
 from .names import Name
 from .ops import op_rank
 from .origin import INSERTED, OP, UNRESOLVED, Origin
 from .sitekey import SiteKey
-from .verification import SUSPECT, UNVERIFIED, LayerCheck, Member, SiteCheck, Verification, verify
+from .verification import SUSPECT, UNVERIFIED, SiteCheck, Verification, verify
 
-# /2 writes each origin's history as indices into one table of distinct changes (a
-# build records one per rewritten binding per pass, and most are alike: a third of
-# an LLM's lineage.json was them); /1 files, a record per step, still load
-SCHEMA = "relaytrace.lineage/2"
-SCHEMA_V1 = "relaytrace.lineage/1"
 
 class Part(Name):
     """An origin's part in a call site: the heaviest model op (``anchor``), another
@@ -148,37 +146,33 @@ class Coverage:
                 and not self.suspect_layers and not self.unverified_layers)
 
 
+def _origins(data, where: str) -> dict[str, Origin]:
+    return {o.id: o for o in decode(tuple[Origin, ...], data, where)}
+
+
+ORIGINS = Codec(lambda origins: [encode(o) for o in origins.values()], _origins)  # saved as a list, held by id
+
+
 @define(frozen=True)
 class Lineage:
-    """Where every kernel call of a build came from: the model's ops (``origins``, keyed
-    by stable origin id), each kernel's call sites in run order with the role each
-    origin plays there, the VM builtins, what each pass did to each origin (history,
-    eliminations, edges), the entries and their inputs, and the verification verdicts.
-    Frozen data made by ``relaytrace.build`` (or ``trace``), saved and loaded as
-    ``lineage.json`` (schema ``relaytrace.lineage/2``; /1 loads); every question about
-    it (``kernels_of``, ``origins_of``, ``history``, ``coverage``) is answered from
-    indexes built once, at the first question. No TVM is needed to read one."""
+    """Where every kernel call of a build came from: the ``build`` it is about (target,
+    pipeline, entries: ``BuildFacts``), the model's ops (``origins``, keyed by stable
+    origin id), each kernel's call sites in run order with the role each origin plays
+    there, the VM builtins, the data flow between ops and between sites, what each pass
+    did to each origin (``journal``), the verification verdicts and the frontend's
+    program they check the layers against. Frozen data made by ``relaytrace.build``
+    (or ``trace``), saved and loaded as ``lineage.json`` (schema ``SCHEMA``; files of
+    earlier schemas load through ``lineage_schema.migrate``); every question about it
+    (``kernels_of``, ``origins_of``, ``history``, ``coverage``) is answered from indexes
+    built once, at the first question. No TVM is needed to read one."""
 
-    model: str
-    target: str
-    pipeline: str
-    origins: dict[str, Origin]
-    kernels: dict[str, tuple[CallSite, ...]]
+    build: BuildFacts
+    origins: dict[str, Origin] = codec_field(ORIGINS)
+    kernels: dict[str, tuple[CallSite, ...]] = field(factory=dict)
     builtins: tuple[BuiltinSite, ...] = ()
-    events: tuple[PassEvent, ...] = ()
-    history_by_origin: dict[str, tuple[Change, ...]] = field(factory=dict)
-    eliminated_by: dict[str, str] = field(factory=dict)
-    edges: tuple[tuple[str, str], ...] = ()
-    site_edges: tuple[tuple[int, int], ...] = ()
-    degraded: tuple[str, ...] = ()
-    # entry function -> (name, shape, dtype) of each tensor parameter; a symbolic dim as its name
-    entries: dict[str, tuple[tuple[str, tuple, str], ...]] = field(factory=dict)
-    # entry -> the Relax functions its run calls (directly or not): the VM runs them, they are no kernels
-    calls: dict[str, tuple[str, ...]] = field(factory=dict)
-    tuned: tuple[str, ...] = ()  # kernels whose schedule a MetaSchedule database gave
-    # shape function -> the kernels whose allocations it sizes, read from the IR (``truth.shape_consumers``)
-    shape_consumers: dict[str, tuple[str, ...]] = field(factory=dict)
-    kernel_members: dict[str, tuple[Member, ...]] = field(factory=dict)  # kernel -> its PrimFuncs, from the IR
+    edges: tuple[tuple[str, str], ...] = ()  # data flow between origins
+    site_edges: tuple[tuple[int, int], ...] = ()  # data flow between call sites, by position
+    journal: Journal = field(factory=Journal)
     verification: Verification | None = None  # ``verify()`` of this lineage, made by the build
     program: Program | None = None  # what the frontend translated: the evidence for the layers (``model.frontend``)
     schema: str = SCHEMA
@@ -197,17 +191,17 @@ class Lineage:
 
     def entry(self, name: str | None = None) -> str:
         """The entry function a run or a report is about (``choose_entry``)."""
-        return choose_entry(self.entries, name)
+        return choose_entry(self.build.entries, name)
 
     @property
     def subfunctions(self) -> tuple[str, ...]:
         """Every Relax function some entry calls."""
-        return tuple(sorted({f for called in self.calls.values() for f in called}))
+        return tuple(sorted({f for called in self.build.calls.values() for f in called}))
 
     @property
     def inputs(self) -> tuple[tuple[str, tuple, str], ...]:
         """The tensor inputs of the default entry (``entry()``)."""
-        return self.entries.get(self.entry(), ())
+        return self.build.entries.get(self.entry(), ())
 
     def for_entry(self, name: str | None = None) -> Lineage:
         """This lineage as one entry function's run sees it: that entry's call sites
@@ -218,7 +212,7 @@ class Lineage:
         one entry. Made once per entry (a lineage is frozen): the report, its renderers
         and the attribution ask for the same entry's view many times."""
         entry = self.entry(name)
-        if len(self.entries) <= 1:
+        if len(self.build.entries) <= 1:
             return self
         view = self._entry_views.get(entry)
         if view is None:
@@ -228,7 +222,7 @@ class Lineage:
     def _view_of(self, entry: str) -> Lineage:
         kernels = {k: kept for k, v in self.kernels.items() if (kept := tuple(s for s in v if s.function == entry))}
         builtins = tuple(b for b in self.builtins if b.function == entry)
-        functions = {entry, *self.calls.get(entry, ())}
+        functions = {entry, *self.build.calls.get(entry, ())}
         run = {o for v in kernels.values() for s in v for o in s.origin_ids} | {o for b in builtins for o in b.origins}
         own = {o.id for o in self.origins.values() if o.function in functions and o.kind == OP}
         keep = own | run | {o.id for o in self.origins.values() if o.kind != OP and set(o.serves) & own}
@@ -237,17 +231,20 @@ class Lineage:
         if verification is not None:
             verification = Verification(tuple(c for c in verification.sites if c.position in positions),
                                         verification.problems)
+        build, journal = self.build, self.journal
         return attrs.evolve(
             self, origins={k: o for k, o in self.origins.items() if k in keep}, kernels=kernels, builtins=builtins,
-            history_by_origin={k: v for k, v in self.history_by_origin.items() if k in keep},
-            eliminated_by={k: v for k, v in self.eliminated_by.items() if k in keep},
             edges=tuple(e for e in self.edges if e[0] in keep and e[1] in keep),
             site_edges=tuple(e for e in self.site_edges if e[0] in positions and e[1] in positions),
-            entries={entry: self.entries[entry]},
-            calls={entry: self.calls[entry]} if entry in self.calls else {},
-            events=tuple(e for e in self.events if e.function in functions),
-            tuned=tuple(k for k in self.tuned if k in kernels),
-            kernel_members={k: v for k, v in self.kernel_members.items() if k in kernels},
+            build=attrs.evolve(
+                build, entries={entry: build.entries[entry]},
+                calls={entry: build.calls[entry]} if entry in build.calls else {},
+                tuned=tuple(k for k in build.tuned if k in kernels),
+                kernel_members={k: v for k, v in build.kernel_members.items() if k in kernels}),
+            journal=attrs.evolve(
+                journal, events=tuple(e for e in journal.events if e.function in functions),
+                history_by_origin={k: v for k, v in journal.history_by_origin.items() if k in keep},
+                eliminated_by={k: v for k, v in journal.eliminated_by.items() if k in keep}),
             verification=verification,
         )
 
@@ -291,12 +288,12 @@ class Lineage:
     def history(self, name: str) -> tuple[Change, ...]:
         """Each pass that rewrote the op, in order, with the rule that followed it."""
         ids = self.resolve(name)
-        steps = [c for o in sorted(ids) for c in self.history_by_origin.get(o, ())]
+        steps = [c for o in sorted(ids) for c in self.journal.history_by_origin.get(o, ())]
         return tuple(sorted(steps, key=lambda c: c.index))
 
     def eliminated(self) -> dict[str, str]:
         """Origin id -> the pass that removed it (folded, dead code, fused away)."""
-        return dict(self.eliminated_by)
+        return dict(self.journal.eliminated_by)
 
     def inserted(self) -> tuple[Origin, ...]:
         """The ops a pass added (layout transforms, casts, shape work), each serving the
@@ -345,9 +342,10 @@ class Lineage:
         in_builtins = {o for b in self.builtins for o in b.origins}
         inputs = [o for o in self.origins.values() if o.kind == OP]
         layer_checks = self.verification.layers if self.verification is not None else ()
+        eliminated = self.journal.eliminated_by
         unaccounted = tuple(
             o.id for o in inputs
-            if o.id not in in_kernels and o.id not in in_builtins and o.id not in self.eliminated_by
+            if o.id not in in_kernels and o.id not in in_builtins and o.id not in eliminated
         )
         return Coverage(
             call_sites=len(sites),
@@ -355,13 +353,13 @@ class Lineage:
             origins=len(inputs),
             in_kernels=sum(1 for o in inputs if o.id in in_kernels),
             in_builtins=sum(1 for o in inputs if o.id in in_builtins and o.id not in in_kernels),
-            eliminated=sum(1 for o in inputs if o.id in self.eliminated_by),
+            eliminated=sum(1 for o in inputs if o.id in eliminated),
             unaccounted=unaccounted,
             unresolved=tuple(o.id for o in self.unresolved()),
             suspect=self._sites_with(SUSPECT),
             unverified=self._sites_with(UNVERIFIED),
             problems=self.verification.problems if self.verification is not None else (),
-            degraded=self.degraded,
+            degraded=self.journal.degraded,
             layers=len(layer_checks),
             suspect_layers=tuple(c.layer for c in layer_checks if c.status == SUSPECT),
             unverified_layers=tuple(c.layer for c in layer_checks if c.status == UNVERIFIED),
@@ -413,95 +411,14 @@ class Lineage:
 
     def to_json(self) -> dict:
         """The lineage as plain JSON data, as ``save`` writes it (``from_json`` reads it)."""
-        return {
-            "schema": self.schema,
-            "model": self.model,
-            "target": self.target,
-            "pipeline": self.pipeline,
-            "origins": [attrs.asdict(o) for o in self.origins.values()],
-            "kernels": {k: [{**attrs.asdict(s, recurse=False), "roles": [r._asdict() for r in s.roles]} for s in v]
-                        for k, v in self.kernels.items()},
-            "builtins": [attrs.asdict(b) for b in self.builtins],
-            "events": [attrs.asdict(e) for e in self.events],
-            "history": _history_json(self.history_by_origin),
-            "eliminated": self.eliminated_by,
-            "edges": self.edges,
-            "site_edges": self.site_edges,
-            "degraded": self.degraded,
-            "entries": self.entries,
-            "calls": self.calls,
-            "tuned": self.tuned,
-            "shape_consumers": self.shape_consumers,
-            "kernel_members": {k: [attrs.asdict(m) for m in v] for k, v in self.kernel_members.items()},
-            "verification": attrs.asdict(self.verification) if self.verification is not None else None,
-            "program": attrs.asdict(self.program) if self.program is not None else None,
-        }
+        return {"schema": self.schema, **encode(self)}
 
     @classmethod
     def from_json(cls, data: dict, where: str = "lineage") -> Lineage:
-        """The lineage a JSON object holds, every record and reference checked: a
-        ``LineageFormatError`` naming the field (``where`` names the file) otherwise."""
-        check_schema(data, SCHEMA_V1 if isinstance(data, dict) and data.get("schema") == SCHEMA_V1 else SCHEMA,
-                     "lineage", where)
-        for key in ("model", "target", "pipeline"):
-            if key not in data:
-                raise LineageFormatError(f"{where} has no field {key!r}")
-            check(data[key], str, f"{where}: {key}")
-        origins = {}
-        for i, o in enumerate(items_of(data, "origins", list, where)):
-            origin = make_record(Origin, o, f"{where}: origins[{i}]")
-            origins[origin.id] = origin
-
-        def sites(name, listed):
-            if not isinstance(listed, list):
-                raise LineageFormatError(f"{where}: kernels[{name!r}] must be a list")
-            out = []
-            for i, s in enumerate(listed):
-                at = f"{where}: kernels[{name!r}][{i}]"
-                roles = [make_record(Role, r, f"{at}.roles[{j}]") for j, r in enumerate(items_of(s, "roles", list, at))]
-                out.append(make_record(CallSite, {**s, "roles": roles}, at))
-            return tuple(out)
-
-        def records(key, record):
-            return tuple(make_record(record, r, f"{where}: {key}[{i}]")
-                         for i, r in enumerate(items_of(data, key, list, where)))
-
-        def table(key, record):
-            if key not in data:
-                return {}
-            return {k: tuple(make_record(record, r, f"{where}: {key}[{k!r}][{i}]")
-                             for i, r in enumerate(items_of(data[key], k, list, f"{where}: {key}")))
-                    for k in items_of(data, key, dict, where)}
-
-        plain = {key: kind for key, kind in (
-            ("eliminated", dict[str, str]), ("edges", tuple[tuple[str, str], ...]),
-            ("site_edges", tuple[tuple[int, int], ...]), ("degraded", tuple[str, ...]),
-            ("entries", dict[str, tuple]), ("calls", dict[str, tuple[str, ...]]), ("tuned", tuple[str, ...]),
-            ("shape_consumers", dict[str, tuple[str, ...]]))}
-        for key, kind in plain.items():
-            if key in data:
-                check(data[key], kind, f"{where}: {key}")
-        lineage = cls(
-            model=data["model"], target=data["target"], pipeline=data["pipeline"],
-            origins=origins,
-            kernels={k: sites(k, v) for k, v in items_of(data, "kernels", dict, where).items()},
-            builtins=records("builtins", BuiltinSite),
-            events=records("events", PassEvent),
-            history_by_origin=table("history", Change) if data["schema"] == SCHEMA_V1
-            else _history(items_of(data, "history", dict, where), f"{where}: history"),
-            eliminated_by=dict(items_of(data, "eliminated", dict, where)),
-            edges=tuples(items_of(data, "edges", list, where)),
-            site_edges=tuples(items_of(data, "site_edges", list, where)),
-            degraded=tuple(items_of(data, "degraded", list, where)),
-            entries={k: tuples(v) for k, v in data["entries"].items()} if "entries" in data
-            else {"main": tuples(data.get("inputs", ()))} if data.get("inputs") else {},
-            calls={k: tuple(v) for k, v in data.get("calls", {}).items()},
-            tuned=tuple(data.get("tuned", ())),
-            shape_consumers={k: tuple(v) for k, v in data.get("shape_consumers", {}).items()},
-            kernel_members=table("kernel_members", Member),
-            verification=_verification(data.get("verification"), where),
-            program=_program(data.get("program"), where),
-        )
+        """The lineage a JSON object holds (of this schema or an earlier one: ``migrate``),
+        every record and reference checked: a ``LineageFormatError`` naming the field
+        (``where`` names the file) otherwise."""
+        lineage = decode(cls, migrate(data, where), where)
         _check_references(lineage, where)
         return lineage
 
@@ -514,32 +431,6 @@ class Lineage:
         """The lineage saved at ``path``; a file that is not one is a one-line
         ``LineageFormatError`` naming the file and the field."""
         return cls.from_json(read_json(path, "lineage"), str(path))
-
-
-def _history_json(history: dict[str, tuple[Change, ...]]) -> dict:
-    """``{"changes": [[index, pass, function, callee, rule], ...], "by_origin": {origin:
-    [change index, ...]}}``: each distinct change once."""
-    table: dict[Change, int] = {}
-    by_origin = {oid: [table.setdefault(c, len(table)) for c in changes] for oid, changes in history.items()}
-    return {"changes": [list(c) for c in table], "by_origin": by_origin}
-
-
-def _history(data: dict, where: str) -> dict[str, tuple[Change, ...]]:
-    """The history ``_history_json`` wrote, every row and index checked."""
-    rows = items_of(data, "changes", list, where)
-    changes = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, list) or len(row) != len(Change._fields):
-            raise LineageFormatError(f"{where}.changes[{i}] must be a list of {len(Change._fields)} items "
-                                     f"({', '.join(Change._fields)})")
-        changes.append(make_record(Change, dict(zip(Change._fields, row)), f"{where}.changes[{i}]"))
-    out = {}
-    for oid, indices in items_of(data, "by_origin", dict, where).items():
-        if not isinstance(indices, list) or not all(type(i) is int and 0 <= i < len(changes) for i in indices):
-            raise LineageFormatError(f"{where}.by_origin[{oid!r}] must list indices of changes (0 to "
-                                     f"{len(changes) - 1})")
-        out[oid] = tuple(changes[i] for i in indices)
-    return out
 
 
 def choose_entry(entries, name: str | None = None) -> str:
@@ -559,30 +450,6 @@ def choose_entry(entries, name: str | None = None) -> str:
                           "choose one (--entry NAME, entry=NAME)")
 
 
-def _program(data, where: str) -> Program | None:
-    if data is None:
-        return None
-    at = f"{where}: program"
-    check(data, dict, at)
-    nodes = tuple(make_record(SourceNode, n, f"{at}.nodes[{i}]")
-                  for i, n in enumerate(items_of(data, "nodes", list, at)))
-    check(data.get("frontend"), str, f"{at}.frontend")
-    return Program(data["frontend"], nodes)
-
-
-def _verification(data, where: str) -> Verification | None:
-    if data is None:
-        return None
-    at = f"{where}: verification"
-    check(data, dict, at)
-    check(data.get("problems", []), tuple[str, ...], f"{at}.problems")
-    return Verification(sites=tuple(make_record(SiteCheck, c, f"{at}.sites[{i}]")
-                                    for i, c in enumerate(items_of(data, "sites", list, at))),
-                        problems=tuples(data.get("problems", ())),
-                        layers=tuple(make_record(LayerCheck, c, f"{at}.layers[{i}]")
-                                     for i, c in enumerate(data.get("layers", ()))))
-
-
 def _check_references(lineage: Lineage, where: str) -> None:
     """Every origin id a site, builtin, history, elimination, served op or data-flow
     edge names is one of the lineage's origins; every edge and verdict is about a site
@@ -600,8 +467,8 @@ def _check_references(lineage: Lineage, where: str) -> None:
                                          f"not 0 to {len(numbers) - 1}")
     named = [(f"kernels[{s.kernel!r}] call {s.call}", r.origin) for s in lineage.call_sites for r in s.roles]
     named += [(f"builtin {b.name!r}", o) for b in lineage.builtins for o in b.origins]
-    named += [("history", o) for o in lineage.history_by_origin]
-    named += [("eliminated", o) for o in lineage.eliminated_by]
+    named += [("journal.history_by_origin", o) for o in lineage.journal.history_by_origin]
+    named += [("journal.eliminated_by", o) for o in lineage.journal.eliminated_by]
     named += [(f"origin {o.id!r} serves", s) for o in known.values() for s in o.serves]
     named += [(f"edges[{i}]", o) for i, edge in enumerate(lineage.edges) for o in edge]
     for what, origin in named:

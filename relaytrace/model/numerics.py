@@ -9,12 +9,12 @@ writes it (``relaytrace.analysis.layer_outputs``); a layer whose output stays in
 
 from __future__ import annotations
 
-import attrs
 import numpy as np
 from attrs import define
 
 from ..errors import LineageFormatError
-from .jsonio import check, check_schema, items_of, make_record, read_json, write_json
+from .codec import decode, encode
+from .jsonio import check_schema, read_json, write_json
 from .names import Name
 
 SCHEMA = "relaytrace.compare/1"
@@ -103,8 +103,7 @@ class Comparison:
     def to_json(self) -> dict:
         """The comparison as plain JSON data, as ``save`` writes it."""
         first, nan = self.first_beyond, self.first_nan
-        return {"schema": self.schema, "model": self.model, "entry": self.entry, "atol": self.atol,
-                "rtol": self.rtol, "precision": self.precision, "layers": [attrs.asdict(e) for e in self.layers],
+        return {"schema": self.schema, **encode(self),
                 "first_beyond": first.layer if first else None,  # derived, for scripts
                 "first_nan": nan.layer if nan else None}
 
@@ -113,15 +112,9 @@ class Comparison:
         """The comparison a JSON object holds, every field checked (a
         ``LineageFormatError`` naming it otherwise)."""
         check_schema(data, SCHEMA, "compare", where, made_by="`relaytrace compare --out DIR` (or Comparison.save)")
-        for key, kind in (("model", str), ("entry", str), ("precision", str), ("atol", float), ("rtol", float)):
-            if key not in data:
-                raise LineageFormatError(f"{where} has no field {key!r}")
-            check(data[key], kind, f"{where}: {key}")
-        layers = tuple(make_record(LayerError, e, f"{where}: layers[{i}]")
-                       for i, e in enumerate(items_of(data, "layers", list, where)))
-        _check_ranges(data, layers, where)
-        return cls(model=data["model"], entry=data["entry"], atol=float(data["atol"]), rtol=float(data["rtol"]),
-                   precision=data["precision"], layers=layers)
+        comparison = decode(cls, {k: v for k, v in data.items() if k not in _DERIVED}, where)
+        _check_ranges(comparison, where)
+        return comparison
 
     def save(self, path, overwrite: bool = False):
         """Writes ``compare.json`` whole or not at all; an existing file only with ``overwrite``."""
@@ -133,15 +126,17 @@ class Comparison:
         return cls.from_json(read_json(path, "compare"), str(path))
 
 
+_DERIVED = ("first_beyond", "first_nan")  # written for scripts, made again from the layers
 _COUNTS = ("nan", "inf", "reference_nan")  # counts of elements
 _ERRORS = ("max_abs", "max_rel", "tolerance_ratio")  # magnitudes, or None
 
 
-def _check_ranges(data, layers, where: str) -> None:
+def _check_ranges(comparison: Comparison, where: str) -> None:
     """Every figure of a comparison is one ``error_of`` can make: tolerances, counts,
     errors and dims at least 0, a cosine from -1 to 1; a ``LineageFormatError``
     naming the file and field otherwise (an edited or corrupt file)."""
-    fields = [(key, data[key]) for key in ("atol", "rtol")]
+    layers = comparison.layers
+    fields = [(key, getattr(comparison, key)) for key in ("atol", "rtol")]
     for i, e in enumerate(layers):
         fields += [(f"layers[{i}].{name}", getattr(e, name)) for name in _COUNTS + _ERRORS]
         fields += [(f"layers[{i}].shape", min(e.shape, default=0))]

@@ -26,8 +26,7 @@ OP, INSERTED, UNRESOLVED = Kind.OP, Kind.INSERTED, Kind.UNRESOLVED
 Shape = tuple
 
 
-ONNX_VALUE = "onnx:"  # Origin.node of an ONNX op: this, then the name of its node's first output
-ONNX_SOURCE = "onnx node "  # Origin.source of an ONNX op: this, then its node's name
+ONNX_SOURCE = "onnx node "  # Origin.source of an ONNX op, in words: this, then its node's name
 
 
 @define(frozen=True, slots=False)
@@ -50,7 +49,7 @@ class Origin:
     serves: tuple[str, ...] = ()
     source_op: str = ""  # the frontend's op (aten op, ONNX op_type), when imported
     source: str = ""  # where it came from: "file.py:LINE" of the torch forward, "onnx node NAME"
-    node: str = ""  # its torch.export node (Model Explorer's node id), or "onnx:" + its ONNX node's first output
+    node: str = ""  # its node in the frontend's graph (``Program.frontend``), by Model Explorer's node id
 
     @property
     def short_op(self) -> str:

@@ -7,7 +7,8 @@ import statistics
 from attrs import define, field
 
 from ..errors import LineageFormatError
-from .jsonio import check, check_schema, items_of, make_record, read_json, tuples, write_json
+from .codec import Codec, codec_field, decode, encode
+from .jsonio import check, check_schema, make_record, read_json, write_json
 from .names import Name
 from .sitekey import SiteKey
 
@@ -58,6 +59,28 @@ class ArgInfo:
     dtypes: tuple[str, ...]
 
 
+_RECORD_FIELDS = ("name", "call", "run", "start_us", "duration_us", "kind")
+
+
+def _call_record(row, where: str) -> CallRecord:
+    if not isinstance(row, list) or len(row) != len(_RECORD_FIELDS):
+        raise LineageFormatError(f"{where} must be a list [{', '.join(_RECORD_FIELDS)}]")
+    record = make_record(CallRecord, dict(zip(_RECORD_FIELDS, row)), where)
+    if record.call < 0 or record.run < 0 or not 0 <= record.duration_us <= MAX_US or abs(record.start_us) > MAX_US:
+        raise LineageFormatError(f"{where} is out of range: call and run from 0, times 0 to {MAX_US:g} us")
+    return record
+
+
+def _records(rows, where: str) -> tuple[CallRecord, ...]:
+    check(rows, tuple, where)
+    return tuple(_call_record(r, f"{where}[{i}]") for i, r in enumerate(rows))
+
+
+# a profile holds a record per call per run: each saved as a row, not an object
+RECORDS = Codec(lambda records: [[r.name, r.call, r.run, r.start_us, r.duration_us, r.kind] for r in records],
+                _records)
+
+
 @define(frozen=True)
 class Profile:
     """Every timed call of one entry function's runs (``records``), the end-to-end
@@ -71,7 +94,7 @@ class Profile:
     device: str
     mode: str
     repeat: int
-    records: tuple[CallRecord, ...]
+    records: tuple[CallRecord, ...] = codec_field(RECORDS)
     args: dict[str, ArgInfo] = field(factory=dict)  # SiteKey.in_entry -> argument shapes (``arg``)
     e2e_us: tuple[float, ...] = ()
     entry: str = "main"  # the entry function that ran
@@ -198,16 +221,9 @@ class Profile:
 
     def to_json(self) -> dict:
         """The profile as plain JSON data, with each site's medians (``site_times``)."""
-        return {
-            "schema": self.schema, "model": self.model, "target": self.target, "device": self.device,
-            "mode": self.mode, "repeat": self.repeat,
-            "records": [[r.name, r.call, r.run, r.start_us, r.duration_us, r.kind] for r in self.records],
-            "args": {k: {"shapes": v.shapes, "dtypes": v.dtypes} for k, v in self.args.items()},
-            "e2e_us": self.e2e_us, "entry": self.entry, "inputs": self.inputs, "remote": self.remote,
-            "arguments": self.arguments,
-            "site_times": {site.in_entry: [t.median_us, t.min_us, t.max_us]
-                           for site, t in self.site_times().items()},  # derived: median, min, max
-        }
+        return {"schema": self.schema, **encode(self),
+                "site_times": {site.in_entry: [t.median_us, t.min_us, t.max_us]
+                               for site, t in self.site_times().items()}}  # derived: median, min, max
 
     @classmethod
     def from_json(cls, data, where: str = "profile") -> Profile:
@@ -215,32 +231,16 @@ class Profile:
         duration is 0 to ``MAX_US``; at least one end-to-end run, every profile has
         one): a ``LineageFormatError`` naming it otherwise."""
         check_schema(data, SCHEMA, "profile", where)
-        scalars = {"model": str, "target": str, "device": str, "mode": str, "repeat": int, "entry": str,
-                   "remote": str, "arguments": str, "e2e_us": tuple[float, ...],
-                   "inputs": tuple[tuple[str, tuple, str], ...]}
-        for key, kind in scalars.items():
-            if key in data:
-                check(data[key], kind, f"{where}: {key}")
-            elif key in _REQUIRED:
-                raise LineageFormatError(f"{where} has no field {key!r}")
-        records = tuple(_call_record(r, f"{where}: records[{i}]")
-                        for i, r in enumerate(items_of(data, "records", list, where)))
-        args = {k: make_record(ArgInfo, v, f"{where}: args[{k!r}]")
-                for k, v in items_of(data, "args", dict, where).items()}
-        if not data["e2e_us"]:
+        profile = decode(cls, {k: v for k, v in data.items() if k != "site_times"}, where)
+        if not profile.e2e_us:
             raise LineageFormatError(f"{where}: e2e_us is empty, so the profile has no end-to-end time to share out; "
                                      "profile the model again (`relaytrace profile`)")
-        if data["repeat"] < 1 or any(not 0 <= t <= MAX_US for t in data["e2e_us"]):
+        if profile.repeat < 1 or any(not 0 <= t <= MAX_US for t in profile.e2e_us):
             raise LineageFormatError(f"{where}: repeat must be at least 1 and each e2e_us 0 to {MAX_US:g}")
-        if data["mode"] not in ("timeline", "isolated") or data.get("arguments", LOCAL_RUN) not in (LOCAL_RUN, FROM_IR):
+        if profile.mode not in ("timeline", "isolated") or profile.arguments not in (LOCAL_RUN, FROM_IR):
             raise LineageFormatError(f"{where}: mode must be timeline or isolated, arguments {LOCAL_RUN!r} or "
                                      f"{FROM_IR!r}")
-        return cls(
-            model=data["model"], target=data["target"], device=data["device"], mode=data["mode"],
-            repeat=data["repeat"], records=records, args=args, e2e_us=tuple(data["e2e_us"]),
-            entry=data.get("entry", "main"), inputs=tuples(data.get("inputs", ())), remote=data.get("remote", ""),
-            arguments=data.get("arguments", LOCAL_RUN),
-        )
+        return profile
 
     def save(self, path, overwrite: bool = False):
         """Writes ``profile.json`` whole or not at all; an existing file only with ``overwrite``."""
@@ -254,14 +254,3 @@ class Profile:
 
 
 MAX_US = 1e12  # a call or run over 11 days is a corrupt file, not a measurement
-_REQUIRED = ("model", "target", "device", "mode", "repeat", "e2e_us")
-_RECORD_FIELDS = ("name", "call", "run", "start_us", "duration_us", "kind")
-
-
-def _call_record(row, where: str) -> CallRecord:
-    if not isinstance(row, list) or len(row) != len(_RECORD_FIELDS):
-        raise LineageFormatError(f"{where} must be a list [{', '.join(_RECORD_FIELDS)}]")
-    record = make_record(CallRecord, dict(zip(_RECORD_FIELDS, row)), where)
-    if record.call < 0 or record.run < 0 or not 0 <= record.duration_us <= MAX_US or abs(record.start_us) > MAX_US:
-        raise LineageFormatError(f"{where} is out of range: call and run from 0, times 0 to {MAX_US:g} us")
-    return record

@@ -120,7 +120,7 @@ class Verification:
 def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> Verification:
     """Check every kernel call site of ``lineage`` against ``members`` (kernel ->
     its PrimFuncs; default: the lineage's own ``kernel_members``)."""
-    members = lineage.kernel_members if members is None else members
+    members = lineage.build.kernel_members if members is None else members
     origins = lineage.origins
     sites = lineage.call_sites
     # (op origin, frame) -> the sites that run it (not only a part of it); a frame is one
@@ -168,11 +168,12 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
     problems = [
         f"{oid} ({origins[oid].short_op}) is reported eliminated by {pass_name}, a fusion pass, "
         f"which eliminates no compute op"
-        for oid, pass_name in lineage.eliminated_by.items()
+        for oid, pass_name in lineage.journal.eliminated_by.items()
         if pass_name in FUSION_PASSES and origins[oid].kind == OP and not is_data_movement(origins[oid].op)
     ]
-    problems += [f"{oid} is reported eliminated by {lineage.eliminated_by[oid]} but runs at "
-                 f"{', '.join(s.label for s in running[oid])}" for oid in lineage.eliminated_by if oid in running]
+    eliminated = lineage.journal.eliminated_by
+    problems += [f"{oid} is reported eliminated by {eliminated[oid]} but runs at "
+                 f"{', '.join(s.label for s in running[oid])}" for oid in eliminated if oid in running]
     at_sites = {oid for site in sites for oid in site.origin_ids}
     problems += [why for oid, why in program.wrong.items() if oid not in at_sites]
     problems += [missing_reason(node) for node in program.missing]
@@ -319,7 +320,7 @@ def _shape_claims(site, lineage, where) -> tuple[list[str], list[str]]:
         origin = lineage.origins[oid]
         if origin.kind != "inserted" or not is_shape_computation(origin.op):
             continue
-        consumers = lineage.shape_consumers.get(site.kernel)
+        consumers = lineage.build.shape_consumers.get(site.kernel)
         if consumers is None:
             unknown.append(f"{oid}: which kernels {site.kernel} sizes was not read from the IR")
             continue

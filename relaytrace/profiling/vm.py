@@ -51,7 +51,7 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     say = progress or (lambda message: None)
     if remote is not None:
         return _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say)
-    device = device or device_here(lineage.target)
+    device = device or device_here(lineage.build.target)
     args = [tvm.runtime.tensor(a, device) for a in arrays]
     vm = _vm(executable, device)
     skip = frozenset(lineage.subfunctions)
@@ -99,7 +99,7 @@ def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat,
     arguments of the shapes the compiled IR gives it (``site_arguments``)."""
     from .remote import local_device, run_remote
 
-    device = local_device(lineage.target)
+    device = local_device(lineage.build.target)
     if device is not None:
         say("capturing each site's arguments in a local run")
         vm = _vm(executable, device, " (a remote profile of a build for this machine captures each site's "
@@ -112,7 +112,7 @@ def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat,
     else:
         arg_info, captured = site_arguments(lineage)
         source = FROM_IR
-    timings, e2e, where = run_remote(executable, library, lineage.target, entry, arrays, captured, remote, repeat,
+    timings, e2e, where = run_remote(executable, library, lineage.build.target, entry, arrays, captured, remote, repeat,
                                      number, say)
     return _profile(lineage, entry, arrays, where, "isolated", repeat, _site_records(timings, repeat), arg_info,
                     e2e, remote.describe(), source)
@@ -151,9 +151,9 @@ def _values(rng, shape, dtype: str, where: str) -> np.ndarray:
 
 def _profile(lineage, entry, arrays, device: str, mode, repeat, records, arg_info, e2e_s, remote: str = "",
              arguments: str = LOCAL_RUN) -> Profile:
-    signature = lineage.entries.get(entry) or ()
+    signature = lineage.build.entries.get(entry) or ()
     return Profile(
-        model=lineage.model, target=lineage.target, device=device, mode=mode, repeat=repeat,
+        model=lineage.build.model, target=lineage.build.target, device=device, mode=mode, repeat=repeat,
         records=tuple(records), args={site.in_entry: a for site, a in arg_info.items()},
         e2e_us=tuple(t * 1e6 for t in e2e_s), entry=entry,
         inputs=tuple((name, tuple(a.shape), str(a.dtype)) for (name, _, _), a in zip(signature, arrays)),
@@ -168,9 +168,9 @@ def check_inputs(lineage: Lineage, inputs, entry: str | None = None) -> list[np.
         inputs = [inputs]
     arrays = [value.numpy() if hasattr(value, "numpy") else np.asarray(value) for value in inputs]
     entry = lineage.entry(entry)
-    signature = lineage.entries.get(entry)
+    signature = lineage.build.entries.get(entry)
     if signature:
-        what = lineage.model if entry == "main" else f"{lineage.model}.{entry}"
+        what = lineage.build.model if entry == "main" else f"{lineage.build.model}.{entry}"
         bind(signature, [(tuple(a.shape), str(a.dtype)) for a in arrays], what)
     return arrays
 

@@ -24,7 +24,7 @@ def chrome_trace(report) -> dict:
     events = []
     for run in range(profile.runs):
         events.append({"name": "process_name", "ph": "M", "pid": run + 1, "tid": 0,
-                       "args": {"name": f"{lineage.model}.{profile.entry} run {run} ({profile.mode})"}})
+                       "args": {"name": f"{lineage.build.model}.{profile.entry} run {run} ({profile.mode})"}})
         for tid, label in ((1, "kernels"), (2, "VM builtins")):
             events.append({"name": "thread_name", "ph": "M", "pid": run + 1, "tid": tid,
                            "args": {"name": f"{profile.entry} {label}"}})
@@ -41,7 +41,7 @@ def chrome_trace(report) -> dict:
         })
     events.extend(_flows(lineage, profile, sites))
     return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"model": lineage.model, "entry": profile.entry, "target": lineage.target,
+            "otherData": {"model": lineage.build.model, "entry": profile.entry, "target": lineage.build.target,
                           "device": profile.device}}
 
 

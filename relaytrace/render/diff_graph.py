@@ -28,7 +28,7 @@ def diff_graph(lineage, rows):
         ratio = by_layer[layer].ratio if layer in by_layer else None
         return ("no time" if ratio is None else f"x{ratio:.2f}"), _fill(ratio)
 
-    g = _layers(lineage, "diff", f"{lineage.model}: B / A per layer (green = B faster)", describe)
+    g = _layers(lineage, "diff", f"{lineage.build.model}: B / A per layer (green = B faster)", describe)
     _legend(g)
     return g
 
@@ -55,7 +55,7 @@ def error_graph(lineage, comparison):
         return text, {"fillcolor": _ERROR[step], "fontcolor": "white" if step >= 3 else "black"}
 
     return _layers(lineage, "errors",
-                   f"{lineage.model}: each layer's output against the reference (atol {comparison.atol:g}, rtol "
+                   f"{lineage.build.model}: each layer's output against the reference (atol {comparison.atol:g}, rtol "
                    f"{comparison.rtol:g}; darker: closer to the tolerance; red: beyond)", describe)
 
 

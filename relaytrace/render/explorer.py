@@ -13,7 +13,7 @@ keyed by node id), which applies to whichever graph is open.
 from __future__ import annotations
 
 from ..analysis.attribution import COMPUTE
-from ..model.origin import ONNX_SOURCE, ONNX_VALUE, OP
+from ..model.origin import OP
 
 FILES = ("explorer-time.json", "explorer-kernels.json", "explorer-category.json")
 _GRADIENT = [{"stop": 0, "bgColor": "#fff5f0"}, {"stop": 0.5, "bgColor": "#fb6a4a"}, {"stop": 1, "bgColor": "#99000d"}]
@@ -33,7 +33,7 @@ def node_data(report) -> dict[str, dict]:
     Nodes with no op of ours (inputs, parameters, the output) are left out. Empty when
     the lineage names no nodes (a Relax module of your own, a TVM nn model)."""
     lineage = report.lineage
-    node_of = {o.id: node for o in lineage.origins.values() if o.kind == OP and (node := _node_id(o))}
+    node_of = {o.id: o.node for o in lineage.origins.values() if o.kind == OP and o.node}
     if not node_of:
         return {}
     time = dict.fromkeys(node_of.values(), 0.0)
@@ -57,8 +57,8 @@ def node_data(report) -> dict[str, dict]:
     builtin = {node_of[o] for b in lineage.builtins for o in b.origins if o in node_of}
     eliminated: dict[str, str] = {}
     for oid, node in node_of.items():
-        if oid in lineage.eliminated_by:
-            eliminated.setdefault(node, lineage.eliminated_by[oid])
+        if oid in lineage.journal.eliminated_by:
+            eliminated.setdefault(node, lineage.journal.eliminated_by[oid])
 
     def category(node):
         if node in computed:
@@ -71,7 +71,7 @@ def node_data(report) -> dict[str, dict]:
             return "VM builtin"
         return f"eliminated by {eliminated[node]}" if node in eliminated else "no kernel"
 
-    name = f"{lineage.model}.{report.profile.entry}"
+    name = f"{lineage.build.model}.{report.profile.entry}"
     return {
         FILES[0]: {"name": f"{name}: time (us per run)",
                    "results": {n: {"value": round(us, 3)} for n, us in time.items()},
@@ -80,14 +80,6 @@ def node_data(report) -> dict[str, dict]:
                    "results": {n: {"value": " ".join(s)} for n, s in sites.items() if s}},
         FILES[2]: {"name": f"{name}: category", "results": {n: {"value": category(n)} for n in time}},
     }
-
-
-def _node_id(origin) -> str:
-    """Model Explorer's id of the node an op came from ("" when unknown): its
-    torch.export node name, or its ONNX node's name (an unnamed ONNX node has none)."""
-    if not origin.node.startswith(ONNX_VALUE):
-        return origin.node
-    return origin.source[len(ONNX_SOURCE):] if origin.source.startswith(ONNX_SOURCE) else ""
 
 
 def _served_node(lineage, share, node_of) -> str:

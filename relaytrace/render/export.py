@@ -12,7 +12,7 @@ def layers_csv(report) -> str:
     """``layers.csv`` of a ``Report``: one row per layer, slowest first; ``source``:
     where its ops came from (``Lineage.sources``); every cell through ``csv_cell``."""
     rows, sources = report.layers, report.lineage.sources()
-    return _csv(["layer", "time_us", "percent", "compute_us", "inserted_us", "ops", "kernel_calls", "verification",
+    return csv_text(["layer", "time_us", "percent", "compute_us", "inserted_us", "ops", "kernel_calls", "verification",
                  "source"],
                 [[r.layer, f"{r.us:.3f}", f"{r.percent:.4f}", f"{r.compute_us:.3f}", f"{r.inserted_us:.3f}",
                   " ".join(r.ops), " ".join(r.kernels), r.status, " ".join(sources.get(r.layer, ()))] for r in rows])
@@ -22,7 +22,7 @@ def kernels_csv(report) -> str:
     """``kernels.csv`` of a ``Report``: one row per kernel (its ``KernelRow``s); every
     cell through ``safe_text.csv_cell``."""
     rows = report.kernels
-    return _csv(["name", "duration_us", "percent", "count", "device", "argument_shapes", "layers", "verification",
+    return csv_text(["name", "duration_us", "percent", "count", "device", "argument_shapes", "layers", "verification",
                  "tuned", "min_us", "max_us"],
                 [[r.name, f"{r.us:.3f}", f"{r.percent:.4f}", r.count, r.device, r.shapes, " ".join(r.layers),
                   r.status, "yes" if r.tuned else "", f"{r.min_us:.3f}", f"{r.max_us:.3f}"] for r in rows])
@@ -32,12 +32,13 @@ def comparison_csv(comparison) -> str:
     """One row per layer of a ``Comparison``: the cells of the terminal table."""
     from .table import comparison_rows
 
-    return _csv(*comparison_rows(comparison))
+    return csv_text(*comparison_rows(comparison))
 
 
-def _csv(headers, rows) -> str:
-    """Every CSV relaytrace writes: each cell through ``safe_text.csv_cell``, so a name
-    starting ``=cmd|...`` is text in a spreadsheet, not a formula."""
+def csv_text(headers, rows) -> str:
+    """A CSV of ``headers`` and ``rows``, as every CSV relaytrace writes: each cell
+    through ``safe_text.csv_cell``, so a name starting ``=cmd|...`` is text in a
+    spreadsheet, not a formula."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([csv_cell(c) for c in headers])
@@ -50,7 +51,7 @@ def attribution_json(report, depth: int = 1) -> dict:
     types, kernels, each with its verification verdict."""
     lineage, profile, cats = report.lineage, report.profile, report.categories
     return {
-        "model": lineage.model,
+        "model": lineage.build.model,
         "policy": report.policy,
         "summary": {"kernel_us": profile.kernel_us, "builtin_us": profile.builtin_us,
                     "e2e_median_us": profile.e2e_median_us, "gap_us": profile.gap_us},

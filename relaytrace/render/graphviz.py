@@ -115,7 +115,7 @@ def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
     hottest = max(op_us.values(), default=0.0) or 1.0
     builtin = {o: b.name for b in lineage.builtins for o in b.origins}
     g = graphviz.Digraph("layers", graph_attr={"rankdir": "TB", "fontname": "Helvetica", "fontsize": "11",
-                                               "label": _label(f"{lineage.model}: layers and kernels"),
+                                               "label": _label(f"{lineage.build.model}: layers and kernels"),
                                                "labelloc": "t"},
                          node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
                                     "style": "rounded,filled", "fillcolor": "white"})
@@ -132,9 +132,9 @@ def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
                     placed.add(oid)
                     _origin_node(cluster, node[oid], lineage.origins[oid], op_us, hottest, report is not None)
     for origin in lineage.origins.values():
-        if origin.id not in placed and (origin.kind == OP or origin.id in lineage.eliminated_by):
+        if origin.id not in placed and (origin.kind == OP or origin.id in lineage.journal.eliminated_by):
             _origin_node(g, node[origin.id], origin, op_us, hottest, report is not None,
-                         eliminated=lineage.eliminated_by.get(origin.id), builtin=builtin.get(origin.id))
+                         eliminated=lineage.journal.eliminated_by.get(origin.id), builtin=builtin.get(origin.id))
             placed.add(origin.id)
     for a, b in lineage.edges:
         if a in placed and b in placed:
@@ -190,7 +190,7 @@ def _collapsed_graph(lineage, report, depth, note: tuple[str, ...] = ()):
             if oid in group_of:
                 kernels[group_of[oid]].add(site.kernel)
     g = graphviz.Digraph("layers", graph_attr={"rankdir": "TB", "labelloc": "t", "fontname": "Helvetica",
-                                               "label": _label(f"{lineage.model} (depth {depth})", *note)},
+                                               "label": _label(f"{lineage.build.model} (depth {depth})", *note)},
                          node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
                                     "style": "rounded,filled", "fillcolor": "white"})
     node = _node_names(dict.fromkeys(group_of.values()))
@@ -212,7 +212,7 @@ def kernel_graph(lineage: Lineage, report=None):
     hottest = max(site_us.values(), default=0.0) or 1.0
     total = sum(site_us.values()) or 1.0
     g = graphviz.Digraph("kernels",
-                         graph_attr={"rankdir": "TB", "label": _label(f"{lineage.model}: kernel call sites"),
+                         graph_attr={"rankdir": "TB", "label": _label(f"{lineage.build.model}: kernel call sites"),
                                      "labelloc": "t", "fontname": "Helvetica"},
                          node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
                                     "style": "rounded,filled", "fillcolor": "white"})

@@ -53,7 +53,7 @@ def report_data(report) -> dict:
                      for r in report.op_types],
         "categories": [{"name": n, "ms": us / 1e3, "percent": p} for n, us, p in report.categories.rows()],
         "layer_sites": list(layer_sites.items()),
-        "model": lineage.model,
+        "model": lineage.build.model,
         "sites": _sites(report),
         "layer_detail": list(_layer_detail(lineage).items()),
         "graph": _layer_graph(report),
@@ -144,8 +144,8 @@ def _layer_detail(lineage) -> dict[str, dict]:
             "op": o.short_op,
             "inputs": ", ".join(f"{d}{list(sh)}" for sh, d in zip(o.input_shapes, o.input_dtypes)),
             "output": ", ".join(f"{d}{list(sh)}" for sh, d in zip(o.output_shapes, o.output_dtypes)),
-            "history": list(dict.fromkeys(c.pass_name for c in lineage.history_by_origin.get(o.id, ()))),
-            "eliminated": lineage.eliminated_by.get(o.id, ""),
+            "history": list(dict.fromkeys(c.pass_name for c in lineage.journal.history_by_origin.get(o.id, ()))),
+            "eliminated": lineage.journal.eliminated_by.get(o.id, ""),
         })
     return out
 
@@ -187,12 +187,13 @@ def _header(report) -> str:
     it was measured, coverage and verification."""
     lineage, profile, cov = report.lineage, report.profile, report.coverage
     where = profile.remote or f"this machine ({profile.device})"
-    tuned = f"{len(lineage.tuned)} of {len(lineage.kernels)} kernels tuned" if lineage.tuned else "not tuned"
+    build = lineage.build
+    tuned = f"{len(build.tuned)} of {len(lineage.kernels)} kernels tuned" if build.tuned else "not tuned"
     status = ("complete and verified" if cov.complete else
               f"{cov.verified_sites} of {cov.call_sites} call sites verified, {len(cov.suspect)} suspect, "
               f"{len(cov.unverified)} unverified, {len(cov.unaccounted)} ops unaccounted"
               + (", degraded" if cov.degraded else ""))
-    rows = [("model", lineage.model), ("target", _target_words(lineage.target)), ("pipeline", lineage.pipeline),
+    rows = [("model", build.model), ("target", _target_words(build.target)), ("pipeline", build.pipeline),
             ("entry", profile.entry + _inputs(profile)), ("tuning", tuned),
             ("measured", f"on {where}, {profile.mode}, {profile.runs} run(s); figures are medians over runs"),
             ("lineage", f"{cov.attributed_sites} of {cov.call_sites} kernel call sites attributed; {status}")]
@@ -244,9 +245,9 @@ def html_report(report, comparison=None) -> str:
     problems = "".join(f"<p class=\"bad\">{html.escape(p)}</p>" for p in cov.problems)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>relaytrace: {html.escape(lineage.model)}</title><style>{_asset("report.css")}</style></head>
+<title>relaytrace: {html.escape(lineage.build.model)}</title><style>{_asset("report.css")}</style></head>
 <body>
-<h1>relaytrace: {html.escape(lineage.model)}</h1>
+<h1>relaytrace: {html.escape(lineage.build.model)}</h1>
 {_header(report)}
 <div class="summary">{html.escape(profile.summary())}<br>
 {len(lineage.call_sites)} kernel call sites of {len(lineage.kernels)} kernels &middot; attribution policy {policy}

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from attrs import field, frozen
 
+from .verification_csv import verification_csv
+
 if TYPE_CHECKING:
     from ..analysis.report import Report
     from ..model.lineage import Lineage
@@ -132,6 +134,8 @@ PROFILE: tuple[Output[ProfileRun], ...] = (
            "how the run was made"),
     Output(("explorer-time.json", "explorer-kernels.json", "explorer-category.json"), _explorer,
            "Model Explorer node data (torch models only)"),
+    Output(("verification.csv",), lambda run, d: _text(d, "verification.csv", verification_csv(run.report)),
+           "each layer's verdict, its call sites' verdicts and the verifier's reasons"),
 )
 
 COMPARE: tuple[Output[CompareRun], ...] = (

@@ -49,12 +49,13 @@ def coverage_summary(lineage: Lineage, cov: Coverage | None = None) -> str:
     ]
     if lineage.inserted():
         lines.append(f"inserted by passes: {len(lineage.inserted())} ops")
-    if len(lineage.entries) > 1 or lineage.subfunctions:
-        lines.append(f"entry functions: {_names(lineage.entries)}"
+    if len(lineage.build.entries) > 1 or lineage.subfunctions:
+        lines.append(f"entry functions: {_names(lineage.build.entries)}"
                      + (f"; Relax subfunctions called: {_names(lineage.subfunctions)}"
                         if lineage.subfunctions else ""))
-    if lineage.tuned or "+tuned(" in lineage.pipeline:
-        lines.append(f"tuned schedules (MetaSchedule database): {len(lineage.tuned)} of {len(lineage.kernels)} kernels")
+    build = lineage.build
+    if build.tuned or "+tuned(" in build.pipeline:
+        lines.append(f"tuned schedules (MetaSchedule database): {len(build.tuned)} of {len(lineage.kernels)} kernels")
     lines.append(f"verified against the compiled IR: {cov.verified_sites} of {cov.call_sites} call sites")
     if cov.layers:
         verified = cov.layers - len(cov.suspect_layers) - len(cov.unverified_layers)
@@ -77,7 +78,7 @@ def coverage_summary(lineage: Lineage, cov: Coverage | None = None) -> str:
         lines.append(f"UNRESOLVED: {len(cov.unresolved)} ops no rule explains: {_names(cov.unresolved, 5)}")
     if cov.unaccounted:
         lines.append(f"UNACCOUNTED: {_names(cov.unaccounted, 5)}")
-    for reason in lineage.degraded:
+    for reason in lineage.journal.degraded:
         lines.append(f"DEGRADED: {terminal(reason)}")
     return "\n".join(lines)
 

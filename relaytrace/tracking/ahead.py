@@ -94,7 +94,7 @@ class FollowAhead:
         snap, lineage = self._snapshot, self._lineage
         if snap is None or lineage is None or self._cancelled or recording.degraded != snap.degraded:
             return None
-        if len(lineage.degraded) != len(snap.degraded):  # a fault on the thread: follow again, here
+        if len(lineage.journal.degraded) != len(snap.degraded):  # a fault on the thread: follow again, here
             return None
         if any(record.functions for record in recording.passes[len(snap.passes):]):
             return None

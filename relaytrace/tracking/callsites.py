@@ -3,7 +3,8 @@ call sites in run order, a call of a Relax subfunction followed into it."""
 
 from __future__ import annotations
 
-from ..model.journal import Change
+from ..model.build_facts import BuildFacts
+from ..model.journal import Change, Journal
 from ..model.lineage import BuiltinSite, CallSite, Lineage, roles_for
 from ..model.ops import is_bookkeeping
 from . import ir, reader
@@ -100,19 +101,24 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
             else:
                 history[oid] = list(changes)
     entries = entries if entries is not None else {}
-    lineage = Lineage(
+    build = BuildFacts(
         model=model, target=target, pipeline=pipeline,
-        origins=dict(tracker.origins),
-        kernels={k: tuple(v) for k, v in found.kernels.items()},
-        builtins=tuple(found.builtins),
-        events=tuple(tracker.log.events),
-        history_by_origin={k: tuple(sorted(v) if k in merged else v) for k, v in sorted(history.items())},
-        eliminated_by=dict(sorted(eliminated.items())),
-        edges=tuple(tracker.edges),
-        site_edges=tuple(sorted(found.edges)),
-        degraded=tuple(degraded),
         entries={name: entries.get(name, ()) for name in names},
         calls={entry: tuple(sorted(called)) for entry, called in sorted(found.calls.items())},
         kernel_members=dict(sorted((members or {}).items())),
     )
-    return lineage
+    journal = Journal(
+        events=tuple(tracker.log.events),
+        history_by_origin={k: tuple(sorted(v) if k in merged else v) for k, v in sorted(history.items())},
+        eliminated_by=dict(sorted(eliminated.items())),
+        degraded=tuple(degraded),
+    )
+    return Lineage(
+        build=build,
+        origins=dict(tracker.origins),
+        kernels={k: tuple(v) for k, v in found.kernels.items()},
+        builtins=tuple(found.builtins),
+        edges=tuple(tracker.edges),
+        site_edges=tuple(sorted(found.edges)),
+        journal=journal,
+    )

@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 import attrs
 
+from ..model.build_facts import BuildFacts
 from ..model.frontend import Program
+from ..model.journal import Journal
 from ..model.lineage import Lineage
 from ..model.ops import is_shape_computation
 from ..model.origin import INSERTED, OP
@@ -61,14 +63,15 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
             done("call sites")
             tuned = [k for k in tuned_kernels(recording.passes) if k in lineage.kernels]
             consumers = shape_consumers(recording.passes, reads.read)
-            lineage = attrs.evolve(lineage, tuned=tuple(tuned), shape_consumers=consumers,
-                                   origins=_served_shapes(lineage, consumers), program=program)
+            build = attrs.evolve(lineage.build, tuned=tuple(tuned), shape_consumers=consumers)
+            lineage = attrs.evolve(lineage, build=build, origins=_served_shapes(lineage, consumers), program=program)
             done("tuned kernels, shape consumers")
             return attrs.evolve(lineage, verification=verify(lineage))
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")
     origins = tracker.origins if tracker is not None else table.origins if table is not None else {}
-    return Lineage(model, target, pipeline, dict(origins), {}, degraded=tuple(degraded), program=program)
+    return Lineage(BuildFacts(model, target, pipeline), dict(origins), journal=Journal(degraded=tuple(degraded)),
+                   program=program)
 
 
 def layers_of_callees(recording: Recording, layer_of: LayerNamer | None = None) -> dict[str, tuple[str, ...]]:

@@ -7,6 +7,7 @@ import pytest
 
 from relaytrace.analysis.report import make_report
 from relaytrace.errors import RelaytraceError
+from relaytrace.model.build_facts import BuildFacts
 from relaytrace.model.lineage import CallSite, Lineage, Role
 from relaytrace.model.origin import INSERTED, Origin
 from relaytrace.model.profile import BUILTIN, KERNEL, CallRecord, Profile
@@ -29,8 +30,8 @@ MEDIANS = {"fused_conv2d_relu": 100.0, "layout_transform": 10.0, "matmul": 40.0}
 
 
 def lineage() -> Lineage:
-    return Lineage("hand", "llvm", "fused", dict(ORIGINS), {s.kernel: (s,) for s in SITES},
-                   edges=(("o1", "o2"), ("o2", "o3")), entries={"main": (("x", (1, 3, 8, 8), "float32"),)})
+    build = BuildFacts("hand", "llvm", "fused", entries={"main": (("x", (1, 3, 8, 8), "float32"),)})
+    return Lineage(build, dict(ORIGINS), {s.kernel: (s,) for s in SITES}, edges=(("o1", "o2"), ("o2", "o3")))
 
 
 def profile(e2e=(160.0, 170.0, 180.0), hiccup: float = 0.0) -> Profile:
@@ -101,9 +102,11 @@ def test_the_timed_runs_own_time_explains_a_gap_between_runs():
 def test_an_entrys_view_is_made_once_and_holds_that_entrys_sites_only():
     decode = Origin("d1", "fc", "relax.matmul", "decode", 0)
     site = CallSite("matmul", 0, 3, (Role("d1", "anchor"),), function="decode")
-    two = attrs.evolve(lineage(), origins={**ORIGINS, "d1": decode},
+    one = lineage()
+    entries = {**one.build.entries, "decode": (("y", (1, 8), "float32"),)}
+    two = attrs.evolve(one, origins={**ORIGINS, "d1": decode},
                        kernels={**{s.kernel: (s,) for s in SITES}, "matmul": (SITES[2], site)},
-                       entries={"main": (("x", (1, 3, 8, 8), "float32"),), "decode": (("y", (1, 8), "float32"),)})
+                       build=attrs.evolve(one.build, entries=entries))
     view = two.for_entry("decode")
     assert two.for_entry("decode") is view and two.for_entry("main") is not view
     assert [s.label for s in view.call_sites] == ["decode:matmul#0"] and set(view.origins) == {"d1"}

@@ -5,6 +5,7 @@ import json
 
 import attrs
 
+from relaytrace.model.build_facts import BuildFacts
 from relaytrace.model.frontend import NN, ONNX, TORCH, Program, SourceNode, can_produce, check_program
 from relaytrace.model.lineage import CallSite, Lineage, Role
 from relaytrace.model.origin import Origin
@@ -62,10 +63,9 @@ def test_verification_gives_each_layer_a_verdict_and_suspects_the_site():
     took = _origin("norm/take", "norm", "take", "_to_copy", "to")
     site = CallSite("take", 0, 0, (Role(took.id, "anchor"),))
     site2 = CallSite("add", 0, 1, (Role(ADD.id, "anchor"),))
-    lineage = Lineage("m", "llvm", "fused", {o.id: o for o in (took, ADD)}, {"take": (site,), "add": (site2,)},
-                      kernel_members={"take": (Member("take", ("relax.take",)),),
-                                      "add": (Member("add", ("relax.add",)),)},
-                      program=PROGRAM)
+    members = {"take": (Member("take", ("relax.take",)),), "add": (Member("add", ("relax.add",)),)}
+    lineage = Lineage(BuildFacts("m", "llvm", "fused", kernel_members=members), {o.id: o for o in (took, ADD)},
+                      {"take": (site,), "add": (site2,)}, program=PROGRAM)
     v = verify(lineage)
     lineage = attrs.evolve(lineage, verification=v)
     assert [c.status for c in v.sites] == [SUSPECT, VERIFIED]
@@ -80,7 +80,7 @@ def test_verification_gives_each_layer_a_verdict_and_suspects_the_site():
 def test_an_unknown_source_op_leaves_its_layer_unverified():
     odd = _origin("x/foo", "x", "foo", "frobnicate", "f")
     site = CallSite("foo", 0, 0, (Role(odd.id, "anchor"),))
-    lineage = Lineage("m", "llvm", "fused", {odd.id: odd}, {"foo": (site,)},
-                      kernel_members={"foo": (Member("foo", ("relax.foo",)),)}, program=Program(TORCH))
+    build = BuildFacts("m", "llvm", "fused", kernel_members={"foo": (Member("foo", ("relax.foo",)),)})
+    lineage = Lineage(build, {odd.id: odd}, {"foo": (site,)}, program=Program(TORCH))
     v = verify(lineage)
     assert v.sites[0].status == UNVERIFIED and v.by_layer()["x"].status == UNVERIFIED

@@ -9,6 +9,7 @@ import attrs
 import pytest
 
 from relaytrace import Lineage, UnknownNameError
+from relaytrace.model.build_facts import BuildFacts
 from relaytrace.model.lineage import CallSite, Role
 from relaytrace.model.origin import INSERTED, OP, Origin
 from relaytrace.model.verification import SUSPECT, VERIFIED, SiteCheck, Verification
@@ -33,8 +34,8 @@ def _lineage(seed: int) -> Lineage:
             CallSite(kernel, call, position, tuple(Role(o, "fused") for o in chosen), entry))
     sites = [s for v in kernels.values() for s in v]
     verification = Verification(tuple(SiteCheck(s.position, rng.choice((VERIFIED, SUSPECT)), ()) for s in sites), ())
-    return Lineage("m", "llvm", "fused", origins, {k: tuple(v) for k, v in kernels.items()},
-                   entries={"main": (), "decode": ()}, verification=verification)
+    return Lineage(BuildFacts("m", "llvm", "fused", entries={"main": (), "decode": ()}), origins,
+                   {k: tuple(v) for k, v in kernels.items()}, verification=verification)
 
 
 def _scan_kernels_of(lineage: Lineage, name: str) -> list[str]:

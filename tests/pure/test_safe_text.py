@@ -91,9 +91,9 @@ def test_csv_cell_neutralises_what_only_looks_numeric():
 
 
 def test_every_csv_relaytrace_writes_is_neutralised():
-    from relaytrace.render.export import _csv
+    from relaytrace.render.export import csv_text
 
-    text = _csv(["layer", "time_us"], [[name, "1.000"] for name in HOSTILE_NAMES])
+    text = csv_text(["layer", "time_us"], [[name, "1.000"] for name in HOSTILE_NAMES])
     rows = list(csv.reader(io.StringIO(text)))
     assert [S.csv_value(r[0]) for r in rows[1:]] == list(HOSTILE_NAMES)
     assert not any(cell.startswith(FORMULA) for row in rows for cell in row)

@@ -1,0 +1,29 @@
+"""What a build was: the facts a lineage is about, apart from what it says of them."""
+
+from __future__ import annotations
+
+from attrs import define, field
+
+from .verification import Member
+
+
+@define(frozen=True)
+class BuildFacts:
+    """The build a lineage describes, as read from the build and its IR (not from the
+    tracker's following of passes): the ``model``'s name, the ``target`` it was built
+    for, the ``pipeline`` it ran; ``entries``: each entry function and the ``(name,
+    shape, dtype)`` of each tensor parameter (a symbolic dim by its name); ``calls``:
+    entry -> the Relax functions its run calls (directly or not: the VM runs them, they
+    are no kernels); ``tuned``: the kernels whose schedule a MetaSchedule database gave;
+    ``shape_consumers``: shape function -> the kernels whose allocations it sizes;
+    ``kernel_members``: kernel -> the PrimFuncs it is made of (the IR's evidence for
+    verification). Saved as the lineage's ``build``."""
+
+    model: str
+    target: str
+    pipeline: str
+    entries: dict[str, tuple[tuple[str, tuple, str], ...]] = field(factory=dict)
+    calls: dict[str, tuple[str, ...]] = field(factory=dict)
+    tuned: tuple[str, ...] = ()
+    shape_consumers: dict[str, tuple[str, ...]] = field(factory=dict)
+    kernel_members: dict[str, tuple[Member, ...]] = field(factory=dict)

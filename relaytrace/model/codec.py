@@ -1,0 +1,201 @@
+"""Records to JSON and back, driven by their annotations: the one reader and writer of
+every saved record (lineage, profile, comparison).
+
+A record is an attrs class or a NamedTuple. ``encode`` writes one as an object of its
+fields; ``decode`` reads it back from its annotated type, checking every value on the
+way (``jsonio.check``): a field that holds other records (a lineage's call sites,
+their roles) is read by the same rules, all the way down. A field whose saved form is
+not its own structure (origins saved as a list and held by id, a history saved as one
+table of distinct changes) names a ``Codec`` in its attrs metadata (``codec_field``).
+Errors are ``LineageFormatError`` naming the file and the field's path in it
+(``lineage.json: kernels['k'][0].roles[1].role``)."""
+
+from __future__ import annotations
+
+import functools
+import types
+import typing
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+import attrs
+
+from ..errors import LineageFormatError
+from .jsonio import check, is_valid, make_record, name_fields, record_fields, record_is_valid, tuples
+
+Decoder = Callable[[Any, Any], Any]  # (JSON value, path or None) -> value
+
+
+@attrs.define(frozen=True)
+class Codec:
+    """How one field is saved when its saved form differs from its structure:
+    ``encode(value) -> JSON``, ``decode(JSON, where) -> value`` (checking what it reads)."""
+
+    encode: Callable[[Any], Any]
+    decode: Decoder
+
+
+def codec_field(codec: Codec, **kwargs):
+    """An attrs field saved and read by ``codec`` (other ``attrs.field`` arguments pass on)."""
+    return attrs.field(metadata={"codec": codec}, **kwargs)
+
+
+def encode(value):
+    """A record, Enum, tuple, dict or scalar as plain JSON data: a record as an object of
+    its fields (an attrs field with ``init=False`` is no saved state and is left out)."""
+    if attrs.has(type(value)):
+        out = {}
+        for f in attrs.fields(type(value)):
+            if f.init:
+                codec = f.metadata.get("codec")
+                item = getattr(value, f.name)
+                out[f.name] = codec.encode(item) if codec is not None else encode(item)
+        return out
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return {name: encode(item) for name, item in zip(value._fields, value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return [encode(item) for item in value]
+    if isinstance(value, dict):
+        return {key: encode(item) for key, item in value.items()}
+    return value
+
+
+def decode(kind, value, where: str):
+    """The value of annotated type ``kind`` that the JSON ``value`` holds, checked.
+    ``where`` names it in an error: the file (``lineage.json``) or a field in it.
+
+    Read once without naming anything (a lineage of an LLM holds tens of thousands of
+    records, and a path string for each value costs more than reading it); only when
+    that pass finds a fault is the value walked again, naming each path, to raise the
+    error that says where."""
+    read = _decoder(kind)
+    try:
+        return read(value, None)
+    except (_Invalid, LineageFormatError):
+        read(value, where)
+        raise LineageFormatError(f"{where} could not be read") from None  # the walk raises first
+
+
+class _Invalid(Exception):
+    """A fault found by the fast pass, which names nothing (``decode`` walks again)."""
+
+
+def _at(where: str | None, suffix: str) -> str | None:
+    return None if where is None else f"{where}{suffix}"
+
+
+def member(where: str, name: str) -> str:
+    """The path of field ``name`` of the value at ``where``: ``FILE: name`` below a file,
+    ``...path.name`` deeper."""
+    return f"{where}.{name}" if ": " in where else f"{where}: {name}"
+
+
+def _is_record(kind) -> bool:
+    return isinstance(kind, type) and (attrs.has(kind) or (issubclass(kind, tuple) and hasattr(kind, "_fields")))
+
+
+@functools.cache
+def _nests_records(kind) -> bool:
+    """Whether a value of ``kind`` holds a record or a codec field somewhere below it."""
+    if _is_record(kind):
+        return any(_nests_records(k) or _is_record(k) for k, _ in record_fields(kind).values()) or (
+            attrs.has(kind) and any("codec" in f.metadata for f in attrs.fields(kind)))
+    return any(_is_record(a) or _nests_records(a) for a in typing.get_args(kind) if a is not Ellipsis)
+
+
+@functools.cache
+def _decoder(kind) -> Decoder:
+    """The decoder of one annotated type, made once: ``(value, where)`` to the value,
+    ``where`` None on the fast pass (a fault raises ``_Invalid``) or the path to name in
+    the ``LineageFormatError`` the explaining pass raises. A record without nested
+    records is checked by one predicate (``jsonio.make_record``'s); plain values are
+    checked and turned back into tuples."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if _is_record(kind):
+        return _record_decoder(kind) if _nests_records(kind) else _leaf_decoder(kind)
+    if not _nests_records(kind):
+        make = kind if isinstance(kind, type) and issubclass(kind, Enum) else tuples
+        valid = is_valid(kind)
+
+        def plain(v, where):
+            if not valid(v):
+                if where is None:
+                    raise _Invalid
+                check(v, kind, where)
+            return make(v)
+        return plain
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in args if a is not type(None)]
+        if len(options) != 1:
+            raise TypeError(f"cannot decode {kind}: one record type or None only")
+        inner = _decoder(options[0])
+        return lambda v, where: None if v is None else inner(v, where)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = _decoder(args[0])
+
+        def items(v, where):
+            if not isinstance(v, list):
+                _refuse(v, tuple, where)
+            if where is None:
+                return tuple([item(x, None) for x in v])
+            return tuple(item(x, f"{where}[{i}]") for i, x in enumerate(v))
+        return items
+    if origin is dict:
+        item = _decoder(args[1])
+
+        def entries(v, where):
+            if not isinstance(v, dict):
+                _refuse(v, dict, where)
+            if where is None:
+                return {k: item(x, None) for k, x in v.items()}
+            return {k: item(x, f"{where}[{k!r}]") for k, x in v.items()}
+        return entries
+    raise TypeError(f"cannot decode {kind}")
+
+
+def _refuse(v, kind, where: str | None):
+    """Raise the fault of ``v`` not being a ``kind``: ``_Invalid``, or named at ``where``."""
+    if where is None:
+        raise _Invalid
+    check(v, kind, where)
+
+
+def _leaf_decoder(cls) -> Decoder:
+    """The decoder of a record whose fields hold no records."""
+    valid = functools.partial(record_is_valid, cls)
+    names = name_fields(cls)
+
+    def leaf(v, where):
+        if where is not None:
+            return make_record(cls, v, where)
+        if not valid(v):
+            raise _Invalid
+        return cls(**{k: names[k](x) if k in names else tuples(x) for k, x in v.items()})
+    return leaf
+
+
+def _record_decoder(cls) -> Decoder:
+    """The decoder of a record with records (or codec fields) among its fields."""
+    fields = record_fields(cls)
+    codecs = {f.name: f.metadata["codec"] for f in attrs.fields(cls) if "codec" in f.metadata} if attrs.has(cls) else {}
+    readers = {name: codecs[name].decode if name in codecs else _decoder(kind) for name, (kind, _) in fields.items()}
+    known = frozenset(readers)
+    required = frozenset(name for name, (_, needed) in fields.items() if needed)
+
+    def record(v, where):
+        if not isinstance(v, dict):
+            _refuse(v, dict, where)
+        if not (v.keys() <= known and required <= v.keys()):
+            if where is None:
+                raise _Invalid
+            unknown = sorted(set(v) - known)
+            if unknown:
+                raise LineageFormatError(f"{where} has an unknown field {unknown[0]!r}")
+            raise LineageFormatError(f"{where} has no field {sorted(required - v.keys())[0]!r}")
+        if where is None:
+            return cls(**{name: readers[name](x, None if name not in codecs else "") for name, x in v.items()})
+        return cls(**{name: readers[name](x, member(where, name)) for name, x in v.items()})
+    return record

@@ -1,0 +1,93 @@
+"""The versions of ``lineage.json`` and the migrations that read an older file as the
+current one: each a pure function from one version's JSON data to the next's.
+
+- ``/1``: one object of flat fields; each origin's history a list of change records;
+  files before entries existed name the main function's ``inputs``.
+- ``/2``: the history as indices into one table of distinct changes (a build records
+  one per rewritten binding per pass, and most are alike).
+- ``/3``: the fields grouped by job, as ``Lineage`` holds them: ``build``
+  (``BuildFacts``), the lineage proper, ``journal`` (``Journal``), ``verification``;
+  an ONNX op's ``node`` is its node's id (Model Explorer's), where /2 wrote ``onnx:``
+  and the node's first output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import LineageFormatError
+from .frontend import onnx_node_id
+from .journal import Change, _history_json
+from .jsonio import check_schema, make_record
+
+SCHEMA = "relaytrace.lineage/3"
+
+_BUILD = ("model", "target", "pipeline", "entries", "calls", "tuned", "shape_consumers", "kernel_members")
+_JOURNAL = {"events": "events", "history": "history_by_origin", "eliminated": "eliminated_by",
+            "degraded": "degraded"}  # /2 name -> Journal field
+
+
+def _v1_to_v2(data: dict, where: str) -> dict:
+    """/1's history (origin -> [change object, ...]) as /2's table of distinct changes."""
+    history = data.get("history", {})
+    if not isinstance(history, dict):
+        raise LineageFormatError(f"{where}: history must be an object")
+    steps = {}
+    for oid, listed in history.items():
+        if not isinstance(listed, list):
+            raise LineageFormatError(f"{where}: history[{oid!r}] must be a list")
+        steps[oid] = tuple(make_record(Change, c, f"{where}: history[{oid!r}][{i}]") for i, c in enumerate(listed))
+    return {**data, "schema": "relaytrace.lineage/2", "history": _history_json(steps)}
+
+
+def _v2_to_v3(data: dict, where: str) -> dict:
+    """/2's flat fields grouped into ``build`` and ``journal``; a file with ``inputs``
+    and no ``entries`` (written before entries existed) has them as main's."""
+    flat = dict(data)
+    if "entries" not in flat and flat.get("inputs"):
+        flat["entries"] = {"main": flat["inputs"]}
+    flat.pop("inputs", None)
+    build = {key: flat.pop(key) for key in _BUILD if key in flat}
+    journal = {field: flat.pop(key) for key, field in _JOURNAL.items() if key in flat}
+    return _onnx_node_ids({**flat, "schema": SCHEMA, "build": build, "journal": journal})
+
+
+_ONNX_VALUE, _ONNX_SOURCE = "onnx:", "onnx node "  # /2's Origin.node and Origin.source of an ONNX op
+
+
+def _onnx_node_ids(data: dict) -> dict:
+    """/2's ONNX ``node`` (``onnx:`` + the node's first output) as the node's id: its
+    name, from the op's ``source`` (``onnx node NAME``), or ``<node_I>`` for the I-th
+    node of the frontend's program when unnamed. Data that is not as /2 wrote it is
+    left for the reader to refuse."""
+    program = data.get("program")
+    if not isinstance(program, dict) or not isinstance(program.get("nodes"), list) \
+            or not isinstance(data.get("origins"), list):
+        return data
+    nodes = program["nodes"]
+    named = {o["node"]: o["source"][len(_ONNX_SOURCE):] for o in data["origins"]
+             if isinstance(o, dict) and str(o.get("node", "")).startswith(_ONNX_VALUE)
+             and str(o.get("source", "")).startswith(_ONNX_SOURCE) and len(o["source"]) > len(_ONNX_SOURCE)}
+    ids = {n["node"]: named.get(n["node"]) or onnx_node_id("", i) for i, n in enumerate(nodes)
+           if isinstance(n, dict) and str(n.get("node", "")).startswith(_ONNX_VALUE)}
+    if not ids:
+        return data
+    origins = [{**o, "node": ids.get(o["node"], o["node"])} if isinstance(o, dict) and o.get("node") in ids else o
+               for o in data["origins"]]
+    renamed = [{**n, "node": ids[n["node"]]} if isinstance(n, dict) and n.get("node") in ids else n for n in nodes]
+    return {**data, "origins": origins, "program": {**program, "nodes": renamed}}
+
+
+_MIGRATIONS: dict[str, Callable[[dict, str], dict]] = {
+    "relaytrace.lineage/1": _v1_to_v2,
+    "relaytrace.lineage/2": _v2_to_v3,
+}
+
+
+def migrate(data, where: str) -> dict:
+    """``data`` (a ``lineage.json``'s JSON) as the current schema's data, through each
+    migration from its version on; ``data`` itself is not changed. A file of no known
+    version is a ``LineageFormatError`` naming ``where``."""
+    while isinstance(data, dict) and data.get("schema") in _MIGRATIONS:
+        data = _MIGRATIONS[data["schema"]](data, where)
+    check_schema(data, SCHEMA, "lineage", where)
+    return data

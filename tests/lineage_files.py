@@ -1,0 +1,14 @@
+"""Lineage files as earlier versions of relaytrace wrote them, made from a current one:
+what the schema migrations are tested against."""
+
+from __future__ import annotations
+
+
+def flat_v2(data: dict) -> dict:
+    """A ``relaytrace.lineage/3`` file's JSON as ``/2`` wrote it: every field of
+    ``build`` and ``journal`` at the top level, under its /2 name."""
+    names = {"history_by_origin": "history", "eliminated_by": "eliminated"}
+    flat = {k: v for k, v in data.items() if k not in ("build", "journal")}
+    flat.update(data["build"])
+    flat.update({names.get(k, k): v for k, v in data["journal"].items()})
+    return {**flat, "schema": "relaytrace.lineage/2"}

@@ -1,0 +1,112 @@
+"""lineage.json's schema on a hand-built lineage holding every kind of record (no TVM):
+the generic reader gives back what was saved, files of earlier schemas migrate to the
+same lineage, and a broken field is named by its path in the current schema."""
+
+import json
+
+import attrs
+import pytest
+
+from relaytrace.errors import LineageFormatError
+from relaytrace.model.codec import decode, encode
+from relaytrace.model.frontend import Program, SourceNode
+from relaytrace.model.journal import Change, Journal, PassEvent
+from relaytrace.model.lineage import BuiltinSite, Lineage, Role
+from relaytrace.model.lineage_schema import SCHEMA, migrate
+from relaytrace.model.verification import Member, verify
+
+from ..lineage_files import flat_v2
+from .test_by_hand import lineage as hand_lineage
+
+HISTORY = {"o1": (Change(0, "FuseOps", "main", "fused_conv2d_relu", "fuse"),
+                  Change(1, "FuseTIR", "main", "fused_conv2d_relu", "fuse")),
+           "o2": (Change(0, "FuseOps", "main", "fused_conv2d_relu", "fuse"),)}
+
+
+def full() -> Lineage:
+    base = hand_lineage()
+    members = {"fused_conv2d_relu": (Member("fused_conv2d_relu", ("relax.nn.conv2d", "relax.nn.relu")),),
+               "layout_transform": (Member("layout_transform", ("relax.layout_transform",), shared=("layout",)),),
+               "matmul": (Member("matmul", ("relax.matmul",)),)}
+    lineage = attrs.evolve(
+        base, build=attrs.evolve(base.build, kernel_members=members, tuned=("matmul",),
+                                 calls={"main": ()}, shape_consumers={"shape_func": ("matmul",)}),
+        builtins=(BuiltinSite("vm.builtin.reshape", 3, ("o3",)),),
+        journal=Journal(events=(PassEvent(0, "FuseOps", "main", (("fuse", 2),), merged=(("o1", "o2"),)),),
+                        history_by_origin=HISTORY, eliminated_by={}, degraded=()),
+        program=Program("torch", (SourceNode("conv1", "aten.conv2d", "conv1", True),)))
+    return attrs.evolve(lineage, verification=verify(lineage))
+
+
+def test_a_lineage_comes_back_equal_with_its_records_as_records():
+    lineage = full()
+    data = json.loads(json.dumps(lineage.to_json()))
+    assert data["schema"] == SCHEMA and list(data)[0] == "schema"
+    assert set(data) == {"schema", "build", "origins", "kernels", "builtins", "edges", "site_edges", "journal",
+                         "verification", "program"}
+    back = Lineage.from_json(data)
+    assert back == lineage
+    assert all(type(r) is Role for s in back.call_sites for r in s.roles)
+    assert all(type(c) is Change for h in back.journal.history_by_origin.values() for c in h)
+    assert type(back.build.kernel_members["matmul"][0]) is Member and back.program.nodes[0].layer == "conv1"
+    assert back.journal.history_by_origin == HISTORY and len(data["journal"]["history_by_origin"]["changes"]) == 2
+
+
+def test_files_of_schemas_1_and_2_migrate_to_the_same_lineage_and_are_not_changed():
+    lineage = full()
+    data = json.loads(json.dumps(lineage.to_json()))
+    v2 = flat_v2(data)
+    table = data["journal"]["history_by_origin"]
+    v1 = {**v2, "schema": "relaytrace.lineage/1",
+          "history": {o: [dict(zip(Change._fields, table["changes"][i])) for i in ids]
+                      for o, ids in table["by_origin"].items()}}
+    v1_inputs = {**{k: v for k, v in v1.items() if k != "entries"}, "inputs": v1["entries"]["main"]}  # before entries
+    for old in (v2, v1, v1_inputs):
+        kept = json.dumps(old)
+        assert Lineage.from_json(old) == lineage
+        assert json.dumps(old) == kept
+    assert migrate(v2, "f")["build"]["model"] == "hand"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["build"].pop("target"), "f.json: build has no field 'target'"),
+    (lambda d: d["build"].update(tuned="matmul"), r"f.json: build.tuned must be a list"),
+    (lambda d: d["kernels"]["matmul"][0]["roles"][0].update(role="boss"),
+     r"f.json: kernels\['matmul'\]\[0\].roles\[0\].role must be one of anchor, fused, inserted, unresolved"),
+    (lambda d: d["journal"].update(extra=1), "f.json: journal has an unknown field 'extra'"),
+    (lambda d: d["verification"]["sites"][0].update(status="fine"), r"verification.sites\[0\].status must be one of"),
+    (lambda d: d["build"]["kernel_members"]["matmul"].append(3), r"kernel_members\['matmul'\]\[1\] must be an object"),
+    (lambda d: d.update(schema="relaytrace.lineage/9"), "not a relaytrace lineage of schema 'relaytrace.lineage/3'"),
+])
+def test_a_broken_field_is_named_by_its_path(edit, message):
+    data = json.loads(json.dumps(full().to_json()))
+    edit(data)
+    with pytest.raises(LineageFormatError, match=message):
+        Lineage.from_json(data, "f.json")
+
+
+def test_the_generic_codec_reads_what_it_writes_for_each_record_alone():
+    lineage = full()
+    for kind, value in ((Journal, lineage.journal), (type(lineage.build), lineage.build),
+                        (type(lineage.verification), lineage.verification), (Program, lineage.program)):
+        assert decode(kind, json.loads(json.dumps(encode(value))), "x") == value
+
+
+def test_a_schema_2_onnx_lineage_names_its_nodes_by_id():
+    """/2 wrote an ONNX op's node as ``onnx:`` + its first output; /3 by the node's id
+    (its name, ``<node_I>`` when unnamed), as the frontend's program does."""
+    from relaytrace.model.frontend import ONNX
+    from relaytrace.model.origin import Origin
+
+    origins = {"c": Origin("c", "conv", "relax.nn.conv2d", "main", 0, source="onnx node /conv/Conv", node="/conv/Conv"),
+               "r": Origin("r", "relu", "relax.nn.relu", "main", 1, source="onnx node ", node="<node_1>")}
+    base = hand_lineage()
+    lineage = attrs.evolve(base, origins=origins, kernels={}, edges=(),
+                           program=Program(ONNX, (SourceNode("/conv/Conv", "Conv", "conv", True),
+                                                  SourceNode("<node_1>", "Relu", "relu", True))))
+    v2 = flat_v2(json.loads(json.dumps(lineage.to_json())))
+    outputs = {"/conv/Conv": "onnx:conv_out", "<node_1>": "onnx:relu_out"}
+    v2["origins"] = [{**o, "node": outputs[o["node"]]} for o in v2["origins"]]
+    v2["program"]["nodes"] = [{**n, "node": outputs[n["node"]]} for n in v2["program"]["nodes"]]
+    back = Lineage.from_json(v2)
+    assert back == lineage and back.program.frontend is ONNX
