@@ -10,6 +10,8 @@ import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import attrs
+
 from .errors import RelaytraceError
 from .model.lineage import Lineage
 
@@ -51,8 +53,6 @@ class Trace:
 
     def finish(self) -> Lineage:
         """Follow the recorded build into a lineage; the record (the IR) is let go."""
-        import attrs
-
         from .tracking.ir import built_target
         from .tracking.recorder import gc_paused
 
@@ -203,7 +203,10 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
             from .diagnosis import BuildFailedError
 
             raise BuildFailedError(failure) from exc
-    return executable, handle.lineage
+    lineage = handle.lineage
+    if mixed_precision:
+        lineage = attrs.evolve(lineage, build=attrs.evolve(lineage.build, accumulate=mixed_precision))
+    return executable, lineage
 
 
 def _compile_in(context, mod, target, pipeline):

@@ -1,6 +1,7 @@
 """Per-layer numerical comparison of compiled builds against their torch source:
 real zoo ResNet-18 builds run by TVM's VM and by torch's fx interpreter."""
 
+import csv
 import json
 import statistics
 
@@ -61,7 +62,14 @@ def test_fp16_errors_grow_along_the_network_and_name_the_first_layer(resnet18_fp
     """At 224x224 (at 64x64 layer4's errors are no larger than layer1's: growth along
     a network is an observation about this one, not a law)."""
     _, fp32 = resnet18_fp32
-    _, fp16 = _compare(*zoo.get("resnet18"), mixed_precision="float16")  # fp16 compute and accumulators
+    module, example = zoo.get("resnet18")
+    executable, lineage = relaytrace.build(from_torch(module, (example,)), "llvm", mixed_precision="float16")
+    default = compare(executable, lineage, module, [example.numpy()])  # fp16 compute and accumulators
+    assert (default.atol, default.rtol) == (5e-2, 5e-2) and default.first_beyond is None
+    assert "the default for float16 accumulating in float16" in default.summary()
+    assert default.precision == "float16, accumulating in float16"
+    fp16 = compare(executable, lineage, module, [example.numpy()], atol=1e-4, rtol=1e-4)  # float32's tolerance
+    assert fp16.tolerance == "given" and fp16.worst()[0].tolerance_ratio >= fp16.worst()[-1].tolerance_ratio
     first = fp16.first_beyond
     assert first is not None and first.layer == "conv1"  # the first op ToMixedPrecision converts
     assert "first layer beyond the tolerance: conv1" in fp16.summary()
@@ -146,6 +154,10 @@ def test_cli_compare_writes_its_outputs_and_the_report_shows_them(tmp_path, tiny
     assert "no layer beyond the tolerance" in stdout and result.summary().splitlines()[0] in stdout
     rows = (out / "compare.csv").read_text().splitlines()
     assert rows[0].startswith("layer,status,max abs") and len(rows) == len(result.layers) + 1
+    assert "atol 0.0001, rtol 0.0001, the default for float32" in stdout
+    assert result.tolerance == "the default for float32"
+    routes = [row["read"] for row in csv.DictReader((out / "compare.csv").open())]
+    assert routes == [e.route or "" for e in result.layers] and "direct" in routes
     assert "max abs" in (out / "errors.svg").read_text()
     code, stdout, err = run_cli(["render", tiny_out, "--format", "html", "--compare", out / "compare.json",
                                  "--out", tmp_path / "r.html"])
@@ -246,3 +258,68 @@ def test_atol_zero_and_an_all_zero_reference_stay_defined(tmp_path):
     result.save(tmp_path / "c.json")
     assert Comparison.load(tmp_path / "c.json") == result
     assert json.loads((tmp_path / "c.json").read_text())["first_beyond"] == "x"
+
+
+@pytest.fixture(scope="module")
+def net_builds():
+    from .fixtures.compare_models import net
+
+    module, example = net()
+    imported = from_torch(module, (example,))
+    return module, example, {p: relaytrace.build(imported, "llvm", pipeline=p) for p in ("unfused", "fused")}
+
+
+@pytest.mark.parametrize("pipeline", ["unfused", "fused"])
+def test_a_perturbed_layer_is_the_first_beyond_and_nothing_is_beyond_unperturbed(net_builds, pipeline):
+    """Each layer with weights, perturbed by 5 % in a copy of the reference, is the first
+    layer beyond the tolerance; the reference as it is puts none beyond. In the unfused
+    build every layer is compared (batch norm on its first output, the layers that end
+    in a reshape on the value it reshapes); in the fused one each batch norm runs in one
+    kernel with its ReLU and is said to be fused there, so its error first shows at the
+    ReLU, which that kernel writes."""
+    from .fixtures.compare_models import WEIGHTED, perturbed
+
+    module, example, builds = net_builds
+    executable, lineage = builds[pipeline]
+    clean = compare(executable, lineage, module, [example.numpy()])
+    by_layer = {e.layer: e for e in clean.layers}
+    assert clean.first_beyond is None and set(WEIGHTED) <= set(by_layer)
+    fused = {e.layer for e in clean.layers if e.status == FUSED}
+    assert fused == (set() if pipeline == "unfused" else {"b1.bn", "b2.bn"})
+    assert all(e.compared for e in clean.layers if e.layer not in fused), [e for e in clean.layers if not e.compared]
+    for layer in WEIGHTED:
+        result = compare(executable, lineage, perturbed(module, layer), [example.numpy()])
+        expected = layer.replace(".bn", ".act") if layer in fused else layer
+        assert result.first_beyond is not None and result.first_beyond.layer == expected, (layer, result.summary())
+        assert all(e.status == WITHIN for e in result.layers[:[e.layer for e in result.layers].index(expected)]
+                   if e.compared)
+    if pipeline == "unfused":
+        bn = by_layer["b1.bn"]
+        assert bn.route == "direct" and "the first 1 of the kernel's 3 outputs" in bn.note
+        assert by_layer["attn.qkv"].route == "through data movement" and "element for element" in by_layer[
+            "attn.qkv"].note
+
+
+def test_every_layer_of_a_tiny_llama_that_a_kernel_writes_is_compared():
+    """A Linear on 3-D input ends in a reshape that runs in the next kernel (with RoPE,
+    with the GQA repeat) or as a VM builtin: its value is read where its matmul's kernel
+    writes it. What stays uncompared is the SiLU, fused with the gate product, and the
+    ops the build folded to constants (the mask, the rotary tables)."""
+    from .fixtures.hf_models import llama
+
+    module, example = llama()
+    lineage, result = _compare(module, example)
+    assert result.first_beyond is None
+    layers = {e.layer: e for e in result.layers}
+    blocks = [name for name in layers if name.startswith("m.model.layers.") and name.count(".") == 3]
+    assert len(blocks) == 2
+    for block in blocks:
+        for sub in ("input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn",
+                    "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp",
+                    "mlp.down_proj"):
+            assert layers[f"{block}.{sub}"].compared, layers[f"{block}.{sub}"]
+        act = layers[f"{block}.mlp.act_fn"]
+        assert act.status == FUSED and f"{block}.mlp's output" in act.note
+    assert layers["m.lm_head"].compared and layers["m.model.norm"].compared
+    uncompared = [e for e in result.layers if not e.compared and e.status != FUSED]
+    assert all(e.status == "no output" and "eliminated" in e.note for e in uncompared), uncompared

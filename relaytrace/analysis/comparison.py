@@ -23,23 +23,32 @@ import numpy as np
 from ..errors import RelaytraceError, describe
 from ..model.frontend import ONNX, onnx_node_id
 from ..model.lineage import Lineage
-from ..model.numerics import NOT_COMPARABLE, Comparison, LayerError, error_of
+from ..model.numerics import NOT_COMPARABLE, Comparison, LayerError, default_tolerance, error_of
 from ..model.sitekey import SiteKey
 from .layer_outputs import layer_outputs
 
 
-def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4, rtol: float = 1e-4,
-            entry: str | None = None, precision: str = "as built", device=None, progress=None) -> Comparison:
+def compare(executable, lineage: Lineage, reference, inputs, atol: float | None = None, rtol: float | None = None,
+            entry: str | None = None, precision: str | None = None, device=None, progress=None) -> Comparison:
     """Every layer of ``lineage``'s entry (default ``main``) compared: the compiled
     ``executable`` against ``reference``, the torch module or ONNX model (or path) it
     was imported from, both run on ``inputs`` (arrays or tensors, in the entry's
-    order). ``precision`` says how the build was made, for the report. Each is run
+    order). ``atol`` and ``rtol`` left out are the defaults for the build's precision
+    (``numerics.default_tolerance`` of ``lineage.build.accumulate``); ``precision``
+    (default: said from the build) says how it computes, for the report. Each is run
     once; neither is changed (a torch module is put in eval mode, as its import did)."""
     import tvm
     from tvm import relax
 
     from ..profiling.vm import check_inputs, device_here
 
+    accumulate = lineage.build.accumulate
+    default_atol, default_rtol, why = default_tolerance(accumulate)
+    tolerance = why if atol is None and rtol is None else "given"
+    atol = default_atol if atol is None else atol
+    rtol = default_rtol if rtol is None else rtol
+    if precision is None:
+        precision = f"float16, accumulating in {accumulate}" if accumulate else "float32 as built"
     if atol < 0 or rtol < 0 or not np.isfinite(atol + rtol):
         raise RelaytraceError(f"atol and rtol must be finite and at least 0, not {atol} and {rtol}")
     entry = lineage.entry(entry)
@@ -53,9 +62,11 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4,
         onnx = lineage.program is not None and lineage.program.frontend == ONNX
         saved = (_onnx_outputs if onnx else _torch_outputs)(reference, arrays, wanted, Path(folder))
         by_site: dict[SiteKey, list] = {}
+        uses: dict[str, int] = {}
         for p in plan:
             if not p.status and saved.get(p.node):
                 by_site.setdefault(SiteKey(entry, p.kernel, p.call), []).append(p)
+                uses[p.node] = uses.get(p.node, 0) + 1
         device = device or device_here(lineage.build.target)
         vm = relax.VirtualMachine(executable, device)
         counts: dict[str, int] = {}
@@ -72,8 +83,10 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4,
                 tensors = [a for a in call_args if hasattr(a, "shape")]
                 got = [t.numpy() for t in tensors[-p.outputs:]] if len(tensors) >= p.outputs else []
                 results[p.layer] = _judge(p, got, saved[p.node], atol, rtol)
-                for path in saved[p.node]:
-                    Path(path).unlink()
+                uses[p.node] -= 1
+                if not uses[p.node]:  # two layers may be read from one node (one through data movement)
+                    for path in saved[p.node]:
+                        Path(path).unlink()
             return relax.VMInstrumentReturnKind.NO_OP
 
         say("running the compiled model")
@@ -84,25 +97,42 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float = 1e-4,
             raise RelaytraceError(f"the compiled model failed to run on these inputs: {describe(exc)}") from exc
         finally:
             vm.set_instrument(lambda *_: relax.VMInstrumentReturnKind.NO_OP)
+        say(f"{len(results)} layer outputs compared")
     layers = tuple(results.get(p.layer) or LayerError(
         p.layer, p.status or NOT_COMPARABLE, p.site,
         p.note or (f"the reference has no tensor for node {p.node!r}" if not saved.get(p.node)
                    else f"{p.site} did not run")) for p in plan)
-    return Comparison(model=lineage.build.model, entry=entry, atol=atol, rtol=rtol, precision=precision, layers=layers)
+    return Comparison(model=lineage.build.model, entry=entry, atol=atol, rtol=rtol, precision=precision, layers=layers,
+                      tolerance=tolerance)
 
 
 def _judge(p, got: list, ref_paths: list[str], atol: float, rtol: float) -> LayerError:
     """``got``: the kernel's last ``p.outputs`` arguments; the reference's tensors in
-    order. Several outputs are compared as one (their elements together)."""
+    order. Several outputs are compared as one (their elements together); a kernel that
+    writes more outputs than the framework's op returns (batch norm in inference: its
+    output, not the batch statistics) is compared on the first ones; a layer read
+    through reshapes (``p.reshaped``) element for element."""
     ref = [np.load(path) for path in ref_paths]
+    note = p.note
+    if p.reshaped and len(got) == len(ref) == 1 and got[0].size == ref[0].size:
+        got = [got[0].reshape(ref[0].shape)]
+    elif len(got) > len(ref) >= 1 and [g.shape for g in got[:len(ref)]] == [r.shape for r in ref]:
+        note = _joined(note, f"the first {len(ref)} of the kernel's {len(got)} outputs: what the framework's op "
+                             "returns")
+        got = got[:len(ref)]
     if [g.shape for g in got] != [r.shape for r in ref]:
         return LayerError(p.layer, NOT_COMPARABLE, p.site, f"{p.site} wrote shapes {[list(g.shape) for g in got]}, "
                                                            f"the reference {[list(r.shape) for r in ref]}")
     if len(ref) == 1:
-        return error_of(p.layer, p.site, got[0], ref[0], atol, rtol)
+        return attrs.evolve(error_of(p.layer, p.site, got[0], ref[0], atol, rtol), note=note, route=p.route)
     error = error_of(p.layer, p.site, np.concatenate([g.ravel() for g in got]),
                      np.concatenate([r.ravel() for r in ref]), atol, rtol)
-    return attrs.evolve(error, shape=ref[0].shape, note=f"{len(ref)} outputs compared together (shape: the first's)")
+    return attrs.evolve(error, shape=ref[0].shape, route=p.route,
+                        note=_joined(note, f"{len(ref)} outputs compared together (shape: the first's)"))
+
+
+def _joined(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
 
 
 def _onnx_outputs(model, arrays, wanted: set[str], folder: Path) -> dict[str, str]:

@@ -23,10 +23,11 @@ def add_arguments(p) -> None:
                    help="fp16: build through relax.transform.ToMixedPrecision (default fp32: as imported)")
     p.add_argument("--accumulate", choices=["float32", "float16"],
                    help="with --precision fp16: the dtype conv and matmul accumulate in (default float32)")
-    p.add_argument("--atol", type=at_least(0, float, strict=False), default=1e-4, metavar="A",
-                   help="absolute tolerance (default 1e-4)")
-    p.add_argument("--rtol", type=at_least(0, float, strict=False), default=1e-4, metavar="R",
-                   help="relative tolerance (default 1e-4): beyond when |got - ref| > A + R |ref| anywhere")
+    p.add_argument("--atol", type=at_least(0, float, strict=False), metavar="A",
+                   help="absolute tolerance (default from the precision: 1e-4 for fp32, 1e-2 for fp16 accumulating "
+                        "in float32, 5e-2 in float16)")
+    p.add_argument("--rtol", type=at_least(0, float, strict=False), metavar="R",
+                   help="relative tolerance (default as --atol): beyond when |got - ref| > A + R |ref| anywhere")
     p.add_argument("--out", help="output DIR: lineage.json, compare.json, compare.csv, errors.svg")
     p.add_argument("--force", action="store_true", help="replace an existing DIR")
 
@@ -63,7 +64,7 @@ def run(args) -> int:
                                 convert_layout=NHWC if args.layout == "NHWC" else None,
                                 progress=say.passes, mixed_precision=accumulate)
     comparison = compare(executable, lineage, loaded.source, list(loaded.inputs), atol=args.atol, rtol=args.rtol,
-                         precision=precision, progress=say)
+                         progress=say)
     echo(comparison_table(comparison))
     echo()
     echo(comparison.summary())

@@ -17,7 +17,9 @@ class BuildFacts:
     are no kernels); ``tuned``: the kernels whose schedule a MetaSchedule database gave;
     ``shape_consumers``: shape function -> the kernels whose allocations it sizes;
     ``kernel_members``: kernel -> the PrimFuncs it is made of (the IR's evidence for
-    verification). Saved as the lineage's ``build``."""
+    verification); ``accumulate``: the dtype conv and matmul accumulate in when the
+    build computes in float16 (``ToMixedPrecision`` through ``relaytrace.build``), None
+    when it computes as imported. Saved as the lineage's ``build``."""
 
     model: str
     target: str
@@ -27,3 +29,4 @@ class BuildFacts:
     tuned: tuple[str, ...] = ()
     shape_consumers: dict[str, tuple[str, ...]] = field(factory=dict)
     kernel_members: dict[str, tuple[Member, ...]] = field(factory=dict)
+    accumulate: str | None = None

@@ -17,7 +17,8 @@ from .codec import decode, encode
 from .jsonio import check_schema, read_json, write_json
 from .names import Name
 
-SCHEMA = "relaytrace.compare/1"
+SCHEMA = "relaytrace.compare/2"  # /2 added each layer's route; /1 files load (no route known)
+SCHEMA_V1 = "relaytrace.compare/1"
 class Outcome(Name):
     """A layer's comparison: inside the tolerance or beyond it, or why it was not
     compared (its output is fused into a later kernel, never written, or not
@@ -31,6 +32,18 @@ class Outcome(Name):
 
 
 WITHIN, BEYOND, FUSED, NO_OUTPUT, NOT_COMPARABLE = Outcome
+
+
+class Route(Name):
+    """How a compared layer's value was read from the build (``analysis.layer_outputs``):
+    written by its kernel as it is (``direct``), or after ops that only move data,
+    applied to the reference too (``through data movement``)."""
+
+    DIRECT = "direct"
+    MOVED = "through data movement"
+
+
+DIRECT, MOVED = Route
 
 
 @define(frozen=True)
@@ -51,6 +64,7 @@ class LayerError:
     nan: int = 0  # NaNs in the compiled output
     inf: int = 0
     reference_nan: int = 0  # NaNs (and Infs) in the reference's
+    route: Route | None = None  # how the value was read, for a layer compared
 
     @property
     def compared(self) -> bool:
@@ -68,6 +82,7 @@ class Comparison:
     rtol: float
     precision: str  # "as built", or the ToMixedPrecision setting the build was made with
     layers: tuple[LayerError, ...]
+    tolerance: str = "given"  # where atol and rtol came from: "given", or the default they are for
     schema: str = SCHEMA
 
     @property
@@ -80,6 +95,14 @@ class Comparison:
         """The first layer in run order whose compiled output holds a NaN or an Inf."""
         return next((e for e in self.layers if e.nan or e.inf), None)
 
+    def worst(self, n: int = 5) -> tuple[LayerError, ...]:
+        """The ``n`` compared layers farthest beyond their tolerance, farthest first
+        (``tolerance_ratio`` above 1; a difference where nothing is tolerated first of
+        all): where the build's precision hurts most, not only where it first shows."""
+        beyond = [e for e in self.layers if e.status == BEYOND]
+        return tuple(sorted(beyond, key=lambda e: -(e.tolerance_ratio if e.tolerance_ratio is not None
+                                                    else float("inf")))[:n])
+
     def counts(self) -> dict[str, int]:
         """Status -> how many layers have it."""
         return {s: sum(1 for e in self.layers if e.status == s) for s in Outcome}
@@ -88,12 +111,18 @@ class Comparison:
         """Two or three lines: how many layers were compared and within, the first one
         beyond (with its kernel call site) and the first NaN, in words."""
         c = self.counts()
+        moved = sum(1 for e in self.layers if e.compared and e.route == MOVED)
+        given = "" if self.tolerance == "given" else f", {self.tolerance}"
         lines = [f"{c[WITHIN] + c[BEYOND]} of {len(self.layers)} layers compared (atol {self.atol:g}, rtol "
-                 f"{self.rtol:g}, {self.precision}): {c[WITHIN]} within, {c[BEYOND]} beyond; {c[FUSED]} fused "
-                 f"into a kernel that does not write them out, {c[NO_OUTPUT] + c[NOT_COMPARABLE]} not comparable"]
+                 f"{self.rtol:g}{given}; {self.precision}): {c[WITHIN]} within, {c[BEYOND]} beyond"
+                 f"{f' ({moved} read through data movement)' if moved else ''}; {c[FUSED]} fused into a kernel "
+                 f"that does not write them out, {c[NO_OUTPUT] + c[NOT_COMPARABLE]} not comparable"]
         first = self.first_beyond
         lines.append(f"first layer beyond the tolerance: {first.layer} (max abs error {_num(first.max_abs)}, "
                      f"in {first.site})" if first else "no layer beyond the tolerance")
+        worst = self.worst()
+        if len(worst) > 1 or (worst and worst[0] is not first):
+            lines.append("farthest beyond it: " + ", ".join(f"{e.layer} (x{_num(e.tolerance_ratio)})" for e in worst))
         if self.first_nan:
             e = self.first_nan
             lines.append(f"first layer with NaN/Inf in its compiled output: {e.layer} ({e.nan} NaN, {e.inf} Inf, "
@@ -111,6 +140,8 @@ class Comparison:
     def from_json(cls, data, where: str = "compare") -> Comparison:
         """The comparison a JSON object holds, every field checked (a
         ``LineageFormatError`` naming it otherwise)."""
+        if isinstance(data, dict) and data.get("schema") == SCHEMA_V1:
+            data = {**data, "schema": SCHEMA}  # /2 only added fields with defaults
         check_schema(data, SCHEMA, "compare", where, made_by="`relaytrace compare --out DIR` (or Comparison.save)")
         comparison = decode(cls, {k: v for k, v in data.items() if k not in _DERIVED}, where)
         _check_ranges(comparison, where)
@@ -129,6 +160,21 @@ class Comparison:
 _DERIVED = ("first_beyond", "first_nan")  # written for scripts, made again from the layers
 _COUNTS = ("nan", "inf", "reference_nan")  # counts of elements
 _ERRORS = ("max_abs", "max_rel", "tolerance_ratio")  # magnitudes, or None
+
+
+def default_tolerance(accumulate: str | None = None) -> tuple[float, float, str]:
+    """``(atol, rtol, why)`` a comparison judges by when the user gives none, from how
+    the build computes: float32 as built (``accumulate`` None), or float16 through
+    ToMixedPrecision accumulating in ``accumulate`` (float32 or float16). Chosen so that
+    a sound build of the zoo's models has no layer beyond them, so that "beyond" points
+    at a layer that loses more than its precision must: float32 1e-4; float16 1e-2
+    (ten times its unit roundoff, 4.9e-4, over a layer's chain of ops), 5e-2 when it
+    also accumulates in float16."""
+    if accumulate is None:
+        return 1e-4, 1e-4, "the default for float32"
+    if accumulate == "float32":
+        return 1e-2, 1e-2, "the default for float16 accumulating in float32"
+    return 5e-2, 5e-2, "the default for float16 accumulating in float16"
 
 
 def _check_ranges(comparison: Comparison, where: str) -> None:

@@ -107,7 +107,8 @@ def _errors(comparison) -> dict:
                        if e.max_abs is not None else f"{e.nan} NaN, {e.inf} Inf (the reference has {e.reference_nan})")
             text = (f"{'BEYOND' if e.status == 'beyond' else 'within'} atol {comparison.atol:g} / rtol "
                     f"{comparison.rtol:g} ({comparison.precision}): {figures}, read from {e.site} of the "
-                    "compared build")
+                    f"compared build{' ' + e.route if e.route and e.route != 'direct' else ''}"
+                    f"{' (' + e.note + ')' if e.note else ''}")
         else:
             text = f"{e.status}: {e.note}"
         out[e.layer] = {"status": e.status.replace(" ", "-"), "text": text}  # a CSS class

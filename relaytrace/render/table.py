@@ -135,11 +135,11 @@ def comparison_rows(comparison) -> tuple[list[str], list[list[str]]]:
     """Headers and one row per layer of a ``Comparison`` in run order: the terminal
     table and the CSV show the same cells."""
     headers = ["layer", "status", "max abs", "max rel", "tol ratio", "cosine", "NaN/Inf", "shape", "call site",
-               "note"]
+               "read", "note"]
     rows = [[e.layer, e.status.upper() if e.status == "beyond" else e.status, _figure(e.max_abs),
              _figure(e.max_rel), _figure(e.tolerance_ratio), _figure(e.cosine, ".6f"),
              f"{e.nan}/{e.inf}" + (f" (ref {e.reference_nan})" if e.reference_nan else "") if e.compared else "",
-             "x".join(map(str, e.shape)), e.site, e.note] for e in comparison.layers]
+             "x".join(map(str, e.shape)), e.site, e.route or "", e.note] for e in comparison.layers]
     return headers, rows
 
 

@@ -110,3 +110,21 @@ def test_a_schema_2_onnx_lineage_names_its_nodes_by_id():
     v2["program"]["nodes"] = [{**n, "node": outputs[n["node"]]} for n in v2["program"]["nodes"]]
     back = Lineage.from_json(v2)
     assert back == lineage and back.program.frontend is ONNX
+
+
+def test_a_comparison_of_schema_1_loads_without_routes():
+    from relaytrace.model.numerics import BEYOND, DIRECT, MOVED, WITHIN, Comparison, LayerError
+
+    layers = (LayerError("conv", WITHIN, "conv2d#0", shape=(1, 8), max_abs=1e-6, max_rel=1e-6, tolerance_ratio=0.01,
+                         cosine=1.0, route=DIRECT),
+              LayerError("fc", BEYOND, "matmul#0", shape=(1, 4), max_abs=0.5, max_rel=0.1, tolerance_ratio=50.0,
+                         cosine=0.9, route=MOVED))
+    comparison = Comparison("m", "main", 1e-4, 1e-4, "float32 as built", layers, tolerance="the default for float32")
+    data = json.loads(json.dumps(comparison.to_json()))
+    assert Comparison.from_json(data) == comparison and data["first_beyond"] == "fc"
+    old = {**data, "schema": "relaytrace.compare/1", "layers": [{k: v for k, v in e.items() if k != "route"}
+                                                               for e in data["layers"]]}
+    old.pop("tolerance")
+    back = Comparison.from_json(old)
+    assert [e.route for e in back.layers] == [None, None] and back.tolerance == "given"
+    assert comparison.worst() == (layers[1],) and "fc (x50)" not in comparison.summary()  # the first is the worst
