@@ -274,9 +274,13 @@ def test_a_perturbed_layer_is_the_first_beyond_and_nothing_is_beyond_unperturbed
     """Each layer with weights, perturbed by 5 % in a copy of the reference, is the first
     layer beyond the tolerance; the reference as it is puts none beyond. In the unfused
     build every layer is compared (batch norm on its first output, the layers that end
-    in a reshape on the value it reshapes); in the fused one each batch norm runs in one
-    kernel with its ReLU and is said to be fused there, so its error first shows at the
-    ReLU, which that kernel writes."""
+    in a reshape on the value it reshapes). In the fused one each batch norm runs in one
+    kernel with its ReLU, which never writes its value: alone, its error first shows at
+    the ReLU; with a rebuild that writes the batch norms out (``observe``, differing in
+    those kernels only) it is named itself."""
+    from relaytrace.analysis.observe import observed
+    from relaytrace.model.numerics import OBSERVED, with_observed
+
     from .fixtures.compare_models import WEIGHTED, perturbed
 
     module, example, builds = net_builds
@@ -284,18 +288,35 @@ def test_a_perturbed_layer_is_the_first_beyond_and_nothing_is_beyond_unperturbed
     clean = compare(executable, lineage, module, [example.numpy()])
     by_layer = {e.layer: e for e in clean.layers}
     assert clean.first_beyond is None and set(WEIGHTED) <= set(by_layer)
-    fused = {e.layer for e in clean.layers if e.status == FUSED}
-    assert fused == (set() if pipeline == "unfused" else {"b1.bn", "b2.bn"})
+    fused = [e.layer for e in clean.layers if e.status == FUSED]
+    assert set(fused) == (set() if pipeline == "unfused" else {"b1.bn", "b2.bn"})
     assert all(e.compared for e in clean.layers if e.layer not in fused), [e for e in clean.layers if not e.compared]
+    if fused:
+        kept_executable, kept = relaytrace.build(observed(from_torch(module, (example,)), fused), "llvm")
+        def runs(build):  # each call site as the set of layers whose ops it runs
+            return [frozenset(build.origins[o].layer for o in s.origin_ids) for s in build.call_sites]
+
+        for name in fused:  # the batch norm's own kernel now, apart from its ReLU
+            assert frozenset({name}) in runs(kept), runs(kept)
+        held = set().union(*(r for r in runs(lineage) if r & set(fused)))  # the layers of the kernels split
+        rest = [r for r in runs(kept) if not r & held and r & set(by_layer)]  # not the copies' own sites
+        assert [r for r in runs(lineage) if not r & held] == rest  # every other kernel as built
+        merged = with_observed(clean, compare(kept_executable, kept, module, [example.numpy()]), fused)
+        assert all(e.compared for e in merged.layers) and merged.first_beyond is None
+        assert all(e.route == OBSERVED and by_layer[e.layer].site in e.note for e in merged.layers if e.layer in fused)
     for layer in WEIGHTED:
-        result = compare(executable, lineage, perturbed(module, layer), [example.numpy()])
+        reference = perturbed(module, layer)
+        result = compare(executable, lineage, reference, [example.numpy()])
         expected = layer.replace(".bn", ".act") if layer in fused else layer
         assert result.first_beyond is not None and result.first_beyond.layer == expected, (layer, result.summary())
         assert all(e.status == WITHIN for e in result.layers[:[e.layer for e in result.layers].index(expected)]
                    if e.compared)
+        if fused:
+            result = with_observed(result, compare(kept_executable, kept, reference, [example.numpy()]), fused)
+            assert result.first_beyond.layer == layer, (layer, result.summary())
     if pipeline == "unfused":
         bn = by_layer["b1.bn"]
-        assert bn.route == "direct" and "the first 1 of the kernel's 3 outputs" in bn.note
+        assert bn.route == "direct" and "1 of the kernel's 3 outputs" in bn.note
         assert by_layer["attn.qkv"].route == "through data movement" and "element for element" in by_layer[
             "attn.qkv"].note
 
@@ -323,3 +344,18 @@ def test_every_layer_of_a_tiny_llama_that_a_kernel_writes_is_compared():
     assert layers["m.lm_head"].compared and layers["m.model.norm"].compared
     uncompared = [e for e in result.layers if not e.compared and e.status != FUSED]
     assert all(e.status == "no output" and "eliminated" in e.note for e in uncompared), uncompared
+
+
+def test_cli_compare_observe_rebuilds_with_a_fused_layer_written_out(tmp_path):
+    """``--observe LAYER``: the batch norm the fused build keeps inside its ReLU's kernel
+    is compared in a rebuild that writes it out, and the row says so; a layer the model
+    does not have is refused before anything is built."""
+    model = "tests/fixtures/compare_models.py:net"
+    code, stdout, err = run_cli(["--quiet", "compare", model, "--observe", "nope"])
+    assert code != 0 and "unknown layer 'nope'" in err and "building" not in err
+    code, stdout, err = run_cli(["--quiet", "compare", model, "--observe", "b1.bn", "--out", tmp_path / "o"])
+    assert code == 0, err
+    rows = {row["layer"]: row for row in csv.DictReader((tmp_path / "o" / "compare.csv").open())}
+    assert rows["b1.bn"]["status"] == "within" and rows["b1.bn"]["read"] == "observed build"
+    assert "differ in that kernel only" in rows["b1.bn"]["note"] and rows["b2.bn"]["status"] == "fused"
+    assert "1 from a rebuild that writes them out" in stdout

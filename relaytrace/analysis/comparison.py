@@ -116,10 +116,9 @@ def _judge(p, got: list, ref_paths: list[str], atol: float, rtol: float) -> Laye
     note = p.note
     if p.reshaped and len(got) == len(ref) == 1 and got[0].size == ref[0].size:
         got = [got[0].reshape(ref[0].shape)]
-    elif len(got) > len(ref) >= 1 and [g.shape for g in got[:len(ref)]] == [r.shape for r in ref]:
-        note = _joined(note, f"the first {len(ref)} of the kernel's {len(got)} outputs: what the framework's op "
-                             "returns")
-        got = got[:len(ref)]
+    elif len(got) > len(ref) >= 1 and (picked := _by_shape(got, ref)) is not None:
+        note = _joined(note, f"{len(ref)} of the kernel's {len(got)} outputs: what the framework's op returns")
+        got = picked
     if [g.shape for g in got] != [r.shape for r in ref]:
         return LayerError(p.layer, NOT_COMPARABLE, p.site, f"{p.site} wrote shapes {[list(g.shape) for g in got]}, "
                                                            f"the reference {[list(r.shape) for r in ref]}")
@@ -129,6 +128,22 @@ def _judge(p, got: list, ref_paths: list[str], atol: float, rtol: float) -> Laye
                      np.concatenate([r.ravel() for r in ref]), atol, rtol)
     return attrs.evolve(error, shape=ref[0].shape, route=p.route,
                         note=_joined(note, f"{len(ref)} outputs compared together (shape: the first's)"))
+
+
+def _by_shape(got: list, ref: list) -> list | None:
+    """The outputs of ``got`` the reference's tensors are, in the reference's order: the
+    first ones when their shapes agree, else the one output of each reference tensor's
+    shape (a fused kernel may write an op's outputs in another order); None when that
+    is ambiguous."""
+    if [g.shape for g in got[:len(ref)]] == [r.shape for r in ref]:
+        return got[:len(ref)]
+    picked = []
+    for r in ref:
+        same = [g for g in got if g.shape == r.shape]
+        if len(same) != 1:
+            return None
+        picked.append(same[0])
+    return picked
 
 
 def _joined(*notes: str) -> str:

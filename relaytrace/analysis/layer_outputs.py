@@ -182,7 +182,9 @@ def _read(look: _Lookup, base: dict, op, moved_after: bool = True) -> LayerOutpu
 def _not_comparable(lineage, op, written, site, k: int, check_shapes: bool = True) -> str:
     """Why what ``site`` writes may not be ``written``'s value as the source computes it
     (``op``: the layer's op it carries; "" when nothing says so). ``check_shapes``: its
-    last ``k`` arguments must have ``written``'s shapes (not for a value read reshaped)."""
+    last ``k`` arguments must have ``written``'s shapes, in some order (a fused kernel
+    of an op of several outputs may write them in another; not for a value read
+    reshaped)."""
     if not op.node:
         return "its op names no node of a source program (not imported from torch or ONNX)"
     if any(c.pass_name == "ConvertLayout" for c in lineage.journal.history_by_origin.get(op.id, ())):
@@ -196,7 +198,7 @@ def _not_comparable(lineage, op, written, site, k: int, check_shapes: bool = Tru
         return ""
     shapes = [tuple(shape) for shape, _ in site.arguments[-k:]] if len(site.arguments) >= k else []
     wanted = [tuple(shape) for shape in written.output_shapes]
-    if shapes and wanted and all(map(_known, shapes + wanted)) and shapes != wanted:
+    if shapes and wanted and all(map(_known, shapes + wanted)) and sorted(shapes) != sorted(wanted):
         return (f"{site.label} writes shapes {[list(x) for x in shapes]}, the op's {k} output(s) are "
                 f"{[list(x) for x in wanted]}")
     return ""

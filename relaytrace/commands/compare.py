@@ -28,6 +28,10 @@ def add_arguments(p) -> None:
                         "in float32, 5e-2 in float16)")
     p.add_argument("--rtol", type=at_least(0, float, strict=False), metavar="R",
                    help="relative tolerance (default as --atol): beyond when |got - ref| > A + R |ref| anywhere")
+    p.add_argument("--observe", action="append", default=[], metavar="LAYER[,LAYER]",
+                   help="layers whose value the build keeps inside a kernel (fused): rebuild with their values "
+                        "written out and compare them there (repeatable)")
+    p.add_argument("--observe-all", action="store_true", help="--observe every layer the build fuses away")
     p.add_argument("--out", help="output DIR: lineage.json, compare.json, compare.csv, errors.svg")
     p.add_argument("--force", action="store_true", help="replace an existing DIR")
 
@@ -36,9 +40,11 @@ def run(args) -> int:
     """`relaytrace compare MODEL`: each layer's value in the build against the framework's,
     and the first layer beyond tolerance."""
     from ..analysis.comparison import compare
+    from ..analysis.observe import check_layers, observed
     from ..build import NHWC, build
     from ..frontends.loader import load
     from ..jobs import parse_shape, prepare_out_dir, write_compare
+    from ..model.numerics import FUSED, with_observed
     from ..profiling.remote import runs_here, target_name
     from ..render.outputs import COMPARE, names
     from ..render.table import comparison_table
@@ -57,6 +63,10 @@ def run(args) -> int:
         raise UsageError(f"compare runs the model in its own framework, and {args.model} gives only a TVM model (an "
                          "ImportedModel, an nn module or a Relax IRModule): compare an .onnx file or a factory "
                          "returning (torch module, example inputs[, dynamic_shapes])")
+    named = [name for given in args.observe for name in given.split(",") if name]
+    if named and args.observe_all:
+        raise UsageError("--observe names layers and --observe-all takes every fused one: give one of them")
+    check_layers(loaded.model, named)
     accumulate = (args.accumulate or "float32") if args.precision == "fp16" else None
     precision = f"float16, accumulating in {accumulate}" if accumulate else "float32 as built"
     say(f"building {loaded.model.name} ({args.pipeline}, {args.layout}, {precision}) for {args.target}")
@@ -65,6 +75,15 @@ def run(args) -> int:
                                 progress=say.passes, mixed_precision=accumulate)
     comparison = compare(executable, lineage, loaded.source, list(loaded.inputs), atol=args.atol, rtol=args.rtol,
                          progress=say)
+    wanted = [e.layer for e in comparison.layers if e.status == FUSED] if args.observe_all else named
+    if wanted:
+        say(f"rebuilding with the values of {len(wanted)} layer(s) written out: {', '.join(wanted)}")
+        kept_executable, kept = build(observed(loaded.model, wanted), args.target, pipeline=args.pipeline,
+                                      convert_layout=NHWC if args.layout == "NHWC" else None,
+                                      progress=say.passes, mixed_precision=accumulate)
+        again = compare(kept_executable, kept, loaded.source, list(loaded.inputs), atol=comparison.atol,
+                        rtol=comparison.rtol, progress=say)
+        comparison = with_observed(comparison, again, wanted)
     echo(comparison_table(comparison))
     echo()
     echo(comparison.summary())

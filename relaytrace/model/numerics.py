@@ -9,6 +9,7 @@ writes it (``relaytrace.analysis.layer_outputs``); a layer whose output stays in
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 from attrs import define
 
@@ -36,14 +37,16 @@ WITHIN, BEYOND, FUSED, NO_OUTPUT, NOT_COMPARABLE = Outcome
 
 class Route(Name):
     """How a compared layer's value was read from the build (``analysis.layer_outputs``):
-    written by its kernel as it is (``direct``), or after ops that only move data,
-    applied to the reference too (``through data movement``)."""
+    written by its kernel as it is (``direct``), after ops that only move data, applied
+    to the reference too (``through data movement``), or from a rebuild that writes out
+    a value the build keeps inside a kernel (``observed build``: ``compare --observe``)."""
 
     DIRECT = "direct"
     MOVED = "through data movement"
+    OBSERVED = "observed build"
 
 
-DIRECT, MOVED = Route
+DIRECT, MOVED, OBSERVED = Route
 
 
 @define(frozen=True)
@@ -112,10 +115,11 @@ class Comparison:
         beyond (with its kernel call site) and the first NaN, in words."""
         c = self.counts()
         moved = sum(1 for e in self.layers if e.compared and e.route == MOVED)
+        kept = sum(1 for e in self.layers if e.compared and e.route == OBSERVED)
         given = "" if self.tolerance == "given" else f", {self.tolerance}"
         lines = [f"{c[WITHIN] + c[BEYOND]} of {len(self.layers)} layers compared (atol {self.atol:g}, rtol "
                  f"{self.rtol:g}{given}; {self.precision}): {c[WITHIN]} within, {c[BEYOND]} beyond"
-                 f"{f' ({moved} read through data movement)' if moved else ''}; {c[FUSED]} fused into a kernel "
+                 f"{_routes(moved, kept)}; {c[FUSED]} fused into a kernel "
                  f"that does not write them out, {c[NO_OUTPUT] + c[NOT_COMPARABLE]} not comparable"]
         first = self.first_beyond
         lines.append(f"first layer beyond the tolerance: {first.layer} (max abs error {_num(first.max_abs)}, "
@@ -162,6 +166,29 @@ _COUNTS = ("nan", "inf", "reference_nan")  # counts of elements
 _ERRORS = ("max_abs", "max_rel", "tolerance_ratio")  # magnitudes, or None
 
 
+def with_observed(comparison: Comparison, observed: Comparison, layers) -> Comparison:
+    """``comparison`` with each of ``layers`` judged as in ``observed``, the comparison
+    of a rebuild that writes their values out (``analysis.observe``): route ``observed
+    build``, and a note naming the kernel of the compared build that held the value,
+    the one kernel the rebuild splits for it. A layer the rebuild could not compare
+    either keeps its row, with the rebuild's reason added."""
+    found = {e.layer: e for e in observed.layers}
+    out = []
+    for e in comparison.layers:
+        seen = found.get(e.layer) if e.layer in layers else None
+        if seen is None:
+            out.append(e)
+        elif seen.compared:
+            held = f" (this build keeps it inside {e.site})" if e.site else ""
+            out.append(attrs.evolve(seen, route=OBSERVED, note="; ".join(n for n in (
+                seen.note, f"read from {seen.site} of a rebuild that writes it out{held}: the two differ in that "
+                           "kernel only") if n)))
+        else:
+            out.append(attrs.evolve(e, note=f"{e.note}; the rebuild that keeps it could not compare it either: "
+                                            f"{seen.note}"))
+    return attrs.evolve(comparison, layers=tuple(out))
+
+
 def default_tolerance(accumulate: str | None = None) -> tuple[float, float, str]:
     """``(atol, rtol, why)`` a comparison judges by when the user gives none, from how
     the build computes: float32 as built (``accumulate`` None), or float16 through
@@ -194,6 +221,12 @@ def _check_ranges(comparison: Comparison, where: str) -> None:
         if e.cosine is not None and not -1 - 1e-6 <= e.cosine <= 1 + 1e-6:
             raise LineageFormatError(f"{where}: layers[{i}].cosine must be from -1 to 1, not {e.cosine!r}: the file "
                                      "was edited or is corrupt; run `relaytrace compare` again")
+
+
+def _routes(moved: int, kept: int) -> str:
+    said = [f"{moved} read through data movement"] * bool(moved)
+    said += [f"{kept} from a rebuild that writes them out"] * bool(kept)
+    return f" ({', '.join(said)})" if said else ""
 
 
 def _num(value) -> str:
