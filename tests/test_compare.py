@@ -359,3 +359,31 @@ def test_cli_compare_observe_rebuilds_with_a_fused_layer_written_out(tmp_path):
     assert rows["b1.bn"]["status"] == "within" and rows["b1.bn"]["read"] == "observed build"
     assert "differ in that kernel only" in rows["b1.bn"]["note"] and rows["b2.bn"]["status"] == "fused"
     assert "1 from a rebuild that writes them out" in stdout
+
+
+def test_a_tiny_llama_of_symbolic_length_is_compared_at_another_length():
+    """Built with a symbolic sequence length and run at 12 tokens (8 in the export's
+    example): every Linear and norm of each block is compared and within. Its
+    reference must be exported with the same dynamic_shapes: exported without them the
+    graph names other nodes (``mul_27`` is no node of it), and compare refuses it
+    rather than comparing layers with another program's values."""
+    import torch
+
+    from relaytrace.errors import RelaytraceError
+
+    from .fixtures.hf_models import llama
+
+    module, example = llama()
+    dynamic = {"input_ids": {1: torch.export.Dim("seq", min=2, max=32)}}
+    executable, lineage = relaytrace.build(from_torch(module, (example,), dynamic_shapes=dynamic), "llvm")
+    ids = torch.randint(0, 128, (1, 12)).numpy()
+    result = compare(executable, lineage, module, [ids], dynamic_shapes=dynamic)
+    layers = {e.layer: e for e in result.layers}
+    assert result.first_beyond is None, result.summary()
+    for block in ("m.model.layers.0", "m.model.layers.1"):
+        for sub in ("input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                    "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", ""):
+            e = layers[f"{block}.{sub}".rstrip(".")]
+            assert e.compared and e.shape[:2] == (1, 12), e
+    with pytest.raises(RelaytraceError, match="exports to another program than the build was imported from"):
+        compare(executable, lineage, module, [ids])

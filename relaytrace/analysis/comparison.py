@@ -29,14 +29,18 @@ from .layer_outputs import layer_outputs
 
 
 def compare(executable, lineage: Lineage, reference, inputs, atol: float | None = None, rtol: float | None = None,
-            entry: str | None = None, precision: str | None = None, device=None, progress=None) -> Comparison:
+            entry: str | None = None, precision: str | None = None, device=None, progress=None,
+            dynamic_shapes=None) -> Comparison:
     """Every layer of ``lineage``'s entry (default ``main``) compared: the compiled
     ``executable`` against ``reference``, the torch module or ONNX model (or path) it
     was imported from, both run on ``inputs`` (arrays or tensors, in the entry's
     order). ``atol`` and ``rtol`` left out are the defaults for the build's precision
     (``numerics.default_tolerance`` of ``lineage.build.accumulate``); ``precision``
-    (default: said from the build) says how it computes, for the report. Each is run
-    once; neither is changed (a torch module is put in eval mode, as its import did)."""
+    (default: said from the build) says how it computes, for the report. A torch
+    reference is exported with ``dynamic_shapes``, as the build's import was: its node
+    names must be those the lineage keeps (a reference whose graph lacks one of them
+    is refused, naming them). Each is run once; neither is changed (a torch module is
+    put in eval mode, as its import did)."""
     import tvm
     from tvm import relax
 
@@ -60,7 +64,10 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float | None 
     with tempfile.TemporaryDirectory(prefix="relaytrace-compare-") as folder:
         say(f"running the reference ({len(wanted)} layer outputs kept)")
         onnx = lineage.program is not None and lineage.program.frontend == ONNX
-        saved = (_onnx_outputs if onnx else _torch_outputs)(reference, arrays, wanted, Path(folder))
+        if onnx:
+            saved = _onnx_outputs(reference, arrays, wanted, Path(folder))
+        else:
+            saved = _torch_outputs(reference, arrays, wanted, Path(folder), lineage.program, dynamic_shapes)
         by_site: dict[SiteKey, list] = {}
         uses: dict[str, int] = {}
         for p in plan:
@@ -178,11 +185,14 @@ def _onnx_outputs(model, arrays, wanted: set[str], folder: Path) -> dict[str, st
     return saved
 
 
-def _torch_outputs(module, arrays, wanted: set[str], folder: Path) -> dict[str, str]:
-    """Run ``module`` (exported as ``torch.export.export`` gives it, the program whose
-    node names the lineage keeps) on ``arrays`` and save the value of each node in
-    ``wanted`` to ``folder``: node name -> the .npy paths of its tensors (a node of
-    several outputs, such as ``chunk``, has one per output, in order)."""
+def _torch_outputs(module, arrays, wanted: set[str], folder: Path, program=None,
+                   dynamic_shapes=None) -> dict[str, str]:
+    """Run ``module`` (exported as ``torch.export.export`` gives it with ``dynamic_shapes``,
+    the program whose node names the lineage keeps) on ``arrays`` and save the value of
+    each node in ``wanted`` to ``folder``: node name -> the .npy paths of its tensors (a
+    node of several outputs, such as ``chunk``, has one per output, in order). Every
+    node the frontend's ``program`` names must be in the exported graph: else its nodes
+    are another program's, and the values would be compared against the wrong ops."""
     import torch
 
     if not isinstance(module, torch.nn.Module):
@@ -190,9 +200,17 @@ def _torch_outputs(module, arrays, wanted: set[str], folder: Path) -> dict[str, 
                               f"{type(module).__name__}")
     args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays)
     try:
-        program = torch.export.export(module.eval(), args)
+        exported = torch.export.export(module.eval(), args, dynamic_shapes=dynamic_shapes).module()
     except Exception as exc:
         raise RelaytraceError(f"torch.export could not export the reference: {describe(exc)}") from exc
+    if program is not None:
+        names = {n.name for n in exported.graph.nodes}
+        strays = sorted({n.node for n in program.nodes if n.node and n.node not in names})
+        if strays:
+            raise RelaytraceError(
+                f"the reference exports to another program than the build was imported from ({len(strays)} of its "
+                f"nodes, e.g. {strays[0]!r}, are not in it): export both alike (give compare the dynamic_shapes "
+                "the model was imported with; the CLI takes them from the factory)")
     saved: dict[str, str] = {}
 
     class Keeper(torch.fx.Interpreter):
@@ -209,5 +227,5 @@ def _torch_outputs(module, arrays, wanted: set[str], folder: Path) -> dict[str, 
             return value
 
     with torch.no_grad():
-        Keeper(program.module()).run(*args)
+        Keeper(exported).run(*args)
     return saved

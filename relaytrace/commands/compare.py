@@ -74,7 +74,7 @@ def run(args) -> int:
                                 convert_layout=NHWC if args.layout == "NHWC" else None,
                                 progress=say.passes, mixed_precision=accumulate)
     comparison = compare(executable, lineage, loaded.source, list(loaded.inputs), atol=args.atol, rtol=args.rtol,
-                         progress=say)
+                         progress=say, dynamic_shapes=loaded.dynamic_shapes)
     wanted = [e.layer for e in comparison.layers if e.status == FUSED] if args.observe_all else named
     if wanted:
         say(f"rebuilding with the values of {len(wanted)} layer(s) written out: {', '.join(wanted)}")
@@ -82,7 +82,7 @@ def run(args) -> int:
                                       convert_layout=NHWC if args.layout == "NHWC" else None,
                                       progress=say.passes, mixed_precision=accumulate)
         again = compare(kept_executable, kept, loaded.source, list(loaded.inputs), atol=comparison.atol,
-                        rtol=comparison.rtol, progress=say)
+                        rtol=comparison.rtol, progress=say, dynamic_shapes=loaded.dynamic_shapes)
         comparison = with_observed(comparison, again, wanted)
     echo(comparison_table(comparison))
     echo()

@@ -36,6 +36,7 @@ class LoadedModel:
     model: ImportedModel
     inputs: tuple  # numpy arrays, one per input of the entry function they are for
     source: object = None  # the torch module or ONNX model (or path) it came from: `compare`'s reference
+    dynamic_shapes: object = None  # a torch source's, which compare exports the reference with too
 
 
 @define(frozen=True)
@@ -57,7 +58,7 @@ class Request:
         """``imported`` with its inputs (``_inputs``; without ``with_inputs``, the
         source's own ``example`` arrays, or none)."""
         arrays = _inputs(imported, self.seed, self.given, self.entry, example) if self.with_inputs else example
-        return LoadedModel(imported, arrays, source)
+        return LoadedModel(imported, arrays, source, self.dynamic_shapes)
 
 
 @define(frozen=True)
