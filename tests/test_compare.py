@@ -387,3 +387,35 @@ def test_a_tiny_llama_of_symbolic_length_is_compared_at_another_length():
             assert e.compared and e.shape[:2] == (1, 12), e
     with pytest.raises(RelaytraceError, match="exports to another program than the build was imported from"):
         compare(executable, lineage, module, [ids])
+
+
+def _overflowing():
+    """Three Linears; the middle one's weights scaled so that its outputs pass float16's
+    largest value (65504) while the first's stay small."""
+    import torch
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.big, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            return self.fc2(self.big(self.fc1(x)))
+
+    torch.manual_seed(0)
+    model = Model().eval()
+    with torch.no_grad():
+        model.big.weight.mul_(1e6)
+    return model, torch.randn(4, 16)
+
+
+def test_a_layer_that_overflows_float16_is_named_first_and_ranked_worst():
+    module, example = _overflowing()
+    executable, lineage = relaytrace.build(from_torch(module, (example,)), "llvm", mixed_precision="float16")
+    result = compare(executable, lineage, module, [example.numpy()])
+    by_layer = {e.layer: e for e in result.layers}
+    assert by_layer["fc1"].status == WITHIN and result.tolerance == "the default for float16 accumulating in float16"
+    big = by_layer["big"]
+    assert result.first_beyond.layer == "big" and big.nan + big.inf > 0 and big.reference_nan == 0
+    assert result.worst()[0].layer == "big"
+    assert "first layer with NaN/Inf in its compiled output: big" in result.summary()

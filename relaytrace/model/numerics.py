@@ -9,6 +9,8 @@ writes it (``relaytrace.analysis.layer_outputs``); a layer whose output stays in
 
 from __future__ import annotations
 
+import math
+
 import attrs
 import numpy as np
 from attrs import define
@@ -99,12 +101,13 @@ class Comparison:
         return next((e for e in self.layers if e.nan or e.inf), None)
 
     def worst(self, n: int = 5) -> tuple[LayerError, ...]:
-        """The ``n`` compared layers farthest beyond their tolerance, farthest first
-        (``tolerance_ratio`` above 1; a difference where nothing is tolerated first of
-        all): where the build's precision hurts most, not only where it first shows."""
+        """The ``n`` compared layers farthest beyond their tolerance, farthest first: by
+        ``tolerance_ratio``, a layer whose output holds a NaN or an Inf (an overflow) or
+        differs where nothing is tolerated counting as infinitely far, ties in run order
+        (the first overflow before the layers it reaches). Where the build's precision
+        hurts most, not only where it first shows."""
         beyond = [e for e in self.layers if e.status == BEYOND]
-        return tuple(sorted(beyond, key=lambda e: -(e.tolerance_ratio if e.tolerance_ratio is not None
-                                                    else float("inf")))[:n])
+        return tuple(sorted(beyond, key=_farness)[:n])
 
     def counts(self) -> dict[str, int]:
         """Status -> how many layers have it."""
@@ -221,6 +224,13 @@ def _check_ranges(comparison: Comparison, where: str) -> None:
         if e.cosine is not None and not -1 - 1e-6 <= e.cosine <= 1 + 1e-6:
             raise LineageFormatError(f"{where}: layers[{i}].cosine must be from -1 to 1, not {e.cosine!r}: the file "
                                      "was edited or is corrupt; run `relaytrace compare` again")
+
+
+def _farness(e: LayerError) -> float:
+    """How far beyond its tolerance a layer is, as a sort key (farthest first)."""
+    if e.nan or e.inf or e.tolerance_ratio is None:
+        return -math.inf
+    return -e.tolerance_ratio
 
 
 def _routes(moved: int, kept: int) -> str:
