@@ -353,12 +353,13 @@ def test_cli_compare_observe_rebuilds_with_a_fused_layer_written_out(tmp_path):
     model = "tests/fixtures/compare_models.py:net"
     code, stdout, err = run_cli(["--quiet", "compare", model, "--observe", "nope"])
     assert code != 0 and "unknown layer 'nope'" in err and "building" not in err
-    code, stdout, err = run_cli(["--quiet", "compare", model, "--observe", "b1.bn", "--out", tmp_path / "o"])
+    code, stdout, err = run_cli(["--quiet", "compare", model, "--observe", "b1.bn,fc", "--out", tmp_path / "o"])
     assert code == 0, err
     rows = {row["layer"]: row for row in csv.DictReader((tmp_path / "o" / "compare.csv").open())}
     assert rows["b1.bn"]["status"] == "within" and rows["b1.bn"]["read"] == "observed build"
     assert "differ in that kernel only" in rows["b1.bn"]["note"] and rows["b2.bn"]["status"] == "fused"
-    assert "1 from a rebuild that writes them out" in stdout
+    assert rows["fc"]["read"] == "observed build"  # values of two shapes: a copy each
+    assert "2 from a rebuild that writes them out" in stdout
 
 
 def test_a_tiny_llama_of_symbolic_length_is_compared_at_another_length():

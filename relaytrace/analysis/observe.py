@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..errors import UnknownNameError
 
-OBSERVE = "relaytrace_observe"  # the copies' PrimFunc names; their ops are no layer of the model
+OBSERVE = "relaytrace_observe"  # the copies' PrimFunc names begin so; their ops are no layer of the model
 
 
 def observed(imported, layers) -> object:
@@ -88,7 +88,8 @@ def _copier():
                 source = te.placeholder(shape, ty.dtype, name="A")
                 copy = te.compute(shape, lambda *i: source(*i), name="B")
                 func = te.create_prim_func([source, copy]).with_attr("op_pattern", 8)  # kOpaque: never fused
-                self.copies[key] = self.builder_.add_func(func.with_attr("global_symbol", OBSERVE), OBSERVE)
+                name = f"{OBSERVE}{len(self.copies)}"  # one per shape and dtype, each its own symbol
+                self.copies[key] = self.builder_.add_func(func.with_attr("global_symbol", name), name)
             kept = self.builder_.emit(relax.call_tir(self.copies[key], (binding.var,), out_ty=ty))
             self.set_var_remap(binding.var, kept)
 
