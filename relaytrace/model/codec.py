@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from ..errors import LineageFormatError
-from .jsonio import check, is_valid, make_record, name_fields, record_fields, record_is_valid, tuples
+from .jsonio import check, is_valid, make_record, member, name_fields, record_fields, record_is_valid, tuples
 
 Decoder = Callable[[Any, Any], Any]  # (JSON value, path or None) -> value
 
@@ -81,16 +81,6 @@ def decode(kind, value, where: str):
 
 class _Invalid(Exception):
     """A fault found by the fast pass, which names nothing (``decode`` walks again)."""
-
-
-def _at(where: str | None, suffix: str) -> str | None:
-    return None if where is None else f"{where}{suffix}"
-
-
-def member(where: str, name: str) -> str:
-    """The path of field ``name`` of the value at ``where``: ``FILE: name`` below a file,
-    ``...path.name`` deeper."""
-    return f"{where}.{name}" if ": " in where else f"{where}: {name}"
 
 
 def _is_record(kind) -> bool:

@@ -211,10 +211,15 @@ def items_of(data, key: str, kind, where: str):
         raise LineageFormatError(f"{where} has no field {key!r}")
     value = data[key]
     if not isinstance(value, kind):
-        field = f"{where}.{key}" if ": " in where else f"{where}: {key}"
         wanted = "a list" if kind is list else "an object"
-        raise LineageFormatError(f"{field} must be {wanted}, not {_json_kind(value)}")
+        raise LineageFormatError(f"{member(where, key)} must be {wanted}, not {_json_kind(value)}")
     return value
+
+
+def member(where: str, name: str) -> str:
+    """The path of field ``name`` of the value at ``where``: ``FILE: name`` below a file,
+    ``...path.name`` deeper."""
+    return f"{where}.{name}" if ": " in where else f"{where}: {name}"
 
 
 def _json_kind(value) -> str:
