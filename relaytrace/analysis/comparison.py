@@ -48,7 +48,8 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float | None 
 
     accumulate = lineage.build.accumulate
     default_atol, default_rtol, why = default_tolerance(accumulate)
-    tolerance = why if atol is None and rtol is None else "given"
+    tolerance = {(True, True): why, (False, False): "given", (False, True): f"atol given, rtol {why}",
+                 (True, False): f"rtol given, atol {why}"}[(atol is None, rtol is None)]
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
     if precision is None:

@@ -10,7 +10,7 @@ the kernel call site that runs that op, by one of these routes (``Route``):
   that returns fewer, as batch norm in inference returns its first, is compared on
   those);
 - **through data movement**: the ops after it in that kernel only move data (a
-  reshape, a transpose, a broadcast, a cast): the kernel writes its value moved, so
+  reshape, a transpose, a broadcast; not a cast): the kernel writes its value moved, so
   it is compared with the reference's value after the same ops (the reference's
   value of the last of them, the node the lineage names), or
 - the layer's last op only reshapes (a reshape, view, flatten, squeeze or unsqueeze,
@@ -156,7 +156,7 @@ def _read(look: _Lookup, base: dict, op, moved_after: bool = True) -> LayerOutpu
     base = {**base, "site": site.label, "kernel": site.kernel, "call": site.call, "position": site.position}
     after = sorted((lineage.origins[o] for o in site.origin_ids
                     if lineage.origins[o].kind == OP and lineage.origins[o].index > op.index), key=lambda o: o.index)
-    if after and not (moved_after and all(is_data_movement(o.op) for o in after)):
+    if after and not (moved_after and all(map(_moves, after))):
         return LayerOutput(**base, status=FUSED, note=f"kept inside {site.label}", host=after[-1].id)
     ops = ", ".join(dict.fromkeys(o.short_op for o in after))
     movers = [o for o in after if not _reshapes(o)]  # the ops after it that reorder elements
@@ -202,6 +202,13 @@ def _not_comparable(lineage, op, written, site, k: int, check_shapes: bool = Tru
         return (f"{site.label} writes shapes {[list(x) for x in shapes]}, the op's {k} output(s) are "
                 f"{[list(x) for x in wanted]}")
     return ""
+
+
+def _moves(origin) -> bool:
+    """An op that only moves data, read through: not a cast (a cast to another
+    precision rounds or truncates both sides alike, hiding the error or adding its
+    own)."""
+    return is_data_movement(origin.op) and origin.short_op != "astype"
 
 
 def _reshapes(origin) -> bool:

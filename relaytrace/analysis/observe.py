@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..errors import UnknownNameError
 
-OBSERVE = "relaytrace_observe"  # the copies' PrimFunc names begin so; their ops are no layer of the model
+OBSERVE = "relaytrace_observe"  # the copies' PrimFunc names begin so
 
 
 def observed(imported, layers) -> object:

@@ -22,7 +22,17 @@ from typing import Any
 import attrs
 
 from ..errors import LineageFormatError
-from .jsonio import check, is_valid, make_record, member, name_fields, record_fields, record_is_valid, tuples
+from .jsonio import (
+    check,
+    enum_reader,
+    is_valid,
+    make_record,
+    member,
+    name_fields,
+    record_fields,
+    record_is_valid,
+    tuples,
+)
 
 Decoder = Callable[[Any, Any], Any]  # (JSON value, path or None) -> value
 
@@ -107,7 +117,7 @@ def _decoder(kind) -> Decoder:
     if _is_record(kind):
         return _record_decoder(kind) if _nests_records(kind) else _leaf_decoder(kind)
     if not _nests_records(kind):
-        make = kind if isinstance(kind, type) and issubclass(kind, Enum) else tuples
+        make = enum_reader(kind) or tuples
         valid = is_valid(kind)
 
         def plain(v, where):

@@ -49,16 +49,30 @@ def make_record(cls, data, where: str):
     return cls(**{k: names[k](v) if k in names else tuples(v) for k, v in data.items()})
 
 
-def name_fields(cls) -> dict[str, type[Enum]]:
-    """field -> its ``Name`` Enum, for the fields annotated with one (read as members)."""
+def name_fields(cls) -> dict[str, Callable[[object], object]]:
+    """field -> what reads its value as a member of its ``Name`` Enum, for the fields
+    annotated with one (or with one or None: None stays None)."""
     found = _NAME_FIELDS.get(cls)
     if found is None:
-        found = _NAME_FIELDS[cls] = {name: kind for name, (kind, _) in record_fields(cls).items()
-                                     if isinstance(kind, type) and issubclass(kind, Enum)}
+        found = _NAME_FIELDS[cls] = {name: reader for name, (kind, _) in record_fields(cls).items()
+                                     if (reader := enum_reader(kind)) is not None}
     return found
 
 
-_NAME_FIELDS: dict[type, dict[str, type[Enum]]] = {}
+def enum_reader(kind) -> Callable[[object], object] | None:
+    """What reads a JSON value of annotated type ``kind`` as a member of its ``Name``
+    Enum (``kind`` an Enum, or an Enum or None), or None for any other type."""
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return kind
+    options = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else ()
+    enums = [o for o in options if isinstance(o, type) and issubclass(o, Enum)]
+    if len(enums) == 1 and set(options) == {enums[0], type(None)}:
+        member = enums[0]
+        return lambda v: None if v is None else member(v)
+    return None
+
+
+_NAME_FIELDS: dict[type, dict[str, Callable[[object], object]]] = {}
 
 
 def _explain_record(cls, data, where: str) -> None:

@@ -46,6 +46,7 @@ def _v2_to_v3(data: dict, where: str) -> dict:
     if "entries" not in flat and flat.get("inputs"):
         flat["entries"] = {"main": flat["inputs"]}
     flat.pop("inputs", None)
+    flat.pop("subfunctions", None)  # written by some /1 versions; the lineage derives it from calls
     build = {key: flat.pop(key) for key in _BUILD if key in flat}
     journal = {field: flat.pop(key) for key, field in _JOURNAL.items() if key in flat}
     return _onnx_node_ids({**flat, "schema": SCHEMA, "build": build, "journal": journal})
@@ -57,24 +58,32 @@ _ONNX_VALUE, _ONNX_SOURCE = "onnx:", "onnx node "  # /2's Origin.node and Origin
 def _onnx_node_ids(data: dict) -> dict:
     """/2's ONNX ``node`` (``onnx:`` + the node's first output) as the node's id: its
     name, from the op's ``source`` (``onnx node NAME``), or ``<node_I>`` for the I-th
-    node of the frontend's program when unnamed. Data that is not as /2 wrote it is
-    left for the reader to refuse."""
+    node of the frontend's program when unnamed. What the file cannot say stays
+    unknown: a named node no op came from (an Identity, a folded Constant) gets
+    ``<node_I>`` in the program (no op is matched against it), and an op of a file
+    without a program gets its name or, unnamed, no node (""). Data that is not as /2
+    wrote it is left for the reader to refuse."""
+    origins = data.get("origins")
+    if not isinstance(origins, list):
+        return data
+    named = {o["node"]: o["source"][len(_ONNX_SOURCE):] for o in origins
+             if _onnx_value(o) and isinstance(o.get("source"), str) and o["source"].startswith(_ONNX_SOURCE)
+             and len(o["source"]) > len(_ONNX_SOURCE)}
     program = data.get("program")
-    if not isinstance(program, dict) or not isinstance(program.get("nodes"), list) \
-            or not isinstance(data.get("origins"), list):
-        return data
-    nodes = program["nodes"]
-    named = {o["node"]: o["source"][len(_ONNX_SOURCE):] for o in data["origins"]
-             if isinstance(o, dict) and str(o.get("node", "")).startswith(_ONNX_VALUE)
-             and str(o.get("source", "")).startswith(_ONNX_SOURCE) and len(o["source"]) > len(_ONNX_SOURCE)}
-    ids = {n["node"]: named.get(n["node"]) or onnx_node_id("", i) for i, n in enumerate(nodes)
-           if isinstance(n, dict) and str(n.get("node", "")).startswith(_ONNX_VALUE)}
-    if not ids:
-        return data
-    origins = [{**o, "node": ids.get(o["node"], o["node"])} if isinstance(o, dict) and o.get("node") in ids else o
-               for o in data["origins"]]
-    renamed = [{**n, "node": ids[n["node"]]} if isinstance(n, dict) and n.get("node") in ids else n for n in nodes]
-    return {**data, "origins": origins, "program": {**program, "nodes": renamed}}
+    nodes = program.get("nodes") if isinstance(program, dict) else None
+    if isinstance(nodes, list):
+        ids = {n["node"]: named.get(n["node"]) or onnx_node_id("", i) for i, n in enumerate(nodes) if _onnx_value(n)}
+    else:
+        ids = dict(named)
+    out = {**data, "origins": [{**o, "node": ids.get(o["node"], "")} if _onnx_value(o) else o for o in origins]}
+    if isinstance(nodes, list) and isinstance(program, dict):
+        out["program"] = {**program, "nodes": [{**n, "node": ids[n["node"]]} if _onnx_value(n) else n for n in nodes]}
+    return out
+
+
+def _onnx_value(record) -> bool:
+    """A /2 record (an origin, a program node) whose ``node`` is ``onnx:`` + a value."""
+    return isinstance(record, dict) and isinstance(record.get("node"), str) and record["node"].startswith(_ONNX_VALUE)
 
 
 _MIGRATIONS: dict[str, Callable[[dict, str], dict]] = {
@@ -87,7 +96,7 @@ def migrate(data, where: str) -> dict:
     """``data`` (a ``lineage.json``'s JSON) as the current schema's data, through each
     migration from its version on; ``data`` itself is not changed. A file of no known
     version is a ``LineageFormatError`` naming ``where``."""
-    while isinstance(data, dict) and data.get("schema") in _MIGRATIONS:
+    while isinstance(data, dict) and isinstance(data.get("schema"), str) and data["schema"] in _MIGRATIONS:
         data = _MIGRATIONS[data["schema"]](data, where)
     check_schema(data, SCHEMA, "lineage", where)
     return data

@@ -170,19 +170,22 @@ _ERRORS = ("max_abs", "max_rel", "tolerance_ratio")  # magnitudes, or None
 
 
 def with_observed(comparison: Comparison, observed: Comparison, layers) -> Comparison:
-    """``comparison`` with each of ``layers`` judged as in ``observed``, the comparison
-    of a rebuild that writes their values out (``analysis.observe``): route ``observed
-    build``, and a note naming the kernel of the compared build that held the value,
-    the one kernel the rebuild splits for it. A layer the rebuild could not compare
-    either keeps its row, with the rebuild's reason added."""
+    """``comparison`` with each of ``layers`` it did not compare judged as in
+    ``observed``, the comparison of a rebuild that writes their values out
+    (``analysis.observe``): route ``observed build``, and a note naming the kernel of
+    the compared build that held the value (fused) or wrote it in a form not compared,
+    the one kernel the rebuild splits for it. A layer compared in the build itself
+    keeps its row; one the rebuild could not compare either keeps its row, with the
+    rebuild's reason added."""
     found = {e.layer: e for e in observed.layers}
     out = []
     for e in comparison.layers:
-        seen = found.get(e.layer) if e.layer in layers else None
+        seen = found.get(e.layer) if e.layer in layers and not e.compared else None
         if seen is None:
             out.append(e)
         elif seen.compared:
-            held = f" (this build keeps it inside {e.site})" if e.site else ""
+            how = "keeps it inside" if e.status == FUSED else "writes it, not comparably, in"
+            held = f" (this build {how} {e.site})" if e.site else ""
             out.append(attrs.evolve(seen, route=OBSERVED, note="; ".join(n for n in (
                 seen.note, f"read from {seen.site} of a rebuild that writes it out{held}: the two differ in that "
                            "kernel only") if n)))

@@ -96,6 +96,13 @@ def _numerics_line(comparison) -> str:
             "from `relaytrace compare` of a build of its own, whose kernel calls are named there</p>")
 
 
+def _read_from(route) -> str:
+    """Where a compared layer's value was read, in words (its ``Route``)."""
+    if route == "observed build":
+        return "a rebuild that writes it out"
+    return "the compared build" + (", through data movement" if route == "through data movement" else "")
+
+
 def _errors(comparison) -> dict:
     """layer -> its numerical comparison in words, for the detail pane."""
     if comparison is None:
@@ -106,9 +113,8 @@ def _errors(comparison) -> dict:
             figures = (f"max abs error {e.max_abs:.3g}, max rel {e.max_rel:.3g}, cosine {e.cosine:.6f}"
                        if e.max_abs is not None else f"{e.nan} NaN, {e.inf} Inf (the reference has {e.reference_nan})")
             text = (f"{'BEYOND' if e.status == 'beyond' else 'within'} atol {comparison.atol:g} / rtol "
-                    f"{comparison.rtol:g} ({comparison.precision}): {figures}, read from {e.site} of the "
-                    f"compared build{' ' + e.route if e.route and e.route != 'direct' else ''}"
-                    f"{' (' + e.note + ')' if e.note else ''}")
+                    f"{comparison.rtol:g} ({comparison.precision}): {figures}, read from {e.site} of "
+                    f"{_read_from(e.route)}{' (' + e.note + ')' if e.note else ''}")
         else:
             text = f"{e.status}: {e.note}"
         out[e.layer] = {"status": e.status.replace(" ", "-"), "text": text}  # a CSS class

@@ -17,7 +17,8 @@ def verification_csv(report) -> str:
     """One row per layer of the report's entry, in op order: its verdict (``Status``),
     the time billed to it (µs per run), each call site that runs it as ``label:verdict``
     and the verifier's reasons (``; ``-joined). A lineage saved without verification
-    gives every layer ``unverified`` with that reason. Every cell through
+    gives every layer ``unverified`` with that reason (and one whose verification has
+    no layer verdicts, from before layers were verified, says so). Every cell through
     ``safe_text.csv_cell``."""
     lineage = report.lineage
     checks = lineage.verification.by_layer() if lineage.verification is not None else {}
@@ -27,7 +28,8 @@ def verification_csv(report) -> str:
     for layer in lineage.layers():
         check = checks.get(layer)
         sites = " ".join(f"{s.label}:{site_checks[s.position].status}" for s in lineage.kernels_of(layer))
-        reasons = "; ".join(check.reasons) if check is not None else "the lineage holds no verification"
+        reasons = ("; ".join(check.reasons) if check is not None else "the lineage holds no verification"
+                   if lineage.verification is None else "its verification gives layers no verdict (an older lineage)")
         rows.append([layer, check.status if check is not None else UNVERIFIED, f"{time.get(layer, 0.0):.3f}",
                      sites, reasons])
     return csv_text(HEADERS, rows)

@@ -128,3 +128,45 @@ def test_a_comparison_of_schema_1_loads_without_routes():
     back = Comparison.from_json(old)
     assert [e.route for e in back.layers] == [None, None] and back.tolerance == "given"
     assert comparison.worst() == (layers[1],) and "fc (x50)" not in comparison.summary()  # the first is the worst
+
+
+def test_odd_files_are_refused_as_files_and_old_keys_are_read():
+    """A schema that is no string is a format error, not a crash; a /1 file with the
+    ``subfunctions`` some versions wrote loads; a /2 ONNX op without a program is
+    named by its node's name (its source says it), or by none when unnamed."""
+    from relaytrace.model.origin import Origin
+
+    data = json.loads(json.dumps(full().to_json()))
+    for schema in ([], {}, 3, None):
+        with pytest.raises(LineageFormatError, match="not a relaytrace lineage"):
+            Lineage.from_json({**data, "schema": schema}, "f.json")
+    v1 = {**flat_v2(data), "schema": "relaytrace.lineage/1", "subfunctions": []}
+    v1["history"] = {o: [dict(zip(Change._fields, data["journal"]["history_by_origin"]["changes"][i])) for i in ids]
+                     for o, ids in data["journal"]["history_by_origin"]["by_origin"].items()}
+    assert Lineage.from_json(v1) == full()
+    origins = {"c": Origin("c", "conv", "relax.nn.conv2d", "main", 0, source="onnx node /conv/Conv", node="/conv/Conv"),
+               "r": Origin("r", "relu", "relax.nn.relu", "main", 1, source="onnx node ", node="")}
+    bare = attrs.evolve(hand_lineage(), origins=origins, kernels={}, edges=(), program=None)
+    v2 = flat_v2(json.loads(json.dumps(bare.to_json())))
+    v2["origins"] = [{**o, "node": "onnx:" + o["id"]} for o in v2["origins"]]
+    assert Lineage.from_json(v2) == bare
+    v2["origins"][0]["node"] = ["x"]  # not a string: the reader names it
+    with pytest.raises(LineageFormatError, match=r"origins\[0\].node must be a string"):
+        Lineage.from_json(v2, "f.json")
+
+
+def test_a_route_loads_as_a_member_and_observing_leaves_compared_layers_alone():
+    from relaytrace.model.numerics import DIRECT, FUSED, OBSERVED, WITHIN, Comparison, LayerError, with_observed
+
+    built = (LayerError("conv", WITHIN, "conv2d#0", max_abs=1e-6, max_rel=1e-6, tolerance_ratio=0.01, cosine=1.0,
+                        route=DIRECT),
+             LayerError("bn", FUSED, "fused_bn_relu#0", note="kept inside fused_bn_relu#0"))
+    comparison = Comparison("m", "main", 1e-4, 1e-4, "float32 as built", built)
+    back = Comparison.from_json(json.loads(json.dumps(comparison.to_json())))
+    assert back.layers[0].route is DIRECT
+    rebuilt = Comparison("m", "main", 1e-4, 1e-4, "float32 as built", (
+        LayerError("conv", WITHIN, "conv2d#0", max_abs=2e-6, max_rel=2e-6, tolerance_ratio=0.02, cosine=1.0),
+        LayerError("bn", WITHIN, "batch_norm#0", max_abs=1e-6, max_rel=1e-6, tolerance_ratio=0.01, cosine=1.0)))
+    merged = with_observed(comparison, rebuilt, ["conv", "bn"])
+    assert merged.layers[0] == built[0]  # compared in the build itself: its own figures
+    assert merged.layers[1].route is OBSERVED and "keeps it inside fused_bn_relu#0" in merged.layers[1].note
