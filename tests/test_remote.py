@@ -271,11 +271,11 @@ def test_tuning_measures_on_the_trackers_devices_and_the_tuned_build_is_profiled
         assert done.returncode == 0, done.stderr[-2000:]
     assert _check_outputs(tmp_path / "tuned").remote == f"tracker 127.0.0.1:{pool.port} key tiny"
     plain, tuned = (Lineage.load(tmp_path / name / "lineage.json") for name in ("plain", "tuned"))
-    assert tuned.coverage().complete and tuned.tuned and not plain.tuned
+    assert tuned.coverage().complete and tuned.build.tuned and not plain.build.tuned
     assert {s.label: s.origin_ids for s in tuned.call_sites} == {s.label: s.origin_ids for s in plain.call_sites}
     with open(tmp_path / "tuned" / "kernels.csv") as f:
         marked = {row["name"] for row in csv.DictReader(f) if row["tuned"] == "yes"}
-    assert marked == set(tuned.tuned)
+    assert marked == set(tuned.build.tuned)
     _a_task_whose_every_candidate_failed_is_counted(db, tmp_path / "failed")
     done = run("profile", TINY, "--db", tmp_path / "nowhere", "--out", tmp_path / "x")
     assert done.returncode == 1 and "no MetaSchedule database in" in done.stderr

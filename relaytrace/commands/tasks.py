@@ -65,7 +65,7 @@ def run(args) -> int:
         _, tuned = build(loaded.model, target, progress=say.passes, database=args.db)
         cov = tuned.coverage()
         echo(f"tuned build: {cov.attributed_sites}/{cov.call_sites} kernel call sites attributed"
-             f"{'' if cov.complete else ' (INCOMPLETE)'}; {len(tuned.tuned)} of {len(tuned.kernels)} kernels "
+             f"{'' if cov.complete else ' (INCOMPLETE)'}; {len(tuned.build.tuned)} of {len(tuned.kernels)} kernels "
              f"took a tuned schedule")
         failed = T.failed_tasks(args.db)
         if failed:

@@ -122,7 +122,7 @@ class Coverage:
     suspect: tuple[str, ...] = ()  # labels of call sites whose origins contradict the IR
     unverified: tuple[str, ...] = ()  # labels of call sites the IR could not confirm
     problems: tuple[str, ...] = ()  # broken invariants (``Verification.problems``)
-    degraded: tuple[str, ...] = ()  # why the build could not be followed to its end (``Lineage.degraded``)
+    degraded: tuple[str, ...] = ()  # why the build could not be followed to its end (``Journal.degraded``)
     layers: int = 0  # layers with a verdict (``Verification.layers``)
     suspect_layers: tuple[str, ...] = ()  # layers the frontend's program or their sites contradict
     unverified_layers: tuple[str, ...] = ()

@@ -314,7 +314,7 @@ def _misplaced_inserted(site, lineage, where, neighbours) -> list[str]:
 def _shape_claims(site, lineage, where) -> tuple[list[str], list[str]]:
     """A shape function serves the ops whose kernels' allocations it sizes: each op it
     is said to serve must run (in this run of the function) at a kernel the IR shows
-    reading the heap slots it writes (``Lineage.shape_consumers``)."""
+    reading the heap slots it writes (``BuildFacts.shape_consumers``)."""
     reasons, unknown = [], []
     for oid in site.origin_ids:
         origin = lineage.origins[oid]

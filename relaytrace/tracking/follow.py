@@ -3,7 +3,7 @@
 The recorder (``recorder.Recorder``) only writes down what each pass left; once the build
 is done, this assigns origins to the input, follows them pass by pass (``Tracker``),
 reads what each kernel is made of from the recorded IR (``truth``), and extracts the
-call sites, verified (``callsites``). A fault anywhere is said in ``Lineage.degraded``
+call sites, verified (``callsites``). A fault anywhere is said in ``Journal.degraded``
 and never raised: the user's build has already succeeded.
 """
 
