@@ -9,8 +9,10 @@ from __future__ import annotations
 from attrs import define
 
 from ..model.lineage import Coverage, Lineage
+from ..model.peaks import Peaks
 from ..model.profile import KERNEL, Profile
 from . import attribution as A
+from .roofline import Roofline, roofline
 
 
 @define(frozen=True)
@@ -29,15 +31,17 @@ class Report:
     coverage: Coverage
     site_us: dict[str, float]  # call-site label -> median time over runs
     build_lineage: Lineage
+    roofline: Roofline  # work, achieved rates and the bound per site, layer, op type, kernel
 
     def modules(self, depth: int) -> tuple[tuple[str, float, float], ...]:
         """(module prefix, time, percent) at a module depth (``layer3`` at depth 1)."""
         return A.by_prefix(self.layers, depth)
 
 
-def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Report:
+def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor", peaks: Peaks | None = None) -> Report:
     """The report of a lineage and a profile of its build (refused when they do not
-    match), about the entry function the profile ran (``Lineage.for_entry``)."""
+    match), about the entry function the profile ran (``Lineage.for_entry``); its
+    roofline against ``peaks``, default the profile's own."""
     build_lineage, lineage = lineage, lineage.for_entry(profile.entry)
     parts = A.shares(lineage, profile, policy)
     times = profile.by_site(KERNEL)
@@ -47,5 +51,5 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
         op_types=A.op_types_from(lineage, parts), categories=A.categories_from(parts, profile),
         coverage=lineage.coverage(),
         site_us={s.label: times[s.key] for s in lineage.call_sites},
-        build_lineage=build_lineage,
+        build_lineage=build_lineage, roofline=roofline(lineage, profile, parts, peaks),
     )

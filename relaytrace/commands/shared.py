@@ -44,8 +44,33 @@ def build_and_profile(model, args, say, inputs):
     mode = "isolated" if remote is not None else args.mode or "timeline"
     say(f"profiling {entry} ({mode}{', on ' + remote.describe() if remote else ''}, {args.repeat} run(s))")
     prof = profile(executable, lineage, list(inputs), repeat=args.repeat, mode=mode, progress=say, entry=entry,
-                   remote=remote)
+                   remote=remote, peaks=given_peaks(args))
     return lineage, prof
+
+
+def add_peak_options(p) -> None:
+    """The options that give a device's peaks instead of measuring them (``estimate``
+    needs one of them)."""
+    p.add_argument("--device", metavar="NAME", help="peaks of a named device (relaytrace peaks --list)")
+    p.add_argument("--peak-gflops", type=at_least(0, float), metavar="G", help="peak GFLOP/s (a spec sheet's)")
+    p.add_argument("--peak-gbps", type=at_least(0, float), metavar="B", help="peak memory bandwidth, GB/s")
+
+
+def given_peaks(args):
+    """The ``Peaks`` ``--device`` or ``--peak-gflops`` and ``--peak-gbps`` give, None when
+    none is given (then they are measured where the profile runs)."""
+    from ..model.peaks import given, named
+
+    name, gflops, gbps = getattr(args, "device", None), getattr(args, "peak_gflops", None), \
+        getattr(args, "peak_gbps", None)
+    if name and (gflops or gbps):
+        raise UsageError("give --device NAME or --peak-gflops and --peak-gbps, not both")
+    if (gflops is None) != (gbps is None):
+        raise UsageError("give both --peak-gflops and --peak-gbps (a roofline has two ceilings)")
+    try:
+        return named(name) if name else given(gflops, gbps) if gflops is not None else None
+    except RelaytraceError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check_target(text: str):
@@ -80,8 +105,9 @@ def remote_device(args):
 
 def print_summary(report, out: Path | None, top: int = 10) -> None:
     """What ``profile`` and ``demo`` print: the profile's summary and warnings, the
-    ``top`` layers, time by category, coverage, and the files written to ``out``."""
-    from ..render.table import category_table, coverage_summary, layer_table
+    ``top`` layers, time by category, the peaks and the ``top`` layers by time above
+    the roofline, coverage, and the files written to ``out``."""
+    from ..render.table import category_table, coverage_summary, layer_table, roofline_summary
 
     echo(f"{terminal(report.lineage.build.model)}: {report.profile.summary()}")
     for warning in report.profile.warnings():
@@ -91,6 +117,8 @@ def print_summary(report, out: Path | None, top: int = 10) -> None:
     echo(layer_table(report.layers, top=top))
     echo()
     echo(category_table(report.categories))
+    echo()
+    echo(roofline_summary(report.roofline, top))
     echo()
     echo(coverage_summary(report.lineage, report.coverage))
     if out is not None:
@@ -112,6 +140,7 @@ def profile_into_out(args, model: str, shown: str, spec: str, collapse: int | No
     say = progress(args)
     check_target(args.target)
     remote_device(args)
+    given_peaks(args)
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {shown}")
     loaded = load(model, entry=args.entry, **load_options)
@@ -173,6 +202,7 @@ def add_build_options(p) -> None:
                    help="seconds one call site may take on a remote device (default 120)")
     p.add_argument("--repeat", type=at_least(1), default=3, help="profiled runs (default 3)")
     p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
+    add_peak_options(p)
 
 
 def add_model_options(p) -> None:

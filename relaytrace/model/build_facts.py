@@ -5,6 +5,7 @@ from __future__ import annotations
 from attrs import define, field
 
 from .verification import Member
+from .work import KernelWork
 
 
 @define(frozen=True)
@@ -19,7 +20,9 @@ class BuildFacts:
     ``kernel_members``: kernel -> the PrimFuncs it is made of (the IR's evidence for
     verification); ``accumulate``: the dtype conv and matmul accumulate in when the
     build computes in float16 (``ToMixedPrecision`` through ``relaytrace.build``), None
-    when it computes as imported. Saved as the lineage's ``build``."""
+    when it computes as imported; ``work``: kernel -> what its TIR computes per call
+    (``model.work.KernelWork``: FLOPs as formulas over its symbolic dims). Saved as the
+    lineage's ``build``."""
 
     model: str
     target: str
@@ -30,3 +33,4 @@ class BuildFacts:
     shape_consumers: dict[str, tuple[str, ...]] = field(factory=dict)
     kernel_members: dict[str, tuple[Member, ...]] = field(factory=dict)
     accumulate: str | None = None
+    work: dict[str, KernelWork] = field(factory=dict)

@@ -8,7 +8,9 @@ current one: each a pure function from one version's JSON data to the next's.
 - ``/3``: the fields grouped by job, as ``Lineage`` holds them: ``build``
   (``BuildFacts``), the lineage proper, ``journal`` (``Journal``), ``verification``;
   an ONNX op's ``node`` is its node's id (Model Explorer's), where /2 wrote ``onnx:``
-  and the node's first output."""
+  and the node's first output.
+- ``/4``: ``build.work``, each kernel's work (``model.work.KernelWork``); a /3 file has
+  none, and its figures of work are unknown."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from .frontend import onnx_node_id
 from .journal import Change, _history_json
 from .jsonio import check_schema, make_record
 
-SCHEMA = "relaytrace.lineage/3"
+SCHEMA = "relaytrace.lineage/4"
 
 _BUILD = ("model", "target", "pipeline", "entries", "calls", "tuned", "shape_consumers", "kernel_members")
 _JOURNAL = {"events": "events", "history": "history_by_origin", "eliminated": "eliminated_by",
@@ -49,7 +51,12 @@ def _v2_to_v3(data: dict, where: str) -> dict:
     flat.pop("subfunctions", None)  # written by some /1 versions; the lineage derives it from calls
     build = {key: flat.pop(key) for key in _BUILD if key in flat}
     journal = {field: flat.pop(key) for key, field in _JOURNAL.items() if key in flat}
-    return _onnx_node_ids({**flat, "schema": SCHEMA, "build": build, "journal": journal})
+    return _onnx_node_ids({**flat, "schema": "relaytrace.lineage/3", "build": build, "journal": journal})
+
+
+def _v3_to_v4(data: dict, where: str) -> dict:
+    """/3 had no work: the same data under /4 (``build.work`` is empty)."""
+    return {**data, "schema": SCHEMA}
 
 
 _ONNX_VALUE, _ONNX_SOURCE = "onnx:", "onnx node "  # /2's Origin.node and Origin.source of an ONNX op
@@ -89,6 +96,7 @@ def _onnx_value(record) -> bool:
 _MIGRATIONS: dict[str, Callable[[dict, str], dict]] = {
     "relaytrace.lineage/1": _v1_to_v2,
     "relaytrace.lineage/2": _v2_to_v3,
+    "relaytrace.lineage/3": _v3_to_v4,
 }
 
 

@@ -10,10 +10,14 @@ from ..errors import LineageFormatError
 from .codec import Codec, codec_field, decode, encode
 from .jsonio import check, check_schema, make_record, read_json, write_json
 from .names import Name
+from .peaks import Peaks
 from .sitekey import SiteKey
 
-SCHEMA = "relaytrace.profile/1"
+SCHEMA = "relaytrace.profile/2"  # /2 added peaks; /1 files load without them
+_V1 = "relaytrace.profile/1"
 LOCAL_RUN, FROM_IR = "a local run", "the compiled IR"  # what a profile's sites were given (Profile.arguments)
+ESTIMATE = "estimate"  # a Profile.mode: no run, each site's time its roofline bound (analysis.estimate)
+MODES = ("timeline", "isolated", ESTIMATE)
 class CallKind(Name):
     """What a recorded call ran: a kernel (a PrimFunc) or a VM builtin."""
 
@@ -85,7 +89,8 @@ RECORDS = Codec(lambda records: [[r.name, r.call, r.run, r.start_us, r.duration_
 class Profile:
     """Every timed call of one entry function's runs (``records``), the end-to-end
     times of separate untimed runs (``e2e_us``), and how and where it was measured
-    (``mode`` timeline or isolated, ``repeat``, ``device``, ``remote``, ``arguments``).
+    (``mode`` timeline or isolated, ``repeat``, ``device``, ``remote``, ``arguments``),
+    with the device's peak rates (``peaks``) when known.
     Frozen data made by ``relaytrace.profile``, saved and loaded as ``profile.json``.
     Every figure drawn from it is a median over runs per call site (``by_site``)."""
 
@@ -101,6 +106,7 @@ class Profile:
     inputs: tuple[tuple[str, tuple, str], ...] = ()  # (name, concrete shape, dtype) of each input it ran with
     remote: str = ""  # where it ran when not in this process: "rpc HOST:PORT", "tracker HOST:PORT key K"
     arguments: str = LOCAL_RUN  # what each site was given: LOCAL_RUN, or FROM_IR (arguments of its IR's shapes)
+    peaks: Peaks | None = None  # the device's ceilings (measured where it ran, or given); None: not known
     schema: str = SCHEMA
 
     @property
@@ -206,7 +212,13 @@ class Profile:
         return tuple(out)
 
     def summary(self) -> str:
-        """One line: kernels + builtins + gap = end-to-end, and how it was measured."""
+        """One line: kernels + builtins + gap = end-to-end, and how it was measured (an
+        estimate says it is one)."""
+        if self.mode == ESTIMATE:
+            peaks = self.peaks
+            return (f"ESTIMATE, not a measurement: kernels at least {self.kernel_us / 1e3:.3f} ms on {self.device} "
+                    f"(each kernel's roofline lower bound from {peaks.source if peaks else 'no'} peaks; VM builtins "
+                    "and dispatch not estimated)")
         rest = (f"VM builtins {self.builtin_us / 1e3:.3f} ms + unexplained gap {self.gap_us / 1e3:.3f} ms"
                 if self.mode == "timeline" else
                 f"VM builtins and dispatch (not timed apart in isolated mode) {self.gap_us / 1e3:.3f} ms")
@@ -230,6 +242,8 @@ class Profile:
         """The profile a JSON object holds, every field checked for type and range (a
         duration is 0 to ``MAX_US``; at least one end-to-end run, every profile has
         one): a ``LineageFormatError`` naming it otherwise."""
+        if isinstance(data, dict) and data.get("schema") == _V1:
+            data = {**data, "schema": SCHEMA}
         check_schema(data, SCHEMA, "profile", where)
         profile = decode(cls, {k: v for k, v in data.items() if k != "site_times"}, where)
         if not profile.e2e_us:
@@ -237,8 +251,8 @@ class Profile:
                                      "profile the model again (`relaytrace profile`)")
         if profile.repeat < 1 or any(not 0 <= t <= MAX_US for t in profile.e2e_us):
             raise LineageFormatError(f"{where}: repeat must be at least 1 and each e2e_us 0 to {MAX_US:g}")
-        if profile.mode not in ("timeline", "isolated") or profile.arguments not in (LOCAL_RUN, FROM_IR):
-            raise LineageFormatError(f"{where}: mode must be timeline or isolated, arguments {LOCAL_RUN!r} or "
+        if profile.mode not in MODES or profile.arguments not in (LOCAL_RUN, FROM_IR):
+            raise LineageFormatError(f"{where}: mode must be one of {', '.join(MODES)}, arguments {LOCAL_RUN!r} or "
                                      f"{FROM_IR!r}")
         return profile
 

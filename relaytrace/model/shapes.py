@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Mapping
 
 from ..errors import RelaytraceError, UsageError
 
@@ -52,7 +53,7 @@ def bind(signature: Signature, given: list[tuple[tuple[int, ...], str]], what: s
             else:
                 later.append((i, name, axis, dim, value))
     for i, name, axis, dim, value in later:
-        expected = _evaluate(dim, values)
+        expected = evaluate_dim(dim, values)
         if expected is not None and expected != value:
             raise RelaytraceError(f"input {i} ({name}) dim {axis} of {what} must be {dim} = {expected} "
                                   f"(with {', '.join(f'{k}={v}' for k, v in sorted(values.items()))}), got {value}")
@@ -73,9 +74,10 @@ def check_rank(name: str, declared: tuple, given: tuple, what: str) -> None:
                      f"e.g. --input-shape {name}:{example}")
 
 
-def _evaluate(text: str, values: dict[str, int]) -> int | None:
-    """An expression of symbols, ints and + - * // %; None when it is not one of those
-    or names an unbound symbol (then the VM's own check decides)."""
+def evaluate_dim(text: str, values: Mapping[str, int]) -> int | None:
+    """An expression of symbols, ints, + - * // %, ``min`` and ``max`` (a dim, a work
+    formula's atom: ``model.work``); None when it is not one of those or names an
+    unbound symbol (then the VM's own check decides)."""
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError:
@@ -92,6 +94,10 @@ def _evaluate(text: str, values: dict[str, int]) -> int | None:
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             left, right = value(node.left), value(node.right)
             return None if left is None or right is None else _OPS[type(node.op)](left, right)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max") \
+                and node.args and not node.keywords:
+            args = [value(a) for a in node.args]
+            return None if None in args else (min if node.func.id == "min" else max)(args)
         return None
 
     try:

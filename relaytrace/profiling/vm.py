@@ -14,6 +14,7 @@ from __future__ import annotations
 import numbers
 import time
 
+import attrs
 import numpy as np
 import tvm
 from tvm import relax
@@ -27,7 +28,7 @@ from ..model.sitekey import SiteKey
 
 def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, repeat: int = 5,
             mode: str = "timeline", number: int = 3, progress=None, entry: str | None = None,
-            remote=None) -> Profile:
+            remote=None, peaks=None) -> Profile:
     """Run the entry function ``entry`` (default ``main``, or the only one) on
     ``inputs`` and time every call; see the module docstring for the modes. Inputs
     may take any sizes the entry's symbolic dims allow; the profile records them.
@@ -36,7 +37,10 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     each site's arguments captured in one local run, a build for another CPU or a GPU
     gets arguments of the shapes its IR gives each site (``site_arguments``).
     ``repeat`` (timed runs) and ``number`` (calls averaged per isolated timing) are
-    whole numbers at least 1, refused before any work otherwise."""
+    whole numbers at least 1, refused before any work otherwise. ``peaks``
+    (``model.peaks.Peaks``): the device's ceilings, saved in the profile; by default
+    measured here for the build's CPU target (``profiling.peaks.measure``, cached), none
+    for a remote device."""
     if remote is not None:
         mode = "isolated"
     if mode not in ("timeline", "isolated"):
@@ -50,7 +54,8 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     library = _kernel_library(executable, lineage)
     say = progress or (lambda message: None)
     if remote is not None:
-        return _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say)
+        found = _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say)
+        return attrs.evolve(found, peaks=peaks)
     device = device or device_here(lineage.build.target)
     args = [tvm.runtime.tensor(a, device) for a in arrays]
     vm = _vm(executable, device)
@@ -70,7 +75,15 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     vm.set_instrument(_no_op)
     say("end-to-end timing")
     e2e = vm.time_evaluator(entry, device, number=1, repeat=max(repeat, 3))(*args)
-    return _profile(lineage, entry, arrays, str(device), mode, repeat, records, arg_info, e2e.results)
+    if peaks is None:
+        from .peaks import measure
+
+        try:
+            peaks = measure(lineage.build.target, progress=say)
+        except RelaytraceError:  # not a CPU target: no ceilings, the rates stand alone
+            peaks = None
+    return attrs.evolve(_profile(lineage, entry, arrays, str(device), mode, repeat, records, arg_info, e2e.results),
+                        peaks=peaks)
 
 
 def device_here(target_text: str):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..analysis.attribution import COMPUTE
 from ..model.origin import OP
 
-FILES = ("explorer-time.json", "explorer-kernels.json", "explorer-category.json")
+FILES = ("explorer-time.json", "explorer-kernels.json", "explorer-category.json", "explorer-efficiency.json")
 _GRADIENT = [{"stop": 0, "bgColor": "#fff5f0"}, {"stop": 0.5, "bgColor": "#fb6a4a"}, {"stop": 1, "bgColor": "#99000d"}]
 
 
@@ -28,7 +28,9 @@ def node_data(report) -> dict[str, dict]:
     - category: ``compute``, ``inserted ops serving it`` (its only time: layout
       transforms or casts done for it), ``fused into LAYER (SITE)`` (its kernel's time
       is billed to that layer's op), ``VM builtin``, ``eliminated by PASS`` or
-      ``no kernel``.
+      ``no kernel``;
+    - efficiency: the node's layer's roofline efficiency in percent (its lower bound
+      over its time: ``analysis.roofline``), for the nodes whose layer has one.
 
     Nodes with no op of ours (inputs, parameters, the output) are left out. Empty when
     the lineage names no nodes (a Relax module of your own, a TVM nn model)."""
@@ -79,7 +81,18 @@ def node_data(report) -> dict[str, dict]:
         FILES[1]: {"name": f"{name}: kernel call sites",
                    "results": {n: {"value": " ".join(s)} for n, s in sites.items() if s}},
         FILES[2]: {"name": f"{name}: category", "results": {n: {"value": category(n)} for n in time}},
+        FILES[3]: {"name": f"{name}: roofline efficiency (% of the lower bound's speed)",
+                   "results": {n: {"value": round(100 * e, 2)} for n, e in _efficiency(report, node_of).items()},
+                   "gradient": _GRADIENT[::-1]},
     }
+
+
+def _efficiency(report, node_of: dict[str, str]) -> dict[str, float]:
+    """node -> its layer's roofline efficiency, for layers that have one."""
+    roofs = {r.name: r.efficiency for r in report.roofline.layers if r.efficiency is not None}
+    lineage = report.lineage
+    return {node: roofs[lineage.origins[oid].layer] for oid, node in node_of.items()
+            if lineage.origins[oid].layer in roofs}
 
 
 def _served_node(lineage, share, node_of) -> str:

@@ -7,25 +7,46 @@ import io
 
 from .safe_text import csv_cell
 
+ROOF_COLUMNS = ["flops", "transcendentals", "bytes", "gflops_per_s", "gbytes_per_s", "flops_per_byte", "bound_us",
+                "bound_by", "efficiency", "above_bound_us"]
+
+
+def roof_cells(roof) -> list[str]:
+    """A ``roofline.Roof``'s figures as the ``ROOF_COLUMNS`` cells (empty: unknown)."""
+    if roof is None:
+        return [""] * len(ROOF_COLUMNS)
+
+    def number(value, digits=".6g"):
+        return "" if value is None else format(value, digits)
+
+    return [number(roof.flops, ".0f"), number(roof.transcendentals, ".0f"), number(roof.bytes, ".0f"),
+            number(roof.gflops_s), number(roof.gbytes_s), number(roof.intensity), number(roof.bound_us, ".3f"),
+            roof.bound_by or "", number(roof.efficiency, ".4f"), number(roof.wasted_us, ".3f")]
+
 
 def layers_csv(report) -> str:
     """``layers.csv`` of a ``Report``: one row per layer, slowest first; ``source``:
-    where its ops came from (``Lineage.sources``); every cell through ``csv_cell``."""
+    where its ops came from (``Lineage.sources``); the roofline's figures
+    (``ROOF_COLUMNS``); every cell through ``csv_cell``."""
     rows, sources = report.layers, report.lineage.sources()
+    roofs = {r.name: r for r in report.roofline.layers}
     return csv_text(["layer", "time_us", "percent", "compute_us", "inserted_us", "ops", "kernel_calls", "verification",
-                 "source"],
+                 "source", *ROOF_COLUMNS],
                 [[r.layer, f"{r.us:.3f}", f"{r.percent:.4f}", f"{r.compute_us:.3f}", f"{r.inserted_us:.3f}",
-                  " ".join(r.ops), " ".join(r.kernels), r.status, " ".join(sources.get(r.layer, ()))] for r in rows])
+                  " ".join(r.ops), " ".join(r.kernels), r.status, " ".join(sources.get(r.layer, ())),
+                  *roof_cells(roofs.get(r.layer))] for r in rows])
 
 
 def kernels_csv(report) -> str:
-    """``kernels.csv`` of a ``Report``: one row per kernel (its ``KernelRow``s); every
-    cell through ``safe_text.csv_cell``."""
+    """``kernels.csv`` of a ``Report``: one row per kernel (its ``KernelRow``s) with
+    the roofline's figures over its call sites; every cell through ``safe_text.csv_cell``."""
     rows = report.kernels
+    roofs = {r.name: r for r in report.roofline.kernels}
     return csv_text(["name", "duration_us", "percent", "count", "device", "argument_shapes", "layers", "verification",
-                 "tuned", "min_us", "max_us"],
+                 "tuned", "min_us", "max_us", *ROOF_COLUMNS],
                 [[r.name, f"{r.us:.3f}", f"{r.percent:.4f}", r.count, r.device, r.shapes, " ".join(r.layers),
-                  r.status, "yes" if r.tuned else "", f"{r.min_us:.3f}", f"{r.max_us:.3f}"] for r in rows])
+                  r.status, "yes" if r.tuned else "", f"{r.min_us:.3f}", f"{r.max_us:.3f}",
+                  *roof_cells(roofs.get(r.name))] for r in rows])
 
 
 def comparison_csv(comparison) -> str:

@@ -1,5 +1,6 @@
 """One self-contained HTML file: a header in words; where the time goes as an icicle
-over the module hierarchy (click to zoom); one run's call sites as a timeline; a
+over the module hierarchy (click to zoom); one run's call sites as a timeline; the
+roofline chart of the layers and its table (sorted by time above the bound); a
 detail pane for any layer, module or call site (ops with shapes, sites with roles,
 pass history, source lines, median/min/max, verdicts); coverage, eliminated, inserted
 and unresolved ops; the sortable, searchable tables; the layer graph, laid out in the
@@ -59,6 +60,26 @@ def report_data(report) -> dict:
         "graph": _layer_graph(report),
         "timeline_note": ("run 1 of the timeline" if report.profile.mode == "timeline"
                           else "sites timed alone, laid end to end"),
+        "roofline": _roofline(report.roofline),
+    }
+
+
+def _roofline(roofline) -> dict:
+    """The peaks (None without) and each layer's roofline figures, for the chart, its
+    table and the layer pane (a figure not known is null)."""
+    peaks = roofline.peaks
+
+    def ms(us):
+        return None if us is None else us / 1e3
+
+    return {
+        "peaks": None if peaks is None else {"gflops": peaks.gflops["float32"], "gbps": peaks.gbps,
+                                             "line": peaks.line()},
+        "layers": [{"layer": r.name, "ms": r.us / 1e3, "wasted_ms": ms(r.wasted_us), "bound_ms": ms(r.bound_us),
+                    "efficiency": None if r.efficiency is None else 100 * r.efficiency, "bound_by": r.bound_by or "",
+                    "gflop": None if r.flops is None else r.flops / 1e9, "gflops_s": r.gflops_s,
+                    "gbytes_s": r.gbytes_s, "intensity": r.intensity, "notes": "; ".join(r.notes)}
+                   for r in roofline.layers],
     }
 
 
@@ -273,6 +294,12 @@ def html_report(report, comparison=None) -> str:
 <p>Colour: a node's own kernel time (share of the hottest node); dotted: run by VM builtins only.
 Drag to pan, wheel to zoom, click a node for its details. The search also filters the tables.</p>
 <svg id="graph" class="graph"></svg>
+<h2>Roofline</h2><p id="peaks"></p>
+<p>Each layer at its arithmetic intensity (FLOPs per byte of its kernels' arguments) and achieved GFLOP/s,
+both axes logarithmic; the lines are the ceilings: memory bandwidth (sloped) and peak compute (flat).
+Area: the layer's time. Far below a ceiling: time above the bound. Click a point for the layer.</p>
+<svg id="roofline" class="roofline"></svg>
+<table id="roof"></table>
 <h2>Categories</h2><table id="categories"></table>
 <h2>Verification</h2><p class="{verdict_class}">{html.escape(verdict)}</p>{problems}
 {'<table id="checks"></table>' if data["checks"] else ""}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from attrs import field, frozen
 
+from .explorer import FILES as EXPLORER_FILES
 from .verification_csv import verification_csv
 
 if TYPE_CHECKING:
@@ -124,16 +125,16 @@ PROFILE: tuple[Output[ProfileRun], ...] = (
            "the build's lineage, every entry (query, render, diff and tasks read it)"),
     Output(("profile.json",), lambda run, d: run.report.profile.save(d / "profile.json"),
            "every timed call of the profiled entry"),
-    Output(("layers.csv",), _layers_csv, "time per layer"),
-    Output(("kernels.csv",), _kernels_csv, "time per kernel, with its layers"),
+    Output(("layers.csv",), _layers_csv, "time per layer, with its work, achieved rates and roofline bound"),
+    Output(("kernels.csv",), _kernels_csv, "time per kernel, with its layers, work and roofline bound"),
     Output(("layers.svg",), _layers_svg, "the layer graph coloured by time"),
     Output(("kernels.svg",), _kernels_svg, "the kernel graph"),
     Output(("report.html",), _report_html, "the interactive report"),
     Output(("trace.json",), _trace, "a Chrome / Perfetto trace"),
     Output(("run.json",), lambda run, d: _text(d, "run.json", json.dumps(run.run, indent=1)),
            "how the run was made"),
-    Output(("explorer-time.json", "explorer-kernels.json", "explorer-category.json"), _explorer,
-           "Model Explorer node data (torch models only)"),
+    Output(EXPLORER_FILES, _explorer, "Model Explorer node data: time, kernels, category, roofline efficiency "
+           "(torch and ONNX models)"),
     Output(("verification.csv",), lambda run, d: _text(d, "verification.csv", verification_csv(run.report)),
            "each layer's verdict, its call sites' verdicts and the verifier's reasons"),
 )

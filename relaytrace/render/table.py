@@ -127,6 +127,36 @@ def category_table(categories) -> str:
     return text
 
 
+def roofline_rows(roofs, top: int | None = None, first: str = "layer") -> tuple[list[str], list[list[str]]]:
+    """Headers and one row per ``roofline.Roof`` (the ``top`` first, or all): the
+    terminal table and the report's detail show the same cells."""
+    headers = [first, "time (ms)", "above bound (ms)", "efficiency", "bound by", "GFLOP", "GFLOP/s", "GB/s",
+               "FLOP/byte"]
+    shown = roofs[:top] if top else roofs
+    rows = [[r.name, _ms(r.us), _figure(None if r.wasted_us is None else r.wasted_us / 1e3, ".3f"),
+             _figure(None if r.efficiency is None else 100 * r.efficiency, ".1f") + ("%" if r.efficiency else ""),
+             r.bound_by or "", _figure(None if r.flops is None else r.flops / 1e9),
+             _figure(r.gflops_s), _figure(r.gbytes_s), _figure(r.intensity)] for r in shown]
+    return headers, rows
+
+
+def roofline_summary(roofline, top: int = 10) -> str:
+    """The peaks used and the ``top`` layers by time above the roofline's bound (by
+    time without peaks), with any site above a ceiling said."""
+    peaks = roofline.peaks
+    head = (terminal(peaks.line()) if peaks is not None else
+            "no peak rates for this device (give --peak-gflops and --peak-gbps): rates without a bound")
+    title = f"top {top} layers by time above the roofline bound:" if peaks else f"top {top} layers' rates:"
+    lines = [head, title, format_table(*roofline_rows(roofline.layers, top))]
+    sites = len(roofline.sites)
+    if roofline.counted < sites:
+        lines.append(f"work counted at {roofline.counted} of {sites} call sites (the others: no FLOPs, no bound)")
+    if roofline.over_ceiling:
+        label, why = roofline.over_ceiling[0]
+        lines.append(f"ABOVE A CEILING: {len(roofline.over_ceiling)} call site(s); {terminal(label)}: {why}")
+    return "\n".join(lines)
+
+
 def _figure(value, digits: str = ".3g") -> str:
     return "n/a" if value is None else format(value, digits)
 

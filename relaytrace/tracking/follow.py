@@ -27,6 +27,7 @@ from .origins import LayerNamer, assign_origins
 from .recorder import Recording
 from .tracker import Tracker
 from .truth import kernel_members, shape_consumers, tuned_kernels
+from .work import kernel_works
 
 
 def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: str = "model", target: str = "",
@@ -63,9 +64,10 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
             done("call sites")
             tuned = [k for k in tuned_kernels(recording.passes) if k in lineage.kernels]
             consumers = shape_consumers(recording.passes, reads.read)
-            build = attrs.evolve(lineage.build, tuned=tuple(tuned), shape_consumers=consumers)
+            build = attrs.evolve(lineage.build, tuned=tuple(tuned), shape_consumers=consumers,
+                                 work=kernel_works(recording.passes, lineage.kernels))
             lineage = attrs.evolve(lineage, build=build, origins=_served_shapes(lineage, consumers), program=program)
-            done("tuned kernels, shape consumers")
+            done("tuned kernels, shape consumers, work")
             return attrs.evolve(lineage, verification=verify(lineage))
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")

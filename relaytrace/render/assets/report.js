@@ -23,7 +23,7 @@ function el(tag, attrs, parent){ const e = document.createElementNS(SVGNS, tag);
   Object.entries(attrs).forEach(([k, v]) => e.setAttribute(k, v)); if (parent) parent.appendChild(e); return e; }
 
 // ---- the sortable, searchable tables ----
-function cell(v){ return (typeof v === 'number') ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : (Array.isArray(v) ? v.join(', ') : String(v)); }
+function cell(v){ if (v === null || v === undefined) return ''; return (typeof v === 'number') ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : (Array.isArray(v) ? v.join(', ') : String(v)); }
 /** Fill table `id`: a header of columns ([title, field]), a row per item of rows, keyed
     (tr.dataset.key) by keyOf(row); a click on a row picks it. */
 function build(id, columns, rows, keyOf){
@@ -69,6 +69,7 @@ build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted
 build('kernels', [['Name','name'],['Duration (us, median)','us'],['min','min_us'],['max','max_us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['verification','status']], data.kernels, r => r.name);
 if (data.checks.length) build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
 build('optypes', [['op type','op'],['time (ms)','ms'],['%','percent'],['count','count'],['layers','layers']], data.op_types, r => r.op);
+build('roof', [['layer','layer'],['time (ms)','ms'],['above bound (ms)','wasted_ms'],['efficiency (%)','efficiency'],['bound by','bound_by'],['GFLOP','gflop'],['GFLOP/s','gflops_s'],['GB/s','gbytes_s'],['FLOP/byte','intensity']], data.roofline.layers, r => r.layer);
 build('categories', [['category','name'],['time (ms)','ms'],['% of end-to-end','percent']], data.categories, r => r.name);
 document.getElementById('search').oninput = e => search(e.target.value);
 
@@ -148,6 +149,56 @@ function drawTimeline(){
   el('text', {x: 2, y: ht + 14}, svg).textContent = `0 .. ${(end / 1e3).toFixed(3)} ms: the kernel call sites of one run in order (${data.timeline_note})`;
 }
 
+// ---- the roofline: layers at their intensity and achieved rate, under both ceilings ----
+const roofByLayer = new Map(data.roofline.layers.map(r => [r.layer, r]));
+function drawRoofline(){
+  const svg = document.getElementById('roofline'); svg.replaceChildren();
+  const peaks = data.roofline.peaks;
+  document.getElementById('peaks').textContent = peaks ? peaks.line :
+    'No peak rates for this device (profile gives them with --peak-gflops and --peak-gbps): rates without ceilings.';
+  const pts = data.roofline.layers.filter(r => r.gflops_s > 0 && r.intensity > 0);
+  const width = svg.clientWidth || 900, ht = 360, m = {l: 64, r: 16, t: 12, b: 40};
+  svg.setAttribute('height', ht);
+  if (!pts.length){ el('text', {x: 10, y: 20}, svg).textContent = 'no layer has counted work'; return; }
+  const xs = pts.map(r => r.intensity), ys = pts.map(r => r.gflops_s);
+  if (peaks){ ys.push(peaks.gflops); xs.push(peaks.gflops / peaks.gbps); }
+  const lo = v => Math.pow(10, Math.floor(Math.log10(Math.min(...v)))), hi = v => Math.pow(10, Math.ceil(Math.log10(Math.max(...v)) + 0.01));
+  const x0 = lo(xs), x1 = hi(xs), y0 = lo(ys), y1 = hi(ys);
+  const X = v => m.l + (Math.log10(v) - Math.log10(x0)) / (Math.log10(x1) - Math.log10(x0)) * (width - m.l - m.r);
+  const Y = v => ht - m.b - (Math.log10(v) - Math.log10(y0)) / (Math.log10(y1) - Math.log10(y0)) * (ht - m.t - m.b);
+  for (let d = x0; d <= x1 * 1.001; d *= 10){ el('line', {x1: X(d), x2: X(d), y1: m.t, y2: ht - m.b, class: 'grid'}, svg);
+    el('text', {x: X(d), y: ht - m.b + 14, 'text-anchor': 'middle'}, svg).textContent = String(+d.toPrecision(3)); }
+  for (let d = y0; d <= y1 * 1.001; d *= 10){ el('line', {x1: m.l, x2: width - m.r, y1: Y(d), y2: Y(d), class: 'grid'}, svg);
+    el('text', {x: m.l - 4, y: Y(d) + 4, 'text-anchor': 'end'}, svg).textContent = String(+d.toPrecision(3)); }
+  el('text', {x: (m.l + width) / 2, y: ht - 6, 'text-anchor': 'middle'}, svg).textContent = 'arithmetic intensity (FLOP/byte)';
+  el('text', {x: 12, y: ht / 2, transform: `rotate(-90 12 ${ht / 2})`, 'text-anchor': 'middle'}, svg).textContent = 'achieved GFLOP/s';
+  if (peaks){
+    const knee = peaks.gflops / peaks.gbps;
+    const from = Math.max(x0, y0 / peaks.gbps);
+    el('path', {d: `M${X(from)},${Y(from * peaks.gbps)}L${X(knee)},${Y(peaks.gflops)}L${X(x1)},${Y(peaks.gflops)}`, class: 'ceiling'}, svg);
+    el('text', {x: X(x1) - 4, y: Y(peaks.gflops) - 5, 'text-anchor': 'end', class: 'ceiling-label'}, svg).textContent =
+      `peak ${peaks.gflops.toFixed(1)} GFLOP/s`;
+    el('text', {x: X(from) + 6, y: Y(from * peaks.gbps) - 6, class: 'ceiling-label'}, svg).textContent =
+      `${peaks.gbps.toFixed(1)} GB/s`;
+  }
+  const most = Math.max(...pts.map(r => r.ms), 1e-9);
+  pts.slice().sort((a, b) => b.ms - a.ms).forEach(r => {
+    const dot = el('circle', {cx: X(r.intensity), cy: Y(r.gflops_s), r: 2 + 14 * Math.sqrt(r.ms / most),
+      class: 'dot ' + (r.bound_by || 'none'), 'data-layer': r.layer}, svg);
+    el('title', {}, dot).textContent = `${r.layer}: ${r.ms.toFixed(3)} ms, ${r.gflops_s.toPrecision(3)} GFLOP/s at ` +
+      `${r.intensity.toPrecision(3)} FLOP/byte` + (r.efficiency != null ? `, ${r.efficiency.toFixed(1)}% of its bound` : '');
+    dot.onclick = () => showLayer(r.layer);
+  });
+}
+/** A layer's roofline figures in words, for its pane (null when it has none). */
+function roofLine(name){
+  const r = roofByLayer.get(name); if (!r || r.gflop == null) return null;
+  const bound = r.bound_ms != null ? `; its lower bound ${r.bound_ms.toFixed(3)} ms (${r.bound_by}-bound), ` +
+    `${r.efficiency.toFixed(1)}% efficient, ${r.wasted_ms.toFixed(3)} ms above it` : '';
+  return h('p', null, h('b', null, 'work'), `: ${r.gflop.toPrecision(3)} GFLOP at ${r.intensity.toPrecision(3)} FLOP/byte, ` +
+    `${r.gflops_s.toPrecision(3)} GFLOP/s and ${r.gbytes_s.toPrecision(3)} GB/s achieved${bound}` + (r.notes ? ` (${r.notes})` : ''));
+}
+
 // ---- the detail pane ----
 /** A link (data-layer or data-site: name) that opens the pane of that layer or call site. */
 function link(kind, name){
@@ -172,6 +223,7 @@ function showLayer(name){
   if (d.source.length) time.append(h('br'), `made at: ${d.source.join(', ')}`);
   detail(`layer ${name}`, [
     time,
+    roofLine(name),
     numerics ? h('p', {class: `numerics ${numerics.status}`}, h('b', null, 'numerics'), `: ${numerics.text}`) : null,
     h('b', null, 'ops'), table(['op', 'inputs', 'output', 'passes'], d.ops.map(o => [o.op, o.inputs, o.output,
       o.history.join(' → ') || (o.eliminated ? 'eliminated by ' + o.eliminated : '')])),
@@ -180,6 +232,7 @@ function showLayer(name){
        s.status + (s.reasons ? ': ' + s.reasons : '')])),
   ]);
   if (row) pick('layers', row);
+  document.querySelectorAll('#roofline circle').forEach(c => c.classList.toggle('picked', c.dataset.layer === name));
 }
 function showSite(label){
   const s = siteByLabel.get(label); if (!s) return;
@@ -294,10 +347,12 @@ function graphControls(){
 icicleRoot = d3.hierarchy(hierarchyOf());
 drawIcicle(null);
 drawTimeline();
+drawRoofline();
 graph.depth = defaultDepth();
 graphControls();
 drawGraph();
 document.getElementById('legend').replaceChildren(...Array.from(COLOURS, ([part, colour]) => {
   const swatch = h('i'); swatch.style.background = colour; return h('span', null, swatch, part); }));
-document.querySelectorAll('#layers tbody tr').forEach(tr => tr.addEventListener('click', () => showLayer(tr.dataset.key)));
+['#layers', '#roof'].forEach(id => document.querySelectorAll(id + ' tbody tr').forEach(tr =>
+  tr.addEventListener('click', () => showLayer(tr.dataset.key))));
 document.body.dataset.ready = String(performance.now());

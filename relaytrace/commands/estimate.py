@@ -1,0 +1,71 @@
+"""`relaytrace estimate`: each layer's roofline lower bound for a build that cannot run here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UsageError
+from ..jobs import echo
+from .base import Command
+from .shared import absolute_factory, add_model_options, add_peak_options, check_target, given_peaks, progress
+
+
+def add_arguments(p) -> None:
+    """`relaytrace estimate`'s arguments and options (docs/cli.md#estimate)."""
+    add_model_options(p)
+    p.add_argument("--target", default="cuda", help="TVM target to build for (default cuda)")
+    p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
+    p.add_argument("--entry", metavar="NAME", help="entry function (default main, or the only one)")
+    add_peak_options(p)
+    p.add_argument("--top", type=int, default=15, help="layers shown (default 15)")
+    p.add_argument("--out", help="also write every output (tables, report.html) of the estimate into DIR")
+    p.add_argument("--force", action="store_true", help="write into an existing DIR")
+
+
+def run(args) -> int:
+    """`relaytrace estimate MODEL --device NAME`: build traced (not run), and print
+    each layer's least time on the named device, what bounds it, its work."""
+    from ..analysis.estimate import estimated_profile
+    from ..analysis.report import make_report
+    from ..build import build
+    from ..frontends.loader import load
+    from ..jobs import parse_shape, prepare_out_dir, write_outputs
+    from ..render.table import format_table, roofline_rows
+    from .shared import print_summary
+
+    peaks = given_peaks(args)
+    if peaks is None:
+        raise UsageError("an estimate needs the device's peaks: --device NAME (relaytrace peaks --list) or "
+                         "--peak-gflops G --peak-gbps B")
+    check_target(args.target)
+    shapes = [parse_shape(s) for s in args.input_shape]
+    out = prepare_out_dir(args.out, args.force) if args.out else None
+    say = progress(args)
+    say(f"importing {args.model}")
+    model = args.model if args.model.startswith("demo:") else (
+        str(Path(args.model).resolve()) if args.model.endswith(".onnx") else absolute_factory(args.model))
+    loaded = load(model, entry=args.entry, shapes=shapes, dtype=args.dtype, with_inputs=False)
+    say(f"building for {args.target} (traced, not run)")
+    _, lineage = build(loaded.model, args.target, pipeline=args.pipeline, progress=say.passes)
+    profile = estimated_profile(lineage, peaks, args.entry, {name: dims for name, dims, _ in shapes})
+    report = make_report(lineage, profile)
+    if out is not None:
+        write_outputs(out, report, {"model": model, "target": args.target, "estimate": peaks.device},
+                      overwrite=args.force)
+        print_summary(report, out, args.top)
+        return 0
+    echo(profile.summary())
+    echo(peaks.line())
+    headers, rows = roofline_rows(report.roofline.layers, args.top)
+    keep = [0, 1, 4, 5, 7, 8]  # layer, bound, bound by, GFLOP, GB/s needed, FLOP/byte
+    echo(f"top {args.top} layers by their lower bound:")
+    echo(format_table(["layer", "bound (ms)", "bound by", "GFLOP", "GB/s at the bound", "FLOP/byte"],
+                      [[row[i] for i in keep] for row in rows]))
+    counted, sites = report.roofline.counted, len(report.roofline.sites)
+    if counted < sites:
+        echo(f"work counted at {counted} of {sites} call sites; the others are left out of the bound")
+    return 0
+
+
+COMMAND = Command("estimate", "a build's least time per layer on a named device, without running it", add_arguments,
+                  run)

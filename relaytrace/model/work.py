@@ -1,0 +1,147 @@
+"""What a kernel computes, as counted from its TIR, and the same at the shapes it ran with.
+
+A kernel's work is saved with the lineage as formulas over the symbolic dims of its
+parameters (``KernelWork``), because a build with a symbolic sequence length runs at
+many: the profile's argument shapes bind them (``work_at``). A formula is a
+polynomial, a tuple of ``(coefficient, atoms)`` terms whose atoms are dim names or
+small expressions of them (``(n + 1) // 2``, ``min(n, 8)``) read by the one reader
+of dims (``shapes.evaluate_dim``), which evaluates those and nothing else. Pure data
+and functions: no TVM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from attrs import define
+
+from .shapes import evaluate_dim
+
+Term = tuple[int, tuple[str, ...]]  # coefficient, atoms multiplied
+Poly = tuple[Term, ...]
+
+_ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int16": 2, "uint16": 2,
+             "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8,
+             "float64": 8}
+
+
+@define(frozen=True)
+class KernelWork:
+    """One kernel's work as its TIR says, per call: ``flops`` (float arithmetic: add,
+    multiply, divide, min/max, float compares, each 1), ``transcendentals`` (exp, log,
+    sqrt, tanh, erf... calls, each 1, apart as XLA counts them), over its tensor
+    ``params`` (each ``(shape, dtype)``, a dim an int or a symbolic dim's name or
+    expression). ``source`` says which TIR was counted (``BEFORE_SCHEDULE``: the kernel
+    as fusion left it, before any schedule; ``SCHEDULED``: as built, its tiles counted
+    whole); ``notes`` what the count leaves out (a call into a library, a loop of
+    unknown trip count)."""
+
+    params: tuple[tuple[tuple, str], ...]
+    flops: Poly | None  # None: not counted (``notes`` say why)
+    transcendentals: Poly | None = ()
+    source: str = "before scheduling"
+    notes: tuple[str, ...] = ()
+
+
+BEFORE_SCHEDULE, SCHEDULED = "before scheduling", "as scheduled"
+
+
+@define(frozen=True)
+class Work:
+    """One call's work at the shapes it ran with: ``flops``, ``transcendentals``,
+    ``bytes`` (every tensor argument read or written once: its size), or ``None`` for a
+    figure that could not be counted (``why`` says)."""
+
+    flops: float | None
+    transcendentals: float | None
+    bytes: float | None
+    why: str = ""
+
+
+def itemsize(dtype: str) -> int | None:
+    """Bytes per element of a TVM dtype (``float16`` 2; vector dtypes by their lanes),
+    None for one unknown."""
+    base, _, lanes = dtype.partition("x")
+    size = _ITEMSIZE.get(base)
+    return None if size is None else size * (int(lanes) if lanes.isdigit() else 1)
+
+
+def tensor_bytes(shapes, dtypes) -> float | None:
+    """The bytes of tensors of these concrete shapes and dtypes, None if a dtype is unknown."""
+    total = 0
+    for shape, dtype in zip(shapes, dtypes):
+        size = itemsize(dtype)
+        if size is None:
+            return None
+        n = size
+        for d in shape:
+            n *= int(d)
+        total += n
+    return float(total)
+
+
+def bind(work: KernelWork, shapes) -> dict[str, int] | None:
+    """The value of each symbolic dim named in ``work``'s params, read from the concrete
+    ``shapes`` of the call's tensor arguments (in order); None when the arguments do
+    not match the params (another count, another rank, a static dim of another size)."""
+    if len(shapes) != len(work.params):
+        return None
+    env: dict[str, int] = {}
+    for (dims, _), shape in zip(work.params, shapes):
+        if len(dims) != len(shape):
+            return None
+        for dim, size in zip(dims, shape):
+            if isinstance(dim, int):
+                if dim != size:
+                    return None
+            elif _is_name(dim):
+                if env.setdefault(dim, int(size)) != int(size):
+                    return None
+    return env
+
+
+def work_at(work: KernelWork | None, shapes, dtypes) -> Work:
+    """``work`` at one call's concrete argument ``shapes`` and ``dtypes``: FLOPs from its
+    formulas bound to those shapes, bytes from the arguments themselves. Without a
+    ``work`` (a lineage saved before work was counted, a builtin) only the bytes."""
+    moved = tensor_bytes(shapes, dtypes) if shapes else None
+    if work is None:
+        return Work(None, None, moved, "the build did not count this kernel's work")
+    if work.flops is None or work.transcendentals is None:
+        return Work(None, None, moved, "; ".join(work.notes) or "not counted")
+    env = bind(work, shapes)
+    if env is None:
+        return Work(None, None, moved, "its arguments do not match the kernel's parameters")
+    try:
+        return Work(evaluate(work.flops, env), evaluate(work.transcendentals, env), moved)
+    except KeyError as exc:
+        return Work(None, None, moved, f"symbolic dim {exc.args[0]} is not bound by its arguments")
+
+
+def evaluate(poly: Poly, env: Mapping[str, int]) -> float:
+    """A formula's value with each dim name as ``env`` gives it (a KeyError names a dim
+    missing, or an atom that is no expression ``shapes.evaluate_dim`` reads)."""
+    total = 0
+    for coef, atoms in poly:
+        value = coef
+        for atom in atoms:
+            if _is_name(atom):
+                value *= env[atom]
+                continue
+            found = evaluate_dim(atom, env)
+            if found is None:
+                raise KeyError(atom)
+            value *= found
+        total += value
+    return float(total)
+
+
+def constant(poly: Poly) -> int | None:
+    """A formula without dims as its number, None when it has some."""
+    if any(atoms for _, atoms in poly):
+        return None
+    return sum(coef for coef, _ in poly)
+
+
+def _is_name(atom: str) -> bool:
+    return atom.isidentifier()

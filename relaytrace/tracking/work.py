@@ -1,0 +1,259 @@
+"""Each kernel's work counted from its TIR, as formulas over its symbolic dims (needs TVM).
+
+Why our own count and not ``tvm.s_tir.analysis.estimate_tir_flops``: TVM's estimate
+counts a loop of symbolic extent once (a decoder at a symbolic sequence length comes
+out as if it were one token long), and the comparisons and index arithmetic of
+padding (``if_then_else(0 <= h - 1 < 56, ...)``) as FLOPs. This walk multiplies each
+store's float operations by its loop nest's extents kept as formulas
+(``model.work.Poly``), does not count index arithmetic (the indices of loads and
+stores, conditions on ints), and counts transcendental calls apart.
+``tests/test_work.py`` holds it to the analytic counts and to TVM's estimate where
+that one is right.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+import tvm
+from tvm import tirx
+
+from ..model.work import BEFORE_SCHEDULE, SCHEDULED, KernelWork, Poly
+from . import ir
+
+# by the name after TVM's namespace (``tirx.exp`` in TVM 0.27, ``tir.exp`` before)
+_TRANSCENDENTAL = frozenset({
+    "exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow",
+    "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh", "atanh",
+})
+_ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod, tirx.Min, tirx.Max)
+_COMPARE = (tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE)
+
+
+def kernel_works(passes: Sequence, kernels: Iterable[str]) -> dict[str, KernelWork]:
+    """kernel name -> its ``KernelWork``, for the ``kernels`` that are PrimFuncs of the
+    build. Counted on the PrimFunc as the last pass that fused (FuseTIR, or LegalizeOps
+    without fusion) left it, before any schedule tiled it (a tile's padding would be
+    counted, a GPU reduction split across threads counted twice); on the kernel as
+    built when that one has other parameters (a layout a schedule rewrote)."""
+    modules = [r.module for r in passes if r.functions and ir.model_functions(r.functions)]
+    if not modules:
+        return {}
+    final = modules[-1]
+    base = _unscheduled_module(passes) or final
+    out = {}
+    for name in kernels:
+        func = _prim_func(final, name)
+        if func is None:
+            continue
+        early = _prim_func(base, name)
+        if early is not None and _params(early) == _params(func):
+            out[name] = count(early, BEFORE_SCHEDULE)
+        else:
+            out[name] = count(func, SCHEDULED)
+    return out
+
+
+def _unscheduled_module(passes: Sequence):
+    """The module right after the last pass that left fused groups (FuseTIR's), or the
+    first with a PrimFunc when nothing was fused."""
+    modules = [r for r in passes if r.functions]
+    grouped = [i for i, r in enumerate(modules) if any(ir.is_primitive(f) for f in r.functions.values())]
+    if grouped and grouped[-1] + 1 < len(modules):
+        return modules[grouped[-1] + 1].module
+    if grouped:
+        return None
+    return next((r.module for r in modules if any(isinstance(f, tirx.PrimFunc) for f in r.module.functions.values())),
+                None)
+
+
+def _prim_func(module, name: str):
+    try:
+        func = module[name]
+    except (KeyError, ValueError, tvm.TVMError):
+        return None
+    return func if isinstance(func, tirx.PrimFunc) else None
+
+
+def _params(func) -> tuple:
+    """The tensor parameters of a PrimFunc as ``(shape, dtype)``, dims as ints or as
+    the expression text ``model.work`` reads."""
+    out = []
+    for param in func.params:
+        shape = getattr(param, "shape", None)
+        if shape is None:
+            continue  # a scalar parameter (a symbolic dim passed as a value)
+        out.append((tuple(_dim(d) for d in shape), str(param.dtype)))
+    return tuple(out)
+
+
+def _dim(expr):
+    if isinstance(expr, tirx.IntImm):
+        return int(expr.value)
+    try:
+        return _text(expr)
+    except _Unread:
+        return "?"  # bind() leaves a dim it cannot read unbound
+
+
+def count(func, source: str = BEFORE_SCHEDULE) -> KernelWork:
+    """The ``KernelWork`` of one PrimFunc: each store's float operations (and
+    transcendental calls) times the trip counts of the loops around it."""
+    walk = _Walk()
+    try:
+        walk.stmt(func.body, ((1, ()),))
+    except _Unread as exc:
+        return KernelWork(_params(func), None, None, source, (f"not counted: a loop extent {exc} is not read",))
+    return KernelWork(_params(func), _sorted(walk.flops), _sorted(walk.trans), source, tuple(dict.fromkeys(walk.notes)))
+
+
+class _Unread(Exception):
+    """An integer expression ``model.work`` could not read back."""
+
+
+class _Walk:
+    def __init__(self):
+        self.flops: dict[tuple, int] = defaultdict(int)
+        self.trans: dict[tuple, int] = defaultdict(int)
+        self.notes: list[str] = []
+
+    def stmt(self, s, trips: Poly) -> None:
+        if isinstance(s, tirx.For):
+            self.stmt(s.body, _mul(trips, _poly(s.extent)))
+            if s.step is not None and not (isinstance(s.step, tirx.IntImm) and s.step.value == 1):
+                self.notes.append("a loop with a step counted at its extent")
+        elif isinstance(s, tvm.s_tir.SBlockRealize):
+            if not (isinstance(s.predicate, tirx.IntImm) and s.predicate.value == 1):
+                self.notes.append("a predicated tile counted whole")
+            self.stmt(s.block, trips)
+        elif isinstance(s, tvm.s_tir.SBlock):
+            if s.init is not None:
+                self.stmt(s.init, trips)
+            self.stmt(s.body, trips)
+        elif isinstance(s, tirx.SeqStmt):
+            for child in s.seq:
+                self.stmt(child, trips)
+        elif isinstance(s, tirx.BufferStore):
+            self._add(trips, *_ops(s.value))
+        elif isinstance(s, tirx.IfThenElse):
+            self.notes.append("both branches of a condition counted")
+            self.stmt(s.then_case, trips)
+            if s.else_case is not None:
+                self.stmt(s.else_case, trips)
+        elif isinstance(s, tirx.Evaluate):
+            if isinstance(s.value, tvm.ir.expr.Call) and not isinstance(s.value.op, tvm.ir.Op):
+                self.notes.append(f"a call of {s.value.op} is not counted")
+            self._add(trips, *_ops(s.value))
+        elif isinstance(s, tirx.While):
+            self.notes.append("a while loop is not counted")
+        elif getattr(s, "body", None) is not None:  # attributes, lets, allocations, asserts
+            self.stmt(s.body, trips)
+
+    def _add(self, trips: Poly, flops: int, trans: int) -> None:
+        for coef, atoms in trips:
+            if flops:
+                self.flops[atoms] += coef * flops
+            if trans:
+                self.trans[atoms] += coef * trans
+
+
+def _ops(e) -> tuple[int, int]:
+    """(float operations, transcendental calls) of one expression, indices and
+    integer arithmetic left out."""
+    if isinstance(e, (tvm.ir.expr.TensorLoad, tirx.Var, tirx.IntImm, tirx.FloatImm)):
+        return 0, 0
+    if isinstance(e, _ARITH):
+        f, t = _sum(_ops(e.a), _ops(e.b))
+        return f + _is_float(e.ty), t
+    if isinstance(e, _COMPARE):
+        f, t = _sum(_ops(e.a), _ops(e.b))
+        return f + _is_float(e.a.ty), t
+    if isinstance(e, (tirx.And, tirx.Or)):
+        return _sum(_ops(e.a), _ops(e.b))
+    if isinstance(e, (tirx.Not, tirx.Cast)):
+        return _ops(e.a if isinstance(e, tirx.Not) else e.value)
+    if isinstance(e, tirx.Select):
+        return _sum(_ops(e.condition), max(_ops(e.true_value), _ops(e.false_value)))
+    if isinstance(e, tirx.Let):
+        return _sum(_ops(e.value), _ops(e.body))
+    if isinstance(e, tvm.ir.expr.Call):
+        name = e.op.name.rsplit(".", 1)[-1] if isinstance(e.op, tvm.ir.Op) else ""
+        if name == "if_then_else":
+            return _sum(_ops(e.args[0]), max(_ops(e.args[1]), _ops(e.args[2])))
+        inner = (0, 0)
+        for a in e.args:
+            inner = _sum(inner, _ops(a))
+        if name in _TRANSCENDENTAL:
+            return inner[0], inner[1] + 1
+        if name == "fma":
+            return inner[0] + 2, inner[1]
+        return inner
+    return 0, 0
+
+
+def _sum(a, b):
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _is_float(dtype) -> int:
+    return int(str(dtype).startswith(("float", "bfloat")))
+
+
+def _poly(e) -> Poly:
+    """An extent as a polynomial: + - * of ints and dims kept apart, anything else one atom."""
+    if isinstance(e, tirx.IntImm):
+        return ((int(e.value), ()),)
+    if isinstance(e, tirx.Var):
+        return ((1, (_name(e),)),)
+    if isinstance(e, tirx.Add):
+        return _sorted_sum(_poly(e.a) + _poly(e.b))
+    if isinstance(e, tirx.Sub):
+        return _sorted_sum(_poly(e.a) + tuple((-c, a) for c, a in _poly(e.b)))
+    if isinstance(e, tirx.Mul):
+        return _mul(_poly(e.a), _poly(e.b))
+    if isinstance(e, tirx.Cast):
+        return _poly(e.value)
+    return ((1, (_text(e),)),)
+
+
+def _mul(a: Poly, b: Poly) -> Poly:
+    return _sorted_sum(tuple((ca * cb, tuple(sorted(xa + xb))) for ca, xa in a for cb, xb in b))
+
+
+def _sorted_sum(terms) -> Poly:
+    sums: dict[tuple, int] = defaultdict(int)
+    for coef, atoms in terms:
+        sums[atoms] += coef
+    return _sorted(sums)
+
+
+def _sorted(sums: dict) -> Poly:
+    return tuple(sorted(((c, a) for a, c in sums.items() if c), key=lambda t: (len(t[1]), t[1])))
+
+
+def _name(var) -> str:
+    if not var.name.isidentifier():
+        raise _Unread(f"dim {var.name!r}")
+    return var.name
+
+
+_TEXT = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "//", tirx.FloorMod: "%", tirx.Div: "//",
+         tirx.Mod: "%"}
+
+
+def _text(e) -> str:
+    """An integer expression as the text ``model.work`` reads (dims, ints, + - * // %,
+    min, max); anything else raises ``_Unread``."""
+    if isinstance(e, tirx.IntImm):
+        return str(int(e.value))
+    if isinstance(e, tirx.Var):
+        return _name(e)
+    if isinstance(e, tirx.Cast):
+        return _text(e.value)
+    op = _TEXT.get(type(e))
+    if op is not None:
+        return f"({_text(e.a)} {op} {_text(e.b)})"
+    if isinstance(e, (tirx.Min, tirx.Max)):
+        return f"{'min' if isinstance(e, tirx.Min) else 'max'}({_text(e.a)}, {_text(e.b)})"
+    raise _Unread(type(e).__name__)
