@@ -17,7 +17,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 TINY = f"{FIXTURES / 'tiny_model.py'}:make"
 OUTPUTS = {"lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg", "run.json",
            "report.html", "trace.json", "verification.csv"}
-EXPLORER = {"explorer-time.json", "explorer-kernels.json", "explorer-category.json", "explorer-efficiency.json"}  # Model Explorer node data
+EXPLORER = {"explorer-time.json", "explorer-kernels.json", "explorer-category.json",  # Model Explorer node data
+            "explorer-efficiency.json"}
 
 
 def run(*args, cwd=None, warnings="ignore"):

@@ -148,7 +148,8 @@ def test_every_hostile_name_is_text_in_the_html_report(hostile, tmp_path):
             assert pane.locator("h3").text_content().startswith("call site ")
             pane.locator("a[data-layer]").first.dispatch_event("click")
         for selector in ("#icicle rect", "#crumbs a", "#timeline rect", "#graph g.gnode", "#layers tbody tr",
-                         "#kernels tbody tr", "#optypes tbody tr", "#checks tbody tr", "th"):
+                         "#kernels tbody tr", "#optypes tbody tr", "#checks tbody tr", "#roofline circle",
+                         "#roof tbody tr", "th"):
             _click_all(page, selector)
         page.wait_for_timeout(300)  # an image that failed to load has fired its onerror by now
         made = page.evaluate("() => ({img: document.querySelectorAll('img').length, "  # the pane's own <b>

@@ -7,7 +7,9 @@ total kernel time.
 Policies for a kernel that runs several model ops:
 - ``anchor`` (default): all its time goes to its heaviest op (conv, matmul, pool;
   ties by order); the others are listed as fused into it.
-- ``split``: time is divided by each op's estimated FLOPs.
+- ``split``: time is divided among its ops by the roofline bound of the member
+  PrimFunc each was lowered to, at the shapes the call ran with (``work_split``);
+  by each op's estimated FLOPs where the build's work is not known.
 Inserted ops (layout transforms, casts) are their own category, billed to the layers
 they serve: under ``anchor`` a kernel holding only inserted ops is all "inserted";
 under ``split`` inserted ops also take their FLOP share of mixed kernels. Ops no rule
@@ -29,6 +31,7 @@ from ..model.origin import OP, UNRESOLVED
 from ..model.profile import BUILTIN, KERNEL, Profile
 from ..model.sitekey import SiteKey
 from ..model.verification import SUSPECT, UNVERIFIED, VERIFIED
+from .work_split import work_weights
 
 POLICIES = ("anchor", "split")
 COMPUTE, INSERTED = "compute", "inserted"
@@ -148,7 +151,7 @@ def check_match(lineage: Lineage, profile: Profile) -> None:
 def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[Share, ...]:
     """Every call site's median time cut into ``Share``s, one per layer it is billed to:
     under ``anchor`` a kernel with model ops goes to its anchor op's layer, under
-    ``split`` over all its ops by estimated work; time of an inserted op (a kernel of
+    ``split`` over all its ops by their members' work (``work_split``); time of an inserted op (a kernel of
     them only, or its part under ``split``) is split evenly over the layers it serves.
     The shares add up to the profile's kernel time; each carries the worst of its
     site's and its layer's verdicts. A profile of another build is refused."""
@@ -162,21 +165,23 @@ def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[
     out: list[Share] = []
     for site in lineage.call_sites:
         us = times[site.key]
-        for share in _split_site(lineage, site, us, policy):
+        for share in _split_site(lineage, site, us, policy, profile):
             layer = layer_checks.get(share.layer)
             status = worst((checks[site.position].status, layer.status if layer else VERIFIED))
             out.append(attrs.evolve(share, status=status) if status != VERIFIED else share)
     return tuple(out)
 
 
-def _split_site(lineage, site, us, policy):
+def _split_site(lineage, site, us, policy, profile):
     origins = [lineage.origins[r.origin] for r in site.roles]
     ops = [o for o in origins if o.kind == OP]
     extra = [o for o in origins if o.kind != OP]
     if policy == "anchor" and ops:
         anchor = lineage.origins[site.anchor] if site.anchor else ops[0]
         return [Share(site.key, anchor.layer, anchor.id, anchor.short_op, COMPUTE, us)]
-    weights = [(o, estimated_flops(o)) for o in (origins if policy == "split" else extra)]
+    weighed = origins if policy == "split" else extra
+    by_work = work_weights(lineage, site, weighed, profile.arg(site.key), profile.peaks) if len(weighed) > 1 else None
+    weights = list(zip(weighed, by_work)) if by_work else [(o, estimated_flops(o)) for o in weighed]
     total = sum(w for _, w in weights) or 1.0
     result = []
     for origin, weight in weights:

@@ -22,13 +22,12 @@ from collections.abc import Callable
 from attrs import define
 
 from ..model.lineage import Lineage
-from ..model.peaks import Peaks
+from ..model.peaks import COMPUTE_BOUND, MEMORY_BOUND, Peaks
 from ..model.profile import KERNEL, Profile
 from ..model.sitekey import SiteKey
 from ..model.work import work_at
 from .attribution import COMPUTE, Share
 
-COMPUTE_BOUND, MEMORY_BOUND = "compute", "memory"
 COMPUTE_OVER = "above the compute ceiling: the count or the timer is wrong for this site"
 MEMORY_OVER = "above the memory ceiling: its data stayed in cache (the ceiling is DRAM's)"
 
@@ -114,14 +113,10 @@ def site_roofs(lineage: Lineage, profile: Profile, peaks: Peaks | None) -> dict[
 
 def lower_bound(flops: float | None, moved: float | None, peaks: Peaks | None,
                 dtype: str) -> tuple[float | None, str | None]:
-    """(the least microseconds ``flops`` in ``dtype`` and ``moved`` bytes can take on
-    ``peaks``, what sets it: ``COMPUTE_BOUND`` or ``MEMORY_BOUND``); (None, None) when
-    a figure is unknown."""
+    """``peaks.bound`` of a site's figures, (None, None) when one is unknown."""
     if peaks is None or flops is None or moved is None:
         return None, None
-    compute = flops / (peaks.for_dtype(dtype) * 1e3)  # GFLOP/s -> FLOPs per us
-    memory = moved / (peaks.gbps * 1e3)
-    return max(compute, memory), COMPUTE_BOUND if compute >= memory else MEMORY_BOUND
+    return peaks.bound(flops, moved, dtype)
 
 
 def roofline(lineage: Lineage, profile: Profile, parts: tuple[Share, ...], peaks: Peaks | None = None) -> Roofline:

@@ -13,6 +13,7 @@ from attrs import define, field
 from ..errors import RelaytraceError
 
 MEASURED, GIVEN, NAMED = "measured", "given", "named device"
+COMPUTE_BOUND, MEMORY_BOUND = "compute", "memory"
 
 
 @define(frozen=True)
@@ -36,6 +37,14 @@ class Peaks:
         """The GFLOP/s ceiling for arithmetic in ``dtype``: its own peak if measured or
         given, float32's otherwise."""
         return self.gflops.get(dtype, self.gflops["float32"])
+
+    def bound(self, flops: float, moved: float, dtype: str = "float32") -> tuple[float, str]:
+        """(the least microseconds ``flops`` in ``dtype`` and ``moved`` bytes take under
+        these ceilings, ``max(flops / peak, bytes / bandwidth)``; what sets it:
+        ``COMPUTE_BOUND`` or ``MEMORY_BOUND``)."""
+        compute = flops / (self.for_dtype(dtype) * 1e3)  # GFLOP/s is 1e3 FLOPs per microsecond
+        memory = moved / (self.gbps * 1e3)
+        return max(compute, memory), COMPUTE_BOUND if compute >= memory else MEMORY_BOUND
 
     def line(self) -> str:
         """One line for the terminal: the figures and how they were found."""

@@ -232,7 +232,7 @@ def _account(site, kernel_members: tuple[Member, ...], origins) -> tuple[list[st
         elif m.part and not any(origin.op in m.ops for origin in claimants):
             reasons.append(f"member {m.prim_func} (a part of {'/'.join(_short(o) for o in m.ops)}) is not "
                            f"explained by any origin at this site")
-    match = _matching(known, claimants)
+    match = matching(known, claimants)
     for i, m in enumerate(known):
         if i not in match:
             reasons.append(f"member {m.prim_func} ({'/'.join(_short(o) for o in m.ops)}) is not explained "
@@ -246,9 +246,11 @@ def _account(site, kernel_members: tuple[Member, ...], origins) -> tuple[list[st
     return reasons, unknown
 
 
-def _matching(members: list[Member], origins: list) -> dict[int, int]:
-    """A maximum one-to-one matching of members to origins of one of their ops
-    (augmenting paths: kernels have a few dozen members at most)."""
+def matching(members: list[Member], origins: list) -> dict[int, int]:
+    """member index -> origin index: a maximum one-to-one matching of members to
+    origins of one of their ops (augmenting paths: kernels have a few dozen members at
+    most). Verification holds a site to it; a fused kernel's time is split by it
+    (``analysis.work_split``)."""
     owner: dict[int, int] = {}  # origin index -> member index
 
     def place(i: int, seen: set[int]) -> bool:

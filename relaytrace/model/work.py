@@ -67,17 +67,21 @@ def itemsize(dtype: str) -> int | None:
 
 
 def tensor_bytes(shapes, dtypes) -> float | None:
-    """The bytes of tensors of these concrete shapes and dtypes, None if a dtype is unknown."""
+    """The bytes of tensors of these concrete shapes and dtypes, None if a dtype is
+    unknown or a dim is not a size (a file's shapes are checked here, not trusted)."""
     total = 0
     for shape, dtype in zip(shapes, dtypes):
-        size = itemsize(dtype)
-        if size is None:
+        size = itemsize(dtype) if isinstance(dtype, str) else None
+        if size is None or not _sizes(shape):
             return None
-        n = size
         for d in shape:
-            n *= int(d)
-        total += n
+            size *= d
+        total += size
     return float(total)
+
+
+def _sizes(shape) -> bool:
+    return isinstance(shape, tuple) and all(type(d) is int and d >= 0 for d in shape)
 
 
 def bind(work: KernelWork, shapes) -> dict[str, int] | None:
@@ -88,14 +92,14 @@ def bind(work: KernelWork, shapes) -> dict[str, int] | None:
         return None
     env: dict[str, int] = {}
     for (dims, _), shape in zip(work.params, shapes):
-        if len(dims) != len(shape):
+        if not _sizes(shape) or len(dims) != len(shape):
             return None
         for dim, size in zip(dims, shape):
             if isinstance(dim, int):
                 if dim != size:
                     return None
             elif _is_name(dim):
-                if env.setdefault(dim, int(size)) != int(size):
+                if env.setdefault(dim, size) != size:
                     return None
     return env
 

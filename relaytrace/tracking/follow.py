@@ -64,9 +64,12 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
             done("call sites")
             tuned = [k for k in tuned_kernels(recording.passes) if k in lineage.kernels]
             consumers = shape_consumers(recording.passes, reads.read)
+            faults: list[str] = []
             build = attrs.evolve(lineage.build, tuned=tuple(tuned), shape_consumers=consumers,
-                                 work=kernel_works(recording.passes, lineage.kernels))
-            lineage = attrs.evolve(lineage, build=build, origins=_served_shapes(lineage, consumers), program=program)
+                                 work=_work(recording, lineage, faults))
+            journal = attrs.evolve(lineage.journal, degraded=lineage.journal.degraded + tuple(faults))
+            lineage = attrs.evolve(lineage, build=build, origins=_served_shapes(lineage, consumers), program=program,
+                                   journal=journal)
             done("tuned kernels, shape consumers, work")
             return attrs.evolve(lineage, verification=verify(lineage))
         except Exception as exc:
@@ -93,6 +96,16 @@ def layers_of_callees(recording: Recording, layer_of: LayerNamer | None = None) 
                 found = layers.setdefault(callee, {})
                 found.update(dict.fromkeys(tracker.origins[o].layer for o in tracker.tokens.origins[tok]))
     return {callee: tuple(found) for callee, found in layers.items()}
+
+
+def _work(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict:
+    """Each kernel's work (``work.kernel_works``); a fault in counting it is said in
+    ``degraded`` and leaves the work unknown, the lineage whole."""
+    try:
+        return kernel_works(recording.passes, lineage.kernels, lineage.build.kernel_members)
+    except Exception as exc:
+        degraded.append(f"kernel work not counted: {_describe(exc)}")
+        return {}
 
 
 def _served_shapes(lineage: Lineage, consumers: dict[str, tuple[str, ...]]) -> dict:

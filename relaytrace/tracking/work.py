@@ -14,11 +14,12 @@ that one is right.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import tvm
 from tvm import tirx
 
+from ..model.verification import Member
 from ..model.work import BEFORE_SCHEDULE, SCHEDULED, KernelWork, Poly
 from . import ir
 
@@ -31,49 +32,54 @@ _ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.
 _COMPARE = (tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE)
 
 
-def kernel_works(passes: Sequence, kernels: Iterable[str]) -> dict[str, KernelWork]:
-    """kernel name -> its ``KernelWork``, for the ``kernels`` that are PrimFuncs of the
-    build. Counted on the PrimFunc as the last pass that fused (FuseTIR, or LegalizeOps
-    without fusion) left it, before any schedule tiled it (a tile's padding would be
-    counted, a GPU reduction split across threads counted twice); on the kernel as
-    built when that one has other parameters (a layout a schedule rewrote)."""
+def kernel_works(passes: Sequence, kernels: Iterable[str],
+                 members: Mapping[str, Sequence[Member]] | None = None) -> dict[str, KernelWork]:
+    """PrimFunc name -> its ``KernelWork``, for the ``kernels`` that are PrimFuncs of the
+    build, and for the member PrimFuncs of each fused kernel (``members``: kernel ->
+    its ``Member``s) as they were before FuseTIR merged them (what splits a fused
+    kernel's time among its ops). A kernel is counted on the PrimFunc as the last pass
+    that fused (FuseTIR, or LegalizeOps without fusion) left it, before any schedule
+    tiled it (a tile's padding would be counted, a GPU reduction split across threads
+    counted twice); on the kernel as built when that one has other parameters (a
+    layout a schedule rewrote)."""
     modules = [r.module for r in passes if r.functions and ir.model_functions(r.functions)]
     if not modules:
         return {}
-    final = modules[-1]
-    base = _unscheduled_module(passes) or final
+    final = _prim_funcs(modules[-1])
+    unscheduled, fused = _unscheduled_module(passes)
+    base = _prim_funcs(unscheduled or modules[-1])
     out = {}
     for name in kernels:
-        func = _prim_func(final, name)
+        func = final.get(name)
         if func is None:
             continue
-        early = _prim_func(base, name)
+        early = base.get(name)
         if early is not None and _params(early) == _params(func):
             out[name] = count(early, BEFORE_SCHEDULE)
         else:
             out[name] = count(func, SCHEDULED)
+    parts = _prim_funcs(fused) if fused is not None else {}
+    for member in {m.prim_func for kernel in kernels for m in (members or {}).get(kernel, ())}:
+        if member not in out and member in parts:
+            out[member] = count(parts[member], BEFORE_SCHEDULE)
     return out
 
 
 def _unscheduled_module(passes: Sequence):
-    """The module right after the last pass that left fused groups (FuseTIR's), or the
-    first with a PrimFunc when nothing was fused."""
+    """(the module right after the last pass that left fused groups (FuseTIR's), or the
+    first with a PrimFunc when nothing was fused; the last module with fused groups,
+    whose PrimFuncs are the groups' members, or None)."""
     modules = [r for r in passes if r.functions]
     grouped = [i for i, r in enumerate(modules) if any(ir.is_primitive(f) for f in r.functions.values())]
-    if grouped and grouped[-1] + 1 < len(modules):
-        return modules[grouped[-1] + 1].module
     if grouped:
-        return None
+        last = modules[grouped[-1]].module
+        return (modules[grouped[-1] + 1].module if grouped[-1] + 1 < len(modules) else None), last
     return next((r.module for r in modules if any(isinstance(f, tirx.PrimFunc) for f in r.module.functions.values())),
-                None)
+                None), None
 
 
-def _prim_func(module, name: str):
-    try:
-        func = module[name]
-    except (KeyError, ValueError, tvm.TVMError):
-        return None
-    return func if isinstance(func, tirx.PrimFunc) else None
+def _prim_funcs(module) -> dict:
+    return {gv.name_hint: f for gv, f in module.functions.items() if isinstance(f, tirx.PrimFunc)}
 
 
 def _params(func) -> tuple:

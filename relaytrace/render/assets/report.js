@@ -195,7 +195,7 @@ function roofLine(name){
   const r = roofByLayer.get(name); if (!r || r.gflop == null) return null;
   const bound = r.bound_ms != null ? `; its lower bound ${r.bound_ms.toFixed(3)} ms (${r.bound_by}-bound), ` +
     `${r.efficiency.toFixed(1)}% efficient, ${r.wasted_ms.toFixed(3)} ms above it` : '';
-  return h('p', null, h('b', null, 'work'), `: ${r.gflop.toPrecision(3)} GFLOP at ${r.intensity.toPrecision(3)} FLOP/byte, ` +
+  return h('p', {class: 'work'}, `work: ${r.gflop.toPrecision(3)} GFLOP at ${r.intensity.toPrecision(3)} FLOP/byte, ` +
     `${r.gflops_s.toPrecision(3)} GFLOP/s and ${r.gbytes_s.toPrecision(3)} GB/s achieved${bound}` + (r.notes ? ` (${r.notes})` : ''));
 }
 

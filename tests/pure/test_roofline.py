@@ -1,0 +1,156 @@
+"""Work, rates and the roofline on a lineage and profile built by hand (no TVM): formulas
+bound to a site's shapes, the bound and what sets it, roll-ups cut as the time is, an
+estimate without a run, peaks given, named and saved."""
+
+import attrs
+import pytest
+
+from relaytrace.analysis.estimate import estimated_profile
+from relaytrace.analysis.report import make_report
+from relaytrace.errors import RelaytraceError, UsageError
+from relaytrace.model.lineage import Lineage
+from relaytrace.model.peaks import DEVICES, Peaks, given, named
+from relaytrace.model.profile import ArgInfo, Profile
+from relaytrace.model.work import KernelWork, bind, evaluate, tensor_bytes, work_at
+
+from .test_by_hand import SITES, lineage, profile
+
+CONV = KernelWork((((1, 3, 8, 8), "float32"), ((8, 3, 3, 3), "float32"), ((1, 8, 8, 8), "float32")),
+                  ((2 * 8 * 64 * 27 + 2 * 8 * 64, ()),))
+LAYOUT = KernelWork((((1, 8, 8, 8), "float32"), ((1, 8, 8, 8), "float32")), ())
+MATMUL = KernelWork(((("n", 64), "float32"), ((64, 16), "float32"), (("n", 16), "float32")), ((2048, ("n",)),))
+ARGS = {"fused_conv2d_relu#0": ArgInfo(((1, 3, 8, 8), (8, 3, 3, 3), (1, 8, 8, 8)), ("float32",) * 3),
+        "layout_transform#0": ArgInfo(((1, 8, 8, 8), (1, 8, 8, 8)), ("float32",) * 2),
+        "matmul#0": ArgInfo(((4, 64), (64, 16), (4, 16)), ("float32",) * 3)}
+PEAKS = Peaks({"float32": 10.0}, 2.0, "given", "by hand", "a toy")  # 10 GFLOP/s = 1e4 FLOPs/us, 2 GB/s = 2e3 B/us
+
+
+def worked() -> Lineage:
+    lin = lineage()
+    work = {"fused_conv2d_relu": CONV, "layout_transform": LAYOUT, "matmul": MATMUL}
+    return attrs.evolve(lin, build=attrs.evolve(lin.build, work=work))
+
+
+def measured(peaks=PEAKS) -> Profile:
+    return attrs.evolve(profile(), args=dict(ARGS), peaks=peaks)
+
+
+def test_a_formula_is_bound_by_the_shapes_a_call_ran_with():
+    assert bind(MATMUL, ARGS["matmul#0"].shapes) == {"n": 4}
+    assert bind(MATMUL, ((4, 64), (64, 16), (5, 16))) is None  # n cannot be 4 and 5
+    assert bind(MATMUL, ((4, 64), (32, 16), (4, 16))) is None  # a static dim of another size
+    assert evaluate(((3, ("n",)), (2, ("(n + 1) // 2",)), (1, ("min(n, 2)",))), {"n": 5}) == 15 + 6 + 2
+    with pytest.raises(KeyError):
+        evaluate(MATMUL.flops, {})
+    work = work_at(MATMUL, ARGS["matmul#0"].shapes, ARGS["matmul#0"].dtypes)
+    assert (work.flops, work.bytes) == (2 * 4 * 64 * 16, 4 * (4 * 64 + 64 * 16 + 4 * 16))
+    unknown = work_at(None, ARGS["matmul#0"].shapes, ARGS["matmul#0"].dtypes)  # a lineage saved before work was counted
+    assert unknown.flops is None and unknown.bytes == work.bytes
+    assert "do not match" in work_at(MATMUL, ((4, 64),), ("float32",)).why
+    assert tensor_bytes(((2, 3),), ("float16",)) == 12 and tensor_bytes(((2,),), ("complex",)) is None
+
+
+def test_the_bound_is_the_slower_ceiling_and_the_rest_is_time_above_it():
+    report = make_report(worked(), measured())
+    sites = {r.name: r for r in report.roofline.sites.values()}
+    conv = sites["fused_conv2d_relu#0"]
+    flops, moved = 2 * 8 * 64 * 27 + 2 * 8 * 64, 4 * (192 + 216 + 512)
+    assert (conv.flops, conv.bytes) == (flops, moved)
+    assert conv.bound_by == "compute" and conv.bound_us == pytest.approx(max(flops / 1e4, moved / 2e3))
+    assert conv.efficiency == pytest.approx(conv.bound_us / 100.0)
+    assert conv.wasted_us == pytest.approx(100 - conv.bound_us)
+    layout = sites["layout_transform#0"]
+    assert layout.flops == 0 and layout.bound_by == "memory" and layout.bound_us == pytest.approx(2 * 2048 / 2e3)
+    assert conv.gflops_s == pytest.approx(flops / 100 / 1e3) and layout.intensity == 0
+
+
+def test_layers_get_the_work_of_the_shares_they_are_billed():
+    report = make_report(worked(), measured())
+    roof = report.roofline
+    conv1, fc = roof.layer("conv1"), roof.layer("fc")
+    layout = roof.sites[SITES[1].key]
+    # the inserted transform serves conv1 and fc: each takes half its time and half its bytes
+    assert conv1.bytes == pytest.approx(roof.sites[SITES[0].key].bytes + layout.bytes / 2)
+    assert fc.bytes == pytest.approx(roof.sites[SITES[2].key].bytes + layout.bytes / 2)
+    total = sum(r.bound_us for r in roof.sites.values())
+    assert sum(r.bound_us for r in roof.layers) == pytest.approx(total)
+    assert sum(r.bound_us for r in roof.op_types) == pytest.approx(total)
+    wasted = [r.wasted_us for r in roof.layers]
+    assert wasted == sorted(wasted, reverse=True)
+    assert roof.counted == 3 and not roof.over_ceiling
+
+
+def test_rates_without_peaks_have_no_bound_and_a_site_above_a_ceiling_is_named():
+    report = make_report(worked(), measured(peaks=None))
+    assert report.roofline.peaks is None and report.roofline.layer("conv1").bound_us is None
+    assert report.roofline.layer("conv1").gflops_s is not None
+    slow_memory = Peaks({"float32": 1e6}, 0.01, "measured", "by hand", "a toy")
+    over = dict(make_report(worked(), measured(slow_memory)).roofline.over_ceiling)
+    assert "stayed in cache" in over["fused_conv2d_relu#0"]
+    # peaks passed to make_report win over the profile's
+    assert make_report(worked(), measured(peaks=None), peaks=PEAKS).roofline.peaks == PEAKS
+
+
+def test_an_estimate_is_each_sites_bound_at_the_ir_shapes_and_says_it_is_one():
+    lin = worked()
+    shapes = {s.kernel: tuple(zip(ARGS[s.label].shapes, ARGS[s.label].dtypes)) for s in SITES}
+    sites = tuple(attrs.evolve(s, arguments=tuple((tuple("n" if (d == 4 and s.kernel == "matmul" and i != 1) else d
+                                                               for d in shape), dtype)
+                                                         for i, (shape, dtype) in enumerate(shapes[s.kernel])))
+                  for s in SITES)
+    build = attrs.evolve(lin.build, entries={"main": (("x", ("n", 64), "float32"),)})
+    lin = attrs.evolve(lin, build=build, kernels={s.kernel: (s,) for s in sites})
+    with pytest.raises(UsageError, match="--input-shape x:8x64"):
+        estimated_profile(lin, PEAKS)
+    with pytest.raises(UsageError, match="no input 'y'"):
+        estimated_profile(lin, PEAKS, shapes={"y": (4, 64)})
+    prof = estimated_profile(lin, PEAKS, shapes={"x": (4, 64)})
+    assert prof.mode == "estimate" and prof.summary().startswith("ESTIMATE, not a measurement")
+    report = make_report(lin, prof)
+    for roof in report.roofline.sites.values():
+        assert roof.us == pytest.approx(roof.bound_us) and roof.wasted_us == pytest.approx(0)
+    again = Profile.from_json(prof.to_json())
+    assert again.mode == "estimate" and again.peaks == PEAKS
+
+
+def test_peaks_given_named_and_saved(tmp_path):
+    with pytest.raises(RelaytraceError, match="positive"):
+        given(0, 10)
+    with pytest.raises(RelaytraceError, match="nvidia-a100"):
+        named("no-such-gpu")
+    a100 = named("nvidia-a100-sxm4-80gb")
+    assert a100.for_dtype("float16") == 312_000 and a100.for_dtype("int8") == 19_500 and "datasheet" in a100.method
+    assert all(d.source and d.gflops["float32"] > 0 and d.gbps > 0 for d in DEVICES.values())
+    prof = measured()
+    assert Profile.load(prof.save(tmp_path / "profile.json")).peaks == PEAKS
+    old = {**prof.to_json(), "schema": "relaytrace.profile/1"}
+    del old["peaks"]
+    assert Profile.from_json(old).peaks is None  # a /1 file loads, without peaks
+
+
+def test_a_lineage_keeps_its_work_through_a_save(tmp_path):
+    lin = worked()
+    back = Lineage.load(lin.save(tmp_path / "lineage.json"))
+    assert back.build.work == lin.build.work
+
+
+def test_split_cuts_a_fused_kernel_by_its_members_bounds():
+    from relaytrace.model.verification import Member
+
+    lin = worked()
+    members = {"fused_conv2d_relu": (Member("conv2d", ("relax.nn.conv2d",)), Member("relu", ("relax.nn.relu",)))}
+    relu = KernelWork((((1, 8, 8, 8), "float32"), ((1, 8, 8, 8), "float32")), ((512, ()),))
+    conv = attrs.evolve(CONV, flops=((2 * 8 * 64 * 27, ()),))
+    work = {**lin.build.work, "conv2d": conv, "relu": relu}
+    lin = attrs.evolve(lin, build=attrs.evolve(lin.build, kernel_members=members, work=work))
+    split = make_report(lin, measured(), policy="split")
+    shares = {s.op: s.us for s in split.shares if s.site == "fused_conv2d_relu#0"}
+    conv_us = PEAKS.bound(2 * 8 * 64 * 27, 4 * (192 + 216 + 512))[0]
+    relu_us = PEAKS.bound(512, 4 * 1024)[0]  # memory-bound: its bytes, not its 512 FLOPs, weigh
+    assert shares["conv2d"] / shares["relu"] == pytest.approx(conv_us / relu_us)
+    assert sum(shares.values()) == pytest.approx(100.0)
+    # without the members' work the split falls back to the ops' estimated FLOPs
+    bare = attrs.evolve(lin, build=attrs.evolve(lin.build, work={}))
+    fallback = {s.op: s.us for s in make_report(bare, measured(), policy="split").shares
+                if s.site == "fused_conv2d_relu#0"}
+    assert fallback["conv2d"] / fallback["relu"] != pytest.approx(conv_us / relu_us)
