@@ -130,3 +130,33 @@ def test_measured_peaks_bound_every_sites_achieved_rate(tmp_path, monkeypatch):
     conv = roof.layer("conv")
     assert conv.flops == 2 * 32 * 28 * 28 * 16 * 9 and conv.bound_by == "compute"
     assert np.isclose(conv.efficiency, conv.bound_us / conv.us) and conv.wasted_us == conv.us - conv.bound_us
+
+
+def test_a_decoders_work_follows_its_symbolic_length_and_decode_is_memory_bound():
+    """TVM's nn decoder (prefill at a symbolic seq_len, decode one token): one build run
+    at two lengths counts 2·S·64·192 FLOPs for the qkv projection at each; under peaks of
+    a 10 FLOP/byte knee, decode's projections (a GEMV: about 0.5 FLOP per byte) are
+    memory-bound and a 256-token prefill's are compute-bound."""
+    from relaytrace.frontends.nn import from_nn
+    from relaytrace.model.peaks import given
+    from relaytrace.zoo.nn_decoder import decoder
+
+    module, spec = decoder(layers=2)
+    executable, lineage = relaytrace.build(from_nn(module, spec, name="decoder"), "llvm")
+    peaks = given(100.0, 10.0)
+
+    def report(entry, length):
+        arrays = [np.zeros((1, length), dtype) if "int" in dtype else
+                  np.random.default_rng(0).standard_normal([d if isinstance(d, int) else length for d in shape])
+                  .astype(dtype) for _, shape, dtype in lineage.build.entries[entry]]
+        prof = relaytrace.profile(executable, lineage, arrays, entry=entry, repeat=1, peaks=peaks)
+        return make_report(lineage, prof).roofline
+
+    for length in (8, 256):
+        qkv = report("prefill", length).layer("layers.0.self_attn.qkv_proj")
+        assert qkv.flops == 2 * length * 64 * 192
+        assert qkv.bound_by == ("compute" if length == 256 else "memory")
+    decode = report("decode", 1)
+    for name in ("layers.0.self_attn.qkv_proj", "layers.1.mlp.down_proj", "lm_head"):
+        roof = decode.layer(name)
+        assert roof.bound_by == "memory" and roof.intensity < 1, (name, roof)

@@ -15,6 +15,7 @@ from relaytrace.build import NHWC
 from relaytrace.frontends.loader import load
 from relaytrace.render import graphviz as G
 from relaytrace.render.html import html_report
+from relaytrace.render.table import roofline_summary
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "gallery"
 
@@ -36,9 +37,12 @@ def main() -> int:
         G.render(G.layer_graph(lineage, report), OUT / f"{tag}_layers.svg", overwrite=True)
         (OUT / f"{tag}_report.html").write_text(html_report(report))
         print(tag, prof.summary())
+        print(roofline_summary(report.roofline))
     _comparison()
     decoder = _decoder_report()
     (OUT / "decoder24_report.html").write_text(html_report(decoder))
+    print("decoder24", decoder.profile.summary())
+    print(roofline_summary(decoder.roofline))
     _screenshots()
     return 0
 
@@ -81,7 +85,8 @@ def _decoder_report():
 def _screenshots() -> None:
     """The decoder's overview with ``layers.3`` clicked in the icicle; ResNet-18's pane
     with its float16 error; ResNet-50's layer graph as it opens (grouped), and every
-    layer with ``layer3.1.conv2`` found and clicked."""
+    layer with ``layer3.1.conv2`` found and clicked; the roofline charts of ResNet-50
+    (``layer3.1.conv2`` clicked) and the decoder (its slowest layer clicked)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -107,6 +112,16 @@ def _screenshots() -> None:
         page.fill("#search", "layer3.1.conv2")
         page.locator('#graph g.gnode[data-key="layer3.1.conv2"]').click()
         page.screenshot(path=str(OUT / "report_graph_resnet50.png"))
+        for report, layer, name in (("resnet50_report.html", "layer3.1.conv2", "report_roofline_resnet50.png"),
+                                    ("decoder24_report.html", None, "report_roofline_decoder24.png")):
+            page.goto((OUT / report).as_uri())
+            page.wait_for_selector("body[data-ready]")
+            page.locator("#roofline").scroll_into_view_if_needed()
+            dot = (page.locator(f'#roofline circle[data-layer="{layer}"]') if layer else
+                   page.locator("#roofline circle").first)  # drawn largest (slowest) first
+            dot.dispatch_event("click")
+            page.locator("#roofline").scroll_into_view_if_needed()
+            page.screenshot(path=str(OUT / name))
         browser.close()
 
 

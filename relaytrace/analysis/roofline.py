@@ -129,7 +129,7 @@ def roofline(lineage: Lineage, profile: Profile, parts: tuple[Share, ...], peaks
     for roof in sites.values():
         if peaks is None or not roof.us:
             continue
-        if roof.gflops_s is not None and roof.gflops_s > peaks.gflops["float32"] * 1.05 and peaks.source != "given":
+        if roof.gflops_s is not None and roof.gflops_s > max(peaks.gflops.values()) * 1.05:
             over.append((roof.name, COMPUTE_OVER))
         elif roof.gbytes_s is not None and roof.gbytes_s > peaks.gbps * 1.05:
             over.append((roof.name, MEMORY_OVER))

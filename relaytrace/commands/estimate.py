@@ -50,8 +50,10 @@ def run(args) -> int:
     profile = estimated_profile(lineage, peaks, args.entry, {name: dims for name, dims, _ in shapes})
     report = make_report(lineage, profile)
     if out is not None:
-        write_outputs(out, report, {"model": model, "target": args.target, "estimate": peaks.device},
-                      overwrite=args.force)
+        run = {"model": model, "input_shapes": args.input_shape, "dtype": args.dtype, "db": None,
+               "target": args.target, "pipeline": args.pipeline, "layout": "NCHW", "entry": args.entry,
+               "estimate": peaks.device}
+        write_outputs(out, report, run, overwrite=args.force)
         print_summary(report, out, args.top)
         return 0
     echo(profile.summary())

@@ -69,7 +69,8 @@ def csv_text(headers, rows) -> str:
 
 def attribution_json(report, depth: int = 1) -> dict:
     """A ``Report`` as JSON: summary, categories, layers, modules at ``depth``, op
-    types, kernels, each with its verification verdict."""
+    types, kernels, each with its verification verdict; the roofline's peaks and each
+    layer's figures (as ``layers.csv`` writes them)."""
     lineage, profile, cats = report.lineage, report.profile, report.categories
     return {
         "model": lineage.build.model,
@@ -88,4 +89,9 @@ def attribution_json(report, depth: int = 1) -> dict:
         "kernels": [{"name": r.name, "us": r.us, "percent": r.percent, "count": r.count, "device": r.device,
                      "argument_shapes": r.shapes, "layers": r.layers, "verification": r.status}
                     for r in report.kernels],
+        "roofline": {"peaks": None if report.roofline.peaks is None else
+                     {"gflops": report.roofline.peaks.gflops, "gbps": report.roofline.peaks.gbps,
+                      "source": report.roofline.peaks.source, "method": report.roofline.peaks.method},
+                     "layers": [{"layer": r.name, **dict(zip(ROOF_COLUMNS, roof_cells(r)))}
+                                for r in report.roofline.layers]},
     }

@@ -223,7 +223,9 @@ def _header(report) -> str:
               + (", degraded" if cov.degraded else ""))
     rows = [("model", build.model), ("target", _target_words(build.target)), ("pipeline", build.pipeline),
             ("entry", profile.entry + _inputs(profile)), ("tuning", tuned),
-            ("measured", f"on {where}, {profile.mode}, {profile.runs} run(s); figures are medians over runs"),
+            ("measured", f"on {where}, {profile.mode}, {profile.runs} run(s); figures are medians over runs"
+             if profile.mode != "estimate" else
+             f"NOT MEASURED: an estimate, each kernel's roofline lower bound on {profile.device}"),
             ("lineage", f"{cov.attributed_sites} of {cov.call_sites} kernel call sites attributed; {status}")]
     return '<dl class="header">' + "".join(f"<dt>{k}</dt><dd>{html.escape(v)}</dd>" for k, v in rows) + "</dl>"
 

@@ -23,7 +23,7 @@ function el(tag, attrs, parent){ const e = document.createElementNS(SVGNS, tag);
   Object.entries(attrs).forEach(([k, v]) => e.setAttribute(k, v)); if (parent) parent.appendChild(e); return e; }
 
 // ---- the sortable, searchable tables ----
-function cell(v){ if (v === null || v === undefined) return ''; return (typeof v === 'number') ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : (Array.isArray(v) ? v.join(', ') : String(v)); }
+function cell(v){ if (v === null || v === undefined) return ''; return (typeof v === 'number') ? (Number.isInteger(v) ? String(v) : Math.abs(v) < 0.01 ? v.toPrecision(3) : v.toFixed(3)) : (Array.isArray(v) ? v.join(', ') : String(v)); }
 /** Fill table `id`: a header of columns ([title, field]), a row per item of rows, keyed
     (tr.dataset.key) by keyOf(row); a click on a row picks it. */
 function build(id, columns, rows, keyOf){
