@@ -21,3 +21,34 @@ def test_a_gpu_build_of_a_zoo_model_has_a_complete_verified_lineage(target):
     anchored = {lineage.origins[s.anchor].layer for s in lineage.call_sites if s.anchor}
     assert convs <= anchored  # every convolution anchors a GPU kernel of its own
     assert "cuda" in lineage.build.target
+
+
+def test_an_estimate_of_a_cuda_build_counts_the_work_of_the_cpu_build():
+    """Zoo ResNet-18 built for cuda (traced, not run) against an A100's peaks: each
+    kernel counted before its GPU schedule, so the model's FLOPs are the CPU build's;
+    every conv layer compute-bound there, every batch norm memory-bound; and the
+    estimate says it is one."""
+    from relaytrace.analysis.estimate import estimated_profile
+    from relaytrace.analysis.report import make_report
+    from relaytrace.model.peaks import named
+
+    module, example = zoo.get("resnet18", image=64)
+    try:
+        _, gpu = relaytrace.build(from_torch(module, (example,), name="resnet18"), "cuda")
+    except Exception as exc:  # code generation this wheel or machine cannot do
+        pytest.skip(f"cuda code generation cannot run here: {type(exc).__name__}: {str(exc)[:200]}")
+    _, cpu = relaytrace.build(from_torch(module, (example,), name="resnet18"), "llvm")
+    a100 = named("nvidia-a100-sxm4-80gb")
+    reports = {name: make_report(lineage, estimated_profile(lineage, a100)) for name, lineage in
+               (("cuda", gpu), ("llvm", cpu))}
+    flops = {name: sum(r.flops for r in report.roofline.sites.values()) for name, report in reports.items()}
+    assert flops["cuda"] == flops["llvm"] == pytest.approx(3.64e9 * (64 / 224) ** 2, rel=0.01)  # its 3.64 GFLOP at 224
+    roof = reports["cuda"].roofline
+    assert roof.counted == len(gpu.call_sites)
+    assert all(w.source == "before scheduling" for w in gpu.build.work.values() if w.flops)
+    layers = {r.name: r for r in roof.layers}
+    convs = [n for n, m in module.named_modules() if type(m).__name__ == "Conv2d"]
+    assert all(layers[c].bound_by == "compute" for c in convs if c in layers and layers[c].intensity > 10)
+    assert layers["bn1"].bound_by == "memory"
+    assert reports["cuda"].profile.summary().startswith("ESTIMATE, not a measurement")
+    assert reports["cuda"].profile.kernel_us == sum(r.bound_us for r in roof.sites.values())

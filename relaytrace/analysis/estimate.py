@@ -14,8 +14,8 @@ from ..errors import RelaytraceError, UsageError
 from ..model.lineage import Lineage
 from ..model.peaks import Peaks
 from ..model.profile import ESTIMATE, FROM_IR, KERNEL, ArgInfo, CallRecord, Profile
-from ..model.shapes import bind, evaluate_dim
-from ..model.work import work_at
+from ..model.shapes import bind
+from ..model.work import concrete, work_at
 from .roofline import lower_bound
 
 
@@ -46,12 +46,11 @@ def estimated_profile(lineage: Lineage, peaks: Peaks, entry: str | None = None,
     values = bind(signature, concrete, lineage.build.model)
     records, args, start = [], {}, 0.0
     for site in lineage.call_sites:
-        site_shapes = tuple(tuple(_dim(d, values, site.label) for d in shape) for shape, _ in site.arguments)
+        site_shapes = tuple(_shape(shape, values, site.label) for shape, _ in site.arguments)
         dtypes = tuple(dtype for _, dtype in site.arguments)
         kernel_work = lineage.build.work.get(site.kernel)
         work = work_at(kernel_work, site_shapes, dtypes)
-        dtype = kernel_work.params[-1][1] if kernel_work and kernel_work.params else "float32"
-        bound, _ = lower_bound(work.flops, work.bytes, peaks, dtype)
+        bound, _ = lower_bound(work.flops, work.bytes, peaks, kernel_work.dtype if kernel_work else "float32")
         us = bound or 0.0
         records.append(CallRecord(site.kernel, site.key.call, 0, start, us, KERNEL))
         args[site.key.in_entry] = ArgInfo(site_shapes, dtypes)
@@ -62,11 +61,9 @@ def estimated_profile(lineage: Lineage, peaks: Peaks, entry: str | None = None,
                    arguments=FROM_IR, peaks=peaks)
 
 
-def _dim(dim, values: dict[str, int], label: str) -> int:
-    if isinstance(dim, int):
-        return dim
-    found = evaluate_dim(str(dim), values)
+def _shape(dims, values: dict[str, int], label: str) -> tuple[int, ...]:
+    found = concrete(dims, values)
     if found is None:
-        raise RelaytraceError(f"{label}: argument dim {dim!r} is set only at run time (not by the inputs' sizes), "
-                              "so its work cannot be estimated")
+        raise RelaytraceError(f"{label}: an argument of shape {list(dims)} is sized only at run time (not by the "
+                              "inputs' sizes), so its work cannot be estimated")
     return found

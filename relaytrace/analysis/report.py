@@ -9,7 +9,6 @@ from __future__ import annotations
 from attrs import define
 
 from ..model.lineage import Coverage, Lineage
-from ..model.peaks import Peaks
 from ..model.profile import KERNEL, Profile
 from . import attribution as A
 from .roofline import Roofline, roofline
@@ -38,10 +37,10 @@ class Report:
         return A.by_prefix(self.layers, depth)
 
 
-def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor", peaks: Peaks | None = None) -> Report:
+def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Report:
     """The report of a lineage and a profile of its build (refused when they do not
     match), about the entry function the profile ran (``Lineage.for_entry``); its
-    roofline against ``peaks``, default the profile's own."""
+    roofline against the profile's peaks."""
     build_lineage, lineage = lineage, lineage.for_entry(profile.entry)
     parts = A.shares(lineage, profile, policy)
     times = profile.by_site(KERNEL)
@@ -51,5 +50,5 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor", peak
         op_types=A.op_types_from(lineage, parts), categories=A.categories_from(parts, profile),
         coverage=lineage.coverage(),
         site_us={s.label: times[s.key] for s in lineage.call_sites},
-        build_lineage=build_lineage, roofline=roofline(lineage, profile, parts, peaks),
+        build_lineage=build_lineage, roofline=roofline(lineage, profile, parts),
     )

@@ -37,8 +37,8 @@ class Roof:
     """The roofline figures of a call site or of a roll-up (a layer, an op type, a
     kernel): ``us`` measured (median per run), ``flops``, ``transcendentals``, ``bytes``
     (None when not counted), the lower bound ``bound_us`` and what sets it (``bound_by``
-    compute or memory; None without peaks or work), ``notes`` (why a figure is missing,
-    a ceiling exceeded)."""
+    compute or memory; None without peaks or work), ``notes`` (why a figure is missing),
+    ``dtype`` (a roll-up's: that of most of its bound)."""
 
     name: str
     us: float
@@ -48,6 +48,7 @@ class Roof:
     bound_us: float | None
     bound_by: str | None
     notes: tuple[str, ...] = ()
+    dtype: str = "float32"  # what most of its arithmetic is done in (the ceiling it is held to)
 
     @property
     def gflops_s(self) -> float | None:
@@ -103,11 +104,11 @@ def site_roofs(lineage: Lineage, profile: Profile, peaks: Peaks | None) -> dict[
         arg = profile.arg(site.key)
         kernel_work = lineage.build.work.get(site.kernel)
         work = work_at(kernel_work, arg.shapes if arg else (), arg.dtypes if arg else ())
-        dtype = kernel_work.params[-1][1] if kernel_work and kernel_work.params else "float32"
+        dtype = kernel_work.dtype if kernel_work else "float32"
         bound, by = lower_bound(work.flops, work.bytes, peaks, dtype)
         notes = (work.why,) if work.why else ()
         out[site.key] = Roof(site.label, times.get(site.key, 0.0), work.flops, work.transcendentals, work.bytes,
-                             bound, by, notes)
+                             bound, by, notes, dtype)
     return out
 
 
@@ -119,17 +120,17 @@ def lower_bound(flops: float | None, moved: float | None, peaks: Peaks | None,
     return peaks.bound(flops, moved, dtype)
 
 
-def roofline(lineage: Lineage, profile: Profile, parts: tuple[Share, ...], peaks: Peaks | None = None) -> Roofline:
+def roofline(lineage: Lineage, profile: Profile, parts: tuple[Share, ...]) -> Roofline:
     """The ``Roofline`` of a profile of ``lineage``'s build (``lineage`` as the profiled
-    entry sees it), its roll-ups made of the same ``parts`` as the time tables; ``peaks``
-    default to the profile's own."""
-    peaks = peaks if peaks is not None else profile.peaks
+    entry sees it) against the profile's peaks, its roll-ups made of the same ``parts``
+    as the time tables."""
+    peaks = profile.peaks
     sites = site_roofs(lineage, profile, peaks)
     over = []
     for roof in sites.values():
         if peaks is None or not roof.us:
             continue
-        if roof.gflops_s is not None and roof.gflops_s > max(peaks.gflops.values()) * 1.05:
+        if roof.gflops_s is not None and roof.gflops_s > peaks.for_dtype(roof.dtype) * 1.05:
             over.append((roof.name, COMPUTE_OVER))
         elif roof.gbytes_s is not None and roof.gbytes_s > peaks.gbps * 1.05:
             over.append((roof.name, MEMORY_OVER))
@@ -153,7 +154,7 @@ def _roll_up(parts: tuple[Share, ...], sites: dict[SiteKey, Roof], key: Callable
         roof = sites[s.key]
         part = s.us / roof.us if roof.us > 0 else 1.0 / count[s.key]
         acc = sums.setdefault(key(s), {"us": 0.0, "flops": 0.0, "trans": 0.0, "bytes": 0.0, "bound": 0.0,
-                                       "compute": 0.0, "memory": 0.0, "notes": {}})
+                                       "compute": 0.0, "memory": 0.0, "notes": {}, "dtypes": defaultdict(float)})
         acc["us"] += s.us
         for field, value in (("flops", roof.flops), ("trans", roof.transcendentals), ("bytes", roof.bytes),
                              ("bound", roof.bound_us)):
@@ -161,8 +162,9 @@ def _roll_up(parts: tuple[Share, ...], sites: dict[SiteKey, Roof], key: Callable
         if roof.bound_by is not None:
             acc[roof.bound_by] += part * (roof.bound_us or 0.0)
         acc["notes"].update(dict.fromkeys(roof.notes))
+        acc["dtypes"][roof.dtype] += part * (roof.bound_us or roof.us)
     rows = [Roof(name, a["us"], a["flops"], a["trans"], a["bytes"], a["bound"],
                  None if a["bound"] is None else COMPUTE_BOUND if a["compute"] >= a["memory"] else MEMORY_BOUND,
-                 tuple(a["notes"]))
+                 tuple(a["notes"]), max(a["dtypes"], key=a["dtypes"].__getitem__))
             for name, a in sums.items()]
     return tuple(sorted(rows, key=lambda r: (-(r.wasted_us or 0.0), -r.us, r.name)))

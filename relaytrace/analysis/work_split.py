@@ -19,9 +19,8 @@ from __future__ import annotations
 from ..model.lineage import CallSite, Lineage
 from ..model.peaks import Peaks
 from ..model.profile import ArgInfo
-from ..model.shapes import evaluate_dim
 from ..model.verification import matching
-from ..model.work import KernelWork, bind, evaluate, tensor_bytes
+from ..model.work import LIMIT, KernelWork, bind, concrete, evaluate, tensor_bytes
 
 FLOPS_PER_BYTE = 10.0
 
@@ -29,7 +28,8 @@ FLOPS_PER_BYTE = 10.0
 def work_weights(lineage: Lineage, site: CallSite, origins: list, arg: ArgInfo | None,
                  peaks: Peaks | None) -> list[float] | None:
     """Each of ``origins`` (the site's, in order) its member's bound at the call's
-    shapes (``arg``), or None when one cannot be weighed so."""
+    shapes (``arg``), or None when one cannot be weighed so (or none weighs anything:
+    a call on empty tensors)."""
     kernel_work = lineage.build.work.get(site.kernel)
     members = [m for m in lineage.build.kernel_members.get(site.kernel, ()) if m.ops and not m.part]
     if kernel_work is None or arg is None or not members:
@@ -44,7 +44,7 @@ def work_weights(lineage: Lineage, site: CallSite, origins: list, arg: ArgInfo |
         if weight is None:
             return None
         weights[j] = weight
-    return weights
+    return weights if sum(weights) > 0 else None
 
 
 def _bound(work: KernelWork | None, env: dict[str, int], peaks: Peaks | None) -> float | None:
@@ -54,16 +54,10 @@ def _bound(work: KernelWork | None, env: dict[str, int], peaks: Peaks | None) ->
         flops = evaluate(work.flops, env)
     except KeyError:
         return None
-    shapes = []
-    for dims, _ in work.params:
-        shape = tuple(d if isinstance(d, int) else evaluate_dim(str(d), env) for d in dims)
-        if None in shape:
-            return None
-        shapes.append(shape)
-    moved = tensor_bytes(shapes, [dtype for _, dtype in work.params])
-    if moved is None:
+    shapes = [concrete(dims, env) for dims, _ in work.params]
+    moved = None if None in shapes else tensor_bytes(shapes, [dtype for _, dtype in work.params])
+    if moved is None or not 0 <= flops <= LIMIT:
         return None
-    dtype = work.params[-1][1] if work.params else "float32"
     if peaks is not None:
-        return peaks.bound(flops, moved, dtype)[0]
+        return peaks.bound(flops, moved, work.dtype)[0]
     return max(flops, moved * FLOPS_PER_BYTE)

@@ -7,7 +7,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..jobs import echo
 from .base import Command
-from .shared import absolute_factory, add_model_options, add_peak_options, check_target, given_peaks, progress
+from .shared import absolute_factory, add_model_options, add_peak_options, at_least, check_target, given_peaks, progress
 
 
 def add_arguments(p) -> None:
@@ -17,7 +17,7 @@ def add_arguments(p) -> None:
     p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
     p.add_argument("--entry", metavar="NAME", help="entry function (default main, or the only one)")
     add_peak_options(p)
-    p.add_argument("--top", type=int, default=15, help="layers shown (default 15)")
+    p.add_argument("--top", type=at_least(1), default=15, help="layers shown (default 15)")
     p.add_argument("--out", help="also write every output (tables, report.html) of the estimate into DIR")
     p.add_argument("--force", action="store_true", help="write into an existing DIR")
 
@@ -30,7 +30,8 @@ def run(args) -> int:
     from ..build import build
     from ..frontends.loader import load
     from ..jobs import parse_shape, prepare_out_dir, write_outputs
-    from ..render.table import format_table, roofline_rows
+    from ..render.safe_text import terminal
+    from ..render.table import roofline_summary
     from .shared import print_summary
 
     peaks = given_peaks(args)
@@ -56,16 +57,8 @@ def run(args) -> int:
         write_outputs(out, report, run, overwrite=args.force)
         print_summary(report, out, args.top)
         return 0
-    echo(profile.summary())
-    echo(peaks.line())
-    headers, rows = roofline_rows(report.roofline.layers, args.top)
-    keep = [0, 1, 4, 5, 7, 8]  # layer, bound, bound by, GFLOP, GB/s needed, FLOP/byte
-    echo(f"top {args.top} layers by their lower bound:")
-    echo(format_table(["layer", "bound (ms)", "bound by", "GFLOP", "GB/s at the bound", "FLOP/byte"],
-                      [[row[i] for i in keep] for row in rows]))
-    counted, sites = report.roofline.counted, len(report.roofline.sites)
-    if counted < sites:
-        echo(f"work counted at {counted} of {sites} call sites; the others are left out of the bound")
+    echo(terminal(profile.summary()))
+    echo(roofline_summary(report.roofline, args.top, estimate=True))
     return 0
 
 

@@ -107,6 +107,7 @@ def print_summary(report, out: Path | None, top: int = 10) -> None:
     """What ``profile`` and ``demo`` print: the profile's summary and warnings, the
     ``top`` layers, time by category, the peaks and the ``top`` layers by time above
     the roofline, coverage, and the files written to ``out``."""
+    from ..model.profile import ESTIMATE
     from ..render.table import category_table, coverage_summary, layer_table, roofline_summary
 
     echo(f"{terminal(report.lineage.build.model)}: {report.profile.summary()}")
@@ -118,7 +119,7 @@ def print_summary(report, out: Path | None, top: int = 10) -> None:
     echo()
     echo(category_table(report.categories))
     echo()
-    echo(roofline_summary(report.roofline, top))
+    echo(roofline_summary(report.roofline, top, estimate=report.profile.mode == ESTIMATE))
     echo()
     echo(coverage_summary(report.lineage, report.coverage))
     if out is not None:

@@ -10,7 +10,7 @@ from ..errors import LineageFormatError
 from .codec import Codec, codec_field, decode, encode
 from .jsonio import check, check_schema, make_record, read_json, write_json
 from .names import Name
-from .peaks import Peaks
+from .peaks import Peaks, problem
 from .sitekey import SiteKey
 
 SCHEMA = "relaytrace.profile/2"  # /2 added peaks; /1 files load without them
@@ -89,7 +89,7 @@ RECORDS = Codec(lambda records: [[r.name, r.call, r.run, r.start_us, r.duration_
 class Profile:
     """Every timed call of one entry function's runs (``records``), the end-to-end
     times of separate untimed runs (``e2e_us``), and how and where it was measured
-    (``mode`` timeline or isolated, ``repeat``, ``device``, ``remote``, ``arguments``),
+    (``mode`` timeline, isolated or estimate, ``repeat``, ``device``, ``remote``, ``arguments``),
     with the device's peak rates (``peaks``) when known.
     Frozen data made by ``relaytrace.profile``, saved and loaded as ``profile.json``.
     Every figure drawn from it is a median over runs per call site (``by_site``)."""
@@ -251,6 +251,10 @@ class Profile:
                                      "profile the model again (`relaytrace profile`)")
         if profile.repeat < 1 or any(not 0 <= t <= MAX_US for t in profile.e2e_us):
             raise LineageFormatError(f"{where}: repeat must be at least 1 and each e2e_us 0 to {MAX_US:g}")
+        wrong = problem(profile.peaks) if profile.peaks is not None else ""
+        if wrong:
+            raise LineageFormatError(f"{where}: {wrong}; profile again, or give the peaks with --peak-gflops and "
+                                     "--peak-gbps")
         if profile.mode not in MODES or profile.arguments not in (LOCAL_RUN, FROM_IR):
             raise LineageFormatError(f"{where}: mode must be one of {', '.join(MODES)}, arguments {LOCAL_RUN!r} or "
                                      f"{FROM_IR!r}")

@@ -18,6 +18,7 @@ from ..errors import RelaytraceError, UsageError
 UNKNOWN_DIM, ANY_RANK = "?", "..."  # a dim of any size; a shape of any rank
 Signature = tuple[tuple[str, tuple, str], ...]  # (name, shape, dtype) per input
 
+MAX_DIM_TEXT = 1000  # a dim's expression longer than this is not one TVM wrote
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 
@@ -78,9 +79,11 @@ def evaluate_dim(text: str, values: Mapping[str, int]) -> int | None:
     """An expression of symbols, ints, + - * // %, ``min`` and ``max`` (a dim, a work
     formula's atom: ``model.work``); None when it is not one of those or names an
     unbound symbol (then the VM's own check decides)."""
+    if len(text) > MAX_DIM_TEXT:
+        return None
     try:
         tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
         return None
 
     def value(node):
@@ -102,5 +105,5 @@ def evaluate_dim(text: str, values: Mapping[str, int]) -> int | None:
 
     try:
         return value(tree)
-    except ZeroDivisionError:
+    except (ZeroDivisionError, RecursionError, OverflowError, MemoryError):
         return None

@@ -25,6 +25,10 @@ _ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2"
              "float64": 8}
 
 
+BEFORE_SCHEDULE, SCHEDULED = "before scheduling", "as scheduled"
+LIMIT = 1e30  # a count beyond this (or a negative one) read from a file is not a count
+
+
 @define(frozen=True)
 class KernelWork:
     """One kernel's work as its TIR says, per call: ``flops`` (float arithmetic: add,
@@ -33,17 +37,17 @@ class KernelWork:
     ``params`` (each ``(shape, dtype)``, a dim an int or a symbolic dim's name or
     expression). ``source`` says which TIR was counted (``BEFORE_SCHEDULE``: the kernel
     as fusion left it, before any schedule; ``SCHEDULED``: as built, its tiles counted
-    whole); ``notes`` what the count leaves out (a call into a library, a loop of
-    unknown trip count)."""
+    whole); ``notes`` what the count leaves out (a loop of unknown trip count) or why
+    there is none (a call into a library); ``dtype``: the dtype most of its arithmetic
+    is done in (a float16 conv accumulating in float32 computes in float32), whose peak
+    bounds it."""
 
     params: tuple[tuple[tuple, str], ...]
     flops: Poly | None  # None: not counted (``notes`` say why)
     transcendentals: Poly | None = ()
-    source: str = "before scheduling"
+    source: str = BEFORE_SCHEDULE
     notes: tuple[str, ...] = ()
-
-
-BEFORE_SCHEDULE, SCHEDULED = "before scheduling", "as scheduled"
+    dtype: str = "float32"
 
 
 @define(frozen=True)
@@ -68,7 +72,10 @@ def itemsize(dtype: str) -> int | None:
 
 def tensor_bytes(shapes, dtypes) -> float | None:
     """The bytes of tensors of these concrete shapes and dtypes, None if a dtype is
-    unknown or a dim is not a size (a file's shapes are checked here, not trusted)."""
+    unknown, a dim is not a size, the two lists differ in length or the total is beyond
+    ``LIMIT`` (a file's shapes are checked here, not trusted)."""
+    if len(shapes) != len(dtypes):
+        return None
     total = 0
     for shape, dtype in zip(shapes, dtypes):
         size = itemsize(dtype) if isinstance(dtype, str) else None
@@ -77,7 +84,19 @@ def tensor_bytes(shapes, dtypes) -> float | None:
         for d in shape:
             size *= d
         total += size
-    return float(total)
+    return float(total) if total <= LIMIT else None
+
+
+def concrete(dims, env: Mapping[str, int]) -> tuple[int, ...] | None:
+    """A shape of ints, dim names and expressions of them (``n + 1``) with ``env``'s
+    values, None when one is not bound or not read (``shapes.evaluate_dim``)."""
+    out = []
+    for d in dims:
+        value = d if type(d) is int else evaluate_dim(str(d), env)
+        if value is None:
+            return None
+        out.append(value)
+    return tuple(out)
 
 
 def _sizes(shape) -> bool:
@@ -109,6 +128,8 @@ def work_at(work: KernelWork | None, shapes, dtypes) -> Work:
     formulas bound to those shapes, bytes from the arguments themselves. Without a
     ``work`` (a lineage saved before work was counted, a builtin) only the bytes."""
     moved = tensor_bytes(shapes, dtypes) if shapes else None
+    if not shapes:
+        return Work(None, None, None, "no argument shapes were recorded for it")
     if work is None:
         return Work(None, None, moved, "the build did not count this kernel's work")
     if work.flops is None or work.transcendentals is None:
@@ -117,16 +138,22 @@ def work_at(work: KernelWork | None, shapes, dtypes) -> Work:
     if env is None:
         return Work(None, None, moved, "its arguments do not match the kernel's parameters")
     try:
-        return Work(evaluate(work.flops, env), evaluate(work.transcendentals, env), moved)
+        flops, trans = evaluate(work.flops, env), evaluate(work.transcendentals, env)
     except KeyError as exc:
-        return Work(None, None, moved, f"symbolic dim {exc.args[0]} is not bound by its arguments")
+        return Work(None, None, moved, f"its formula does not evaluate at these shapes ({exc.args[0]})")
+    if not (0 <= flops <= LIMIT and 0 <= trans <= LIMIT):
+        return Work(None, None, moved, "its formula gives no count at these shapes (negative or beyond 1e30)")
+    return Work(flops, trans, moved)
 
 
 def evaluate(poly: Poly, env: Mapping[str, int]) -> float:
     """A formula's value with each dim name as ``env`` gives it (a KeyError names a dim
-    missing, or an atom that is no expression ``shapes.evaluate_dim`` reads)."""
+    missing, or an atom that is no expression ``shapes.evaluate_dim`` reads, or a
+    value beyond a float)."""
     total = 0
     for coef, atoms in poly:
+        if abs(coef) > LIMIT:
+            raise KeyError("a coefficient beyond 1e30")
         value = coef
         for atom in atoms:
             if _is_name(atom):
@@ -137,14 +164,10 @@ def evaluate(poly: Poly, env: Mapping[str, int]) -> float:
                 raise KeyError(atom)
             value *= found
         total += value
-    return float(total)
-
-
-def constant(poly: Poly) -> int | None:
-    """A formula without dims as its number, None when it has some."""
-    if any(atoms for _, atoms in poly):
-        return None
-    return sum(coef for coef, _ in poly)
+    try:
+        return float(total)
+    except OverflowError:
+        raise KeyError("a value beyond a float") from None
 
 
 def _is_name(atom: str) -> bool:

@@ -26,9 +26,9 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
-from ..errors import RelaytraceError
-from ..model.jsonio import write_atomic
-from ..model.peaks import MEASURED, Peaks
+from ..errors import LineageFormatError, RelaytraceError
+from ..model.jsonio import make_record, write_atomic
+from ..model.peaks import MEASURED, Peaks, problem
 
 CHUNKS, ACCUMULATORS, LANES = 64, 8, 16
 PROBE_STEPS, TIMED_SECONDS = 100, 0.02  # a short probe sizes the timed run to about 20 ms
@@ -39,7 +39,7 @@ CACHE_VERSION = "peaks/1"  # a change of the kernels or the record measures agai
 
 def _fma_kernel(dtype: str, steps: int):
     @T.prim_func
-    def fma(a: T.Buffer((CHUNKS, ACCUMULATORS, LANES), dtype)):
+    def fma(a: T.Buffer((CHUNKS, ACCUMULATORS, LANES), dtype), out: T.Buffer((CHUNKS, ACCUMULATORS, LANES), dtype)):
         T.func_attr({"tirx.noalias": True})
         for p in T.parallel(CHUNKS):
             acc = T.alloc_buffer((ACCUMULATORS, LANES), dtype, scope="local")
@@ -53,9 +53,9 @@ def _fma_kernel(dtype: str, steps: int):
                                                      T.Cast(dtype, 0.001))
             for u in T.unroll(ACCUMULATORS):
                 for lane in T.vectorized(LANES):
-                    a[p, u, lane] = acc[u, lane]
+                    out[p, u, lane] = acc[u, lane]
 
-    return fma.with_attr("global_symbol", "fma")
+    return fma.with_attr("global_symbol", f"fma_{dtype}")
 
 
 def _copy_kernel():
@@ -71,19 +71,24 @@ def _copy_kernel():
     return copy.with_attr("global_symbol", "copy")
 
 
-def _best_seconds(func, name: str, target, arrays, number: int) -> float:
+def _best_seconds(func, target, arrays, number: int) -> float:
+    name = str(func.attrs["global_symbol"])
     lib = tvm.compile(tvm.IRModule({name: func}), target=target)
     dev = tvm.cpu()
     tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
     return min(lib.mod.time_evaluator(name, dev, number=number, repeat=5)(*tensors).results)
 
 
+def _fma_flops(steps: int) -> float:
+    return 2.0 * CHUNKS * ACCUMULATORS * LANES * steps
+
+
 def _gflops(target, dtype: str) -> float:
     data = np.ones((CHUNKS, ACCUMULATORS, LANES), dtype)
-    probe = _best_seconds(_fma_kernel(dtype, PROBE_STEPS), "fma", target, [data], number=1)
+    probe = _best_seconds(_fma_kernel(dtype, PROBE_STEPS), target, [data, np.zeros_like(data)], number=1)
     steps = max(PROBE_STEPS, int(PROBE_STEPS * TIMED_SECONDS / max(probe, 1e-9)))
-    seconds = _best_seconds(_fma_kernel(dtype, steps), "fma", target, [data], number=3)
-    return 2.0 * CHUNKS * ACCUMULATORS * LANES * steps / seconds / 1e9
+    seconds = _best_seconds(_fma_kernel(dtype, steps), target, [data, np.zeros_like(data)], number=3)
+    return _fma_flops(steps) / seconds / 1e9
 
 
 def _cpu_name() -> str:
@@ -113,15 +118,12 @@ def measure(target_text: str, refresh: bool = False, progress=None) -> Peaks:
     if target.kind.name != "llvm":
         raise RelaytraceError(f"peaks are measured on this machine's CPU, not for a {target.kind.name} target: "
                               "give a GPU's peaks with --peak-gflops and --peak-gbps, or name one with --device")
-    key = f"{CACHE_VERSION} | {target} | {device_name()}"
-    path = _cache_path()
-    cache = _read_cache(path)
-    if not refresh and key in cache:
-        try:
-            return Peaks(**cache[key])
-        except TypeError:
-            pass  # a cache written by another version: measure again
     say = progress or (lambda message: None)
+    return _cached(f"{CACHE_VERSION} | {target} | {device_name()} | {_threads()} threads", refresh,
+                   lambda: _measure_here(target, say))
+
+
+def _measure_here(target, say) -> Peaks:
     say("measuring this machine's peak rates (once; cached)")
     gflops = {dtype: _gflops(target, dtype) for dtype in DTYPES}
     mcpu = str(target.attrs.get("mcpu", "")) if hasattr(target, "attrs") else ""
@@ -130,14 +132,81 @@ def measure(target_text: str, refresh: bool = False, progress=None) -> Peaks:
         host = tvm.target.Target({"kind": "llvm", "mcpu": _host_cpu()}) if _host_cpu() else None
         native = _gflops(host, "float32") if host is not None else None
     data = np.ones(COPY_ELEMENTS, "float32")
-    seconds = _best_seconds(_copy_kernel(), "copy", target, [data, np.zeros_like(data)], number=3)
+    seconds = _best_seconds(_copy_kernel(), target, [data, np.zeros_like(data)], number=3)
     gbps = 2.0 * data.nbytes / seconds / 1e9
-    built = f"{target.kind.name} -mcpu={mcpu}" if mcpu else f"{target.kind.name} without -mcpu (generic code)"
-    method = (f"TVM kernels built for {built}, best of 5 time_evaluator runs: "
+    method = (f"TVM kernels built for {_built_for(target)}, best of 5 time_evaluator runs: "
               f"{CHUNKS}x{ACCUMULATORS} vector FMA chains of {LANES} lanes per dtype, sized to about "
               f"{TIMED_SECONDS * 1e3:.0f} ms; "
               f"a parallel copy of {data.nbytes >> 20} MiB counted as read + write")
-    peaks = Peaks(gflops, gbps, MEASURED, method, device_name(), native)
+    return Peaks(gflops, gbps, MEASURED, method, device_name(), native)
+
+
+REMOTE_STEPS = 2000  # no probe over RPC: 33 MFLOP a call, 1-30 ms on a board or a server
+
+
+def measure_remote(target_text: str, device, refresh: bool = False, progress=None) -> Peaks:
+    """The peaks of the remote ``device`` (a ``remote.RemoteDevice``) for kernels built
+    for ``target_text``, measured there by the same kernels as ``measure`` (fixed at
+    ``REMOTE_STEPS`` steps, no probe), run through ``remote.run_remote`` (exported,
+    uploaded, each timed alone, every step bounded); cached per device address and
+    target."""
+    target = tvm.target.Target(target_text)
+    say = progress or (lambda message: None)
+    return _cached(f"{CACHE_VERSION} | {target} | {device.describe()}", refresh,
+                   lambda: _measure_there(target_text, device, say))
+
+
+def _measure_there(target_text: str, device, say) -> Peaks:
+    from tvm import relax
+
+    from .remote import run_remote
+
+    target = tvm.target.Target(target_text)
+    say(f"measuring the peak rates of {device.describe()} (once; cached)")
+    funcs = [_fma_kernel(dtype, REMOTE_STEPS) for dtype in DTYPES] + [_copy_kernel()]
+    shapes = [(CHUNKS, ACCUMULATORS, LANES)] * len(DTYPES) + [(COPY_ELEMENTS,)]
+    dtypes = [*DTYPES, "float32"]
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"x{i}", relax.TensorType(shape, dtype)) for i, (shape, dtype) in
+              enumerate(zip(shapes, dtypes))]
+    with bb.function("main", params):
+        outs = [bb.emit(relax.call_tir(bb.add_func(func, str(func.attrs["global_symbol"])), [x],
+                                       relax.TensorType(shape, dtype)))
+                for func, x, shape, dtype in zip(funcs, params, shapes, dtypes)]
+        bb.emit_func_output(relax.Tuple(outs))
+    executable = tvm.compile(bb.get(), target=target)
+    library = next(lib for lib in executable.mod.imports if lib.implements_function("copy", True))
+    arrays = [np.ones(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
+    captured = [(str(f.attrs["global_symbol"]), 0, [a, np.zeros_like(a)]) for f, a in zip(funcs, arrays)]
+    timings, _, where = run_remote(executable, library, target_text, "main", arrays, captured, device, 5, 3, say)
+    best = {name: min(results) for name, _, results in timings}
+    gflops = {dtype: _fma_flops(REMOTE_STEPS) / best[f"fma_{dtype}"] / 1e9 for dtype in DTYPES}
+    gbps = 2.0 * arrays[-1].nbytes / best["copy"] / 1e9
+    method = (f"TVM kernels built for {_built_for(target)}, run on {device.describe()} ({where}), best of 5 "
+              f"time_evaluator runs: {CHUNKS}x{ACCUMULATORS} vector FMA chains of {LANES} lanes x {REMOTE_STEPS} "
+              f"steps per dtype; a parallel copy of {arrays[-1].nbytes >> 20} MiB counted as read + write")
+    return Peaks(gflops, gbps, MEASURED, method, device.describe())
+
+
+def _built_for(target) -> str:
+    mcpu = str(target.attrs.get("mcpu", "")) if hasattr(target, "attrs") else ""
+    return f"{target.kind.name} -mcpu={mcpu}" if mcpu else f"{target.kind.name} without -mcpu (generic code)"
+
+
+def _cached(key: str, refresh: bool, measured) -> Peaks:
+    """The peaks cached under ``key`` unless ``refresh`` (or the entry is another
+    version's), else ``measured()``, written to the cache (a cache that cannot be
+    written is left alone) and returned."""
+    path = _cache_path()
+    cache = _read_cache(path)
+    if not refresh and key in cache:
+        try:
+            found = make_record(Peaks, cache[key], str(path))
+            if not problem(found):
+                return found
+        except LineageFormatError:
+            pass  # written by another version, or damaged: measure again
+    peaks = measured()
     cache[key] = {"gflops": peaks.gflops, "gbps": peaks.gbps, "source": peaks.source, "method": peaks.method,
                   "device": peaks.device, "native_gflops": peaks.native_gflops}
     try:
@@ -146,6 +215,11 @@ def measure(target_text: str, refresh: bool = False, progress=None) -> Peaks:
     except OSError:
         pass
     return peaks
+
+
+def _threads() -> str:
+    """The threads TVM's runtime runs a parallel loop on (``TVM_NUM_THREADS``, or every core)."""
+    return os.environ.get("TVM_NUM_THREADS") or str(os.cpu_count())
 
 
 def _host_cpu() -> str:

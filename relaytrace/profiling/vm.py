@@ -55,6 +55,13 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     say = progress or (lambda message: None)
     if remote is not None:
         found = _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say)
+        if peaks is None:
+            from .peaks import measure_remote
+
+            try:
+                peaks = measure_remote(lineage.build.target, remote, progress=say)
+            except RelaytraceError as exc:  # the profile stands: its rates without ceilings
+                say(f"peak rates not measured on {remote.describe()}: {exc}")
         return attrs.evolve(found, peaks=peaks)
     device = device or device_here(lineage.build.target)
     args = [tvm.runtime.tensor(a, device) for a in arrays]

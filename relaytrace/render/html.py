@@ -65,20 +65,21 @@ def report_data(report) -> dict:
 
 
 def _roofline(roofline) -> dict:
-    """The peaks (None without) and each layer's roofline figures, for the chart, its
-    table and the layer pane (a figure not known is null)."""
+    """The peaks (None without; ``gflops`` as ``[dtype, GFLOP/s]`` pairs) and each
+    layer's roofline figures, for the chart, its table and the layer pane (a figure not
+    known is null)."""
     peaks = roofline.peaks
 
     def ms(us):
         return None if us is None else us / 1e3
 
     return {
-        "peaks": None if peaks is None else {"gflops": peaks.gflops["float32"], "gbps": peaks.gbps,
+        "peaks": None if peaks is None else {"gflops": sorted(peaks.gflops.items()), "gbps": peaks.gbps,
                                              "line": peaks.line()},
         "layers": [{"layer": r.name, "ms": r.us / 1e3, "wasted_ms": ms(r.wasted_us), "bound_ms": ms(r.bound_us),
                     "efficiency": None if r.efficiency is None else 100 * r.efficiency, "bound_by": r.bound_by or "",
                     "gflop": None if r.flops is None else r.flops / 1e9, "gflops_s": r.gflops_s,
-                    "gbytes_s": r.gbytes_s, "intensity": r.intensity, "notes": "; ".join(r.notes)}
+                    "gbytes_s": r.gbytes_s, "intensity": r.intensity, "notes": "; ".join(r.notes), "dtype": r.dtype}
                    for r in roofline.layers],
     }
 

@@ -128,8 +128,8 @@ def category_table(categories) -> str:
 
 
 def roofline_rows(roofs, top: int | None = None, first: str = "layer") -> tuple[list[str], list[list[str]]]:
-    """Headers and one row per ``roofline.Roof`` (the ``top`` first, or all): the
-    terminal table and the report's detail show the same cells."""
+    """Headers and one row per ``roofline.Roof`` (the ``top`` first, or all), as the
+    terminal shows them (``roofline_summary``)."""
     headers = [first, "time (ms)", "above bound (ms)", "efficiency", "bound by", "GFLOP", "GFLOP/s", "GB/s",
                "FLOP/byte"]
     shown = roofs[:top] if top else roofs
@@ -140,18 +140,29 @@ def roofline_rows(roofs, top: int | None = None, first: str = "layer") -> tuple[
     return headers, rows
 
 
-def roofline_summary(roofline, top: int = 10) -> str:
+ESTIMATE_COLUMNS = (0, 1, 4, 5, 7, 8)  # layer, time (the bound), bound by, GFLOP, GB/s, FLOP/byte
+
+
+def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
     """The peaks used and the ``top`` layers by time above the roofline's bound (by
-    time without peaks), with any site above a ceiling said."""
+    time without peaks; for an ``estimate``, by the bound, which is its time), with any
+    site above a ceiling said."""
     peaks = roofline.peaks
     head = (terminal(peaks.line()) if peaks is not None else
-            "no peak rates for this device (give --peak-gflops and --peak-gbps): rates without a bound")
-    title = f"top {top} layers by time above the roofline bound:" if peaks else f"top {top} layers' rates:"
-    lines = [head, title, format_table(*roofline_rows(roofline.layers, top))]
+            "no peak rates for this device (give --peak-gflops and --peak-gbps, or --device NAME): rates without a "
+            "bound")
+    headers, rows = roofline_rows(roofline.layers, top)
+    if estimate:
+        headers, rows = ["layer", "bound (ms)", "bound by", "GFLOP", "GB/s at the bound", "FLOP/byte"], \
+            [[row[i] for i in ESTIMATE_COLUMNS] for row in rows]
+        title = f"top {top} layers by their lower bound:"
+    else:
+        title = f"top {top} layers by time above the roofline bound:" if peaks else f"top {top} layers' rates:"
+    lines = [head, title, format_table(headers, rows)]
     sites = len(roofline.sites)
     if roofline.counted < sites:
         lines.append(f"work counted at {roofline.counted} of {sites} call sites (the others: no FLOPs, no bound)")
-    if roofline.over_ceiling:
+    if roofline.over_ceiling and not estimate:
         label, why = roofline.over_ceiling[0]
         lines.append(f"ABOVE A CEILING: {len(roofline.over_ceiling)} call site(s); {terminal(label)}: {why}")
     return "\n".join(lines)

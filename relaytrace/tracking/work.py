@@ -110,12 +110,19 @@ def count(func, source: str = BEFORE_SCHEDULE) -> KernelWork:
     try:
         walk.stmt(func.body, ((1, ()),))
     except _Unread as exc:
-        return KernelWork(_params(func), None, None, source, (f"not counted: a loop extent {exc} is not read",))
-    return KernelWork(_params(func), _sorted(walk.flops), _sorted(walk.trans), source, tuple(dict.fromkeys(walk.notes)))
+        return KernelWork(_params(func), None, None, source, (f"not counted: {exc}",))
+    dtype = max(walk.dtypes, key=walk.dtypes.__getitem__, default="float32")
+    return KernelWork(_params(func), _sorted(walk.flops), _sorted(walk.trans), source, tuple(dict.fromkeys(walk.notes)),
+                      dtype)
 
 
 class _Unread(Exception):
-    """An integer expression ``model.work`` could not read back."""
+    """What this count cannot read: an integer expression ``model.work`` could not
+    read back, a call into a library whose work the TIR does not show."""
+
+
+_LIBRARY_CALLS = frozenset({"tvm_call_packed", "tvm_call_cpacked", "call_extern", "call_pure_extern",
+                            "tvm_call_packed_lowered", "tvm_call_cpacked_lowered", "tvm_call_trace_packed"})
 
 
 class _Walk:
@@ -123,6 +130,7 @@ class _Walk:
         self.flops: dict[tuple, int] = defaultdict(int)
         self.trans: dict[tuple, int] = defaultdict(int)
         self.notes: list[str] = []
+        self.dtypes: dict[str, int] = defaultdict(int)  # float dtype -> operations per loop body stored in it
 
     def stmt(self, s, trips: Poly) -> None:
         if isinstance(s, tirx.For):
@@ -141,20 +149,38 @@ class _Walk:
             for child in s.seq:
                 self.stmt(child, trips)
         elif isinstance(s, tirx.BufferStore):
-            self._add(trips, *_ops(s.value))
+            flops, trans = _ops(s.value)
+            if flops and _is_float(s.value.ty):
+                self.dtypes[str(s.value.ty)] += flops
+            self._add(trips, flops, trans)
         elif isinstance(s, tirx.IfThenElse):
-            self.notes.append("both branches of a condition counted")
-            self.stmt(s.then_case, trips)
-            if s.else_case is not None:
-                self.stmt(s.else_case, trips)
+            self.notes.append("the larger branch of a condition counted")
+            self._larger(s.then_case, s.else_case, trips)
         elif isinstance(s, tirx.Evaluate):
-            if isinstance(s.value, tvm.ir.expr.Call) and not isinstance(s.value.op, tvm.ir.Op):
-                self.notes.append(f"a call of {s.value.op} is not counted")
             self._add(trips, *_ops(s.value))
         elif isinstance(s, tirx.While):
             self.notes.append("a while loop is not counted")
         elif getattr(s, "body", None) is not None:  # attributes, lets, allocations, asserts
             self.stmt(s.body, trips)
+
+    def _larger(self, then_case, else_case, trips: Poly) -> None:
+        """Each figure of the branch that does more of it (FLOPs and transcendentals
+        apart), as both branches' formulas at every dim 1 compare."""
+        branches = []
+        for case in (then_case, else_case):
+            walk = _Walk()
+            if case is not None:
+                walk.stmt(case, ((1, ()),))
+            branches.append(walk)
+            self.notes.extend(walk.notes)
+            for dtype, n in walk.dtypes.items():
+                self.dtypes[dtype] += n
+        for figure in ("flops", "trans"):
+            chosen = max(branches, key=lambda w: sum(getattr(w, figure).values()))
+            target = getattr(self, figure)
+            for atoms, coef in getattr(chosen, figure).items():
+                for tcoef, tatoms in trips:
+                    target[tuple(sorted(atoms + tatoms))] += coef * tcoef
 
     def _add(self, trips: Poly, flops: int, trans: int) -> None:
         for coef, atoms in trips:
@@ -180,13 +206,16 @@ def _ops(e) -> tuple[int, int]:
     if isinstance(e, (tirx.Not, tirx.Cast)):
         return _ops(e.a if isinstance(e, tirx.Not) else e.value)
     if isinstance(e, tirx.Select):
-        return _sum(_ops(e.condition), max(_ops(e.true_value), _ops(e.false_value)))
+        return _sum(_ops(e.condition), _larger(_ops(e.true_value), _ops(e.false_value)))
     if isinstance(e, tirx.Let):
         return _sum(_ops(e.value), _ops(e.body))
     if isinstance(e, tvm.ir.expr.Call):
         name = e.op.name.rsplit(".", 1)[-1] if isinstance(e.op, tvm.ir.Op) else ""
+        if name in _LIBRARY_CALLS or not isinstance(e.op, tvm.ir.Op):
+            called = e.args[0].value if name and e.args and isinstance(e.args[0], tvm.ir.expr.StringImm) else e.op
+            raise _Unread(f"it calls {called} ({name or 'a function'}), whose work its TIR does not show")
         if name == "if_then_else":
-            return _sum(_ops(e.args[0]), max(_ops(e.args[1]), _ops(e.args[2])))
+            return _sum(_ops(e.args[0]), _larger(_ops(e.args[1]), _ops(e.args[2])))
         inner = (0, 0)
         for a in e.args:
             inner = _sum(inner, _ops(a))
@@ -200,6 +229,11 @@ def _ops(e) -> tuple[int, int]:
 
 def _sum(a, b):
     return a[0] + b[0], a[1] + b[1]
+
+
+def _larger(a, b):
+    """Each figure of the branch that does more of it."""
+    return max(a[0], b[0]), max(a[1], b[1])
 
 
 def _is_float(dtype) -> int:
@@ -240,7 +274,7 @@ def _sorted(sums: dict) -> Poly:
 
 def _name(var) -> str:
     if not var.name.isidentifier():
-        raise _Unread(f"dim {var.name!r}")
+        raise _Unread(f"a dim named {var.name!r} is not read")
     return var.name
 
 
@@ -262,4 +296,4 @@ def _text(e) -> str:
         return f"({_text(e.a)} {op} {_text(e.b)})"
     if isinstance(e, (tirx.Min, tirx.Max)):
         return f"{'min' if isinstance(e, tirx.Min) else 'max'}({_text(e.a)}, {_text(e.b)})"
-    raise _Unread(type(e).__name__)
+    raise _Unread(f"an extent of {type(e).__name__} is not read")

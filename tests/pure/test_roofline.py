@@ -2,6 +2,8 @@
 bound to a site's shapes, the bound and what sets it, roll-ups cut as the time is, an
 estimate without a run, peaks given, named and saved."""
 
+import json
+
 import attrs
 import pytest
 
@@ -87,8 +89,11 @@ def test_rates_without_peaks_have_no_bound_and_a_site_above_a_ceiling_is_named()
     slow_memory = Peaks({"float32": 1e6}, 0.01, "measured", "by hand", "a toy")
     over = dict(make_report(worked(), measured(slow_memory)).roofline.over_ceiling)
     assert "stayed in cache" in over["fused_conv2d_relu#0"]
-    # peaks passed to make_report win over the profile's
-    assert make_report(worked(), measured(peaks=None), peaks=PEAKS).roofline.peaks == PEAKS
+    fp16 = attrs.evolve(worked(), build=attrs.evolve(worked().build, work={
+        **worked().build.work, "matmul": attrs.evolve(MATMUL, dtype="float16")}))
+    fast = Peaks({"float32": 1e-3, "float16": 1e6}, 1e6, "given", "by hand", "a toy")  # float32 far too slow
+    over = dict(make_report(fp16, measured(fast)).roofline.over_ceiling)
+    assert "matmul#0" not in over and "count or the timer" in over["fused_conv2d_relu#0"]  # held to its dtype's
 
 
 def test_an_estimate_is_each_sites_bound_at_the_ir_shapes_and_says_it_is_one():
@@ -154,3 +159,34 @@ def test_split_cuts_a_fused_kernel_by_its_members_bounds():
     fallback = {s.op: s.us for s in make_report(bare, measured(), policy="split").shares
                 if s.site == "fused_conv2d_relu#0"}
     assert fallback["conv2d"] / fallback["relu"] != pytest.approx(conv_us / relu_us)
+
+
+def test_figures_from_a_file_that_are_no_counts_are_refused_or_unknown(tmp_path):
+    from relaytrace.errors import LineageFormatError
+
+    data = measured().to_json()
+    for bad in ({"gbps": 0.0}, {"gflops": {"float16": 5.0}}, {"gbps": -3.0}):
+        path = tmp_path / "profile.json"
+        path.write_text(json.dumps({**data, "peaks": {**data["peaks"], **bad}}))
+        with pytest.raises(LineageFormatError, match="peak"):
+            Profile.load(path)
+    huge = attrs.evolve(MATMUL, flops=((10**400, ("n",)),))
+    assert work_at(huge, ARGS["matmul#0"].shapes, ARGS["matmul#0"].dtypes).flops is None
+    negative = attrs.evolve(MATMUL, flops=((-5, ()),))
+    assert work_at(negative, ARGS["matmul#0"].shapes, ARGS["matmul#0"].dtypes).flops is None
+    with pytest.raises(KeyError):
+        evaluate(((1, ("+".join(["n"] * 20000),)),), {"n": 1})  # too long to be a dim TVM wrote
+    assert tensor_bytes(((2, 3), (4,)), ("float32",)) is None  # a dtype short
+    assert tensor_bytes(((10**20, 10**20),), ("float32",)) is None
+
+
+def test_a_split_over_empty_tensors_keeps_the_sites_time():
+    from relaytrace.model.verification import Member
+
+    lin = worked()
+    members = {"fused_conv2d_relu": (Member("conv2d", ("relax.nn.conv2d",)), Member("relu", ("relax.nn.relu",)))}
+    empty = KernelWork((((0,), "float32"),), ())
+    work = {**lin.build.work, "conv2d": empty, "relu": empty}
+    lin = attrs.evolve(lin, build=attrs.evolve(lin.build, kernel_members=members, work=work))
+    split = make_report(lin, measured(), policy="split")
+    assert sum(s.us for s in split.shares if s.site == "fused_conv2d_relu#0") == pytest.approx(100.0)

@@ -151,17 +151,22 @@ function drawTimeline(){
 
 // ---- the roofline: layers at their intensity and achieved rate, under both ceilings ----
 const roofByLayer = new Map(data.roofline.layers.map(r => [r.layer, r]));
+/** A number to p significant digits, '?' when not known. */
+function sig(v, p){ return v == null ? '?' : Number(v).toPrecision(p || 3); }
 function drawRoofline(){
   const svg = document.getElementById('roofline'); svg.replaceChildren();
   const peaks = data.roofline.peaks;
   document.getElementById('peaks').textContent = peaks ? peaks.line :
-    'No peak rates for this device (profile gives them with --peak-gflops and --peak-gbps): rates without ceilings.';
+    'No peak rates for this device (profile gives them with --peak-gflops and --peak-gbps, or --device): rates without ceilings.';
   const pts = data.roofline.layers.filter(r => r.gflops_s > 0 && r.intensity > 0);
   const width = svg.clientWidth || 900, ht = 360, m = {l: 64, r: 16, t: 12, b: 40};
   svg.setAttribute('height', ht);
   if (!pts.length){ el('text', {x: 10, y: 20}, svg).textContent = 'no layer has counted work'; return; }
+  // the compute ceilings of the dtypes the layers compute in (float32's, and float16's where a layer is)
+  const used = new Set(pts.map(r => r.dtype));
+  const ceilings = peaks ? peaks.gflops.filter(([dtype]) => dtype === 'float32' || used.has(dtype)) : [];
   const xs = pts.map(r => r.intensity), ys = pts.map(r => r.gflops_s);
-  if (peaks){ ys.push(peaks.gflops); xs.push(peaks.gflops / peaks.gbps); }
+  ceilings.forEach(([, g]) => { ys.push(g); xs.push(g / peaks.gbps); });
   const lo = v => Math.pow(10, Math.floor(Math.log10(Math.min(...v)))), hi = v => Math.pow(10, Math.ceil(Math.log10(Math.max(...v)) + 0.01));
   const x0 = lo(xs), x1 = hi(xs), y0 = lo(ys), y1 = hi(ys);
   const X = v => m.l + (Math.log10(v) - Math.log10(x0)) / (Math.log10(x1) - Math.log10(x0)) * (width - m.l - m.r);
@@ -172,31 +177,34 @@ function drawRoofline(){
     el('text', {x: m.l - 4, y: Y(d) + 4, 'text-anchor': 'end'}, svg).textContent = String(+d.toPrecision(3)); }
   el('text', {x: (m.l + width) / 2, y: ht - 6, 'text-anchor': 'middle'}, svg).textContent = 'arithmetic intensity (FLOP/byte)';
   el('text', {x: 12, y: ht / 2, transform: `rotate(-90 12 ${ht / 2})`, 'text-anchor': 'middle'}, svg).textContent = 'achieved GFLOP/s';
-  if (peaks){
-    const knee = peaks.gflops / peaks.gbps;
-    const from = Math.max(x0, y0 / peaks.gbps);
-    el('path', {d: `M${X(from)},${Y(from * peaks.gbps)}L${X(knee)},${Y(peaks.gflops)}L${X(x1)},${Y(peaks.gflops)}`, class: 'ceiling'}, svg);
-    el('text', {x: X(x1) - 4, y: Y(peaks.gflops) - 5, 'text-anchor': 'end', class: 'ceiling-label'}, svg).textContent =
-      `peak ${peaks.gflops.toFixed(1)} GFLOP/s`;
-    el('text', {x: X(from) + 6, y: Y(from * peaks.gbps) - 6, class: 'ceiling-label'}, svg).textContent =
-      `${peaks.gbps.toFixed(1)} GB/s`;
-  }
+  ceilings.forEach(([dtype, g]) => {
+    const knee = g / peaks.gbps, from = Math.max(x0, y0 / peaks.gbps);
+    el('path', {d: `M${X(from)},${Y(from * peaks.gbps)}L${X(knee)},${Y(g)}L${X(x1)},${Y(g)}`,
+      class: 'ceiling' + (dtype === 'float32' ? '' : ' other')}, svg);
+    el('text', {x: X(x1) - 4, y: Y(g) - 5, 'text-anchor': 'end', class: 'ceiling-label'}, svg).textContent =
+      `${dtype} peak ${g.toFixed(1)} GFLOP/s`;
+  });
+  if (peaks){ const from = Math.max(x0, y0 / peaks.gbps);
+    el('text', {x: X(from) + 6, y: Y(from * peaks.gbps) - 6, class: 'ceiling-label'}, svg).textContent = `${peaks.gbps.toFixed(1)} GB/s`; }
+  const left = data.roofline.layers.length - pts.length;
+  if (left) el('text', {x: m.l + 6, y: m.t + 12}, svg).textContent =
+    `${left} layer(s) not drawn: no FLOPs (data movement) or no counted work`;
   const most = Math.max(...pts.map(r => r.ms), 1e-9);
   pts.slice().sort((a, b) => b.ms - a.ms).forEach(r => {
     const dot = el('circle', {cx: X(r.intensity), cy: Y(r.gflops_s), r: 2 + 14 * Math.sqrt(r.ms / most),
       class: 'dot ' + (r.bound_by || 'none'), 'data-layer': r.layer}, svg);
-    el('title', {}, dot).textContent = `${r.layer}: ${r.ms.toFixed(3)} ms, ${r.gflops_s.toPrecision(3)} GFLOP/s at ` +
-      `${r.intensity.toPrecision(3)} FLOP/byte` + (r.efficiency != null ? `, ${r.efficiency.toFixed(1)}% of its bound` : '');
+    el('title', {}, dot).textContent = `${r.layer}: ${r.ms.toFixed(3)} ms, ${sig(r.gflops_s)} GFLOP/s at ` +
+      `${sig(r.intensity)} FLOP/byte (${r.dtype})` + (r.efficiency != null ? `, ${r.efficiency.toFixed(1)}% of its bound` : '');
     dot.onclick = () => showLayer(r.layer);
   });
 }
 /** A layer's roofline figures in words, for its pane (null when it has none). */
 function roofLine(name){
   const r = roofByLayer.get(name); if (!r || r.gflop == null) return null;
-  const bound = r.bound_ms != null ? `; its lower bound ${r.bound_ms.toFixed(3)} ms (${r.bound_by}-bound), ` +
-    `${r.efficiency.toFixed(1)}% efficient, ${r.wasted_ms.toFixed(3)} ms above it` : '';
-  return h('p', {class: 'work'}, `work: ${r.gflop.toPrecision(3)} GFLOP at ${r.intensity.toPrecision(3)} FLOP/byte, ` +
-    `${r.gflops_s.toPrecision(3)} GFLOP/s and ${r.gbytes_s.toPrecision(3)} GB/s achieved${bound}` + (r.notes ? ` (${r.notes})` : ''));
+  const bound = r.bound_ms != null ? `; its lower bound ${r.bound_ms.toFixed(3)} ms (${r.bound_by}-bound, ${r.dtype}), ` +
+    `${sig(r.efficiency)}% efficient, ${r.wasted_ms.toFixed(3)} ms above it` : '';
+  return h('p', {class: 'work'}, `work: ${sig(r.gflop)} GFLOP at ${sig(r.intensity)} FLOP/byte, ` +
+    `${sig(r.gflops_s)} GFLOP/s and ${sig(r.gbytes_s)} GB/s achieved${bound}` + (r.notes ? ` (${r.notes})` : ''));
 }
 
 // ---- the detail pane ----
