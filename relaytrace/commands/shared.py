@@ -63,12 +63,12 @@ def given_peaks(args):
 
     name, gflops, gbps = getattr(args, "device", None), getattr(args, "peak_gflops", None), \
         getattr(args, "peak_gbps", None)
-    if name and (gflops or gbps):
+    if name is not None and (gflops is not None or gbps is not None):
         raise UsageError("give --device NAME or --peak-gflops and --peak-gbps, not both")
     if (gflops is None) != (gbps is None):
         raise UsageError("give both --peak-gflops and --peak-gbps (a roofline has two ceilings)")
     try:
-        return named(name) if name else given(gflops, gbps) if gflops is not None else None
+        return named(name) if name is not None else given(gflops, gbps) if gflops is not None else None
     except RelaytraceError as exc:
         raise UsageError(str(exc)) from None
 
@@ -155,7 +155,8 @@ def run_record(args, spec: str) -> dict:
     """What an output DIR was made from (its run.json): ``tasks DIR`` rebuilds it so."""
     return {"model": spec, "input_shapes": getattr(args, "input_shape", []), "dtype": getattr(args, "dtype", None),
             "db": getattr(args, "db", None), "target": args.target, "pipeline": args.pipeline,
-            "layout": args.layout, "entry": args.entry}
+            "layout": args.layout, "entry": args.entry, "device": getattr(args, "device", None),
+            "peak_gflops": getattr(args, "peak_gflops", None), "peak_gbps": getattr(args, "peak_gbps", None)}
 
 
 def absolute_factory(spec: str) -> str:
@@ -178,6 +179,8 @@ def at_least(low, kind=int, strict: bool = True):
         above = kind is not int and strict
         if value != value:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+        if value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r} must be finite")
         if not ((value > low if above else value >= low) and value < float("inf")):
             raise argparse.ArgumentTypeError(f"{text!r} must be {'above' if above else 'at least'} {low}")
         return value

@@ -23,8 +23,8 @@ class Peaks:
     user, or ``NAMED`` (a device of ``DEVICES``); ``method``: how, in words a reader can
     check (the kernels and their sizes, or the spec sheet); ``device``: what they are
     the peaks of; ``native_gflops``: float32 GFLOP/s of the same kernel built for this
-    CPU's own instruction set, when the target names no ``mcpu`` (what the target
-    leaves unused), else None."""
+    CPU's own instruction set (``native_mcpu``), when the target names no ``mcpu``
+    (what the target leaves unused), else None."""
 
     gflops: dict[str, float]
     gbps: float
@@ -32,6 +32,7 @@ class Peaks:
     method: str
     device: str = ""
     native_gflops: float | None = None
+    native_mcpu: str = ""  # the CPU name that figure was built for (LLVM's, e.g. znver4)
 
     def for_dtype(self, dtype: str) -> float:
         """The GFLOP/s ceiling for arithmetic in ``dtype``: its own peak if measured or
@@ -49,8 +50,8 @@ class Peaks:
     def line(self) -> str:
         """One line for the terminal: the figures and how they were found."""
         rates = ", ".join(f"{dtype} {g:,.1f} GFLOP/s" for dtype, g in self.gflops.items())
-        native = (f"; built for this CPU's own instructions float32 reaches {self.native_gflops:,.1f} GFLOP/s"
-                  if self.native_gflops else "")
+        native = (f"; built for this CPU's own instructions ({self.native_mcpu or 'its mcpu'}) float32 reaches "
+                  f"{self.native_gflops:,.1f} GFLOP/s" if self.native_gflops else "")
         return f"peaks ({self.source}, {self.device}): {rates}, {self.gbps:,.1f} GB/s ({self.method}){native}"
 
 

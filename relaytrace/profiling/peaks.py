@@ -4,9 +4,11 @@ Two kernels, built for the profiled build's own target (the ceiling its kernels 
 reach: a target without ``mcpu`` gets generic x86-64 code), timed with
 ``time_evaluator``, best of several runs:
 
-- FMA-bound: ``acc = acc * a + b`` on 8 independent vector accumulators of 16 lanes
-  held in registers, 64 parallel chunks, counted 2 FLOPs each, as many steps as a
-  short probe says fill about 20 ms; per dtype (float32, float16).
+- FMA-bound: ``acc = acc * a + b`` on 8 independent vector accumulators held in
+  registers, 64 parallel chunks, counted 2 FLOPs each, as many steps as a short probe
+  says fill about 20 ms; at 4, 8 and 16 lanes, the best kept (8 chains of 16 lanes
+  fit AVX-512's registers and spill SSE's 16: generic x86-64 code peaks at 4); per
+  dtype (float32, float16).
 - streaming copy: ``B[i] = A[i]`` over 64 MiB per buffer (beyond the caches),
   parallel and vectorized, counted as 2 bytes moved per byte copied (STREAM's
   convention; the write-allocate read is not counted).
@@ -30,32 +32,35 @@ from ..errors import LineageFormatError, RelaytraceError
 from ..model.jsonio import make_record, write_atomic
 from ..model.peaks import MEASURED, Peaks, problem
 
-CHUNKS, ACCUMULATORS, LANES = 64, 8, 16
+CHUNKS, ACCUMULATORS = 64, 8
+LANE_WIDTHS = (4, 8, 16)  # the widest that keeps 8 chains in the target's registers is the peak (SSE: 4)
 PROBE_STEPS, TIMED_SECONDS = 100, 0.02  # a short probe sizes the timed run to about 20 ms
 COPY_ELEMENTS = 16 * 1024 * 1024
 DTYPES = ("float32", "float16")
-CACHE_VERSION = "peaks/1"  # a change of the kernels or the record measures again
+CACHE_VERSION = "peaks/3"  # a change of the kernels or the record measures again
 
 
-def _fma_kernel(dtype: str, steps: int):
+def _fma_kernel(dtype: str, steps: int, lanes: int):
+    shape = (CHUNKS, ACCUMULATORS, lanes)
+
     @T.prim_func
-    def fma(a: T.Buffer((CHUNKS, ACCUMULATORS, LANES), dtype), out: T.Buffer((CHUNKS, ACCUMULATORS, LANES), dtype)):
+    def fma(a: T.Buffer(shape, dtype), out: T.Buffer(shape, dtype)):
         T.func_attr({"tirx.noalias": True})
         for p in T.parallel(CHUNKS):
-            acc = T.alloc_buffer((ACCUMULATORS, LANES), dtype, scope="local")
+            acc = T.alloc_buffer((ACCUMULATORS, lanes), dtype, scope="local")
             for u in T.unroll(ACCUMULATORS):
-                for lane in T.vectorized(LANES):
+                for lane in T.vectorized(lanes):
                     acc[u, lane] = a[p, u, lane]
             for _ in range(steps):
                 for u in T.unroll(ACCUMULATORS):
-                    for lane in T.vectorized(LANES):
+                    for lane in T.vectorized(lanes):
                         acc[u, lane] = T.call_intrin(dtype, "tirx.fma", acc[u, lane], T.Cast(dtype, 0.999),
                                                      T.Cast(dtype, 0.001))
             for u in T.unroll(ACCUMULATORS):
-                for lane in T.vectorized(LANES):
+                for lane in T.vectorized(lanes):
                     out[p, u, lane] = acc[u, lane]
 
-    return fma.with_attr("global_symbol", f"fma_{dtype}")
+    return fma.with_attr("global_symbol", f"fma_{dtype}_x{lanes}")
 
 
 def _copy_kernel():
@@ -79,16 +84,22 @@ def _best_seconds(func, target, arrays, number: int) -> float:
     return min(lib.mod.time_evaluator(name, dev, number=number, repeat=5)(*tensors).results)
 
 
-def _fma_flops(steps: int) -> float:
-    return 2.0 * CHUNKS * ACCUMULATORS * LANES * steps
+def _fma_flops(steps: int, lanes: int) -> float:
+    return 2.0 * CHUNKS * ACCUMULATORS * lanes * steps
 
 
 def _gflops(target, dtype: str) -> float:
-    data = np.ones((CHUNKS, ACCUMULATORS, LANES), dtype)
-    probe = _best_seconds(_fma_kernel(dtype, PROBE_STEPS), target, [data, np.zeros_like(data)], number=1)
+    """The best of the lane widths: a chain of vectors too wide for the target's
+    registers spills, and measures the stack, not the arithmetic."""
+    return max(_gflops_at(target, dtype, lanes) for lanes in LANE_WIDTHS)
+
+
+def _gflops_at(target, dtype: str, lanes: int) -> float:
+    data = np.ones((CHUNKS, ACCUMULATORS, lanes), dtype)
+    probe = _best_seconds(_fma_kernel(dtype, PROBE_STEPS, lanes), target, [data, np.zeros_like(data)], number=1)
     steps = max(PROBE_STEPS, int(PROBE_STEPS * TIMED_SECONDS / max(probe, 1e-9)))
-    seconds = _best_seconds(_fma_kernel(dtype, steps), target, [data, np.zeros_like(data)], number=3)
-    return _fma_flops(steps) / seconds / 1e9
+    seconds = _best_seconds(_fma_kernel(dtype, steps, lanes), target, [data, np.zeros_like(data)], number=3)
+    return _fma_flops(steps, lanes) / seconds / 1e9
 
 
 def _cpu_name() -> str:
@@ -117,7 +128,8 @@ def measure(target_text: str, refresh: bool = False, progress=None) -> Peaks:
     target = tvm.target.Target(target_text)
     if target.kind.name != "llvm":
         raise RelaytraceError(f"peaks are measured on this machine's CPU, not for a {target.kind.name} target: "
-                              "give a GPU's peaks with --peak-gflops and --peak-gbps, or name one with --device")
+                              "give a GPU's to profile or estimate with --peak-gflops and --peak-gbps, or name one "
+                              "with --device (relaytrace peaks --list)")
     say = progress or (lambda message: None)
     return _cached(f"{CACHE_VERSION} | {target} | {device_name()} | {_threads()} threads", refresh,
                    lambda: _measure_here(target, say))
@@ -135,10 +147,11 @@ def _measure_here(target, say) -> Peaks:
     seconds = _best_seconds(_copy_kernel(), target, [data, np.zeros_like(data)], number=3)
     gbps = 2.0 * data.nbytes / seconds / 1e9
     method = (f"TVM kernels built for {_built_for(target)}, best of 5 time_evaluator runs: "
-              f"{CHUNKS}x{ACCUMULATORS} vector FMA chains of {LANES} lanes per dtype, sized to about "
+              f"{CHUNKS}x{ACCUMULATORS} vector FMA chains of {'/'.join(map(str, LANE_WIDTHS))} lanes (the best) "
+              "per dtype, sized to about "
               f"{TIMED_SECONDS * 1e3:.0f} ms; "
               f"a parallel copy of {data.nbytes >> 20} MiB counted as read + write")
-    return Peaks(gflops, gbps, MEASURED, method, device_name(), native)
+    return Peaks(gflops, gbps, MEASURED, method, device_name(), native, _host_cpu() if native else "")
 
 
 REMOTE_STEPS = 2000  # no probe over RPC: 33 MFLOP a call, 1-30 ms on a board or a server
@@ -163,9 +176,10 @@ def _measure_there(target_text: str, device, say) -> Peaks:
 
     target = tvm.target.Target(target_text)
     say(f"measuring the peak rates of {device.describe()} (once; cached)")
-    funcs = [_fma_kernel(dtype, REMOTE_STEPS) for dtype in DTYPES] + [_copy_kernel()]
-    shapes = [(CHUNKS, ACCUMULATORS, LANES)] * len(DTYPES) + [(COPY_ELEMENTS,)]
-    dtypes = [*DTYPES, "float32"]
+    chains = [(dtype, lanes) for dtype in DTYPES for lanes in LANE_WIDTHS]
+    funcs = [_fma_kernel(dtype, REMOTE_STEPS, lanes) for dtype, lanes in chains] + [_copy_kernel()]
+    shapes = [(CHUNKS, ACCUMULATORS, lanes) for _, lanes in chains] + [(COPY_ELEMENTS,)]
+    dtypes = [dtype for dtype, _ in chains] + ["float32"]
     bb = relax.BlockBuilder()
     params = [relax.Var(f"x{i}", relax.TensorType(shape, dtype)) for i, (shape, dtype) in
               enumerate(zip(shapes, dtypes))]
@@ -180,11 +194,13 @@ def _measure_there(target_text: str, device, say) -> Peaks:
     captured = [(str(f.attrs["global_symbol"]), 0, [a, np.zeros_like(a)]) for f, a in zip(funcs, arrays)]
     timings, _, where = run_remote(executable, library, target_text, "main", arrays, captured, device, 5, 3, say)
     best = {name: min(results) for name, _, results in timings}
-    gflops = {dtype: _fma_flops(REMOTE_STEPS) / best[f"fma_{dtype}"] / 1e9 for dtype in DTYPES}
+    gflops = {dtype: max(_fma_flops(REMOTE_STEPS, lanes) / best[f"fma_{dtype}_x{lanes}"] / 1e9
+                         for lanes in LANE_WIDTHS) for dtype in DTYPES}
     gbps = 2.0 * arrays[-1].nbytes / best["copy"] / 1e9
     method = (f"TVM kernels built for {_built_for(target)}, run on {device.describe()} ({where}), best of 5 "
-              f"time_evaluator runs: {CHUNKS}x{ACCUMULATORS} vector FMA chains of {LANES} lanes x {REMOTE_STEPS} "
-              f"steps per dtype; a parallel copy of {arrays[-1].nbytes >> 20} MiB counted as read + write")
+              f"time_evaluator runs: {CHUNKS}x{ACCUMULATORS} vector FMA chains of {'/'.join(map(str, LANE_WIDTHS))} "
+              f"lanes (the best) x {REMOTE_STEPS} steps per dtype; a parallel copy of {arrays[-1].nbytes >> 20} MiB "
+              "counted as read + write")
     return Peaks(gflops, gbps, MEASURED, method, device.describe())
 
 
@@ -208,7 +224,7 @@ def _cached(key: str, refresh: bool, measured) -> Peaks:
             pass  # written by another version, or damaged: measure again
     peaks = measured()
     cache[key] = {"gflops": peaks.gflops, "gbps": peaks.gbps, "source": peaks.source, "method": peaks.method,
-                  "device": peaks.device, "native_gflops": peaks.native_gflops}
+                  "device": peaks.device, "native_gflops": peaks.native_gflops, "native_mcpu": peaks.native_mcpu}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(cache, indent=1), overwrite=True)

@@ -300,7 +300,8 @@ Drag to pan, wheel to zoom, click a node for its details. The search also filter
 <h2>Roofline</h2><p id="peaks"></p>
 <p>Each layer at its arithmetic intensity (FLOPs per byte of its kernels' arguments) and achieved GFLOP/s,
 both axes logarithmic; the lines are the ceilings: memory bandwidth (sloped) and peak compute (flat).
-Area: the layer's time. Far below a ceiling: time above the bound. Click a point for the layer.</p>
+Area: the layer's time; blue: compute-bound, orange: memory-bound (by its bound), grey: no bound. Far below a
+ceiling: time above the bound. Click a point for the layer.</p>
 <svg id="roofline" class="roofline"></svg>
 <table id="roof"></table>
 <h2>Categories</h2><table id="categories"></table>

@@ -133,14 +133,14 @@ def roofline_rows(roofs, top: int | None = None, first: str = "layer") -> tuple[
     headers = [first, "time (ms)", "above bound (ms)", "efficiency", "bound by", "GFLOP", "GFLOP/s", "GB/s",
                "FLOP/byte"]
     shown = roofs[:top] if top else roofs
-    rows = [[r.name, _ms(r.us), _figure(None if r.wasted_us is None else r.wasted_us / 1e3, ".3f"),
+    rows = [[r.name, _figure(r.us / 1e3, ".4g"), _figure(None if r.wasted_us is None else r.wasted_us / 1e3, ".4g"),
              _figure(None if r.efficiency is None else 100 * r.efficiency, ".1f") + ("%" if r.efficiency else ""),
              r.bound_by or "", _figure(None if r.flops is None else r.flops / 1e9),
              _figure(r.gflops_s), _figure(r.gbytes_s), _figure(r.intensity)] for r in shown]
     return headers, rows
 
 
-ESTIMATE_COLUMNS = (0, 1, 4, 5, 7, 8)  # layer, time (the bound), bound by, GFLOP, GB/s, FLOP/byte
+ESTIMATE_COLUMNS = (0, 1, 4, 5, 8)  # layer, time (the bound), bound by, GFLOP, FLOP/byte
 
 
 def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
@@ -153,8 +153,9 @@ def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
             "bound")
     headers, rows = roofline_rows(roofline.layers, top)
     if estimate:
-        headers, rows = ["layer", "bound (ms)", "bound by", "GFLOP", "GB/s at the bound", "FLOP/byte"], \
-            [[row[i] for i in ESTIMATE_COLUMNS] for row in rows]
+        headers, rows = ["layer", "bound (ms)", "bound by", "GFLOP", "FLOP/byte", "MB moved"], \
+            [[*(row[i] for i in ESTIMATE_COLUMNS), _figure(None if r.bytes is None else r.bytes / 1e6)]
+             for row, r in zip(rows, roofline.layers)]
         title = f"top {top} layers by their lower bound:"
     else:
         title = f"top {top} layers by time above the roofline bound:" if peaks else f"top {top} layers' rates:"
@@ -165,6 +166,16 @@ def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
     if roofline.over_ceiling and not estimate:
         label, why = roofline.over_ceiling[0]
         lines.append(f"ABOVE A CEILING: {len(roofline.over_ceiling)} call site(s); {terminal(label)}: {why}")
+    heavy = [r for r in roofline.layers[:top] if r.transcendentals and r.flops is not None
+             and r.transcendentals * 4 >= r.flops]
+    if heavy:
+        lines.append("TRANSCENDENTAL-HEAVY (their exp/erf/sqrt/tanh calls are not in the bound, which is then "
+                     "low): " + ", ".join(f"{terminal(r.name)} ({r.transcendentals:,.0f} calls)" for r in heavy[:5]))
+    if peaks is not None and peaks.native_gflops and peaks.native_gflops > 2 * peaks.gflops["float32"]:
+        lines.append(f"GENERIC CODE: the target names no CPU, so its kernels use generic instructions; the same FMA "
+                     f"kernel built for this CPU reaches {peaks.native_gflops:,.1f} GFLOP/s (float32, "
+                     f"{peaks.native_gflops / peaks.gflops['float32']:.1f}x): build with --target "
+                     f"'{{\"kind\": \"llvm\", \"mcpu\": \"{terminal(peaks.native_mcpu or 'native')}\"}}'")
     return "\n".join(lines)
 
 
