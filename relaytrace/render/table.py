@@ -172,10 +172,12 @@ def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
         lines.append("TRANSCENDENTAL-HEAVY (their exp/erf/sqrt/tanh calls are not in the bound, which is then "
                      "low): " + ", ".join(f"{terminal(r.name)} ({r.transcendentals:,.0f} calls)" for r in heavy[:5]))
     if peaks is not None and peaks.native_gflops and peaks.native_gflops > 2 * peaks.gflops["float32"]:
-        lines.append(f"GENERIC CODE: the target names no CPU, so its kernels use generic instructions; the same FMA "
-                     f"kernel built for this CPU reaches {peaks.native_gflops:,.1f} GFLOP/s (float32, "
-                     f"{peaks.native_gflops / peaks.gflops['float32']:.1f}x): build with --target "
-                     f"'{{\"kind\": \"llvm\", \"mcpu\": \"{terminal(peaks.native_mcpu or 'native')}\"}}'")
+        lines.append(f"GENERIC CODE: the target names no CPU, so the ceiling above is generic code's; the same FMA "
+                     f"kernel built for this CPU ({terminal(peaks.native_mcpu or 'its mcpu')}) reaches "
+                     f"{peaks.native_gflops:,.1f} GFLOP/s ({peaks.native_gflops / peaks.gflops['float32']:.1f}x). A "
+                     "kernel far below its ceiling is held back by its schedule, not the instruction set: building "
+                     f"with --target '{{\"kind\": \"llvm\", \"mcpu\": \"{terminal(peaks.native_mcpu or 'MCPU')}\"}}' "
+                     "raises the ceiling, and may not speed up untuned kernels (measure it; relaytrace tasks --tune)")
     return "\n".join(lines)
 
 
