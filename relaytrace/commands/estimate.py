@@ -32,7 +32,7 @@ def run(args) -> int:
     from ..jobs import parse_shape, prepare_out_dir, write_outputs
     from ..render.safe_text import terminal
     from ..render.table import roofline_summary
-    from .shared import print_summary
+    from .shared import print_summary, run_record
 
     peaks = given_peaks(args)
     if peaks is None:
@@ -51,10 +51,7 @@ def run(args) -> int:
     profile = estimated_profile(lineage, peaks, args.entry, {name: dims for name, dims, _ in shapes})
     report = make_report(lineage, profile)
     if out is not None:
-        run = {"model": model, "input_shapes": args.input_shape, "dtype": args.dtype, "db": None,
-               "target": args.target, "pipeline": args.pipeline, "layout": "NCHW", "entry": args.entry,
-               "estimate": peaks.device}
-        write_outputs(out, report, run, overwrite=args.force)
+        write_outputs(out, report, {**run_record(args, model), "estimate": peaks.device}, overwrite=args.force)
         print_summary(report, out, args.top)
         return 0
     echo(terminal(profile.summary()))

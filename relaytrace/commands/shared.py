@@ -155,7 +155,7 @@ def run_record(args, spec: str) -> dict:
     """What an output DIR was made from (its run.json): ``tasks DIR`` rebuilds it so."""
     return {"model": spec, "input_shapes": getattr(args, "input_shape", []), "dtype": getattr(args, "dtype", None),
             "db": getattr(args, "db", None), "target": args.target, "pipeline": args.pipeline,
-            "layout": args.layout, "entry": args.entry, "device": getattr(args, "device", None),
+            "layout": getattr(args, "layout", "NCHW"), "entry": args.entry, "device": getattr(args, "device", None),
             "peak_gflops": getattr(args, "peak_gflops", None), "peak_gbps": getattr(args, "peak_gbps", None)}
 
 

@@ -138,9 +138,8 @@ def measure(target_text: str, refresh: bool = False, progress=None) -> Peaks:
 def _measure_here(target, say) -> Peaks:
     say("measuring this machine's peak rates (once; cached)")
     gflops = {dtype: _gflops(target, dtype) for dtype in DTYPES}
-    mcpu = str(target.attrs.get("mcpu", "")) if hasattr(target, "attrs") else ""
     native = None
-    if not mcpu:
+    if not _mcpu(target):
         host = tvm.target.Target({"kind": "llvm", "mcpu": _host_cpu()}) if _host_cpu() else None
         native = _gflops(host, "float32") if host is not None else None
     data = np.ones(COPY_ELEMENTS, "float32")
@@ -204,8 +203,13 @@ def _measure_there(target_text: str, device, say) -> Peaks:
     return Peaks(gflops, gbps, MEASURED, method, device.describe())
 
 
+def _mcpu(target) -> str:
+    """The CPU a target names (``-mcpu``), "" for generic code."""
+    return str(target.attrs.get("mcpu", "")) if hasattr(target, "attrs") else ""
+
+
 def _built_for(target) -> str:
-    mcpu = str(target.attrs.get("mcpu", "")) if hasattr(target, "attrs") else ""
+    mcpu = _mcpu(target)
     return f"{target.kind.name} -mcpu={mcpu}" if mcpu else f"{target.kind.name} without -mcpu (generic code)"
 
 

@@ -61,6 +61,7 @@ def report_data(report) -> dict:
         "timeline_note": ("run 1 of the timeline" if report.profile.mode == "timeline"
                           else "sites timed alone, laid end to end"),
         "roofline": _roofline(report.roofline),
+        "estimate": report.profile.mode == "estimate",  # its times are bounds: nothing was achieved
     }
 
 

@@ -204,7 +204,8 @@ function roofLine(name){
   const bound = r.bound_ms != null ? `; its lower bound ${r.bound_ms.toFixed(3)} ms (${r.bound_by}-bound, ${r.dtype}), ` +
     `${sig(r.efficiency)}% efficient, ${r.wasted_ms.toFixed(3)} ms above it` : '';
   return h('p', {class: 'work'}, `work: ${sig(r.gflop)} GFLOP at ${sig(r.intensity)} FLOP/byte, ` +
-    `${sig(r.gflops_s)} GFLOP/s and ${sig(r.gbytes_s)} GB/s achieved${bound}` + (r.notes ? ` (${r.notes})` : ''));
+    `${sig(r.gflops_s)} GFLOP/s and ${sig(r.gbytes_s)} GB/s ${data.estimate ? 'at its bound (an estimate)' : 'achieved'}` +
+    (data.estimate ? '' : bound) + (r.notes ? ` (${r.notes})` : ''));
 }
 
 // ---- the detail pane ----
