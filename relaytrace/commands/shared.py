@@ -106,8 +106,9 @@ def remote_device(args):
 def print_summary(report, out: Path | None, top: int = 10) -> None:
     """What ``profile`` and ``demo`` print: the profile's summary and warnings, the
     ``top`` layers, time by category, the peaks and the ``top`` layers by time above
-    the roofline, coverage, and the files written to ``out``."""
+    the roofline, the memory peak, coverage, and the files written to ``out``."""
     from ..model.profile import ESTIMATE
+    from ..render.memory import memory_line
     from ..render.table import category_table, coverage_summary, layer_table, roofline_summary
 
     echo(f"{terminal(report.lineage.build.model)}: {report.profile.summary()}")
@@ -120,6 +121,8 @@ def print_summary(report, out: Path | None, top: int = 10) -> None:
     echo(category_table(report.categories))
     echo()
     echo(roofline_summary(report.roofline, top, estimate=report.profile.mode == ESTIMATE))
+    echo()
+    echo(memory_line(report.memory))
     echo()
     echo(coverage_summary(report.lineage, report.coverage))
     if out is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from attrs import define, field
 
+from .memory import MemoryPlan
 from .verification import Member
 from .work import KernelWork
 
@@ -21,8 +22,9 @@ class BuildFacts:
     verification); ``accumulate``: the dtype conv and matmul accumulate in when the
     build computes in float16 (``ToMixedPrecision`` through ``relaytrace.build``), None
     when it computes as imported; ``work``: kernel -> what its TIR computes per call
-    (``model.work.KernelWork``: FLOPs as formulas over its symbolic dims). Saved as the
-    lineage's ``build``."""
+    (``model.work.KernelWork``: FLOPs as formulas over its symbolic dims); ``memory``:
+    entry -> its memory plan as compiled (``model.memory.MemoryPlan``: blocks, their
+    sizes and lifetimes, the tensors and weights). Saved as the lineage's ``build``."""
 
     model: str
     target: str
@@ -34,3 +36,4 @@ class BuildFacts:
     kernel_members: dict[str, tuple[Member, ...]] = field(factory=dict)
     accumulate: str | None = None
     work: dict[str, KernelWork] = field(factory=dict)
+    memory: dict[str, MemoryPlan] = field(factory=dict)

@@ -10,7 +10,9 @@ current one: each a pure function from one version's JSON data to the next's.
   an ONNX op's ``node`` is its node's id (Model Explorer's), where /2 wrote ``onnx:``
   and the node's first output.
 - ``/4``: ``build.work``, each kernel's work (``model.work.KernelWork``); a /3 file has
-  none, and its figures of work are unknown."""
+  none, and its figures of work are unknown.
+- ``/5``: ``build.memory``, each entry's memory plan (``model.memory.MemoryPlan``); a
+  /4 file has none, and its memory is unknown."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from .frontend import onnx_node_id
 from .journal import Change, _history_json
 from .jsonio import check_schema, make_record
 
-SCHEMA = "relaytrace.lineage/4"
+SCHEMA = "relaytrace.lineage/5"
 
 _BUILD = ("model", "target", "pipeline", "entries", "calls", "tuned", "shape_consumers", "kernel_members")
 _JOURNAL = {"events": "events", "history": "history_by_origin", "eliminated": "eliminated_by",
@@ -56,6 +58,11 @@ def _v2_to_v3(data: dict, where: str) -> dict:
 
 def _v3_to_v4(data: dict, where: str) -> dict:
     """/3 had no work: the same data under /4 (``build.work`` is empty)."""
+    return {**data, "schema": "relaytrace.lineage/4"}
+
+
+def _v4_to_v5(data: dict, where: str) -> dict:
+    """/4 had no memory plans: the same data under /5 (``build.memory`` is empty)."""
     return {**data, "schema": SCHEMA}
 
 
@@ -97,6 +104,7 @@ _MIGRATIONS: dict[str, Callable[[dict, str], dict]] = {
     "relaytrace.lineage/1": _v1_to_v2,
     "relaytrace.lineage/2": _v2_to_v3,
     "relaytrace.lineage/3": _v3_to_v4,
+    "relaytrace.lineage/4": _v4_to_v5,
 }
 
 

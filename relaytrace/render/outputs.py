@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from attrs import field, frozen
 
 from .explorer import FILES as EXPLORER_FILES
+from .memory import memory_csv
 from .verification_csv import verification_csv
 
 if TYPE_CHECKING:
@@ -137,6 +138,8 @@ PROFILE: tuple[Output[ProfileRun], ...] = (
            "(torch and ONNX models)"),
     Output(("verification.csv",), lambda run, d: _text(d, "verification.csv", verification_csv(run.report)),
            "each layer's verdict, its call sites' verdicts and the verifier's reasons"),
+    Output(("memory.csv",), lambda run, d: _text(d, "memory.csv", memory_csv(run.report)),
+           "each value's block, bytes, writer, layer and lifetime; weights and inputs"),
 )
 
 COMPARE: tuple[Output[CompareRun], ...] = (

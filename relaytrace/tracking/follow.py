@@ -23,6 +23,7 @@ from ..model.origin import INSERTED, OP
 from ..model.verification import verify
 from . import ir, reader
 from .callsites import lineage_from
+from .memory import memory_plans
 from .origins import LayerNamer, assign_origins
 from .recorder import Recording
 from .tracker import Tracker
@@ -66,11 +67,11 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
             consumers = shape_consumers(recording.passes, reads.read)
             faults: list[str] = []
             build = attrs.evolve(lineage.build, tuned=tuple(tuned), shape_consumers=consumers,
-                                 work=_work(recording, lineage, faults))
+                                 work=_work(recording, lineage, faults), memory=_memory(recording, lineage, faults))
             journal = attrs.evolve(lineage.journal, degraded=lineage.journal.degraded + tuple(faults))
             lineage = attrs.evolve(lineage, build=build, origins=_served_shapes(lineage, consumers), program=program,
                                    journal=journal)
-            done("tuned kernels, shape consumers, work")
+            done("tuned kernels, shape consumers, work, memory plans")
             return attrs.evolve(lineage, verification=verify(lineage))
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")
@@ -105,6 +106,16 @@ def _work(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict:
         return kernel_works(recording.passes, lineage.kernels, lineage.build.kernel_members)
     except Exception as exc:
         degraded.append(f"kernel work not counted: {_describe(exc)}")
+        return {}
+
+
+def _memory(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict:
+    """Each entry's memory plan (``memory.memory_plans``); a fault in reading it is said
+    in ``degraded`` and leaves the memory unknown, the lineage whole."""
+    try:
+        return memory_plans(recording.passes, tuple(lineage.build.entries))
+    except Exception as exc:
+        degraded.append(f"memory plan not read: {_describe(exc)}")
         return {}
 
 

@@ -90,11 +90,13 @@ def _params(func) -> tuple:
         shape = getattr(param, "shape", None)
         if shape is None:
             continue  # a scalar parameter (a symbolic dim passed as a value)
-        out.append((tuple(_dim(d) for d in shape), str(param.dtype)))
+        out.append((tuple(dim_text(d) for d in shape), str(param.dtype)))
     return tuple(out)
 
 
-def _dim(expr):
+def dim_text(expr):
+    """A dim as an int, or as the expression text ``model.work`` reads (``"?"`` when it
+    reads no such text)."""
     if isinstance(expr, tirx.IntImm):
         return int(expr.value)
     try:
@@ -134,7 +136,7 @@ class _Walk:
 
     def stmt(self, s, trips: Poly) -> None:
         if isinstance(s, tirx.For):
-            self.stmt(s.body, _mul(trips, _poly(s.extent)))
+            self.stmt(s.body, _mul(trips, poly(s.extent)))
             if s.step is not None and not (isinstance(s.step, tirx.IntImm) and s.step.value == 1):
                 self.notes.append("a loop with a step counted at its extent")
         elif isinstance(s, tvm.s_tir.SBlockRealize):
@@ -240,20 +242,21 @@ def _is_float(dtype) -> int:
     return int(str(dtype).startswith(("float", "bfloat")))
 
 
-def _poly(e) -> Poly:
-    """An extent as a polynomial: + - * of ints and dims kept apart, anything else one atom."""
+def poly(e) -> Poly:
+    """An integer PrimExpr (an extent, a size) as a polynomial: + - * of ints and dims
+    kept apart, anything else one atom (its text, ``model.work``'s reader's form)."""
     if isinstance(e, tirx.IntImm):
         return ((int(e.value), ()),)
     if isinstance(e, tirx.Var):
         return ((1, (_name(e),)),)
     if isinstance(e, tirx.Add):
-        return _sorted_sum(_poly(e.a) + _poly(e.b))
+        return _sorted_sum(poly(e.a) + poly(e.b))
     if isinstance(e, tirx.Sub):
-        return _sorted_sum(_poly(e.a) + tuple((-c, a) for c, a in _poly(e.b)))
+        return _sorted_sum(poly(e.a) + tuple((-c, a) for c, a in poly(e.b)))
     if isinstance(e, tirx.Mul):
-        return _mul(_poly(e.a), _poly(e.b))
+        return _mul(poly(e.a), poly(e.b))
     if isinstance(e, tirx.Cast):
-        return _poly(e.value)
+        return poly(e.value)
     return ((1, (_text(e),)),)
 
 

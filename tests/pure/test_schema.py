@@ -76,7 +76,7 @@ def test_files_of_schemas_1_and_2_migrate_to_the_same_lineage_and_are_not_change
     (lambda d: d["journal"].update(extra=1), "f.json: journal has an unknown field 'extra'"),
     (lambda d: d["verification"]["sites"][0].update(status="fine"), r"verification.sites\[0\].status must be one of"),
     (lambda d: d["build"]["kernel_members"]["matmul"].append(3), r"kernel_members\['matmul'\]\[1\] must be an object"),
-    (lambda d: d.update(schema="relaytrace.lineage/9"), "not a relaytrace lineage of schema 'relaytrace.lineage/4'"),
+    (lambda d: d.update(schema="relaytrace.lineage/9"), "not a relaytrace lineage of schema 'relaytrace.lineage/5'"),
 ])
 def test_a_broken_field_is_named_by_its_path(edit, message):
     data = json.loads(json.dumps(full().to_json()))
