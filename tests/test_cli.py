@@ -16,7 +16,7 @@ from .fixtures.hostile import HOSTILE_NAMES, INPUT_NAME, MODEL_NAME
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = f"{FIXTURES / 'tiny_model.py'}:make"
 OUTPUTS = {"lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg", "run.json",
-           "report.html", "trace.json", "verification.csv"}
+           "report.html", "trace.json", "verification.csv", "memory.csv"}
 EXPLORER = {"explorer-time.json", "explorer-kernels.json", "explorer-category.json",  # Model Explorer node data
             "explorer-efficiency.json"}
 

@@ -40,14 +40,13 @@ def memory_plans(passes: Sequence, entries: Sequence[str]) -> dict[str, MemoryPl
     module = next((r.module for r in reversed(passes) if r.pass_name == PLANNED_BY), None)
     if module is None:
         return {}
-    estimates = _tvm_estimates(module)
     plans = {}
     for entry in entries:
         func = ir.lookup(module, entry)
         if isinstance(func, relax.Function):
             walk = _Walk(module)
             walk.entry(func)
-            plans[entry] = walk.plan(entry, estimates.get(entry))
+            plans[entry] = walk.plan(entry, _tvm_estimate(func))
     return plans
 
 
@@ -254,21 +253,17 @@ def _last_before(positions: list[int], pos: int) -> int:
     return bisect_right(positions, pos) - 1
 
 
-_ESTIMATE = re.compile(r"Function (\S+):.*?With memory planning, there are (\d+) constant-size memory allocation\(s\) "
-                       r"with total size ([0-9.e+-]+) GB", re.S)
+_ESTIMATE = re.compile(r"With memory planning, there are (\d+) constant-size memory allocation\(s\) "
+                       r"with total size ([0-9.e+-]+) GB")
 
 
-def _tvm_estimates(module) -> dict[str, tuple[int, float]]:
-    """Entry -> ``(allocations, GB)`` as ``relax.analysis.estimate_memory_usage`` prints
-    them for the planned program, for the functions it gives a figure of (none where a
-    size is symbolic: it raises there, and nothing is said)."""
+def _tvm_estimate(func) -> tuple[int, float] | None:
+    """``(allocations, GB)`` as ``relax.analysis.estimate_memory_usage`` prints them for
+    one planned function, or None where it gives no figure (it raises on a symbolic
+    size)."""
     try:
-        text = tvm.relax.analysis.estimate_memory_usage(module)
+        text = tvm.relax.analysis.estimate_memory_usage(func)
     except Exception:  # TypeError on a symbolic size: TVM gives no figure then
-        return {}
-    found = {}
-    for part in text.split(" - Function ")[1:] if " - Function " in text else [text]:
-        match = _ESTIMATE.search("Function " + part if not part.startswith("Function") else part)
-        if match:
-            found[match.group(1)] = (int(match.group(2)), float(match.group(3)))
-    return found
+        return None
+    match = _ESTIMATE.search(text)
+    return (int(match.group(1)), float(match.group(2))) if match else None
