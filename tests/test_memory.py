@@ -130,6 +130,8 @@ def test_the_memory_command_reads_a_saved_run_at_other_lengths_and_compares_two(
     shown = _cli("memory", tmp_path / "a", "--at", "seq_len=64").stdout
     again = _cli("memory", tmp_path / "b").stdout
     assert shown.splitlines()[0] == again.splitlines()[0]  # the same figures from either run
+    assert "a run: no two blocks the plan has live at one step overlapped: agrees" in again
+    assert "each block's values at one address: agrees" in again and "a run:" not in shown  # not its own run
     assert "memory (decode)" in shown  # the build's other entry
     both = _cli("memory", tmp_path / "a", tmp_path / "b")
     assert both.returncode == 0 and "peak B / A:" in both.stdout
@@ -141,3 +143,22 @@ def _cli(*args):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     return subprocess.run([sys.executable, "-m", "relaytrace.cli", *map(str, args)], capture_output=True, text=True,
                           env=env, timeout=600)
+
+
+@pytest.mark.slow
+def test_resnet50_peak_its_layers_and_weights_apart_from_activations():
+    from relaytrace import zoo
+    from relaytrace.analysis.report import make_report
+
+    module, example = zoo.get("resnet50")
+    executable, lineage = relaytrace.build(from_torch(module, (example,)), "llvm")
+    report = make_report(lineage, relaytrace.profile(executable, lineage, [example.numpy()], repeat=1))
+    m = report.memory
+    params = sum(p.numel() for p in module.parameters()) + sum(b.numel() for n, b in module.named_buffers()
+                                                               if "running" in n)
+    assert m.weights == pytest.approx(4 * params, rel=0.01)  # batch norm folded or not, every weight once
+    assert m.checks[0].endswith(": agrees") and all(c.endswith("agrees") for c in m.checks[1:3])
+    assert m.peak < m.planned < m.peak * 10
+    biggest = max(4 * 64 * 112 * 112, 4 * 256 * 56 * 56)  # conv1's output; layer1's outputs
+    assert max(v.bytes for v in m.at_peak) >= biggest
+    assert m.layers[0].at_peak > 0

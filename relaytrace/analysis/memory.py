@@ -27,6 +27,7 @@ from attrs import define
 from ..model.lineage import CallSite, Lineage
 from ..model.memory import Block, Held, MemoryPlan
 from ..model.origin import OP
+from ..model.sitekey import SiteKey
 from ..model.work import LIMIT, Poly, concrete, evaluate, itemsize
 
 NO_SITE = "(no kernel)"  # the layer of a value no kernel call writes
@@ -35,12 +36,15 @@ TVM_SAYS = "relax.analysis.estimate_memory_usage"
 
 @define(frozen=True)
 class LiveValue:
-    """A value live at the peak: the ``block`` it is in (``bytes``: the block's size),
-    its ``shape`` (at the dims bound) and ``dtype``, the call site that wrote it and
-    that site's ``layer``; ``returned`` when the entry returns it; ``idle`` when the
-    block holds no value being read at the peak but is kept for the next one written
-    into it (then ``site`` and ``layer`` are that next value's): the plan keeps a block
-    from its first value to its last."""
+    """A value live at the peak: the ``block`` it is in (``bytes``: the block's size;
+    ``value_bytes``: the value's own, less when the block is sized for a larger value
+    it holds at another time; 0 when idle), its ``shape`` (at the dims bound) and
+    ``dtype``, the call site that wrote it and that site's ``layer``; ``returned`` when
+    the entry returns it; ``idle`` when the block holds no value being read at the peak
+    but is kept for the next one written into it (then ``site`` and ``layer`` are that
+    next value's): the plan keeps a block from its first value to its last;
+    ``sized_for``: the layer of the largest value the block ever holds (what sets its
+    size)."""
 
     block: str
     bytes: float
@@ -50,6 +54,8 @@ class LiveValue:
     layer: str
     returned: bool = False
     idle: bool = False
+    value_bytes: float = 0.0
+    sized_for: str = ""
 
 
 @define(frozen=True)
@@ -77,7 +83,8 @@ class Lifetime:
 class LayerMemory:
     """One layer's memory: ``weights`` (bytes of the weights it reads first),
     ``activations`` (bytes of the values its kernels write, each once), ``at_peak``
-    (bytes of the live values it wrote, at the peak)."""
+    (bytes of the live values it wrote, at the peak: the values' own bytes, not the
+    blocks' they are in)."""
 
     layer: str
     weights: float
@@ -146,11 +153,24 @@ def entry_dims(lineage: Lineage, entry: str, inputs) -> dict[str, int]:
     return dims
 
 
-def memory_at(lineage: Lineage, entry: str, dims: Mapping[str, int]) -> Memory | None:
+def profiled_memory(lineage: Lineage, profile, dims: Mapping[str, int] | None = None) -> Memory | None:
+    """The memory of the entry ``profile`` ran, at the dims it ran with (each overridden
+    by ``dims``), checked against the addresses that run recorded when the dims are its
+    own."""
+    ran = entry_dims(lineage, profile.entry, profile.inputs)
+    env = {**ran, **(dims or {})}
+    run = {key: arg.addresses for key, arg in profile.args.items() if arg.addresses} if env == ran else None
+    return memory_at(lineage, profile.entry, env, run)
+
+
+def memory_at(lineage: Lineage, entry: str, dims: Mapping[str, int],
+              run: Mapping[str, tuple[int, ...]] | None = None) -> Memory | None:
     """``entry``'s memory (``Memory``) with its symbolic dims at ``dims``; None when the
     lineage has no plan of it (a lineage saved before plans were read, a build without
     the VM's memory passes). A size that does not evaluate at ``dims`` gives a ``Memory``
-    whose ``known`` is False, ``why`` naming the dim."""
+    whose ``known`` is False, ``why`` naming the dim. ``run``: each call site's argument
+    addresses in a run at these dims (``kernel#call`` -> ``ArgInfo.addresses``), against
+    which the plan is checked (``_run_checks``)."""
     plan = lineage.build.memory.get(entry)
     if plan is None:
         return None
@@ -177,7 +197,7 @@ def memory_at(lineage: Lineage, entry: str, dims: Mapping[str, int]) -> Memory |
     return Memory(
         entry, env, plan.steps, tuple(live), live[peak_step] if peak_step >= 0 else 0.0, peak_step, formula,
         at_peak, lives, layers, planned, len(plan.blocks), sum(b for _, b in weights), inputs, returned, plan.unplanned,
-        _checks(plan, planned), _notes(plan))
+        _checks(plan, planned) + (_run_checks(plan, sizes, run) if run else ()), _notes(plan))
 
 
 def _size(poly: Poly, env: Mapping[str, int]) -> float:
@@ -227,11 +247,14 @@ def _live_at(plan: MemoryPlan, sizes, step: int, layer_of: Mapping[str, str], en
         held = _held_at(block, step)
         idle = held is None
         held = held or next((t for t in block.tensors if t.first > step), None)
+        largest = max(block.tensors, key=lambda t: _bytes(t.shape, t.dtype, env), default=None)
+        sized_for = layer_of.get(largest.site, NO_SITE) if largest is not None else NO_SITE
         if held is None:
-            out.append(LiveValue(block.name, size, (), "", "", NO_SITE, block.returned, True))
+            out.append(LiveValue(block.name, size, (), "", "", NO_SITE, block.returned, True, sized_for=sized_for))
         else:
             out.append(LiveValue(block.name, size, concrete(held.shape, env) or held.shape, held.dtype, held.site,
-                                 layer_of.get(held.site, NO_SITE), block.returned, idle))
+                                 layer_of.get(held.site, NO_SITE), block.returned, idle,
+                                 0.0 if idle else _bytes(held.shape, held.dtype, env), sized_for))
     return tuple(sorted(out, key=lambda v: -v.bytes))
 
 
@@ -274,7 +297,8 @@ def _layers(plan: MemoryPlan, weights, at_peak, layer_of, anchor_of, env) -> tup
                 continue
     peak: dict[str, float] = defaultdict(float)
     for value in at_peak:
-        peak[value.layer] += value.bytes
+        if not value.idle:
+            peak[value.layer] += value.value_bytes
     names = dict.fromkeys([*peak, *written, *weight])
     rows = [LayerMemory(n, weight.get(n, 0.0), written.get(n, 0.0), peak.get(n, 0.0)) for n in names]
     return tuple(sorted(rows, key=lambda r: (-r.at_peak, -r.weights, -r.activations, r.layer)))
@@ -298,6 +322,51 @@ def _checks(plan: MemoryPlan, planned: float) -> tuple[str, ...]:
     verdict = "agrees" if agrees else "DIFFERS"
     return (f"{TVM_SAYS}: {count} allocations, {gb:.4g} GB; the plan read here: {len(plan.blocks)} blocks, "
             f"{ours:.4g} GB: {verdict}",)
+
+
+def _run_checks(plan: MemoryPlan, sizes, run: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:
+    """The plan held against where a run put each value (its writer's argument address):
+    the values of one block at one address, and no two blocks the plan has live at one
+    step overlapping there; and how much memory the run's blocks spanned (the VM's
+    allocator gives a freed block's memory to a later one, so it can be less than the
+    plan's total)."""
+    base: dict[int, set[int]] = {}
+    for i, block in enumerate(plan.blocks):
+        for held in block.tensors:
+            addresses = run.get(SiteKey.parse(held.site, plan.entry).in_entry) if held.site else None
+            if addresses is not None and 0 <= held.argument < len(addresses):
+                base.setdefault(i, set()).add(addresses[held.argument])
+    if not base:
+        return ("a run: no address of a planned value was recorded (a profile made before relaytrace recorded them, "
+                "or on a remote device): not checked",)
+    split = [plan.blocks[i].name for i, found in base.items() if len(found) > 1]
+    placed = {i: min(found) for i, found in base.items()}
+    overlap = _overlap(plan, sizes, placed)
+    spans = sorted((a, a + sizes[i]) for i, a in placed.items())
+    spanned, end = 0.0, -1.0
+    for start, stop in spans:
+        spanned += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    lines = [f"a run: the values of {len(base)} of {len(plan.blocks)} blocks were found at their writers' addresses; "
+             + (f"DIFFERS: the values of {', '.join(split[:3])} were at different addresses" if split else
+                "each block's values at one address: agrees"),
+             f"a run: {overlap}" if overlap else
+             "a run: no two blocks the plan has live at one step overlapped: agrees",
+             f"a run: the blocks spanned {spanned:.0f} bytes at {len(set(placed.values()))} distinct addresses "
+             "(the VM's allocator gives a freed block's memory to a later one)"]
+    return tuple(lines)
+
+
+def _overlap(plan: MemoryPlan, sizes, placed: Mapping[int, int]) -> str:
+    """The first step at which two blocks the plan has live both sat on the same memory
+    in the run ("" when none did): the plan's lifetimes would be wrong there."""
+    for step in range(len(plan.steps)):
+        live = sorted((placed[i], placed[i] + sizes[i], plan.blocks[i].name) for i in placed
+                      if plan.blocks[i].start <= step <= plan.blocks[i].end)
+        for (_, end, a), (start, _, b) in zip(live, live[1:]):
+            if start < end:
+                return f"DIFFERS: {a} and {b} are both live at {plan.steps[step]} but sat on the same memory"
+    return ""
 
 
 def _notes(plan: MemoryPlan) -> tuple[str, ...]:

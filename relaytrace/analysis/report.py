@@ -11,7 +11,7 @@ from attrs import define
 from ..model.lineage import Coverage, Lineage
 from ..model.profile import KERNEL, Profile
 from . import attribution as A
-from .memory import Memory, entry_dims, memory_at
+from .memory import Memory, profiled_memory
 from .roofline import Roofline, roofline
 
 
@@ -53,5 +53,5 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
         coverage=lineage.coverage(),
         site_us={s.label: times[s.key] for s in lineage.call_sites},
         build_lineage=build_lineage, roofline=roofline(lineage, profile, parts),
-        memory=memory_at(build_lineage, profile.entry, entry_dims(build_lineage, profile.entry, profile.inputs)),
+        memory=profiled_memory(build_lineage, profile),
     )

@@ -64,14 +64,16 @@ def _loaded(path: str):
 
 def _memory(path: str, entry: str | None, dims: dict[str, int]):
     """The memory of ``entry`` (the profiled one by default) in the build at ``path``, at
-    the profiled run's dims overridden by ``dims``."""
-    from ..analysis.memory import entry_dims, memory_at
+    the profiled run's dims overridden by ``dims`` (and checked against that run's
+    addresses when they are its own)."""
+    from ..analysis.memory import memory_at, profiled_memory
     from ..model.lineage import choose_entry
 
     lineage, profile = _loaded(path)
     name = choose_entry(tuple(lineage.build.entries), entry or (profile.entry if profile is not None else None))
-    ran = entry_dims(lineage, name, profile.inputs) if profile is not None and profile.entry == name else {}
-    return memory_at(lineage, name, {**ran, **dims})
+    if profile is not None and profile.entry == name:
+        return profiled_memory(lineage, profile, dims)
+    return memory_at(lineage, name, dims)
 
 
 def _other_entries(path: str, shown: str, dims: dict[str, int]) -> None:

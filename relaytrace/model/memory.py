@@ -27,13 +27,15 @@ class Held:
     writes it (``site``: a ``SiteKey`` label; "" when no kernel does, e.g. one only a
     VM builtin fills), and the steps ``first`` (written) to ``last`` (last read, or the
     last step for a value the entry returns); ``last < first`` when no kernel call
-    falls between its allocation and its end."""
+    falls between its allocation and its end; ``argument``: which tensor argument of its
+    writer it is (-1: none), where a run's address of it is read."""
 
     shape: Shape
     dtype: str
     site: str
     first: int
     last: int
+    argument: int = -1
 
 
 @define(frozen=True)

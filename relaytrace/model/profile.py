@@ -13,8 +13,8 @@ from .names import Name
 from .peaks import Peaks, problem
 from .sitekey import SiteKey
 
-SCHEMA = "relaytrace.profile/2"  # /2 added peaks; /1 files load without them
-_V1 = "relaytrace.profile/1"
+SCHEMA = "relaytrace.profile/3"  # /2 added peaks, /3 each argument's address; older files load without them
+_OLDER = ("relaytrace.profile/1", "relaytrace.profile/2")
 LOCAL_RUN, FROM_IR = "a local run", "the compiled IR"  # what a profile's sites were given (Profile.arguments)
 ESTIMATE = "estimate"  # a Profile.mode: no run, each site's time its roofline bound (analysis.estimate)
 MODES = ("timeline", "isolated", ESTIMATE)
@@ -57,10 +57,13 @@ class SiteTime:
 
 @define(frozen=True)
 class ArgInfo:
-    """The shapes and dtypes of one call site's arguments as they ran."""
+    """The shapes and dtypes of one call site's arguments as they ran, and where each was
+    in memory (``addresses``: its data address in that run, what the memory plan is
+    held against; empty for a profile made without a local run)."""
 
     shapes: tuple[tuple, ...]
     dtypes: tuple[str, ...]
+    addresses: tuple[int, ...] = ()
 
 
 _RECORD_FIELDS = ("name", "call", "run", "start_us", "duration_us", "kind")
@@ -242,7 +245,7 @@ class Profile:
         """The profile a JSON object holds, every field checked for type and range (a
         duration is 0 to ``MAX_US``; at least one end-to-end run, every profile has
         one): a ``LineageFormatError`` naming it otherwise."""
-        if isinstance(data, dict) and data.get("schema") == _V1:
+        if isinstance(data, dict) and data.get("schema") in _OLDER:
             data = {**data, "schema": SCHEMA}
         check_schema(data, SCHEMA, "profile", where)
         profile = decode(cls, {k: v for k, v in data.items() if k != "site_times"}, where)

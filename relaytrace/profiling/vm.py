@@ -228,7 +228,8 @@ def _capture(vm, entry: str, args, lineage, skip: frozenset, copy: bool):
             counts[name] = k + 1
             tensors = [a for a in call_args if hasattr(a, "shape")]
             info[SiteKey(entry, name, k)] = ArgInfo(tuple(tuple(int(d) for d in a.shape) for a in tensors),
-                                                    tuple(str(a.dtype) for a in tensors))
+                                                    tuple(str(a.dtype) for a in tensors),
+                                                    tuple(int(a.data_ptr()) for a in tensors))
             if copy and name in kernels:
                 captured.append((name, k, [tvm.runtime.tensor(a.numpy(), a.device) for a in tensors]))
         return relax.VMInstrumentReturnKind.NO_OP

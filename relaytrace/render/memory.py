@@ -59,10 +59,9 @@ def memory_summary(memory, top: int = 10) -> str:
     if memory.at_peak:
         lines += ["", f"live at the peak ({terminal(memory.peak_site)}, step {memory.peak_step + 1} of "
                   f"{len(memory.steps)}):"]
-        rows = [[v.block, size(v.bytes), ("idle, kept for " if v.idle else "") + "x".join(map(str, v.shape))
-                 + (f" {v.dtype}" if v.dtype else ""), v.layer, v.site + (" (returned)" if v.returned else "")]
-                for v in memory.at_peak[:top]]
-        lines.append(format_table(["block", "bytes", "value", "layer", "written by"], rows))
+        rows = [[v.block, size(v.bytes), _value(v), v.layer, v.site + (" (returned)" if v.returned else ""),
+                 v.sized_for] for v in memory.at_peak[:top]]
+        lines.append(format_table(["block", "bytes", "value", "layer", "written by", "block sized for"], rows))
         if len(memory.at_peak) > top:
             lines.append(f"... and {len(memory.at_peak) - top} more")
         idle = [v for v in memory.at_peak if v.idle]
@@ -75,6 +74,13 @@ def memory_summary(memory, top: int = 10) -> str:
         lines.append(format_table(["layer", "at peak", "written", "weights"], rows))
     lines += ["", *memory.checks, *memory.notes]
     return "\n".join(line for line in lines).rstrip()
+
+
+def _value(v) -> str:
+    """A live value as the table shows it: shape, dtype and its own bytes, or what an
+    idle block is kept for."""
+    shape = "x".join(map(str, v.shape)) + f" {v.dtype}".rstrip()
+    return f"idle, kept for {shape}" if v.idle else f"{shape} ({size(v.value_bytes)})"
 
 
 def memory_csv(report) -> str:

@@ -60,11 +60,11 @@ class _Block:
 
 
 class _Tensor:
-    __slots__ = ("shape", "dtype", "alloc", "site", "uses")
+    __slots__ = ("shape", "dtype", "alloc", "site", "argument", "uses")
 
     def __init__(self, shape, dtype: str, alloc: int):
         self.shape, self.dtype, self.alloc = shape, dtype, alloc
-        self.site = ""
+        self.site, self.argument = "", -1
         self.uses: list[int] = []  # positions of the kernel calls that take it (or a view of it)
 
 
@@ -145,6 +145,7 @@ class _Walk:
         self.calls[name] = call + 1
         label = SiteKey(self.entry_name, name, call).label
         self.steps.append((self.pos, label))
+        tensor_args = 0
         for arg in args:
             kind = ir.kind(arg)
             if kind == "const":
@@ -160,8 +161,9 @@ class _Walk:
             _, tensors = self.touch(arg, self.pos)
             for tensor in tensors:
                 if not tensor.site:
-                    tensor.site = label  # its first kernel after its allocation writes it
+                    tensor.site, tensor.argument = label, tensor_args  # its first kernel after its allocation writes it
                 tensor.uses.append(self.pos)
+            tensor_args += isinstance(ir.expr_type(arg), relax.TensorType)
 
     def subfunction(self, var, func, args) -> None:
         for param, arg in zip(ir.items(func.params), args):
@@ -200,7 +202,7 @@ class _Walk:
         blocks = tuple(
             Block(b.name, b.size, _first_after(positions, b.alloc), _last_before(positions, b.last),
                   tuple(Held(t.shape, t.dtype, t.site, _first_after(positions, t.alloc),
-                             _last_before(positions, max(t.uses, default=t.alloc))) for t in b.tensors),
+                             _last_before(positions, max(t.uses, default=t.alloc)), t.argument) for t in b.tensors),
                   b.returned)
             for b in self.blocks)
         weights = tuple(Weight(name, shape, dtype, tuple(sites)) for name, shape, dtype, sites in self.weights.values())

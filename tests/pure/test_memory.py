@@ -58,7 +58,7 @@ def test_layers_hold_what_they_wrote_and_weights_go_to_the_layer_that_reads_them
     conv, relu, fc = m.layer("conv1"), m.layer("relu"), m.layer("fc")
     assert conv.weights == 4 * 8 * 27 and relu.weights == 0  # the fused kernel's anchor reads the conv weight
     assert fc.weights == 4 * 64 * 16
-    assert relu.at_peak == 400 and conv.at_peak == 2048 and fc.at_peak == 100  # d is kept for fc's value
+    assert relu.at_peak == 400 and conv.at_peak == 2048 and fc.at_peak == 0  # d is idle, kept for fc's value
     assert relu.activations == 400 + 100 and fc.activations == 256 + 100
     assert m.layers[0].layer == "conv1"  # most at the peak first
     lives = {(v.kind, v.name, v.site): v for v in m.lifetimes}
@@ -104,3 +104,21 @@ def test_the_terminal_shows_the_peak_its_formula_and_the_idle_blocks():
     assert "4*n + 2148 bytes" in text and "idle, kept for 25 float32" in text
     assert "1 block(s), 100 B, are idle at the peak" in text
     assert size(3 * 2**30) == "3 GiB" and size(1536) == "1.5 KiB" and formula(()) == "0"
+
+
+def test_a_runs_addresses_confirm_the_plan_or_say_where_they_differ():
+    # block a at 1000, b at 5000, c at 9000, d at 20000 (its two values at one address)
+    run = {CONV: (0, 0, 1000, 20000), LAYOUT: (1000, 5000), FC: (5000, 0, 9000, 20000)}
+    plan = attrs.evolve(PLAN, blocks=tuple(
+        attrs.evolve(b, tensors=tuple(attrs.evolve(h, argument={"a": 2, "b": 1, "c": 2, "d": 3}[b.name])
+                                      for h in b.tensors)) for b in PLAN.blocks))
+    good = memory_at(planned(plan), "main", {"n": 100}, run).checks
+    assert good[1].endswith("each block's values at one address: agrees") and good[2].endswith("overlapped: agrees")
+    assert "spanned 2804 bytes at 4 distinct addresses" in good[3]
+    clash = dict(run, **{LAYOUT: (1000, 1200)})  # b on a's memory while both are live
+    assert "DIFFERS: a and b are both live at layout_transform#0" in memory_at(planned(plan), "main", {"n": 100},
+                                                                              clash).checks[2]
+    moved = dict(run, **{FC: (5000, 0, 9000, 30000)})  # d's second value elsewhere
+    assert "DIFFERS: the values of d were at different addresses" in memory_at(planned(plan), "main", {"n": 100},
+                                                                               moved).checks[1]
+    assert "not checked" in memory_at(planned(), "main", {"n": 100}, {CONV: (1,)}).checks[1]  # no argument known
