@@ -11,6 +11,7 @@ from attrs import define
 from ..model.lineage import Coverage, Lineage
 from ..model.profile import KERNEL, Profile
 from . import attribution as A
+from .precision import Precision, precision
 from .roofline import Roofline, roofline
 
 
@@ -31,6 +32,7 @@ class Report:
     site_us: dict[str, float]  # call-site label -> median time over runs
     build_lineage: Lineage
     roofline: Roofline  # work, achieved rates and the bound per site, layer, op type, kernel
+    precision: Precision  # dtypes per site and layer, casts and their time, layers left in float32 and why
 
     def modules(self, depth: int) -> tuple[tuple[str, float, float], ...]:
         """(module prefix, time, percent) at a module depth (``layer3`` at depth 1)."""
@@ -40,10 +42,11 @@ class Report:
 def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Report:
     """The report of a lineage and a profile of its build (refused when they do not
     match), about the entry function the profile ran (``Lineage.for_entry``); its
-    roofline against the profile's peaks."""
+    roofline against the profile's peaks, its precision cut by the same shares."""
     build_lineage, lineage = lineage, lineage.for_entry(profile.entry)
     parts = A.shares(lineage, profile, policy)
     times = profile.by_site(KERNEL)
+    site_us = {s.key: times[s.key] for s in lineage.call_sites}
     return Report(
         lineage=lineage, profile=profile, policy=policy, shares=parts,
         layers=A.layers_from(parts), kernels=A.by_kernel(lineage, profile),
@@ -51,4 +54,5 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
         coverage=lineage.coverage(),
         site_us={s.label: times[s.key] for s in lineage.call_sites},
         build_lineage=build_lineage, roofline=roofline(lineage, profile, parts),
+        precision=precision(lineage, parts, site_us),
     )
