@@ -87,7 +87,7 @@ def test_resnet18_in_float16_names_every_sites_dtype_its_casts_and_the_layers_le
     # every cast ToMixedPrecision inserted runs, billed to a layer it serves, or was folded (the weights')
     inserted = {o.id for o in lineage.origins.values() if o.short_op == "astype" and o.pass_name == MP}
     folded = {o for o in inserted if lineage.journal.eliminated_by.get(o) == "FoldConstant"}
-    assert {c.origin for c in p.casts} == inserted - folded and len(p.casts) > 0
+    assert {c.origin for c in p.casts} == inserted - folded and len(p.casts) > 0 and set(p.folded) == folded
     for c in p.casts:
         assert c.by == MP and c.by != MODEL and c.layer in {lineage.origins[s].layer for s in c.serves}
     assert any(c.us > 0 for c in p.casts) and 0 < p.cast_percent < 100

@@ -142,7 +142,7 @@ class Precision:
     float32); each site's and layer's dtypes (``layers`` slowest first, then those
     without time of their own); every cast; time by compute dtype (``by_dtype``:
     ``(dtype, us, percent of kernel time)``, most first, the casts apart under
-    ``CAST``); the casts' time and share."""
+    ``CAST``); the casts' time and share; the casts eliminated at build time."""
 
     build: str
     mixed: bool
@@ -152,6 +152,7 @@ class Precision:
     by_dtype: tuple[tuple[str, float, float], ...]
     cast_us: float
     cast_percent: float
+    folded: tuple[str, ...] = ()  # casts a pass eliminated (a weight's, folded into a constant): they never run
 
     @property
     def float32_layers(self) -> tuple[LayerPrecision, ...]:
@@ -194,7 +195,9 @@ def precision(lineage: Lineage, parts: Iterable[Share], site_us: dict[SiteKey, f
              else "mixed, as imported" if mixed else "float32")
     return Precision(build, mixed, sites, layers, casts,
                      tuple(sorted(((d, us, _percent(us, total)) for d, us in by.items()), key=lambda r: (-r[1], r[0]))),
-                     cast_us, _percent(cast_us, total))
+                     cast_us, _percent(cast_us, total),
+                     tuple(sorted(o for o, origin in lineage.origins.items()
+                                  if is_cast(origin) and o in lineage.journal.eliminated_by)))
 
 
 def site_dtypes(lineage: Lineage, site: CallSite) -> Dtypes:

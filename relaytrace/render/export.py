@@ -113,7 +113,7 @@ def precision_json(precision) -> dict:
     return {
         "build": precision.build, "mixed": precision.mixed,
         "by_dtype": [{"dtype": d, "us": us, "percent": p} for d, us, p in precision.by_dtype],
-        "cast_us": precision.cast_us, "cast_percent": precision.cast_percent,
+        "cast_us": precision.cast_us, "cast_percent": precision.cast_percent, "folded_casts": list(precision.folded),
         "casts": [{"origin": c.origin, "layer": c.layer, "serves": list(c.serves), "inserted_by": c.by,
                    "from": c.source, "to": c.target, "sites": list(c.sites), "fused": c.fused, "us": c.us}
                   for c in precision.casts],

@@ -208,12 +208,13 @@ def precision_summary(precision, top: int = 5) -> str:
     """A build's precision in a few lines (for one that is not all float32): time by
     compute dtype, the casts' time and share and who inserted them, and the ``top``
     layers left in float32 by time, each with why."""
-    shares = ", ".join(f"{terminal(d)} {us / 1e3:,.3f} ms ({p:.1f}%)" for d, us, p in precision.by_dtype)
+    shares = ", ".join(f"{terminal(d)} {us / 1e3:,.3f} ms ({p:.2f}%)" for d, us, p in precision.by_dtype)
     by = ", ".join(f"{n} by {terminal(who)}" for who, n in
                    sorted(Counter(c.by for c in precision.casts).items(), key=lambda x: -x[1]))
     lines = [f"precision: {terminal(precision.build)}; time by compute dtype: {shares or 'none'}",
              f"casts: {len(precision.casts)} ({by or 'none'}), {precision.cast_us / 1e3:,.3f} ms, "
-             f"{precision.cast_percent:.2f}% of kernel time"]
+             f"{precision.cast_percent:.2f}% of kernel time"
+             + (f"; {len(precision.folded)} more folded away at build time" if precision.folded else "")]
     kept = precision.float32_layers
     if kept:
         lines.append(f"left in float32: {len(kept)} layer(s), {sum(r.us for r in kept) / 1e3:,.3f} ms; top {top}:")
