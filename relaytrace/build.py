@@ -205,8 +205,28 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
             raise BuildFailedError(failure) from exc
     lineage = handle.lineage
     if mixed_precision:
-        lineage = attrs.evolve(lineage, build=attrs.evolve(lineage.build, accumulate=mixed_precision))
+        lineage = attrs.evolve(lineage, build=attrs.evolve(lineage.build, accumulate=mixed_precision,
+                                                           policies=mixed_precision_policies(lineage.origins)))
     return executable, lineage
+
+
+_POLICIES = {0: "always", 1: "follow", 2: "never"}  # TVM's MixedPrecisionPolicyKind
+
+
+def mixed_precision_policies(origins) -> dict[str, str]:
+    """Each op of the ``origins``' ``ToMixedPrecision`` policy as this TVM registers it
+    (``TMixedPrecisionPolicy``): "always", "follow" or "never"; an op registered without
+    one is "never", as the pass takes it (``GetMixedPrecisionInfo``)."""
+    import tvm
+
+    out = {}
+    for op in sorted({o.op for o in origins.values()}):
+        try:
+            policy = tvm.ir.Op.get(op).get_attr("TMixedPrecisionPolicy")
+        except Exception:  # not a registered op (a call to a function): the pass leaves it alone
+            continue
+        out[op] = "never" if policy is None else _POLICIES.get(int(policy), str(policy))
+    return out
 
 
 def _compile_in(context, mod, target, pipeline):

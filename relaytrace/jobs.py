@@ -306,9 +306,9 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
 
 
 _RUN_FIELDS = {"model": str, "input_shapes": tuple[str, ...], "dtype": str | None, "db": str | None,
-               "target": str, "pipeline": str, "layout": str, "entry": str | None}
+               "target": str, "pipeline": str, "layout": str, "entry": str | None, "precision": str}
 _RUN_DEFAULTS: dict[str, object] = {"input_shapes": [], "dtype": None, "db": None, "target": "llvm",
-                                     "pipeline": "fused", "layout": "NCHW", "entry": None}
+                                     "pipeline": "fused", "layout": "NCHW", "entry": None, "precision": "fp32"}
 
 
 def run_info(path) -> dict:

@@ -12,6 +12,7 @@ from ..model.lineage import Coverage, Lineage
 from ..model.profile import KERNEL, Profile
 from . import attribution as A
 from .memory import Memory, profiled_memory
+from .precision import Precision, precision
 from .roofline import Roofline, roofline
 
 
@@ -32,6 +33,7 @@ class Report:
     site_us: dict[str, float]  # call-site label -> median time over runs
     build_lineage: Lineage
     roofline: Roofline  # work, achieved rates and the bound per site, layer, op type, kernel
+    precision: Precision  # dtypes per site and layer, casts and their time, layers left in float32 and why
     memory: Memory | None = None  # the entry's memory plan at the dims it ran with (None: the lineage has none)
 
     def modules(self, depth: int) -> tuple[tuple[str, float, float], ...]:
@@ -42,10 +44,12 @@ class Report:
 def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Report:
     """The report of a lineage and a profile of its build (refused when they do not
     match), about the entry function the profile ran (``Lineage.for_entry``); its
-    roofline against the profile's peaks; its memory at the dims the profile ran with."""
+    roofline against the profile's peaks, its precision cut by the same shares; its memory at
+    the dims the profile ran with."""
     build_lineage, lineage = lineage, lineage.for_entry(profile.entry)
     parts = A.shares(lineage, profile, policy)
     times = profile.by_site(KERNEL)
+    site_us = {s.key: times[s.key] for s in lineage.call_sites}
     return Report(
         lineage=lineage, profile=profile, policy=policy, shares=parts,
         layers=A.layers_from(parts), kernels=A.by_kernel(lineage, profile),
@@ -53,5 +57,6 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
         coverage=lineage.coverage(),
         site_us={s.label: times[s.key] for s in lineage.call_sites},
         build_lineage=build_lineage, roofline=roofline(lineage, profile, parts),
+        precision=precision(lineage, parts, site_us),
         memory=profiled_memory(build_lineage, profile),
     )

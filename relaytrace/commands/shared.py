@@ -36,10 +36,13 @@ def build_and_profile(model, args, say, inputs):
     elif not runs_here(args.target):
         raise UsageError(f"a build for {target_name(args.target)} does not run on this machine: profile it on its "
                          "device with --rpc HOST:PORT or --tracker HOST:PORT --key KEY (docs/remote.md)")
-    say(f"building {getattr(model, 'name', 'model')} ({args.pipeline}, {args.layout}) for {args.target}")
+    fp16 = getattr(args, "precision", "fp32") == "fp16"
+    say(f"building {getattr(model, 'name', 'model')} ({args.pipeline}, {args.layout}"
+        f"{', float16 accumulating in float32' if fp16 else ''}) for {args.target}")
     executable, lineage = build(model, args.target, pipeline=args.pipeline, model=getattr(args, "name", None),
                                 convert_layout=NHWC if args.layout == "NHWC" else None,
-                                progress=say.passes, database=getattr(args, "db", None))
+                                progress=say.passes, database=getattr(args, "db", None),
+                                mixed_precision="float32" if fp16 else None)
     entry = lineage.entry(args.entry)
     mode = "isolated" if remote is not None else args.mode or "timeline"
     say(f"profiling {entry} ({mode}{', on ' + remote.describe() if remote else ''}, {args.repeat} run(s))")
@@ -106,10 +109,11 @@ def remote_device(args):
 def print_summary(report, out: Path | None, top: int = 10) -> None:
     """What ``profile`` and ``demo`` print: the profile's summary and warnings, the
     ``top`` layers, time by category, the peaks and the ``top`` layers by time above
-    the roofline, the memory peak, coverage, and the files written to ``out``."""
+    the roofline, the precision of a build not all float32, the memory peak, coverage,
+    and the files written to ``out``."""
     from ..model.profile import ESTIMATE
     from ..render.memory import memory_line
-    from ..render.table import category_table, coverage_summary, layer_table, roofline_summary
+    from ..render.table import category_table, coverage_summary, layer_table, precision_summary, roofline_summary
 
     echo(f"{terminal(report.lineage.build.model)}: {report.profile.summary()}")
     for warning in report.profile.warnings():
@@ -122,6 +126,9 @@ def print_summary(report, out: Path | None, top: int = 10) -> None:
     echo()
     echo(roofline_summary(report.roofline, top, estimate=report.profile.mode == ESTIMATE))
     echo()
+    if report.precision.mixed:
+        echo(precision_summary(report.precision))
+        echo()
     echo(memory_line(report.memory))
     echo()
     echo(coverage_summary(report.lineage, report.coverage))
@@ -159,7 +166,8 @@ def run_record(args, spec: str) -> dict:
     return {"model": spec, "input_shapes": getattr(args, "input_shape", []), "dtype": getattr(args, "dtype", None),
             "db": getattr(args, "db", None), "target": args.target, "pipeline": args.pipeline,
             "layout": getattr(args, "layout", "NCHW"), "entry": args.entry, "device": getattr(args, "device", None),
-            "peak_gflops": getattr(args, "peak_gflops", None), "peak_gbps": getattr(args, "peak_gbps", None)}
+            "peak_gflops": getattr(args, "peak_gflops", None), "peak_gbps": getattr(args, "peak_gbps", None),
+            "precision": getattr(args, "precision", "fp32")}
 
 
 def absolute_factory(spec: str) -> str:
@@ -198,6 +206,9 @@ def add_build_options(p) -> None:
     p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
     p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
                    help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
+    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
+                   help="fp16: build through relax.transform.ToMixedPrecision, accumulating in float32 "
+                        "(default fp32: as imported)")
     p.add_argument("--mode", choices=["timeline", "isolated"], default=None,
                    help="timeline (default here) or isolated (the only mode on a remote device)")
     p.add_argument("--rpc", metavar="HOST:PORT", help="profile on the device of this TVM RPC server")

@@ -42,9 +42,10 @@ def run(args) -> int:
     spec, shapes, dtype, target = args.model, args.input_shape, args.dtype, args.target or "llvm"
     if Path(spec).is_dir():  # an output DIR: rebuild the model it was made from, as it was made
         info = run_info(spec)
-        if info["pipeline"] != "fused" or info["layout"] != "NCHW":
-            raise UsageError(f"{spec} was built {info['pipeline']} with layout {info['layout']}; tasks are those of "
-                             "the fused NCHW build: profile the model that way, or pass the model itself")
+        if info["pipeline"] != "fused" or info["layout"] != "NCHW" or info["precision"] != "fp32":
+            raise UsageError(f"{spec} was built {info['pipeline']} with layout {info['layout']} in "
+                             f"{info['precision']}; tasks are those of the fused NCHW fp32 build: profile the "
+                             "model that way, or pass the model itself")
         spec, shapes, dtype, target = info["model"], info["input_shapes"], info["dtype"], args.target or info["target"]
     target_text = target
     if remote is not None and "num-cores" not in check_target(target).attrs:

@@ -21,10 +21,14 @@ class BuildFacts:
     ``kernel_members``: kernel -> the PrimFuncs it is made of (the IR's evidence for
     verification); ``accumulate``: the dtype conv and matmul accumulate in when the
     build computes in float16 (``ToMixedPrecision`` through ``relaytrace.build``), None
-    when it computes as imported; ``work``: kernel -> what its TIR computes per call
-    (``model.work.KernelWork``: FLOPs as formulas over its symbolic dims); ``memory``:
-    entry -> its memory plan as compiled (``model.memory.MemoryPlan``: blocks, their
-    sizes and lifetimes, the tensors and weights). Saved as the lineage's ``build``."""
+    when it computes as imported; ``policies``: op -> its ``ToMixedPrecision`` policy
+    in the TVM that made that build ("always": converted to float16, "follow": in
+    float16 when all its inputs are, "never": kept in float32; an op without one
+    registered is "never", as the pass takes it), empty for a build without it;
+    ``work``: kernel -> what its TIR computes per call (``model.work.KernelWork``: FLOPs
+    as formulas over its symbolic dims); ``memory``: entry -> its memory plan as
+    compiled (``model.memory.MemoryPlan``: blocks, their sizes and lifetimes, the
+    tensors and weights). Saved as the lineage's ``build``."""
 
     model: str
     target: str
@@ -35,5 +39,6 @@ class BuildFacts:
     shape_consumers: dict[str, tuple[str, ...]] = field(factory=dict)
     kernel_members: dict[str, tuple[Member, ...]] = field(factory=dict)
     accumulate: str | None = None
+    policies: dict[str, str] = field(factory=dict)
     work: dict[str, KernelWork] = field(factory=dict)
     memory: dict[str, MemoryPlan] = field(factory=dict)

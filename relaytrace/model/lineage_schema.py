@@ -10,7 +10,9 @@ current one: each a pure function from one version's JSON data to the next's.
   an ONNX op's ``node`` is its node's id (Model Explorer's), where /2 wrote ``onnx:``
   and the node's first output.
 - ``/4``: ``build.work``, each kernel's work (``model.work.KernelWork``); a /3 file has
-  none, and its figures of work are unknown.
+  none, and its figures of work are unknown. Added within /4, read as absent from a
+  file without them: a kernel's ``dtype`` and ``accumulate``, ``build.policies``
+  (``ToMixedPrecision``'s policy per op).
 - ``/5``: ``build.memory``, each entry's memory plan (``model.memory.MemoryPlan``); a
   /4 file has none, and its memory is unknown."""
 

@@ -40,7 +40,9 @@ class KernelWork:
     whole); ``notes`` what the count leaves out (a loop of unknown trip count) or why
     there is none (a call into a library); ``dtype``: the dtype most of its arithmetic
     is done in (a float16 conv accumulating in float32 computes in float32), whose peak
-    bounds it."""
+    bounds it; ``accumulate``: the dtype its reductions accumulate in (the stores of a
+    block with an init: a conv's, a matmul's, a mean's sum), None when it reduces
+    nothing or was counted before this was read."""
 
     params: tuple[tuple[tuple, str], ...]
     flops: Poly | None  # None: not counted (``notes`` say why)
@@ -48,6 +50,7 @@ class KernelWork:
     source: str = BEFORE_SCHEDULE
     notes: tuple[str, ...] = ()
     dtype: str = "float32"
+    accumulate: str | None = None
 
 
 @define(frozen=True)

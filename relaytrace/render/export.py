@@ -27,26 +27,34 @@ def roof_cells(roof) -> list[str]:
 def layers_csv(report) -> str:
     """``layers.csv`` of a ``Report``: one row per layer, slowest first; ``source``:
     where its ops came from (``Lineage.sources``); the roofline's figures
-    (``ROOF_COLUMNS``); every cell through ``csv_cell``."""
+    (``ROOF_COLUMNS``); ``precision``: the dtype(s) its ops compute in; every cell
+    through ``csv_cell``."""
     rows, sources = report.layers, report.lineage.sources()
     roofs = {r.name: r for r in report.roofline.layers}
+    precision = report.precision
     return csv_text(["layer", "time_us", "percent", "compute_us", "inserted_us", "ops", "kernel_calls", "verification",
-                 "source", *ROOF_COLUMNS],
+                 "source", *ROOF_COLUMNS, "precision"],
                 [[r.layer, f"{r.us:.3f}", f"{r.percent:.4f}", f"{r.compute_us:.3f}", f"{r.inserted_us:.3f}",
                   " ".join(r.ops), " ".join(r.kernels), r.status, " ".join(sources.get(r.layer, ())),
-                  *roof_cells(roofs.get(r.layer))] for r in rows])
+                  *roof_cells(roofs.get(r.layer)), _dtype(precision.layer(r.layer))] for r in rows])
+
+
+def _dtype(layer) -> str:
+    """A layer's ``precision`` cell: its compute dtype(s) (``LayerPrecision.dtype``)."""
+    return "" if layer is None else layer.dtype
 
 
 def kernels_csv(report) -> str:
     """``kernels.csv`` of a ``Report``: one row per kernel (its ``KernelRow``s) with
-    the roofline's figures over its call sites; every cell through ``safe_text.csv_cell``."""
+    the roofline's figures over its call sites and its compute dtype (``precision``);
+    every cell through ``safe_text.csv_cell``."""
     rows = report.kernels
     roofs = {r.name: r for r in report.roofline.kernels}
     return csv_text(["name", "duration_us", "percent", "count", "device", "argument_shapes", "layers", "verification",
-                 "tuned", "min_us", "max_us", *ROOF_COLUMNS],
+                 "tuned", "min_us", "max_us", *ROOF_COLUMNS, "precision"],
                 [[r.name, f"{r.us:.3f}", f"{r.percent:.4f}", r.count, r.device, r.shapes, " ".join(r.layers),
                   r.status, "yes" if r.tuned else "", f"{r.min_us:.3f}", f"{r.max_us:.3f}",
-                  *roof_cells(roofs.get(r.name))] for r in rows])
+                  *roof_cells(roofs.get(r.name)), report.precision.kernel_dtype(r.name)] for r in rows])
 
 
 def comparison_csv(comparison) -> str:
@@ -70,7 +78,7 @@ def csv_text(headers, rows) -> str:
 def attribution_json(report, depth: int = 1) -> dict:
     """A ``Report`` as JSON: summary, categories, layers, modules at ``depth``, op
     types, kernels, each with its verification verdict; the roofline's peaks and each
-    layer's figures (as ``layers.csv`` writes them)."""
+    layer's figures (as ``layers.csv`` writes them); the precision (``precision_json``)."""
     lineage, profile, cats = report.lineage, report.profile, report.categories
     return {
         "model": lineage.build.model,
@@ -94,4 +102,25 @@ def attribution_json(report, depth: int = 1) -> dict:
                       "source": report.roofline.peaks.source, "method": report.roofline.peaks.method},
                      "layers": [{"layer": r.name, **dict(zip(ROOF_COLUMNS, roof_cells(r)))}
                                 for r in report.roofline.layers]},
+        "precision": precision_json(report.precision),
+    }
+
+
+def precision_json(precision) -> dict:
+    """A ``Precision`` as JSON: the build, time by compute dtype, the casts (each billed
+    to the layer it serves), each layer's dtypes and, in a float16 build, whether it is
+    left in float32 and why; each call site's dtypes."""
+    return {
+        "build": precision.build, "mixed": precision.mixed,
+        "by_dtype": [{"dtype": d, "us": us, "percent": p} for d, us, p in precision.by_dtype],
+        "cast_us": precision.cast_us, "cast_percent": precision.cast_percent, "folded_casts": list(precision.folded),
+        "casts": [{"origin": c.origin, "layer": c.layer, "serves": list(c.serves), "inserted_by": c.by,
+                   "from": c.source, "to": c.target, "sites": list(c.sites), "fused": c.fused, "us": c.us}
+                  for c in precision.casts],
+        "layers": [{"layer": r.layer, "precision": r.dtype, "compute": list(r.compute), "inputs": list(r.inputs),
+                    "accumulate": list(r.accumulate), "us": r.us, "cast_us": r.cast_us, "float32": r.float32,
+                    "why": r.why} for r in precision.layers],
+        "sites": [{"site": s.label, "compute": s.dtypes.compute, "accumulate": s.dtypes.accumulate,
+                   "inputs": list(s.dtypes.inputs), "storage": s.dtypes.storage, "casts_only": s.casts_only}
+                  for s in precision.sites.values()],
     }

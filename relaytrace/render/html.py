@@ -62,7 +62,32 @@ def report_data(report) -> dict:
                           else "sites timed alone, laid end to end"),
         "roofline": _roofline(report.roofline),
         "estimate": report.profile.mode == "estimate",  # its times are bounds: nothing was achieved
+        "precision": _precision(report.precision),
     }
+
+
+def _precision(precision) -> dict:
+    """The build's precision in words, time by compute dtype (``[dtype, ms, percent]``),
+    the casts' time and share, and each layer's precision as ``[layer, {label, dtype,
+    kind, why}]`` pairs: ``kind`` (a CSS class) is ``half`` (computes in a half dtype),
+    ``reads-half`` (reads one, computes wider: a float16 conv accumulating in float32),
+    ``kept`` (left in float32 by a float16 build, ``why`` says why), ``float32`` or ``cast``."""
+    from ..analysis.precision import is_half
+
+    def kind(r) -> str:
+        if r.float32:
+            return "kept"
+        if not r.compute:
+            return "cast"
+        if any(is_half(d) for d in r.compute):
+            return "half"
+        return "reads-half" if any(is_half(d) for d in r.inputs) else "float32"
+
+    return {"build": precision.build, "mixed": precision.mixed,
+            "by_dtype": [[d, us / 1e3, p] for d, us, p in precision.by_dtype],
+            "cast_ms": precision.cast_us / 1e3, "cast_percent": precision.cast_percent, "casts": len(precision.casts),
+            "layers": [[r.layer, {"label": r.label, "dtype": r.dtype, "kind": kind(r), "why": r.why,
+                                  "cast_ms": r.cast_us / 1e3}] for r in precision.layers]}
 
 
 def _roofline(roofline) -> dict:
@@ -308,6 +333,7 @@ ceiling: time above the bound. Click a point for the layer.</p>
 <h2>Categories</h2><table id="categories"></table>
 <h2>Verification</h2><p class="{verdict_class}">{html.escape(verdict)}</p>{problems}
 {'<table id="checks"></table>' if data["checks"] else ""}
+<h2>Precision</h2><p id="precision"></p>
 <h2>Layers</h2><p>Click a layer to highlight its kernels (table and graph).</p><table id="layers"></table>
 <h2>Kernels</h2><p>Click a kernel to highlight the layers it runs.</p><table id="kernels"></table>
 <h2>Op types</h2><table id="optypes"></table>

@@ -3,6 +3,8 @@ through ``safe_text.terminal`` (a control character in a name is shown escaped).
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..model.lineage import Coverage, Lineage
 from .safe_text import terminal
 
@@ -200,3 +202,22 @@ def comparison_rows(comparison) -> tuple[list[str], list[list[str]]]:
 def comparison_table(comparison) -> str:
     """The terminal table of a ``Comparison``, one row per layer in run order."""
     return format_table(*comparison_rows(comparison))
+
+
+def precision_summary(precision, top: int = 5) -> str:
+    """A build's precision in a few lines (for one that is not all float32): time by
+    compute dtype, the casts' time and share and who inserted them, and the ``top``
+    layers left in float32 by time, each with why."""
+    shares = ", ".join(f"{terminal(d)} {us / 1e3:,.3f} ms ({p:.2f}%)" for d, us, p in precision.by_dtype)
+    by = ", ".join(f"{n} by {terminal(who)}" for who, n in
+                   sorted(Counter(c.by for c in precision.casts).items(), key=lambda x: -x[1]))
+    lines = [f"precision: {terminal(precision.build)}; time by compute dtype: {shares or 'none'}",
+             f"casts: {len(precision.casts)} ({by or 'none'}), {precision.cast_us / 1e3:,.3f} ms, "
+             f"{precision.cast_percent:.2f}% of kernel time"
+             + (f"; {len(precision.folded)} more folded away at build time" if precision.folded else "")]
+    kept = precision.float32_layers
+    if kept:
+        lines.append(f"left in float32: {len(kept)} layer(s), {sum(r.us for r in kept) / 1e3:,.3f} ms; top {top}:")
+        lines.append(format_table(["layer", "time (ms)", "why"], [[r.layer, f"{r.us / 1e3:.3f}", r.why]
+                                                                    for r in kept[:top]], wrap=100))
+    return "\n".join(lines)

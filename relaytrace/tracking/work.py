@@ -114,8 +114,9 @@ def count(func, source: str = BEFORE_SCHEDULE) -> KernelWork:
     except _Unread as exc:
         return KernelWork(_params(func), None, None, source, (f"not counted: {exc}",))
     dtype = max(walk.dtypes, key=walk.dtypes.__getitem__, default="float32")
+    accumulate = max(walk.accumulate, key=walk.accumulate.__getitem__, default=None)
     return KernelWork(_params(func), _sorted(walk.flops), _sorted(walk.trans), source, tuple(dict.fromkeys(walk.notes)),
-                      dtype)
+                      dtype, accumulate)
 
 
 class _Unread(Exception):
@@ -133,6 +134,7 @@ class _Walk:
         self.trans: dict[tuple, int] = defaultdict(int)
         self.notes: list[str] = []
         self.dtypes: dict[str, int] = defaultdict(int)  # float dtype -> operations per loop body stored in it
+        self.accumulate: dict[str, int] = defaultdict(int)  # float dtype -> reduction stores (a block's with an init)
 
     def stmt(self, s, trips: Poly) -> None:
         if isinstance(s, tirx.For):
@@ -146,6 +148,9 @@ class _Walk:
         elif isinstance(s, tvm.s_tir.SBlock):
             if s.init is not None:
                 self.stmt(s.init, trips)
+                for store in _stores(s.body):
+                    if _is_float(store.value.ty):
+                        self.accumulate[str(store.value.ty)] += 1
             self.stmt(s.body, trips)
         elif isinstance(s, tirx.SeqStmt):
             for child in s.seq:
@@ -177,6 +182,8 @@ class _Walk:
             self.notes.extend(walk.notes)
             for dtype, n in walk.dtypes.items():
                 self.dtypes[dtype] += n
+            for dtype, n in walk.accumulate.items():
+                self.accumulate[dtype] += n
         for figure in ("flops", "trans"):
             chosen = max(branches, key=lambda w: sum(getattr(w, figure).values()))
             target = getattr(self, figure)
@@ -190,6 +197,19 @@ class _Walk:
                 self.flops[atoms] += coef * flops
             if trans:
                 self.trans[atoms] += coef * trans
+
+
+def _stores(s) -> list:
+    """The buffer stores directly in a block's body (through sequences and lets, not
+    into nested blocks): what a block with an init accumulates into."""
+    if isinstance(s, tirx.BufferStore):
+        return [s]
+    if isinstance(s, tirx.SeqStmt):
+        return [x for child in s.seq for x in _stores(child)]
+    if isinstance(s, (tvm.s_tir.SBlockRealize, tvm.s_tir.SBlock)):
+        return []
+    body = getattr(s, "body", None)
+    return _stores(body) if body is not None else []
 
 
 def _ops(e) -> tuple[int, int]:

@@ -65,13 +65,38 @@ function search(q){ q = q.toLowerCase();
   tables.forEach(t => Array.from(t.body.rows).forEach(tr => {
     tr.style.display = !q || tr.dataset.text.includes(q) ? '' : 'none'; }));
   findInGraph(q); }
-build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted (ms)','inserted_ms'],['ops','ops'],['kernel calls','sites'],['verification','status']], data.layers, r => r.layer);
+const precisionOf = new Map(data.precision.layers);  // layer -> {label, dtype, kind, why, cast_ms}
+data.layers.forEach(l => { const p = precisionOf.get(l.layer); l.precision = p ? p.label : ''; });
+build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted (ms)','inserted_ms'],['ops','ops'],['kernel calls','sites'],['verification','status'],['precision','precision']], data.layers, r => r.layer);
 build('kernels', [['Name','name'],['Duration (us, median)','us'],['min','min_us'],['max','max_us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['verification','status']], data.kernels, r => r.name);
 if (data.checks.length) build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
 build('optypes', [['op type','op'],['time (ms)','ms'],['%','percent'],['count','count'],['layers','layers']], data.op_types, r => r.op);
 build('roof', [['layer','layer'],['time (ms)','ms'],['above bound (ms)','wasted_ms'],['efficiency (%)','efficiency'],['bound by','bound_by'],['GFLOP','gflop'],['GFLOP/s','gflops_s'],['GB/s','gbytes_s'],['FLOP/byte','intensity']], data.roofline.layers, r => r.layer);
 build('categories', [['category','name'],['time (ms)','ms'],['% of end-to-end','percent']], data.categories, r => r.name);
 document.getElementById('search').oninput = e => search(e.target.value);
+
+// ---- precision: the build's, time by compute dtype, the casts' share; the layers table's cells coloured ----
+const PRECISION = new Map([['half', 'computes in a half dtype'], ['reads-half', 'reads a half dtype, computes wider'],
+  ['kept', 'left in float32 by the float16 build'], ['float32', 'float32'], ['cast', 'casts only']]);
+function drawPrecision(){
+  const p = data.precision, line = document.getElementById('precision');
+  const dtypes = p.by_dtype.map(([d, ms, pc]) => `${d} ${ms.toFixed(3)} ms (${pc.toFixed(1)}%)`).join(', ');
+  line.replaceChildren(`${p.build}; time by compute dtype: ${dtypes || 'none'}; ${p.casts} cast(s): ` +
+    `${p.cast_ms.toFixed(3)} ms, ${p.cast_percent.toFixed(2)}% of kernel time`);
+  if (p.mixed) line.append(h('br'), ...Array.from(PRECISION, ([kind, words]) =>
+    h('span', {class: 'dtype ' + kind}, words)));
+  const column = Array.from(document.querySelectorAll('#layers thead th')).findIndex(th => th.textContent === 'precision');
+  Array.from(tables.get('layers').body.rows).forEach(tr => { const q = precisionOf.get(tr.dataset.key);
+    if (!q || column < 0) return;
+    const td = tr.cells[column]; td.classList.add('dtype', q.kind); if (q.why) td.title = q.why; });
+}
+/** A layer's precision in words, for its pane (null without). */
+function precisionLine(name){
+  const q = precisionOf.get(name); if (!q) return null;
+  return h('p', {class: 'dtype ' + q.kind}, `precision: ${q.label}` + (q.cast_ms ? `; casts billed to it ${q.cast_ms.toFixed(3)} ms` : '') +
+    (q.why ? `; left in float32: ${q.why}` : ''));
+}
+drawPrecision();
 
 // ---- where the time goes: an icicle over the module hierarchy (d3-hierarchy) ----
 const COLOURS = new Map([['compute', '#4e79a7'], ['inserted', '#f28e2b'], ['unresolved', '#e15759'],
@@ -233,6 +258,7 @@ function showLayer(name){
   detail(`layer ${name}`, [
     time,
     roofLine(name),
+    precisionLine(name),
     numerics ? h('p', {class: `numerics ${numerics.status}`}, h('b', null, 'numerics'), `: ${numerics.text}`) : null,
     h('b', null, 'ops'), table(['op', 'inputs', 'output', 'passes'], d.ops.map(o => [o.op, o.inputs, o.output,
       o.history.join(' → ') || (o.eliminated ? 'eliminated by ' + o.eliminated : '')])),
