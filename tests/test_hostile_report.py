@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from relaytrace.analysis.memory import live_at
 from relaytrace.analysis.report import make_report
 from relaytrace.render.html import html_report, script_json
 
@@ -149,8 +150,15 @@ def test_every_hostile_name_is_text_in_the_html_report(hostile, tmp_path):
             pane.locator("a[data-layer]").first.dispatch_event("click")
         for selector in ("#icicle rect", "#crumbs a", "#timeline rect", "#graph g.gnode", "#layers tbody tr",
                          "#kernels tbody tr", "#optypes tbody tr", "#checks tbody tr", "#roofline circle",
-                         "#roof tbody tr", "th"):
+                         "#roof tbody tr", "#memchart circle", "#memstep a", "th"):
             _click_all(page, selector)
+        # the memory tables at the last step clicked: the layers that wrote what is live there, as text
+        memory = report.memory
+        last = len(memory.steps) - 1
+        assert page.locator("#memchart circle.picked").get_attribute("data-step") == str(last)
+        shown = page.locator("#memstep table >> nth=1").locator("tbody tr td:first-child").all_text_contents()
+        assert shown and sorted(shown) == sorted({v.layer for v in live_at(memory, last)})
+        assert set(shown) & set(HOSTILE_NAMES)
         page.wait_for_timeout(300)  # an image that failed to load has fired its onerror by now
         made = page.evaluate("() => ({img: document.querySelectorAll('img').length, "  # the pane's own <b>
                              "b: document.querySelectorAll('b:not(#detail > b)').length, "  # labels aside

@@ -291,3 +291,61 @@ def test_layer_graph_colours_each_op_by_its_own_time_and_groups_big_models(small
     grouped = G.layer_graph(lineage, report)
     assert "grouped by module depth 1" in grouped.source and "origin:" not in grouped.source
     assert "origin:" in G.layer_graph(lineage, report, collapse=0).source
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed: the HTML report was not opened")
+def test_the_memory_chart_has_a_point_per_kernel_call_and_says_what_is_live_at_the_one_clicked(tmp_path):
+    """The 2-block decoder's prefill: one point per step, the peak labelled with its bytes
+    and site, the tables at the peak as the analysis says; a click on another step shows
+    what is live there (as ``live_at`` says), a layer there opens its pane; without a plan,
+    or with sizes not known, the section says so."""
+    from relaytrace.analysis.memory import live_at
+    from relaytrace.render.memory import size
+
+    report = _decoder_report(2)
+    memory = report.memory
+    other = next(i for i in range(len(memory.steps))  # a step where other values are live than at the peak
+                 if {v.block for v in live_at(memory, i)} != {v.block for v in memory.at_peak})
+    page_path = tmp_path / "report.html"
+    page_path.write_text(html_report(report))
+    errors: list[str] = []
+
+    def rows(page, table: int) -> list[list[str]]:
+        return page.locator(f"#memstep table >> nth={table}").locator("tbody tr").evaluate_all(
+            "trs => trs.map(tr => Array.from(tr.cells, td => td.textContent))")
+
+    with _browser() as pw:
+        browser, page, _ = _open(pw, page_path, errors)
+        assert page.locator("#memchart circle.step").count() == len(memory.steps) > 1
+        label = page.locator("#memchart text.peak-label").text_content()
+        assert memory.peak_site in label and size(memory.peak) in label
+        assert [r[0] for r in rows(page, 0)] == [v.block for v in memory.at_peak]
+        assert [r[0] for r in rows(page, 1)][:3] == [r.layer for r in memory.layers[:3]]  # by bytes at the peak
+        page.locator(f'#memchart circle[data-step="{other}"]').hover()
+        assert page.locator("#memhover").text_content() == (
+            f"step {other + 1}: {memory.steps[other]}, {size(memory.live[other])} live")
+        page.locator(f'#memchart circle[data-step="{other}"]').dispatch_event("click")
+        assert page.locator("#memstep p.memhead").text_content().startswith(
+            f"step {other + 1} of {len(memory.steps)}, {memory.steps[other]}: {size(memory.live[other])} live")
+        expected = live_at(memory, other)
+        def shown(v):
+            shape = " ".join(("x".join(map(str, v.shape)), v.dtype)).strip()
+            return f"kept for {shape}" if v.idle else f"{shape} ({size(v.value_bytes)})"
+
+        assert rows(page, 0) == [[v.block, size(v.bytes), shown(v), v.layer,
+                                  v.site + (" (returned)" if v.returned else ""), "idle" if v.idle else ""]
+                                 for v in expected]
+        assert page.locator("#memchart circle.picked").get_attribute("data-step") == str(other)
+        layer = next(v.layer for v in expected if v.layer in {r.layer for r in report.layers})  # a row of its own
+        page.locator(f'#memstep a[data-layer="{layer}"]').first.click()
+        assert page.locator("#detail h3").text_content() == f"layer {layer}"
+        assert page.locator("#layers tbody tr.pick td:first-child").text_content() == layer
+        for memoryless, says in ((None, "No memory plan"), (attrs.evolve(memory, known=False, why="give seq_len"),
+                                                            "not known at these sizes: give seq_len")):
+            page_path.write_text(html_report(attrs.evolve(report, memory=memoryless)))
+            page.goto(page_path.as_uri())
+            page.wait_for_selector("body[data-ready]")
+            assert says in page.locator("#memory p.warn").text_content()
+            assert page.locator("#memchart").count() == 0
+        browser.close()
+    assert errors == []

@@ -1,6 +1,7 @@
 """Regenerate docs/gallery/: real pictures of zoo models, and screenshots of their HTML
-reports in headless Chromium (run: python tools/make_gallery.py [--screenshots]: only
-retake the screenshots of the reports already there)."""
+reports in headless Chromium (run: python tools/make_gallery.py [--screenshots | --memory]:
+only retake the screenshots of the reports already there; or first make again only the
+reports they are of that have a memory section, ResNet-50's and the decoder's)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from relaytrace.render.html import html_report
 from relaytrace.render.table import roofline_summary
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "gallery"
+MEMORY_STEP = 40  # the kernel call (0-based) of zoo ResNet-50 clicked in its memory chart: one on its plateau
 
 
 def main() -> int:
@@ -25,13 +27,15 @@ def main() -> int:
     if sys.argv[1:] == ["--screenshots"]:  # of the reports already there
         _screenshots()
         return 0
+    if sys.argv[1:] == ["--memory"]:
+        (OUT / "resnet50_report.html").write_text(html_report(_zoo_report("resnet50", None)[1]))
+        (OUT / "decoder24_report.html").write_text(html_report(_decoder_report()))
+        _screenshots()
+        return 0
     for name, layout in (("resnet50", None), ("resnet50", NHWC),
                          ("mobilenet_v2", None)):
-        tag = name + ("_nhwc" if layout else "")
-        executable, lineage = relaytrace.build(load(f"demo:{name}").model, "llvm", convert_layout=layout, model=tag)
-        x = np.random.default_rng(0).standard_normal(lineage.inputs[0][1]).astype("float32")
-        prof = relaytrace.profile(executable, lineage, [x], repeat=1)
-        report = make_report(lineage, prof)
+        tag, report = _zoo_report(name, layout)
+        lineage, prof = report.lineage, report.profile
         G.render(G.layer_graph(lineage, report, collapse=2), OUT / f"{tag}_layers_depth2.png", overwrite=True)
         G.render(G.kernel_graph(lineage, report), OUT / f"{tag}_kernels.svg", overwrite=True)
         G.render(G.layer_graph(lineage, report), OUT / f"{tag}_layers.svg", overwrite=True)
@@ -45,6 +49,14 @@ def main() -> int:
     print(roofline_summary(decoder.roofline))
     _screenshots()
     return 0
+
+
+def _zoo_report(name: str, layout):
+    """(tag, report) of a zoo model built for llvm (in ``layout``), one run profiled."""
+    tag = name + ("_nhwc" if layout else "")
+    executable, lineage = relaytrace.build(load(f"demo:{name}").model, "llvm", convert_layout=layout, model=tag)
+    x = np.random.default_rng(0).standard_normal(lineage.inputs[0][1]).astype("float32")
+    return tag, make_report(lineage, relaytrace.profile(executable, lineage, [x], repeat=1))
 
 
 def _comparison() -> None:
@@ -86,7 +98,8 @@ def _screenshots() -> None:
     """The decoder's overview with ``layers.3`` clicked in the icicle; ResNet-18's pane
     with its float16 error; ResNet-50's layer graph as it opens (grouped), and every
     layer with ``layer3.1.conv2`` found and clicked; the roofline charts of ResNet-50
-    (``layer3.1.conv2`` clicked) and the decoder (its slowest layer clicked)."""
+    (``layer3.1.conv2`` clicked) and the decoder (its slowest layer clicked); the memory
+    sections of the decoder (at its peak) and of ResNet-50 (step ``MEMORY_STEP`` clicked)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -122,6 +135,17 @@ def _screenshots() -> None:
             dot.dispatch_event("click")
             page.locator("#roofline").scroll_into_view_if_needed()
             page.screenshot(path=str(OUT / name))
+        for report, step, name in (("decoder24_report.html", None, "report_memory_decoder.png"),
+                                   ("resnet50_report.html", MEMORY_STEP, "report_memory_resnet50.png")):
+            page.goto((OUT / report).as_uri())
+            page.wait_for_selector("body[data-ready]")
+            if step is not None:
+                page.locator(f'#memchart circle[data-step="{step}"]').dispatch_event("click")
+            clip = page.locator("#memory").evaluate(  # from the section's heading to its end, in the page
+                "m => { const a = m.previousElementSibling.previousElementSibling.getBoundingClientRect(), "
+                "b = m.getBoundingClientRect(); return {x: a.left - 8, y: a.top + scrollY - 8, "
+                "width: b.width + 16, height: b.bottom - a.top + 16}; }")
+            page.screenshot(path=str(OUT / name), full_page=True, clip=clip)
         browser.close()
 
 

@@ -64,8 +64,9 @@ class Lifetime:
     the plan places in ``block``; ``weight``; ``input``), ``bytes`` (an activation's:
     its block's size), its ``shape`` and ``dtype``, the call ``site`` that writes it (a
     weight's: the first that reads it) and its ``layer``, the steps it is ``first``
-    written (or read) and ``last`` read at (-1: none), and whether it is live at the
-    peak."""
+    written (or read) and ``last`` read at (-1: none), whether it is live at the peak,
+    and ``own``: its own bytes (an activation's block may be sized for a larger value;
+    0 where a dim is not bound)."""
 
     kind: str
     name: str
@@ -77,6 +78,20 @@ class Lifetime:
     first: int
     last: int
     at_peak: bool = False
+    own: float = 0.0
+
+
+@define(frozen=True)
+class Span:
+    """A block the plan allocates: its ``bytes``, live from step ``start`` to ``end``
+    (both included; ``end < start``: at no step), ``returned`` when the entry returns a
+    value in it. With the activations' ``Lifetime`` rows, what ``live_at`` reads."""
+
+    block: str
+    bytes: float
+    start: int
+    end: int
+    returned: bool = False
 
 
 @define(frozen=True)
@@ -105,7 +120,9 @@ class Memory:
     (bytes of the values the entry returns); ``unplanned``: values made outside the
     plan; ``checks``: what the plan's figures were held against, each saying whether it
     agrees (TVM's own estimate; a run's allocations); ``notes``: what was not
-    counted. ``known`` is False when the sizes could not be bound (``why`` says)."""
+    counted. ``known`` is False when the sizes could not be bound (``why`` says).
+    ``spans``: each block's size and the steps it is live at, in program order (what is
+    live at any step: ``live_at``)."""
 
     entry: str
     dims: dict[str, int]
@@ -127,6 +144,7 @@ class Memory:
     notes: tuple[str, ...] = ()
     known: bool = True
     why: str = ""
+    spans: tuple[Span, ...] = ()
 
     @property
     def peak_site(self) -> str:
@@ -188,16 +206,23 @@ def memory_at(lineage: Lineage, entry: str, dims: Mapping[str, int],
             live[step] += size
     peak_step = max(range(len(live)), key=live.__getitem__, default=-1)
     layer_of, anchor_of = _layers_of_sites(lineage, entry)
-    at_peak = _live_at(plan, sizes, peak_step, layer_of, env) if peak_step >= 0 else ()
+    spans = tuple(Span(b.name, size, b.start, b.end, b.returned) for b, size in zip(plan.blocks, sizes))
+    lives = _lifetimes(plan, sizes, weights, peak_step, layer_of, anchor_of, env)
+    at_peak = _live(spans, lives, peak_step) if peak_step >= 0 else ()
     layers = _layers(plan, weights, at_peak, layer_of, anchor_of, env)
     formula = _sum_polys(b.bytes for b in plan.blocks if b.start <= peak_step <= b.end)
     returned = sum(size for block, size in zip(plan.blocks, sizes) if block.returned)
     planned = sum(sizes)
-    lives = _lifetimes(plan, sizes, weights, peak_step, layer_of, anchor_of, env)
     return Memory(
         entry, env, plan.steps, tuple(live), live[peak_step] if peak_step >= 0 else 0.0, peak_step, formula,
         at_peak, lives, layers, planned, len(plan.blocks), sum(b for _, b in weights), inputs, returned, plan.unplanned,
-        _checks(plan, planned) + (_run_checks(plan, sizes, run) if run else ()), _notes(plan))
+        _checks(plan, planned) + (_run_checks(plan, sizes, run) if run else ()), _notes(plan), spans=spans)
+
+
+def live_at(memory: Memory, step: int) -> tuple[LiveValue, ...]:
+    """The values live at ``step`` of ``memory``'s run (any step: ``at_peak`` is this at
+    the peak), largest first; empty at no step."""
+    return _live(memory.spans, memory.lifetimes, step)
 
 
 def _size(poly: Poly, env: Mapping[str, int]) -> float:
@@ -238,24 +263,35 @@ def _writer_layer(lineage: Lineage, site: CallSite) -> str:
     return origins[0].layer if origins else NO_SITE
 
 
-def _live_at(plan: MemoryPlan, sizes, step: int, layer_of: Mapping[str, str], env) -> tuple[LiveValue, ...]:
-    """The value each block live at ``step`` holds there, largest first."""
+def _live(spans, lifetimes, step: int) -> tuple[LiveValue, ...]:
+    """Each block live at ``step`` with the value it holds there (the latest written at or
+    before it still read then; idle: none, and the next written into it), largest first."""
+    held: dict[str, list[Lifetime]] = defaultdict(list)
+    for value in lifetimes:
+        if value.kind == "activation":
+            held[value.name].append(value)
     out = []
-    for block, size in zip(plan.blocks, sizes):
-        if not block.start <= step <= block.end:
+    for span in spans:
+        if not span.start <= step <= span.end:
             continue
-        held = _held_at(block, step)
-        idle = held is None
-        held = held or next((t for t in block.tensors if t.first > step), None)
-        largest = max(block.tensors, key=lambda t: _bytes(t.shape, t.dtype, env), default=None)
-        sized_for = layer_of.get(largest.site, NO_SITE) if largest is not None else NO_SITE
-        if held is None:
-            out.append(LiveValue(block.name, size, (), "", "", NO_SITE, block.returned, True, sized_for=sized_for))
+        values = held.get(span.block, [])
+        now = [v for v in values if v.first <= step <= v.last]
+        value = now[-1] if now else next((v for v in values if v.first > step), None)
+        largest = max(values, key=lambda v: v.own, default=None)
+        sized_for = largest.layer if largest is not None else NO_SITE
+        if value is None:
+            out.append(LiveValue(span.block, span.bytes, (), "", "", NO_SITE, span.returned, True, sized_for=sized_for))
         else:
-            out.append(LiveValue(block.name, size, concrete(held.shape, env) or held.shape, held.dtype, held.site,
-                                 layer_of.get(held.site, NO_SITE), block.returned, idle,
-                                 0.0 if idle else _bytes(held.shape, held.dtype, env), sized_for))
+            out.append(LiveValue(span.block, span.bytes, value.shape, value.dtype, value.site, value.layer,
+                                 span.returned, not now, value.own if now else 0.0, sized_for))
     return tuple(sorted(out, key=lambda v: -v.bytes))
+
+
+def _own(held: Held, env) -> float:
+    try:
+        return _bytes(held.shape, held.dtype, env)
+    except KeyError:
+        return 0.0
 
 
 def _held_at(block: Block, step: int) -> Held | None:
@@ -271,8 +307,8 @@ def _lifetimes(plan: MemoryPlan, sizes, weights, peak_step: int, layer_of, ancho
         live = _held_at(block, peak_step) if block.start <= peak_step <= block.end else None
         for held in block.tensors:
             out.append(Lifetime("activation", block.name, size, concrete(held.shape, env) or held.shape, held.dtype,
-                                held.site,
-                                layer_of.get(held.site, NO_SITE), held.first, held.last, held is live))
+                                held.site, layer_of.get(held.site, NO_SITE), held.first, held.last, held is live,
+                                _own(held, env)))
     steps = {label: i for i, label in enumerate(plan.steps)}
     for w, size in weights:
         where = [steps[s] for s in w.sites if s in steps]

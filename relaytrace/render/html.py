@@ -1,6 +1,8 @@
 """One self-contained HTML file: a header in words; where the time goes as an icicle
 over the module hierarchy (click to zoom); one run's call sites as a timeline; the
-roofline chart of the layers and its table (sorted by time above the bound); a
+roofline chart of the layers and its table (sorted by time above the bound); the
+memory chart (live bytes at each kernel call, the peak; what is live at the call
+clicked, and whose); a
 detail pane for any layer, module or call site (ops with shapes, sites with roles,
 pass history, source lines, median/min/max, verdicts); coverage, eliminated, inserted
 and unresolved ops; the sortable, searchable tables; the layer graph, laid out in the
@@ -18,6 +20,7 @@ import json
 from pathlib import Path
 
 from ..analysis import attribution as A
+from ..analysis.memory import NO_SITE
 from ..model.origin import INSERTED, OP
 from ..model.profile import KERNEL
 
@@ -63,6 +66,32 @@ def report_data(report) -> dict:
         "roofline": _roofline(report.roofline),
         "estimate": report.profile.mode == "estimate",  # its times are bounds: nothing was achieved
         "precision": _precision(report.precision),
+        "memory": _memory(report.memory),
+    }
+
+
+def _memory(memory) -> dict | None:
+    """The entry's memory for the memory chart and its tables (null without a plan; only
+    ``why`` and the notes when its sizes are not known): bytes live at each step, the
+    peak, and what the page needs to say what is live at any step as ``live_at`` does:
+    each block's span (``[block, bytes, start, end, returned]``) and each value placed in
+    one (``[block, first, last, shape and dtype, site, layer, own bytes]``, in program
+    order)."""
+    if memory is None:
+        return None
+    out = {"entry": memory.entry, "known": memory.known, "why": memory.why, "checks": list(memory.checks),
+           "notes": list(memory.notes)}
+    if not memory.known:
+        return out
+    return out | {
+        "dims": sorted(memory.dims.items()), "steps": list(memory.steps), "live": list(memory.live),
+        "peak": memory.peak, "peak_step": memory.peak_step, "blocks": memory.blocks, "planned": memory.planned,
+        "weights": memory.weights, "inputs": memory.inputs, "nobody": NO_SITE,
+        "spans": [[s.block, s.bytes, s.start, s.end, s.returned] for s in memory.spans],
+        "values": [[v.name, v.first, v.last, " ".join(("x".join(map(str, v.shape)), v.dtype)).strip(), v.site, v.layer,
+                    v.own]
+                   for v in memory.lifetimes if v.kind == "activation"],
+        "layer_weights": [[r.layer, r.weights] for r in memory.layers if r.weights],
     }
 
 
@@ -328,8 +357,13 @@ Drag to pan, wheel to zoom, click a node for its details. The search also filter
 both axes logarithmic; the lines are the ceilings: memory bandwidth (sloped) and peak compute (flat).
 Area: the layer's time; blue: compute-bound, orange: memory-bound (by its bound), grey: no bound. Far below a
 ceiling: time above the bound. Click a point for the layer.</p>
-<svg id="roofline" class="roofline"></svg>
+<svg id="roofline" class="roofline chart"></svg>
 <table id="roof"></table>
+<h2>Memory</h2>
+<p>Bytes of activations live at each kernel call of the entry, in run order, as its compiled memory plan
+allocates them (weights and inputs apart). Hover a point for its call; click one for the values live there and
+the layers that wrote them (it opens at the peak); click a layer for it.</p>
+<div id="memory"></div>
 <h2>Categories</h2><table id="categories"></table>
 <h2>Verification</h2><p class="{verdict_class}">{html.escape(verdict)}</p>{problems}
 {'<table id="checks"></table>' if data["checks"] else ""}

@@ -1,12 +1,13 @@
 """Memory from a plan built by hand (no TVM): live bytes per step, the peak and whose it
-is, idle blocks, weights by the layer that reads them, symbolic sizes bound, the
-plan saved and read back, the terminal and CSV forms, two builds side by side."""
+is, what is live at any step, idle blocks, weights by the layer that reads them,
+symbolic sizes bound, the plan saved and read back, the terminal and CSV forms, the
+plan held against a run's addresses."""
 
 import json
 
 import attrs
 
-from relaytrace.analysis.memory import entry_dims, memory_at
+from relaytrace.analysis.memory import entry_dims, live_at, memory_at
 from relaytrace.analysis.report import make_report
 from relaytrace.model.lineage import Lineage
 from relaytrace.model.lineage_schema import migrate
@@ -122,3 +123,16 @@ def test_a_runs_addresses_confirm_the_plan_or_say_where_they_differ():
     assert "DIFFERS: the values of d were at different addresses" in memory_at(planned(plan), "main", {"n": 100},
                                                                                moved).checks[1]
     assert "not checked" in memory_at(planned(), "main", {"n": 100}, {CONV: (1,)}).checks[1]  # no argument known
+
+
+def test_what_is_live_at_any_step_adds_up_to_its_live_bytes_and_at_the_peak_is_at_peak():
+    m = memory_at(planned(), "main", {"n": 100})
+    assert [(s.block, s.bytes, s.start, s.end, s.returned) for s in m.spans] == [
+        ("a", 400, 0, 1, False), ("b", 2048, 1, 2, False), ("c", 256, 2, 2, True), ("d", 100, 0, 2, False)]
+    for step, live in enumerate(m.live):
+        assert sum(v.bytes for v in live_at(m, step)) == live
+    assert live_at(m, m.peak_step) == m.at_peak
+    assert [(v.block, v.site, v.shape, v.idle, v.value_bytes) for v in live_at(m, 2)] == [
+        ("b", LAYOUT, (1, 8, 8, 8), False, 2048), ("c", FC, (4, 16), False, 256), ("d", FC, (25,), False, 100)]
+    assert live_at(m, -1) == live_at(m, 3) == ()
+    assert {v.block: v.sized_for for v in m.at_peak} == {"a": "relu", "b": "conv1", "d": "relu"}  # d: its first

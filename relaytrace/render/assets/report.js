@@ -174,6 +174,19 @@ function drawTimeline(){
   el('text', {x: 2, y: ht + 14}, svg).textContent = `0 .. ${(end / 1e3).toFixed(3)} ms: the kernel call sites of one run in order (${data.timeline_note})`;
 }
 
+// ---- the charts' frame: a plot area inside margins m, grid lines with their labels, axis titles ----
+/** svg's frame: its width, height ht (set), margins m. */
+function chartBox(svg, ht, m){ svg.setAttribute('height', ht); return {width: svg.clientWidth || 900, ht, m}; }
+/** A vertical grid line at x, labelled under the plot. */
+function xTick(svg, {ht, m}, x, label){ el('line', {x1: x, x2: x, y1: m.t, y2: ht - m.b, class: 'grid'}, svg);
+  el('text', {x, y: ht - m.b + 14, 'text-anchor': 'middle'}, svg).textContent = label; }
+/** A horizontal grid line at y, labelled left of the plot. */
+function yTick(svg, {width, m}, y, label){ el('line', {x1: m.l, x2: width - m.r, y1: y, y2: y, class: 'grid'}, svg);
+  el('text', {x: m.l - 4, y: y + 4, 'text-anchor': 'end'}, svg).textContent = label; }
+function axisTitles(svg, {width, ht, m}, x, y){
+  el('text', {x: (m.l + width) / 2, y: ht - 6, 'text-anchor': 'middle'}, svg).textContent = x;
+  el('text', {x: 12, y: ht / 2, transform: `rotate(-90 12 ${ht / 2})`, 'text-anchor': 'middle'}, svg).textContent = y; }
+
 // ---- the roofline: layers at their intensity and achieved rate, under both ceilings ----
 const roofByLayer = new Map(data.roofline.layers.map(r => [r.layer, r]));
 /** A number to p significant digits, '?' when not known. */
@@ -184,8 +197,7 @@ function drawRoofline(){
   document.getElementById('peaks').textContent = peaks ? peaks.line :
     'No peak rates for this device (profile gives them with --peak-gflops and --peak-gbps, or --device): rates without ceilings.';
   const pts = data.roofline.layers.filter(r => r.gflops_s > 0 && r.intensity > 0);
-  const width = svg.clientWidth || 900, ht = 360, m = {l: 64, r: 16, t: 12, b: 40};
-  svg.setAttribute('height', ht);
+  const box = chartBox(svg, 360, {l: 64, r: 16, t: 12, b: 40}), {width, ht, m} = box;
   if (!pts.length){ el('text', {x: 10, y: 20}, svg).textContent = 'no layer has counted work'; return; }
   // the compute ceilings of the dtypes the layers compute in (float32's, and float16's where a layer is)
   const used = new Set(pts.map(r => r.dtype));
@@ -196,12 +208,9 @@ function drawRoofline(){
   const x0 = lo(xs), x1 = hi(xs), y0 = lo(ys), y1 = hi(ys);
   const X = v => m.l + (Math.log10(v) - Math.log10(x0)) / (Math.log10(x1) - Math.log10(x0)) * (width - m.l - m.r);
   const Y = v => ht - m.b - (Math.log10(v) - Math.log10(y0)) / (Math.log10(y1) - Math.log10(y0)) * (ht - m.t - m.b);
-  for (let d = x0; d <= x1 * 1.001; d *= 10){ el('line', {x1: X(d), x2: X(d), y1: m.t, y2: ht - m.b, class: 'grid'}, svg);
-    el('text', {x: X(d), y: ht - m.b + 14, 'text-anchor': 'middle'}, svg).textContent = String(+d.toPrecision(3)); }
-  for (let d = y0; d <= y1 * 1.001; d *= 10){ el('line', {x1: m.l, x2: width - m.r, y1: Y(d), y2: Y(d), class: 'grid'}, svg);
-    el('text', {x: m.l - 4, y: Y(d) + 4, 'text-anchor': 'end'}, svg).textContent = String(+d.toPrecision(3)); }
-  el('text', {x: (m.l + width) / 2, y: ht - 6, 'text-anchor': 'middle'}, svg).textContent = 'arithmetic intensity (FLOP/byte)';
-  el('text', {x: 12, y: ht / 2, transform: `rotate(-90 12 ${ht / 2})`, 'text-anchor': 'middle'}, svg).textContent = 'achieved GFLOP/s';
+  for (let d = x0; d <= x1 * 1.001; d *= 10) xTick(svg, box, X(d), String(+d.toPrecision(3)));
+  for (let d = y0; d <= y1 * 1.001; d *= 10) yTick(svg, box, Y(d), String(+d.toPrecision(3)));
+  axisTitles(svg, box, 'arithmetic intensity (FLOP/byte)', 'achieved GFLOP/s');
   ceilings.forEach(([dtype, g]) => {
     const knee = g / peaks.gbps, from = Math.max(x0, y0 / peaks.gbps);
     el('path', {d: `M${X(from)},${Y(from * peaks.gbps)}L${X(knee)},${Y(g)}L${X(x1)},${Y(g)}`,
@@ -231,6 +240,94 @@ function roofLine(name){
   return h('p', {class: 'work'}, `work: ${sig(r.gflop)} GFLOP at ${sig(r.intensity)} FLOP/byte, ` +
     `${sig(r.gflops_s)} GFLOP/s and ${sig(r.gbytes_s)} GB/s ${data.estimate ? 'at its bound (an estimate)' : 'achieved'}` +
     (data.estimate ? '' : bound) + (r.notes ? ` (${r.notes})` : ''));
+}
+
+// ---- memory: bytes live at each kernel call in run order, the peak, what is live at a step ----
+const mem = data.memory;
+const memValues = new Map();  // block -> the values placed in it, in program order
+if (mem && mem.known) mem.values.forEach(([block, first, last, value, site, layer, own]) => {
+  if (!memValues.has(block)) memValues.set(block, []);
+  memValues.get(block).push({first, last, value, site, layer, own}); });
+/** Bytes in the unit a person reads (render/memory.py's size()). */
+function size(n){
+  for (const [unit, scale] of [['GiB', 2 ** 30], ['MiB', 2 ** 20], ['KiB', 2 ** 10]])
+    if (Math.abs(n) >= scale) return n / scale < 100 ? `${+(n / scale).toPrecision(3)} ${unit}` : `${(n / scale).toFixed(0)} ${unit}`;
+  return `${n.toFixed(0)} B`;
+}
+/** 1, 2 or 5 times a power of ten, the least at least v. */
+function nice(v){ const p = Math.pow(10, Math.floor(Math.log10(v))); return [1, 2, 5, 10].find(k => k * p >= v * 0.999) * p; }
+/** The values live at step, largest first (analysis/memory.py's live_at): each block live there with the
+    value it holds (the latest written at or before it still read then) or, idle, the next written into it. */
+function liveAt(step){
+  return mem.spans.filter(([, , start, end]) => start <= step && step <= end).map(([block, bytes, , , returned]) => {
+    const values = memValues.get(block) || [], now = values.filter(v => v.first <= step && step <= v.last);
+    const v = now.length ? now[now.length - 1] : values.find(x => x.first > step);
+    return Object.assign({block, bytes, returned, value: '', site: '', layer: mem.nobody}, v || {},
+      {idle: !now.length, own: now.length ? v.own : 0});
+  }).sort((a, b) => b.bytes - a.bytes);
+}
+function drawMemory(){
+  const box = document.getElementById('memory'), notes = mem ? [...mem.checks, ...mem.notes].map(t => h('p', {class: 'memnote'}, t)) : [];
+  if (!mem || !mem.known || mem.peak_step < 0){
+    box.replaceChildren(h('p', {class: 'warn'}, !mem ? 'No memory plan: the lineage was saved before relaytrace read plans, or the build has no VM memory passes.'
+      : !mem.known ? `memory (${mem.entry}): not known at these sizes: ${mem.why}` : `memory (${mem.entry}): no kernel calls`), ...notes);
+    return; }
+  const dims = mem.dims.map(([k, v]) => `${k}=${v}`).join(', ');
+  const svg = el('svg', {id: 'memchart', class: 'memchart chart'});
+  box.replaceChildren(h('p', null, `${mem.entry}${dims ? ' at ' + dims : ''}: peak ${size(mem.peak)} of activations at `,
+    link('site', mem.steps[mem.peak_step]), ` (step ${mem.peak_step + 1} of ${mem.steps.length}); ${mem.blocks} planned blocks, ` +
+    `${size(mem.planned)} in all; weights ${size(mem.weights)}, inputs ${size(mem.inputs)}`),
+    svg, h('p', {id: 'memhover', class: 'memhover'}, 'hover a point'), h('div', {id: 'memstep'}), ...notes);
+  const frame = chartBox(svg, 300, {l: 70, r: 16, t: 26, b: 40}), {width, ht, m} = frame, n = mem.steps.length;
+  const unit = [2 ** 30, 2 ** 20, 2 ** 10, 1].find(u => mem.peak >= u) || 1, tick = unit * nice(mem.peak / unit / 5);
+  const top = Math.max(Math.ceil(mem.peak * 1.08 / tick), 1) * tick, every = Math.max(1, Math.round(nice(n / 12)));
+  const X = i => m.l + (n > 1 ? i / (n - 1) : 0.5) * (width - m.l - m.r), Y = v => ht - m.b - v / top * (ht - m.t - m.b);
+  for (let v = 0; v <= top * 1.0001; v += tick) yTick(svg, frame, Y(v), size(v));
+  for (let i = 0; i < n; i += every) xTick(svg, frame, X(i), String(i + 1));
+  axisTitles(svg, frame, 'kernel calls in run order (step)', 'bytes live');
+  const line = mem.live.map((v, i) => `${X(i)},${Y(v)}`).join('L');
+  el('path', {d: `M${X(0)},${Y(0)}L${line}L${X(n - 1)},${Y(0)}Z`, class: 'area'}, svg);
+  el('path', {d: `M${line}`, class: 'line'}, svg);
+  el('text', {x: m.l + 6, y: m.t - 10, class: 'note'}, svg).textContent =
+    `weights: ${size(mem.weights)} more, read-only for the whole run (not drawn)`;
+  el('line', {class: 'cursor', y1: m.t, y2: ht - m.b}, svg);
+  const px = X(mem.peak_step), py = Y(mem.peak), right = px > width * 0.6;
+  let held = mem.peak_step; while (held + 1 < n && mem.live[held + 1] === mem.peak) held++;
+  el('line', {x1: px, x2: px, y1: py, y2: ht - m.b, class: 'peak'}, svg);
+  el('text', {x: px + (right ? -8 : 8), y: py - 8, 'text-anchor': right ? 'end' : 'start', class: 'peak-label'}, svg).textContent =
+    `peak ${size(mem.peak)} at ${mem.steps[mem.peak_step]}` + (held > mem.peak_step ? ` (and so to step ${held + 1})` : '');
+  const r = n > 300 ? 1.5 : n > 150 ? 2 : 3;
+  mem.live.forEach((v, i) => el('circle', {cx: X(i), cy: Y(v), r: i === mem.peak_step ? 5 : r,
+    class: i === mem.peak_step ? 'step peak' : 'step', 'data-step': i}, svg));
+  const stepAt = e => { if (e.target.dataset && e.target.dataset.step !== undefined) return Number(e.target.dataset.step);
+    const b = svg.getBoundingClientRect();
+    return Math.min(n - 1, Math.max(0, Math.round((e.clientX - b.left - m.l) / (width - m.l - m.r) * (n - 1)))); };
+  svg.onmousemove = e => { const i = stepAt(e);
+    document.getElementById('memhover').textContent = `step ${i + 1}: ${mem.steps[i]}, ${size(mem.live[i])} live`; };
+  svg.onclick = e => showStep(stepAt(e));
+  showStep(mem.peak_step);
+}
+/** Step i picked: the cursor there; below, its values live (largest first) and the layers that wrote them. */
+function showStep(i){
+  const svg = document.getElementById('memchart'), cursor = svg.querySelector('line.cursor');
+  const x = svg.querySelector(`circle[data-step="${i}"]`).getAttribute('cx');
+  cursor.setAttribute('x1', x); cursor.setAttribute('x2', x);
+  svg.querySelectorAll('circle.step').forEach(c => c.classList.toggle('picked', c.dataset.step === String(i)));
+  const live = liveAt(i), total = live.reduce((a, v) => a + v.bytes, 0), idle = live.filter(v => v.idle);
+  const byLayer = new Map(), weights = new Map(mem.layer_weights);
+  live.filter(v => !v.idle).forEach(v => byLayer.set(v.layer, (byLayer.get(v.layer) || 0) + v.own));
+  const layerCell = name => layerDetail.has(name) ? link('layer', name) : name;
+  const siteCell = label => siteByLabel.has(label) ? link('site', label) : label;
+  document.getElementById('memstep').replaceChildren(
+    h('p', {class: 'memhead'}, `step ${i + 1} of ${mem.steps.length}${i === mem.peak_step ? ' (the peak)' : ''}, `,
+      siteCell(mem.steps[i]), `: ${size(total)} live in ${live.length} block(s)` +
+      (idle.length ? `, ${idle.length} of them (${size(idle.reduce((a, v) => a + v.bytes, 0))}) idle: kept for the next value written into them` : '')),
+    h('div', {class: 'memtables'},
+      table(['block', 'bytes', 'value', 'layer', 'written by', 'idle'], live.map(v => [v.block, size(v.bytes),
+        v.idle ? `kept for ${v.value}` : `${v.value} (${size(v.own)})`,
+        layerCell(v.layer), h('span', null, v.site ? siteCell(v.site) : '', v.returned ? ' (returned)' : ''), v.idle ? 'idle' : ''])),
+      table(['layer', 'its values here', '% of live', 'its weights'], Array.from(byLayer).sort((a, b) => b[1] - a[1]).map(([name, bytes]) =>
+        [layerCell(name), size(bytes), (100 * bytes / (total || 1)).toFixed(1), size(weights.get(name) || 0)]))));
 }
 
 // ---- the detail pane ----
@@ -383,6 +480,7 @@ icicleRoot = d3.hierarchy(hierarchyOf());
 drawIcicle(null);
 drawTimeline();
 drawRoofline();
+drawMemory();
 graph.depth = defaultDepth();
 graphControls();
 drawGraph();
