@@ -115,7 +115,7 @@ def test_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
 def test_lineages_of_schemas_1_to_3_still_load_and_a_bad_history_is_named(builds, tmp_path):
     """/1 wrote a record per history step; /2 indexed one table of distinct changes; both
     kept every field flat, where /3 groups them into build and journal; /4 adds the
-    kernels' work, which older files load without."""
+    kernels' work and /5 each entry's memory plan, which older files load without."""
     _, lineage = builds["fused"]
     data = lineage.to_json()
     history = data["journal"]["history_by_origin"]
@@ -124,8 +124,9 @@ def test_lineages_of_schemas_1_to_3_still_load_and_a_bad_history_is_named(builds
     v2 = flat_v2(data)
     v1 = {**v2, "schema": "relaytrace.lineage/1", "history": {
         oid: [dict(zip(Change._fields, table[i])) for i in indices] for oid, indices in history["by_origin"].items()}}
-    v3 = {**data, "schema": "relaytrace.lineage/3", "build": {k: v for k, v in data["build"].items() if k != "work"}}
-    unworked = attrs.evolve(lineage, build=attrs.evolve(lineage.build, work={}))  # work is new in /4
+    v3 = {**data, "schema": "relaytrace.lineage/3",
+          "build": {k: v for k, v in data["build"].items() if k not in ("work", "memory")}}
+    unworked = attrs.evolve(lineage, build=attrs.evolve(lineage.build, work={}, memory={}))  # new in /4 and /5
     for name, old in (("v1.json", v1), ("v2.json", v2), ("v3.json", v3)):
         (tmp_path / name).write_text(json.dumps(old))
         assert Lineage.load(tmp_path / name) == unworked

@@ -71,6 +71,12 @@ def _memory(path: str, entry: str | None, dims: dict[str, int]):
 
     lineage, profile = _loaded(path)
     name = choose_entry(tuple(lineage.build.entries), entry or (profile.entry if profile is not None else None))
+    known = {d for _, shape, _ in lineage.build.entries.get(name, ()) for d in shape
+             if isinstance(d, str) and d.isidentifier()}
+    unknown = sorted(set(dims) - known)
+    if unknown:
+        raise UsageError(f"--at {unknown[0]}: {name} has no symbolic dim of that name (its dims: "
+                         f"{', '.join(sorted(known)) or 'none, all static'})")
     if profile is not None and profile.entry == name:
         return profiled_memory(lineage, profile, dims)
     return memory_at(lineage, name, dims)

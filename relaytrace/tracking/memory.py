@@ -86,9 +86,15 @@ class _Walk:
         self.unplanned: list[tuple[str, tuple, str]] = []
         self.entry_name = ""
         self.names: dict[str, int] = {}
+        self.notes: list[str] = []
 
     def entry(self, func) -> None:
         self.entry_name = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else ""
+        bounds = func.attrs.get("tir_var_upper_bound") if func.attrs is not None else None
+        if bounds:
+            listed = ", ".join(f"{k}<={int(v)}" for k, v in sorted((str(k), v) for k, v in bounds.items()))
+            self.notes.append(f"TVM planned the blocks at the upper bound of each dim it knows one of ({listed}): "
+                              "their sizes are those whatever the run's")
         inputs = int(func.attrs["num_input"]) if func.attrs is not None and "num_input" in func.attrs else None
         for i, param in enumerate(ir.items(func.params)):
             for shape, dtype in _tensors(param):
@@ -207,7 +213,7 @@ class _Walk:
             for b in self.blocks)
         weights = tuple(Weight(name, shape, dtype, tuple(sites)) for name, shape, dtype, sites in self.weights.values())
         return MemoryPlan(entry, tuple(label for _, label in self.steps), blocks, weights, tuple(self.inputs),
-                          tuple(self.unplanned), tvm_figure)
+                          tuple(self.unplanned), tvm_figure, tuple(self.notes))
 
 
 def _atoms(expr) -> list:
