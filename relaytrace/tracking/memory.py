@@ -94,7 +94,7 @@ class _Walk:
         if bounds:
             listed = ", ".join(f"{k}<={int(v)}" for k, v in sorted((str(k), v) for k, v in bounds.items()))
             self.notes.append(f"TVM planned the blocks at the upper bound of each dim it knows one of ({listed}): "
-                              "their sizes are those whatever the run's")
+                              "the blocks it sized so keep those sizes whatever the run's")
         inputs = int(func.attrs["num_input"]) if func.attrs is not None and "num_input" in func.attrs else None
         for i, param in enumerate(ir.items(func.params)):
             for shape, dtype in _tensors(param):
