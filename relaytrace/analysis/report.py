@@ -6,11 +6,13 @@ terminal, the CSVs, the graphs and the HTML report cannot disagree.
 
 from __future__ import annotations
 
+import attrs
 from attrs import define
 
 from ..model.lineage import Coverage, Lineage
 from ..model.profile import KERNEL, Profile
 from . import attribution as A
+from .advice import Finding, advise
 from .memory import Memory, profiled_memory
 from .precision import Precision, precision
 from .roofline import Roofline, roofline
@@ -35,6 +37,7 @@ class Report:
     roofline: Roofline  # work, achieved rates and the bound per site, layer, op type, kernel
     precision: Precision  # dtypes per site and layer, casts and their time, layers left in float32 and why
     memory: Memory | None = None  # the entry's memory plan at the dims it ran with (None: the lineage has none)
+    advice: tuple[Finding, ...] = ()  # what to change, each with its evidence and estimated saving (``advice``)
 
     def modules(self, depth: int) -> tuple[tuple[str, float, float], ...]:
         """(module prefix, time, percent) at a module depth (``layer3`` at depth 1)."""
@@ -45,12 +48,12 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
     """The report of a lineage and a profile of its build (refused when they do not
     match), about the entry function the profile ran (``Lineage.for_entry``); its
     roofline against the profile's peaks, its precision cut by the same shares; its memory at
-    the dims the profile ran with."""
+    the dims the profile ran with; the advice its rules give on all of that."""
     build_lineage, lineage = lineage, lineage.for_entry(profile.entry)
     parts = A.shares(lineage, profile, policy)
     times = profile.by_site(KERNEL)
     site_us = {s.key: times[s.key] for s in lineage.call_sites}
-    return Report(
+    report = Report(
         lineage=lineage, profile=profile, policy=policy, shares=parts,
         layers=A.layers_from(parts), kernels=A.by_kernel(lineage, profile),
         op_types=A.op_types_from(lineage, parts), categories=A.categories_from(parts, profile),
@@ -60,3 +63,4 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
         precision=precision(lineage, parts, site_us),
         memory=profiled_memory(build_lineage, profile),
     )
+    return attrs.evolve(report, advice=advise(report))

@@ -42,7 +42,8 @@ def build_and_profile(model, args, say, inputs):
     executable, lineage = build(model, args.target, pipeline=args.pipeline, model=getattr(args, "name", None),
                                 convert_layout=NHWC if args.layout == "NHWC" else None,
                                 progress=say.passes, database=getattr(args, "db", None),
-                                mixed_precision="float32" if fp16 else None)
+                                mixed_precision="float32" if fp16 else None,
+                                fold_batch_norm=getattr(args, "fold_batch_norm", False))
     entry = lineage.entry(args.entry)
     mode = "isolated" if remote is not None else args.mode or "timeline"
     say(f"profiling {entry} ({mode}{', on ' + remote.describe() if remote else ''}, {args.repeat} run(s))")
@@ -167,7 +168,8 @@ def run_record(args, spec: str) -> dict:
             "db": getattr(args, "db", None), "target": args.target, "pipeline": args.pipeline,
             "layout": getattr(args, "layout", "NCHW"), "entry": args.entry, "device": getattr(args, "device", None),
             "peak_gflops": getattr(args, "peak_gflops", None), "peak_gbps": getattr(args, "peak_gbps", None),
-            "precision": getattr(args, "precision", "fp32")}
+            "precision": getattr(args, "precision", "fp32"),
+            "fold_batch_norm": getattr(args, "fold_batch_norm", False)}
 
 
 def absolute_factory(spec: str) -> str:
@@ -209,6 +211,8 @@ def add_build_options(p) -> None:
     p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
                    help="fp16: build through relax.transform.ToMixedPrecision, accumulating in float32 "
                         "(default fp32: as imported)")
+    p.add_argument("--fold-batch-norm", action="store_true",
+                   help="fold each batch norm into the conv before it (relax.transform.FoldBatchnormToConv2D)")
     p.add_argument("--mode", choices=["timeline", "isolated"], default=None,
                    help="timeline (default here) or isolated (the only mode on a remote device)")
     p.add_argument("--rpc", metavar="HOST:PORT", help="profile on the device of this TVM RPC server")

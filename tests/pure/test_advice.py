@@ -1,0 +1,88 @@
+"""Each advice rule on reports built by hand (no TVM): it fires where its case is, with
+its evidence, saving and change, and stays silent on a clean report."""
+
+import attrs
+
+from relaytrace.analysis import advice as A
+from relaytrace.analysis.report import make_report
+from relaytrace.model.build_facts import BuildFacts
+from relaytrace.model.lineage import CallSite, Lineage, Role
+from relaytrace.model.origin import Origin
+from relaytrace.model.peaks import Peaks
+from relaytrace.model.profile import BUILTIN, KERNEL, CallRecord, Profile
+
+from .test_by_hand import lineage, profile
+from .test_roofline import measured, worked
+
+
+def _timed(sites, us: dict, origins, e2e: float, pipeline="fused", tuned=(), edges=(), builtin_us=0.0):
+    build = BuildFacts("hand", "llvm", pipeline, entries={"main": (("x", (1,), "float32"),)}, tuned=tuned)
+    lin = Lineage(build, origins, {k: tuple(s for s in sites if s.kernel == k) for k in {s.kernel for s in sites}},
+                  site_edges=edges)
+    records = [CallRecord(s.kernel, s.call, 0, 0.0, us[s.label], KERNEL) for s in sites]
+    if builtin_us:
+        records.append(CallRecord("vm.builtin.reshape", 0, 0, 0.0, builtin_us, BUILTIN))
+    return make_report(lin, Profile("hand", "llvm", "cpu(0)", "timeline", 1, tuple(records), e2e_us=(e2e,)))
+
+
+CONV_BN = {"c": Origin("c", "conv1", "relax.nn.conv2d", "main", 0), "b": Origin("b", "bn1", "relax.nn.batch_norm",
+                                                                                     "main", 1)}
+
+
+def test_a_batch_norm_after_its_conv_is_told_to_fold_and_one_fused_with_it_is_not():
+    sites = (CallSite("conv2d", 0, 0, (Role("c", "anchor"),)),
+             CallSite("fused_batch_norm", 0, 1, (Role("b", "anchor"),)))
+    report = _timed(sites, {"conv2d#0": 900.0, "fused_batch_norm#0": 100.0}, CONV_BN, 1000.0, edges=((0, 1),))
+    (found,) = A.SeparateBatchNorm().find(report)
+    assert found.layers == ("bn1",) and found.sites == ("fused_batch_norm#0",) and found.saving_us == 100.0
+    assert found.change.rebuild == A.FOLD_BATCH_NORM and "FoldBatchnormToConv2D" in found.change.how
+    fused = (CallSite("fused_conv2d_batch_norm", 0, 0, (Role("c", "anchor"), Role("b", "fused"))),)
+    assert A.SeparateBatchNorm().find(_timed(fused, {"fused_conv2d_batch_norm#0": 1000.0}, CONV_BN, 1000.0)) == ()
+    unfed = _timed(sites, {"conv2d#0": 900.0, "fused_batch_norm#0": 100.0}, CONV_BN, 1000.0)  # no data flow between
+    assert A.SeparateBatchNorm().find(unfed) == ()
+
+
+def test_inserted_layout_transforms_are_billed_to_their_pass_with_the_layers_that_caused_them():
+    report = make_report(lineage(), profile())  # ConvertLayout's transform: 10 of 150 us, serving conv1 and fc
+    (found,) = A.InsertedOverhead().find(report)
+    assert found.title.startswith("ops ConvertLayout inserted take 0.010 ms")
+    assert set(found.layers) == {"conv1", "fc"} and found.sites == ("layout_transform#0",)
+    assert found.saving_us == 10.0 and found.change.rebuild == A.LAYOUT_NCHW
+    clean = attrs.evolve(lineage(), origins={**lineage().origins, "t1": attrs.evolve(
+        lineage().origins["t1"], kind="op", layer="conv1", pass_name="")})
+    assert A.InsertedOverhead().find(make_report(clean, profile())) == ()
+
+
+def test_untuned_kernels_of_a_tuned_build_are_named_with_their_share():
+    lin = lineage()
+    tuned = attrs.evolve(lin, build=attrs.evolve(lin.build, pipeline="fused+tuned(db)", tuned=("fused_conv2d_relu",)))
+    (found,) = A.UntunedKernels().find(make_report(tuned, profile()))
+    assert found.sites == ("layout_transform#0", "matmul#0") and "2 kernel(s) had no tuning record" in found.title
+    assert "33.3% of the kernel time" in found.title and "--tune" in found.change.how
+    assert A.UntunedKernels().find(make_report(lin, profile())) == ()  # no database applied: not this rule's case
+
+
+def test_layers_far_below_their_roofline_are_told_to_tune_and_none_without_peaks():
+    slow = make_report(worked(), measured(Peaks({"float32": 1e6}, 1e6, "given", "by hand", "a fast device")))
+    (found,) = A.FarBelowRoofline().find(slow)
+    assert "conv1" in found.layers and found.saving_us > 0 and "efficient" in found.evidence[0]
+    assert A.FarBelowRoofline().find(make_report(worked(), measured(None))) == ()
+
+
+def test_many_tiny_calls_of_an_unfused_build_are_told_to_fuse():
+    origins = {f"o{i}": Origin(f"o{i}", f"l{i}", "relax.add", "main", i) for i in range(12)}
+    sites = tuple(CallSite(f"add{i}", 0, i, (Role(f"o{i}", "anchor"),)) for i in range(12))
+    us = {s.label: 2.0 for s in sites}
+    unfused = _timed(sites, us, origins, 100.0, pipeline="unfused", builtin_us=30.0)
+    (found,) = A.VmOverhead().find(unfused)
+    assert len(found.sites) == 12 and found.change.rebuild == A.FUSED
+    assert found.saving_us == 100.0  # the dispatch gap (46 us), the builtins (30) and the tiny calls (24)
+    big = _timed(sites, {s.label: 50.0 for s in sites}, origins, 610.0, pipeline="unfused")
+    assert A.VmOverhead().find(big) == ()
+
+
+def test_the_report_lists_every_rules_findings_largest_saving_first():
+    report = make_report(lineage(), profile())
+    assert report.advice == A.advise(report) and [f.rule for f in report.advice] == ["inserted-overhead"]
+    assert {type(r).__name__ for r in A.RULES} == {"SeparateBatchNorm", "InsertedOverhead", "UntunedKernels",
+                                                   "FarBelowRoofline", "VmOverhead"}
