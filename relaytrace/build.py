@@ -166,8 +166,8 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
     ``mixed_precision``: build through ``ToMixedPrecision`` accumulating in that dtype
     (``build_pipeline``); the casts it inserts are traced as inserted ops.
     ``fold_batch_norm``: fold each batch norm into the conv before it first
-    (``relax.transform.FoldBatchnormToConv2D``; the tracker does not yet follow that pass:
-    the folded convs and norms come out unresolved, their sites unverified).
+    (``relax.transform.FoldBatchnormToConv2D``; the tracker's ``constants`` rule follows
+    it: the conv keeps its origin, the bias add takes the norm's).
 
     When TVM fails (a pass, code generation), a ``diagnosis.BuildFailedError`` says
     where, on which PrimFunc and layers, and whether plain ``tvm.compile`` (run again

@@ -73,7 +73,7 @@ def test_value_key_follows_a_binding_re_created_with_a_new_var():
 
 
 def test_the_rules_are_listed_and_a_tracker_takes_its_own():
-    assert [rule.name for rule in DEFAULT_RULES] == ["value", "replay", "args", "inputs"]
+    assert [rule.name for rule in DEFAULT_RULES] == ["value", "replay", "args", "inputs", "constants"]
     x = _x()
     before = _module(x, lambda bb, x: bb.emit(R.nn.relu(x), name_hint="act"))
     after = _module(x, lambda bb, x: bb.emit(R.nn.relu(x), name_hint="renamed"))
@@ -318,3 +318,42 @@ def test_identity_exceptions_are_listed_and_a_folded_op_is_gone():
     tracker.start(ir.function_map(before))
     tracker.observe(ir.function_map(after), "P")
     assert origins(tracker, act_binding.var) == ("act/relu",)
+
+
+def _conv_norm(bb, x, weight):
+    """conv2d(x, weight) -> batch_norm -> its first field -> relu."""
+    conv = bb.emit(R.nn.conv2d(x, weight), name_hint="conv")
+    norm = bb.emit(R.nn.batch_norm(conv, _const((4,), 2.0), _const((4,), 0.1), _const((4,), 0.0), _const((4,), 1.0),
+                                   axis=1), name_hint="norm")
+    return bb.emit(R.nn.relu(bb.emit(relax.TupleGetItem(norm, 0), name_hint="normed")), name_hint="act")
+
+
+def test_constants_rewritten_follows_a_batch_norm_folded_into_its_conv():
+    x = _x()
+    weight = _const((4, 4, 3, 3))
+    before = _module(x, lambda bb, x: _conv_norm(bb, x, weight))
+    after = relax.transform.FoldBatchnormToConv2D()(before)  # conv2d(x, W * s) + b, the norm gone
+    t = follow(before, after, "FoldBatchnormToConv2D")
+    made = {b.value.op.name: b.var for b in ir.bindings(after["main"]) if isinstance(b.value, relax.Call)
+            and b.value.op.name in ("relax.nn.conv2d", "relax.add", "relax.nn.relu")
+            and (b.value.op.name != "relax.add" or b.value.args[0].ty.ndim == 4)}
+    assert origins(t, made["relax.nn.conv2d"]) == ("conv/conv2d",)
+    assert origins(t, made["relax.add"]) == ("norm/batch_norm",)  # the bias add takes the norm's place
+    assert origins(t, made["relax.nn.relu"]) == ("act/relu",)
+    assert rules(t)["constants"] == 2
+    scaled = [o for o in t.origins.values() if o.pass_name == "FoldBatchnormToConv2D"]
+    assert scaled and all(o.kind == "inserted" for o in scaled)  # the weight's scaling, made of constants alone
+
+
+def test_constants_rewritten_does_not_take_a_conv_of_another_input():
+    x, y = _x(), relax.Var("y", T((1, 4, 8, 8), "float32"))
+    weight = _const((4, 4, 3, 3))
+    before = _module(x, lambda bb, x: bb.emit(R.nn.conv2d(x, weight), name_hint="conv"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            scaled = bb.emit(R.multiply(weight, _const((4, 1, 1, 1), 2.0)))
+            out = bb.emit_output(R.nn.conv2d(y, scaled))  # another input: no fold of the old conv
+        bb.emit_func_output(out)
+    t = follow(before, bb.get())
+    assert "constants" not in rules(t)

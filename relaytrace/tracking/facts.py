@@ -17,6 +17,18 @@ K = TypeVar("K", bound=Hashable)
 # The names verdicts give these facts when they rest on them
 LAYOUT_REUSE = "layout-reuse"
 LOWERED_PART = "lowered-part"
+FOLDED_NORM = "folded-norm"
+NORM, CONV = "relax.nn.batch_norm", "relax.nn.conv2d"
+
+
+def folds_a_norm(callee: str, first_callee: str | None, weight_from_constants: bool,
+                 rest_from_constants: bool) -> bool:
+    """An add of constants alone (``rest_from_constants``) to a conv2d whose weight is
+    computed from constants alone (``weight_from_constants``; a model's conv has a
+    constant weight) is what ``FoldBatchnormToConv2D`` writes in place of a batch norm
+    after a conv: the norm's scale folded into the weight, its shift into this add. The
+    add computes the norm."""
+    return callee == "relax.add" and first_callee == CONV and weight_from_constants and rest_from_constants
 
 
 def reused_for_layout(old_moves_data: bool, new_callee: str) -> bool:

@@ -65,6 +65,10 @@ class ValueKeys:
                 self.add(self.key(reader.call(d, position)), tok)
             self._deferred = {}
 
+    def has_items(self, tup: int) -> bool:
+        """Whether the first field of the tuple value ``tup`` was taken (a binding read it)."""
+        return ("item", self.tokens.canonical(tup), 0) in self.table
+
     def item(self, tup: int, index: int) -> int:
         """The token of one field of a tuple value: one per (tuple, index), so the three
         outputs of a split are three values to the rules, each carrying the origins of

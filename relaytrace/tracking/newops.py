@@ -3,9 +3,10 @@
 A pass that leaves a binding no rule traces to an earlier value has made something new.
 It is a *part* of an op when it is a new PrimFunc call whose only consumer is an op the
 pass lowered in place (a legalization into several PrimFuncs); else *inserted* when it
-only moves data (``ops.is_data_movement``: a layout transform, a cast) or computes
-shapes (``ops.is_shape_computation``: VMShapeLower's ``shape_func``), otherwise
-*unresolved*. An inserted or unresolved binding gets an origin of its own, attributed
+only moves data (``ops.is_data_movement``: a layout transform, a cast), computes
+shapes (``ops.is_shape_computation``: VMShapeLower's ``shape_func``) or computes from
+constants alone (a weight a pass rescales, which FoldConstant folds at build time),
+otherwise *unresolved*. An inserted or unresolved binding gets an origin of its own, attributed
 to the model ops it serves and marked with the pass. Explicit op tables decide; names
 of vars never do.
 """
@@ -58,11 +59,13 @@ def classify(new: list[tuple[int, str]], changes: Changes, d: reader.FunctionVie
     origins_of = lambda tok: tokens.origins[parts.get(tok, tok)]  # noqa: E731
     minted: dict[int, Origin] = {}
     taken = set(origins)
+    constant = _of_constants(changes, d, tokens, set(pending))
     for tok, callee in pending.items():
         # whom a shape function serves is read from the IR's heap slots after the build (``follow``)
         shapes = ops.is_shape_computation(callee)
         serves = [] if shapes else _serves(tok, pending, rewritten, uses, args_of, origins_of, origins, set())
-        kind = INSERTED if ops.is_data_movement(callee) or ops.is_shape_computation(callee) else UNRESOLVED
+        kind = INSERTED if (ops.is_data_movement(callee) or ops.is_shape_computation(callee)
+                            or tok in constant) else UNRESOLVED
         layer = origins[serves[0]].layer if serves else f"{fname}.{ops.short_op(callee)}"
         oid = _fresh_id(f"{kind}:{pass_name}:{ops.short_op(callee)}@{serves[0] if serves else fname}", taken)
         taken.add(oid)
@@ -82,6 +85,18 @@ def _links(changes: Changes, d, tokens: Tokens) -> tuple[dict[int, list[int]], d
         for t in args_of[tok]:
             uses.setdefault(t, []).append(tok)
     return uses, args_of
+
+
+def _of_constants(changes: Changes, d, tokens: Tokens, pending: set[int]) -> set[int]:
+    """The new bindings (``pending``, in ``changes``' binding order) that are calls whose
+    every var argument is such a binding: made of constants alone."""
+    found: set[int] = set()
+    for tok, position, _, _ in changes:
+        made = reader.call(d, position) if tok in pending else None
+        if made is not None and all(tokens.of_handle.get(a.handle) in found for a in made.atoms
+                                    if a.kind == reader.VAR):
+            found.add(tok)
+    return found
 
 
 def _parts_of_lowered_ops(new, changes: Changes, uses) -> dict[int, int]:

@@ -311,7 +311,50 @@ class SameInputs:
         return Found(winners[0]) if len(winners) == 1 else None
 
 
-DEFAULT_RULES: tuple[Rule, ...] = (ValueKey(), Replay(), ImplementationSwap(), SameInputs())
+class ConstantsRewritten:
+    """A pass that folds an op into the one before it rewrites both: the op before keeps
+    its data input and gets arguments computed from constants alone, and the folded
+    op's place is taken by a new op on that result and more constants
+    (``FoldBatchnormToConv2D``: ``bn(conv2d(x, W))[0]`` becomes ``conv2d(x, W * s) + b``;
+    ``FoldConstant`` later folds ``W * s`` and ``b``). Leaving out the arguments made
+    of constants alone: the dropped binding of the same callee on the same inputs (the
+    conv; of several, the one whose constants the new arguments are made of: the conv
+    of ``W``, not the one of ``W2`` on the same input), else the one dropped binding of
+    another callee on them (the norm: its first field, the value the model read, when
+    it made a tuple). None when no argument is made of constants alone
+    (``SameInputs``' case), for none, or on a tie."""
+
+    name = "constants"
+
+    def find(self, binding, walk):
+        """The dropped binding this one computes again, its constants rewritten."""
+        if walk.old is None:
+            return None
+        atoms = [a for a in binding.call.atoms if a.kind == VAR and walk.tokens.of_handle.get(a.handle) is not None]
+        made = [walk.from_constants(a.handle) for a in atoms]
+        if all(m is None for m in made):
+            return None
+        inputs = tuple(walk.tokens.canonical(walk.tokens.of_handle[a.handle]) for a, m in zip(atoms, made) if m is None)
+        used = frozenset().union(*(m for m in made if m is not None))
+        index, present = walk.old_index(), walk.present()
+
+        def dropped(tok):
+            return tok not in walk.claimed and index.tok_var[tok][0] not in present
+
+        same = [(len(used.intersection(args)), tok) for tok, args in index.by_inputs.get((binding.key[0], inputs), ())
+                if dropped(tok)]
+        if same:
+            best = max(score for score, _ in same)
+            winners = [tok for score, tok in same if score == best]
+            return Found(winners[0]) if len(winners) == 1 else None
+        other = [tok for (callee, ins), found in index.by_inputs.items() if ins == inputs and callee != binding.key[0]
+                 for tok, _ in found if dropped(tok)]
+        if len(other) != 1:
+            return None
+        return Found(walk.keys.item(other[0], 0) if walk.keys.has_items(other[0]) else other[0])
+
+
+DEFAULT_RULES: tuple[Rule, ...] = (ValueKey(), Replay(), ImplementationSwap(), SameInputs(), ConstantsRewritten())
 
 
 def read_recipe(func, read, tokens) -> Recipe | None:

@@ -91,6 +91,8 @@ class Walk:
     new: list[tuple[int, str]] = field(factory=list)  # (token, callee) no rule explained
     _present: set[int] | None = None
     _callee_of: dict[int, str] | None = None
+    _from_constants: dict[int, frozenset | None] = field(factory=dict)
+    _position: dict[int, int] | None = None
 
     def old_index(self) -> _Index:
         """Look-ups into the function as the pass before left it (``old`` must be set)."""
@@ -113,6 +115,25 @@ class Walk:
             callees = ((handle, reader.callee_of(d, position)) for position, handle in enumerate(d.vars))
             self._callee_of = {handle: callee for handle, callee in callees if callee is not None}
         return self._callee_of
+
+    def from_constants(self, handle: int) -> frozenset | None:
+        """The tokens of the constants the var ``handle`` is made of, when it is bound in
+        this function to a call whose every var argument is such a var (a weight a pass
+        rescales: ``W * s`` is made of ``W`` and the norm's constants); None when it is
+        not made of constants alone. Memoised."""
+        if handle in self._from_constants:
+            return self._from_constants[handle]
+        if self._position is None:
+            self._position = {var: position for position, var in enumerate(self.d.vars)}
+        position = self._position.get(handle)
+        made = reader.call(self.d, position) if position is not None and self.d.values[position] else None
+        found: frozenset | None = None
+        if made is not None:
+            parts = [self.from_constants(a.handle) for a in made.atoms if a.kind == VAR]
+            if all(p is not None for p in parts):
+                found = frozenset(self.tokens.constant(a.handle) for a in made.atoms if a.kind == CONST).union(*parts)
+        self._from_constants[handle] = found
+        return found
 
     def present(self) -> set[int]:
         """Handles of the vars bound after the pass; built only when a rule asks."""

@@ -50,7 +50,9 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
     parts = computes.parts
 
     def member(prim: str) -> Member:
-        shared = (facts.LOWERED_PART,) * (prim in parts) + (facts.LAYOUT_REUSE,) * (prim in computes.reused)
+        shared = ((facts.LOWERED_PART,) * (prim in parts) + (facts.LAYOUT_REUSE,) * (prim in computes.reused)
+                  + (facts.FOLDED_NORM,) * (facts.NORM in prim_ops.get(prim, ())
+                                            and "relax.add" in prim_ops.get(prim, ())))
         return Member(prim, tuple(sorted(prim_ops.get(prim, ()))), prim in parts, shared)
 
     for name, func in groups.items():
@@ -154,6 +156,29 @@ def _declared_ops(mod) -> dict[str, str]:
     return out
 
 
+def _folds_a_norm(made, made_at: dict) -> bool:
+    """``facts.folds_a_norm`` of one op call, its arguments read among the calls a pass
+    wrote (``made_at``: var -> call)."""
+    if made.callee != "relax.add":
+        return False
+    args = [a for a in made.arguments()]
+    first = made_at.get(args[0].handle) if args and args[0].kind == reader.VAR else None
+    weight = first.arguments()[1] if first is not None and len(first.arguments()) > 1 else None
+    return facts.folds_a_norm(
+        made.callee, first.callee if first is not None else None,
+        weight is not None and weight.kind == reader.VAR and _from_constants(weight.handle, made_at),
+        all(a.kind != reader.VAR or _from_constants(a.handle, made_at) for a in args[1:]))
+
+
+def _from_constants(var: int, made_at: dict, seen: frozenset = frozenset()) -> bool:
+    """Whether ``var`` is bound (among ``made_at``) to a call whose var arguments all are:
+    made of constants alone."""
+    made = made_at.get(var)
+    if made is None or var in seen:
+        return False
+    return all(_from_constants(a.handle, made_at, seen | {var}) for a in made.atoms if a.kind == reader.VAR)
+
+
 class _Computes:
     """What each binding of the model functions computes, pass by pass: an op name,
     or the ops of the PrimFunc it calls. A Var that computed op X before a pass and
@@ -176,6 +201,7 @@ class _Computes:
                 self.state[name] = (func, old)
                 continue
             now = {var: old[var] for var, value in zip(d.vars, d.values) if not value and var in old}
+            made_at = {d.vars[p]: reader.call(d, p) for p in d.changed}
             for position in d.changed:
                 made = reader.call(d, position)
                 if made is None or is_bookkeeping(made.callee):
@@ -184,6 +210,7 @@ class _Computes:
                 var = d.vars[position]
                 if not gv:  # an op; one a pass wrote in place of another still computes that one
                     was = self._carried(old.get(var, ()), callee) if callee.startswith("relax.") else ()
+                    was += (facts.NORM,) * _folds_a_norm(made, made_at)
                     now[var] = tuple(sorted({callee, *was})) if callee.startswith("relax.") else ()
                 elif callee not in functions:  # a PrimFunc (not a fused group or a subfunction)
                     was = self._carried(old.get(var, ()), callee)
