@@ -1,0 +1,123 @@
+"""Advice on real builds, and the rebuild that proves it: zoo ResNet-18's batch norms
+run after their convs, folded and measured layer by layer; a ConvNeXt built NHWC, its
+layout transforms gone in the NCHW rebuild; a tuning database that misses kernels."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import relaytrace
+from relaytrace import zoo
+from relaytrace.analysis import diff as D
+from relaytrace.analysis.advice import FOLD_BATCH_NORM, LAYOUT_NCHW
+from relaytrace.analysis.report import make_report
+from relaytrace.build import NHWC
+from relaytrace.frontends.torch import from_torch
+
+from .fixtures.repros import convnext
+
+
+def _report(model, example, **options):
+    executable, lineage = relaytrace.build(model, "llvm", **options)
+    return make_report(lineage, relaytrace.profile(executable, lineage, [example.numpy()], repeat=3))
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    module, example = zoo.get("resnet18", image=64)
+    return from_torch(module, (example,)), example
+
+
+def test_batch_norms_after_their_convs_are_found_and_the_folded_rebuild_runs_them_in_the_convs(resnet18):
+    model, example = resnet18
+    plain = _report(model, example)
+    (found,) = [f for f in plain.advice if f.rule == "separate-batch-norm"]
+    norms = [s for s in plain.lineage.call_sites if any(plain.lineage.origins[o].short_op == "batch_norm"
+                                                        for o in s.origin_ids)]
+    assert set(found.sites) == {s.label for s in norms}
+    assert len({o for s in norms for o in s.origin_ids if plain.lineage.origins[o].short_op == "batch_norm"}) == 20
+    assert set(found.layers) == {o.layer for o in plain.lineage.origins.values() if o.short_op == "batch_norm"}
+    assert found.saving_us == pytest.approx(sum(plain.site_us[s.label] for s in norms))
+    assert found.change.rebuild == FOLD_BATCH_NORM
+    folded = _report(model, example, fold_batch_norm=True)
+    coverage = folded.lineage.coverage()
+    assert coverage.verified_sites == coverage.call_sites == len(plain.lineage.call_sites) - len(norms)
+    assert not folded.lineage.unresolved() and not [f for f in folded.advice if f.rule == "separate-batch-norm"]
+    for site in folded.lineage.call_sites:  # each conv's kernel now runs its norm
+        ops = {folded.lineage.origins[o].short_op for o in site.origin_ids}
+        assert ("conv2d" in ops) == ("batch_norm" in ops)
+    rows = {r.layer: r for r in D.compare(plain.build_lineage, plain.profile, folded.build_lineage, folded.profile)}
+    assert rows["layer1.0.bn1"].a_us > 0 and rows["layer1.0.bn1"].b_us is None
+    assert rows["layer1.0.bn1"].absent_b == "fused into layer1.0.conv1"  # its time is the conv's now
+
+
+@pytest.mark.slow
+def test_a_convnext_built_nhwc_is_told_its_layout_transforms_and_the_nchw_rebuild_has_none():
+    module, example = convnext()
+    model = from_torch(module, (example,))
+    nhwc = _report(model, example, convert_layout=NHWC)
+    (found,) = [f for f in nhwc.advice if f.rule == "inserted-overhead"]
+    inserted = {s.label for s in nhwc.lineage.call_sites if any(
+        nhwc.lineage.origins[o].pass_name == "ConvertLayout" for o in s.origin_ids)}
+    assert set(found.sites) == inserted and found.change.rebuild == LAYOUT_NCHW
+    assert found.saving_us == pytest.approx(sum(r.us for r in nhwc.shares if r.category == "inserted"))
+    assert {name for name, _ in nhwc.categories.inserted_by_layer} == set(found.layers)
+    nchw = _report(model, example)
+    assert nchw.categories.inserted_us == 0 and not [f for f in nchw.advice if f.rule == "inserted-overhead"]
+
+
+@pytest.mark.slow
+def test_advise_verify_rebuilds_with_the_change_and_measures_it(tmp_path):
+    factory = tmp_path / "r18.py"
+    factory.write_text("from relaytrace import zoo\n\ndef make():\n    return zoo.get('resnet18', image=64)\n")
+    done = _cli("--quiet", "profile", f"{factory}:make", "--repeat", "2", "--out", tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    shown = _cli("--quiet", "advise", tmp_path / "run", "--verify", "--top", "3")
+    assert shown.returncode == 0, shown.stderr
+    assert "[separate-batch-norm]" in shown.stdout and "--fold-batch-norm" in shown.stdout
+    line = next(ln for ln in shown.stdout.splitlines() if ln.startswith("separate-batch-norm with fold_batch_norm"))
+    assert "end to end" in line and "measured saving" in line and "(estimated" in line
+    assert "not verified" not in shown.stdout  # the rebuild's every site verified
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["fold_batch_norm"] is False  # DIR untouched
+
+
+@pytest.mark.slow
+def test_kernels_a_tuning_database_misses_are_named_with_their_share(tmp_path):
+    """Tuned for one trial per task, then the records of one task dropped from the
+    database: the tuned build runs that kernel on TVM's default schedule, silently."""
+    from relaytrace.profiling import tasks as T
+
+    fixtures = Path(__file__).parent / "fixtures"
+    sys.path.insert(0, str(fixtures))
+    try:
+        from tiny_model import make
+    finally:
+        sys.path.remove(str(fixtures))
+    module, example = make()
+    model = from_torch(module, (example,))
+    import tvm
+
+    target = T.tuning_target(tvm.target.Target("llvm"))
+    db = tmp_path / "db"
+    _, lineage = relaytrace.build(model, target)
+    rows = T.extract(model.mod, target, lineage)
+    T.tune(model.mod, target, str(db), 1, len(rows))
+    records = db / "database_tuning_record.json"
+    lines = records.read_text().splitlines()
+    dropped = json.loads(lines[0])[0]  # a workload's index: drop every record of it
+    records.write_text("".join(ln + "\n" for ln in lines if json.loads(ln)[0] != dropped))
+    executable, tuned = relaytrace.build(model, target, database=str(db))
+    report = make_report(tuned, relaytrace.profile(executable, tuned, [example.numpy()], repeat=2))
+    (found,) = [f for f in report.advice if f.rule == "untuned-kernels"]
+    untuned = {s.kernel for s in tuned.call_sites} - set(tuned.build.tuned)
+    assert untuned and {label.split("#")[0] for label in found.sites} == untuned
+    share = 100 * sum(k.us for k in report.kernels if k.name in untuned) / sum(k.us for k in report.kernels)
+    assert f"{share:.1f}% of the kernel time" in found.title
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "relaytrace.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=900)
