@@ -349,3 +349,30 @@ def test_the_memory_chart_has_a_point_per_kernel_call_and_says_what_is_live_at_t
             assert page.locator("#memchart").count() == 0
         browser.close()
     assert errors == []
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed: the HTML report was not opened")
+def test_the_advice_section_lists_each_finding_and_its_layers_open_their_pane(small_profiled, tmp_path):
+    """Each finding's title, saving and change at the top of the page; a layer of one
+    opens its pane; a run without advice says so."""
+    lineage, prof = small_profiled
+    report = make_report(lineage, prof)
+    finding = next(f for f in report.advice if f.layers)  # an untuned model is far below its roofline
+    page_path = tmp_path / "report.html"
+    page_path.write_text(html_report(report))
+    errors: list[str] = []
+    with _browser() as pw:
+        browser, page, _ = _open(pw, page_path, errors)
+        items = page.locator("ol.advice > li")
+        assert items.count() == len(report.advice)
+        text = items.nth(report.advice.index(finding)).text_content()
+        assert finding.title in text and finding.change.how in text and f"({finding.rule})" in text
+        layer = finding.layers[0]
+        items.nth(report.advice.index(finding)).locator(f'a[data-layer="{layer}"]').click()
+        assert page.locator("#detail h3").text_content() == f"layer {layer}"
+        page_path.write_text(html_report(attrs.evolve(report, advice=())))
+        page.goto(page_path.as_uri())
+        page.wait_for_selector("body[data-ready]")
+        assert page.locator("#advice").text_content().startswith("No advice")
+        browser.close()
+    assert errors == []

@@ -67,6 +67,9 @@ def report_data(report) -> dict:
         "estimate": report.profile.mode == "estimate",  # its times are bounds: nothing was achieved
         "precision": _precision(report.precision),
         "memory": _memory(report.memory),
+        "advice": [{"rule": f.rule, "title": f.title, "layers": list(f.layers), "evidence": list(f.evidence),
+                    "saving_ms": f.saving_us / 1e3, "what": f.change.what, "how": f.change.how,
+                    "measured": bool(f.change.rebuild)} for f in report.advice],
     }
 
 
@@ -341,6 +344,7 @@ def html_report(report, comparison=None) -> str:
 {"".join(f'<p class="warn">{html.escape(w)}</p>' for w in profile.warnings())}
 {_numerics_line(comparison)}
 <div id="layout"><div id="main">
+<h2>Advice</h2><div id="advice"></div>
 <h2>Where the time goes</h2><div id="legend" class="legend"></div>
 <p>Kernel time by module (width: time; click a module to zoom in and see it in the pane).</p>
 <div id="crumbs" class="crumbs"></div><svg id="icicle" class="icicle"></svg>

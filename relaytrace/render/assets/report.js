@@ -330,6 +330,18 @@ function showStep(i){
         [layerCell(name), size(bytes), (100 * bytes / (total || 1)).toFixed(1), size(weights.get(name) || 0)]))));
 }
 
+// ---- advice: each finding, its saving, evidence and change; its layers open their pane ----
+function drawAdvice(){
+  const box = document.getElementById('advice');
+  if (!data.advice.length){ box.replaceChildren(h('p', null, 'No advice: no rule found anything worth a line in this run.')); return; }
+  box.replaceChildren(h('ol', {class: 'advice'}, ...data.advice.map(f => h('li', null,
+    h('b', null, f.title), ` (${f.rule}): `, f.saving_ms ? `estimated saving ${f.saving_ms.toFixed(3)} ms per run` : 'saving not estimated',
+    h('ul', null, ...f.evidence.map(e => h('li', null, e)),
+      h('li', null, `change: ${f.what}: ${f.how}` + (f.measured ? ' (relaytrace advise DIR --verify measures it)' : '')),
+      f.layers.length ? h('li', null, 'layers: ', ...f.layers.slice(0, 12).flatMap((name, i) =>
+        [i ? ', ' : '', layerDetail.has(name) ? link('layer', name) : name]), f.layers.length > 12 ? ` and ${f.layers.length - 12} more` : '') : null)))));
+}
+
 // ---- the detail pane ----
 /** A link (data-layer or data-site: name) that opens the pane of that layer or call site. */
 function link(kind, name){
@@ -477,6 +489,7 @@ function graphControls(){
 }
 
 icicleRoot = d3.hierarchy(hierarchyOf());
+drawAdvice();
 drawIcicle(null);
 drawTimeline();
 drawRoofline();
