@@ -99,7 +99,8 @@ def _screenshots() -> None:
     with its float16 error; ResNet-50's layer graph as it opens (grouped), and every
     layer with ``layer3.1.conv2`` found and clicked; the roofline charts of ResNet-50
     (``layer3.1.conv2`` clicked) and the decoder (its slowest layer clicked); the memory
-    sections of the decoder (at its peak) and of ResNet-50 (step ``MEMORY_STEP`` clicked)."""
+    sections of the decoder (at its peak) and of ResNet-50 (step ``MEMORY_STEP`` clicked);
+    ResNet-50's advice."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -141,12 +142,21 @@ def _screenshots() -> None:
             page.wait_for_selector("body[data-ready]")
             if step is not None:
                 page.locator(f'#memchart circle[data-step="{step}"]').dispatch_event("click")
-            clip = page.locator("#memory").evaluate(  # from the section's heading to its end, in the page
-                "m => { const a = m.previousElementSibling.previousElementSibling.getBoundingClientRect(), "
-                "b = m.getBoundingClientRect(); return {x: a.left - 8, y: a.top + scrollY - 8, "
-                "width: b.width + 16, height: b.bottom - a.top + 16}; }")
-            page.screenshot(path=str(OUT / name), full_page=True, clip=clip)
+            page.screenshot(path=str(OUT / name), full_page=True, clip=_section(page, "memory", 2))
+        page.goto((OUT / "resnet50_report.html").as_uri())
+        page.wait_for_selector("body[data-ready]")
+        page.screenshot(path=str(OUT / "report_advice_resnet50.png"), full_page=True, clip=_section(page, "advice", 1))
         browser.close()
+
+
+def _section(page, box: str, before: int) -> dict:
+    """The clip of a report section in the page: from its heading (``before`` elements
+    before the box ``#box``) to the box's end."""
+    return page.locator(f"#{box}").evaluate(
+        "(m, n) => { let a = m; for (let i = 0; i < n; i++) a = a.previousElementSibling; "
+        "a = a.getBoundingClientRect(); const b = m.getBoundingClientRect(); "
+        "return {x: a.left - 8, y: a.top + scrollY - 8, width: b.width + 16, height: b.bottom - a.top + 16}; }",
+        before)
 
 
 if __name__ == "__main__":
