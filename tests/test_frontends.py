@@ -212,3 +212,27 @@ def test_origins_say_where_in_the_users_code_they_came_from(tmp_path):
     _, onnx_lineage = relaytrace.build(from_onnx(export_torch_to_onnx(module, (example,), tmp_path / "t.onnx")), "llvm")
     conv_nodes = {s for layer, found in onnx_lineage.sources().items() if "conv" in layer for s in found}
     assert conv_nodes and all(s.startswith("onnx node ") for s in conv_nodes)
+
+
+def test_onnx_export_keeps_a_dim_symbolic(tmp_path):
+    """``export_torch_to_onnx(dynamic_shapes=)``: one ONNX graph, one build for every length (issue 33)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    from relaytrace.errors import UsageError
+    from relaytrace.frontends.onnx import export_torch_to_onnx, from_onnx
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    example = (torch.randn(1, 5, 8),)
+    path = export_torch_to_onnx(Net(), example, tmp_path / "net.onnx",
+                                dynamic_shapes={"x": {1: torch.export.Dim("seq")}})
+    script = from_onnx(path).mod["main"].script()
+    assert 'x: R.Tensor((1, seq, 8), dtype="float32")' in script
+    with pytest.raises(UsageError, match="forward does not take.*its inputs: x"):
+        export_torch_to_onnx(Net(), example, tmp_path / "bad.onnx", dynamic_shapes={"tokens": {1: "seq"}})

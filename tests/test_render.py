@@ -183,6 +183,45 @@ def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
         browser.close()
 
 
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed: the HTML report was not opened")
+def test_a_click_on_each_kind_of_row_shows_its_detail(small_profiled, tmp_path):
+    """Layers, kernels, op types and the roofline's layers: a click on a row opens its
+    pane (issue 33: a kernel's row left the pane as it was)."""
+    lineage, prof = small_profiled
+    report = make_report(lineage, prof)
+    page_path = tmp_path / "report.html"
+    page_path.write_text(html_report(report))
+    errors: list[str] = []
+    with _browser() as pw:
+        browser, page, _ = _open(pw, page_path, errors)
+        pane = page.locator("#detail")
+        assert "kernel, op type" in pane.inner_text()
+        page.locator("#layers tbody tr", has_text="layer1_conv2_conv").first.click()
+        assert pane.locator("h3").inner_text() == "layer layer1_conv2_conv"
+        kernel = next(r for r in report.kernels if "layer1_conv2_conv" in r.layers)
+        page.locator(f"#kernels tbody tr[data-key='{kernel.name}']").click()
+        assert pane.locator("h3").inner_text() == f"kernel {kernel.name}"
+        assert pane.locator("a[data-layer='layer1_conv2_conv']").count() >= 1  # its layers, as links
+        sites = [s.label for s in lineage.sites(kernel.name)]
+        assert sorted(pane.locator("a[data-site]").evaluate_all("a => a.map(x => x.dataset.site)")) == sorted(sites)
+        assert kernel.shapes.split(",")[0] in pane.inner_text()
+        pane.locator("a[data-layer='layer1_conv2_conv']").first.click()  # and on from there
+        assert pane.locator("h3").inner_text() == "layer layer1_conv2_conv"
+        op = next(r for r in report.op_types if r.op == "conv2d")
+        page.locator("#optypes tbody tr[data-key='conv2d']").click()
+        assert pane.locator("h3").inner_text() == "op type conv2d"
+        convs = {o.layer for o in lineage.origins.values() if o.short_op == "conv2d" and o.kind == "op"}
+        assert set(pane.locator("a[data-layer]").evaluate_all("a => a.map(x => x.dataset.layer)")) == convs
+        assert f"{op.count} op(s)" in pane.inner_text()
+        roof = report.roofline.layers[0].name
+        page.locator(f"#roof tbody tr[data-key='{roof}']").click()
+        assert pane.locator("h3").inner_text() == f"layer {roof}"
+        width = page.locator("#kernels td[data-col=shapes]").first.evaluate("td => td.getBoundingClientRect().width")
+        assert width >= 150  # the argument shapes are readable, not a column of one word a line
+        assert errors == []
+        browser.close()
+
+
 def _open(pw, path, errors):
     browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
         "--no-sandbox", "--disable-gpu", "--disable-background-networking",

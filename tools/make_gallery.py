@@ -100,6 +100,7 @@ def _screenshots() -> None:
     layer with ``layer3.1.conv2`` found and clicked; the roofline charts of ResNet-50
     (``layer3.1.conv2`` clicked) and the decoder (its slowest layer clicked); the memory
     sections of the decoder (at its peak) and of ResNet-50 (step ``MEMORY_STEP`` clicked);
+    ResNet-50's Kernels table with its slowest kernel clicked, the kernel's pane beside it;
     ResNet-50's advice."""
     from playwright.sync_api import sync_playwright
 
@@ -136,6 +137,12 @@ def _screenshots() -> None:
             dot.dispatch_event("click")
             page.locator("#roofline").scroll_into_view_if_needed()
             page.screenshot(path=str(OUT / name))
+        page.goto((OUT / "resnet50_report.html").as_uri())  # the Kernels table, its slowest kernel clicked
+        page.wait_for_selector("body[data-ready]")
+        page.locator("#kernels tbody tr").first.click()
+        page.evaluate("document.getElementById('kernels').previousElementSibling.previousElementSibling"
+                      ".scrollIntoView()")  # the section's heading at the top, the pane (sticky) beside it
+        page.screenshot(path=str(OUT / "report_kernels_resnet50.png"))
         for report, step, name in (("decoder24_report.html", None, "report_memory_decoder.png"),
                                    ("resnet50_report.html", MEMORY_STEP, "report_memory_resnet50.png")):
             page.goto((OUT / report).as_uri())

@@ -26,6 +26,7 @@ from attrs import define
 
 from ..errors import RelaytraceError
 from ..model.lineage import ANCHOR, Lineage
+from ..model.lineage_index import billed_layers
 from ..model.ops import estimated_flops
 from ..model.origin import OP, UNRESOLVED
 from ..model.profile import BUILTIN, KERNEL, Profile
@@ -197,9 +198,9 @@ def _split_site(lineage, site, us, policy, profile):
 
 
 def _inserted_shares(lineage, site, origin, us):
-    """An inserted op's time, split evenly over the layers it serves."""
-    served = [lineage.origins[s].layer for s in origin.serves] or [origin.layer]
-    served = list(dict.fromkeys(served))
+    """An inserted op's time, split evenly over the layers it serves (``billed_layers``:
+    a shape function of the whole entry has a row of its own)."""
+    served = billed_layers(origin, lineage.origins)
     return [Share(site.key, layer, origin.id, origin.short_op, INSERTED, us / len(served))
             for layer in served]
 
@@ -217,7 +218,7 @@ def layers_from(parts: tuple[Share, ...]) -> tuple[LayerRow, ...]:
         row = rows.setdefault(s.layer, {COMPUTE: 0.0, INSERTED: 0.0, UNRESOLVED: 0.0, "ops": {}, "kernels": {},
                                         "status": set()})
         row[s.category] += s.us
-        row["ops"][s.op] = None
+        row["ops"][s.op if s.category != UNRESOLVED else "unresolved"] = None  # its op is a kernel's name
         row["kernels"][s.site] = None
         row["status"].add(s.status)
     result = [
@@ -265,6 +266,22 @@ def by_op_type(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tu
     return op_types_from(lineage, shares(lineage, profile, policy))
 
 
+def op_type_of(origin) -> str:
+    """The op type an origin is counted under: its op (``conv2d``), with its kind for an
+    inserted or unresolved one (``layout_transform (inserted)``)."""
+    return origin.short_op if origin.kind == OP else f"{origin.short_op} ({origin.kind})"
+
+
+def op_type_layers(lineage: Lineage) -> dict[str, tuple[str, ...]]:
+    """Each op type (``op_type_of``) that ran -> the layers of its ops, in run order."""
+    out: dict[str, dict[str, None]] = defaultdict(dict)
+    for site in lineage.call_sites:
+        for o in site.origin_ids:
+            origin = lineage.origins[o]
+            out[op_type_of(origin)][origin.layer] = None
+    return {k: tuple(v) for k, v in out.items()}
+
+
 def op_types_from(lineage: Lineage, parts: tuple[Share, ...]) -> tuple[OpTypeRow, ...]:
     """Shares summed by op type, slowest first, with each type's count of ops that ran."""
     total = sum(s.us for s in parts) or 1.0
@@ -275,7 +292,7 @@ def op_types_from(lineage: Lineage, parts: tuple[Share, ...]) -> tuple[OpTypeRow
     counts: dict[str, set] = defaultdict(set)
     layers: dict[str, set] = defaultdict(set)
     for o in ran:
-        key = o.short_op if o.kind == OP else f"{o.short_op} ({o.kind})"
+        key = op_type_of(o)
         counts[key].add(o.id)
         layers[key].add(o.layer)
     rows = [OpTypeRow(op, us.get(op, 0.0), 100.0 * us.get(op, 0.0) / total, len(counts[op]), len(layers[op]))

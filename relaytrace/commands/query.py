@@ -26,6 +26,7 @@ def run(args) -> int:
     """`relaytrace query DIR|lineage.json`: what a layer, kernel or origin became, from a
     saved lineage (no TVM)."""
     from ..model.lineage import Lineage
+    from ..render.table import format_table
 
     asked = next((f"--{k}" for k in ("kernel", "layer", "history") if getattr(args, k) == ""), None)
     if asked:
@@ -60,14 +61,60 @@ def run(args) -> int:
             result["eliminated"] = gone
             text += "\n" + "\n".join(map(terminal, gone))
     else:
-        steps = lineage.history(args.history)
-        result = [{"pass_index": c.index, "pass": c.pass_name, "function": c.function, "callee": c.callee,
-                   "rule": c.rule} for c in steps]
-        text = f"history of {terminal(args.history)}:\n" + "\n".join(
-            f"  #{c['pass_index']:<4} {terminal(c['pass']):<28} -> {terminal(c['callee'])}  [{terminal(c['rule'])}]"
-            for c in result)
+        result = histories(lineage, args.history)
+        gone = sum(1 for h in result if h["eliminated_by"])
+        text = (f"history of {terminal(args.history)}: {len(result)} op(s)"
+                + (f", {gone} eliminated" if gone else "") + ", each with the passes that rewrote it and its end\n"
+                + format_table(["op", "passes (rule where not identity)", "carried by"],
+                               [row for h in result for row in history_rows(h)]))
     echo(json.dumps(result, indent=1) if args.json else text)
     return 0
+
+
+def histories(lineage, name: str) -> list[dict]:
+    """Each op of layer (or origin) ``name`` in run order, with each pass that rewrote it
+    (pass index and name, function, the callee that carried it after, the rule that
+    followed it) and how it ended: the pass that eliminated it, or the kernel call sites
+    and VM builtins it runs in."""
+    builtins: dict[str, list[str]] = {}
+    for b in lineage.builtins:
+        for o in b.origins:
+            builtins.setdefault(o, []).append(f"{b.name}#{b.position}")
+    index = lineage.index()
+    out = []
+    for oid in sorted(lineage.resolve(name), key=lambda o: (lineage.origins[o].function, lineage.origins[o].index, o)):
+        origin = lineage.origins[oid]
+        out.append({"origin": oid, "op": origin.short_op, "layer": origin.layer, "changes": [
+            {"pass_index": c.index, "pass": c.pass_name, "function": c.function, "callee": c.callee, "rule": c.rule}
+            for c in lineage.journal.history_by_origin.get(oid, ())],
+            "eliminated_by": lineage.eliminated().get(oid),
+            "kernel_calls": [index.at_position[p].label for p in index.sites_of_origin.get(oid, ())],
+            "builtins": builtins.get(oid, [])})
+    return out
+
+
+def history_rows(h: dict) -> list[list[str]]:
+    """One op's history as rows of ``query --history``'s table (op, passes, carried by):
+    the passes that left it in one callee together (``#2191 FuseOps (replay), #2199
+    FuseTIRInner``, a rule named where it is not identity), then how it ended."""
+    origin = h["origin"]
+    own = origin[len(h["layer"]) + 1:] if origin.startswith(h["layer"] + "/") else origin
+    rows: list[list[str]] = []
+    for c in h["changes"]:
+        step = f"#{c['pass_index']} {c['pass']}" + (f" ({c['rule']})" if c["rule"] != "identity" else "")
+        if rows and rows[-1][2] == c["callee"]:
+            rows[-1][1] += ", " + step
+        else:
+            rows.append(["", step, c["callee"]])
+    if not rows:
+        rows.append(["", "no pass rewrote it", ""])
+    if h["eliminated_by"]:
+        rows.append(["", f"END: eliminated by {h['eliminated_by']}", ""])
+    else:
+        runs = ", ".join(h["kernel_calls"] + h["builtins"])
+        rows.append(["", "END: runs in", runs or "no kernel call or VM builtin"])
+    rows[0][0] = own
+    return rows
 
 
 def _sites(lineage, text: str) -> list:

@@ -57,8 +57,7 @@ def run(args) -> int:
     say("building (fused) and extracting MetaSchedule tasks")
     _, lineage = build(loaded.model, target, progress=say.passes)
     rows = T.extract(mod, target, lineage)
-    echo(format_table(["task", "weight", "kernels", "layers"],
-                      [[r.name, r.weight, " ".join(r.kernels), ", ".join(r.layers)] for r in rows]))
+    echo(format_table(["task", "weight", "kernel", "layers"], [_task_row(r) for r in rows]))
     echo("\n" + _task_totals(rows, len(lineage.call_sites)))
     if args.tune:
         T.tune(mod, target, args.db, args.tune, len(rows), progress=say, remote=remote)
@@ -78,6 +77,13 @@ def run(args) -> int:
             tuned.save(args.out, overwrite=args.force)
             echo(f"tuned lineage written to {args.out}")
     return 0
+
+
+def _task_row(row) -> list:
+    """A task's row: its name, weight, its kernel (``same`` when the task's name is the
+    kernel's, as MetaSchedule names them; ``none`` when it became no kernel) and layers."""
+    kernel = " ".join("same" if k == row.name else k for k in row.kernels) or "none (VM builtin or folded)"
+    return [row.name, row.weight, kernel, ", ".join(row.layers)]
 
 
 def _task_totals(rows, call_sites: int) -> str:

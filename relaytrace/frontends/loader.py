@@ -204,11 +204,26 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
         return load(made, **options)  # named as its frontend named it
     if isinstance(made, tuple) and len(made) == 3 and _is_torch_module(made[0]):
         made_module, example, dynamic_shapes = made
-        return load(made_module, example, name=name or Path(path).stem, dynamic_shapes=dynamic_shapes, **options)
+        return load(made_module, example, name=name or model_name(path, factory), dynamic_shapes=dynamic_shapes,
+                    **options)
     if not (isinstance(made, tuple) and len(made) == 2):
         raise RelaytraceError(f"{factory}() must return {FACTORY_RESULTS}, not {_kind(made)}")
     made_module, example = made
-    return load(made_module, example, name=name or Path(path).stem, **options)
+    return load(made_module, example, name=name or model_name(path, factory), **options)
+
+
+# factory names that say nothing of the model: such a factory's model is named by its file
+GENERIC_FACTORIES = frozenset({"make", "build", "create", "get", "load", "model", "main", "factory", "make_model",
+                               "build_model", "create_model", "get_model", "load_model", "model_fn"})
+
+
+def model_name(path: str, factory: str) -> str:
+    """The name of the model ``path:factory`` makes: the factory's (``hf_models.py:llama``
+    is ``llama``, ``zoo.py:resnet50`` is ``resnet50``), or the file's stem when the
+    factory's name says nothing of the model (``mymodel.py:make`` is ``mymodel``:
+    ``GENERIC_FACTORIES``). A factory returning an ``ImportedModel`` keeps the name its
+    frontend gave it."""
+    return Path(path).stem if factory.lower() in GENERIC_FACTORIES else factory
 
 
 def _exit_call(exc: SystemExit) -> str:

@@ -206,24 +206,47 @@ def _var_args(value, ir):
         yield value
 
 
-def export_torch_to_onnx(module, example_args, path, opset: int = 17, fold_batch_norm: bool = True) -> str:
+def export_torch_to_onnx(module, example_args, path, opset: int = 17, fold_batch_norm: bool = True,
+                         dynamic_shapes=None) -> str:
     """Write an ONNX file from a torch module (legacy exporter, no network), atomically.
     ``fold_batch_norm=False`` keeps each BatchNorm a node of its own (training mode
-    PRESERVE, no constant folding), so every torch layer has its ONNX counterpart."""
+    PRESERVE, no constant folding), so every torch layer has its ONNX counterpart.
+    ``dynamic_shapes`` keeps dims symbolic, in ``from_torch``'s form: forward's argument
+    name -> {dim index: a ``torch.export.Dim`` or a name} (``{"x": {1: "seq"}}``); the
+    inputs are then named as forward names them, and each such dim of the ONNX graph is
+    named (``seq``), so ``from_onnx`` gives one build for every size."""
     torch = require("torch", "torch")
     require("onnx", "onnx")
+    options = {} if fold_batch_norm else {"training": torch.onnx.TrainingMode.PRESERVE, "do_constant_folding": False}
+    if dynamic_shapes:
+        options.update(_dynamic_axes(module, example_args, dynamic_shapes))
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=directory)
     os.close(fd)
     try:
-        keep = {} if fold_batch_norm else {"training": torch.onnx.TrainingMode.PRESERVE, "do_constant_folding": False}
-        torch.onnx.export(module.eval(), example_args, tmp, dynamo=False, opset_version=opset, **keep)
+        torch.onnx.export(module.eval(), example_args, tmp, dynamo=False, opset_version=opset, **options)
         os.chmod(tmp, 0o666 & ~current_umask())  # as open() would have made it, not mkstemp's 0600
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _dynamic_axes(module, example_args, dynamic_shapes) -> dict:
+    """The legacy exporter's ``input_names`` and ``dynamic_axes`` for ``dynamic_shapes``
+    (``export_torch_to_onnx``); a name forward does not take is refused, naming those it does."""
+    import inspect
+
+    count = len(example_args) if isinstance(example_args, tuple) else 1
+    names = [p for p in inspect.signature(module.forward).parameters][:count]
+    unknown = [n for n in dynamic_shapes if n not in names]
+    if unknown:
+        raise UsageError(f"dynamic_shapes names {', '.join(map(repr, unknown))}, which forward does not take "
+                         f"(its inputs: {', '.join(names)})")
+    axes = {name: {int(d): getattr(dim, "__name__", None) or str(dim) for d, dim in dims.items()}
+            for name, dims in dynamic_shapes.items() if dims}
+    return {"input_names": names, "dynamic_axes": axes}
 
 
 def torch_layer_name(onnx_name: str, known=None) -> str:

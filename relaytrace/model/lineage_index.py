@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from attrs import define
 
+from .ops import is_shape_computation
 from .origin import OP, Origin
 from .verification import UNVERIFIED, SiteCheck, Verification
 
@@ -50,7 +51,7 @@ def index_of(kernels: Mapping[str, tuple[CallSite, ...]], origins: Mapping[str, 
     for o in origins.values():
         if o.kind == OP:
             layers.setdefault(o.layer, set()).add(o.id)
-        for served in o.serves:
+        for served in o.serves if not entry_bookkeeping(o, origins) else ():
             serving.setdefault(served, set()).add(o.id)
     if verification is None:
         checks = {s.position: SiteCheck(s.position, UNVERIFIED, ("this lineage was never verified",)) for s in sites}
@@ -64,3 +65,20 @@ def index_of(kernels: Mapping[str, tuple[CallSite, ...]], origins: Mapping[str, 
         serving={oid: frozenset(ids) for oid, ids in serving.items()},
         checks=checks,
     )
+
+
+def entry_bookkeeping(origin: Origin, origins: Mapping[str, Origin]) -> bool:
+    """Whether ``origin`` is a shape function sizing the allocations of ops of more than
+    one layer (VMShapeLower makes one per entry that sizes nearly all of them): it
+    serves the entry, not a layer, so no layer lists it among its kernel calls."""
+    return (origin.kind != OP and is_shape_computation(origin.op)
+            and len({origins[s].layer for s in origin.serves if s in origins}) > 1)
+
+
+def billed_layers(origin: Origin, origins: Mapping[str, Origin]) -> tuple[str, ...]:
+    """The layers an inserted or unresolved op's time is billed to: those of the ops it
+    serves (its own layer when it serves none); a shape function of the entry
+    (``entry_bookkeeping``) to a row of its own, ``ENTRY.shape_func``."""
+    if entry_bookkeeping(origin, origins):
+        return (f"{origin.function}.{origin.short_op}",)
+    return tuple(dict.fromkeys(origins[s].layer for s in origin.serves if s in origins)) or (origin.layer,)

@@ -52,7 +52,8 @@ def fused_module(mod, target):
 
 def extract(mod, target, lineage) -> tuple[TaskRow, ...]:
     """The tuning tasks of ``mod``'s fused build, each mapped through ``lineage`` to its
-    layers; heaviest first."""
+    layers: those that became a kernel of the build first, heaviest first (a task that
+    became no kernel, a reshape run as a VM builtin, after them)."""
     import tvm.s_tir.meta_schedule as ms
 
     tasks = ms.relax_integration.extract_tasks(fused_module(mod, target), target)
@@ -62,7 +63,7 @@ def extract(mod, target, lineage) -> tuple[TaskRow, ...]:
         sites = lineage.kernels.get(name, ())
         layers = tuple(dict.fromkeys(lineage.origins[s.anchor].layer for s in sites if s.anchor))
         rows.append(TaskRow(name, int(task.weight), (name,) if sites else (), layers))
-    return tuple(sorted(rows, key=lambda r: (-r.weight, r.name)))
+    return tuple(sorted(rows, key=lambda r: (not r.kernels, -r.weight, r.name)))
 
 
 def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=None, remote=None):

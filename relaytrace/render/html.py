@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..analysis import attribution as A
 from ..analysis.memory import NO_SITE
+from ..model.lineage_index import billed_layers
 from ..model.origin import INSERTED, OP
 from ..model.profile import KERNEL
 
@@ -34,10 +35,11 @@ def report_data(report) -> dict:
     lineage = report.lineage
     checks = lineage.site_checks()
     layer_sites: dict[str, list[str]] = {}
+    op_layers = A.op_type_layers(lineage)
     for s in lineage.call_sites:
         for o in s.origin_ids:
             origin = lineage.origins[o]
-            for layer in [origin.layer] + [lineage.origins[x].layer for x in origin.serves]:
+            for layer in (origin.layer,) if origin.kind == OP else billed_layers(origin, lineage.origins):
                 layer_sites.setdefault(layer, [])
                 if s.label not in layer_sites[layer]:
                     layer_sites[layer].append(s.label)
@@ -53,8 +55,8 @@ def report_data(report) -> dict:
         + [{"site": f"layer {c.layer}", "status": c.status, "reasons": "; ".join(c.reasons)}
            for c in (lineage.verification.layers if lineage.verification is not None else ())
            if c.status != "verified"],
-        "op_types": [{"op": r.op, "ms": r.us / 1e3, "percent": r.percent, "count": r.count, "layers": r.layers}
-                     for r in report.op_types],
+        "op_types": [{"op": r.op, "ms": r.us / 1e3, "percent": r.percent, "count": r.count, "layers": r.layers,
+                      "layer_list": list(op_layers.get(r.op, ()))} for r in report.op_types],
         "categories": [{"name": n, "ms": us / 1e3, "percent": p} for n, us, p in report.categories.rows()],
         "layer_sites": list(layer_sites.items()),
         "model": lineage.build.model,
@@ -372,11 +374,14 @@ the layers that wrote them (it opens at the peak); click a layer for it.</p>
 <h2>Verification</h2><p class="{verdict_class}">{html.escape(verdict)}</p>{problems}
 {'<table id="checks"></table>' if data["checks"] else ""}
 <h2>Precision</h2><p id="precision"></p>
-<h2>Layers</h2><p>Click a layer to highlight its kernels (table and graph).</p><table id="layers"></table>
-<h2>Kernels</h2><p>Click a kernel to highlight the layers it runs.</p><table id="kernels"></table>
-<h2>Op types</h2><table id="optypes"></table>
+<h2>Layers</h2><p>Click a layer for its details; its kernels are highlighted (table and graph).</p>
+<table id="layers"></table>
+<h2>Kernels</h2><p>Click a kernel for its call sites and the layers it runs (highlighted in the table and
+graph).</p><table id="kernels"></table>
+<h2>Op types</h2><p>Click an op type for the layers whose ops are of it.</p>
+<table id="optypes"></table>
 {_op_sections(report)}
-</div><aside id="detail"><h3>details</h3><p>Click a module, layer or call site.</p></aside></div>
+</div><aside id="detail"><h3>details</h3><p>Click a module, layer, kernel, op type or call site.</p></aside></div>
 <script type="application/json" id="relaytrace-data">{script_json(data)}</script>
 <script>{_asset("d3-hierarchy.min.js")}</script>
 <script>{_asset("dagre.min.js")}</script>

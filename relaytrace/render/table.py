@@ -3,33 +3,151 @@ through ``safe_text.terminal`` (a control character in a name is shown escaped).
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 from collections import Counter
 
 from ..model.lineage import Coverage, Lineage
 from .safe_text import terminal
 
-WRAP = 60  # a cell longer than this (a list of kernel calls) is wrapped onto more lines
+WRAP = 60  # a cell with spaces (a list of kernel calls) longer than this is wrapped onto more lines
+MIN_WIDTH = 40  # tables are never squeezed narrower than this, whatever the terminal says
+KEY_SHARE = 0.4  # the first column (what a row is about) is narrowed last, to no less than this share
+RIGID = 20  # a piece no rule breaks (a number, a word between `_`) longer than this may be cut to fit
+
+# A long name breaks after one of these: ``fused_conv2d_add_`` / ``relu#0``,
+# ``layers.0.`` / ``mlp``; a '.' only next to a letter (never inside a number).
+_BREAK = re.compile(r"(?<=[_/,:])(?=.)|(?<=[A-Za-z]\.)|(?<=\.)(?=[A-Za-z])")
 
 
-def format_table(headers, rows, wrap: int = WRAP) -> str:
-    """Columns aligned; a cell over ``wrap`` characters is broken at spaces onto the
-    row's next lines, so a long list of kernel calls does not make a 300-character row.
+def terminal_width() -> int | None:
+    """The width tables are fitted to: ``COLUMNS`` when set (``COLUMNS=250`` for wide
+    output into a file), else the terminal's when stdout is one, else None (output piped
+    or redirected keeps each name whole on its line, for grep; never below ``MIN_WIDTH``)."""
+    env = os.environ.get("COLUMNS", "")
+    if env.strip().isdigit() and int(env) > 0:
+        return max(int(env), MIN_WIDTH)
+    try:
+        if sys.stdout.isatty():
+            return max(os.get_terminal_size(sys.stdout.fileno()).columns, MIN_WIDTH)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def _pieces(word: str) -> list[str]:
+    """``word`` cut after each place a long name may break (``_BREAK``)."""
+    return [p for p in _BREAK.split(word) if p]
+
+
+def _break_word(word: str, width: int) -> list[str]:
+    """A word longer than ``width`` as lines of at most ``width``, broken after ``_``,
+    ``/``, ``,``, ``:`` or a name's ``.`` (a piece longer than ``width`` is cut at it)."""
+    lines, line = [], ""
+    for piece in _pieces(word):
+        while len(piece) > width:
+            if line:
+                lines.append(line)
+                line = ""
+            lines.append(piece[:width])
+            piece = piece[width:]
+        if len(line) + len(piece) > width:
+            lines.append(line)
+            line = ""
+        line += piece
+    return lines + [line] if line else lines
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` over lines of at most ``width``: broken at spaces, a word longer than
+    ``width`` broken by ``_break_word``. Nothing is dropped: the lines joined (a space
+    where a line ended at one) are the text."""
+    if len(text) <= width:
+        return [text]
+    lines: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) <= width:
+            line += " " + word
+            continue
+        if line:
+            lines.append(line)
+        if len(word) <= width:
+            line = word
+        else:
+            *done, line = _break_word(word, width) or [""]
+            lines.extend(done)
+    return lines + [line] if line or not lines else lines
+
+
+def _rigid(text: str) -> int:
+    """The longest piece of ``text`` that no rule breaks (a number, a word between ``_``)."""
+    return max((len(p) for w in text.split(" ") for p in _pieces(w)), default=0)
+
+
+def column_widths(natural: list[int], least: list[int], budget: int) -> list[int]:
+    """Widths for columns of ``natural`` widths that add up to at most ``budget``: the
+    widest are narrowed first, each to one cap, none below its ``least``; the cap is
+    the largest that fits (columns already narrower keep their width)."""
+    if sum(natural) <= budget:
+        return list(natural)
+    fitted = lambda cap: [max(lo, min(n, cap)) for n, lo in zip(natural, least)]  # noqa: E731
+    lo, hi = 0, max(natural)
+    while lo < hi:  # the largest cap that fits
+        cap = (lo + hi + 1) // 2
+        if sum(fitted(cap)) <= budget:
+            lo = cap
+        else:
+            hi = cap - 1
+    widths = fitted(lo)
+    spare = budget - sum(widths)
+    for i in sorted(range(len(widths)), key=lambda i: -natural[i]):  # what is left, to the widest cut
+        if spare <= 0:
+            break
+        more = min(spare, natural[i] - widths[i])
+        widths[i] += max(more, 0)
+        spare -= max(more, 0)
+    return widths
+
+
+def format_table(headers, rows, wrap: int = WRAP, width: int | None = None) -> str:
+    """Columns aligned, the table fitted to ``width`` (default ``terminal_width()``; None:
+    as wide as its cells): a cell with spaces over ``wrap`` characters (a list of kernel
+    calls) is broken at spaces onto the row's next lines; when the table is still wider
+    than ``width``, the widest columns are narrowed (``column_widths``; the first, what a
+    row is about, keeps up to ``KEY_SHARE`` of the width, a layer's name whole) and their cells
+    wrapped, a long name broken after ``_``, ``.``, ``/`` (``fused_conv2d_add_`` /
+    ``relu#0``), never cut short: every character stays. Headers wrap at spaces alike.
     Each cell and header is ``safe_text.terminal``'s: a tab or line break in a name is
     shown escaped, not taken for space."""
-    import textwrap
-
-    headers = [terminal(str(h)) for h in headers]
-    cells = [[textwrap.wrap(terminal(str(c)), wrap, break_long_words=False, break_on_hyphens=False) or [""]
-              for c in r] for r in rows]
-    widths = [max([len(h)] + [len(part) for r in cells for part in r[i]]) for i, h in enumerate(headers)]
+    width = terminal_width() if width is None else width
+    heads = [terminal(str(h)) for h in headers]
+    texts = [[terminal(str(c)) for c in r] for r in rows]
+    columns = range(len(heads))
+    natural = [max([len(h)] + [len(r[i]) if " " not in r[i] else min(len(r[i]), max(wrap, _rigid(r[i])))
+                                for r in texts]) for i, h in enumerate(heads)]
+    least = [max([min(len(h), max(_rigid(h), 6))] + [min(len(r[i]), max(min(_rigid(r[i]), RIGID), 8)) for r in texts])
+             for i, h in enumerate(heads)]
+    budget = None if width is None else width - 2 * (len(heads) - 1)
+    if budget is not None and heads:  # the row's name (a layer, a kernel) keeps up to KEY_SHARE of the width
+        least[0] = max(least[0], min(natural[0], int(budget * KEY_SHARE), budget - sum(least[1:])))
+    least = [min(lo, n) for lo, n in zip(least, natural)]
+    widths = natural if budget is None else column_widths(natural, least, budget)
+    head_lines = [_wrap(h, w) for h, w in zip(heads, widths)]
+    cells = [[_wrap(r[i], widths[i]) for i in columns] for r in texts]
+    widths = [max([w, *map(len, head_lines[i])]) for i, w in enumerate(widths)]
 
     def line(parts):
         return "  ".join(c.ljust(w) for c, w in zip(parts, widths)).rstrip()
 
-    out = [line(headers), line(["-" * w for w in widths])]
+    def block(r):
+        return [line([c[k] if k < len(c) else "" for c in r]) for k in range(max(len(c) for c in r))]
+
+    out = block(head_lines) if heads else [""]
+    out.append(line(["-" * w for w in widths]))
     for r in cells:
-        for k in range(max(len(c) for c in r)):
-            out.append(line([c[k] if k < len(c) else "" for c in r]))
+        out.extend(block(r))
     return "\n".join(out)
 
 
@@ -94,7 +212,7 @@ def layer_table(rows, top: int | None = None) -> str:
     shown = rows[:top] if top else rows
     return format_table(
         ["layer", "time (ms)", "%", "inserted (ms)", "ops", "kernel calls", "verification"],
-        [[r.layer, _ms(r.us), f"{r.percent:.2f}", _ms(r.inserted_us), ",".join(r.ops), ", ".join(r.kernels),
+        [[r.layer, _ms(r.us), f"{r.percent:.2f}", _ms(r.inserted_us), ", ".join(r.ops), ", ".join(r.kernels),
           r.status] for r in shown],
     )
 

@@ -32,7 +32,7 @@ function build(id, columns, rows, keyOf){
   columns.forEach((c, i) => { const th = h('th', null, c[0]); th.onclick = () => sortBy(id, i); head.appendChild(th); });
   const body = table.createTBody();
   rows.forEach(r => { const tr = body.insertRow(); tr.dataset.key = keyOf(r);
-    columns.forEach(c => { const td = tr.insertCell(); const v = r[c[1]]; td.textContent = cell(v);
+    columns.forEach(c => { const td = tr.insertCell(); const v = r[c[1]]; td.textContent = cell(v); td.dataset.col = c[1];
       if (typeof v === 'number') td.className = 'num'; });
     tr.dataset.text = tr.textContent.toLowerCase(); tr.onclick = () => pick(id, r); });
   tables.set(id, {body, keyOf, sorted: null});
@@ -359,8 +359,8 @@ function detail(title, parts){
   document.getElementById('detail').replaceChildren(h('h3', null, title), ...parts.filter(p => p !== null));
 }
 function showLayer(name){
-  const d = layerDetail.get(name); if (!d) return;
   const row = data.layers.find(l => l.layer === name), numerics = layerErrors.get(name);
+  const d = layerDetail.get(name) || (row ? {ops: [], source: []} : null); if (!d) return;  // a row of no op: a shape function's
   const sites = (layerSites.get(name) || []).map(label => siteByLabel.get(label));
   const time = h('p', null, row ? `${row.ms.toFixed(3)} ms (${row.percent.toFixed(2)}% of kernel time)` : 'no time of its own');
   if (d.source.length) time.append(h('br'), `made at: ${d.source.join(', ')}`);
@@ -385,6 +385,29 @@ function showSite(label){
     h('p', null, `kernel ${s.kernel}: median ${s.us.toFixed(1)} us (min ${s.min_us.toFixed(1)}, max ${s.max_us.toFixed(1)})`,
       h('br'), `arguments: ${s.shapes}`, h('br'), `verification: ${s.status}${s.reasons ? ' — ' + s.reasons : ''}`),
     h('b', null, 'what it runs'), table(['layer', 'role'], Array.from(s.roles, ([layer, role]) => [link('layer', layer), role])),
+  ]);
+}
+const kernelByName = new Map(data.kernels.map(k => [k.name, k]));
+/** A kernel's pane: its time, shapes and verdict, each call site, the layers it runs. */
+function showKernel(name){
+  const k = kernelByName.get(name); if (!k) return;
+  const sites = data.sites.filter(s => s.kernel === name);
+  detail(`kernel ${name}`, [
+    h('p', null, `${k.us.toFixed(1)} us in ${k.count} call(s), ${k.percent.toFixed(2)}% of kernel time (min ${k.min_us.toFixed(1)}, max ${k.max_us.toFixed(1)}); ${k.device}`,
+      h('br'), `arguments: ${k.shapes}`, h('br'), `verification: ${k.status}`),
+    h('b', null, 'call sites'), table(['site', 'median us', 'layers'], sites.map(s =>
+      [link('site', s.label), s.us.toFixed(1), h('span', null, ...s.layers.flatMap((l, i) => [i ? ', ' : '', link('layer', l)]))])),
+    h('b', null, 'layers it runs'), table(['layer', 'ms'], k.layers.map(l => { const r = data.layers.find(x => x.layer === l);
+      return [link('layer', l), r ? r.ms.toFixed(3) : 'fused: billed to another layer']; })),
+  ]);
+}
+/** An op type's pane: its time and count, the layers whose ops are of it. */
+function showOpType(op){
+  const t = data.op_types.find(x => x.op === op); if (!t) return;
+  detail(`op type ${op}`, [
+    h('p', null, `${t.ms.toFixed(3)} ms (${t.percent.toFixed(2)}% of kernel time), ${t.count} op(s) in ${t.layers} layer(s)`),
+    h('b', null, 'layers'), table(['layer', 'layer ms'], t.layer_list.map(l => { const r = data.layers.find(x => x.layer === l);
+      return [link('layer', l), r ? r.ms.toFixed(3) : 'fused: billed to another layer']; })),
   ]);
 }
 // ---- the layer graph: grouped by module depth, laid out by dagre, pan and zoom ----
@@ -499,6 +522,8 @@ graphControls();
 drawGraph();
 document.getElementById('legend').replaceChildren(...Array.from(COLOURS, ([part, colour]) => {
   const swatch = h('i'); swatch.style.background = colour; return h('span', null, swatch, part); }));
-['#layers', '#roof'].forEach(id => document.querySelectorAll(id + ' tbody tr').forEach(tr =>
-  tr.addEventListener('click', () => showLayer(tr.dataset.key))));
+// a click on a row opens its pane: a layer's, a kernel's, an op type's, a call site's (or a layer's) verdict
+[['#layers', showLayer], ['#roof', showLayer], ['#kernels', showKernel], ['#optypes', showOpType],
+ ['#checks', key => key.startsWith('layer ') ? showLayer(key.slice(6)) : showSite(key)]].forEach(([id, show]) =>
+  document.querySelectorAll(id + ' tbody tr').forEach(tr => tr.addEventListener('click', () => show(tr.dataset.key))));
 document.body.dataset.ready = String(performance.now());

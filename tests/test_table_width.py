@@ -1,0 +1,85 @@
+"""Every terminal table of profile, tasks, diff, query and memory fits in 100 columns
+(``COLUMNS=100``) on a 2-block LLaMA and zoo ResNet-50, with no name cut (issue 33)."""
+
+import pytest
+
+from relaytrace import cli
+from relaytrace.render import memory as memory_text
+from relaytrace.render import table
+
+from .pure.test_table import cells
+
+pytest.importorskip("transformers")
+
+HF = "tests/fixtures/hf_models.py"
+
+
+@pytest.fixture
+def tables(monkeypatch):
+    """Each table ``format_table`` made while a command ran, and its rows, at COLUMNS=100."""
+    monkeypatch.setenv("COLUMNS", "100")
+    made: list[tuple[str, list]] = []
+    real = table.format_table
+
+    def spy(headers, rows, *args, **kwargs):
+        text = real(headers, rows, *args, **kwargs)
+        made.append((text, [[str(c) for c in r] for r in rows]))
+        return text
+
+    monkeypatch.setattr(table, "format_table", spy)
+    monkeypatch.setattr(memory_text, "format_table", spy)
+    return made
+
+
+def _runs(base, model: str, second: list[str]):
+    """``model`` profiled into base/a, and once more (``second``: other options) into base/b."""
+    for out, extra in (("a", []), ("b", second)):
+        assert cli.main(["--quiet", "profile", model, "--out", str(base / out), "--repeat", "2", *extra]) == 0
+
+
+def _fits(tables, capsys, argv, least: int = 1):
+    """``relaytrace ARGV``'s tables: at least ``least``, each at most 100 wide, every name whole."""
+    del tables[:]
+    assert cli.main(["--quiet", *argv]) == 0
+    out = capsys.readouterr().out
+    assert len(tables) >= least, argv
+    for text, rows in tables:
+        assert max(map(len, text.splitlines())) <= 100, f"{argv}:\n{text}"
+        assert text in out or argv[0] == "profile"  # profile's summary is printed, its tables in it
+        key = _unwrapped(rows)
+        if key is not None:  # a column to tell rows by: each cell read back whole
+            assert [["".join(c.split()) for c in r] for r in cells(text, key=key)] \
+                == [["".join(c.split()) for c in r] for r in rows], text
+    return out
+
+
+def _unwrapped(rows) -> int | None:
+    """A column no cell of which is wrapped (none empty, none over 8 characters: a
+    column is never narrower): where a row starts. None when no column is so."""
+    return next((i for i in range(len(rows[0]) if rows else 0) if all(0 < len(r[i]) <= 8 for r in rows)), None)
+
+
+def _every_command(base, tables, capsys, model, layer, kernel):
+    _fits(tables, capsys, ["profile", model, "--out", str(base / "again"), "--repeat", "1"], least=3)
+    _fits(tables, capsys, ["tasks", str(base / "a")])
+    _fits(tables, capsys, ["diff", str(base / "a"), str(base / "b")])
+    _fits(tables, capsys, ["memory", str(base / "a")], least=2)
+    _fits(tables, capsys, ["memory", str(base / "a"), str(base / "b")])
+    _fits(tables, capsys, ["query", str(base / "a"), "--history", layer])
+    out = _fits(tables, capsys, ["query", str(base / "a"), "--kernel", kernel], least=0)
+    assert max(map(len, out.splitlines())) <= 100 or kernel in out
+
+
+@pytest.mark.slow
+def test_llama_tables_fit_100_columns(tmp_path, tables, capsys):
+    _runs(tmp_path, f"{HF}:llama", ["--pipeline", "unfused"])
+    out = _fits(tables, capsys, ["tasks", str(tmp_path / "a")])
+    rows = [line.split()[0] for line in out.splitlines()[2:] if line and line[0] != " "]
+    assert "reshape2" not in rows[:3]  # a task that became no kernel comes after those that did
+    _every_command(tmp_path, tables, capsys, f"{HF}:llama", "m.model.layers.0.self_attn", "matmul4")
+
+
+@pytest.mark.slow
+def test_resnet50_tables_fit_100_columns(tmp_path, tables, capsys):
+    _runs(tmp_path, "demo:resnet50", ["--layout", "NHWC"])
+    _every_command(tmp_path, tables, capsys, "demo:resnet50", "layer3.1.conv2", "fused_batch_norm1_add_relu2")
