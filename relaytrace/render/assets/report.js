@@ -335,7 +335,7 @@ function drawAdvice(){
   const box = document.getElementById('advice');
   if (!data.advice.length){ box.replaceChildren(h('p', null, 'No advice: no rule found anything worth a line in this run.')); return; }
   box.replaceChildren(h('ol', {class: 'advice'}, ...data.advice.map(f => h('li', null,
-    h('b', null, f.title), ` (${f.rule}): `, f.saving_ms ? `estimated saving ${f.saving_ms.toFixed(3)} ms per run` : 'saving not estimated',
+    h('span', {class: 'title'}, f.title), ` (${f.rule}): `, f.saving_ms ? `estimated saving ${f.saving_ms.toFixed(3)} ms per run` : 'saving not estimated',
     h('ul', null, ...f.evidence.map(e => h('li', null, e)),
       h('li', null, `change: ${f.what}: ${f.how}` + (f.measured ? ' (relaytrace advise DIR --verify measures it)' : '')),
       f.layers.length ? h('li', null, 'layers: ', ...f.layers.slice(0, 12).flatMap((name, i) =>
