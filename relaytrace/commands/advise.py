@@ -59,48 +59,72 @@ _CHANGES = {"fold-batch-norm": ("fold_batch_norm", True), "layout NCHW": ("layou
 
 def _verify(args, report) -> None:
     """Each finding whose change relaytrace can make: DIR's model rebuilt with that change
-    alone, profiled as DIR was, and diffed layer by layer (``analysis.diff``)."""
-    from ..analysis import diff as D
+    alone and profiled, beside the same model rebuilt as DIR was and profiled in the same
+    sitting (a profile made earlier drifts with the machine's load; DIR's own files are
+    left as they are), and the two diffed layer by layer (``analysis.diff``)."""
     from ..frontends.loader import load
     from ..jobs import parse_shape, run_info
-    from ..render.table import format_table
     from .shared import build_and_profile, progress
 
+    if report.profile.remote:
+        raise UsageError(f"{args.dir} was profiled on {report.profile.remote}: --verify rebuilds and profiles here")
     info = run_info(args.dir)
     say = progress(args)
-    lineage_a, profile_a = report.build_lineage, report.profile
+    todo = []
     for finding in report.advice:
         if finding.change.rebuild not in _CHANGES:
             continue
         field, value = _CHANGES[finding.change.rebuild]
         if info.get(field) == value:
             echo(f"{finding.rule}: DIR was built with {field} {value} already: nothing to rebuild")
-            continue
-        options = {**info, field: value}
-        say(f"verifying {finding.rule}: rebuilding with {field} {value}")
-        loaded = load(info["model"], shapes=[parse_shape(s) for s in info["input_shapes"]], dtype=info["dtype"],
-                      entry=info["entry"])
-        build_args = argparse.Namespace(
+        else:
+            todo.append((finding, field, value))
+    if not todo:
+        return
+    loaded = load(info["model"], shapes=[parse_shape(s) for s in info["input_shapes"]], dtype=info["dtype"],
+                  entry=info["entry"])
+
+    def measured(options):
+        return build_and_profile(loaded.model, argparse.Namespace(
             target=options["target"], pipeline=options["pipeline"], layout=options["layout"],
             precision=options["precision"], fold_batch_norm=options["fold_batch_norm"], db=options["db"],
-            entry=profile_a.entry, mode=None, repeat=args.repeat or profile_a.repeat, rpc=None, tracker=None,
-            key=None, cc=None, kernel_timeout=None, device=None, peak_gflops=None, peak_gbps=None, name=None)
-        if profile_a.remote:
-            raise UsageError(f"{args.dir} was profiled on {profile_a.remote}: --verify rebuilds and profiles here")
-        lineage_b, profile_b = build_and_profile(loaded.model, build_args, say, loaded.inputs)
-        rows = D.compare(lineage_a, profile_a, lineage_b, profile_b)
-        a_ms, b_ms = profile_a.e2e_median_us / 1e3, profile_b.e2e_median_us / 1e3
-        echo(f"{finding.rule} with {field} {value}: end to end {a_ms:.3f} -> {b_ms:.3f} ms, measured saving "
-             f"{a_ms - b_ms:.3f} ms (estimated {finding.saving_us / 1e3:.3f} ms)")
-        changed = [r for r in rows if r.a_us is not None or r.b_us is not None][:args.top]
-        echo(format_table(["layer", "before (ms)", "after (ms)", "after / before"],
-                          [[r.layer, _ms(r.a_us, r.absent_a), _ms(r.b_us, r.absent_b),
-                            "-" if r.ratio is None else f"{r.ratio:.3f}" + (" ~" if r.within_noise else "")]
-                           for r in changed]))
-        unverified = len(lineage_b.coverage().unverified) + len(lineage_b.coverage().suspect)
-        if unverified:
-            echo(f"({unverified} call site(s) of the rebuild are not verified: their layers' times are not sure)")
-        echo()
+            entry=report.profile.entry, mode=None, repeat=args.repeat or report.profile.repeat, rpc=None,
+            tracker=None, key=None, cc=None, kernel_timeout=None, device=None, peak_gflops=None, peak_gbps=None,
+            name=None), say, loaded.inputs)
+
+    say("verifying: rebuilding DIR's model as it was, to measure beside each change")
+    base = measured(info)
+    for finding, field, value in todo:
+        say(f"verifying {finding.rule}: rebuilding with {field} {value}")
+        _measured_change(args, finding, f"{field} {value}", base, measured({**info, field: value}))
+
+
+def _measured_change(args, finding, change: str, base, changed) -> None:
+    """What one change did: end to end, its finding's layers, the layers that changed most."""
+    from ..analysis import diff as D
+    from ..render.table import format_table
+
+    (lineage_a, profile_a), (lineage_b, profile_b) = base, changed
+    rows = D.compare(lineage_a, profile_a, lineage_b, profile_b)
+    a_ms, b_ms = profile_a.e2e_median_us / 1e3, profile_b.e2e_median_us / 1e3
+    echo(f"{finding.rule} with {change}: end to end {a_ms:.3f} -> {b_ms:.3f} ms (each built and profiled now), "
+         f"measured saving {a_ms - b_ms:.3f} ms (estimated {finding.saving_us / 1e3:.3f} ms)")
+    named = [r for r in rows if r.layer in set(finding.layers)]
+    if named:
+        inside = sum(r.b_us is None and r.absent_b.startswith("fused into") for r in named)
+        echo(f"its {len(named)} layer(s): {sum(r.a_us or 0 for r in named) / 1e3:.3f} -> "
+             f"{sum(r.b_us or 0 for r in named) / 1e3:.3f} ms"
+             + (f"; {inside} now run inside another layer's kernel, billed to it" if inside else ""))
+    top = [r for r in rows if r.a_us is not None or r.b_us is not None][:args.top]
+    echo(f"the {len(top)} layers that changed most (~: within the runs' scatter):")
+    echo(format_table(["layer", "before (ms)", "after (ms)", "after / before"],
+                      [[r.layer, _ms(r.a_us, r.absent_a), _ms(r.b_us, r.absent_b),
+                        "-" if r.ratio is None else f"{r.ratio:.3f}" + (" ~" if r.within_noise else "")]
+                       for r in top]))
+    unverified = len(lineage_b.coverage().unverified) + len(lineage_b.coverage().suspect)
+    if unverified:
+        echo(f"({unverified} call site(s) of the rebuild are not verified: their layers' times are not sure)")
+    echo()
 
 
 def _ms(us, why: str) -> str:
