@@ -276,7 +276,7 @@ def nonzero():
     ("raises", "facs.py:raises() raised RuntimeError: my factory broke"),
     ("needs", "facs.py:needs takes arguments; relaytrace calls the factory with none"),
     ("notcallable", "facs.py:notcallable is of type int, not a function returning (model, inputs)"),
-    ("nonzero", "TVM's torch importer could not import facs (NonZero)"),
+    ("nonzero", "TVM's torch importer could not import nonzero (NonZero)"),  # the model: its factory
 ])
 def test_a_users_factory_that_fails_is_said_as_its_own(factory, words, tmp_path):
     (tmp_path / "facs.py").write_text(FACTORIES)

@@ -322,7 +322,8 @@ class ConstantsRewritten:
     of ``W``, not the one of ``W2`` on the same input), else the one dropped binding of
     another callee on them (the norm: its first field, the value the model read, when
     it made a tuple). None when no argument is made of constants alone
-    (``SameInputs``' case), for none, or on a tie."""
+    (``SameInputs``' case), when every one is (a computation of constants, which
+    FoldConstant folds: matched by nothing, it is inserted), for none, or on a tie."""
 
     name = "constants"
 
@@ -332,8 +333,8 @@ class ConstantsRewritten:
             return None
         atoms = [a for a in binding.call.atoms if a.kind == VAR and walk.tokens.of_handle.get(a.handle) is not None]
         made = [walk.from_constants(a.handle) for a in atoms]
-        if all(m is None for m in made):
-            return None
+        if all(m is None for m in made) or all(m is not None for m in made):
+            return None  # no argument made of constants, or nothing else: a constant's own computation
         inputs = tuple(walk.tokens.canonical(walk.tokens.of_handle[a.handle]) for a, m in zip(atoms, made) if m is None)
         used = frozenset().union(*(m for m in made if m is not None))
         index, present = walk.old_index(), walk.present()
