@@ -236,18 +236,15 @@ def _atoms(expr) -> list:
 
 def _tensors(expr) -> list[tuple[tuple, str]]:
     """(shape, dtype) of each tensor an expression's type holds, dims as ``dim_text``."""
-    ty = ir.expr_type(expr)
-    out = []
-    if isinstance(ty, relax.TensorType) and ty.shape is not None and hasattr(ty.shape, "values"):
-        out.append((tuple(dim_text(d) for d in ir.items(ty.shape.values)), str(ty.dtype)))
-    elif isinstance(ty, relax.TupleType):
-        out = [t for f in ty.fields for t in _tensors_of_type(f)]
-    return out
+    return _tensors_of_type(ir.expr_type(expr))
 
 
 def _tensors_of_type(ty) -> list[tuple[tuple, str]]:
+    """(shape, dtype) of each tensor of a type, a tuple's fields in order."""
     if isinstance(ty, relax.TensorType) and ty.shape is not None and hasattr(ty.shape, "values"):
         return [(tuple(dim_text(d) for d in ir.items(ty.shape.values)), str(ty.dtype))]
+    if isinstance(ty, relax.TupleType):
+        return [t for field in ty.fields for t in _tensors_of_type(field)]
     return []
 
 
