@@ -29,7 +29,7 @@ from ..model.lineage import ANCHOR, Lineage
 from ..model.lineage_index import billed_layers
 from ..model.ops import estimated_flops
 from ..model.origin import OP, UNRESOLVED
-from ..model.profile import BUILTIN, KERNEL, Profile
+from ..model.profile import BUILTIN, CACHE, KERNEL, Profile
 from ..model.sitekey import SiteKey
 from ..model.verification import SUSPECT, UNVERIFIED, VERIFIED
 from .work_split import work_weights
@@ -170,6 +170,34 @@ def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[
             layer = layer_checks.get(share.layer)
             status = worst((checks[site.position].status, layer.status if layer else VERIFIED))
             out.append(attrs.evolve(share, status=status) if status != VERIFIED else share)
+    return tuple(out) + cache_shares(lineage, profile)
+
+
+KV_CACHE = "(KV cache)"  # the layer of a KV-cache kernel call no single op's builtin ran
+
+
+def cache_shares(lineage: Lineage, profile: Profile) -> tuple[Share, ...]:
+    """Each KV-cache kernel call's time (a profile of a served LLM step), billed whole
+    to the op of the builtin call it ran inside (``attention_with_fused_qkv`` of
+    ``layers.3.self_attn``): the run itself shows which builtin call ran it, and the
+    compiled IR which op that call site computes. A call inside no builtin site with one
+    op is billed to ``KV_CACHE``, unverified."""
+    parents = profile.within()
+    if not parents:
+        return ()
+    sites: dict[str, list] = defaultdict(list)
+    for builtin in sorted((b for b in lineage.builtins if b.function == profile.entry), key=lambda b: b.position):
+        sites[builtin.name].append(builtin)
+    out = []
+    for key, us in profile.by_site(CACHE).items():
+        parent = parents.get(key)
+        listed = sites.get(parent.kernel, []) if parent else []
+        ran_in = listed[parent.call].origins if parent is not None and parent.call < len(listed) else ()
+        ops = [lineage.origins[o] for o in ran_in if o in lineage.origins and lineage.origins[o].kind == OP]
+        if len(ops) == 1:
+            out.append(Share(key, ops[0].layer, ops[0].id, ops[0].short_op, COMPUTE, us))
+        else:
+            out.append(Share(key, KV_CACHE, key.kernel, key.kernel, UNRESOLVED, us, UNVERIFIED))
     return tuple(out)
 
 
@@ -319,7 +347,20 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
                               worst(checks[s.position].status for s in sites), name in lineage.build.tuned,
                               sum(spread[s.key].min_us for s in sites),
                               sum(spread[s.key].max_us for s in sites)))
-    return tuple(sorted(rows, key=lambda r: -r.us))
+    return tuple(sorted(rows + _cache_rows(lineage, profile, total), key=lambda r: -r.us))
+
+
+def _cache_rows(lineage: Lineage, profile: Profile, kernel_total: float) -> list[KernelRow]:
+    """One row per KV-cache kernel that ran: its calls' medians added, the layers
+    ``cache_shares`` billed them to; percents of the VM's kernels' time, as theirs."""
+    spread = profile.site_times(CACHE)
+    by_name: dict[str, list[Share]] = defaultdict(list)
+    for share in cache_shares(lineage, profile):
+        by_name[share.key.kernel].append(share)
+    return [KernelRow(name, sum(s.us for s in parts), 100.0 * sum(s.us for s in parts) / kernel_total, len(parts),
+                      profile.device, "", tuple(dict.fromkeys(s.layer for s in parts)), worst(s.status for s in parts),
+                      False, sum(spread[s.key].min_us for s in parts), sum(spread[s.key].max_us for s in parts))
+            for name, parts in by_name.items()]
 
 
 def by_category(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Categories:

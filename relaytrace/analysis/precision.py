@@ -183,7 +183,10 @@ def precision(lineage: Lineage, parts: Iterable[Share], site_us: dict[SiteKey, f
     total = sum(s.us for s in parts)
     by: dict[str, float] = defaultdict(float)
     for s in parts:
-        origin = lineage.origins[s.origin]
+        origin = lineage.origins[s.origin] if s.origin in lineage.origins else None
+        if origin is None or s.key not in sites:  # a KV-cache kernel's call: in the dtype of the op that ran it
+            by[origin.output_dtypes[0] if origin is not None and origin.output_dtypes else "unknown"] += s.us
+            continue
         dtypes = ops[s.key].get(s.origin) or sites[s.key].dtypes
         by[CAST if is_cast(origin) else dtypes.compute] += s.us
     mixed = any(d.half for per_site in ops.values() for d in per_site.values())

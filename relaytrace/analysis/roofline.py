@@ -23,9 +23,9 @@ from attrs import define
 
 from ..model.lineage import Lineage
 from ..model.peaks import COMPUTE_BOUND, MEMORY_BOUND, Peaks
-from ..model.profile import KERNEL, Profile
+from ..model.profile import CACHE, KERNEL, Profile
 from ..model.sitekey import SiteKey
-from ..model.work import work_at
+from ..model.work import Work, cache_work, work_at
 from .attribution import COMPUTE, Share
 
 COMPUTE_OVER = "above the compute ceiling: the count or the timer is wrong for this site"
@@ -109,6 +109,13 @@ def site_roofs(lineage: Lineage, profile: Profile, peaks: Peaks | None) -> dict[
         notes = (work.why,) if work.why else ()
         out[site.key] = Roof(site.label, times.get(site.key, 0.0), work.flops, work.transcendentals, work.bytes,
                              bound, by, notes, dtype)
+    cache = lineage.build.kv_cache
+    for key, us in profile.by_site(CACHE).items():
+        work = cache_work(cache, key.kernel, *profile.step) if cache and len(profile.step) == 2 else \
+            Work(None, None, None, "the profile does not say the step's tokens and context")
+        bound, by = lower_bound(work.flops, work.bytes, peaks, "float32")
+        out[key] = Roof(key.label, us, work.flops, work.transcendentals, work.bytes, bound, by,
+                        (work.why,) if work.why else (), "float32")
     return out
 
 

@@ -48,8 +48,24 @@ def build_and_profile(model, args, say, inputs):
     mode = "isolated" if remote is not None else args.mode or "timeline"
     say(f"profiling {entry} ({mode}{', on ' + remote.describe() if remote else ''}, {args.repeat} run(s))")
     prof = profile(executable, lineage, list(inputs), repeat=args.repeat, mode=mode, progress=say, entry=entry,
-                   remote=remote, peaks=given_peaks(args))
+                   remote=remote, peaks=given_peaks(args), serving=serving(args, lineage, entry))
     return lineage, prof
+
+
+def serving(args, lineage, entry: str):
+    """The ``Serving`` that ``--tokens`` and ``--context`` give an entry that takes a KV
+    cache (None leaves the defaults); an error for an entry that takes none."""
+    from ..profiling.serve import Serving, takes_cache
+
+    tokens, context = getattr(args, "tokens", None), getattr(args, "context", None)
+    if not takes_cache(lineage, entry):
+        if tokens is not None or context is not None:
+            raise UsageError(f"--tokens and --context are for an entry that takes a KV cache; {entry} takes none")
+        return None
+    if tokens is None and context is None:
+        return None
+    static = not any(not isinstance(d, int) for p in lineage.build.params[entry] for t in p.tensors for d in t.shape)
+    return Serving(tokens=tokens or 32, context=context if context is not None else 32 if static else 0)
 
 
 def add_peak_options(p) -> None:
@@ -169,7 +185,8 @@ def run_record(args, spec: str) -> dict:
             "layout": getattr(args, "layout", "NCHW"), "entry": args.entry, "device": getattr(args, "device", None),
             "peak_gflops": getattr(args, "peak_gflops", None), "peak_gbps": getattr(args, "peak_gbps", None),
             "precision": getattr(args, "precision", "fp32"),
-            "fold_batch_norm": getattr(args, "fold_batch_norm", False)}
+            "fold_batch_norm": getattr(args, "fold_batch_norm", False),
+            "tokens": getattr(args, "tokens", None), "context": getattr(args, "context", None)}
 
 
 def absolute_factory(spec: str) -> str:
@@ -224,6 +241,11 @@ def add_build_options(p) -> None:
                    help="seconds one call site may take on a remote device (default 120)")
     p.add_argument("--repeat", type=at_least(1), default=3, help="profiled runs (default 3)")
     p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
+    p.add_argument("--tokens", type=at_least(1), metavar="N",
+                   help="an entry that takes a KV cache (an LLM's prefill): the tokens one step runs (default 32)")
+    p.add_argument("--context", type=at_least(0), metavar="L",
+                   help="an entry that takes a KV cache: the tokens already in the cache before each step "
+                        "(default 32 for a decode, 0 for a prefill)")
     add_peak_options(p)
 
 

@@ -270,13 +270,19 @@ def _inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = 
     model's shape; a symbolic dim left without a size is a UsageError naming the input,
     its symbolic dims and the ``--input-shape`` to give. The sizes must fit the
     signature together (``shapes.bind``: one value per symbol)."""
+    from ..model.entry import cache_param
     from ..model.lineage import choose_entry
     from ..model.shapes import bind
     from ..tracking import ir
+    from ..tracking.entries import entry_params
     from ..tracking.origins import entry_inputs
 
-    entries = entry_inputs(ir.function_map(imported.mod))
-    signature = entries.get(choose_entry(entries, entry), ())
+    functions = ir.function_map(imported.mod)
+    entries = entry_inputs(functions)
+    chosen = choose_entry(entries, entry)
+    if cache_param(entry_params(functions)[chosen]) is not None:
+        return ()  # it takes a KV cache: served, its inputs made by the profiler (profiling.serve)
+    signature = entries[chosen]
     given = match_input_names(given or {}, [n for n, _, _ in signature], imported.name)
     examples = dict(zip((n for n, _, _ in signature), example))
     chosen = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from attrs import define, field
 
+from .entry import KVCache, Param
 from .memory import MemoryPlan
 from .verification import Member
 from .work import KernelWork
@@ -28,7 +29,11 @@ class BuildFacts:
     ``work``: kernel -> what its TIR computes per call (``model.work.KernelWork``: FLOPs
     as formulas over its symbolic dims); ``memory``: entry -> its memory plan as
     compiled (``model.memory.MemoryPlan``: blocks, their sizes and lifetimes, the
-    tensors and weights). Saved as the lineage's ``build``."""
+    tensors and weights); ``params``: entry -> its parameters as the VM runs them, after
+    every pass (``model.entry.Param``: tensors, tuples of them field by field, objects
+    such as a KV cache, shapes); ``kv_cache``: the KV cache the entries share and the
+    PrimFuncs handed to it (None without one). Saved as the lineage's ``build``; the
+    last two read as absent from a file written before them."""
 
     model: str
     target: str
@@ -42,3 +47,5 @@ class BuildFacts:
     policies: dict[str, str] = field(factory=dict)
     work: dict[str, KernelWork] = field(factory=dict)
     memory: dict[str, MemoryPlan] = field(factory=dict)
+    params: dict[str, tuple[Param, ...]] = field(factory=dict)
+    kv_cache: KVCache | None = None

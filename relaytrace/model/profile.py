@@ -19,18 +19,22 @@ LOCAL_RUN, FROM_IR = "a local run", "the compiled IR"  # what a profile's sites 
 ESTIMATE = "estimate"  # a Profile.mode: no run, each site's time its roofline bound (analysis.estimate)
 MODES = ("timeline", "isolated", ESTIMATE)
 class CallKind(Name):
-    """What a recorded call ran: a kernel (a PrimFunc) or a VM builtin."""
+    """What a recorded call ran: a kernel (a PrimFunc) the VM called, a VM builtin, or a
+    KV-cache kernel (a PrimFunc the KV cache's runtime called inside a builtin)."""
 
     KERNEL = "kernel"
     BUILTIN = "builtin"
+    CACHE = "cache"
 
 
-KERNEL, BUILTIN = CallKind.KERNEL, CallKind.BUILTIN
+KERNEL, BUILTIN, CACHE = CallKind.KERNEL, CallKind.BUILTIN, CallKind.CACHE
 
 
 @define(frozen=True)
 class CallRecord:
-    """One call: the ``call``-th call of ``name`` in run ``run``."""
+    """One call: the ``call``-th call of ``name`` in run ``run``. ``within``: for a
+    KV-cache kernel, the VM call it ran inside (``name#call`` of that builtin, whose own
+    ``duration_us`` then leaves the kernels' time out); empty for the VM's own calls."""
 
     name: str
     call: int
@@ -38,6 +42,7 @@ class CallRecord:
     start_us: float
     duration_us: float
     kind: CallKind
+    within: str = ""
 
 
 @define(frozen=True)
@@ -66,12 +71,12 @@ class ArgInfo:
     addresses: tuple[int, ...] = ()
 
 
-_RECORD_FIELDS = ("name", "call", "run", "start_us", "duration_us", "kind")
+_RECORD_FIELDS = ("name", "call", "run", "start_us", "duration_us", "kind", "within")
 
 
 def _call_record(row, where: str) -> CallRecord:
-    if not isinstance(row, list) or len(row) != len(_RECORD_FIELDS):
-        raise LineageFormatError(f"{where} must be a list [{', '.join(_RECORD_FIELDS)}]")
+    if not isinstance(row, list) or len(row) not in (len(_RECORD_FIELDS) - 1, len(_RECORD_FIELDS)):
+        raise LineageFormatError(f"{where} must be a list [{', '.join(_RECORD_FIELDS)}] (within optional)")
     record = make_record(CallRecord, dict(zip(_RECORD_FIELDS, row)), where)
     if record.call < 0 or record.run < 0 or not 0 <= record.duration_us <= MAX_US or abs(record.start_us) > MAX_US:
         raise LineageFormatError(f"{where} is out of range: call and run from 0, times 0 to {MAX_US:g} us")
@@ -84,7 +89,8 @@ def _records(rows, where: str) -> tuple[CallRecord, ...]:
 
 
 # a profile holds a record per call per run: each saved as a row, not an object
-RECORDS = Codec(lambda records: [[r.name, r.call, r.run, r.start_us, r.duration_us, r.kind] for r in records],
+RECORDS = Codec(lambda records: [[r.name, r.call, r.run, r.start_us, r.duration_us, r.kind] + ([r.within] if r.within
+                                                                                            else []) for r in records],
                 _records)
 
 
@@ -110,6 +116,7 @@ class Profile:
     remote: str = ""  # where it ran when not in this process: "rpc HOST:PORT", "tracker HOST:PORT key K"
     arguments: str = LOCAL_RUN  # what each site was given: LOCAL_RUN, or FROM_IR (arguments of its IR's shapes)
     peaks: Peaks | None = None  # the device's ceilings (measured where it ran, or given); None: not known
+    step: tuple[int, ...] = ()  # a served LLM step: (tokens it ran, tokens in the KV cache before them)
     schema: str = SCHEMA
 
     @property
@@ -146,8 +153,12 @@ class Profile:
 
     @property
     def kernel_us(self) -> float:
-        """The sum of every kernel call site's median."""
-        return sum(self.by_site(KERNEL).values())
+        """The sum of every kernel call site's median, KV-cache kernels among them."""
+        return sum(self.by_site(KERNEL).values()) + sum(self.by_site(CACHE).values())
+
+    def within(self) -> dict[SiteKey, SiteKey]:
+        """Each KV-cache kernel's call -> the VM call (a builtin) it ran inside."""
+        return {self.key(r): SiteKey.parse(r.within, self.entry) for r in self.records if r.within}
 
     @property
     def builtin_us(self) -> float:

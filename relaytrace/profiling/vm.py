@@ -19,16 +19,17 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..errors import RelaytraceError, describe
+from ..errors import RelaytraceError, UsageError, describe
 from ..model.lineage import Lineage
-from ..model.profile import BUILTIN, FROM_IR, KERNEL, LOCAL_RUN, ArgInfo, CallRecord, Profile
+from ..model.profile import BUILTIN, CACHE, FROM_IR, KERNEL, LOCAL_RUN, ArgInfo, CallRecord, Profile
 from ..model.shapes import bind
 from ..model.sitekey import SiteKey
+from .serve import Server, Serving, takes_cache
 
 
 def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, repeat: int = 5,
             mode: str = "timeline", number: int = 3, progress=None, entry: str | None = None,
-            remote=None, peaks=None) -> Profile:
+            remote=None, peaks=None, serving: Serving | None = None) -> Profile:
     """Run the entry function ``entry`` (default ``main``, or the only one) on
     ``inputs`` and time every call; see the module docstring for the modes. Inputs
     may take any sizes the entry's symbolic dims allow; the profile records them.
@@ -40,7 +41,14 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     whole numbers at least 1, refused before any work otherwise. ``peaks``
     (``model.peaks.Peaks``): the device's ceilings, saved in the profile; by default
     measured here for the build's CPU target (``profiling.peaks.measure``, cached), none
-    for a remote device."""
+    for a remote device. An entry that takes a KV cache (an LLM's ``prefill`` or
+    ``decode``) is run as served (``serve.Server``): ``inputs`` are not taken, its
+    tensors are seeded random data, ``serving`` says how many tokens and how much
+    context (default: 32 new tokens for an entry of any length, one after a context of 32
+    for the rest); timeline mode only, here only."""
+    if serving is not None or (entry is not None and takes_cache(lineage, entry)):
+        return _served_profile(executable, lineage, lineage.entry(entry), device, warmup, repeat, mode, progress,
+                               peaks, serving)
     if remote is not None:
         mode = "isolated"
     if mode not in ("timeline", "isolated"):
@@ -66,31 +74,73 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     device = device or device_here(lineage.build.target)
     args = [tvm.runtime.tensor(a, device) for a in arrays]
     vm = _vm(executable, device)
+    function = vm[entry]
+    found = _local_runs(vm, lambda: function(*args), lineage, device, warmup, repeat, mode, library, number, say)
+    e2e = vm.time_evaluator(entry, device, number=1, repeat=max(repeat, 3))(*args).results
+    return attrs.evolve(_profile(lineage, entry, arrays, str(device), mode, repeat, *found, e2e),
+                        peaks=_local_peaks(lineage, peaks, say))
+
+
+def _local_runs(vm, call, lineage, device, warmup, repeat, mode, library, number, say, server=None):
+    """(records, argument shapes) of ``call`` (one run of the entry) on ``vm``: one run
+    captures each site's arguments, ``warmup - 1`` more run untimed, then ``repeat``
+    timed runs in ``mode``; a ``server``'s KV-cache kernels stamp the timeline too."""
     skip = frozenset(lineage.subfunctions)
     say("capturing argument shapes")
-    arg_info, captured = _capture(vm, entry, args, lineage, skip, copy=(mode == "isolated"))
+    arg_info, captured = _capture(vm, call, lineage, skip, copy=(mode == "isolated"))
     _check_names(lineage, arg_info)
     for _ in range(max(warmup - 1, 0)):
-        vm[entry](*args)
+        call()
     if mode == "timeline":
         records = []
         for run in range(repeat):
             say(f"timeline run {run + 1}/{repeat}")
-            records.extend(_timeline_run(vm, entry, args, run, lineage, device, skip))
+            records.extend(_timeline_run(vm, call, run, lineage, device, skip, server))
     else:
         records = _isolated(library, captured, device, repeat, number, say)
     vm.set_instrument(_no_op)
     say("end-to-end timing")
-    e2e = vm.time_evaluator(entry, device, number=1, repeat=max(repeat, 3))(*args)
-    if peaks is None:
-        from .peaks import measure
+    return records, arg_info
 
-        try:
-            peaks = measure(lineage.build.target, progress=say)
-        except RelaytraceError:  # not a CPU target: no ceilings, the rates stand alone
-            peaks = None
-    return attrs.evolve(_profile(lineage, entry, arrays, str(device), mode, repeat, records, arg_info, e2e.results),
-                        peaks=peaks)
+
+def _local_peaks(lineage, peaks, say):
+    """``peaks`` as given, else measured here for the build's CPU target (None for another)."""
+    if peaks is not None:
+        return peaks
+    from .peaks import measure
+
+    try:
+        return measure(lineage.build.target, progress=say)
+    except RelaytraceError:  # not a CPU target: no ceilings, the rates stand alone
+        return None
+
+
+def _served_profile(executable, lineage, entry, device, warmup, repeat, mode, progress, peaks, serving):
+    """``profile`` of an entry that takes a KV cache, run as served (``serve.Server``)."""
+    if mode != "timeline":
+        raise UsageError(f"{entry} takes a KV cache: it is profiled in timeline mode, where the cache's own kernels "
+                         "are timed inside the builtin that runs them")
+    say = progress or (lambda message: None)
+    lineage = lineage.for_entry(entry)
+    library = _kernel_library(executable, lineage)
+    device = device or device_here(lineage.build.target)
+    params = lineage.build.params[entry]
+    default = Serving(context=0 if any(not isinstance(d, int) for p in params for t in p.tensors for d in t.shape)
+                      else 32)
+    vm = _vm(executable, device)
+    server = Server(vm, lineage, entry, serving or default, device)
+    say(f"serving {entry}: {server.tokens} token(s) after a context of {server.context}")
+    records, arg_info = _local_runs(vm, server.step, lineage, device, warmup, repeat, mode, library, 1, say, server)
+    e2e = []
+    for _ in range(max(repeat, 3)):
+        start = time.perf_counter()
+        server.step()
+        device.sync()
+        e2e.append(time.perf_counter() - start)
+    arrays = [a for _, a in server.inputs]
+    found = _profile(lineage, entry, arrays, str(device), mode, repeat, records, arg_info, e2e)
+    return attrs.evolve(found, peaks=_local_peaks(lineage, peaks, say), step=(server.tokens, server.context),
+                        inputs=tuple((n, tuple(a.shape), str(a.dtype)) for n, a in server.inputs))
 
 
 def device_here(target_text: str):
@@ -124,8 +174,10 @@ def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat,
         say("capturing each site's arguments in a local run")
         vm = _vm(executable, device, " (a remote profile of a build for this machine captures each site's "
                                      "arguments in one local run)")
-        arg_info, captured = _capture(vm, entry, [tvm.runtime.tensor(a, device) for a in arrays], lineage,
-                                      frozenset(lineage.subfunctions), copy=True)
+        args = [tvm.runtime.tensor(a, device) for a in arrays]
+        function = vm[entry]
+        arg_info, captured = _capture(vm, lambda: function(*args), lineage, frozenset(lineage.subfunctions),
+                                      copy=True)
         _check_names(lineage, arg_info)
         captured = [(name, k, [t.numpy() for t in tensors]) for name, k, tensors in captured]
         source = LOCAL_RUN
@@ -213,14 +265,15 @@ def _no_op(*_):
     return relax.VMInstrumentReturnKind.NO_OP
 
 
-def _capture(vm, entry: str, args, lineage, skip: frozenset, copy: bool):
-    """One run of ``entry`` that notes every call's argument shapes (and copies kernel
-    arguments for isolated timing); calls of ``skip`` (Relax subfunctions) are no sites."""
+def _capture(vm, call, lineage, skip: frozenset, copy: bool):
+    """One run (``call()``) of the lineage's entry that notes every call's argument
+    shapes (and copies kernel arguments for isolated timing); calls of ``skip`` (Relax
+    subfunctions) are no sites."""
     counts: dict[str, int] = {}
     info: dict[SiteKey, ArgInfo] = {}
     captured: list[tuple[str, int, list]] = []
     kernels = lineage.kernels
-    function = vm[entry]
+    entry = lineage.entry()
 
     def note(func, name, before, ret, *call_args):
         if before and name not in skip:
@@ -236,7 +289,7 @@ def _capture(vm, entry: str, args, lineage, skip: frozenset, copy: bool):
 
     vm.set_instrument(note)
     try:
-        function(*args)
+        call()
     except Exception as exc:  # the VM's own checks (a match_cast the inputs break)
         raise RelaytraceError(f"the model failed to run on these inputs: {describe(exc)}") from exc
     finally:
@@ -254,7 +307,7 @@ def _check_names(lineage: Lineage, info: dict[SiteKey, ArgInfo]) -> None:
         raise RelaytraceError("the lineage does not match this executable: " + "; ".join(problems[:8]))
 
 
-def _timeline_run(vm, entry, args, run: int, lineage, device, skip: frozenset) -> list[CallRecord]:
+def _timeline_run(vm, call, run: int, lineage, device, skip: frozenset, server=None) -> list[CallRecord]:
     stamps: list = []
     append = stamps.append
     clock = time.perf_counter_ns
@@ -264,32 +317,43 @@ def _timeline_run(vm, entry, args, run: int, lineage, device, skip: frozenset) -
         append((clock(), name, before))  # the hot path: a record, nothing else
         return no_op
 
-    function = vm[entry]
     vm.set_instrument(stamp)
+    if server is not None:
+        server.sink = stamps
     t0 = time.perf_counter_ns()
-    function(*args)
-    device.sync()
-    vm.set_instrument(_no_op)
-    return _pair(stamps, run, t0, lineage.kernels, skip)
+    try:
+        call()
+        device.sync()
+    finally:
+        vm.set_instrument(_no_op)
+        if server is not None:
+            server.sink = None
+    cache = frozenset(lineage.build.kv_cache.kernels) if server is not None and lineage.build.kv_cache else frozenset()
+    return _pair(stamps, run, t0, lineage.kernels, skip, cache)
 
 
-def _pair(stamps, run, t0, kernels, skip: frozenset = frozenset()) -> list[CallRecord]:
+def _pair(stamps, run, t0, kernels, skip: frozenset = frozenset(), cache: frozenset = frozenset()) -> list[CallRecord]:
     """Before/after stamps into records; calls of ``skip`` (Relax subfunctions, whose
-    time is their kernels' and builtins') are left out."""
+    time is their kernels' and builtins') are left out. A call of ``cache`` (a KV-cache
+    kernel, stamped inside the VM call that ran it) is a record of its own, ``within``
+    that call, whose duration then leaves it out: every microsecond is in one record."""
     counts: dict[str, int] = {}
-    open_calls: dict[str, int] = {}
+    stack: list[list] = []  # [name, call, start, time of cache kernels inside]
     records = []
     for t, name, before in stamps:
         if name in skip:
             continue
         if before:
-            open_calls[name] = t
+            k = counts.get(name, 0)
+            counts[name] = k + 1
+            stack.append([name, k, t, 0])
             continue
-        start = open_calls.pop(name)
-        k = counts.get(name, 0)
-        counts[name] = k + 1
-        records.append(CallRecord(name, k, run, (start - t0) / 1e3, (t - start) / 1e3,
-                                  KERNEL if name in kernels else BUILTIN))
+        name, k, start, inner = stack.pop()
+        kind = CACHE if name in cache else KERNEL if name in kernels else BUILTIN
+        within = f"{stack[-1][0]}#{stack[-1][1]}" if kind == CACHE and stack else ""
+        if kind == CACHE and stack:
+            stack[-1][3] += t - start
+        records.append(CallRecord(name, k, run, (start - t0) / 1e3, (t - start - inner) / 1e3, kind, within))
     return records
 
 

@@ -23,6 +23,7 @@ from ..model.origin import INSERTED, OP
 from ..model.verification import verify
 from . import ir, reader
 from .callsites import lineage_from
+from .entries import entry_params, kv_cache
 from .memory import memory_plans
 from .origins import LayerNamer, assign_origins
 from .recorder import Recording
@@ -67,7 +68,8 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
             consumers = shape_consumers(recording.passes, reads.read)
             faults: list[str] = []
             build = attrs.evolve(lineage.build, tuned=tuple(tuned), shape_consumers=consumers,
-                                 work=_work(recording, lineage, faults), memory=_memory(recording, lineage, faults))
+                                 work=_work(recording, lineage, faults), memory=_memory(recording, lineage, faults),
+                                 **_compiled_entries(recording, lineage))
             journal = attrs.evolve(lineage.journal, degraded=lineage.journal.degraded + tuple(faults))
             lineage = attrs.evolve(lineage, build=build, origins=_served_shapes(lineage, consumers), program=program,
                                    journal=journal)
@@ -117,6 +119,15 @@ def _memory(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict
     except Exception as exc:
         degraded.append(f"memory plan not read: {_describe(exc)}")
         return {}
+
+
+def _compiled_entries(recording: Recording, lineage: Lineage) -> dict:
+    """``params`` and ``kv_cache`` of ``BuildFacts`` from the last recorded Relax module
+    (what the VM runs, after the user's parameter passes too), for the lineage's entries."""
+    functions = next((p.functions for p in reversed(recording.passes) if p.functions), recording.input or {})
+    params = entry_params(functions)
+    return {"params": {name: params[name] for name in lineage.build.entries if name in params},
+            "kv_cache": kv_cache(functions)}
 
 
 def _served_shapes(lineage: Lineage, consumers: dict[str, tuple[str, ...]]) -> dict:

@@ -1,0 +1,81 @@
+"""An entry function as the VM runs it: each parameter with its kind, and the KV cache
+a served LLM's entries share.
+
+Why: an LLM's ``prefill`` takes ``(input_embed, paged_kv_cache, packed_params)`` — a
+tensor, an object made by another entry, and a tuple of every weight. Recording only
+tensors (and a tuple's first field) made inputs impossible to check and the KV cache
+invisible; these records say what each entry takes, as compiled."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from attrs import define
+
+from .names import Name
+
+
+class ParamKind(Name):
+    """What an entry parameter holds."""
+
+    TENSOR = "tensor"
+    TUPLE = "tuple"  # of tensors (``param_mode: packed``): each a ``fields`` entry
+    OBJECT = "object"  # a runtime object another entry makes (a KV cache)
+    SHAPE = "shape"  # a shape tuple (``create_paged_kv_cache``'s sizes)
+    PRIM = "prim"  # a scalar
+
+
+class Tensor(NamedTuple):
+    """A tensor an entry takes: its name (``NAME[i]`` for a tuple's i-th), shape (a
+    symbolic dim as its name) and dtype."""
+
+    name: str
+    shape: tuple
+    dtype: str
+
+
+@define(frozen=True)
+class Param:
+    """One parameter of a compiled entry: its ``name``, ``kind``, and the tensors it
+    passes (``tensors``: itself for a tensor, a tuple's fields in order, nested tuples
+    flattened; none for an object, shape or scalar); ``dtype`` of a scalar."""
+
+    name: str
+    kind: ParamKind
+    tensors: tuple[Tensor, ...] = ()
+    dtype: str = ""
+
+
+@define(frozen=True)
+class KVCache:
+    """The KV cache a build's entries share: the ``entry`` that makes it
+    (``create_paged_kv_cache``), the ``builtin`` it calls, and the ``kernels`` (PrimFunc
+    names) handed to that builtin, flattened in argument order — the order the runtime's
+    create call sees them in, which is how a profile names the ones it times."""
+
+    entry: str
+    builtin: str
+    kernels: tuple[str, ...]
+    q_heads: int = 0  # the attention's query heads, key/value heads and head size, as the
+    kv_heads: int = 0  # create call was given them (0: not read)
+    head_dim: int = 0
+
+
+def cache_param(params: tuple[Param, ...]) -> Param | None:
+    """The entry's object parameter (its KV cache), None for an entry without one."""
+    return next((p for p in params if p.kind == ParamKind.OBJECT), None)
+
+
+# The jobs of the first kernels TVM's paged KV cache is created with, by their place
+# among its kernel arguments (``vm.builtin.paged_attention_kv_cache_create`` in TVM 0.27:
+# transpose-append, its MLA form, ragged prefill, paged prefill, paged decode, ...).
+APPEND, RAGGED_PREFILL, PAGED_PREFILL, PAGED_DECODE = "append", "ragged prefill", "paged prefill", "paged decode"
+_ROLES = {0: APPEND, 2: RAGGED_PREFILL, 3: PAGED_PREFILL, 4: PAGED_DECODE}
+
+
+def kernel_role(cache: KVCache, kernel: str) -> str | None:
+    """The job of ``kernel`` in ``cache`` (``APPEND``, ``RAGGED_PREFILL``, ...), None for
+    one relaytrace has no formula for."""
+    if cache.builtin != "vm.builtin.paged_attention_kv_cache_create" or kernel not in cache.kernels:
+        return None
+    return _ROLES.get(cache.kernels.index(kernel))

@@ -1,0 +1,70 @@
+"""Entries as compiled, read from the last Relax module of a recorded build: each
+parameter with its kind (``model.entry.Param``), and the KV cache the entries share
+(``model.entry.KVCache``: the PrimFuncs handed to its create builtin)."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from ..model.entry import KVCache, Param, ParamKind, Tensor
+from . import ir
+
+CACHE_CREATE = "_kv_cache_create"  # the suffix of the builtins that make a KV cache (paged, rnn state)
+
+
+def entry_params(functions: dict) -> dict[str, tuple[Param, ...]]:
+    """entry function -> its parameters as that module takes them."""
+    return {name: tuple(_param(p.name, ir.expr_type(p)) for p in ir.items(functions[name].params))
+            for name in ir.entry_functions(functions)}
+
+
+def _param(name: str, ty) -> Param:
+    if isinstance(ty, relax.TensorType):
+        ((shape, dtype),) = ir.tensor_types(ty)
+        return Param(name, ParamKind.TENSOR, (Tensor(name, shape, dtype),))
+    if isinstance(ty, relax.TupleType):
+        return Param(name, ParamKind.TUPLE, tuple(Tensor(f"{name}[{i}]", shape, dtype)
+                                                  for i, (shape, dtype) in enumerate(ir.tensor_types(ty))))
+    if isinstance(ty, relax.ShapeType):
+        return Param(name, ParamKind.SHAPE)
+    if isinstance(ty, tvm.ir.PrimType):
+        return Param(name, ParamKind.PRIM, dtype=str(ty.dtype))
+    return Param(name, ParamKind.OBJECT)
+
+
+def kv_cache(functions: dict) -> KVCache | None:
+    """The first entry that calls a ``*_kv_cache_create`` builtin, with the PrimFuncs
+    its arguments name (inside tuples too), in order; None for a build without one."""
+    for name in ir.entry_functions(functions):
+        for binding in ir.bindings(functions[name]):
+            value = binding.value
+            if not ir.is_call(value):
+                continue
+            packed = isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.call_pure_packed" and value.args
+            callee, args = (value.args[0], value.args[1:]) if packed else (value.op, value.args)
+            kind, called = ir.callee_category(callee)
+            if kind == "extern" and called.endswith(CACHE_CREATE):
+                heads = [_prim(a) for a in args[2:5]] if called == PAGED else [0, 0, 0]
+                return KVCache(name, called, tuple(_globals(args)), *heads)
+    return None
+
+
+PAGED = "vm.builtin.paged_attention_kv_cache_create"  # its arguments 2-4: query heads, kv heads, head size
+
+
+def _prim(arg) -> int:
+    try:
+        return int(arg.value)
+    except (AttributeError, TypeError, ValueError):
+        return 0
+
+
+def _globals(args) -> list[str]:
+    out: list[str] = []
+    for arg in args:
+        if isinstance(arg, relax.GlobalVar):
+            out.append(arg.name_hint)
+        elif isinstance(arg, relax.Tuple):
+            out.extend(_globals(arg.fields))
+    return out
