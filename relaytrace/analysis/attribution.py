@@ -180,7 +180,8 @@ def cache_shares(lineage: Lineage, profile: Profile) -> tuple[Share, ...]:
     """Each KV-cache kernel call's time (a profile of a served LLM step), billed whole
     to the op of the builtin call it ran inside (``attention_with_fused_qkv`` of
     ``layers.3.self_attn``): the run itself shows which builtin call ran it, and the
-    compiled IR which op that call site computes. A call inside no builtin site with one
+    compiled IR which op that call site computes; verified when that op is a call of
+    the builtin the run saw, suspect otherwise. A call inside no builtin site with one
     op is billed to ``KV_CACHE``, unverified."""
     parents = profile.within()
     if not parents:
@@ -194,8 +195,9 @@ def cache_shares(lineage: Lineage, profile: Profile) -> tuple[Share, ...]:
         listed = sites.get(parent.kernel, []) if parent else []
         ran_in = listed[parent.call].origins if parent is not None and parent.call < len(listed) else ()
         ops = [lineage.origins[o] for o in ran_in if o in lineage.origins and lineage.origins[o].kind == OP]
-        if len(ops) == 1:
-            out.append(Share(key, ops[0].layer, ops[0].id, ops[0].short_op, COMPUTE, us))
+        if len(ops) == 1:  # the op must be the builtin the run saw it inside
+            status = VERIFIED if parent is not None and parent.kernel.endswith(ops[0].short_op) else SUSPECT
+            out.append(Share(key, ops[0].layer, ops[0].id, ops[0].short_op, COMPUTE, us, status))
         else:
             out.append(Share(key, KV_CACHE, key.kernel, key.kernel, UNRESOLVED, us, UNVERIFIED))
     return tuple(out)

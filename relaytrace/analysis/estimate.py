@@ -11,21 +11,25 @@ a measured profile shows the estimate too, each saying it is one. Pure: no TVM.
 from __future__ import annotations
 
 from ..errors import RelaytraceError, UsageError
+from ..model.entry import APPEND, PAGED_DECODE, PAGED_PREFILL, RAGGED_PREFILL, cache_param, kernel_role
 from ..model.lineage import Lineage
 from ..model.peaks import Peaks
-from ..model.profile import ESTIMATE, FROM_IR, KERNEL, ArgInfo, CallRecord, Profile
+from ..model.profile import CACHE, ESTIMATE, FROM_IR, KERNEL, ArgInfo, CallRecord, Profile
 from ..model.shapes import bind
-from ..model.work import concrete, work_at
+from ..model.work import cache_work, concrete, work_at
 from .roofline import lower_bound
 
 
 def estimated_profile(lineage: Lineage, peaks: Peaks, entry: str | None = None,
-                      shapes: dict[str, tuple[int, ...]] | None = None) -> Profile:
+                      shapes: dict[str, tuple[int, ...]] | None = None, context: int | None = None) -> Profile:
     """The ``ESTIMATE`` profile of ``entry`` (default main, or the only one) on the device
     of ``peaks``: one run in which each kernel site takes its roofline bound at the
     shapes its IR gives it, symbolic dims bound by ``shapes`` (input name -> concrete
     shape); a symbolic input without one is a ``UsageError`` naming it. A site whose
-    work is not known takes 0 and is counted out (``Roofline.counted``)."""
+    work is not known takes 0 and is counted out (``Roofline.counted``). An entry that
+    takes a KV cache is a served step after ``context`` tokens (default 0 for an entry
+    of symbolic length, a prefill, else 32): each attention builtin call runs the KV
+    cache's kernels for it (``cache_calls``), each at its bound."""
     entry = lineage.entry(entry)
     lineage = lineage.for_entry(entry)
     signature = lineage.build.entries.get(entry) or ()
@@ -55,10 +59,56 @@ def estimated_profile(lineage: Lineage, peaks: Peaks, entry: str | None = None,
         records.append(CallRecord(site.kernel, site.key.call, 0, start, us, KERNEL))
         args[site.key.in_entry] = ArgInfo(site_shapes, dtypes)
         start += us
+    step: tuple[int, ...] = ()
+    params = lineage.build.params.get(entry, ())
+    if lineage.build.kv_cache is not None and cache_param(params) is not None:
+        first = next(t for p in params for t in p.tensors)
+        shape = next(s for (n, _, _), (s, _) in zip(signature, concrete) if n == first.name)
+        tokens = shape[-2] if len(shape) >= 2 else 1
+        symbolic = any(not isinstance(d, int) for d in first.shape)
+        step = (tokens, context if context is not None else 0 if symbolic else 32)
+        calls = cache_calls(lineage, peaks, *step, start=start)
+        records.extend(calls)
+        start += sum(r.duration_us for r in calls)
+    elif context is not None:
+        raise UsageError(f"--context is for an entry that takes a KV cache; {entry} takes none")
     return Profile(model=lineage.build.model, target=lineage.build.target, device=peaks.device, mode=ESTIMATE,
                    repeat=1, records=tuple(records), args=args, e2e_us=(start,), entry=entry,
                    inputs=tuple((name, shape, dtype) for (name, _, dtype), (shape, _) in zip(signature, concrete)),
-                   arguments=FROM_IR, peaks=peaks)
+                   arguments=FROM_IR, peaks=peaks, step=step)
+
+
+def cache_calls(lineage: Lineage, peaks: Peaks, tokens: int, context: int, start: float = 0.0) -> list[CallRecord]:
+    """The KV-cache kernel calls of one served step of ``tokens`` new tokens after
+    ``context`` (``lineage`` as one entry sees it), each at its roofline bound
+    (``model.work.cache_work``): inside each attention builtin call, the append and
+    the attention TVM's paged KV cache runs for such a step — one token after a context
+    is a decode (``PAGED_DECODE``), else a ragged prefill over the new tokens, and a
+    paged prefill over the context when there is one. Kernels with no formula (RoPE,
+    the merge of a prefill's two parts) are not estimated."""
+    cache = lineage.build.kv_cache
+    if cache is None:
+        return []
+    roles = [APPEND, PAGED_DECODE] if tokens == 1 and context else \
+        [RAGGED_PREFILL, APPEND] + ([PAGED_PREFILL] if context else [])
+    names = [k for role in roles for k in cache.kernels if kernel_role(cache, k) == role]
+    counts: dict[str, int] = {}
+    records = []
+    for site in sorted((b for b in lineage.builtins if _runs_attention(b.name)), key=lambda b: b.position):
+        j = counts[site.name] = counts.get(site.name, -1) + 1
+        for name in names:
+            work = cache_work(cache, name, tokens, context)
+            us = lower_bound(work.flops, work.bytes, peaks, "float32")[0] or 0.0
+            k = counts[name] = counts.get(name, -1) + 1
+            records.append(CallRecord(name, k, 0, start, us, CACHE, f"{site.name}#{j}"))
+            start += us
+    return records
+
+
+def _runs_attention(builtin: str) -> bool:
+    """Whether a VM builtin runs attention in a KV cache (``attention_with_fused_qkv``
+    and its kin: ``vm.builtin.attention_kv_cache_*``)."""
+    return builtin.startswith("vm.builtin.attention_kv_cache_")
 
 
 def _shape(dims, values: dict[str, int], label: str) -> tuple[int, ...]:

@@ -16,6 +16,11 @@ def add_arguments(p) -> None:
     p.add_argument("--target", default="cuda", help="TVM target to build for (default cuda)")
     p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
     p.add_argument("--entry", metavar="NAME", help="entry function (default main, or the only one)")
+    p.add_argument("--tokens", type=at_least(1), metavar="N",
+                   help="an entry that takes a KV cache (an LLM's prefill): the tokens of the step (default 32)")
+    p.add_argument("--context", type=at_least(0), metavar="L",
+                   help="an entry that takes a KV cache: the tokens already in the cache (default 32 for a decode, "
+                        "0 for a prefill)")
     add_peak_options(p)
     p.add_argument("--top", type=at_least(1), default=15, help="layers shown (default 15)")
     p.add_argument("--out", help="also write every output (tables, report.html) of the estimate into DIR")
@@ -48,7 +53,9 @@ def run(args) -> int:
     loaded = load(model, entry=args.entry, shapes=shapes, dtype=args.dtype, with_inputs=False)
     say(f"building for {args.target} (traced, not run)")
     _, lineage = build(loaded.model, args.target, pipeline=args.pipeline, progress=say.passes)
-    profile = estimated_profile(lineage, peaks, args.entry, {name: dims for name, dims, _ in shapes})
+    given = {name: dims for name, dims, _ in shapes}
+    profile = estimated_profile(lineage, peaks, args.entry, {**served_shapes(lineage, args.entry, args.tokens, given),
+                                                             **given}, args.context)
     report = make_report(lineage, profile)
     if out is not None:
         write_outputs(out, report, {**run_record(args, model), "estimate": peaks.device}, overwrite=args.force)
@@ -57,6 +64,22 @@ def run(args) -> int:
     echo(terminal(profile.summary()))
     echo(roofline_summary(report.roofline, args.top, estimate=True))
     return 0
+
+
+def served_shapes(lineage, entry: str | None, tokens: int | None, given: dict) -> dict[str, tuple[int, ...]]:
+    """For an entry that takes a KV cache: its first tensor (the embeddings) sized for
+    ``tokens`` new tokens (default 32) in its symbolic dims, unless ``given``; else none."""
+    from ..model.entry import cache_param
+
+    params = lineage.build.params.get(lineage.entry(entry), ())
+    if cache_param(params) is None:
+        if tokens is not None:
+            raise UsageError("--tokens is for an entry that takes a KV cache")
+        return {}
+    first = next((t for p in params for t in p.tensors), None)
+    if first is None or first.name in given:
+        return {}
+    return {first.name: tuple(d if isinstance(d, int) else tokens or 32 for d in first.shape)}
 
 
 COMMAND = Command("estimate", "a build's least time per layer on a named device, without running it", add_arguments,

@@ -239,7 +239,22 @@ class Profile:
         return (
             f"kernels {self.kernel_us / 1e3:.3f} ms + {rest} = end-to-end median {self.e2e_median_us / 1e3:.3f} ms "
             f"({self.mode}{', on ' + self.remote if self.remote else ''}{self._argument_note}, {self.runs} run(s))"
+            + self._step_note
         )
+
+    @property
+    def _step_note(self) -> str:
+        """A served LLM step's line: what it ran, and the serving figure it is (a step
+        on an empty cache is a prefill: the time to the first token; one after a
+        context, the time per output token at that context)."""
+        if len(self.step) != 2:
+            return ""
+        tokens, context = self.step
+        figure = "time to first token" if not context else f"time per output token at context {context}"
+        kernels = sum(self.by_site(CACHE).values())
+        return (f"\nserved step through the KV cache: {tokens} token(s) after {context}: {figure} "
+                f"{self.e2e_median_us / 1e3:.3f} ms (begin/end_forward included); the KV cache's kernels "
+                f"{kernels / 1e3:.3f} ms of it, billed to the attention layers that ran them")
 
     @property
     def _argument_note(self) -> str:

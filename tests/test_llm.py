@@ -1,0 +1,121 @@
+"""An LLM as TVM deploys one (MLC-LLM's way: tvm.relax.frontend.nn, nn.llm's paged KV
+cache, packed parameters, entries embed / prefill / decode / create_paged_kv_cache),
+built by real TVM for llvm and served through its own KV cache."""
+
+from __future__ import annotations
+
+import pytest
+
+import relaytrace
+from relaytrace.analysis.estimate import estimated_profile
+from relaytrace.analysis.report import make_report
+from relaytrace.errors import UsageError
+from relaytrace.frontends.nn import from_nn
+from relaytrace.model.entry import PAGED_DECODE, RAGGED_PREFILL, ParamKind, kernel_role
+from relaytrace.model.peaks import named
+from relaytrace.model.profile import CACHE
+from relaytrace.profiling.serve import Serving
+from relaytrace.zoo.mlc_llama import llama
+
+HIDDEN, Q_HEADS, KV_HEADS, HEAD_DIM, INNER, VOCAB, BLOCKS = 64, 4, 2, 16, 128, 256, 2
+
+
+@pytest.fixture(scope="module")
+def built():
+    module, spec = llama(layers=BLOCKS)
+    return relaytrace.build(from_nn(module, spec, name="llama"), "llvm")
+
+
+def _role_kernel(lineage, role):
+    cache = lineage.build.kv_cache
+    return next(k for k in cache.kernels if kernel_role(cache, k) == role)
+
+
+def test_each_entry_is_recorded_as_compiled_with_every_parameter_and_its_kind(built):
+    _, lineage = built
+    params = lineage.build.params
+    assert [(p.name, p.kind) for p in params["prefill"]] == [
+        ("input_embed", ParamKind.TENSOR), ("paged_kv_cache", ParamKind.OBJECT), ("packed_params", ParamKind.TUPLE)]
+    packed = params["decode"][2].tensors
+    # every weight, field by field: the embedding, six per block, the final norm, the head
+    assert len(packed) == 1 + 6 * BLOCKS + 1 + 1
+    block = [(HIDDEN,), ((Q_HEADS + 2 * KV_HEADS) * HEAD_DIM, HIDDEN), (HIDDEN, Q_HEADS * HEAD_DIM), (HIDDEN,),
+             (2 * INNER, HIDDEN), (HIDDEN, INNER)]  # norm, qkv_proj, o_proj, norm, gate_up_proj, down_proj
+    assert sorted(t.shape for t in packed) == sorted([(VOCAB, HIDDEN)] + block * BLOCKS + [(HIDDEN,), (VOCAB, HIDDEN)])
+    assert {p.kind for p in params["create_paged_kv_cache"]} == {ParamKind.SHAPE}
+    assert params["prefill"][0].tensors[0].shape == (1, "seq_len", HIDDEN)
+
+
+def test_the_kv_cache_and_the_kernels_handed_to_it_are_in_the_lineage(built):
+    _, lineage = built
+    cache = lineage.build.kv_cache
+    assert cache.entry == "create_paged_kv_cache" and cache.builtin.endswith("paged_attention_kv_cache_create")
+    assert (cache.q_heads, cache.kv_heads, cache.head_dim) == (Q_HEADS, KV_HEADS, HEAD_DIM)
+    assert "prefill" in _role_kernel(lineage, RAGGED_PREFILL) and "decode" in _role_kernel(lineage, PAGED_DECODE)
+    saved = lineage.to_json()
+    assert type(lineage).from_json(saved).build.kv_cache == cache
+
+
+@pytest.fixture(scope="module")
+def served(built):
+    executable, lineage = built
+    prefill = relaytrace.profile(executable, lineage, [], entry="prefill", serving=Serving(tokens=12), repeat=2)
+    decode = relaytrace.profile(executable, lineage, [], entry="decode", serving=Serving(context=20), repeat=2)
+    return make_report(lineage, prefill), make_report(lineage, decode)
+
+
+def test_a_prefill_and_a_decode_are_served_through_the_models_own_kv_cache(served, built):
+    _, lineage = built
+    prefill, decode = served
+    assert prefill.profile.step == (12, 0) and decode.profile.step == (1, 20)
+    assert prefill.profile.inputs == (("input_embed", (1, 12, HIDDEN), "float32"),)
+    for report, attention in ((prefill, RAGGED_PREFILL), (decode, PAGED_DECODE)):
+        cache_calls = [r for r in report.profile.records if r.kind == CACHE and r.run == 0]
+        ran = [r.name for r in cache_calls]
+        assert ran.count(_role_kernel(lineage, attention)) == BLOCKS  # once per block
+        assert all(r.within.startswith("vm.builtin.attention_kv_cache_attention_with_fused_qkv#") for r in cache_calls)
+
+
+def test_the_attention_layers_hold_the_kv_cache_kernels_time_verified(served, built):
+    _, lineage = built
+    cache = set(lineage.build.kv_cache.kernels)
+    for report, role in zip(served, (RAGGED_PREFILL, PAGED_DECODE)):
+        cache_shares = [s for s in report.shares if s.key.kernel in cache]
+        assert {s.layer for s in cache_shares} == {f"model.layers.{i}.self_attn" for i in range(BLOCKS)}
+        assert all(s.status == "verified" for s in cache_shares)
+        # every microsecond of the VM's kernels and the cache's is billed to a layer
+        assert sum(s.us for s in report.shares) == pytest.approx(report.profile.kernel_us)
+        attention = next(r for r in report.kernels if r.name == _role_kernel(lineage, role))
+        assert attention.count == BLOCKS and len(attention.layers) == BLOCKS and attention.status == "verified"
+        attn = next(r for r in report.layers if r.layer == "model.layers.0.self_attn")
+        assert attn.us >= sum(s.us for s in cache_shares if s.layer == "model.layers.0.self_attn")
+
+
+@pytest.mark.parametrize("context", [7, 40])
+def test_decode_attention_flops_equal_a_hand_count_at_each_context(built, context):
+    executable, lineage = built
+    prof = relaytrace.profile(executable, lineage, [], entry="decode", serving=Serving(context=context), repeat=1)
+    report = make_report(lineage, prof)
+    decode = _role_kernel(lineage, PAGED_DECODE)
+    roofs = [r for key, r in report.roofline.sites.items() if key.kernel == decode]
+    # one query token over the context and itself: QK^T and PV, a multiply and an add each
+    assert [r.flops for r in roofs] == [4 * Q_HEADS * HEAD_DIM * (context + 1)] * BLOCKS
+
+
+def test_an_estimate_bounds_decode_attention_by_its_context(built):
+    _, lineage = built
+    a100 = named("nvidia-a100-sxm4-80gb")
+    decode = _role_kernel(lineage, PAGED_DECODE)
+
+    def attention_us(context):
+        prof = estimated_profile(lineage, a100, entry="decode", context=context)
+        return sum(r.duration_us for r in prof.records if r.name == decode)
+
+    short, long = attention_us(256), attention_us(4096)
+    assert short > 0 and 12 < long / short < 17  # its keys and values grow 16x; the query does not
+
+
+def test_a_served_entry_is_profiled_in_timeline_mode_only(built):
+    executable, lineage = built
+    with pytest.raises(UsageError, match="timeline mode"):
+        relaytrace.profile(executable, lineage, [], entry="decode", mode="isolated")
