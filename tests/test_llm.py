@@ -119,3 +119,77 @@ def test_a_served_entry_is_profiled_in_timeline_mode_only(built):
     executable, lineage = built
     with pytest.raises(UsageError, match="timeline mode"):
         relaytrace.profile(executable, lineage, [], entry="decode", mode="isolated")
+
+
+def test_memory_counts_the_kv_cache_pages_the_run_allocated(built):
+    executable, lineage = built
+    prof = relaytrace.profile(executable, lineage, [], entry="decode", serving=Serving(context=40), repeat=1)
+    memory = make_report(lineage, prof).memory
+    assert len(memory.kv_pages) == BLOCKS  # one page tensor per layer
+    (pages, kv, kv_heads, page_size, head_dim), dtype = memory.kv_pages[0]
+    assert (kv, kv_heads, page_size, head_dim, dtype) == (2, KV_HEADS, 16, HEAD_DIM, "float32")
+    assert pages * page_size >= 40 + 1  # room for the context and the step
+    assert memory.kv_cache == BLOCKS * pages * 2 * KV_HEADS * page_size * HEAD_DIM * 4
+
+
+FACTORY = """from relaytrace.zoo.mlc_llama import llama
+
+
+def make():
+    return llama(layers=2)
+"""
+
+
+def _csv(path):
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_cli_profiles_a_prefill_and_a_decode_of_an_mlc_style_llm(tmp_path):
+    from .test_cli import run
+
+    (tmp_path / "llm.py").write_text(FACTORY)
+    for entry, options, figure in (("prefill", ["--tokens", "16"], "time to first token"),
+                                   ("decode", ["--context", "24"], "time per output token at context 24")):
+        done = run("profile", "llm.py:make", "--entry", entry, *options, "--repeat", "2", "--out", entry,
+                   cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert figure in done.stdout and "KV cache made by create_paged_kv_cache" in done.stdout
+        kernels = {row["name"]: row for row in _csv(tmp_path / entry / "kernels.csv")}
+        attention = "batch_prefill_ragged_kv" if entry == "prefill" else "batch_decode_paged_kv_cpu"
+        assert kernels[attention]["layers"].split(" ") == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
+        assert kernels[attention]["verification"] == "verified" and float(kernels[attention]["duration_us"]) > 0
+        layers = {row["layer"]: row for row in _csv(tmp_path / entry / "layers.csv")}
+        assert float(layers["model.layers.1.self_attn"]["time_us"]) > 0
+
+
+TVMSCRIPT = """import tvm
+from tvm.script import ir as I, relax as R
+
+
+@I.ir_module
+class Mod:
+    @R.function
+    def main(x: R.Tensor((4, 8), "float32"), w: R.Tensor((8, 8), "float32")):
+        with R.dataflow():
+            y = R.matmul(x, w)
+            z = R.nn.relu(y)
+            R.output(z)
+        return z
+
+
+def make():
+    return Mod
+"""
+
+
+def test_the_cli_takes_a_factory_that_returns_a_tvmscript_module(tmp_path):
+    from .test_cli import run
+
+    (tmp_path / "script.py").write_text(TVMSCRIPT)
+    done = run("profile", "script.py:make", "--repeat", "1", "--out", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    kernels = _csv(tmp_path / "out" / "kernels.csv")
+    assert [sorted(row["layers"].split(" ")) for row in kernels] == [["y", "z"]]  # matmul and relu, one kernel

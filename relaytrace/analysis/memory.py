@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
+import attrs
 from attrs import define
 
 from ..model.lineage import CallSite, Lineage
@@ -122,7 +123,10 @@ class Memory:
     agrees (TVM's own estimate; a run's allocations); ``notes``: what was not
     counted. ``known`` is False when the sizes could not be bound (``why`` says).
     ``spans``: each block's size and the steps it is live at, in program order (what is
-    live at any step: ``live_at``)."""
+    live at any step: ``live_at``). ``kv_cache``: bytes of the KV cache's pages as a
+    served run saw them (one tensor per layer; 0 without one: they are no block of the
+    entry's plan, made by another entry and held across steps), ``kv_pages`` those
+    tensors' (shape, dtype)."""
 
     entry: str
     dims: dict[str, int]
@@ -145,6 +149,8 @@ class Memory:
     known: bool = True
     why: str = ""
     spans: tuple[Span, ...] = ()
+    kv_cache: float = 0.0
+    kv_pages: tuple[tuple[tuple[int, ...], str], ...] = ()
 
     @property
     def peak_site(self) -> str:
@@ -178,7 +184,11 @@ def profiled_memory(lineage: Lineage, profile, dims: Mapping[str, int] | None = 
     ran = entry_dims(lineage, profile.entry, profile.inputs)
     env = {**ran, **(dims or {})}
     run = {key: arg.addresses for key, arg in profile.args.items() if arg.addresses} if env == ran else None
-    return memory_at(lineage, profile.entry, env, run)
+    found = memory_at(lineage, profile.entry, env, run)
+    pages = profile.kv_pages
+    if found is None or not pages:
+        return found
+    return attrs.evolve(found, kv_pages=pages, kv_cache=sum(_bytes(shape, dtype, {}) for shape, dtype in pages))
 
 
 def memory_at(lineage: Lineage, entry: str, dims: Mapping[str, int],

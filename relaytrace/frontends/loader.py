@@ -167,7 +167,7 @@ def _demo(demo: str, name: str | None, seed: int, with_inputs: bool) -> LoadedMo
 
 
 FACTORY_RESULTS = ("(torch module, example inputs), (torch module, example inputs, dynamic_shapes), "
-                   "(nn module, spec) or an ImportedModel (from_torch, from_onnx, from_nn)")
+                   "(nn module, spec), a tvm.IRModule (TVMScript) or an ImportedModel (from_torch, from_onnx, from_nn)")
 
 
 def _factory(spec: str, name: str | None, **options) -> LoadedModel:
@@ -183,6 +183,7 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
     module = importlib.util.module_from_spec(loader)
     folder = str(Path(path).resolve().parent)
     sys.path.insert(0, folder)  # as `python file.py` has it: the file's own imports (from net import make) work
+    sys.modules[loader.name] = module  # TVMScript (@I.ir_module) reads its class's source through its module
     try:
         try:
             loader.loader.exec_module(module)
@@ -200,8 +201,11 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
                                   f"{FACTORY_RESULTS}, it does not exit") from None
     finally:
         sys.path.remove(folder)
+        sys.modules.pop(loader.name, None)
     if isinstance(made, ImportedModel):
         return load(made, **options)  # named as its frontend named it
+    if _is_ir_module(made):  # TVMScript, as TVM's own tutorials write models
+        return load(made, name=name or model_name(path, factory), **options)
     if isinstance(made, tuple) and len(made) == 3 and _is_torch_module(made[0]):
         made_module, example, dynamic_shapes = made
         return load(made_module, example, name=name or model_name(path, factory), dynamic_shapes=dynamic_shapes,

@@ -117,6 +117,7 @@ class Profile:
     arguments: str = LOCAL_RUN  # what each site was given: LOCAL_RUN, or FROM_IR (arguments of its IR's shapes)
     peaks: Peaks | None = None  # the device's ceilings (measured where it ran, or given); None: not known
     step: tuple[int, ...] = ()  # a served LLM step: (tokens it ran, tokens in the KV cache before them)
+    kv_pages: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, dtype) of each KV-cache page tensor it used
     schema: str = SCHEMA
 
     @property

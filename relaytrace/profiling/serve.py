@@ -21,7 +21,7 @@ import numpy as np
 from attrs import define
 
 from ..errors import RelaytraceError, UsageError, describe
-from ..model.entry import ParamKind, cache_param
+from ..model.entry import APPEND, ParamKind, cache_param, kernel_role
 
 _DECODE_MARGIN = 8  # tokens the cache holds beyond the context and the step
 
@@ -46,7 +46,8 @@ class Server:
     """One sequence of a KV cache made by the build's create entry, and the arguments of
     ``entry``: ``step()`` runs the entry once as served; ``sink`` (a list, or None) takes
     ``(clock_ns, kernel, before)`` stamps from the cache's kernels, as the timeline's
-    instrument does for the VM's calls."""
+    instrument does for the VM's calls; ``pages``: each page tensor the cache's append
+    kernel wrote to in an untimed step (one per layer), by address."""
 
     def __init__(self, vm, lineage, entry: str, serving: Serving, device, seed: int = 0):
         import tvm
@@ -57,6 +58,8 @@ class Server:
             raise RelaytraceError(f"{entry} takes a KV cache, but the build has no entry that makes one "
                                   "(a call of vm.builtin.*_kv_cache_create): relaytrace cannot serve it")
         self.sink: list | None = None
+        self.pages: dict[int, tuple[tuple[int, ...], str]] = {}  # data address -> (shape, dtype)
+        self._append = next((k for k in facts.kernels if kernel_role(facts, k) == APPEND), None)
         params = lineage.build.params[entry]
         length = self._length(params, serving)
         self.tokens, self.context = length, serving.context
@@ -151,9 +154,13 @@ class Server:
     def _timed(self, kernel, name: str):
         clock = time.perf_counter_ns
 
+        pages = self.pages if name == self._append else None
+
         def timed(*args):
             sink = self.sink
             if sink is None:
+                if pages is not None and args and hasattr(args[0], "shape"):  # the layer's page tensor
+                    pages[args[0].data_ptr()] = (tuple(int(d) for d in args[0].shape), str(args[0].dtype))
                 return kernel(*args)
             sink.append((clock(), name, True))
             try:

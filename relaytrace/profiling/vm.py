@@ -140,7 +140,8 @@ def _served_profile(executable, lineage, entry, device, warmup, repeat, mode, pr
     arrays = [a for _, a in server.inputs]
     found = _profile(lineage, entry, arrays, str(device), mode, repeat, records, arg_info, e2e)
     return attrs.evolve(found, peaks=_local_peaks(lineage, peaks, say), step=(server.tokens, server.context),
-                        inputs=tuple((n, tuple(a.shape), str(a.dtype)) for n, a in server.inputs))
+                        inputs=tuple((n, tuple(a.shape), str(a.dtype)) for n, a in server.inputs),
+                        kv_pages=tuple(server.pages.values()))
 
 
 def device_here(target_text: str):

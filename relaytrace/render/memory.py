@@ -41,9 +41,12 @@ def memory_line(memory) -> str:
                                            else "; TVM's own estimate differs (relaytrace memory DIR)"
                                            if "DIFFERS" in memory.checks[0] else "")
     where = f" at {terminal(memory.peak_site)}" if memory.peak_site else ""
+    cache = (f"; KV cache {size(memory.kv_cache)} ({len(memory.kv_pages)} page tensors of "
+             f"{'x'.join(map(str, memory.kv_pages[0][0]))} {memory.kv_pages[0][1]}, as the run allocated them)"
+             if memory.kv_pages else "")
     return (f"memory ({terminal(memory.entry)}): peak {size(memory.peak)} of activations{where}; "
             f"{memory.blocks} planned blocks, {size(memory.planned)} in all; weights {size(memory.weights)}, "
-            f"inputs {size(memory.inputs)}{agrees}")
+            f"inputs {size(memory.inputs)}{cache}{agrees}")
 
 
 def memory_summary(memory, top: int = 10) -> str:
