@@ -193,3 +193,22 @@ def test_the_cli_takes_a_factory_that_returns_a_tvmscript_module(tmp_path):
     assert done.returncode == 0, done.stderr
     kernels = _csv(tmp_path / "out" / "kernels.csv")
     assert [sorted(row["layers"].split(" ")) for row in kernels] == [["y", "z"]]  # matmul and relu, one kernel
+
+
+def test_an_entry_with_packed_parameters_takes_them_as_one_list_and_says_so_when_not(built):
+    from relaytrace.errors import RelaytraceError
+    from relaytrace.frontends.loader import load
+
+    executable, lineage = built
+    module, spec = llama(layers=BLOCKS)
+    inputs = load(module, spec, entry="embed", shapes=[("input_ids", (7,), None)], with_inputs=True).inputs
+    assert len(inputs) == 2 and len(inputs[1]) == 1 + 6 * BLOCKS + 2  # the ids, and every weight in one list
+    prof = relaytrace.profile(executable, lineage, list(inputs), entry="embed", repeat=1)
+    assert prof.inputs[0] == ("input_ids", (7,), "int32") and len(prof.inputs) == 1 + len(inputs[1])
+    with pytest.raises(RelaytraceError, match=r"takes 2 input\(s\) \(input_ids: a tensor, packed_params: a tuple of "
+                                              r"15 tensors\), got 1"):
+        relaytrace.profile(executable, lineage, [inputs[0]], entry="embed", repeat=1)
+    with pytest.raises(RelaytraceError, match="packed_params is a tuple of 15 tensors: give it as a list of 15"):
+        relaytrace.profile(executable, lineage, [inputs[0], inputs[1][:3]], entry="embed", repeat=1)
+    with pytest.raises(UsageError, match="profiled as served"):
+        relaytrace.profile(executable, lineage, list(inputs), entry="decode", repeat=1)

@@ -274,7 +274,8 @@ def _inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = 
     model's shape; a symbolic dim left without a size is a UsageError naming the input,
     its symbolic dims and the ``--input-shape`` to give. The sizes must fit the
     signature together (``shapes.bind``: one value per symbol)."""
-    from ..model.entry import cache_param
+    from ..model.entry import cache_param, grouped
+    from ..model.entry import signature as tensors_of
     from ..model.lineage import choose_entry
     from ..model.shapes import bind
     from ..tracking import ir
@@ -282,11 +283,10 @@ def _inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = 
     from ..tracking.origins import entry_inputs
 
     functions = ir.function_map(imported.mod)
-    entries = entry_inputs(functions)
-    chosen = choose_entry(entries, entry)
-    if cache_param(entry_params(functions)[chosen]) is not None:
+    params = entry_params(functions)[choose_entry(entry_inputs(functions), entry)]
+    if cache_param(params) is not None:
         return ()  # it takes a KV cache: served, its inputs made by the profiler (profiling.serve)
-    signature = entries[chosen]
+    signature = tensors_of(params)  # a tuple parameter (packed weights) field by field
     given = match_input_names(given or {}, [n for n, _, _ in signature], imported.name)
     examples = dict(zip((n for n, _, _ in signature), example))
     chosen = []
@@ -303,9 +303,10 @@ def _inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = 
     import numpy as np  # here: the CLI's reading commands import this module, and need no numpy
 
     rng = np.random.default_rng(seed)
-    return tuple(examples[pname] if pname in examples and pname not in given
-                 else rng.standard_normal(shape).astype(dtype) if np.issubdtype(np.dtype(dtype), np.floating)
-                 else np.zeros(shape, dtype) for (pname, _, _), (shape, dtype) in zip(signature, chosen))
+    return tuple(grouped(params, [
+        examples[pname] if pname in examples and pname not in given
+        else rng.standard_normal(shape).astype(dtype) if np.issubdtype(np.dtype(dtype), np.floating)
+        else np.zeros(shape, dtype) for (pname, _, _), (shape, dtype) in zip(signature, chosen)]))
 
 
 def _is_nn_module(obj) -> bool:

@@ -79,3 +79,20 @@ def kernel_role(cache: KVCache, kernel: str) -> str | None:
     if cache.builtin != "vm.builtin.paged_attention_kv_cache_create" or kernel not in cache.kernels:
         return None
     return _ROLES.get(cache.kernels.index(kernel))
+
+
+def signature(params: tuple[Param, ...]) -> tuple[tuple[str, tuple, str], ...]:
+    """``(name, shape, dtype)`` of every tensor the parameters pass, a tuple's field by
+    field (``packed_params[3]``): what ``model.shapes.bind`` checks inputs against."""
+    return tuple((t.name, t.shape, t.dtype) for p in params for t in p.tensors)
+
+
+def grouped(params: tuple[Param, ...], flat: list) -> list:
+    """``flat`` (one value per tensor of ``signature(params)``) as the entry takes them:
+    a tensor's value alone, a tuple's values as one list."""
+    out, i = [], 0
+    for p in params:
+        n = len(p.tensors)
+        out.append(flat[i] if p.kind == ParamKind.TENSOR else list(flat[i:i + n]))
+        i += n
+    return out

@@ -20,6 +20,7 @@ import tvm
 from tvm import relax
 
 from ..errors import RelaytraceError, UsageError, describe
+from ..model.entry import ParamKind, grouped, signature
 from ..model.lineage import Lineage
 from ..model.profile import BUILTIN, CACHE, FROM_IR, KERNEL, LOCAL_RUN, ArgInfo, CallRecord, Profile
 from ..model.shapes import bind
@@ -47,6 +48,9 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     context (default: 32 new tokens for an entry of any length, one after a context of 32
     for the rest); timeline mode only, here only."""
     if serving is not None or (entry is not None and takes_cache(lineage, entry)):
+        if list(inputs):
+            raise UsageError(f"{entry} takes a KV cache: it is profiled as served, on inputs relaytrace makes "
+                             "(seeded random embeddings and weights); pass no inputs ([])")
         return _served_profile(executable, lineage, lineage.entry(entry), device, warmup, repeat, mode, progress,
                                peaks, serving)
     if remote is not None:
@@ -72,7 +76,7 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
                 say(f"peak rates not measured on {remote.describe()}: {exc}")
         return attrs.evolve(found, peaks=peaks)
     device = device or device_here(lineage.build.target)
-    args = [tvm.runtime.tensor(a, device) for a in arrays]
+    args = [_on_device(a, device) for a in arrays]
     vm = _vm(executable, device)
     function = vm[entry]
     found = _local_runs(vm, lambda: function(*args), lineage, device, warmup, repeat, mode, library, number, say)
@@ -175,7 +179,7 @@ def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat,
         say("capturing each site's arguments in a local run")
         vm = _vm(executable, device, " (a remote profile of a build for this machine captures each site's "
                                      "arguments in one local run)")
-        args = [tvm.runtime.tensor(a, device) for a in arrays]
+        args = [_on_device(a, device) for a in arrays]
         function = vm[entry]
         arg_info, captured = _capture(vm, lambda: function(*args), lineage, frozenset(lineage.subfunctions),
                                       copy=True)
@@ -224,28 +228,65 @@ def _values(rng, shape, dtype: str, where: str) -> np.ndarray:
 
 def _profile(lineage, entry, arrays, device: str, mode, repeat, records, arg_info, e2e_s, remote: str = "",
              arguments: str = LOCAL_RUN) -> Profile:
-    signature = lineage.build.entries.get(entry) or ()
+    params = lineage.build.params.get(entry)
+    tensors = signature(params) if params else lineage.build.entries.get(entry) or ()
+    arrays = [a for value in arrays for a in (value if isinstance(value, list) else [value])]
     return Profile(
         model=lineage.build.model, target=lineage.build.target, device=device, mode=mode, repeat=repeat,
         records=tuple(records), args={site.in_entry: a for site, a in arg_info.items()},
         e2e_us=tuple(t * 1e6 for t in e2e_s), entry=entry,
-        inputs=tuple((name, tuple(a.shape), str(a.dtype)) for (name, _, _), a in zip(signature, arrays)),
+        inputs=tuple((name, tuple(a.shape), str(a.dtype)) for (name, _, _), a in zip(tensors, arrays)),
         remote=remote, arguments=arguments,
     )
 
 
-def check_inputs(lineage: Lineage, inputs, entry: str | None = None) -> list[np.ndarray]:
-    """Inputs as numpy arrays, after checking count, shapes (symbolic dims bound
-    consistently, ``model.shapes.bind``) and dtypes against the entry's signature."""
+def check_inputs(lineage: Lineage, inputs, entry: str | None = None) -> list:
+    """Inputs as numpy arrays (a tuple parameter's, packed weights, as a list of them),
+    after checking count, shapes (symbolic dims bound consistently,
+    ``model.shapes.bind``) and dtypes against the entry's parameters as compiled
+    (``BuildFacts.params``; a lineage saved before them: its tensor inputs)."""
     if not isinstance(inputs, (list, tuple)):
         inputs = [inputs]
-    arrays = [value.numpy() if hasattr(value, "numpy") else np.asarray(value) for value in inputs]
     entry = lineage.entry(entry)
-    signature = lineage.build.entries.get(entry)
-    if signature:
-        what = lineage.build.model if entry == "main" else f"{lineage.build.model}.{entry}"
-        bind(signature, [(tuple(a.shape), str(a.dtype)) for a in arrays], what)
-    return arrays
+    what = lineage.build.model if entry == "main" else f"{lineage.build.model}.{entry}"
+    params = lineage.build.params.get(entry)
+    if not params:
+        arrays = [_array(value) for value in inputs]
+        if lineage.build.entries.get(entry):
+            bind(lineage.build.entries[entry], [(tuple(a.shape), str(a.dtype)) for a in arrays], what)
+        return arrays
+    if len(inputs) != len(params):
+        raise RelaytraceError(f"{what} takes {len(params)} input(s) ({', '.join(_said(p) for p in params)}), "
+                              f"got {len(inputs)}")
+    flat = []
+    for param, value in zip(params, inputs):
+        if param.kind == ParamKind.TUPLE:
+            if not isinstance(value, (list, tuple)) or len(value) != len(param.tensors):
+                raise RelaytraceError(f"{what}: {param.name} is a tuple of {len(param.tensors)} tensors: give it as "
+                                      f"a list of {len(param.tensors)} arrays")
+            flat.extend(_array(v) for v in value)
+        elif param.kind == ParamKind.TENSOR:
+            flat.append(_array(value))
+        else:
+            raise RelaytraceError(f"{what}: {param.name} is a {param.kind}, which relaytrace cannot give it; an entry "
+                                  "that takes a KV cache is profiled as served (profile(..., entry=...) makes it)")
+    bind(signature(params), [(tuple(a.shape), str(a.dtype)) for a in flat], what)
+    return grouped(params, flat)
+
+
+def _array(value) -> np.ndarray:
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+
+def _said(param) -> str:
+    return f"{param.name}: a tuple of {len(param.tensors)} tensors" if param.kind == ParamKind.TUPLE else \
+        f"{param.name}: a {param.kind}"
+
+
+def _on_device(value, device):
+    """An input on ``device``: a tensor, or a tuple parameter's list of them."""
+    return [tvm.runtime.tensor(v, device) for v in value] if isinstance(value, list) else \
+        tvm.runtime.tensor(value, device)
 
 
 def _kernel_library(executable, lineage: Lineage):
