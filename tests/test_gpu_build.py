@@ -52,3 +52,29 @@ def test_an_estimate_of_a_cuda_build_counts_the_work_of_the_cpu_build():
     assert layers["bn1"].bound_by == "memory"
     assert reports["cuda"].profile.summary().startswith("ESTIMATE, not a measurement")
     assert reports["cuda"].profile.kernel_us == sum(r.bound_us for r in roof.sites.values())
+
+
+def test_an_mlc_style_llm_built_for_cuda_is_traced_and_its_decode_estimated_at_a_context():
+    """The MLC-style Llama (nn.llm's TIR paged KV cache) built for cuda with TVM's default
+    GPU pipeline: every call site attributed, the KV cache's GPU kernels found by their
+    place among the create builtin's arguments, and an A100 estimate of decode whose
+    attention bound grows with the context (its keys and values are read once)."""
+    from relaytrace.analysis.estimate import estimated_profile
+    from relaytrace.frontends.nn import from_nn
+    from relaytrace.model.entry import PAGED_DECODE, kernel_role
+    from relaytrace.model.peaks import named
+    from relaytrace.zoo.mlc_llama import llama
+
+    try:
+        _, lineage = relaytrace.build(from_nn(*llama(target="cuda"), name="llama"), "cuda")
+    except Exception as exc:  # code generation this wheel or machine cannot do
+        pytest.skip(f"cuda code generation cannot run here: {type(exc).__name__}: {str(exc)[:200]}")
+    coverage = lineage.coverage()
+    assert coverage.attributed_sites == coverage.call_sites and not coverage.suspect
+    cache = lineage.build.kv_cache
+    decode = next(k for k in cache.kernels if kernel_role(cache, k) == PAGED_DECODE)
+    assert "decode" in decode and "cpu" not in decode  # the GPU kernel, not the CPU one
+    a100 = named("nvidia-a100-sxm4-80gb")
+    bound = {context: sum(r.duration_us for r in estimated_profile(lineage, a100, "decode", context=context).records
+                          if r.name == decode) for context in (512, 4096)}
+    assert bound[512] > 0 and 7 < bound[4096] / bound[512] < 8.1  # 4097 against 513 keys and values

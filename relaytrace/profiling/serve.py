@@ -58,6 +58,7 @@ class Server:
             raise RelaytraceError(f"{entry} takes a KV cache, but the build has no entry that makes one "
                                   "(a call of vm.builtin.*_kv_cache_create): relaytrace cannot serve it")
         self.sink: list | None = None
+        self._sync = (lambda: None) if device.device_type == 1 else device.sync  # 1: kDLCPU
         self.pages: dict[int, tuple[tuple[int, ...], str]] = {}  # data address -> (shape, dtype)
         self._append = next((k for k in facts.kernels if kernel_role(facts, k) == APPEND), None)
         params = lineage.build.params[entry]
@@ -152,9 +153,13 @@ class Server:
         return self.tvm.get_global_func(facts.builtin)(*args)
 
     def _timed(self, kernel, name: str):
+        """``kernel`` stamping its start and end into ``sink`` when one is set, the
+        device synchronised first on a device that runs asynchronously (a GPU), so that
+        each stamp is the kernel's own time, not its launch's; untimed, noting the page
+        tensor the append kernel writes to."""
         clock = time.perf_counter_ns
-
         pages = self.pages if name == self._append else None
+        sync = self._sync
 
         def timed(*args):
             sink = self.sink
@@ -162,10 +167,12 @@ class Server:
                 if pages is not None and args and hasattr(args[0], "shape"):  # the layer's page tensor
                     pages[args[0].data_ptr()] = (tuple(int(d) for d in args[0].shape), str(args[0].dtype))
                 return kernel(*args)
+            sync()
             sink.append((clock(), name, True))
             try:
                 return kernel(*args)
             finally:
+                sync()
                 sink.append((clock(), name, False))
         return timed
 

@@ -8,24 +8,28 @@ from itertools import islice
 
 from ..analysis.attribution import module_prefix
 from ..model.origin import INSERTED
-from ..model.profile import KERNEL
+from ..model.profile import BUILTIN, CACHE, KERNEL
 from ..model.sitekey import SiteKey
+
+_LANES = {KERNEL: 1, BUILTIN: 2, CACHE: 3}  # the track (tid) of each kind of call
 
 
 def chrome_trace(report) -> dict:
     """The trace of a ``Report``'s profile: kernels on track 1 (``ENTRY kernels``), VM
-    builtins on track 2, one process per run. Each kernel event's args carry its layers,
+    builtins on track 2, a served step's KV-cache kernels on track 3 (each with the
+    builtin call it ran inside and the layer billed), one process per run. Each kernel event's args carry its layers,
     the anchor's layer and module path (``layer1`` / ``layer1.0`` / ``layer1.0.conv1``),
     origins with roles, source lines and argument shapes; a flow goes from every call of
     a site holding inserted ops to the next call, in the same run, of a site running an
     op they serve."""
     lineage, profile = report.lineage, report.profile
     sites = {s.key: s for s in lineage.call_sites}
+    billed = {share.key: share.layer for share in report.shares if share.key not in sites}
     events = []
     for run in range(profile.runs):
         events.append({"name": "process_name", "ph": "M", "pid": run + 1, "tid": 0,
                        "args": {"name": f"{lineage.build.model}.{profile.entry} run {run} ({profile.mode})"}})
-        for tid, label in ((1, "kernels"), (2, "VM builtins")):
+        for tid, label in ((1, "kernels"), (2, "VM builtins"), (3, "KV-cache kernels")):
             events.append({"name": "thread_name", "ph": "M", "pid": run + 1, "tid": tid,
                            "args": {"name": f"{profile.entry} {label}"}})
     for r in profile.records:
@@ -35,9 +39,11 @@ def chrome_trace(report) -> dict:
         site = sites.get(key)
         if site is not None:
             args.update(_site_args(lineage, site))
+        if r.within:  # a KV-cache kernel: the builtin call it ran inside (whose slice leaves its time out)
+            args.update(within=r.within, layer=billed.get(key, ""))
         events.append({
             "name": r.name, "cat": r.kind, "ph": "X", "ts": r.start_us, "dur": r.duration_us,
-            "pid": r.run + 1, "tid": 1 if r.kind == KERNEL else 2, "args": args,
+            "pid": r.run + 1, "tid": _LANES[r.kind], "args": args,
         })
     events.extend(_flows(lineage, profile, sites))
     return {"traceEvents": events, "displayTimeUnit": "ms",
