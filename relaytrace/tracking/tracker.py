@@ -255,6 +255,8 @@ class Tracker:
             return tok  # an output buffer re-planned by the memory passes: not a change of the op
         if callee is not None:
             self.keys.defer(handle, walk.d, position, tok)
+            if walk.bookkeeping:
+                self._fill_outputs(reader.call(walk.d, position), tok, walk)
         walk.changes.append(Rewrite(tok, position, IDENTITY, callee))
         return tok
 
@@ -306,11 +308,21 @@ class Tracker:
         walk.claimed.add(tok)
         self.tokens.of_handle[var] = tok
         self.keys.add(binding.key, tok)
-        if walk.bookkeeping:  # a destination-passing call writes into its allocations: they hold its value
-            for arg in made.arguments():
-                if arg.kind == VAR and arg.handle in walk.bookkeeping:
-                    self.tokens.of_handle[arg.handle] = tok
+        if walk.bookkeeping:
+            self._fill_outputs(made, tok, walk)
         return tok
+
+    def _fill_outputs(self, made: reader.CallView, tok: int, walk: Walk) -> None:
+        """A destination-passing call writes into its allocations: each allocation this
+        walk saw bound (``walk.bookkeeping``) and no call wrote yet holds its value
+        ``tok`` from here on (the first call given an allocation is its writer; a later
+        one reads it). Asked of a call whose var is new and of one whose var survived the
+        pass: VMShapeLower binds a symbolic entry's allocations anew (sized from the
+        shape heap) under kernel calls that keep their vars."""
+        of_handle = self.tokens.of_handle
+        for arg in made.arguments():
+            if arg.kind == VAR and arg.handle in walk.bookkeeping and arg.handle not in of_handle:
+                of_handle[arg.handle] = tok
 
     def _apply(self, found: Found, walk: Walk) -> int:
         """The token a rule's finding gives the binding."""
