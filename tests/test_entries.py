@@ -49,3 +49,27 @@ def test_a_symbolic_entrys_data_flow_is_as_complete_as_a_static_ones(decoder_fp1
             assert any(a == softmax for a, _ in edges), entry  # the attention's scores flow on
     assert count["prefill"] == count["decode"]
 
+
+def test_an_entrys_verification_csv_says_the_verdicts_its_layers_csv_says(decoder_fp16):
+    """Each entry's report of a two-entry build: verification.csv gave every layer
+    'unverified (an older lineage)' (the entry's view of the lineage kept no layer
+    verdicts) while layers.csv said 'verified'; both now give the build's verdict."""
+    import csv
+
+    from relaytrace.analysis.estimate import estimated_profile
+    from relaytrace.analysis.report import make_report
+    from relaytrace.model.peaks import named
+    from relaytrace.render.export import layers_csv
+    from relaytrace.render.verification_csv import verification_csv
+
+    _, lineage = decoder_fp16
+    built = {c.layer: c.status for c in lineage.verification.layers}
+    report = make_report(lineage, estimated_profile(lineage, named("nvidia-a100-sxm4-80gb"), entry="decode"))
+    checked = {r["layer"]: r for r in csv.DictReader(verification_csv(report).splitlines())}
+    listed = {r["layer"]: r["verification"] for r in csv.DictReader(layers_csv(report).splitlines())}
+    assert {"layers.1.self_attn.qkv_proj", "lm_head"} <= set(checked) and set(listed) <= set(checked)
+    for layer, row in checked.items():
+        assert row["verdict"] == built[layer], (layer, row["reasons"])
+        assert "older lineage" not in row["reasons"]
+    for layer, verdict in listed.items():
+        assert verdict == checked[layer]["verdict"], layer
