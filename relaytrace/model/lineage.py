@@ -207,8 +207,10 @@ class Lineage:
         """This lineage as one entry function's run sees it: that entry's call sites
         and builtins; the origins of the entry and of every function its run calls
         (so an op of a subfunction that runs nowhere is still unaccounted), and the
-        inserted and unresolved ones serving them or running at its sites. What a
-        profile of that entry is attributed against. The lineage itself when it has
+        inserted and unresolved ones serving them or running at its sites, and the
+        verification's verdicts on those sites and layers (the verdicts of the whole
+        build: a layer both entries run has one). What a profile of that entry is
+        attributed against. The lineage itself when it has
         one entry. Made once per entry (a lineage is frozen): the report, its renderers
         and the attribution ask for the same entry's view many times."""
         entry = self.entry(name)
@@ -228,9 +230,11 @@ class Lineage:
         keep = own | run | {o.id for o in self.origins.values() if o.kind != OP and set(o.serves) & own}
         positions = {s.position for v in kernels.values() for s in v}
         verification = self.verification
-        if verification is not None:
+        if verification is not None:  # the same verdicts, on what this entry's run holds
+            layers = {self.origins[o].layer for o in keep}
             verification = Verification(tuple(c for c in verification.sites if c.position in positions),
-                                        verification.problems)
+                                        verification.problems,
+                                        tuple(c for c in verification.layers if c.layer in layers))
         build, journal = self.build, self.journal
         return attrs.evolve(
             self, origins={k: o for k, o in self.origins.items() if k in keep}, kernels=kernels, builtins=builtins,

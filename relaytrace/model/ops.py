@@ -29,6 +29,11 @@ DATA_MOVEMENT_PRIMFUNCS = frozenset({
 # whose shapes they compute.
 SHAPE_PRIMFUNCS = frozenset({"shape_func"})
 
+# PrimFuncs ComputePrimValue makes to compute a prim value an entry passes on (an
+# ``R.prim_value(T.float64(0.25))`` given to a packed call) on the host, by name
+# without the number: what they compute is their name.
+PRIM_VALUE_PRIMFUNCS = frozenset({"compute_symbolic_expr"})
+
 # Calls that manage memory, shapes and checks: the VM's bookkeeping, not model ops.
 BOOKKEEPING_PREFIXES = (
     "relax.builtin.alloc", "relax.memory.", "relax.vm.alloc", "relax.vm.kill",
@@ -74,6 +79,12 @@ def is_data_movement(callee: str) -> bool:
 def is_shape_computation(callee: str) -> bool:
     """A PrimFunc VMShapeLower made to compute shapes (``shape_func``, ``shape_func1``)."""
     return is_prim_func(callee) and re.sub(r"\d+$", "", callee) in SHAPE_PRIMFUNCS
+
+
+@lru_cache(maxsize=65536)
+def is_prim_value_computation(callee: str) -> bool:
+    """A PrimFunc ComputePrimValue made (``compute_symbolic_expr``, ``compute_symbolic_expr1``)."""
+    return is_prim_func(callee) and re.sub(r"\d+$", "", callee) in PRIM_VALUE_PRIMFUNCS
 
 
 @cache

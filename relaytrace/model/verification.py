@@ -338,10 +338,13 @@ def _shape_claims(site, lineage, where) -> tuple[list[str], list[str]]:
 
 def _foreign_ops(site, origins) -> list[str]:
     """A site runs the ops of the function whose body it is in: an entry's own, or the
-    subfunction its scope names (``block#1`` -> ``block``)."""
+    subfunction its scope names (``block#1`` -> ``block``); and so the ops a pass
+    inserted there: one made in another function (a PrimFunc that two entries share,
+    ComputePrimValue's ``compute_symbolic_expr``) is that function's, not this site's."""
     running = site.scope.rsplit("/", 1)[-1].rpartition("#")[0] if site.scope else site.function
-    return [f"{oid} is an op of {origins[oid].function}, but this site runs in {running}"
-            for oid in site.origin_ids if origins[oid].kind == OP and origins[oid].function != running]
+    return [f"{oid} is an {'' if origins[oid].kind == OP else origins[oid].kind + ' '}op of "
+            f"{origins[oid].function}, but this site runs in {running}"
+            for oid in site.origin_ids if origins[oid].function != running]
 
 
 def _frame(site) -> tuple[str, str]:

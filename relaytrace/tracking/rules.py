@@ -156,13 +156,22 @@ IDENTITY_EXCEPTIONS: tuple[IdentityException, ...] = (AliasNowCalls(), FoldedToC
 class ValueKey:
     """``(callee, argument tokens)`` equals a key seen before, with ``call_tir(F, args)``
     and the lowered ``F(args, out)`` alike; a layout change a pass inserted is
-    transparent, so a convolution fed through a new ``permute_dims`` still matches."""
+    transparent, so a convolution fed through a new ``permute_dims`` still matches. A
+    call computed from no value of its function (constants alone, or nothing:
+    ComputePrimValue's ``compute_symbolic_expr()`` for an ``R.prim_value(0.25)``) has
+    one key in every function that makes it: it is never matched to a value another
+    function holds (two entries each passing 0.25 each have their own)."""
 
     name = "value"
 
     def find(self, binding, walk):
-        """The first unclaimed token of the binding's value key; None when there is none."""
-        tok = walk.keys.match(binding.key, walk.claimed)
+        """The first unclaimed token of the binding's value key, not one another
+        function holds when no argument is a value of this function; None when there
+        is none."""
+        claimed = walk.claimed
+        if not any(a.kind == VAR and walk.tokens.of_handle.get(a.handle) is not None for a in binding.call.atoms):
+            claimed = claimed | walk.elsewhere()
+        tok = walk.keys.match(binding.key, claimed)
         return None if tok is None else Found(tok)
 
 

@@ -73,8 +73,10 @@ class Walk:
     """One function walk, and what the rules may read of it: the function after the
     pass and its view, its state before the pass (``old``: None for a new function),
     the module's functions, the tracker's tokens and value keys, the vars bound to
-    another value (``aliases``), the tokens this walk gave away (``claimed``). Rules
-    change none of it but memos; the look-ups they ask for are built on first use."""
+    another value (``aliases``), the tokens this walk gave away (``claimed``), the
+    other model functions' states (``others``: as the pass left those it has walked,
+    as the pass before left the rest). Rules change none of it but memos; the look-ups
+    they ask for are built on first use."""
 
     func: object
     d: reader.FunctionView
@@ -87,12 +89,23 @@ class Walk:
     recipes: dict[int, Recipe | None] = field(factory=dict)  # fused function handle -> its recipe (the tracker's)
     claimed: set[int] = field(factory=set)  # tokens given to a binding of this walk
     bookkeeping: set[int] = field(factory=set)
+    others: dict[str, FunctionState] = field(factory=dict)
     changes: Changes = field(factory=list)
     new: list[tuple[int, str]] = field(factory=list)  # (token, callee) no rule explained
     _present: set[int] | None = None
     _callee_of: dict[int, str] | None = None
     _from_constants: dict[int, frozenset | None] = field(factory=dict)
     _position: dict[int, int] | None = None
+    _elsewhere: frozenset[int] | None = None
+
+    def elsewhere(self) -> frozenset[int]:
+        """The tokens another model function holds (``others``): values of that
+        function, which a value of this one computed from no value of its own (a call
+        of constants alone, ComputePrimValue's ``compute_symbolic_expr()``) is not, however
+        equal its key. Built on first use."""
+        if self._elsewhere is None:
+            self._elsewhere = frozenset().union(*(state.tokens for state in self.others.values()))
+        return self._elsewhere
 
     def old_index(self) -> _Index:
         """Look-ups into the function as the pass before left it (``old`` must be set)."""
@@ -209,7 +222,8 @@ class Tracker:
                 self._log(fname, pass_name, Walk(func=func, d=old.view, old=old), old, state)
                 return state
         walk = Walk(func=func, d=d, old=old, functions=functions, tokens=self.tokens, keys=self.keys,
-                    aliases=self._aliases, read=self.read, recipes=self.recipes)
+                    aliases=self._aliases, read=self.read, recipes=self.recipes,
+                    others={name: state for name, state in self._funcs.items() if name != fname})
         for handle, name in zip(d.params, d.param_names):
             self._param_token(fname, handle, name)
         of_handle, var_value = self.tokens.of_handle, self._var_value
@@ -255,6 +269,8 @@ class Tracker:
             return tok  # an output buffer re-planned by the memory passes: not a change of the op
         if callee is not None:
             self.keys.defer(handle, walk.d, position, tok)
+            if walk.bookkeeping:
+                self._fill_outputs(reader.call(walk.d, position), tok, walk)
         walk.changes.append(Rewrite(tok, position, IDENTITY, callee))
         return tok
 
@@ -306,11 +322,21 @@ class Tracker:
         walk.claimed.add(tok)
         self.tokens.of_handle[var] = tok
         self.keys.add(binding.key, tok)
-        if walk.bookkeeping:  # a destination-passing call writes into its allocations: they hold its value
-            for arg in made.arguments():
-                if arg.kind == VAR and arg.handle in walk.bookkeeping:
-                    self.tokens.of_handle[arg.handle] = tok
+        if walk.bookkeeping:
+            self._fill_outputs(made, tok, walk)
         return tok
+
+    def _fill_outputs(self, made: reader.CallView, tok: int, walk: Walk) -> None:
+        """A destination-passing call writes into its allocations: each allocation this
+        walk saw bound (``walk.bookkeeping``) and no call wrote yet holds its value
+        ``tok`` from here on (the first call given an allocation is its writer; a later
+        one reads it). Asked of a call whose var is new and of one whose var survived the
+        pass: VMShapeLower binds a symbolic entry's allocations anew (sized from the
+        shape heap) under kernel calls that keep their vars."""
+        of_handle = self.tokens.of_handle
+        for arg in made.arguments():
+            if arg.kind == VAR and arg.handle in walk.bookkeeping and arg.handle not in of_handle:
+                of_handle[arg.handle] = tok
 
     def _apply(self, found: Found, walk: Walk) -> int:
         """The token a rule's finding gives the binding."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..model.ops import is_bookkeeping, is_data_movement, is_shape_computation
+from ..model.ops import is_bookkeeping, is_data_movement, is_prim_value_computation, is_shape_computation
 from ..model.verification import Member
 from . import facts, ir, reader
 
@@ -42,8 +42,10 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
             members_at = record.module
     named = _declared_ops(members_at) if members_at is not None else {}
     last = next((r.module for r in reversed(passes) if ir.model_functions(r.functions)), None)
-    if last is not None:  # the shape functions VMShapeLower made (explicit table) compute shapes: their name
-        named.update({name: name for name in _prim_func_names(last) if is_shape_computation(name)})
+    if last is not None:  # the shape functions VMShapeLower made and the prim values ComputePrimValue made
+        # (explicit tables) compute what their name says
+        named.update({name: name for name in _prim_func_names(last)
+                      if is_shape_computation(name) or is_prim_value_computation(name)})
     for prim, op in named.items():
         prim_ops.setdefault(prim, set()).add(op)
     out: dict[str, tuple[Member, ...]] = {}
