@@ -58,7 +58,7 @@ class Server:
             raise RelaytraceError(f"{entry} takes a KV cache, but the build has no entry that makes one "
                                   "(a call of vm.builtin.*_kv_cache_create): relaytrace cannot serve it")
         self.sink: list | None = None
-        self._sync = (lambda: None) if device.device_type == 1 else device.sync  # 1: kDLCPU
+        self._sync = (lambda: None) if device.dlpack_device_type() == 1 else device.sync  # 1: kDLCPU
         self.pages: dict[int, tuple[tuple[int, ...], str]] = {}  # data address -> (shape, dtype)
         self._append = next((k for k in facts.kernels if kernel_role(facts, k) == APPEND), None)
         params = lineage.build.params[entry]
