@@ -212,3 +212,12 @@ def test_an_entry_with_packed_parameters_takes_them_as_one_list_and_says_so_when
         relaytrace.profile(executable, lineage, [inputs[0], inputs[1][:3]], entry="embed", repeat=1)
     with pytest.raises(UsageError, match="profiled as served"):
         relaytrace.profile(executable, lineage, list(inputs), entry="decode", repeat=1)
+
+
+def test_query_says_which_builtins_of_a_layer_run_the_kv_cache_kernels(built, tmp_path):
+    from relaytrace.commands.query import cache_builtins
+
+    _, lineage = built
+    assert cache_builtins(lineage, "model.layers.1.self_attn") == [
+        f"{entry}:vm.builtin.attention_kv_cache_attention_with_fused_qkv" for entry in ("decode", "prefill")]
+    assert cache_builtins(lineage, "model.layers.1.mlp") == []

@@ -11,7 +11,15 @@ a measured profile shows the estimate too, each saying it is one. Pure: no TVM.
 from __future__ import annotations
 
 from ..errors import RelaytraceError, UsageError
-from ..model.entry import APPEND, PAGED_DECODE, PAGED_PREFILL, RAGGED_PREFILL, cache_param, kernel_role
+from ..model.entry import (
+    APPEND,
+    PAGED_DECODE,
+    PAGED_PREFILL,
+    RAGGED_PREFILL,
+    cache_param,
+    kernel_role,
+    runs_attention,
+)
 from ..model.lineage import Lineage
 from ..model.peaks import Peaks
 from ..model.profile import CACHE, ESTIMATE, FROM_IR, KERNEL, ArgInfo, CallRecord, Profile
@@ -94,7 +102,7 @@ def cache_calls(lineage: Lineage, peaks: Peaks, tokens: int, context: int, start
     names = [k for role in roles for k in cache.kernels if kernel_role(cache, k) == role]
     counts: dict[str, int] = {}
     records = []
-    for site in sorted((b for b in lineage.builtins if _runs_attention(b.name)), key=lambda b: b.position):
+    for site in sorted((b for b in lineage.builtins if runs_attention(b.name)), key=lambda b: b.position):
         j = counts[site.name] = counts.get(site.name, -1) + 1
         for name in names:
             work = cache_work(cache, name, tokens, context)
@@ -104,11 +112,6 @@ def cache_calls(lineage: Lineage, peaks: Peaks, tokens: int, context: int, start
             start += us
     return records
 
-
-def _runs_attention(builtin: str) -> bool:
-    """Whether a VM builtin runs attention in a KV cache (``attention_with_fused_qkv``
-    and its kin: ``vm.builtin.attention_kv_cache_*``)."""
-    return builtin.startswith("vm.builtin.attention_kv_cache_")
 
 
 def _shape(dims, values: dict[str, int], label: str) -> tuple[int, ...]:

@@ -54,6 +54,12 @@ def run(args) -> int:
         text = (f"{terminal(args.layer)} runs in: " + (", ".join(map(terminal, result["kernel_calls"])) or "no kernel")
                 + f"\nverification: {result['verification'].upper()}"
                 + "".join(f"\n  ! {terminal(r)}" for r in result["reasons"]))
+        cache = cache_builtins(lineage, args.layer)
+        if cache:
+            result["kv_cache"] = {"builtins": cache, "kernels": list(lineage.build.kv_cache.kernels)}
+            text += (f"\nand inside {', '.join(map(terminal, cache))}: the KV cache's kernels "
+                     f"({', '.join(map(terminal, lineage.build.kv_cache.kernels))}); a served profile times those "
+                     "that ran and bills them to this layer")
         if result["source"]:
             text += "\nmade at: " + ", ".join(map(terminal, result["source"]))
         gone = [f"{o} (eliminated by {p})" for o, p in lineage.eliminated().items() if o in lineage.resolve(args.layer)]
@@ -69,6 +75,19 @@ def run(args) -> int:
                                [row for h in result for row in history_rows(h)]))
     echo(json.dumps(result, indent=1) if args.json else text)
     return 0
+
+
+def cache_builtins(lineage, layer: str) -> list[str]:
+    """The builtin call sites (``entry:builtin``) of ``layer``'s ops that run the KV
+    cache's kernels: its attention (``vm.builtin.attention_kv_cache_*``); none in a
+    build without a KV cache."""
+    from ..model.entry import runs_attention
+
+    if lineage.build.kv_cache is None:
+        return []
+    ops = lineage.resolve(layer)
+    return list(dict.fromkeys(f"{b.function}:{b.name}" for b in lineage.builtins
+                              if runs_attention(b.name) and set(b.origins) & ops))
 
 
 def histories(lineage, name: str) -> list[dict]:

@@ -61,6 +61,12 @@ class KVCache:
     head_dim: int = 0
 
 
+def runs_attention(builtin: str) -> bool:
+    """Whether a VM builtin runs attention in a KV cache, calling the cache's kernels
+    (``attention_with_fused_qkv`` and its kin: ``vm.builtin.attention_kv_cache_*``)."""
+    return builtin.startswith("vm.builtin.attention_kv_cache_")
+
+
 def cache_param(params: tuple[Param, ...]) -> Param | None:
     """The entry's object parameter (its KV cache), None for an entry without one."""
     return next((p for p in params if p.kind == ParamKind.OBJECT), None)
