@@ -23,7 +23,7 @@ from ..analysis import attribution as A
 from ..analysis.memory import NO_SITE
 from ..model.lineage_index import billed_layers
 from ..model.origin import INSERTED, OP
-from ..model.profile import KERNEL
+from ..model.profile import CACHE, KERNEL
 
 ASSETS = Path(__file__).parent / "assets"
 
@@ -166,7 +166,23 @@ def _sites(report) -> list[dict]:
             "category": "compute" if OP in kinds else "inserted" if INSERTED in kinds else "unresolved",
             "shapes": ", ".join(f"{d}{list(sh)}" for sh, d in zip(arg.shapes, arg.dtypes)) if arg else "",
         })
-    return out
+    cache = _cache_sites(report)
+    return sorted(out + cache, key=lambda site: site["start_us"]) if cache else out
+
+
+def _cache_sites(report) -> list[dict]:
+    """A served step's KV-cache kernel calls as sites of the page: each with the
+    layer its share went to, and the builtin call it ran inside as its reason."""
+    profile = report.profile
+    times = profile.site_times(CACHE)
+    starts = {profile.key(r): r.start_us for r in profile.records if r.run == 0 and r.kind == CACHE}
+    within = profile.within()
+    return [{"label": share.key.label, "kernel": share.key.kernel, "start_us": starts.get(share.key, 0.0),
+             "us": times[share.key].median_us, "min_us": times[share.key].min_us, "max_us": times[share.key].max_us,
+             "layers": [share.layer], "roles": [(share.layer, "anchor")], "status": share.status,
+             "reasons": f"a KV-cache kernel, run inside {within[share.key].label}" if share.key in within else "",
+             "category": share.category, "shapes": ""}
+            for share in report.shares if share.key in times]
 
 
 def _numerics_line(comparison) -> str:
@@ -204,15 +220,17 @@ def _errors(comparison) -> dict:
 
 
 def _layer_graph(report) -> dict:
-    """Every layer with ops (its own time, whether the VM runs all its ops as builtins)
-    and the dataflow edges between layers, for the page to group and lay out."""
+    """Every layer with ops (its own time, whether the VM runs all its ops as builtins
+    that run no kernel: a builtin that ran a KV cache's kernels did) and the dataflow
+    edges between layers, for the page to group and lay out."""
     lineage = report.lineage
     ms = {r.layer: r.us / 1e3 for r in report.layers}
+    ran_kernels = {s.origin for s in report.shares}
     layer_of = A.layer_of_ops(lineage)
     ops: dict[str, set[str]] = {}
     for oid, layer in layer_of.items():
         ops.setdefault(layer, set()).add(oid)
-    in_kernels = {o for s in lineage.call_sites for o in s.origin_ids}
+    in_kernels = {o for s in lineage.call_sites for o in s.origin_ids} | ran_kernels
     builtin = {o for b in lineage.builtins for o in b.origins}
     only_builtin = {layer for layer, ids in ops.items() if not ids & in_kernels and ids & builtin}
     edges = A.edges_between(lineage, layer_of)
@@ -340,7 +358,7 @@ def html_report(report, comparison=None) -> str:
 <body>
 <h1>relaytrace: {html.escape(lineage.build.model)}</h1>
 {_header(report)}
-<div class="summary">{html.escape(profile.summary())}<br>
+<div class="summary">{"<br>".join(map(html.escape, profile.summary().splitlines()))}<br>
 {len(lineage.call_sites)} kernel call sites of {len(lineage.kernels)} kernels &middot; attribution policy {policy}
 {"<br>ops inserted by passes (layout transforms, casts, shape functions) serve: " + caused if caused else ""}</div>
 {"".join(f'<p class="warn">{html.escape(w)}</p>' for w in profile.warnings())}
