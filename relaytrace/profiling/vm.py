@@ -51,6 +51,9 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
         if list(inputs):
             raise UsageError(f"{entry} takes a KV cache: it is profiled as served, on inputs relaytrace makes "
                              "(seeded random embeddings and weights); pass no inputs ([])")
+        if remote is not None:
+            raise UsageError(f"{entry} takes a KV cache: it is profiled as served on this machine only (the cache's "
+                             "kernels are timed inside the builtin that runs them, in this process)")
         return _served_profile(executable, lineage, lineage.entry(entry), device, warmup, repeat, mode, progress,
                                peaks, serving)
     if remote is not None:
