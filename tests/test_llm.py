@@ -221,3 +221,14 @@ def test_query_says_which_builtins_of_a_layer_run_the_kv_cache_kernels(built, tm
     assert cache_builtins(lineage, "model.layers.1.self_attn") == [
         f"{entry}:vm.builtin.attention_kv_cache_attention_with_fused_qkv" for entry in ("decode", "prefill")]
     assert cache_builtins(lineage, "model.layers.1.mlp") == []
+
+
+def test_plain_parameters_are_each_a_tensor_parameter_and_decode_is_served_the_same():
+    executable, lineage = relaytrace.build(from_nn(*llama(layers=BLOCKS, param_mode="plain"), name="llama"), "llvm")
+    params = lineage.build.params["decode"]
+    assert [p.kind for p in params[:2]] == [ParamKind.TENSOR, ParamKind.OBJECT]
+    assert len(params) == 2 + 1 + 6 * BLOCKS + 2 and {p.kind for p in params[2:]} == {ParamKind.TENSOR}
+    report = make_report(lineage, relaytrace.profile(executable, lineage, [], entry="decode", repeat=1))
+    decode = _role_kernel(lineage, PAGED_DECODE)
+    billed = {s.layer for s in report.shares if s.key.kernel == decode and s.status == "verified"}
+    assert billed == {f"model.layers.{i}.self_attn" for i in range(BLOCKS)}

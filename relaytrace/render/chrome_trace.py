@@ -25,11 +25,12 @@ def chrome_trace(report) -> dict:
     lineage, profile = report.lineage, report.profile
     sites = {s.key: s for s in lineage.call_sites}
     billed = {share.key: share.layer for share in report.shares if share.key not in sites}
+    lanes = ((1, "kernels"), (2, "VM builtins")) + (((3, "KV-cache kernels"),) if billed else ())
     events = []
     for run in range(profile.runs):
         events.append({"name": "process_name", "ph": "M", "pid": run + 1, "tid": 0,
                        "args": {"name": f"{lineage.build.model}.{profile.entry} run {run} ({profile.mode})"}})
-        for tid, label in ((1, "kernels"), (2, "VM builtins"), (3, "KV-cache kernels")):
+        for tid, label in lanes:
             events.append({"name": "thread_name", "ph": "M", "pid": run + 1, "tid": tid,
                            "args": {"name": f"{profile.entry} {label}"}})
     for r in profile.records:
