@@ -49,7 +49,7 @@ class Server:
     instrument does for the VM's calls; ``pages``: each page tensor the cache's append
     kernel wrote to in an untimed step (one per layer), by address."""
 
-    def __init__(self, vm, lineage, entry: str, serving: Serving, device, seed: int = 0):
+    def __init__(self, vm, lineage, entry: str, serving: Serving, device, seed: int = 0, timed: bool = True):
         import tvm
 
         self.tvm, self.vm, self.entry = tvm, vm, entry
@@ -64,7 +64,7 @@ class Server:
         params = lineage.build.params[entry]
         length = self._length(params, serving)
         self.tokens, self.context = length, serving.context
-        self.cache = self._create(facts, serving, length + serving.context + _DECODE_MARGIN, device)
+        self.cache = self._create(facts, serving, length + serving.context + _DECODE_MARGIN, timed)
         self.inputs, self.args = _arguments(params, length, device, seed)
         self._builtin = {name: tvm.get_global_func(f"vm.builtin.kv_state_{name}")
                          for name in ("add_sequence", "remove_sequence", "begin_forward", "end_forward", "popn")}
@@ -115,9 +115,10 @@ class Server:
         first = next((t for p in params if p.kind == ParamKind.TENSOR for t in p.tensors), None)
         return int(first.shape[-2]) if first is not None and len(first.shape) >= 2 else 1
 
-    def _create(self, facts, serving: Serving, capacity: int, device):
+    def _create(self, facts, serving: Serving, capacity: int, timed: bool):
         """The cache, made as the create entry makes it (its builtin's arguments, taken
-        from a real call of the entry) with every kernel wrapped in ``self._timed``."""
+        from a real call of the entry) with every kernel wrapped in ``self._timed``;
+        not ``timed``: the one the entry made (``benchmarks/served_overhead.py``)."""
         import tvm_ffi
         from tvm import relax
 
@@ -132,11 +133,13 @@ class Server:
         sizes = (1, capacity, max(capacity, serving.tokens), serving.page_size, 0)
         self.vm.set_instrument(note)
         try:
-            self.vm[facts.entry](*[shape([n]) for n in sizes])
+            made = self.vm[facts.entry](*[shape([n]) for n in sizes])
         except Exception as exc:
             raise RelaytraceError(f"the KV cache could not be made by {facts.entry}: {describe(exc)}") from exc
         finally:
             self.vm.set_instrument(lambda *_: relax.VMInstrumentReturnKind.NO_OP)
+        if not timed:
+            return made
         names = iter(facts.kernels)
 
         def wrap(arg):
