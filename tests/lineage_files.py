@@ -7,10 +7,11 @@ from __future__ import annotations
 def flat_v2(data: dict) -> dict:
     """A ``relaytrace.lineage/3`` file's JSON as ``/2`` wrote it: every field of
     ``build`` and ``journal`` at the top level, under its /2 name (``build.accumulate``,
-    new in /3, ``build.work`` and ``build.policies``, new in /4, and ``build.memory``, new
-    in /5, left out: a /2 file says none of them)."""
+    new in /3, ``build.work`` and ``build.policies``, new in /4, and ``build.memory`` and
+    ``build.offloads``, new in /5, left out: a /2 file says none of them)."""
     names = {"history_by_origin": "history", "eliminated_by": "eliminated"}
     flat = {k: v for k, v in data.items() if k not in ("build", "journal")}
-    flat.update({k: v for k, v in data["build"].items() if k not in ("accumulate", "work", "policies", "memory")})
+    flat.update({k: v for k, v in data["build"].items() if k not in ("accumulate", "work", "policies", "memory",
+                                                                            "offloads")})
     flat.update({names.get(k, k): v for k, v in data["journal"].items()})
     return {**flat, "schema": "relaytrace.lineage/2"}

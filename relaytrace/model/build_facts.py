@@ -10,6 +10,18 @@ from .work import KernelWork
 
 
 @define(frozen=True)
+class Offload:
+    """A group of model ops a build handed to an external codegen
+    (``FuseOpsByPattern(annotate_codegen=True)``, ``MergeCompositeFunctions``,
+    ``RunCodegen``): the ``codegen`` that compiled it (``cublas``: TVM calls the function
+    registered as ``relax.ext.cublas``) and the ``patterns`` of its composite functions
+    (``cublas.matmul_transposed_bias_relu``), in order."""
+
+    codegen: str
+    patterns: tuple[str, ...] = ()
+
+
+@define(frozen=True)
 class BuildFacts:
     """The build a lineage describes, as read from the build and its IR (not from the
     tracker's following of passes): the ``model``'s name, the ``target`` it was built
@@ -28,7 +40,9 @@ class BuildFacts:
     ``work``: kernel -> what its TIR computes per call (``model.work.KernelWork``: FLOPs
     as formulas over its symbolic dims); ``memory``: entry -> its memory plan as
     compiled (``model.memory.MemoryPlan``: blocks, their sizes and lifetimes, the
-    tensors and weights). Saved as the lineage's ``build``."""
+    tensors and weights); ``offloads``: each group handed to an external codegen, by its
+    name and by its symbol (the library call's name), as ``Offload``. Saved as the
+    lineage's ``build``."""
 
     model: str
     target: str
@@ -42,3 +56,4 @@ class BuildFacts:
     policies: dict[str, str] = field(factory=dict)
     work: dict[str, KernelWork] = field(factory=dict)
     memory: dict[str, MemoryPlan] = field(factory=dict)
+    offloads: dict[str, Offload] = field(factory=dict)

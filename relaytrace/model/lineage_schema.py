@@ -14,7 +14,9 @@ current one: each a pure function from one version's JSON data to the next's.
   file without them: a kernel's ``dtype`` and ``accumulate``, ``build.policies``
   (``ToMixedPrecision``'s policy per op).
 - ``/5``: ``build.memory``, each entry's memory plan (``model.memory.MemoryPlan``); a
-  /4 file has none, and its memory is unknown."""
+  /4 file has none, and its memory is unknown. Added within /5, read as absent from a
+  file without them: ``build.offloads`` (the groups handed to external codegens) and a
+  call site's ``library``."""
 
 from __future__ import annotations
 

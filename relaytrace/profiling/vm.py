@@ -78,7 +78,8 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
             say(f"timeline run {run + 1}/{repeat}")
             records.extend(_timeline_run(vm, entry, args, run, lineage, device, skip))
     else:
-        records = _isolated(library, captured, device, repeat, number, say)
+        externals = {name: _external(executable, name) for name in lineage.library_calls}
+        records = _isolated(library, captured, device, repeat, number, say, externals)
     vm.set_instrument(_no_op)
     say("end-to-end timing")
     e2e = vm.time_evaluator(entry, device, number=1, repeat=max(repeat, 3))(*args)
@@ -196,16 +197,19 @@ def check_inputs(lineage: Lineage, inputs, entry: str | None = None) -> list[np.
 
 
 def _kernel_library(executable, lineage: Lineage):
-    """The compiled module holding the kernels; every kernel of the lineage must be there."""
+    """The compiled module holding the kernels; every kernel TVM compiled for the
+    lineage must be there (a library call runs a function the executable imports or the
+    process registers: ``Lineage.library_calls``)."""
     libs = list(executable.mod.imports)
-    missing = [k for k in lineage.kernels if not any(lib.implements_function(k, True) for lib in libs)]
+    compiled = [k for k in lineage.kernels if k not in lineage.library_calls]
+    missing = [k for k in compiled if not any(lib.implements_function(k, True) for lib in libs)]
     if missing:
         raise RelaytraceError(
             f"the lineage does not belong to this executable: {len(missing)} of its kernels are not "
             f"compiled in it ({', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}); "
             "profile with the lineage returned by the same build"
         )
-    first = next(iter(lineage.kernels), None)
+    first = next(iter(compiled), None)
     return next((lib for lib in libs if first and lib.implements_function(first, True)), None)
 
 
@@ -245,9 +249,13 @@ def _capture(vm, entry: str, args, lineage, skip: frozenset, copy: bool):
 
 
 def _check_names(lineage: Lineage, info: dict[SiteKey, ArgInfo]) -> None:
+    """The kernels and library calls that ran must be the lineage's, call for call; a
+    VM builtin, or an external call the lineage lists among its builtins (it computes
+    no model op), may run as it likes."""
+    builtins = {b.name for b in lineage.builtins}
     ran: dict[str, int] = {}
     for site in info:
-        if not site.kernel.startswith("vm.builtin."):
+        if not site.kernel.startswith("vm.builtin.") and site.kernel not in builtins:
             ran[site.kernel] = max(ran.get(site.kernel, 0), site.call + 1)
     problems = lineage.call_count_mismatches(ran)
     if problems:
@@ -293,12 +301,51 @@ def _pair(stamps, run, t0, kernels, skip: frozenset = frozenset()) -> list[CallR
     return records
 
 
-def _isolated(library, captured, device, repeat, number, say) -> list[CallRecord]:
+def _isolated(library, captured, device, repeat, number, say, externals=None) -> list[CallRecord]:
+    """Each captured site timed alone: a kernel by ``time_evaluator`` on its compiled
+    module, a library call (``externals``: name -> its function) by the clock around
+    ``number`` calls of it."""
+    externals = externals or {}
     timings = []
     for i, (name, k, tensors) in enumerate(captured):
         say(f"isolated {i + 1}/{len(captured)}: {name}#{k}")
-        timings.append((name, k, library.time_evaluator(name, device, number=number, repeat=repeat)(*tensors).results))
+        timer = _clocked(externals[name], device, repeat, number) if name in externals \
+            else library.time_evaluator(name, device, number=number, repeat=repeat)
+        timings.append((name, k, timer(*tensors).results))
     return _site_records(timings, repeat)
+
+
+def _external(executable, name: str):
+    """The function a library call calls, as the VM finds it: in a module the
+    executable imports, else in the registry."""
+    for lib in executable.mod.imports:
+        if lib.implements_function(name, True):
+            return lib.get_function(name, query_imports=True)
+    return tvm.get_global_func(name)
+
+
+def _clocked(func, device, repeat: int, number: int):
+    """A ``time_evaluator``-like timer of the packed function ``func``: per run, the
+    mean seconds of ``number`` calls, the device synchronized after them."""
+
+    def run(*args):
+        results = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            for _ in range(number):
+                func(*args)
+            device.sync()
+            results.append((time.perf_counter() - start) / number)
+        return _Timed(tuple(results))
+
+    return run
+
+
+@attrs.define(frozen=True)
+class _Timed:
+    """What ``time_evaluator`` returns, as far as the profiler reads it."""
+
+    results: tuple[float, ...]
 
 
 def _site_records(timings, repeat: int) -> list[CallRecord]:

@@ -36,7 +36,8 @@ def chrome_trace(report) -> dict:
         if site is not None:
             args.update(_site_args(lineage, site))
         events.append({
-            "name": r.name, "cat": r.kind, "ph": "X", "ts": r.start_us, "dur": r.duration_us,
+            "name": r.name, "cat": "library" if r.name in lineage.library_calls else r.kind, "ph": "X",
+            "ts": r.start_us, "dur": r.duration_us,
             "pid": r.run + 1, "tid": 1 if r.kind == KERNEL else 2, "args": args,
         })
     events.extend(_flows(lineage, profile, sites))

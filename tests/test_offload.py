@@ -1,0 +1,192 @@
+"""Work offloaded to libraries (issue 43): TVM's own BYOC flow (the cuBLAS pattern table,
+``FuseOpsByPattern(annotate_codegen=True)``, ``MergeCompositeFunctions``, ``RunCodegen``
+calling a codegen registered as ``relax.ext.cublas``) and a user's ``call_dps_packed``:
+every op that runs in an external call is on that call's site, verified, profiled,
+counted, and never "eliminated"."""
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+import relaytrace
+from relaytrace.analysis.report import make_report
+from relaytrace.frontends.nn import from_nn
+from relaytrace.model.lineage import Lineage
+from relaytrace.render.export import kernels_csv
+
+from .conftest import move_origin
+from .fixtures.offload import MLP, CallsPacked, offload_pipeline, register_codegen, register_functions
+
+BATCH, WIDTH, HIDDEN, CLASSES = 8, 16, 32, 4
+# layer -> (its Linear's M, N, K, and whether a relu runs in the same library call)
+LINEARS = {"layers.0.up": (BATCH, HIDDEN, WIDTH, True), "layers.0.down": (BATCH, WIDTH, HIDDEN, False),
+           "layers.1.up": (BATCH, HIDDEN, WIDTH, True), "layers.1.down": (BATCH, WIDTH, HIDDEN, False),
+           "head": (BATCH, CLASSES, WIDTH, False)}
+
+
+def _mlp_build(merge: bool):
+    from tvm.relax.frontend import nn
+
+    register_codegen()
+    entry = "main" if merge else "forward"
+    imported = from_nn(MLP(WIDTH, HIDDEN, CLASSES), {entry: {"x": nn.spec.Tensor((BATCH, WIDTH), "float32")}})
+    executable, lineage = relaytrace.build(imported, "llvm", pipeline=offload_pipeline(merge), model="mlp")
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
+              for p in imported.mod[entry].params]
+    return imported, executable, lineage, inputs
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    """The MLP offloaded and merged, built once: (imported, executable, lineage, inputs)."""
+    return _mlp_build(merge=True)
+
+
+@pytest.fixture(scope="module")
+def mlp_profile(mlp):
+    _, executable, lineage, inputs = mlp
+    return relaytrace.profile(executable, lineage, inputs, repeat=2)
+
+
+def _library_sites(lineage):
+    return [s for s in lineage.call_sites if s.library]
+
+
+def test_offloaded_ops_are_on_their_library_calls_verified_and_not_eliminated(mlp):
+    imported, executable, lineage, inputs = mlp
+    # the codegen really ran them: the build computes the model
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    got = vm["main"](*[tvm.runtime.tensor(a) for a in inputs]).numpy()
+    x, (w0u, b0u, w0d, b0d, w1u, b1u, w1d, b1d, wh, bh) = inputs[0], inputs[1:]
+    for wu, bu, wd, bd in ((w0u, b0u, w0d, b0d), (w1u, b1u, w1d, b1d)):
+        x = x + np.maximum(x @ wu.T + bu, 0) @ wd.T + bd
+    np.testing.assert_allclose(got, x @ wh.T + bh, rtol=1e-5, atol=1e-4)
+
+    assert lineage.eliminated() == {}
+    assert lineage.coverage().complete and lineage.verification.ok
+    library = _library_sites(lineage)
+    assert len(library) == 5 and {s.library for s in library} == {"cublas"}
+    for layer, (_, _, _, relu) in LINEARS.items():
+        (site,) = lineage.kernels_of(layer)
+        assert site.library == "cublas"
+        ops = {lineage.origins[o].short_op for o in site.origin_ids if lineage.origins[o].layer == layer}
+        assert ops == {"permute_dims", "matmul", "add"}
+        assert lineage.origins[site.anchor].id == f"{layer}/matmul"
+        others = {lineage.origins[o].layer for o in site.origin_ids} - {layer}
+        assert others == ({layer.replace(".up", ".act")} if relu else set())
+        offload = lineage.build.offloads[site.kernel]
+        assert offload.codegen == "cublas"
+        assert offload.patterns == (f"cublas.matmul_transposed_bias{'_relu' if relu else ''}",)
+        passes = [c.pass_name for c in lineage.history(layer)]
+        for name in ("FuseOpsByPattern", "MergeCompositeFunctions", "RunCodegen"):
+            assert name in passes
+    # the residual adds are TVM's own kernels
+    assert {s.library for s in lineage.kernels_of("layers.0")} == {""}
+
+
+def test_an_op_moved_to_the_wrong_library_call_is_suspect(mlp):
+    lineage = mlp[2]
+    (up,) = lineage.kernels_of("layers.0.up")
+    (head,) = lineage.kernels_of("head")
+    checks = move_origin(lineage, "layers.0.up/matmul", head).verify().by_position()
+    assert checks[up.position].status == "suspect"
+    assert checks[head.position].status == "suspect"
+    assert any("matmul" in r for r in checks[head.position].reasons)
+
+
+def test_library_calls_are_profiled_billed_and_counted_at_their_shapes(mlp, mlp_profile):
+    lineage, prof = mlp[2], mlp_profile
+    report = make_report(lineage, prof)
+    assert sum(r.us for r in report.layers) == pytest.approx(prof.kernel_us, rel=1e-9)
+    times = prof.by_site()
+    library_us = sum(times[s.key] for s in _library_sites(lineage))
+    assert library_us > 0 and report.categories.library_us == pytest.approx(library_us, rel=1e-9)
+    rows = {r.name: r for r in report.kernels}
+    assert {rows[s.kernel].library for s in _library_sites(lineage)} == {"cublas"}
+    listed = {row["name"]: row["library"] for row in csv.DictReader(io.StringIO(kernels_csv(report)))}
+    assert listed == {s.kernel: s.library for s in lineage.call_sites}
+    assert sorted(listed.values()) == ["", "cublas", "cublas", "cublas"]
+    for layer, (m, n, k, relu) in LINEARS.items():
+        roof = report.roofline.layer(layer)
+        # 2·M·N·K, the bias add's M·N, and the relu's M·N where it runs in the same call
+        assert roof.flops == 2 * m * n * k + m * n + (m * n if relu else 0)
+        assert roof.bytes is not None and roof.bound_by in ("compute", "memory")
+
+
+def test_every_output_marks_the_library_calls_and_the_cli_reads_them(mlp, mlp_profile, tmp_path):
+    from relaytrace.jobs import write_outputs
+    from tests.fuzz import run_cli
+
+    lineage = mlp[2]
+    out = write_outputs(tmp_path / "out", make_report(lineage, mlp_profile), {})
+    library = {s.kernel for s in _library_sites(lineage)}
+    with open(out / "kernels.csv") as f:
+        assert {row["name"] for row in csv.DictReader(f) if row["library"] == "cublas"} == library
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert {e["name"] for e in events if e.get("cat") == "library"} == library
+    assert '"library": "cublas"' in (out / "report.html").read_text()
+    assert Lineage.load(out / "lineage.json") == lineage  # offloads and libraries saved
+    code, text, _ = run_cli(["query", out, "--kernel", lineage.kernels_of("head")[0].label])
+    assert code == 0 and "(library call: cublas)" in text and "head" in text
+    code, text, _ = run_cli(["query", out, "--history", "layers.0.up"])
+    assert code == 0 and "FuseOpsByPattern" in text and "RunCodegen" in text
+    assert "offloaded to cublas: cublas.matmul_transposed_bias_relu" in text
+
+
+def test_the_isolated_profile_times_each_library_call_alone(mlp):
+    _, executable, lineage, inputs = mlp
+    prof = relaytrace.profile(executable, lineage, inputs, repeat=1, mode="isolated", number=1)
+    times = prof.by_site()
+    assert all(times[s.key] > 0 for s in lineage.call_sites)
+
+
+def test_mlc_dispatch_form_without_merging_is_followed():
+    _, executable, lineage, inputs = _mlp_build(merge=False)
+    assert lineage.eliminated() == {} and lineage.coverage().complete
+    for layer in LINEARS:
+        (site,) = lineage.kernels_of(layer)
+        assert site.library == "cublas" and lineage.origins[site.anchor].id == f"forward:{layer}/matmul"
+    prof = relaytrace.profile(executable, lineage, inputs, repeat=1, entry="forward")
+    assert make_report(lineage, prof).categories.library_us > 0
+
+
+def test_registered_functions_called_by_name_are_profiled_library_calls():
+    register_functions()
+    executable, lineage = relaytrace.build(CallsPacked, "llvm")
+    calls = {layer: lineage.kernels_of(layer) for layer in ("y", "t")}
+    assert {layer: [(s.kernel, s.library) for s in sites] for layer, sites in calls.items()} == {
+        "y": [("my.double", "packed")], "t": [("my.triple", "packed")]}
+    assert lineage.builtins == () and lineage.eliminated() == {}
+    assert lineage.coverage().complete and lineage.verification.ok
+    x = np.arange(4, dtype="float32")
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), x * 7)
+    for mode in ("timeline", "isolated"):
+        prof = relaytrace.profile(executable, lineage, [x], repeat=1, mode=mode)
+        report = make_report(lineage, prof)
+        assert sum(r.us for r in report.layers) == pytest.approx(prof.kernel_us, rel=1e-9)
+        times = prof.by_site()
+        assert report.categories.library_us == pytest.approx(sum(times[s.key] for s in _library_sites(lineage)),
+                                                             rel=1e-9)
+    # their work is not known from their ops: said for each call, not guessed
+    for name in ("my.double", "my.triple"):
+        work = lineage.build.work[name]
+        assert work.flops is None and name in " ".join(work.notes)
+    assert report.roofline.layer("y").flops is None
+    assert report.roofline.layer("z").flops == 4
+
+
+def test_a_registered_function_moved_onto_another_call_is_suspect():
+    register_functions()
+    _, lineage = relaytrace.build(CallsPacked, "llvm")
+    (double_site,) = lineage.kernels_of("y")
+    (triple_site,) = lineage.kernels_of("t")
+    checks = move_origin(lineage, "y/double", triple_site).verify().by_position()
+    assert checks[double_site.position].status == "suspect"
+    assert checks[triple_site.position].status == "suspect"
