@@ -119,6 +119,18 @@ def test_library_calls_are_profiled_billed_and_counted_at_their_shapes(mlp, mlp_
         assert roof.bytes is not None and roof.bound_by in ("compute", "memory")
 
 
+def test_the_estimate_bounds_library_calls_by_their_ops_work(mlp):
+    from relaytrace.analysis.estimate import estimated_profile
+    from relaytrace.model.peaks import given
+
+    lineage = mlp[2]
+    report = make_report(lineage, estimated_profile(lineage, given(1000.0, 100.0)))
+    for layer, (m, n, k, relu) in LINEARS.items():
+        roof = report.roofline.layer(layer)
+        assert roof.flops == 2 * m * n * k + m * n + (m * n if relu else 0)
+        assert roof.us == pytest.approx(roof.bound_us) and roof.us > 0
+
+
 def test_every_output_marks_the_library_calls_and_the_cli_reads_them(mlp, mlp_profile, tmp_path):
     from relaytrace.jobs import write_outputs
     from tests.fuzz import run_cli
