@@ -15,6 +15,7 @@ from tvm import relax
 
 import relaytrace
 from relaytrace.analysis.report import make_report
+from relaytrace.errors import RelaytraceError
 from relaytrace.frontends.nn import from_nn
 from relaytrace.model.lineage import Lineage
 from relaytrace.render.export import kernels_csv
@@ -29,13 +30,13 @@ LINEARS = {"layers.0.up": (BATCH, HIDDEN, WIDTH, True), "layers.0.down": (BATCH,
            "head": (BATCH, CLASSES, WIDTH, False)}
 
 
-def _mlp_build(merge: bool):
+def _mlp_build(merge: bool, target: str = "llvm"):
     from tvm.relax.frontend import nn
 
     register_codegen()
     entry = "main" if merge else "forward"
     imported = from_nn(MLP(WIDTH, HIDDEN, CLASSES), {entry: {"x": nn.spec.Tensor((BATCH, WIDTH), "float32")}})
-    executable, lineage = relaytrace.build(imported, "llvm", pipeline=offload_pipeline(merge), model="mlp")
+    executable, lineage = relaytrace.build(imported, target, pipeline=offload_pipeline(merge, target), model="mlp")
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
               for p in imported.mod[entry].params]
@@ -131,6 +132,25 @@ def test_the_estimate_bounds_library_calls_by_their_ops_work(mlp):
         assert roof.us == pytest.approx(roof.bound_us) and roof.us > 0
 
 
+def test_a_cuda_build_offloading_to_the_codegen_is_traced_and_estimated():
+    """Built for cuda, traced, not run (no GPU here; the test's codegen compiles for the
+    host, so the build could not run on one either): the same library calls, verified,
+    and each offloaded Linear bounded on an A100 by its 2·M·N·K + bias."""
+    from relaytrace.analysis.estimate import estimated_profile
+    from relaytrace.model.peaks import named
+
+    try:
+        _, _, lineage, _ = _mlp_build(merge=True, target="cuda")
+    except Exception as exc:  # code generation this wheel or machine cannot do
+        pytest.skip(f"cuda code generation cannot run here: {type(exc).__name__}: {str(exc)[:200]}")
+    assert "cuda" in lineage.build.target
+    assert lineage.coverage().complete and lineage.verification.ok and lineage.eliminated() == {}
+    assert {layer: lineage.kernels_of(layer)[0].library for layer in LINEARS} == dict.fromkeys(LINEARS, "cublas")
+    report = make_report(lineage, estimated_profile(lineage, named("nvidia-a100-sxm4-80gb")))
+    for layer, (m, n, k, relu) in LINEARS.items():
+        assert report.roofline.layer(layer).flops == 2 * m * n * k + m * n + (m * n if relu else 0)
+
+
 def test_every_output_marks_the_library_calls_and_the_cli_reads_them(mlp, mlp_profile, tmp_path):
     from relaytrace.jobs import write_outputs
     from tests.fuzz import run_cli
@@ -192,6 +212,9 @@ def test_registered_functions_called_by_name_are_profiled_library_calls():
         assert work.flops is None and name in " ".join(work.notes)
     assert report.roofline.layer("y").flops is None
     assert report.roofline.layer("z").flops == 4
+    # a remote device is sent TVM's kernels only: refused, before any connection, saying why
+    with pytest.raises(RelaytraceError, match=r"2 library call\(s\) \(my.double, my.triple\).*local profile only"):
+        relaytrace.profile(executable, lineage, [x], remote=relaytrace.RemoteDevice(rpc="127.0.0.1:9"))
 
 
 def test_a_registered_function_moved_onto_another_call_is_suspect():

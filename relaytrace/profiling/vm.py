@@ -117,8 +117,15 @@ def _vm(executable, device, why: str = ""):
 def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say) -> Profile:
     """Every site of ``entry`` timed isolated on ``remote``, plus the entry end to end:
     on the arguments a local run gives each site when the build runs here, else on
-    arguments of the shapes the compiled IR gives it (``site_arguments``)."""
+    arguments of the shapes the compiled IR gives it (``site_arguments``). A build with
+    library calls is refused: the device is sent the compiled kernels only."""
     from .remote import local_device, run_remote
+
+    if lineage.library_calls:
+        raise RelaytraceError(
+            f"{len(lineage.library_calls)} library call(s) ({', '.join(sorted(lineage.library_calls)[:3])}) are timed "
+            "in a local profile only: a remote one sends the device the kernels TVM compiled, not external "
+            "functions; profile on the machine that runs them")
 
     device = local_device(lineage.build.target)
     if device is not None:
