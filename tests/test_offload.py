@@ -225,3 +225,35 @@ def test_a_registered_function_moved_onto_another_call_is_suspect():
     checks = move_origin(lineage, "y/double", triple_site).verify().by_position()
     assert checks[double_site.position].status == "suspect"
     assert checks[triple_site.position].status == "suspect"
+
+
+def test_an_nn_decoder_with_its_linears_dispatched_to_the_codegen_is_counted_at_each_length():
+    """MLC's form (patterns, then RunCodegen, no merging) on the zoo's nn decoder, whose
+    ``prefill`` has a symbolic length: each Linear runs in a library call, and its FLOPs
+    follow the length the profile ran (2·n·N·K), as TVM's own build computes the same logits."""
+    from relaytrace.zoo.nn_decoder import decoder
+
+    register_codegen()
+    module, spec = decoder()
+    imported = from_nn(module, spec)
+    executable, lineage = relaytrace.build(imported, "llvm", pipeline=offload_pipeline(merge=False))
+    plain = tvm.compile(imported.mod, "llvm")
+    assert lineage.coverage().complete and lineage.verification.ok and lineage.eliminated() == {}
+    linears = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+    for entry in ("prefill", "decode"):
+        sites = lineage.for_entry(entry)
+        for layer in [f"layers.{i}.{name}" for i in range(2) for name in linears] + ["lm_head"]:
+            assert [(s.library, lineage.origins[s.anchor].layer) for s in sites.kernels_of(layer)
+                    if s.anchor and lineage.origins[s.anchor].layer == layer] == [("cublas", layer)]
+    rng = np.random.default_rng(0)
+    weights = [0.1 * rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
+               for p in imported.mod["decode"].params[1:]]
+    for entry, n in (("prefill", 8), ("prefill", 16), ("decode", 1)):
+        inputs = [rng.integers(0, 256, (1, n)).astype("int32"), *weights]
+        args = [tvm.runtime.tensor(a) for a in inputs]
+        np.testing.assert_allclose(relax.VirtualMachine(executable, tvm.cpu())[entry](*args).numpy(),
+                                   relax.VirtualMachine(plain, tvm.cpu())[entry](*args).numpy(), rtol=1e-4, atol=1e-4)
+        report = make_report(lineage, relaytrace.profile(executable, lineage, inputs, repeat=1, entry=entry))
+        assert sum(r.us for r in report.layers) == pytest.approx(report.profile.kernel_us, rel=1e-9)
+        assert report.roofline.layer("layers.0.self_attn.qkv_proj").flops == 2 * n * 192 * 64
+        assert report.roofline.layer("lm_head").flops == 2 * n * 256 * 64

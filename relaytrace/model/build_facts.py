@@ -15,10 +15,13 @@ class Offload:
     (``FuseOpsByPattern(annotate_codegen=True)``, ``MergeCompositeFunctions``,
     ``RunCodegen``): the ``codegen`` that compiled it (``cublas``: TVM calls the function
     registered as ``relax.ext.cublas``) and the ``patterns`` of its composite functions
-    (``cublas.matmul_transposed_bias_relu``), in order."""
+    (``cublas.matmul_transposed_bias_relu``), in order; ``params``: ``(shape, dtype)`` of
+    its parameters and its result, as its library call takes them (outputs last), a
+    symbolic dim by its name (``VMShapeLower`` later leaves the call's own types open)."""
 
     codegen: str
     patterns: tuple[str, ...] = ()
+    params: tuple[tuple[tuple, str], ...] = ()
 
 
 @define(frozen=True)

@@ -107,9 +107,10 @@ def _work(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict:
     ``degraded`` and leaves the work unknown, the lineage whole."""
     try:
         works = kernel_works(recording.passes, lineage.kernels, lineage.build.kernel_members)
-        for name in lineage.library_calls:  # its code is not TVM's: its ops' work
-            site = lineage.kernels[name][0]
-            works[name] = library_work([lineage.origins[o] for o in site.origin_ids], site.arguments)
+        for name in lineage.library_calls:  # its code is not TVM's: its ops' work, over its group's dims
+            site, offload = lineage.kernels[name][0], lineage.build.offloads.get(name)
+            works[name] = library_work([lineage.origins[o] for o in site.origin_ids],
+                                       offload.params if offload is not None else site.arguments)
         return works
     except Exception as exc:
         degraded.append(f"kernel work not counted: {_describe(exc)}")

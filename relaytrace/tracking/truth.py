@@ -76,14 +76,15 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
 
 def offloads(passes: Sequence[PassRecord], read) -> dict[str, Offload]:
     """Each group handed to an external codegen (``ir.is_offloaded``), by its name and
-    its symbol (the name ``RunCodegen``'s external call takes): the codegen and the
-    patterns of its composite functions, read from the recorded IR."""
+    its symbol (the name ``RunCodegen``'s external call takes): the codegen, the
+    patterns of its composite functions and its signature, read from the recorded IR."""
     out: dict[str, Offload] = {}
     for record in passes:
         for name, func in record.functions.items():
             if ir.is_offloaded(func):
                 patterns = tuple(dict.fromkeys(pattern for pattern, _ in _offloaded_ops(func, read)))
-                out.update(dict.fromkeys(_offload_names(name, func), Offload(ir.codegen_of(func), patterns)))
+                params = tuple(t for ty in (*(p.ty for p in func.params), func.ret_ty) for t in ir.tensor_types(ty))
+                out.update(dict.fromkeys(_offload_names(name, func), Offload(ir.codegen_of(func), patterns, params)))
     return dict(sorted(out.items()))
 
 
