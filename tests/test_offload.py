@@ -163,6 +163,7 @@ def test_every_output_marks_the_library_calls_and_the_cli_reads_them(mlp, mlp_pr
     events = json.loads((out / "trace.json").read_text())["traceEvents"]
     assert {e["name"] for e in events if e.get("cat") == "library"} == library
     assert '"library": "cublas"' in (out / "report.html").read_text()
+    assert (out / "kernels.svg").read_text().count("library cublas") == 5
     assert Lineage.load(out / "lineage.json") == lineage  # offloads and libraries saved
     code, text, _ = run_cli(["query", out, "--kernel", lineage.kernels_of("head")[0].label])
     assert code == 0 and "(library call: cublas)" in text and "head" in text
