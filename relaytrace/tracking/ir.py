@@ -58,7 +58,7 @@ def entry_functions(functions: dict[str, relax.Function]) -> list[str]:
 
 def is_subfunction(functions: dict, callee: str, global_var: int) -> bool:
     """A call of ``callee`` (through a GlobalVar) calls a Relax function of the module
-    that is not a fused group: the VM runs it, its ops are at its own call sites."""
+    that is not a group (``is_group``): the VM runs it, its ops are at its own call sites."""
     func = functions.get(callee) if global_var else None
     return func is not None and not is_group(func)
 

@@ -167,9 +167,9 @@ class ValueKey:
 
 
 class Replay:
-    """A call of a fused (``Primitive``) function, matched through its body with its
-    parameters bound to this call site's arguments: every call site of a shared fused
-    kernel finds its own ops. The body is read once per function (``_recipe``). Where
+    """A call of a fused (``Primitive``) or offloaded (``Codegen``) group, matched
+    through its body with its parameters bound to this call site's arguments: every
+    call site of a shared group finds its own ops. The body is read once per function (``_recipe``). Where
     a step's key fits several earlier values, the one the rest of the body agrees with
     wins (``_replay``)."""
 
@@ -376,8 +376,9 @@ def read_recipe(func, read, tokens) -> Recipe | None:
 
 def _steps(d, read, tokens, steps: list[Step], depth: int = 0) -> None:
     """The steps of one body, appended to ``steps``; a call of a function the body
-    calls in place (``reader.local_function``) as its parameters aliased to the
-    arguments, its own steps, and the binding aliased to its result."""
+    calls in place (``reader.local_function``: a composite function, nested at most 8
+    deep) as its parameters aliased to the arguments, its own steps, and the binding
+    aliased to its result."""
     bound = {*d.params, *d.vars}
     for position, var in enumerate(d.vars):
         made = reader.call(d, position)
