@@ -7,6 +7,7 @@ counted, and never "eliminated"."""
 import csv
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,8 +22,10 @@ from relaytrace.model.lineage import Lineage
 from relaytrace.render.export import kernels_csv
 
 from .conftest import move_origin
-from .fixtures.offload import MLP, CallsPacked, offload_pipeline, register_codegen, register_functions
+from .fixtures.offload import MLP, offload_pipeline, register_codegen, register_functions
+from .fixtures.relax_modules import CallsPacked
 
+FIXTURES = Path(__file__).parent / "fixtures"
 BATCH, WIDTH, HIDDEN, CLASSES = 8, 16, 32, 4
 # layer -> (its Linear's M, N, K, and whether a relu runs in the same library call)
 LINEARS = {"layers.0.up": (BATCH, HIDDEN, WIDTH, True), "layers.0.down": (BATCH, WIDTH, HIDDEN, False),
@@ -170,6 +173,27 @@ def test_every_output_marks_the_library_calls_and_the_cli_reads_them(mlp, mlp_pr
     code, text, _ = run_cli(["query", out, "--history", "layers.0.up"])
     assert code == 0 and "FuseOpsByPattern" in text and "RunCodegen" in text
     assert "offloaded to cublas: cublas.matmul_transposed_bias_relu" in text
+
+
+def test_the_cli_profiles_a_model_through_a_pipeline_its_file_registers(tmp_path):
+    from tests.fuzz import run_cli
+
+    out = tmp_path / "out"
+    code, text, err = run_cli(["profile", f"{FIXTURES}/offload.py:mlp", "--pipeline", "cublas_offload",
+                               "--repeat", "1", "--out", out])
+    assert code == 0, err
+    assert "library calls:" in text and "verified against the compiled IR: 7 of 7 call sites" in text
+    lineage = Lineage.load(out / "lineage.json")
+    assert lineage.build.pipeline == "cublas_offload" and lineage.verification.ok
+    assert {lineage.kernels_of(layer)[0].library for layer in LINEARS} == {"cublas"}
+    with open(out / "layers.csv") as f:
+        layers = {row["layer"]: float(row["time_us"]) for row in csv.DictReader(f)}
+    with open(out / "kernels.csv") as f:
+        kernels = list(csv.DictReader(f))
+    assert sum(layers.values()) == pytest.approx(sum(float(k["duration_us"]) for k in kernels), rel=1e-3)
+    assert sorted(k["library"] for k in kernels) == ["", "cublas", "cublas", "cublas"]
+    code, _, err = run_cli(["profile", f"{FIXTURES}/offload.py:mlp", "--pipeline", "nosuch", "--out", out, "--force"])
+    assert code == 2 and "unknown pipeline 'nosuch'" in err and "cublas_offload" in err
 
 
 def test_the_isolated_profile_times_each_library_call_alone(mlp):
