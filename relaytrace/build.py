@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .errors import RelaytraceError
+from .errors import RelaytraceError, UsageError
 from .model.lineage import Lineage
 
 if TYPE_CHECKING:
@@ -120,7 +120,9 @@ def _composed(recorder, opt_level: int | None = None):
 
 def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None = None,
                    mixed_precision: str | None = None, fold_batch_norm: bool = False):
-    """The Relax pipeline to run: "fused", "unfused" or a tvm Pass, after an optional
+    """The Relax pipeline to run: "fused", "unfused", the name of a pipeline registered
+    with TVM (``tvm.relax.register_pipeline``: a model's file may register one, such as
+    a BYOC flow) or a tvm Pass, after an optional
     ConvertLayout, after an optional ``relax.transform.ToMixedPrecision`` whose
     accumulators (conv, matmul outputs) are ``mixed_precision`` ("float32" or
     "float16"): float16 compute for the ops it converts, after an optional
@@ -134,8 +136,13 @@ def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None =
             base = relax.get_default_pipeline(target)
         elif pipeline == "unfused":
             base = relax.get_pipeline("default")
+        elif pipeline in relax.pipeline.PIPELINE_MAP:
+            base = relax.get_pipeline(pipeline)
         else:
-            raise RelaytraceError(f"unknown pipeline {pipeline!r}: use one of {PIPELINES} or a tvm Pass")
+            raise UsageError(
+                f"unknown pipeline {pipeline!r}: use one of {PIPELINES}, a pipeline registered with "
+                f"tvm.relax.register_pipeline (registered: {', '.join(sorted(relax.pipeline.PIPELINE_MAP))}) "
+                "or a tvm Pass")
     elif isinstance(pipeline, tvm.transform.Pass):
         base = pipeline
     else:

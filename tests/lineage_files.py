@@ -8,11 +8,11 @@ def flat_v2(data: dict) -> dict:
     """A ``relaytrace.lineage/3`` file's JSON as ``/2`` wrote it: every field of
     ``build`` and ``journal`` at the top level, under its /2 name (``build.accumulate``,
     new in /3, ``build.work`` and ``build.policies``, new in /4, and ``build.memory``, new
-    in /5, ``build.params`` and ``build.kv_cache``, added within /5, left out: a /2 file
-    says none of them)."""
+    in /5, ``build.params``, ``build.kv_cache`` and ``build.offloads``, added within /5,
+    left out: a /2 file says none of them)."""
     names = {"history_by_origin": "history", "eliminated_by": "eliminated"}
     flat = {k: v for k, v in data.items() if k not in ("build", "journal")}
     flat.update({k: v for k, v in data["build"].items() if k not in ("accumulate", "work", "policies", "memory",
-                                                                        "params", "kv_cache")})
+                                                                        "params", "kv_cache", "offloads")})
     flat.update({names.get(k, k): v for k, v in data["journal"].items()})
     return {**flat, "schema": "relaytrace.lineage/2"}

@@ -158,7 +158,8 @@ class InsertedOverhead:
 
 class UntunedKernels:
     """In a build that applied a tuning database, the kernels it had no record of run
-    on TVM's default schedule, silently: named with their share of the time. Saving: not
+    on TVM's default schedule, silently: named with their share of the time (a library
+    call is no TVM kernel: no tuning applies to it). Saving: not
     estimated from the report (0); tuning them is the change, measured by tuning."""
 
     name = "untuned-kernels"
@@ -168,7 +169,7 @@ class UntunedKernels:
         if "tuned" not in lineage.build.pipeline:
             return ()
         tuned = set(lineage.build.tuned)
-        rows = [k for k in report.kernels if k.name not in tuned]
+        rows = [k for k in report.kernels if k.name not in tuned and not k.library]
         if not rows:
             return ()
         us = sum(k.us for k in rows)
@@ -177,7 +178,7 @@ class UntunedKernels:
         return (Finding(
             self.name, f"{len(rows)} kernel(s) had no tuning record: {100 * us / total:.1f}% of the kernel time",
             tuple(dict.fromkeys(layer for k in rows for layer in k.layers)),
-            tuple(s.label for s in lineage.call_sites if s.kernel not in tuned),
+            tuple(s.label for s in lineage.call_sites if s.kernel not in tuned and not s.library),
             tuple(f"{k.name}: {k.us / 1e3:.3f} ms ({k.percent:.1f}%), {k.count} call(s)" for k in rows[:5]),
             0.0, Change("tune these tasks into the database", "relaytrace tasks DIR --tune N --db DIR")),)
 

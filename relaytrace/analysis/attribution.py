@@ -110,6 +110,7 @@ class KernelRow:
     tuned: bool = False  # its schedule came from a MetaSchedule database
     min_us: float = 0.0  # its sites' fastest runs, added up (``us`` adds their medians)
     max_us: float = 0.0  # its sites' slowest runs, added up
+    library: str = ""  # what runs it when it is a library call, not a kernel TVM compiled (``CallSite.library``)
 
 
 @define(frozen=True)
@@ -126,6 +127,7 @@ class Categories:
     unresolved_us: float = 0.0  # ops no rule explains: neither compute nor inserted
     suspect_us: float = 0.0  # kernel time at call sites whose attribution the IR contradicts
     unverified_us: float = 0.0  # kernel time at call sites the IR could not confirm
+    library_us: float = 0.0  # of the kernel time, what ran in library calls (``CallSite.library``)
 
     def rows(self):
         """(category, us, percent of end-to-end) for each category, in table order."""
@@ -348,7 +350,7 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
         rows.append(KernelRow(name, us, 100.0 * us / total, len(sites), profile.device, shapes, layers,
                               worst(checks[s.position].status for s in sites), name in lineage.build.tuned,
                               sum(spread[s.key].min_us for s in sites),
-                              sum(spread[s.key].max_us for s in sites)))
+                              sum(spread[s.key].max_us for s in sites), sites[0].library))
     return tuple(sorted(rows + _cache_rows(lineage, profile, total), key=lambda r: -r.us))
 
 
@@ -366,12 +368,13 @@ def _cache_rows(lineage: Lineage, profile: Profile, kernel_total: float) -> list
 
 
 def by_category(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Categories:
-    """``categories_from(shares(...), profile)``."""
-    return categories_from(shares(lineage, profile, policy), profile)
+    """``categories_from(shares(...), profile, lineage)``."""
+    return categories_from(shares(lineage, profile, policy), profile, lineage)
 
 
-def categories_from(parts: tuple[Share, ...], profile: Profile) -> Categories:
-    """Where end-to-end time went: compute, inserted, unresolved, VM builtins, gap."""
+def categories_from(parts: tuple[Share, ...], profile: Profile, lineage: Lineage | None = None) -> Categories:
+    """Where end-to-end time went: compute, inserted, unresolved, VM builtins, gap; and
+    how much of the kernel time ran in ``lineage``'s library calls."""
     inserted: dict[str, float] = defaultdict(float)
     for s in parts:
         if s.category == INSERTED:
@@ -381,7 +384,9 @@ def categories_from(parts: tuple[Share, ...], profile: Profile) -> Categories:
     unresolved = sum(s.us for s in parts if s.category == UNRESOLVED)
     ins = sum(inserted.values())
     e2e = profile.e2e_median_us
+    library = lineage.library_calls if lineage is not None else {}
     return Categories(compute, ins, builtin, e2e - compute - ins - unresolved - builtin, e2e,
                       tuple(sorted(inserted.items(), key=lambda kv: -kv[1])), unresolved,
                       sum(s.us for s in parts if s.status == SUSPECT),
-                      sum(s.us for s in parts if s.status == UNVERIFIED))
+                      sum(s.us for s in parts if s.status == UNVERIFIED),
+                      sum(s.us for s in parts if s.kernel in library))

@@ -56,7 +56,7 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
     report = Report(
         lineage=lineage, profile=profile, policy=policy, shares=parts,
         layers=A.layers_from(parts), kernels=A.by_kernel(lineage, profile),
-        op_types=A.op_types_from(lineage, parts), categories=A.categories_from(parts, profile),
+        op_types=A.op_types_from(lineage, parts), categories=A.categories_from(parts, profile, lineage),
         coverage=lineage.coverage(),
         site_us={s.label: times[s.key] for s in lineage.call_sites},
         build_lineage=build_lineage, roofline=roofline(lineage, profile, parts),

@@ -16,7 +16,9 @@ def add_arguments(p) -> None:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224[:DTYPE]",
                    help="an input's size (repeatable): needed for symbolic dims without example inputs")
     p.add_argument("--target", default="llvm", help="TVM target of this machine (default llvm)")
-    p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
+    p.add_argument("--pipeline", default="fused", metavar="fused|unfused|NAME",
+                   help="fused (default), unfused, or a pipeline the model's file registers with "
+                        "tvm.relax.register_pipeline (a BYOC flow)")
     p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
                    help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
     p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",

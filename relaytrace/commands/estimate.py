@@ -14,7 +14,9 @@ def add_arguments(p) -> None:
     """`relaytrace estimate`'s arguments and options (docs/cli.md#estimate)."""
     add_model_options(p)
     p.add_argument("--target", default="cuda", help="TVM target to build for (default cuda)")
-    p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
+    p.add_argument("--pipeline", default="fused", metavar="fused|unfused|NAME",
+                   help="fused (default), unfused, or a pipeline the model's file registers with "
+                        "tvm.relax.register_pipeline (a BYOC flow)")
     p.add_argument("--entry", metavar="NAME", help="entry function (default main, or the only one)")
     p.add_argument("--tokens", type=at_least(1), metavar="N",
                    help="an entry that takes a KV cache (an LLM's prefill): the tokens of the step (default 32)")

@@ -34,12 +34,13 @@ def run(args) -> int:
     lineage = Lineage.load(Path(args.lineage) / "lineage.json" if Path(args.lineage).is_dir() else args.lineage)
     if args.kernel:
         sites = _sites(lineage, args.kernel)
-        result = [{"site": s.label, "verification": lineage.check(s).status,
+        result = [{"site": s.label, "library": s.library, "verification": lineage.check(s).status,
                    "reasons": list(lineage.check(s).reasons), "shared": list(lineage.check(s).shared), "origins": [
             {"origin": r.origin, "role": r.role, "layer": lineage.origins[r.origin].layer,
              "op": lineage.origins[r.origin].short_op, "source": lineage.origins[r.origin].source}
             for r in s.roles]} for s in sites]
-        text = "\n".join(f"{terminal(s['site'])}: {s['verification'].upper()}\n" + "".join(
+        text = "\n".join(f"{terminal(s['site'])}: {s['verification'].upper()}"
+                         + (f" (library call: {terminal(s['library'])})" if s["library"] else "") + "\n" + "".join(
             f"  ! {terminal(reason)}\n" for reason in s["reasons"]) + "".join(
             f"  (rests on a fact the tracker relies on too: {terminal(fact)})\n" for fact in s["shared"]) + "\n".join(
             f"  {o['role']:<10} {terminal(o['layer'])}  ({terminal(o['op'])}, {terminal(o['origin'])})"
@@ -93,7 +94,8 @@ def cache_builtins(lineage, layer: str) -> list[str]:
 def histories(lineage, name: str) -> list[dict]:
     """Each op of layer (or origin) ``name`` in run order, with each pass that rewrote it
     (pass index and name, function, the callee that carried it after, the rule that
-    followed it) and how it ended: the pass that eliminated it, or the kernel call sites
+    followed it, and where that callee is a group handed to an external codegen, the
+    codegen and its patterns: ``offloaded``) and how it ended: the pass that eliminated it, or the kernel call sites
     and VM builtins it runs in."""
     builtins: dict[str, list[str]] = {}
     for b in lineage.builtins:
@@ -104,12 +106,19 @@ def histories(lineage, name: str) -> list[dict]:
     for oid in sorted(lineage.resolve(name), key=lambda o: (lineage.origins[o].function, lineage.origins[o].index, o)):
         origin = lineage.origins[oid]
         out.append({"origin": oid, "op": origin.short_op, "layer": origin.layer, "changes": [
-            {"pass_index": c.index, "pass": c.pass_name, "function": c.function, "callee": c.callee, "rule": c.rule}
+            {"pass_index": c.index, "pass": c.pass_name, "function": c.function, "callee": c.callee, "rule": c.rule,
+             "offloaded": _offloaded(lineage, c.callee)}
             for c in lineage.journal.history_by_origin.get(oid, ())],
             "eliminated_by": lineage.eliminated().get(oid),
             "kernel_calls": [index.at_position[p].label for p in index.sites_of_origin.get(oid, ())],
             "builtins": builtins.get(oid, [])})
     return out
+
+
+def _offloaded(lineage, callee: str) -> str:
+    """``codegen: pattern, ...`` of an offloaded group (``BuildFacts.offloads``), else ""."""
+    offload = lineage.build.offloads.get(callee)
+    return f"{offload.codegen}: {', '.join(offload.patterns)}" if offload is not None else ""
 
 
 def history_rows(h: dict) -> list[list[str]]:
@@ -121,10 +130,11 @@ def history_rows(h: dict) -> list[list[str]]:
     rows: list[list[str]] = []
     for c in h["changes"]:
         step = f"#{c['pass_index']} {c['pass']}" + (f" ({c['rule']})" if c["rule"] != "identity" else "")
-        if rows and rows[-1][2] == c["callee"]:
+        callee = c["callee"] + (f" (offloaded to {c['offloaded']})" if c.get("offloaded") else "")
+        if rows and rows[-1][2] == callee:
             rows[-1][1] += ", " + step
         else:
-            rows.append(["", step, c["callee"]])
+            rows.append(["", step, callee])
     if not rows:
         rows.append(["", "no pass rewrote it", ""])
     if h["eliminated_by"]:

@@ -222,7 +222,9 @@ def at_least(low, kind=int, strict: bool = True):
 def add_build_options(p) -> None:
     """The build and device options of ``demo`` and ``profile`` (docs/cli.md)."""
     p.add_argument("--target", default="llvm", help="TVM target (default llvm)")
-    p.add_argument("--pipeline", choices=["fused", "unfused"], default="fused")
+    p.add_argument("--pipeline", default="fused", metavar="fused|unfused|NAME",
+                   help="fused (default), unfused, or a pipeline the model's file registers with "
+                        "tvm.relax.register_pipeline (a BYOC flow)")
     p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
                    help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
     p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",

@@ -11,6 +11,21 @@ from .work import KernelWork
 
 
 @define(frozen=True)
+class Offload:
+    """A group of model ops a build handed to an external codegen
+    (``FuseOpsByPattern(annotate_codegen=True)``, ``MergeCompositeFunctions``,
+    ``RunCodegen``): the ``codegen`` that compiled it (``cublas``: TVM calls the function
+    registered as ``relax.ext.cublas``) and the ``patterns`` of its composite functions
+    (``cublas.matmul_transposed_bias_relu``), in order; ``params``: ``(shape, dtype)`` of
+    its parameters and its result, as its library call takes them (outputs last), a
+    symbolic dim by its name (``VMShapeLower`` later leaves the call's own types open)."""
+
+    codegen: str
+    patterns: tuple[str, ...] = ()
+    params: tuple[tuple[tuple, str], ...] = ()
+
+
+@define(frozen=True)
 class BuildFacts:
     """The build a lineage describes, as read from the build and its IR (not from the
     tracker's following of passes): the ``model``'s name, the ``target`` it was built
@@ -32,8 +47,10 @@ class BuildFacts:
     tensors and weights); ``params``: entry -> its parameters as the VM runs them, after
     every pass (``model.entry.Param``: tensors, tuples of them field by field, objects
     such as a KV cache, shapes); ``kv_cache``: the KV cache the entries share and the
-    PrimFuncs handed to it (None without one). Saved as the lineage's ``build``; the
-    last two read as absent from a file written before them."""
+    PrimFuncs handed to it (None without one); ``offloads``: each group handed to an
+    external codegen, by its name and by its symbol (the library call's name), as
+    ``Offload``. Saved as the lineage's ``build``; the last three read as absent from a
+    file written before them."""
 
     model: str
     target: str
@@ -49,3 +66,4 @@ class BuildFacts:
     memory: dict[str, MemoryPlan] = field(factory=dict)
     params: dict[str, tuple[Param, ...]] = field(factory=dict)
     kv_cache: KVCache | None = None
+    offloads: dict[str, Offload] = field(factory=dict)

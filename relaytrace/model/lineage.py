@@ -38,6 +38,7 @@ class Part(Name):
 
 
 ANCHOR, FUSED = Part.ANCHOR, Part.FUSED
+PACKED = "packed"  # ``CallSite.library`` of a call of a function registered by name
 
 
 class Role(NamedTuple):
@@ -58,7 +59,10 @@ class CallSite:
     types it: a symbolic dim by its name where the IR keeps it (an entry's own input),
     ``"?"`` where the IR has left it open (VMShapeLower does, for every value it sizes at
     run time); a remote profile of a build that cannot run here times the site on
-    arguments of these shapes."""
+    arguments of these shapes. ``library``: "" for a kernel TVM compiled; for a call of
+    an external function that computes model ops, what runs it: the codegen of an
+    offloaded group (``cublas``, ``BuildFacts.offloads``) or ``packed`` for a function
+    registered by name (``R.call_dps_packed("my.double", ...)``)."""
 
     kernel: str
     call: int
@@ -67,6 +71,7 @@ class CallSite:
     function: str = "main"
     scope: str = ""
     arguments: tuple[tuple[tuple, str], ...] = ()
+    library: str = ""
 
     @functools.cached_property
     def origin_ids(self) -> tuple[str, ...]:
@@ -307,6 +312,12 @@ class Lineage:
     def unresolved(self) -> tuple[Origin, ...]:
         """The ops no rule could trace to the model: counted apart, never guessed."""
         return tuple(o for o in self.origins.values() if o.kind == UNRESOLVED)
+
+    @functools.cached_property
+    def library_calls(self) -> dict[str, str]:
+        """External function -> what runs it (``CallSite.library``), for every call
+        site that is a library call rather than a kernel TVM compiled."""
+        return {k: v[0].library for k, v in self.kernels.items() if v and v[0].library}
 
     def call_count_mismatches(self, ran: dict[str, int]) -> list[str]:
         """How ``ran`` (kernel -> calls seen in a run or profile) differs from the call

@@ -16,7 +16,9 @@ current one: each a pure function from one version's JSON data to the next's.
 - ``/5``: ``build.memory``, each entry's memory plan (``model.memory.MemoryPlan``); a
   /4 file has none, and its memory is unknown. Added within /5, read as absent from a
   file without them: ``build.params`` (each entry's parameters as compiled, with their
-  kinds) and ``build.kv_cache`` (the KV cache the entries share, its kernels).
+  kinds), ``build.kv_cache`` (the KV cache the entries share, its kernels),
+  ``build.offloads`` (the groups handed to external codegens) and a call site's
+  ``library``.
 
 A profile saved with a served LLM step (``profile.step``, records ``within`` a builtin,
 calls of kind ``cache``) is still ``relaytrace.profile/3``: an older file has none."""

@@ -61,6 +61,15 @@ def is_bookkeeping(callee: str) -> bool:
     return callee.startswith(BOOKKEEPING_PREFIXES)
 
 
+def is_external_call(callee: str) -> bool:
+    """The callee of a call not made through a GlobalVar (not a kernel) names a packed
+    function that is neither a VM builtin nor a Relax op: a registered function
+    (``my.double``, a ``tvm.contrib`` one) or an external module's symbol (what
+    ``RunCodegen`` compiled). A call of one that computes model ops is a call site of
+    its own, a library call."""
+    return not callee.startswith(("vm.builtin.", "relax."))
+
+
 def is_prim_func(callee: str) -> bool:
     """A callee named as a PrimFunc or Relax function (``conv2d4``), not an op or a
     packed function (``relax.nn.conv2d``, ``vm.builtin.reshape``)."""

@@ -43,7 +43,8 @@ class Status(Name):
 
 
 VERIFIED, SUSPECT, UNVERIFIED = Status.VERIFIED, Status.SUSPECT, Status.UNVERIFIED
-FUSION_PASSES = frozenset({"FuseOps", "FuseTIR"})
+# passes that group ops into kernels or hand groups to an external codegen: none removes a compute op
+FUSION_PASSES = frozenset({"FuseOps", "FuseTIR", "FuseOpsByPattern", "MergeCompositeFunctions", "RunCodegen"})
 
 
 @define(frozen=True)

@@ -26,6 +26,11 @@ _ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2"
 
 
 BEFORE_SCHEDULE, SCHEDULED = "before scheduling", "as scheduled"
+FROM_OPS = "from its ops"  # a library call's work: its ops' at their shapes (its code is not TVM's)
+_MATMULS = ("relax.matmul", "relax.linear")
+_ELEMENTWISE = frozenset({  # one float operation per output element
+    "relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
+    "relax.nn.relu", "relax.negative", "relax.abs"})
 LIMIT = 1e30  # a count beyond this (or a negative one) read from a file is not a count
 
 
@@ -63,6 +68,59 @@ class Work:
     transcendentals: float | None
     bytes: float | None
     why: str = ""
+
+
+def library_work(ops, params) -> KernelWork:
+    """A library call's work, per call, from the model ops it runs (each an ``Origin``
+    at the shapes the input gave it; a symbolic dim by its name): a matmul
+    ``2·M·N·K`` (``2 ×`` its output's elements ``×`` the reduced dim), an element-wise
+    op (``_ELEMENTWISE``) one per output element, data movement none. An op of any
+    other kind has no formula here: the call's FLOPs are then not counted, and its
+    ``notes`` name the op. ``params``: the call's ``(shape, dtype)`` arguments, as
+    ``KernelWork.params``."""
+    from .ops import is_data_movement
+
+    terms: list[Term] = []
+    unknown = []
+    for op in ops:
+        out = op.output_shapes[0] if op.output_shapes else None
+        if is_data_movement(op.op):
+            continue
+        if out is None:
+            unknown.append(op.op)
+        elif op.op in _MATMULS and op.input_shapes and op.input_shapes[0]:
+            terms.append(_product((2, *out, op.input_shapes[0][-1])))
+        elif op.op in _ELEMENTWISE:
+            terms.append(_product((1, *out)))
+        else:
+            unknown.append(op.op)
+    dtype = next((o.output_dtypes[0] for o in ops if o.output_dtypes), "float32")
+    if unknown:
+        return KernelWork(params, None, None, FROM_OPS, (
+            f"a library call: its FLOPs are counted from its ops, and relaytrace has no count for "
+            f"{', '.join(sorted(set(unknown)))}",), dtype)
+    return KernelWork(params, _merged(terms), (), FROM_OPS, ("a library call: counted from its ops at their shapes "
+                                                             "(2·M·N·K a matmul, one per element an element-wise op)",),
+                      dtype)
+
+
+def _product(factors) -> Term:
+    """One term: the int factors multiplied, the symbolic ones as atoms (sorted)."""
+    coef, atoms = 1, []
+    for f in factors:
+        if type(f) is int:
+            coef *= f
+        else:
+            atoms.append(str(f))
+    return coef, tuple(sorted(atoms))
+
+
+def _merged(terms) -> Poly:
+    """Terms with equal atoms added up, in the order of their atoms."""
+    out: dict[tuple[str, ...], int] = {}
+    for coef, atoms in terms:
+        out[atoms] = out.get(atoms, 0) + coef
+    return tuple((coef, atoms) for atoms, coef in sorted(out.items()) if coef)
 
 
 def itemsize(dtype: str) -> int | None:

@@ -82,16 +82,20 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     args = [_on_device(a, device) for a in arrays]
     vm = _vm(executable, device)
     function = vm[entry]
-    found = _local_runs(vm, lambda: function(*args), lineage, device, warmup, repeat, mode, library, number, say)
+    externals = {name: _external(executable, name) for name in lineage.library_calls} if mode == "isolated" else {}
+    found = _local_runs(vm, lambda: function(*args), lineage, device, warmup, repeat, mode, (library, externals),
+                        number, say)
     e2e = vm.time_evaluator(entry, device, number=1, repeat=max(repeat, 3))(*args).results
     return attrs.evolve(_profile(lineage, entry, arrays, str(device), mode, repeat, *found, e2e),
                         peaks=_local_peaks(lineage, peaks, say))
 
 
-def _local_runs(vm, call, lineage, device, warmup, repeat, mode, library, number, say, server=None):
+def _local_runs(vm, call, lineage, device, warmup, repeat, mode, compiled, number, say, server=None):
     """(records, argument shapes) of ``call`` (one run of the entry) on ``vm``: one run
     captures each site's arguments, ``warmup - 1`` more run untimed, then ``repeat``
-    timed runs in ``mode``; a ``server``'s KV-cache kernels stamp the timeline too."""
+    timed runs in ``mode`` (isolated: each site timed alone with ``compiled``, the
+    kernel library and the library calls' functions); a ``server``'s KV-cache kernels
+    stamp the timeline too."""
     skip = frozenset(lineage.subfunctions)
     say("capturing argument shapes")
     arg_info, captured = _capture(vm, call, lineage, skip, copy=(mode == "isolated"))
@@ -104,7 +108,8 @@ def _local_runs(vm, call, lineage, device, warmup, repeat, mode, library, number
             say(f"timeline run {run + 1}/{repeat}")
             records.extend(_timeline_run(vm, call, run, lineage, device, skip, server))
     else:
-        records = _isolated(library, captured, device, repeat, number, say)
+        library, externals = compiled
+        records = _isolated(library, captured, device, repeat, number, say, externals)
     vm.set_instrument(_no_op)
     say("end-to-end timing")
     return records, arg_info
@@ -137,7 +142,8 @@ def _served_profile(executable, lineage, entry, device, warmup, repeat, mode, pr
     vm = _vm(executable, device)
     server = Server(vm, lineage, entry, serving or default, device)
     say(f"serving {entry}: {server.tokens} token(s) after a context of {server.context}")
-    records, arg_info = _local_runs(vm, server.step, lineage, device, warmup, repeat, mode, library, 1, say, server)
+    records, arg_info = _local_runs(vm, server.step, lineage, device, warmup, repeat, mode, (library, {}), 1, say,
+                                    server)
     e2e = []
     for _ in range(max(repeat, 3)):
         start = time.perf_counter()
@@ -174,8 +180,15 @@ def _vm(executable, device, why: str = ""):
 def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say) -> Profile:
     """Every site of ``entry`` timed isolated on ``remote``, plus the entry end to end:
     on the arguments a local run gives each site when the build runs here, else on
-    arguments of the shapes the compiled IR gives it (``site_arguments``)."""
+    arguments of the shapes the compiled IR gives it (``site_arguments``). A build with
+    library calls is refused: the device is sent the compiled kernels only."""
     from .remote import local_device, run_remote
+
+    if lineage.library_calls:
+        raise RelaytraceError(
+            f"{len(lineage.library_calls)} library call(s) ({', '.join(sorted(lineage.library_calls)[:3])}) are timed "
+            "in a local profile only: a remote one sends the device the kernels TVM compiled, not external "
+            "functions; profile on the machine that runs them")
 
     device = local_device(lineage.build.target)
     if device is not None:
@@ -293,16 +306,19 @@ def _on_device(value, device):
 
 
 def _kernel_library(executable, lineage: Lineage):
-    """The compiled module holding the kernels; every kernel of the lineage must be there."""
+    """The compiled module holding the kernels; every kernel TVM compiled for the
+    lineage must be there (a library call runs a function the executable imports or the
+    process registers: ``Lineage.library_calls``)."""
     libs = list(executable.mod.imports)
-    missing = [k for k in lineage.kernels if not any(lib.implements_function(k, True) for lib in libs)]
+    compiled = [k for k in lineage.kernels if k not in lineage.library_calls]
+    missing = [k for k in compiled if not any(lib.implements_function(k, True) for lib in libs)]
     if missing:
         raise RelaytraceError(
             f"the lineage does not belong to this executable: {len(missing)} of its kernels are not "
             f"compiled in it ({', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}); "
             "profile with the lineage returned by the same build"
         )
-    first = next(iter(lineage.kernels), None)
+    first = next(iter(compiled), None)
     return next((lib for lib in libs if first and lib.implements_function(first, True)), None)
 
 
@@ -343,9 +359,13 @@ def _capture(vm, call, lineage, skip: frozenset, copy: bool):
 
 
 def _check_names(lineage: Lineage, info: dict[SiteKey, ArgInfo]) -> None:
+    """The kernels and library calls that ran must be the lineage's, call for call; a
+    VM builtin, or an external call the lineage lists among its builtins (it computes
+    no model op), may run as it likes."""
+    builtins = {b.name for b in lineage.builtins}
     ran: dict[str, int] = {}
     for site in info:
-        if not site.kernel.startswith("vm.builtin."):
+        if not site.kernel.startswith("vm.builtin.") and site.kernel not in builtins:
             ran[site.kernel] = max(ran.get(site.kernel, 0), site.call + 1)
     problems = lineage.call_count_mismatches(ran)
     if problems:
@@ -402,12 +422,51 @@ def _pair(stamps, run, t0, kernels, skip: frozenset = frozenset(), cache: frozen
     return records
 
 
-def _isolated(library, captured, device, repeat, number, say) -> list[CallRecord]:
+def _isolated(library, captured, device, repeat, number, say, externals=None) -> list[CallRecord]:
+    """Each captured site timed alone: a kernel by ``time_evaluator`` on its compiled
+    module, a library call (``externals``: name -> its function) by the clock around
+    ``number`` calls of it."""
+    externals = externals or {}
     timings = []
     for i, (name, k, tensors) in enumerate(captured):
         say(f"isolated {i + 1}/{len(captured)}: {name}#{k}")
-        timings.append((name, k, library.time_evaluator(name, device, number=number, repeat=repeat)(*tensors).results))
+        timer = _clocked(externals[name], device, repeat, number) if name in externals \
+            else library.time_evaluator(name, device, number=number, repeat=repeat)
+        timings.append((name, k, timer(*tensors).results))
     return _site_records(timings, repeat)
+
+
+def _external(executable, name: str):
+    """The function a library call calls, as the VM finds it: in a module the
+    executable imports, else in the registry."""
+    for lib in executable.mod.imports:
+        if lib.implements_function(name, True):
+            return lib.get_function(name, query_imports=True)
+    return tvm.get_global_func(name)
+
+
+def _clocked(func, device, repeat: int, number: int):
+    """A ``time_evaluator``-like timer of the packed function ``func``: per run, the
+    mean seconds of ``number`` calls, the device synchronized after them."""
+
+    def run(*args):
+        results = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            for _ in range(number):
+                func(*args)
+            device.sync()
+            results.append((time.perf_counter() - start) / number)
+        return _Timed(tuple(results))
+
+    return run
+
+
+@attrs.define(frozen=True)
+class _Timed:
+    """What ``time_evaluator`` returns, as far as the profiler reads it."""
+
+    results: tuple[float, ...]
 
 
 def _site_records(timings, repeat: int) -> list[CallRecord]:

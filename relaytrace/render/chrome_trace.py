@@ -43,8 +43,8 @@ def chrome_trace(report) -> dict:
         if r.within:  # a KV-cache kernel: the builtin call it ran inside (whose slice leaves its time out)
             args.update(within=r.within, layer=billed.get(key, ""))
         events.append({
-            "name": r.name, "cat": r.kind, "ph": "X", "ts": r.start_us, "dur": r.duration_us,
-            "pid": r.run + 1, "tid": _LANES[r.kind], "args": args,
+            "name": r.name, "cat": "library" if r.name in lineage.library_calls else r.kind, "ph": "X",
+            "ts": r.start_us, "dur": r.duration_us, "pid": r.run + 1, "tid": _LANES[r.kind], "args": args,
         })
     events.extend(_flows(lineage, profile, sites))
     return {"traceEvents": events, "displayTimeUnit": "ms",

@@ -47,14 +47,15 @@ def _dtype(layer) -> str:
 def kernels_csv(report) -> str:
     """``kernels.csv`` of a ``Report``: one row per kernel (its ``KernelRow``s) with
     the roofline's figures over its call sites and its compute dtype (``precision``);
-    every cell through ``safe_text.csv_cell``."""
+    ``library``: what runs a library call (``cublas``, ``packed``), empty for a kernel
+    TVM compiled; every cell through ``safe_text.csv_cell``."""
     rows = report.kernels
     roofs = {r.name: r for r in report.roofline.kernels}
     return csv_text(["name", "duration_us", "percent", "count", "device", "argument_shapes", "layers", "verification",
-                 "tuned", "min_us", "max_us", *ROOF_COLUMNS, "precision"],
+                 "tuned", "min_us", "max_us", *ROOF_COLUMNS, "precision", "library"],
                 [[r.name, f"{r.us:.3f}", f"{r.percent:.4f}", r.count, r.device, r.shapes, " ".join(r.layers),
                   r.status, "yes" if r.tuned else "", f"{r.min_us:.3f}", f"{r.max_us:.3f}",
-                  *roof_cells(roofs.get(r.name)), report.precision.kernel_dtype(r.name)] for r in rows])
+                  *roof_cells(roofs.get(r.name)), report.precision.kernel_dtype(r.name), r.library] for r in rows])
 
 
 def comparison_csv(comparison) -> str:
@@ -87,6 +88,7 @@ def attribution_json(report, depth: int = 1) -> dict:
                     "e2e_median_us": profile.e2e_median_us, "gap_us": profile.gap_us},
         "categories": {name: us for name, us, _ in cats.rows()},
         "verification": {"suspect_us": cats.suspect_us, "unverified_us": cats.unverified_us},
+        "library_us": cats.library_us,
         "inserted_by_layer": dict(cats.inserted_by_layer),
         "layers": [{"layer": r.layer, "us": r.us, "percent": r.percent, "compute_us": r.compute_us,
                     "inserted_us": r.inserted_us, "ops": r.ops, "kernel_calls": r.kernels,
@@ -95,8 +97,8 @@ def attribution_json(report, depth: int = 1) -> dict:
         "op_types": [{"op": r.op, "us": r.us, "percent": r.percent, "count": r.count, "layers": r.layers}
                      for r in report.op_types],
         "kernels": [{"name": r.name, "us": r.us, "percent": r.percent, "count": r.count, "device": r.device,
-                     "argument_shapes": r.shapes, "layers": r.layers, "verification": r.status}
-                    for r in report.kernels],
+                     "argument_shapes": r.shapes, "layers": r.layers, "verification": r.status,
+                     "library": r.library} for r in report.kernels],
         "roofline": {"peaks": None if report.roofline.peaks is None else
                      {"gflops": report.roofline.peaks.gflops, "gbps": report.roofline.peaks.gbps,
                       "source": report.roofline.peaks.source, "method": report.roofline.peaks.method},

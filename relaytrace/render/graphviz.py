@@ -207,7 +207,8 @@ def _collapsed_graph(lineage, report, depth, note: tuple[str, ...] = ()):
 
 
 def kernel_graph(lineage: Lineage, report=None):
-    """The kernel call-site graph; coloured by time when a ``Report`` is given."""
+    """The kernel call-site graph; coloured by time when a ``Report`` is given; a
+    library call's node says what runs it (``library cublas``) and is drawn dashed."""
     site_us = _site_times(report)
     hottest = max(site_us.values(), default=0.0) or 1.0
     total = sum(site_us.values()) or 1.0
@@ -224,8 +225,10 @@ def kernel_graph(lineage: Lineage, report=None):
         shown = ", ".join(layers[:3]) + (f" +{len(layers) - 3}" if len(layers) > 3 else "")
         us = site_us.get(site.label)
         timing = (f"{us / 1e3:.3f} ms ({100 * us / total:.1f}%)",) if us is not None else ()
-        g.node(node[site.label], _label(site.label, shown, *timing), id=_label(f"site:{site.label}"),
-               **(_fill(us / hottest) if us is not None else {}))
+        library = (f"library {site.library}",) if site.library else ()
+        g.node(node[site.label], _label(site.label, *library, shown, *timing), id=_label(f"site:{site.label}"),
+               **(_fill(us / hottest) if us is not None else {}),
+               **({"style": "rounded,filled,dashed"} if library else {}))
     for a, b in lineage.site_edges:
         g.edge(node[by_position[a].label], node[by_position[b].label])
     if report is not None:

@@ -48,7 +48,8 @@ def report_data(report) -> dict:
                     "ops": list(r.ops), "sites": list(r.kernels), "status": r.status} for r in report.layers],
         "kernels": [{"name": r.name, "us": r.us, "min_us": r.min_us, "max_us": r.max_us, "percent": r.percent,
                      "count": r.count, "device": r.device,
-                     "shapes": r.shapes, "layers": list(r.layers), "status": r.status} for r in report.kernels],
+                     "shapes": r.shapes, "layers": list(r.layers), "status": r.status, "library": r.library}
+                    for r in report.kernels],
         "checks": [{"site": s.label, "status": checks[s.position].status,
                     "reasons": "; ".join(checks[s.position].reasons)}
                    for s in lineage.call_sites if checks[s.position].status != "verified"]

@@ -228,10 +228,12 @@ def op_type_table(rows) -> str:
 
 
 def kernel_table(rows) -> str:
-    """The columns of TVM's old profiler report, plus the layers each kernel runs."""
+    """The columns of TVM's old profiler report, plus the layers each kernel runs; a
+    library call's name says what runs it (``name [library cublas]``)."""
     return format_table(
         ["Name", "Duration (us)", "Percent", "Count", "Device", "Argument Shapes", "Layers"],
-        [[r.name, f"{r.us:.2f}", f"{r.percent:.2f}", r.count, r.device, r.shapes, ", ".join(r.layers)]
+        [[r.name + (f" [library {r.library}]" if r.library else ""), f"{r.us:.2f}", f"{r.percent:.2f}", r.count,
+          r.device, r.shapes, ", ".join(r.layers)]
          for r in rows],
     )
 
@@ -245,6 +247,10 @@ def category_table(categories) -> str:
         if us:
             text += (f"\n{word}: {_ms(us)} ms ({100 * us / (categories.e2e_us or 1):.1f}%) ran at call sites "
                      f"whose attribution is {word.lower()}")
+    if categories.library_us:
+        us = categories.library_us
+        text += (f"\nlibrary calls: {_ms(us)} ms ({100 * us / (categories.e2e_us or 1):.1f}%) of the compute ran in "
+                 "external functions (offloaded groups, registered functions), not in kernels TVM compiled")
     if categories.inserted_by_layer:
         caused = ", ".join(f"{terminal(layer)} ({_ms(us)} ms)" for layer, us in categories.inserted_by_layer[:8])
         text += f"\ninserted layout transforms/casts are caused by: {caused}"

@@ -3,10 +3,10 @@ call sites in run order, a call of a Relax subfunction followed into it."""
 
 from __future__ import annotations
 
-from ..model.build_facts import BuildFacts
+from ..model.build_facts import BuildFacts, Offload
 from ..model.journal import Change, Journal
-from ..model.lineage import BuiltinSite, CallSite, Lineage, roles_for
-from ..model.ops import is_bookkeeping
+from ..model.lineage import PACKED, BuiltinSite, CallSite, Lineage, roles_for
+from ..model.ops import is_bookkeeping, is_external_call
 from . import ir, reader
 from .tracker import Tracker
 
@@ -15,8 +15,9 @@ class _Sites:
     """The call sites found so far, across entries: positions are global, call numbers
     count a kernel's calls within one entry's run."""
 
-    def __init__(self, tracker: Tracker):
+    def __init__(self, tracker: Tracker, offloads: dict[str, Offload]):
         self.tracker = tracker
+        self.offloads = offloads
         self.kernels: dict[str, list[CallSite]] = {}
         self.counts: dict[tuple[str, str], int] = {}  # (entry, kernel) -> its calls so far
         self.builtins: list[BuiltinSite] = []
@@ -24,6 +25,12 @@ class _Sites:
         self.present: set[str] = set()  # origins some call site runs
         self.calls: dict[str, set[str]] = {}  # entry -> the Relax functions its run calls
         self.position = 0
+
+    def library(self, callee: str) -> str:
+        """What runs an external call: the codegen of the group it offloads, else
+        ``packed`` (a function registered by name)."""
+        offload = self.offloads.get(callee)
+        return offload.codegen if offload is not None else PACKED
 
     def run(self, entry: str, name: str, scope: str, made_calls: dict[str, int], depth: int = 0) -> None:
         """Walk function ``name`` as one run of it inside entry ``entry``; ``made_calls``
@@ -59,10 +66,11 @@ class _Sites:
                        if raw in producer or src in producer}
             self.present.update(origin_ids)
             position = self.position
-            if gv:  # a kernel
+            library = "" if gv else self.library(callee) if origin_ids and is_external_call(callee) else None
+            if library is not None:  # a kernel, or a library call computing model ops
                 call = self.counts[(entry, callee)] = self.counts.get((entry, callee), -1) + 1
                 site = CallSite(callee, call, position, roles_for(origin_ids, tracker.origins), entry, scope,
-                                reader.argument_types(d, index))
+                                reader.argument_types(d, index), library)
                 self.kernels.setdefault(callee, []).append(site)
                 self.edges.update((src, position) for src in sources if src != position)
                 made_by = position
@@ -76,18 +84,20 @@ class _Sites:
 
 
 def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), entries=None,
-                 members=None) -> Lineage:
+                 members=None, offloads=None) -> Lineage:
     """The lineage the tracker's state describes, with ``members`` (kernel -> its
     PrimFuncs, read from the recorded IR; ``truth.kernel_members``) to verify it
     against (``follow`` does, once the rest of the IR's facts are in). ``entries``:
-    the input's entry functions and their inputs (``origins.entry_inputs``)."""
+    the input's entry functions and their inputs (``origins.entry_inputs``);
+    ``offloads``: the groups handed to external codegens (``truth.offloads``)."""
     functions = tracker.last_functions  # every Relax function, fused groups included
     degraded = list(degraded)
     # the input's entries: passes give every function a global symbol (AttachGlobalSymbol)
     names = [name for name in ir.entry_functions(functions) if entries is None or name in entries]
     if not names:
         degraded.append("no Relax entry function (one with a global_symbol) was seen after the last pass")
-    found = _Sites(tracker)
+    offloads = dict(offloads or {})
+    found = _Sites(tracker, offloads)
     for name in names:
         found.run(name, name, "", {})
     eliminated = {o: p for o, p in tracker.log.eliminated.items() if o not in found.present}
@@ -106,6 +116,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         entries={name: entries.get(name, ()) for name in names},
         calls={entry: tuple(sorted(called)) for entry, called in sorted(found.calls.items())},
         kernel_members=dict(sorted((members or {}).items())),
+        offloads=offloads,
     )
     journal = Journal(
         events=tuple(tracker.log.events),

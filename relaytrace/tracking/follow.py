@@ -21,6 +21,7 @@ from ..model.lineage import Lineage
 from ..model.ops import is_shape_computation
 from ..model.origin import INSERTED, OP
 from ..model.verification import verify
+from ..model.work import library_work
 from . import ir, reader
 from .callsites import lineage_from
 from .entries import entry_params, kv_cache
@@ -28,7 +29,7 @@ from .memory import memory_plans
 from .origins import LayerNamer, assign_origins
 from .recorder import Recording
 from .tracker import Tracker
-from .truth import kernel_members, shape_consumers, tuned_kernels
+from .truth import kernel_members, offloads, shape_consumers, tuned_kernels
 from .work import kernel_works
 
 
@@ -43,7 +44,7 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
     done = on_step or (lambda name: None)
     reads = reader.SharedReads()  # the tracker's reads, read again by verification
     degraded = list(recording.degraded)
-    table = tracker = members = None
+    table = tracker = members = offloaded = None
     step = recording.first_pass
     try:
         table = assign_origins(recording.input, layer_of, reads.read)
@@ -56,13 +57,14 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
             done(step)
         step = "verification"
         members = kernel_members(recording.input, recording.passes, reads.read)
+        offloaded = offloads(recording.passes, reads.read)
         done("kernel members (verification)")
     except Exception as exc:
         degraded.append(f"tracking stopped at pass {step}: {_describe(exc)}")
     if tracker is not None:
         try:
             lineage = lineage_from(tracker, model, target, pipeline, degraded, entries=recording.entries,
-                                   members=members)
+                                   members=members, offloads=offloaded)
             done("call sites")
             tuned = [k for k in tuned_kernels(recording.passes) if k in lineage.kernels]
             consumers = shape_consumers(recording.passes, reads.read)
@@ -102,10 +104,16 @@ def layers_of_callees(recording: Recording, layer_of: LayerNamer | None = None) 
 
 
 def _work(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict:
-    """Each kernel's work (``work.kernel_works``); a fault in counting it is said in
+    """Each kernel's work (``work.kernel_works``), each library call's from its ops
+    (``model.work.library_work``); a fault in counting it is said in
     ``degraded`` and leaves the work unknown, the lineage whole."""
     try:
-        return kernel_works(recording.passes, lineage.kernels, lineage.build.kernel_members)
+        works = kernel_works(recording.passes, lineage.kernels, lineage.build.kernel_members)
+        for name in lineage.library_calls:  # its code is not TVM's: its ops' work, over its group's dims
+            site, offload = lineage.kernels[name][0], lineage.build.offloads.get(name)
+            works[name] = library_work([lineage.origins[o] for o in site.origin_ids],
+                                       offload.params if offload is not None else site.arguments)
+        return works
     except Exception as exc:
         degraded.append(f"kernel work not counted: {_describe(exc)}")
         return {}

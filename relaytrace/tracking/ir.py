@@ -41,9 +41,9 @@ def function_map(mod) -> dict[str, relax.Function]:
 
 
 def model_functions(functions: dict[str, relax.Function]) -> dict[str, relax.Function]:
-    """The functions whose bindings carry origins: fused groups (primitive functions)
-    are followed through their call sites."""
-    return {name: func for name, func in functions.items() if not is_primitive(func)}
+    """The functions whose bindings carry origins: groups (fused or offloaded,
+    ``is_group``) are followed through their call sites."""
+    return {name: func for name, func in functions.items() if not is_group(func)}
 
 
 def entry_functions(functions: dict[str, relax.Function]) -> list[str]:
@@ -58,9 +58,9 @@ def entry_functions(functions: dict[str, relax.Function]) -> list[str]:
 
 def is_subfunction(functions: dict, callee: str, global_var: int) -> bool:
     """A call of ``callee`` (through a GlobalVar) calls a Relax function of the module
-    that is not a fused group: the VM runs it, its ops are at its own call sites."""
+    that is not a group (``is_group``): the VM runs it, its ops are at its own call sites."""
     func = functions.get(callee) if global_var else None
-    return func is not None and not is_primitive(func)
+    return func is not None and not is_group(func)
 
 
 def lookup(mod, gv):
@@ -75,6 +75,46 @@ def is_primitive(func) -> bool:
     """Whether a Relax function is a fused group (its ``Primitive`` attribute is 1)."""
     attrs = func.attrs
     return attrs is not None and "Primitive" in attrs and int(attrs["Primitive"]) == 1
+
+
+def is_offloaded(func) -> bool:
+    """Whether a Relax function is a group handed to an external codegen (its
+    ``Codegen`` attribute, as ``FuseOpsByPattern(annotate_codegen=True)`` and
+    ``MergeCompositeFunctions`` make it): ``RunCodegen`` compiles it into an external
+    module and replaces each call of it with a ``call_dps_packed`` of its symbol."""
+    attrs = func.attrs
+    return attrs is not None and "Codegen" in attrs
+
+
+def is_group(func) -> bool:
+    """A fused group (``is_primitive``) or an offloaded one (``is_offloaded``): a
+    function whose calls are call sites, its body what each of them runs."""
+    return is_primitive(func) or is_offloaded(func)
+
+
+def codegen_of(func) -> str:
+    """The ``Codegen`` attribute of an offloaded group (``cublas``)."""
+    return str(func.attrs["Codegen"])
+
+
+def pattern_of(func) -> str:
+    """The ``Composite`` attribute of a composite function (the pattern that made it,
+    ``cublas.matmul_transposed_bias_relu``), "" for any other function."""
+    attrs = func.attrs
+    return str(attrs["Composite"]) if attrs is not None and "Composite" in attrs else ""
+
+
+def called_function(call, bindings_before) -> relax.Function | None:
+    """The Relax function a call calls in place: a function literal, or a var one of
+    ``bindings_before`` (the bindings of the same body) binds to one, as an offloaded
+    group calls its composite functions; None for any other callee."""
+    op = call.op
+    if isinstance(op, relax.Function):
+        return op
+    if isinstance(op, relax.Var):
+        return next((b.value for b in bindings_before
+                     if b is not None and b.var.same_as(op) and isinstance(b.value, relax.Function)), None)
+    return None
 
 
 def bindings(func) -> list:

@@ -162,6 +162,13 @@ def call(d: FunctionView, position: int) -> CallView | None:
     return found
 
 
+def local_function(d: FunctionView, position: int):
+    """The Relax function a call binding (written in full) calls in place (a composite
+    function inside an offloaded group, ``ir.called_function``), else None."""
+    value = d._value_objects[position]
+    return ir.called_function(value, d._bindings[:position]) if ir.kind(value) == "call" else None
+
+
 def value(d: FunctionView, position: int) -> Node:
     """The value of a binding written in full that is not a call (an alias, a tuple,
     a projection, a constant, a shape)."""

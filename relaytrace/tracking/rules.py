@@ -176,9 +176,9 @@ class ValueKey:
 
 
 class Replay:
-    """A call of a fused (``Primitive``) function, matched through its body with its
-    parameters bound to this call site's arguments: every call site of a shared fused
-    kernel finds its own ops. The body is read once per function (``_recipe``). Where
+    """A call of a fused (``Primitive``) or offloaded (``Codegen``) group, matched
+    through its body with its parameters bound to this call site's arguments: every
+    call site of a shared group finds its own ops. The body is read once per function (``_recipe``). Where
     a step's key fits several earlier values, the one the rest of the body agrees with
     wins (``_replay``)."""
 
@@ -368,30 +368,48 @@ DEFAULT_RULES: tuple[Rule, ...] = (ValueKey(), Replay(), ImplementationSwap(), S
 
 
 def read_recipe(func, read, tokens) -> Recipe | None:
-    """A fused function's body (``Recipe``), read with ``read``, its constants' tokens
-    from ``tokens`` (a constant seen first gets one); None for a function that is not
-    a fused group."""
-    if not ir.is_primitive(func):
+    """A group's body (``Recipe``), read with ``read``, its constants' tokens from
+    ``tokens`` (a constant seen first gets one); None for a function that is not a
+    group (``ir.is_group``). An offloaded group's composite functions are read in
+    place of their calls (``_steps``): its ops are theirs."""
+    if not ir.is_group(func):
         return None
     d = read(func)
+    steps: list[Step] = []
+    _steps(d, read, tokens, steps)
+    out = reader.output(d)
+    fields = out.fields if out is not None and out.kind == TUPLE else [out] if out is not None else []
+    outputs = tuple(f.handle for f in fields if f.kind == VAR)
+    return Recipe(tuple(d.params), tuple(steps), outputs, out is not None and out.kind == TUPLE)
+
+
+def _steps(d, read, tokens, steps: list[Step], depth: int = 0) -> None:
+    """The steps of one body, appended to ``steps``; a call of a function the body
+    calls in place (``reader.local_function``: a composite function, nested at most 8
+    deep) as its parameters aliased to the arguments, its own steps, and the binding
+    aliased to its result."""
     bound = {*d.params, *d.vars}
-    steps = []
     for position, var in enumerate(d.vars):
         made = reader.call(d, position)
         if made is not None:
             refs = [_ref(tokens, a.kind, a.handle, bound) for a in made.atoms
                     if a.kind != TUPLE]  # a tuple argument is read through its fields
-            steps.append(Step(var, made.callee, tuple(r for r in refs if r is not None), None))
+            inner = reader.local_function(d, position) if depth < 8 else None
+            if inner is None:
+                steps.append(Step(var, made.callee, tuple(r for r in refs if r is not None), None))
+                continue
+            body = read(inner)
+            steps.extend(Step(param, None, (ref,), None) for param, ref in zip(body.params, refs) if ref is not None)
+            _steps(body, read, tokens, steps, depth + 1)
+            result = reader.output(body)
+            if result is not None and result.kind == VAR:
+                steps.append(Step(var, None, (Ref(result.handle, None),), None))
             continue
         value = reader.value(d, position)
         if value.kind == VAR:  # an alias
             steps.append(Step(var, None, (Ref(value.handle, None),), None))
         elif value.kind == ITEM and value.of.kind == VAR:  # a projection
             steps.append(Step(var, None, (Ref(value.of.handle, None),), value.index))
-    out = reader.output(d)
-    fields = out.fields if out is not None and out.kind == TUPLE else [out] if out is not None else []
-    outputs = tuple(f.handle for f in fields if f.kind == VAR)
-    return Recipe(tuple(d.params), tuple(steps), outputs, out is not None and out.kind == TUPLE)
 
 
 def _ref(tokens, kind, handle, bound: set[int]) -> Ref | None:

@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..model.ops import is_bookkeeping, is_data_movement, is_prim_value_computation, is_shape_computation
+from ..model.build_facts import Offload
+from ..model.ops import (
+    is_bookkeeping,
+    is_data_movement,
+    is_external_call,
+    is_prim_value_computation,
+    is_shape_computation,
+)
 from ..model.verification import Member
 from . import facts, ir, reader
 
@@ -31,11 +38,14 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
     computes = _Computes(read, prim_ops)
     computes.record(input_functions, input_=True)
     members_at = None  # the module whose PrimFuncs the kernels are made of: FuseOps' (or the last)
+    offloaded: dict[str, object] = {}  # offloaded group's names -> its function (``offloads``)
     for record in passes:
         fused_before = bool(groups)
         for name, func in record.functions.items():
             if ir.is_primitive(func):
                 groups[name] = func
+            elif ir.is_offloaded(func):
+                offloaded.update(dict.fromkeys(_offload_names(name, func), func))
         if not groups:  # once fused, ops are found through the groups, and main need not be read
             computes.record(record.functions)
         if ir.model_functions(record.functions) and not fused_before:
@@ -65,7 +75,60 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
                           for c in calls if c is not None and not is_bookkeeping(c.callee))
     for prim in prim_ops:
         out.setdefault(prim, (member(prim),))
+    for name, func in offloaded.items():
+        out[name] = tuple(Member(pattern, (op,)) for pattern, op in _offloaded_ops(func, read))
+    for callee in _external_calls(input_functions, read):  # the input calls it by name: it computes itself
+        out.setdefault(callee, (Member(callee, (callee,)),))
     return out
+
+
+def offloads(passes: Sequence[PassRecord], read) -> dict[str, Offload]:
+    """Each group handed to an external codegen (``ir.is_offloaded``), by its name and
+    its symbol (the name ``RunCodegen``'s external call takes): the codegen, the
+    patterns of its composite functions and its signature, read from the recorded IR."""
+    out: dict[str, Offload] = {}
+    for record in passes:
+        for name, func in record.functions.items():
+            if ir.is_offloaded(func):
+                patterns = tuple(dict.fromkeys(pattern for pattern, _ in _offloaded_ops(func, read)))
+                params = tuple(t for ty in (*(p.ty for p in func.params), func.ret_ty) for t in ir.tensor_types(ty))
+                out.update(dict.fromkeys(_offload_names(name, func), Offload(ir.codegen_of(func), patterns, params)))
+    return dict(sorted(out.items()))
+
+
+def _offload_names(name: str, func) -> tuple[str, ...]:
+    """An offloaded group's name and its ``global_symbol`` (its external call's name)."""
+    symbol = str(func.attrs["global_symbol"]) if "global_symbol" in func.attrs else name
+    return tuple(dict.fromkeys((name, symbol)))
+
+
+def _offloaded_ops(func, read, pattern: str = "") -> list[tuple[str, str]]:
+    """``(pattern, op)`` of every op an offloaded group computes, in order: the ops of
+    each composite function it calls, under that function's pattern (``Composite``);
+    an op outside any, under the codegen's name."""
+    d = read(func)
+    out: list[tuple[str, str]] = []
+    for position in range(len(d.vars)):
+        made = reader.call(d, position)
+        if made is None or is_bookkeeping(made.callee):
+            continue
+        inner = reader.local_function(d, position)
+        if inner is not None:
+            out += _offloaded_ops(inner, read, ir.pattern_of(inner) or pattern)
+        else:
+            out.append((pattern or ir.codegen_of(func), made.callee))
+    return out
+
+
+def _external_calls(functions: dict, read) -> set[str]:
+    """The external functions (``ops.is_external_call``) the input's model functions
+    call: ``R.call_dps_packed("my.double", ...)``."""
+    found: set[str] = set()
+    for func in ir.model_functions(functions).values():
+        d = read(func)
+        calls = (reader.call(d, position) for position in range(len(d.vars)))
+        found.update(c.callee for c in calls if c is not None and not c.global_var and is_external_call(c.callee))
+    return found
 
 
 def tuned_kernels(passes: Sequence[PassRecord], pass_name: str = "MetaScheduleApplyDatabase") -> tuple[str, ...]:

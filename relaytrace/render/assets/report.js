@@ -68,7 +68,7 @@ function search(q){ q = q.toLowerCase();
 const precisionOf = new Map(data.precision.layers);  // layer -> {label, dtype, kind, why, cast_ms}
 data.layers.forEach(l => { const p = precisionOf.get(l.layer); l.precision = p ? p.label : ''; });
 build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted (ms)','inserted_ms'],['ops','ops'],['kernel calls','sites'],['verification','status'],['precision','precision']], data.layers, r => r.layer);
-build('kernels', [['Name','name'],['Duration (us, median)','us'],['min','min_us'],['max','max_us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['verification','status']], data.kernels, r => r.name);
+build('kernels', [['Name','name'],['Duration (us, median)','us'],['min','min_us'],['max','max_us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['library','library'],['verification','status']], data.kernels, r => r.name);
 if (data.checks.length) build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
 build('optypes', [['op type','op'],['time (ms)','ms'],['%','percent'],['count','count'],['layers','layers']], data.op_types, r => r.op);
 build('roof', [['layer','layer'],['time (ms)','ms'],['above bound (ms)','wasted_ms'],['efficiency (%)','efficiency'],['bound by','bound_by'],['GFLOP','gflop'],['GFLOP/s','gflops_s'],['GB/s','gbytes_s'],['FLOP/byte','intensity']], data.roofline.layers, r => r.layer);
