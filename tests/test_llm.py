@@ -147,21 +147,22 @@ def _csv(path):
         return list(csv.DictReader(f))
 
 
-def test_the_cli_profiles_a_prefill_and_a_decode_of_an_mlc_style_llm(tmp_path):
-    from .test_cli import run
+def test_the_cli_profiles_a_prefill_and_a_decode_of_an_mlc_style_llm(tmp_path, capsys):
+    from relaytrace import cli
 
     (tmp_path / "llm.py").write_text(FACTORY)
     for entry, options, figure in (("prefill", ["--tokens", "16"], "time to first token"),
                                    ("decode", ["--context", "24"], "time per output token at context 24")):
-        done = run("profile", "llm.py:make", "--entry", entry, *options, "--repeat", "2", "--out", entry,
-                   cwd=tmp_path)
-        assert done.returncode == 0, done.stderr
-        assert figure in done.stdout and "KV cache made by create_paged_kv_cache" in done.stdout
-        kernels = {row["name"]: row for row in _csv(tmp_path / entry / "kernels.csv")}
+        out = tmp_path / entry
+        assert cli.main(["--quiet", "profile", f"{tmp_path / 'llm.py'}:make", "--entry", entry, *options,
+                         "--repeat", "2", "--out", str(out)]) == 0
+        printed = capsys.readouterr().out
+        assert figure in printed and "KV cache made by create_paged_kv_cache" in printed
+        kernels = {row["name"]: row for row in _csv(out / "kernels.csv")}
         attention = "batch_prefill_ragged_kv" if entry == "prefill" else "batch_decode_paged_kv_cpu"
         assert kernels[attention]["layers"].split(" ") == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
         assert kernels[attention]["verification"] == "verified" and float(kernels[attention]["duration_us"]) > 0
-        layers = {row["layer"]: row for row in _csv(tmp_path / entry / "layers.csv")}
+        layers = {row["layer"]: row for row in _csv(out / "layers.csv")}
         assert float(layers["model.layers.1.self_attn"]["time_us"]) > 0
 
 
@@ -186,11 +187,11 @@ def make():
 
 
 def test_the_cli_takes_a_factory_that_returns_a_tvmscript_module(tmp_path):
-    from .test_cli import run
+    from relaytrace import cli
 
     (tmp_path / "script.py").write_text(TVMSCRIPT)
-    done = run("profile", "script.py:make", "--repeat", "1", "--out", "out", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    assert cli.main(["--quiet", "profile", f"{tmp_path / 'script.py'}:make", "--repeat", "1",
+                     "--out", str(tmp_path / "out")]) == 0
     kernels = _csv(tmp_path / "out" / "kernels.csv")
     assert [sorted(row["layers"].split(" ")) for row in kernels] == [["y", "z"]]  # matmul and relu, one kernel
 
