@@ -22,8 +22,8 @@ from relaytrace.model.lineage import Lineage
 from relaytrace.render.export import kernels_csv
 
 from .conftest import move_origin
-from .fixtures.offload import MLP, offload_pipeline, register_codegen, register_functions
-from .fixtures.relax_modules import CallsPacked
+from .fixtures.offload import MLP, dispatch_relu_pipeline, offload_pipeline, register_codegen, register_functions
+from .fixtures.relax_modules import CallsPacked, TwoEntries
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BATCH, WIDTH, HIDDEN, CLASSES = 8, 16, 32, 4
@@ -240,6 +240,23 @@ def test_registered_functions_called_by_name_are_profiled_library_calls():
     # a remote device is sent TVM's kernels only: refused, before any connection, saying why
     with pytest.raises(RelaytraceError, match=r"2 library call\(s\) \(my.double, my.triple\).*local profile only"):
         relaytrace.profile(executable, lineage, [x], remote=relaytrace.RemoteDevice(rpc="127.0.0.1:9"))
+
+
+def test_an_op_a_pass_dispatches_to_a_registered_function_is_a_verified_library_call():
+    executable, lineage = relaytrace.build(TwoEntries, "llvm", pipeline=dispatch_relu_pipeline())
+    (site,) = lineage.kernels_of("act")
+    assert (site.kernel, site.library, site.origin_ids) == ("my.relu", "packed", ("act/relu",))
+    # the evidence: the Var that bound relax.nn.relu now calls my.relu
+    assert lineage.build.kernel_members["my.relu"][0].ops == ("relax.nn.relu",)
+    assert lineage.coverage().complete and lineage.verification.ok and lineage.eliminated() == {}
+    assert "DispatchReluToLibrary" in [c.pass_name for c in lineage.history("act")]
+    rng = np.random.default_rng(0)
+    for n in (4, 8):  # its work follows the symbolic length it ran at: one per element
+        x, w = rng.standard_normal((n, 64)).astype("float32"), rng.standard_normal((64, 64)).astype("float32")
+        got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w))
+        np.testing.assert_allclose(got.numpy(), np.maximum(x @ w, 0) + x, rtol=1e-4, atol=1e-4)
+        report = make_report(lineage, relaytrace.profile(executable, lineage, [x, w], repeat=1))
+        assert report.roofline.layer("act").flops == n * 64
 
 
 def test_a_registered_function_moved_onto_another_call_is_suspect():
