@@ -1,8 +1,10 @@
 """Work offloaded to libraries (issue 43): TVM's own BYOC flow (the cuBLAS pattern table,
 ``FuseOpsByPattern(annotate_codegen=True)``, ``MergeCompositeFunctions``, ``RunCodegen``
-calling a codegen registered as ``relax.ext.cublas``) and a user's ``call_dps_packed``:
-every op that runs in an external call is on that call's site, verified, profiled,
-counted, and never "eliminated"."""
+calling a codegen registered as ``relax.ext.cublas``), merged or in MLC's form, for llvm
+and cuda; registered functions called by the model (``call_dps_packed``,
+``call_pure_packed``) or by a pass that dispatches an op to one: every op that runs in
+an external call is on that call's site, verified, profiled (API and CLI), counted from
+its ops, and never "eliminated"."""
 
 import csv
 import io
