@@ -1,8 +1,10 @@
 """Work offloaded to libraries (issue 43): TVM's own BYOC flow (the cuBLAS pattern table,
 ``FuseOpsByPattern(annotate_codegen=True)``, ``MergeCompositeFunctions``, ``RunCodegen``
-calling a codegen registered as ``relax.ext.cublas``) and a user's ``call_dps_packed``:
-every op that runs in an external call is on that call's site, verified, profiled,
-counted, and never "eliminated"."""
+calling a codegen registered as ``relax.ext.cublas``), merged or in MLC's form, for llvm
+and cuda; registered functions called by the model (``call_dps_packed``,
+``call_pure_packed``) or by a pass that dispatches an op to one: every op that runs in
+an external call is on that call's site, verified, profiled (API and CLI), counted from
+its ops, and never "eliminated"."""
 
 import csv
 import io
@@ -22,8 +24,8 @@ from relaytrace.model.lineage import Lineage
 from relaytrace.render.export import kernels_csv
 
 from .conftest import move_origin
-from .fixtures.offload import MLP, offload_pipeline, register_codegen, register_functions
-from .fixtures.relax_modules import CallsPacked
+from .fixtures.offload import MLP, dispatch_relu_pipeline, offload_pipeline, register_codegen, register_functions
+from .fixtures.relax_modules import CallsPacked, TwoEntries
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BATCH, WIDTH, HIDDEN, CLASSES = 8, 16, 32, 4
@@ -242,6 +244,23 @@ def test_registered_functions_called_by_name_are_profiled_library_calls():
         relaytrace.profile(executable, lineage, [x], remote=relaytrace.RemoteDevice(rpc="127.0.0.1:9"))
 
 
+def test_an_op_a_pass_dispatches_to_a_registered_function_is_a_verified_library_call():
+    executable, lineage = relaytrace.build(TwoEntries, "llvm", pipeline=dispatch_relu_pipeline())
+    (site,) = lineage.kernels_of("act")
+    assert (site.kernel, site.library, site.origin_ids) == ("my.relu", "packed", ("act/relu",))
+    # the evidence: the Var that bound relax.nn.relu now calls my.relu
+    assert lineage.build.kernel_members["my.relu"][0].ops == ("relax.nn.relu",)
+    assert lineage.coverage().complete and lineage.verification.ok and lineage.eliminated() == {}
+    assert "DispatchReluToLibrary" in [c.pass_name for c in lineage.history("act")]
+    rng = np.random.default_rng(0)
+    for n in (4, 8):  # its work follows the symbolic length it ran at: one per element
+        x, w = rng.standard_normal((n, 64)).astype("float32"), rng.standard_normal((64, 64)).astype("float32")
+        got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w))
+        np.testing.assert_allclose(got.numpy(), np.maximum(x @ w, 0) + x, rtol=1e-4, atol=1e-4)
+        report = make_report(lineage, relaytrace.profile(executable, lineage, [x, w], repeat=1))
+        assert report.roofline.layer("act").flops == n * 64
+
+
 def test_a_registered_function_moved_onto_another_call_is_suspect():
     register_functions()
     _, lineage = relaytrace.build(CallsPacked, "llvm")
@@ -273,11 +292,12 @@ def test_an_nn_decoder_with_its_linears_dispatched_to_the_codegen_is_counted_at_
     rng = np.random.default_rng(0)
     weights = [0.1 * rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
                for p in imported.mod["decode"].params[1:]]
+    offloaded, reference = relax.VirtualMachine(executable, tvm.cpu()), relax.VirtualMachine(plain, tvm.cpu())
     for entry, n in (("prefill", 8), ("prefill", 16), ("decode", 1)):
         inputs = [rng.integers(0, 256, (1, n)).astype("int32"), *weights]
         args = [tvm.runtime.tensor(a) for a in inputs]
-        np.testing.assert_allclose(relax.VirtualMachine(executable, tvm.cpu())[entry](*args).numpy(),
-                                   relax.VirtualMachine(plain, tvm.cpu())[entry](*args).numpy(), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(offloaded[entry](*args).numpy(), reference[entry](*args).numpy(),
+                                   rtol=1e-4, atol=1e-4)
         report = make_report(lineage, relaytrace.profile(executable, lineage, inputs, repeat=1, entry=entry))
         assert sum(r.us for r in report.layers) == pytest.approx(report.profile.kernel_us, rel=1e-9)
         assert report.roofline.layer("layers.0.self_attn.qkv_proj").flops == 2 * n * 192 * 64

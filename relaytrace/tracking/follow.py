@@ -105,18 +105,28 @@ def layers_of_callees(recording: Recording, layer_of: LayerNamer | None = None) 
 
 def _work(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict:
     """Each kernel's work (``work.kernel_works``), each library call's from its ops
-    (``model.work.library_work``); a fault in counting it is said in
+    (``model.work.library_work``) over its group's signature, or its one op's, or its
+    arguments as compiled; a fault in counting it is said in
     ``degraded`` and leaves the work unknown, the lineage whole."""
     try:
         works = kernel_works(recording.passes, lineage.kernels, lineage.build.kernel_members)
-        for name in lineage.library_calls:  # its code is not TVM's: its ops' work, over its group's dims
+        for name in lineage.library_calls:  # its code is not TVM's: its ops' work, over its dims
             site, offload = lineage.kernels[name][0], lineage.build.offloads.get(name)
-            works[name] = library_work([lineage.origins[o] for o in site.origin_ids],
-                                       offload.params if offload is not None else site.arguments)
+            ops = [lineage.origins[o] for o in site.origin_ids]
+            works[name] = library_work(ops, offload.params if offload is not None else
+                                       _signature(ops[0]) if len(ops) == 1 else site.arguments)
         return works
     except Exception as exc:
         degraded.append(f"kernel work not counted: {_describe(exc)}")
         return {}
+
+
+def _signature(origin) -> tuple:
+    """``(shape, dtype)`` of an op's inputs and outputs as the input model has them (a
+    symbolic dim by its name): the arguments of a function that computes it alone,
+    destination-passing (outputs last)."""
+    return (tuple(zip(origin.input_shapes, origin.input_dtypes))
+            + tuple(zip(origin.output_shapes, origin.output_dtypes)))
 
 
 def _memory(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict:

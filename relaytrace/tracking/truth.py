@@ -274,6 +274,8 @@ class _Computes:
                 callee, gv = made.callee, made.global_var
                 var = d.vars[position]
                 if not gv:  # an op; one a pass wrote in place of another still computes that one
+                    if is_external_call(callee) and old.get(var):  # an op a pass dispatched to an external function
+                        self.prim_ops.setdefault(callee, set()).update(old[var])
                     was = self._carried(old.get(var, ()), callee) if callee.startswith("relax.") else ()
                     was += (facts.NORM,) * _folds_a_norm(made, made_at)
                     now[var] = tuple(sorted({callee, *was})) if callee.startswith("relax.") else ()
