@@ -233,3 +233,24 @@ def test_plain_parameters_are_each_a_tensor_parameter_and_decode_is_served_the_s
     decode = _role_kernel(lineage, PAGED_DECODE)
     billed = {s.layer for s in report.shares if s.key.kernel == decode and s.status == "verified"}
     assert billed == {f"model.layers.{i}.self_attn" for i in range(BLOCKS)}
+
+
+def test_an_llm_with_its_matmuls_dispatched_to_a_blas_codegen_is_verified_and_served():
+    """MLC's form of BLAS dispatch (issue 43): the Llama's Linears partitioned with TVM's
+    cuBLAS patterns, unmerged, compiled by a codegen registered as relax.ext.cublas."""
+    from .fixtures.offload import offload_pipeline, register_codegen
+
+    register_codegen()
+    executable, lineage = relaytrace.build(from_nn(*llama(layers=BLOCKS), name="llama"), "llvm",
+                                           pipeline=offload_pipeline(merge=False))
+    assert lineage.verification.ok and lineage.coverage().complete, lineage.verification.summary()
+    linears = {f"model.layers.{i}.{name}" for i in range(BLOCKS)
+               for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")}
+    for entry in ("prefill", "decode"):
+        offloaded = {lineage.origins[s.anchor].layer for s in lineage.call_sites if s.library and s.function == entry}
+        assert offloaded == linears | {"lm_head"}
+    report = make_report(lineage, relaytrace.profile(executable, lineage, [], entry="decode", repeat=1))
+    billed = {s.layer for s in report.shares if s.key.kernel == _role_kernel(lineage, PAGED_DECODE)}
+    assert billed == {f"model.layers.{i}.self_attn" for i in range(BLOCKS)}
+    assert report.categories.library_us > 0
+    assert sum(r.us for r in report.layers) == pytest.approx(report.profile.kernel_us)
