@@ -127,3 +127,26 @@ def test_a_prim_value_two_entries_share_has_an_origin_in_each():
         layers = {r["layer"]: r for r in csv.DictReader(layers_csv(report).splitlines())}
         assert set(layers) == {f"{entry}.y", f"{entry}.z"} and layers[f"{entry}.z"]["ops"] == op
 
+
+def test_an_estimate_of_a_symbolic_entry_sizes_every_argument_from_the_inputs(decoder_fp16):
+    """``relaytrace estimate --entry prefill`` refused every symbolic build ('an argument
+    of shape ['?'] is sized only at run time'): the shape heap and the allocations a
+    symbolic entry sizes from it are typed by their rank alone. Each takes its kernel's
+    own parameter shape at the given length: every site is counted, the heap's shape
+    function too, and the qkv projection's FLOPs follow the length."""
+    from relaytrace.analysis.estimate import estimated_profile
+    from relaytrace.analysis.report import make_report
+    from relaytrace.model.peaks import named
+    from relaytrace.render.html import html_report
+
+    _, lineage = decoder_fp16
+    sites = [s for s in lineage.call_sites if s.key.entry == "prefill"]
+    assert any(s.kernel.startswith("shape_func") for s in sites)
+    for length in (8, 128):
+        profile = estimated_profile(lineage, named("nvidia-a100-sxm4-80gb"), "prefill", {"tokens": (1, length)})
+        report = make_report(lineage, profile)
+        roofline = report.roofline
+        assert roofline.counted == len(sites), [r.notes for r in roofline.sites.values() if r.notes][:2]
+        assert roofline.layer("layers.1.self_attn.qkv_proj").flops == 2 * length * 64 * 192
+        assert roofline.layer("lm_head").bytes >= length * 256 * 4  # its float32 logits, written
+        assert "layers.0.self_attn" in html_report(report)

@@ -10,7 +10,7 @@ a measured profile shows the estimate too, each saying it is one. Pure: no TVM.
 
 from __future__ import annotations
 
-from ..errors import RelaytraceError, UsageError
+from ..errors import UsageError
 from ..model.entry import (
     APPEND,
     PAGED_DECODE,
@@ -24,7 +24,7 @@ from ..model.lineage import Lineage
 from ..model.peaks import Peaks
 from ..model.profile import CACHE, ESTIMATE, FROM_IR, KERNEL, ArgInfo, CallRecord, Profile
 from ..model.shapes import bind
-from ..model.work import cache_work, concrete, work_at
+from ..model.work import KernelWork, cache_work, concrete, work_at
 from .roofline import lower_bound
 
 
@@ -34,7 +34,9 @@ def estimated_profile(lineage: Lineage, peaks: Peaks, entry: str | None = None,
     of ``peaks``: one run in which each kernel site takes its roofline bound at the
     shapes its IR gives it, symbolic dims bound by ``shapes`` (input name -> concrete
     shape); a symbolic input without one is a ``UsageError`` naming it. A site whose
-    work is not known takes 0 and is counted out (``Roofline.counted``). An entry that
+    work is not known takes 0 and is counted out (``Roofline.counted``), with the
+    reason in its notes: among them a site given an argument the inputs' sizes do not
+    size (a shape function's heap), which keeps that dim as the IR has it. An entry that
     takes a KV cache is a served step after ``context`` tokens (default 0 for an entry
     of symbolic length, a prefill, else 32): each attention builtin call runs the KV
     cache's kernels for it (``cache_calls``), each at its bound."""
@@ -58,9 +60,9 @@ def estimated_profile(lineage: Lineage, peaks: Peaks, entry: str | None = None,
     values = bind(signature, concrete, lineage.build.model)
     records, args, start = [], {}, 0.0
     for site in lineage.call_sites:
-        site_shapes = tuple(_shape(shape, values, site.label) for shape, _ in site.arguments)
-        dtypes = tuple(dtype for _, dtype in site.arguments)
         kernel_work = lineage.build.work.get(site.kernel)
+        site_shapes = _shapes(site.arguments, kernel_work, values)
+        dtypes = tuple(dtype for _, dtype in site.arguments)
         work = work_at(kernel_work, site_shapes, dtypes)
         bound, _ = lower_bound(work.flops, work.bytes, peaks, kernel_work.dtype if kernel_work else "float32")
         us = bound or 0.0
@@ -114,9 +116,20 @@ def cache_calls(lineage: Lineage, peaks: Peaks, tokens: int, context: int, start
 
 
 
-def _shape(dims, values: dict[str, int], label: str) -> tuple[int, ...]:
-    found = concrete(dims, values)
-    if found is None:
-        raise RelaytraceError(f"{label}: an argument of shape {list(dims)} is sized only at run time (not by the "
-                              "inputs' sizes), so its work cannot be estimated")
-    return found
+def _shapes(arguments, kernel_work: KernelWork | None, values: dict[str, int]) -> tuple[tuple, ...]:
+    """A site's argument shapes at the inputs' sizes (``values``). An argument the
+    compiled IR does not size (an allocation a symbolic entry sizes from the shape heap
+    is typed by its rank alone; the heap itself) takes its kernel's parameter shape
+    (``KernelWork.params``), bound by the inputs' sizes and the site's other arguments;
+    one still not sized keeps its dims as the IR has them, so its site's work says it
+    is left out of the bound (``work.work_at``)."""
+    found = [concrete(dims, values) for dims, _ in arguments]
+    params = kernel_work.params if kernel_work is not None and len(kernel_work.params) == len(found) else None
+    if params is not None and None in found:
+        env = dict(values)
+        for (dims, _), shape in zip(params, found):
+            if shape is not None and len(dims) == len(shape):
+                env.update((d, n) for d, n in zip(dims, shape) if isinstance(d, str) and d.isidentifier())
+        found = [shape if shape is not None or len(own) != len(dims) else concrete(own, env)
+                 for (dims, _), (own, _), shape in zip(arguments, params, found)]
+    return tuple(shape if shape is not None else tuple(dims) for shape, (dims, _) in zip(found, arguments))

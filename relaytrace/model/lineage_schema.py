@@ -17,8 +17,8 @@ current one: each a pure function from one version's JSON data to the next's.
   /4 file has none, and its memory is unknown. Added within /5, read as absent from a
   file without them: ``build.params`` (each entry's parameters as compiled, with their
   kinds), ``build.kv_cache`` (the KV cache the entries share, its kernels),
-  ``build.offloads`` (the groups handed to external codegens) and a call site's
-  ``library``.
+  ``build.offloads`` (the groups handed to external codegens), a call site's
+  ``library`` and ``journal.explained`` (the eliminations the IR bears out).
 
 A profile saved with a served LLM step (``profile.step``, records ``within`` a builtin,
 calls of kind ``cache``) is still ``relaytrace.profile/3``: an older file has none."""
@@ -36,7 +36,7 @@ SCHEMA = "relaytrace.lineage/5"
 
 _BUILD = ("model", "target", "pipeline", "entries", "calls", "tuned", "shape_consumers", "kernel_members")
 _JOURNAL = {"events": "events", "history": "history_by_origin", "eliminated": "eliminated_by",
-            "degraded": "degraded"}  # /2 name -> Journal field
+            "degraded": "degraded", "explained": "explained"}  # /2 name -> Journal field
 
 
 def _v1_to_v2(data: dict, where: str) -> dict:

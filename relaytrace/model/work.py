@@ -187,10 +187,16 @@ def bind(work: KernelWork, shapes) -> dict[str, int] | None:
 def work_at(work: KernelWork | None, shapes, dtypes) -> Work:
     """``work`` at one call's concrete argument ``shapes`` and ``dtypes``: FLOPs from its
     formulas bound to those shapes, bytes from the arguments themselves. Without a
-    ``work`` (a lineage saved before work was counted, a builtin) only the bytes."""
+    ``work`` (a lineage saved before work was counted, a builtin) only the bytes; with
+    a shape that is not all sizes (an estimate's argument the inputs do not size)
+    nothing, and why."""
     moved = tensor_bytes(shapes, dtypes) if shapes else None
     if not shapes:
         return Work(None, None, None, "no argument shapes were recorded for it")
+    unsized = next((shape for shape in shapes if any(type(d) is not int for d in shape)), None)
+    if unsized is not None:
+        return Work(None, None, None, f"an argument of shape {list(unsized)} is sized only at run time (not by "
+                    "the inputs' sizes): left out of the bound")
     if work is None:
         return Work(None, None, moved, "the build did not count this kernel's work")
     if work.flops is None or work.transcendentals is None:

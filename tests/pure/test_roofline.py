@@ -49,6 +49,9 @@ def test_a_formula_is_bound_by_the_shapes_a_call_ran_with():
     unknown = work_at(None, ARGS["matmul#0"].shapes, ARGS["matmul#0"].dtypes)  # a lineage saved before work was counted
     assert unknown.flops is None and unknown.bytes == work.bytes
     assert "do not match" in work_at(MATMUL, ((4, 64),), ("float32",)).why
+    # an estimate's argument that nothing sizes (its dims as the IR has them): no figure, and why
+    unsized = work_at(MATMUL, ((4, 64), (64, 16), ("?", "?")), ("float32",) * 3)
+    assert (unsized.flops, unsized.bytes) == (None, None) and "sized only at run time" in unsized.why
     assert tensor_bytes(((2, 3),), ("float16",)) == 12 and tensor_bytes(((2,),), ("complex",)) is None
 
 
