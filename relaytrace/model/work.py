@@ -191,7 +191,9 @@ def work_at(work: KernelWork | None, shapes, dtypes) -> Work:
     a shape that is not all sizes (an estimate's argument the inputs do not size)
     nothing, and why."""
     moved = tensor_bytes(shapes, dtypes) if shapes else None
-    if not shapes:
+    if not shapes and work is not None and not work.params and work.flops is not None:
+        moved = 0.0  # a kernel of scalars alone (compute_symbolic_expr): no tensor to size or move
+    elif not shapes:
         return Work(None, None, None, "no argument shapes were recorded for it")
     unsized = next((shape for shape in shapes if any(type(d) is not int for d in shape)), None)
     if unsized is not None:

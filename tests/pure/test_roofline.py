@@ -53,6 +53,10 @@ def test_a_formula_is_bound_by_the_shapes_a_call_ran_with():
     unsized = work_at(MATMUL, ((4, 64), (64, 16), ("?", "?")), ("float32",) * 3)
     assert (unsized.flops, unsized.bytes) == (None, None) and "sized only at run time" in unsized.why
     assert tensor_bytes(((2, 3),), ("float16",)) == 12 and tensor_bytes(((2,),), ("complex",)) is None
+    # a kernel of scalars alone (a host compute_symbolic_expr): nothing to move, its count as counted
+    scalars = work_at(KernelWork((), ((1, ()),), ()), (), ())
+    assert (scalars.flops, scalars.transcendentals, scalars.bytes) == (1, 0, 0)
+    assert work_at(MATMUL, (), ()).flops is None  # a kernel with tensors, none recorded: unknown
 
 
 def test_the_bound_is_the_slower_ceiling_and_the_rest_is_time_above_it():
