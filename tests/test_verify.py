@@ -330,3 +330,59 @@ def test_noop_owner_repro_bills_each_op_to_the_module_that_wrote_it(tmp_path):
     adds = {o.layer for o in lineage.origins.values() if o.short_op == "add" and o.source_op == "add"}
     assert "drop" not in lineage.layers() and "norm" in adds and len(adds) == 2  # eps in norm, the residual in Net
     assert lineage.verification.ok and all(c.status == VERIFIED for c in lineage.verification.layers)
+
+
+def _lifted_and_folded():
+    """``main(x; w, b)`` (``num_input`` 1): ``wt`` transposes the weight, ``bb`` scales
+    the bias, ``y`` and ``z`` use them; ``c`` is made of constants alone and ``d`` is
+    read by nothing."""
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    @I.ir_module
+    class Model:
+        @R.function
+        def main(x: R.Tensor((2, 8), "float32"), w: R.Tensor((4, 8), "float32"), b: R.Tensor((4,), "float32")):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                wt = R.permute_dims(w)
+                bb = R.multiply(b, R.const(2.0, "float32"))
+                c = R.multiply(R.const(2.0, "float32"), R.const(3.0, "float32"))
+                d = R.exp(x)  # noqa: F841  (read by nothing: dead code)
+                y = R.matmul(x, wt)
+                z = R.add(R.add(y, bb), c)
+                R.output(z)
+            return z
+
+    return Model
+
+
+def test_a_layer_whose_ops_a_pass_eliminated_unexplained_is_not_verified():
+    """LiftTransformParams before the pipeline: PartitionTransformParams rewrites main,
+    the tracker follows none of its ops through it, each is 'eliminated' and reborn
+    unresolved, and every layer was 'verified' (no site of its ops was wrong: it had
+    none). An elimination counts only when the IR bears it out: ``c`` folded to a
+    constant, ``d`` dead code, verified; the layers whose ops were removed while their
+    values were used are unverified, with the pass named."""
+    import tvm
+    from tvm import relax
+
+    from relaytrace.model.journal import DEAD, FOLDED
+
+    target = tvm.target.Target("llvm")
+    _, plain = relaytrace.build(_lifted_and_folded(), target, model="plain")
+    assert plain.verification.ok
+    assert {o: plain.journal.explained.get(o) for o in plain.journal.eliminated_by} == {
+        "c/multiply": FOLDED, "d/exp": DEAD}
+    lifted = tvm.transform.Sequential([relax.transform.LiftTransformParams(), relax.get_default_pipeline(target)])
+    _, lineage = relaytrace.build(_lifted_and_folded(), target, pipeline=lifted, model="lifted")
+    checks = lineage.verification.by_layer()
+    assert {o: lineage.journal.explained.get(o) for o in ("c/multiply", "d/exp")} == {
+        "c/multiply": FOLDED, "d/exp": DEAD}
+    assert checks["c"].status == checks["d"].status == VERIFIED
+    moved = set(checks) - {"c", "d"}  # wt, bb, y, z and z's inner add
+    assert {"wt", "bb", "y", "z"} <= moved
+    for layer in moved:
+        assert checks[layer].status == "unverified", (layer, checks[layer])
+        assert any("eliminated by PartitionTransformParams" in r for r in checks[layer].reasons)
+    assert set(lineage.coverage().unverified_layers) == moved

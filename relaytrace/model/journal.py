@@ -70,16 +70,26 @@ def _history(data, where: str) -> dict[str, tuple[Change, ...]]:
 HISTORY = Codec(_history_json, _history)
 
 
+# How the IR bears an elimination out (``Journal.explained``): the op's binding was
+# computed from constants alone (FoldConstant computes it at build time), or nothing the
+# function kept or returned read its value (dead code).
+FOLDED, DEAD = "folded", "dead"
+
+
 @define(frozen=True)
 class Journal:
     """What the passes of a build did, as the tracker followed them: ``events`` (one per
     pass and function, in order), ``history_by_origin`` (origin id -> each pass that
     rewrote its op, with the rule that followed it), ``eliminated_by`` (origin id -> the
-    pass that removed its op: folded, dead code, fused away) and ``degraded`` (why the
-    build could not be followed to its end; empty when it was). Saved as the lineage's
-    ``journal``; the history as one table of distinct changes (``HISTORY``)."""
+    pass that removed its op: folded, dead code, fused away), ``explained`` (origin id
+    -> ``FOLDED`` or ``DEAD``: the eliminations the function before the pass bears out;
+    an eliminated op not here was removed while its value was used, from more than
+    constants) and ``degraded`` (why the build could not be followed to its end; empty
+    when it was). Saved as the lineage's ``journal``; the history as one table of
+    distinct changes (``HISTORY``)."""
 
     events: tuple[PassEvent, ...] = ()
     history_by_origin: dict[str, tuple[Change, ...]] = codec_field(HISTORY, factory=dict)
     eliminated_by: dict[str, str] = field(factory=dict)
     degraded: tuple[str, ...] = ()
+    explained: dict[str, str] = field(factory=dict)

@@ -248,7 +248,8 @@ class Lineage:
             journal=attrs.evolve(
                 journal, events=tuple(e for e in journal.events if e.function in functions),
                 history_by_origin={k: v for k, v in journal.history_by_origin.items() if k in keep},
-                eliminated_by={k: v for k, v in journal.eliminated_by.items() if k in keep}),
+                eliminated_by={k: v for k, v in journal.eliminated_by.items() if k in keep},
+                explained={k: v for k, v in journal.explained.items() if k in keep}),
             verification=verification,
         )
 
@@ -473,6 +474,7 @@ def _check_references(lineage: Lineage, where: str) -> None:
     named += [(f"builtin {b.name!r}", o) for b in lineage.builtins for o in b.origins]
     named += [("journal.history_by_origin", o) for o in lineage.journal.history_by_origin]
     named += [("journal.eliminated_by", o) for o in lineage.journal.eliminated_by]
+    named += [("journal.explained", o) for o in lineage.journal.explained if o not in lineage.journal.eliminated_by]
     named += [(f"origin {o.id!r} serves", s) for o in known.values() for s in o.serves]
     named += [(f"edges[{i}]", o) for i, edge in enumerate(lineage.edges) for o in edge]
     for what, origin in named:

@@ -14,7 +14,8 @@ current one: each a pure function from one version's JSON data to the next's.
   file without them: a kernel's ``dtype`` and ``accumulate``, ``build.policies``
   (``ToMixedPrecision``'s policy per op).
 - ``/5``: ``build.memory``, each entry's memory plan (``model.memory.MemoryPlan``); a
-  /4 file has none, and its memory is unknown."""
+  /4 file has none, and its memory is unknown. Added within /5, read as absent from a
+  file without it: ``journal.explained`` (the eliminations the IR bears out)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ SCHEMA = "relaytrace.lineage/5"
 
 _BUILD = ("model", "target", "pipeline", "entries", "calls", "tuned", "shape_consumers", "kernel_members")
 _JOURNAL = {"events": "events", "history": "history_by_origin", "eliminated": "eliminated_by",
-            "degraded": "degraded"}  # /2 name -> Journal field
+            "degraded": "degraded", "explained": "explained"}  # /2 name -> Journal field
 
 
 def _v1_to_v2(data: dict, where: str) -> dict:

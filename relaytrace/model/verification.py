@@ -183,7 +183,10 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
 def _layer_checks(lineage, checks: list[SiteCheck], program) -> tuple[LayerCheck, ...]:
     """Each layer of op origins: suspect when one of its ops is wrong for its node, a
     node of it has no op or a site running its ops is suspect; unverified when the
-    frontend's table cannot tell one of its ops or a site running them is unverified."""
+    frontend's table cannot tell one of its ops, a site running them is unverified, or
+    a pass eliminated one of them without the IR bearing it out (``Journal.explained``:
+    folded to a constant or dead; an op that runs at a site is not eliminated). A layer
+    is verified only if each of its ops is."""
     status = {c.position: c for c in checks}
     wrong: dict[str, list[str]] = {}
     unknown: dict[str, list[str]] = {}
@@ -201,6 +204,13 @@ def _layer_checks(lineage, checks: list[SiteCheck], program) -> tuple[LayerCheck
         unknown.setdefault(lineage.origins[oid].layer, []).append(why)
     for node in program.missing:
         wrong.setdefault(node.layer, []).append(missing_reason(node))
+    journal = lineage.journal
+    for oid, pass_name in journal.eliminated_by.items():
+        origin = lineage.origins[oid]
+        if origin.kind == OP and oid not in journal.explained:
+            unknown.setdefault(origin.layer, []).append(
+                f"its op {oid} was eliminated by {pass_name}, which neither folded it (its value was made of more "
+                "than constants) nor dropped it as dead code (its value was used), and it runs at no site")
     layers = dict.fromkeys(o.layer for o in lineage.origins.values() if o.kind == OP)
     layers.update(dict.fromkeys(node.layer for node in program.missing))
     out = []

@@ -112,6 +112,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
         history_by_origin={k: tuple(sorted(v) if k in merged else v) for k, v in sorted(history.items())},
         eliminated_by=dict(sorted(eliminated.items())),
         degraded=tuple(degraded),
+        explained={o: how for o, how in sorted(tracker.log.explained.items()) if o in eliminated},
     )
     return Lineage(
         build=build,

@@ -19,20 +19,24 @@ class PassLog:
         self.events: list[PassEvent] = []
         self.changes: dict[int, tuple[Change, ...]] = {}  # token -> its changes, pass by pass
         self.eliminated: dict[str, str] = {}  # origin -> the pass it went away in (the first)
+        self.explained: dict[str, str] = {}  # eliminated origin -> FOLDED or DEAD (``Journal.explained``)
 
-    def eliminate(self, origin_ids: Iterable[str], pass_name: str) -> None:
-        """Record that these origins went away in ``pass_name``; an origin keeps the first
-        pass it went away in."""
+    def eliminate(self, origin_ids: Iterable[str], pass_name: str, explained: dict[str, str] | None = None) -> None:
+        """Record that these origins went away in ``pass_name`` (and how, for those in
+        ``explained``); an origin keeps the first pass it went away in."""
         for oid in origin_ids:
-            self.eliminated.setdefault(oid, pass_name)
+            if oid not in self.eliminated:
+                self.eliminated[oid] = pass_name
+                if explained and oid in explained:
+                    self.explained[oid] = explained[oid]
 
     def record(self, index: int, pass_name: str, fname: str, changes: Changes, minted: Iterable[Origin],
-               eliminated: list[str], merged: list[tuple[str, ...]]) -> None:
+               eliminated: list[str], merged: list[tuple[str, ...]], explained: dict[str, str] | None = None) -> None:
         """One pass over one function: what it wrote (``changes``), the origins made for
-        bindings no rule explains, the origins gone, the tokens new in it that carry
-        several origins (``merged``)."""
+        bindings no rule explains, the origins gone (those the function bears out in
+        ``explained``), the tokens new in it that carry several origins (``merged``)."""
         minted = list(minted)
-        self.eliminate(eliminated, pass_name)
+        self.eliminate(eliminated, pass_name, explained)
         self.events.append(PassEvent(
             index=index, pass_name=pass_name, function=fname,
             rules=tuple(sorted(Counter(change.rule for change in changes).items())),

@@ -14,9 +14,12 @@ what they found (``rules.Found``); the tracker applies it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from attrs import define, field
 
 from ..model import ops
+from ..model.journal import DEAD, FOLDED
 from ..model.origin import Origin
 from . import ir, newops, reader
 from .keys import ValueKeys
@@ -90,6 +93,7 @@ class Walk:
     claimed: set[int] = field(factory=set)  # tokens given to a binding of this walk
     bookkeeping: set[int] = field(factory=set)
     others: dict[str, FunctionState] = field(factory=dict)
+    rebound: dict[int, int] = field(factory=dict)  # var handle -> its token before an identity exception broke it
     changes: Changes = field(factory=list)
     new: list[tuple[int, str]] = field(factory=list)  # (token, callee) no rule explained
     _present: set[int] | None = None
@@ -239,6 +243,7 @@ class Tracker:
             tok = of_handle.get(handle)
             if tok is not None and var_value.get(handle) != d.values[position]:
                 if any(e.breaks(walk, position, handle, tok) for e in self.identity_exceptions):
+                    walk.rebound[handle] = tok
                     del of_handle[handle]
                     self._aliases.discard(handle)
                     tok = self._bind(functions, position, walk)
@@ -380,13 +385,30 @@ class Tracker:
     def _log(self, fname, pass_name, walk: Walk, old, state, minted=()) -> None:
         if self._pass_index == 0:
             return  # the input itself, not a pass
-        eliminated, merged = [], []
+        eliminated, merged, explained = [], [], {}
         if old is None or state.tokens != old.tokens:
             eliminated = sorted(old.origins - state.origins) if old is not None else []
             old_tokens = set(old.tokens) if old is not None else set()
             merged = [self.tokens.origins[tok] for tok in state.tokens
                       if tok not in old_tokens and len(self.tokens.origins[tok]) > 1]
-        self.log.record(self._pass_index, pass_name, fname, walk.changes, minted, eliminated, merged)
+            if eliminated:
+                explained = self._explained(old, state, set(eliminated), walk.rebound)
+        self.log.record(self._pass_index, pass_name, fname, walk.changes, minted, eliminated, merged, explained)
+
+    def _explained(self, old: FunctionState, state: FunctionState, eliminated: set[str],
+                   rebound: dict[int, int]) -> dict[str, str]:
+        """The origins of ``eliminated`` whose every binding the pass removed the
+        function before it (``old``) shows folded or dead (``eliminations``), and how;
+        ``rebound``: the tokens the pass's vars held before an identity exception."""
+        gone = set(old.tokens).difference(state.tokens)
+        token_of = lambda var: rebound.get(var, self.tokens.of(var))  # noqa: E731
+        how = eliminations(_full(old.view, old.func, self.read), token_of, gone, set(state.view.vars))
+        verdicts: dict[str, set[str | None]] = {}
+        for tok, verdict in how.items():
+            for oid in self.tokens.origins[tok]:
+                if oid in eliminated:
+                    verdicts.setdefault(oid, set()).add(verdict)
+        return {oid: sorted(found)[0] for oid, found in verdicts.items() if None not in found}
 
 
 def changed_functions(before: dict, functions: dict) -> tuple[dict, list[str]]:
@@ -395,6 +417,54 @@ def changed_functions(before: dict, functions: dict) -> tuple[dict, list[str]]:
     as the pass before left them."""
     model = ir.model_functions(functions)
     return model, [name for name, func in model.items() if name not in before or not before[name].same_as(func)]
+
+
+def eliminations(d: reader.FunctionView, token_of: Callable[[int], int | None], gone: set[int],
+                 kept: set[int]) -> dict[int, str | None]:
+    """How each token of ``gone`` bound in ``d`` (the whole function as the pass before
+    left it; ``token_of``: a var handle's token there) could go: ``FOLDED`` when its
+    binding is computed from constants alone (every var it reads is bound so too: no
+    parameter, no symbolic dim), ``DEAD`` when neither the function's result nor a
+    binding the pass kept (its var in ``kept``) nor a call writing into an allocation
+    reads it, through other bindings; None when neither: the pass removed a value the
+    function used, made of more than constants. A token bound at several places (an
+    allocation holds its writer's) is judged at its calls: None when one of them is,
+    else the first."""
+    reads: list[tuple[int, ...]] = []
+    constant: set[int] = set()
+    allocations: set[int] = set()
+    for position, var in enumerate(d.vars):
+        made = reader.call(d, position)
+        if made is None:
+            reads.append(_vars_in(reader.value(d, position)))
+        else:
+            reads.append(tuple(a.handle for a in made.atoms if a.kind == VAR))
+            if ops.is_bookkeeping(made.callee):
+                allocations.add(var)
+        if all(v in constant for v in reads[-1]):
+            constant.add(var)
+    out = reader.output(d)
+    live = set(_vars_in(out)) if out is not None else set()
+    for position in reversed(range(len(d.vars))):
+        if d.vars[position] in live or d.vars[position] in kept or not allocations.isdisjoint(reads[position]):
+            live.update(reads[position])
+    found: dict[int, str | None] = {}
+    for var in d.vars:
+        tok = token_of(var)
+        if tok not in gone or var in allocations:
+            continue
+        verdict = FOLDED if var in constant else DEAD if var not in live else None
+        found[tok] = verdict if tok not in found or verdict is None else found[tok]
+    return found
+
+
+def _vars_in(node: reader.Node) -> tuple[int, ...]:
+    """The var handles a non-call value reads (an alias, a tuple's fields, a projection's tuple)."""
+    if node.kind == VAR:
+        return (node.handle,)
+    if node.kind == TUPLE:
+        return tuple(h for f in node.fields for h in _vars_in(f))
+    return _vars_in(node.of) if node.kind == ITEM and node.of is not None else ()
 
 
 def _full(d: reader.FunctionView, func, read) -> reader.FunctionView:
