@@ -19,6 +19,8 @@ from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache, RopeMode, TIRPagedKVCache
 
+from .nn_decoder import Mlp
+
 ParamMode = Literal["packed", "plain"]
 
 
@@ -39,19 +41,6 @@ class LlamaAttention(nn.Module):
         return self.o_proj(op.reshape(out, (batch, seq, self.q_heads * self.head_dim)))
 
 
-class LlamaFFN(nn.Module):
-    """The SiLU-gated MLP: ``gate_up_proj`` to ``2 * inner``, ``down_proj`` back."""
-
-    def __init__(self, hidden: int, inner: int):
-        self.gate_up_proj = nn.Linear(hidden, 2 * inner, bias=False)
-        self.down_proj = nn.Linear(inner, hidden, bias=False)
-
-    def forward(self, x: nn.Tensor) -> nn.Tensor:
-        """``down_proj(silu(gate) * up)``: the shape of ``x``."""
-        gate, up = op.split(self.gate_up_proj(x), 2, axis=-1)
-        return self.down_proj(op.silu(gate) * up)
-
-
 class LlamaDecoderLayer(nn.Module):
     """Pre-norm block: ``input_layernorm`` -> ``self_attn``, ``post_attention_layernorm`` ->
     ``mlp``, each added to its input."""
@@ -60,7 +49,7 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = nn.RMSNorm(hidden, -1, 1e-5, bias=False)
         self.self_attn = LlamaAttention(hidden, q_heads, kv_heads)
         self.post_attention_layernorm = nn.RMSNorm(hidden, -1, 1e-5, bias=False)
-        self.mlp = LlamaFFN(hidden, inner)
+        self.mlp = Mlp(hidden, inner)  # the SiLU-gated MLP, gate_up_proj and down_proj, as MLC-LLM's
 
     def forward(self, x: nn.Tensor, cache: PagedKVCache, layer_id: int) -> nn.Tensor:
         """The block's output: the shape of ``x``."""
