@@ -82,7 +82,8 @@ def test_convs_with_a_bias_before_their_norm_are_not_told_to_fold_and_the_fold_i
 
 
 def test_a_change_measured_inside_the_runs_scatter_is_no_measurable_change(convbns):
-    """The same build profiled twice in one sitting: whatever its medians differ by is noise."""
+    """Two builds with the same kernels (the convs with a bias, plain and with the fold
+    that does not apply) profiled in one sitting: whatever their medians differ by is noise."""
     first, second = convbns[True, False], convbns[True, True]  # their kernels are the same
     measured = Measured(first.profile.e2e_us, second.profile.e2e_us)
     assert abs(measured.saving_us) > 0 and measured.noise_us > 0
