@@ -1,6 +1,9 @@
 """Advice on real builds, and the rebuild that proves it: zoo ResNet-18's batch norms
-run after their convs, folded and measured layer by layer; a ConvNeXt built NHWC, its
-layout transforms gone in the NCHW rebuild; a tuning database that misses kernels."""
+run after their convs, folded and measured layer by layer; convs with a bias add before
+their norm, not told to fold (the fold does not apply to them, and a rebuild with it is
+said not to apply); a change measured inside the runs' scatter is no measurable change;
+a ConvNeXt built NHWC, its layout transforms gone in the NCHW rebuild; a tuning
+database that misses kernels."""
 
 import json
 import subprocess
@@ -12,12 +15,12 @@ import pytest
 import relaytrace
 from relaytrace import zoo
 from relaytrace.analysis import diff as D
-from relaytrace.analysis.advice import FOLD_BATCH_NORM, LAYOUT_NCHW
+from relaytrace.analysis.advice import FOLD_BATCH_NORM, LAYOUT_NCHW, Measured, not_applied
 from relaytrace.analysis.report import make_report
 from relaytrace.build import NHWC
 from relaytrace.frontends.torch import from_torch
 
-from .fixtures.repros import convnext
+from .fixtures.repros import convbn, convnext
 
 
 def _report(model, example, **options):
@@ -54,6 +57,64 @@ def test_batch_norms_after_their_convs_are_found_and_the_folded_rebuild_runs_the
     assert rows["layer1.0.bn1"].absent_b == "fused into layer1.0.conv1"  # its time is the conv's now
 
 
+@pytest.fixture(scope="module")
+def convbns():
+    """The conv -> norm blocks with and without the convs' bias, each built plain and
+    with the fold, profiled: {(bias, fold): report}."""
+    out = {}
+    for bias in (True, False):
+        module, example = convbn(bias)
+        model = from_torch(module, (example,))
+        for fold in (False, True):
+            out[bias, fold] = _report(model, example, fold_batch_norm=fold)
+    return out
+
+
+def test_convs_with_a_bias_before_their_norm_are_not_told_to_fold_and_the_fold_is_said_not_to_apply(convbns):
+    (found,) = [f for f in convbns[False, False].advice if f.rule == "separate-batch-norm"]  # no bias: told
+    assert found.layers == ("1", "4")
+    assert not_applied(found, convbns[False, False].lineage, convbns[False, True].lineage) == ""  # folded
+    assert not [f for f in convbns[True, False].advice if f.rule == "separate-batch-norm"]  # bias: not told
+    kernels = [{s.kernel for s in convbns[True, fold].lineage.call_sites} for fold in (False, True)]
+    assert kernels[0] == kernels[1] == {"fused_conv2d_add", "fused_batch_norm_relu", "fused_conv2d1_add"}
+    assert not_applied(found, convbns[True, False].lineage, convbns[True, True].lineage) == (
+        "the rebuild's kernels are the same as before")  # the same finding there: the rebuild did not apply it
+
+
+def test_a_change_measured_inside_the_runs_scatter_is_no_measurable_change(convbns):
+    """Two builds with the same kernels (the convs with a bias, plain and with the fold
+    that does not apply) profiled in one sitting: whatever their medians differ by is noise."""
+    first, second = convbns[True, False], convbns[True, True]  # their kernels are the same
+    measured = Measured(first.profile.e2e_us, second.profile.e2e_us)
+    assert abs(measured.saving_us) > 0 and measured.noise_us > 0
+    assert measured.verdict().startswith("no measurable change (")
+
+
+@pytest.mark.slow
+def test_advise_verify_checks_the_fold_applied_before_it_says_what_it_measured(tmp_path, capsys):
+    """The convs without a bias: told to fold, and --verify's line says the fold applied
+    (a saving beyond the runs' scatter, or none measurable), never "did not apply"; with
+    a bias: not told, so nothing is rebuilt."""
+    from relaytrace import cli
+
+    factory = tmp_path / "convbn.py"
+    factory.write_text("from tests.fixtures.repros import convbn\n\ndef make(bias):\n    return convbn(bias)\n\n"
+                       "def plain():\n    return make(False)\n\ndef biased():\n    return make(True)\n")
+    for name in ("plain", "biased"):
+        assert cli.main(["--quiet", "profile", f"{factory}:{name}", "--out", str(tmp_path / name)]) == 0
+        capsys.readouterr()
+        assert cli.main(["--quiet", "advise", str(tmp_path / name), "--verify"]) == 0
+        shown = capsys.readouterr().out
+        told = [ln for ln in shown.splitlines() if ln.startswith("separate-batch-norm with fold_batch_norm True")]
+        if name == "biased":
+            assert "[separate-batch-norm]" not in shown and not told
+            continue
+        (line,) = told
+        assert "(each built and profiled now, " in line and "did not apply" not in line
+        assert "): measured saving " in line or "): no measurable change (" in line
+        assert "within the runs' scatter" in line or "beyond the runs' scatter" in line
+
+
 @pytest.mark.slow
 def test_a_convnext_built_nhwc_is_told_its_layout_transforms_and_the_nchw_rebuild_has_none():
     module, example = convnext()
@@ -79,7 +140,8 @@ def test_advise_verify_rebuilds_with_the_change_and_measures_it(tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert "[separate-batch-norm]" in shown.stdout and "--fold-batch-norm" in shown.stdout
     line = next(ln for ln in shown.stdout.splitlines() if ln.startswith("separate-batch-norm with fold_batch_norm"))
-    assert "end to end" in line and "measured saving" in line and "(estimated" in line
+    assert "end to end" in line and "(estimated" in line and "did not apply" not in line
+    assert "measured saving" in line or "no measurable change" in line
     assert "not verified" not in shown.stdout  # the rebuild's every site verified
     assert json.loads((tmp_path / "run" / "run.json").read_text())["fold_batch_norm"] is False  # DIR untouched
 

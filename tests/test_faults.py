@@ -486,15 +486,71 @@ def make():
 
 def test_tvms_own_codegen_failure_names_the_primfunc_its_layer_and_plain_tvm_compile(tmp_path):
     """LLVM code generation rejects the bool add of a bool cumsum. The line names the
-    PrimFunc (found by building each alone), the layer whose op it holds, and says
+    PrimFunc (found by building each alone), the layer whose op it holds and the line
+    of the model that made it, says the known limitation and its way out, and that
     plain tvm.compile fails the same way (run again to know)."""
     (tmp_path / "counted.py").write_text(BOOL_CUMSUM)
+    line = 1 + BOOL_CUMSUM.splitlines().index("        return self.fc(x) + torch.cumsum(x > 0, dim=-1)")
     last = _refused(["--quiet", "profile", f"{tmp_path / 'counted.py'}:make", "--out", tmp_path / "out"], 1,
                     "relaytrace: error: TVM's code generation failed on PrimFunc cumsum, which holds ops of layer "
-                    "cumsum: InternalError: Check failed: (t.MatchesCode(DLDataTypeCode::kDLFloat)); plain "
-                    "tvm.compile fails the same way")
+                    f"cumsum (made at {tmp_path / 'counted.py'}:{line}): InternalError: Check failed: "
+                    "(t.MatchesCode(DLDataTypeCode::kDLFloat)); a known TVM limitation: LLVM cannot compile a cumsum "
+                    "over booleans; to build: cast them to int32 before the cumsum; ")
+    assert last.endswith("; plain tvm.compile fails the same way: TVM's own failure, not relaytrace's")
     assert "fc" not in last.split("failed on")[1].split(":")[0]  # the Linear's kernel builds
     assert not (tmp_path / "out").exists()
+
+
+def test_an_op_left_unlowered_is_named_with_its_layer_its_line_and_the_way_out():
+    """A UNet built NHWC: LegalizeOps leaves its ConvTranspose2d (layer ``up``) a Relax
+    op, and the VM's code generation cannot emit it; TVM names neither op nor layer."""
+    import inspect
+
+    import relaytrace
+    from relaytrace.build import NHWC
+    from relaytrace.diagnosis import BuildFailedError
+    from relaytrace.frontends.torch import from_torch
+
+    from .fixtures import repros
+
+    module, example = repros.unet()
+    with pytest.raises(BuildFailedError) as caught:
+        relaytrace.build(from_torch(module, (example,)), "llvm", convert_layout=NHWC)
+    failure = caught.value.failure
+    lines, first = inspect.getsourcelines(repros.SmallUNet.forward)
+    made = f"{repros.__file__}:{first + next(i for i, ln in enumerate(lines) if 'self.up(' in ln)}"
+    assert (failure.unlowered, failure.layers, failure.sources) == (("conv2d_transpose",), ("up",), (made,))
+    assert str(caught.value).startswith(
+        f"TVM's code generation failed on op conv2d_transpose, left unlowered, which holds ops of layer up (made at "
+        f"{made}): InternalError: CodeGenVM cannot emit this Relax operator directly.")
+    assert ("; a known TVM limitation: LegalizeOps does not lower conv2d_transpose in NHWC and leaves it to the VM; "
+            "to build: leave the layout NCHW (build without --layout NHWC); plain tvm.compile fails the same way"
+            in str(caught.value))
+    relaytrace.build(from_torch(module, (example,)), "llvm")  # the way out: NCHW builds
+
+
+@pytest.mark.slow
+def test_mistral_with_transformers_default_mask_is_told_its_mask_line_and_the_4d_float_mask():
+    """transformers' own mask code (a bool cumsum) fails TVM's code generation; the line
+    names modeling_mistral.py's line that called it and the 4-D float mask, which builds."""
+    import relaytrace
+    from relaytrace.diagnosis import BuildFailedError
+    from relaytrace.frontends.torch import from_torch
+
+    from .fixtures import hf_models
+
+    module, ids = hf_models.mistral(default_mask=True)
+    with pytest.raises(BuildFailedError) as caught:
+        relaytrace.build(from_torch(module, (ids,)), "llvm")
+    failure = caught.value.failure
+    assert failure.primfuncs == ("cumsum",) and failure.limitation.op == "cumsum"
+    (source,) = failure.sources
+    assert source.startswith("transformers/models/mistral/modeling_mistral.py:")
+    assert f"which holds ops of layer model (made at {source}): " in str(caught.value)
+    assert "pass the model a 4-D float attention mask" in str(caught.value)
+    module, ids = hf_models.mistral()  # given that mask, it builds
+    _, lineage = relaytrace.build(from_torch(module, (ids,)), "llvm")
+    assert lineage.coverage().verified_sites == lineage.coverage().call_sites
 
 
 def test_tvms_own_pass_failure_names_the_pass_and_the_api_keeps_tvms_error():

@@ -7,13 +7,23 @@ that makes it, and, where relaytrace can make it itself, the name of the rebuild
 (``Change.rebuild``: ``commands.advise`` rebuilds with it alone, profiles it as the
 original was and diffs the two layer by layer, so the advice is measured, not trusted).
 
-Adding a rule: a class with a ``name`` and ``find(report) -> tuple[Finding, ...]``,
-listed in ``RULES``, with a test that fires on a hand-built report and one that stays
-silent on a clean one (``tests/pure/test_advice.py``). Pure: no TVM.
+A rule fires only where its change applies (a conv whose bias add stands between it
+and its norm is not told to fold: ``FoldBatchnormToConv2D`` does not match that form),
+for the build's target (CUDA graphs only on CUDA), and its saving counts only what the
+change removes. A rebuild is first checked to have applied where the finding said
+(``not_applied``: the rule's ``left``), and a measured difference is a saving only
+outside the runs' own scatter, measured in the same sitting (``Measured``).
+
+Adding a rule: a class with a ``name``, ``find(report) -> tuple[Finding, ...]`` and
+``left(finding, after) -> str``, listed in ``RULES``, with a test that fires on a
+hand-built report and one that stays silent on a clean one
+(``tests/pure/test_advice.py``). Pure: no TVM.
 """
 
 from __future__ import annotations
 
+import json
+import statistics
 from collections import defaultdict
 from typing import Protocol
 
@@ -64,12 +74,21 @@ class Rule(Protocol):
     def find(self, report) -> tuple[Finding, ...]:
         ...
 
+    def left(self, finding: Finding, before, after) -> str:
+        """What of ``finding`` the rebuild with its change (``after``, a Lineage; ``before``
+        the build as it was) still has, in words; "" when the change took it away (or
+        relaytrace makes no rebuild for it)."""
+        ...
+
 
 class SeparateBatchNorm:
-    """A batch norm run as its own kernel right after the conv that feeds it (Relax's
-    default CPU pipeline does not fuse them): folding the norm into the conv's weights
-    and bias (``relax.transform.FoldBatchnormToConv2D``) leaves the conv with a bias add
-    in its epilogue, and the norm's kernel goes. Saving: the norm kernels' time."""
+    """A batch norm run as its own kernel right after a kernel that is only a conv
+    (Relax's default CPU pipeline does not fuse them): folding the norm into the conv's
+    weights and bias (``relax.transform.FoldBatchnormToConv2D``) leaves the conv with a
+    bias add in its epilogue, and the norm's kernel goes. A conv whose kernel computes
+    more (its own bias add: conv → add → norm) is not told: the pass matches only
+    conv2d → batch_norm, and the rebuild would be the same. Saving: the norm kernels'
+    time."""
 
     name = "separate-batch-norm"
 
@@ -85,7 +104,7 @@ class SeparateBatchNorm:
             if "batch_norm" not in ops or "conv2d" in ops:
                 continue
             producers = [by_position[p] for p in feeds[site.position] if p in by_position]
-            if any(_has_op(lineage, p, "conv2d") for p in producers):
+            if any(_only_conv(lineage, p) for p in producers):
                 norms.append(site)
         if not norms:
             return ()
@@ -103,6 +122,13 @@ class SeparateBatchNorm:
             us, Change("fold each batch norm into the conv before it",
                        "relax.transform.FoldBatchnormToConv2D() before the pipeline (relaytrace: --fold-batch-norm)",
                        FOLD_BATCH_NORM)),)
+
+    def left(self, finding: Finding, before, after) -> str:
+        """The finding's norms still in a kernel without a conv."""
+        alone = dict.fromkeys(after.origins[o].layer for s in after.call_sites if not _has_op(after, s, "conv2d")
+                              for o in s.origin_ids if after.origins[o].short_op == "batch_norm"
+                              and after.origins[o].layer in finding.layers)
+        return f"batch norm(s) {', '.join(list(alone)[:3])} still run without their conv" if alone else ""
 
 
 class InsertedOverhead:
@@ -155,6 +181,14 @@ class InsertedOverhead:
                 spent, change))
         return tuple(out)
 
+    def left(self, finding: Finding, before, after) -> str:
+        """Sites of the rebuild still running ops the finding's pass inserted."""
+        pass_name = next((p for p, change in self.CHANGES.items() if change == finding.change), "")
+        sites = [s.label for s in after.call_sites
+                 if any(after.origins[o].kind == INSERTED and after.origins[o].pass_name == pass_name
+                        for o in s.origin_ids)]
+        return f"{len(sites)} call site(s) still run ops {pass_name} inserted" if sites else ""
+
 
 class UntunedKernels:
     """In a build that applied a tuning database, the kernels it had no record of run
@@ -182,11 +216,16 @@ class UntunedKernels:
             tuple(f"{k.name}: {k.us / 1e3:.3f} ms ({k.percent:.1f}%), {k.count} call(s)" for k in rows[:5]),
             0.0, Change("tune these tasks into the database", "relaytrace tasks DIR --tune N --db DIR")),)
 
+    def left(self, finding: Finding, before, after) -> str:
+        """Tuning is not rebuilt: nothing to check."""
+        return ""
+
 
 class FarBelowRoofline:
     """Layers that run far below their roofline bound (under ``FAR_BELOW`` efficiency)
-    and spend a share of the time above it: their schedule holds them back. Saving: the
-    time above the bound (an upper bound: no schedule reaches the roof)."""
+    and spend a share of the time above it: their schedule holds them back; on a CPU
+    (an ``llvm`` target) the build is also told to use the CPU's own instructions.
+    Saving: the time above the bound (an upper bound: no schedule reaches the roof)."""
 
     name = "far-below-roofline"
 
@@ -198,20 +237,28 @@ class FarBelowRoofline:
         if not slow:
             return ()
         wasted = sum(r.wasted_us for r in slow)
+        cpu = _target_kind(report.lineage.build.target) == "llvm"
         return (Finding(
             self.name, f"{len(slow)} layer(s) under {FAR_BELOW:.0%} of their roofline bound",
             tuple(r.name for r in slow), (),
             tuple(f"{r.name}: {r.efficiency:.1%} efficient, {r.bound_by}-bound, {r.wasted_us / 1e3:.3f} ms above "
                   "the bound" for r in slow[:5]),
             wasted, Change("schedule these kernels (tune them), and build for this CPU's instructions",
-                           "relaytrace tasks DIR --tune N --db DIR; --target with -mcpu (see the GENERIC CODE line)")),)
+                           "relaytrace tasks DIR --tune N --db DIR; --target with -mcpu (see the GENERIC CODE line)")
+            if cpu else Change("schedule these kernels (tune them)", "relaytrace tasks DIR --tune N --db DIR")),)
+
+    def left(self, finding: Finding, before, after) -> str:
+        """Tuning is not rebuilt: nothing to check."""
+        return ""
 
 
 class VmOverhead:
-    """Many tiny kernel calls and the VM's dispatch between them: the time outside the
-    kernels (builtins and the gap) and the calls under ``TINY_US``. An unfused build is
-    told to fuse (relaytrace rebuilds it fused); a fused one is told where its calls go.
-    Saving: the gap and the tiny calls' time (an upper bound)."""
+    """Many tiny kernel calls and the VM's dispatch between them, where a change takes
+    that dispatch away: an unfused build is told to fuse (relaytrace rebuilds it fused),
+    a fused CUDA build to capture its calls in a CUDA graph; a fused build for another
+    target is told nothing (no change of its build removes the calls). Saving: the
+    dispatch gap (the time outside kernels and VM builtins; an upper bound): the tiny
+    kernels' own compute and the builtins stay whatever the change."""
 
     name = "vm-overhead"
 
@@ -219,23 +266,32 @@ class VmOverhead:
         profile = report.profile
         tiny = [label for label, us in report.site_us.items() if us < TINY_US]
         tiny_us = sum(report.site_us[label] for label in tiny)
-        outside = max(profile.gap_us, 0.0) + profile.builtin_us
-        spent = outside + tiny_us
-        if spent < 0.1 * _e2e(report) or len(tiny) < 10:
+        gap = max(profile.gap_us, 0.0)
+        if gap < 0.1 * _e2e(report) or len(tiny) < 10:
             return ()
-        fused = report.lineage.build.pipeline.startswith("fused")
-        change = (Change("fewer, larger calls: move shape work off the VM, or batch more work per call",
-                         "relax.transform.FuseOps / FuseTIR already ran; consider a larger batch or CUDA graphs "
-                         "(relax.transform.RewriteCUDAGraph) on a GPU") if fused
-                  else Change("fuse the ops into fewer kernels", "relax.get_default_pipeline (relaytrace: "
-                              "--pipeline fused)", FUSED))
+        build = report.lineage.build
+        kind = _target_kind(build.target)
+        if not build.pipeline.startswith("fused"):
+            change = Change("fuse the ops into fewer kernels", "relax.get_default_pipeline (relaytrace: "
+                            "--pipeline fused)", FUSED)
+        elif kind == "cuda":
+            change = Change("capture the kernel launches in CUDA graphs",
+                            "relax.transform.RewriteCUDAGraph (PassContext config relax.backend.use_cuda_graph=True)")
+        else:
+            return ()
         return (Finding(
-            self.name, f"{len(tiny)} kernel calls under {TINY_US:g} µs and {outside / 1e3:.3f} ms outside kernels",
+            self.name, f"{len(tiny)} kernel calls under {TINY_US:g} µs and a {gap / 1e3:.3f} ms dispatch gap",
             (), tuple(tiny),
-            (f"VM builtins {profile.builtin_us / 1e3:.3f} ms and dispatch gap {max(profile.gap_us, 0) / 1e3:.3f} ms "
-             f"per run; {len(tiny)} calls under {TINY_US:g} µs take {tiny_us / 1e3:.3f} ms: together "
-             f"{100 * spent / _e2e(report):.1f}% of the end-to-end time",),
-            spent, change),)
+            (f"dispatch gap {gap / 1e3:.3f} ms per run ({100 * gap / _e2e(report):.1f}% of the end-to-end time), "
+             f"VM builtins {profile.builtin_us / 1e3:.3f} ms; {len(tiny)} calls under {TINY_US:g} µs take "
+             f"{tiny_us / 1e3:.3f} ms of their own compute, which the change keeps",
+             f"the change is for this build's target ({kind or build.target})"),
+            gap, change),)
+
+    def left(self, finding: Finding, before, after) -> str:
+        """The rebuild makes no fewer kernel calls than the build as it was."""
+        return (f"{len(after.call_sites)} kernel calls, no fewer than before ({len(before.call_sites)})"
+                if len(after.call_sites) >= len(before.call_sites) else "")
 
 
 RULES: tuple[Rule, ...] = (SeparateBatchNorm(), InsertedOverhead(), UntunedKernels(), FarBelowRoofline(),
@@ -248,8 +304,72 @@ def advise(report, rules: tuple[Rule, ...] = RULES) -> tuple[Finding, ...]:
     return tuple(sorted(found, key=lambda f: -f.saving_us))
 
 
+@define(frozen=True)
+class Measured:
+    """A change measured in one sitting: the end-to-end runs of the build as it was
+    (``before_us``) and of the rebuild with the change (``after_us``), both made now,
+    and ``not_applied`` ("" when the change applied where its finding said, else why
+    not: ``not_applied``)."""
+
+    before_us: tuple[float, ...]
+    after_us: tuple[float, ...]
+    not_applied: str = ""
+
+    @property
+    def noise_us(self) -> float:
+        """The runs' own scatter: each side's max - min, added (as ``diff`` takes a layer's)."""
+        return sum(max(runs) - min(runs) for runs in (self.before_us, self.after_us) if runs)
+
+    @property
+    def saving_us(self) -> float:
+        """Before's median minus after's: positive when the change made it faster."""
+        return statistics.median(self.before_us) - statistics.median(self.after_us)
+
+    def verdict(self) -> str:
+        """In words: "did not apply: WHY", "no measurable change" (the difference within
+        the noise), or the measured saving (or slowdown) beside the noise."""
+        if self.not_applied:
+            return f"did not apply: {self.not_applied}, so it saves nothing"
+        noise = f"the runs' scatter {self.noise_us / 1e3:.3f} ms"
+        if abs(self.saving_us) <= self.noise_us:
+            return f"no measurable change ({self.saving_us / 1e3:+.3f} ms, within {noise})"
+        if self.saving_us > 0:
+            return f"measured saving {self.saving_us / 1e3:.3f} ms (beyond {noise})"
+        return f"measured slowdown {-self.saving_us / 1e3:.3f} ms (beyond {noise})"
+
+
+def not_applied(finding: Finding, before, after, rules: tuple[Rule, ...] = RULES) -> str:
+    """Why ``finding``'s change did not apply in the rebuild ``after`` (a Lineage; ``before``:
+    the build as it was, rebuilt in the same sitting): its kernels are the same (each call
+    site its kernel and origins), or what of the finding it still has (the rule's ``left``);
+    "" when it applied."""
+    if _kernels(before) == _kernels(after):
+        return "the rebuild's kernels are the same as before"
+    rule = next((r for r in rules if r.name == finding.rule), None)
+    return rule.left(finding, before, after) if rule is not None else ""
+
+
+def _kernels(lineage) -> list:
+    return sorted((s.kernel, s.call, tuple(sorted(s.origin_ids))) for s in lineage.call_sites)
+
+
+def _target_kind(target: str) -> str:
+    """A target's kind ("llvm", "cuda") from its text: TVM's JSON or its command-line form."""
+    try:
+        return str(json.loads(target).get("kind", ""))
+    except (ValueError, AttributeError):
+        return target.split(maxsplit=1)[0] if target.strip() else ""
+
+
 def _has_op(lineage, site, op: str) -> bool:
     return any(lineage.origins[o].short_op == op for o in site.origin_ids if o in lineage.origins)
+
+
+def _only_conv(lineage, site) -> bool:
+    """Whether the model's ops ``site`` runs are convs alone (ops a pass inserted aside)."""
+    ops = [lineage.origins[o].short_op for o in site.origin_ids
+           if o in lineage.origins and lineage.origins[o].kind == OP]
+    return bool(ops) and set(ops) == {"conv2d"}
 
 
 def _e2e(report) -> float:

@@ -100,15 +100,23 @@ def _verify(args, report) -> None:
 
 
 def _measured_change(args, finding, change: str, base, changed) -> None:
-    """What one change did: end to end, its finding's layers, the layers that changed most."""
+    """What one change did: first whether it applied where its finding said
+    (``advice.not_applied``), then end to end, as a saving only beyond the runs' scatter
+    (``advice.Measured``), its finding's layers and the layers that changed most."""
     from ..analysis import diff as D
+    from ..analysis.advice import Measured, not_applied
     from ..render.table import format_table
 
     (lineage_a, profile_a), (lineage_b, profile_b) = base, changed
-    rows = D.compare(lineage_a, profile_a, lineage_b, profile_b)
+    measured = Measured(profile_a.e2e_us, profile_b.e2e_us, not_applied(finding, lineage_a, lineage_b))
     a_ms, b_ms = profile_a.e2e_median_us / 1e3, profile_b.e2e_median_us / 1e3
-    echo(f"{finding.rule} with {change}: end to end {a_ms:.3f} -> {b_ms:.3f} ms (each built and profiled now), "
-         f"measured saving {a_ms - b_ms:.3f} ms (estimated {finding.saving_us / 1e3:.3f} ms)")
+    echo(f"{finding.rule} with {change}: end to end {a_ms:.3f} -> {b_ms:.3f} ms (each built and profiled now, "
+         f"{len(profile_a.e2e_us)} and {len(profile_b.e2e_us)} runs): {measured.verdict()} "
+         f"(estimated {finding.saving_us / 1e3:.3f} ms)")
+    if measured.not_applied:
+        echo()
+        return
+    rows = D.compare(lineage_a, profile_a, lineage_b, profile_b)
     named = [r for r in rows if r.layer in set(finding.layers)]
     if named:
         inside = sum(r.b_us is None and r.absent_b.startswith("fused into") for r in named)

@@ -19,7 +19,7 @@ from ..model.frontend import Program
 from ..model.journal import Journal
 from ..model.lineage import Lineage
 from ..model.ops import is_shape_computation
-from ..model.origin import INSERTED, OP
+from ..model.origin import INSERTED, OP, Origin
 from ..model.verification import verify
 from ..model.work import library_work
 from . import ir, reader
@@ -84,23 +84,22 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
                    program=program)
 
 
-def layers_of_callees(recording: Recording, layer_of: LayerNamer | None = None) -> dict[str, tuple[str, ...]]:
+def origins_of_callees(recording: Recording, layer_of: LayerNamer | None = None) -> dict[str, tuple[Origin, ...]]:
     """For a build that stopped (a pass or code generation failed): each callee (a
     PrimFunc, an op) of the Relax functions as the last recorded pass left them -> the
-    layers of the bindings calling it, in order. Raises what tracking raises."""
+    origins of the bindings calling it, in order. Raises what tracking raises."""
     tracker = Tracker(assign_origins(recording.input, layer_of, reader.read))
     tracker.start(recording.input)
     for record in recording.passes:
         tracker.observe(record.functions, record.pass_name)
-    layers: dict[str, dict[str, None]] = {}
+    found: dict[str, dict[str, None]] = {}
     for func in ir.model_functions(tracker.last_functions).values():
         d = reader.read(func)
         for position, handle in enumerate(d.vars):
             callee, tok = reader.callee_of(d, position), tracker.tokens.of(handle)
             if callee is not None and tok is not None:
-                found = layers.setdefault(callee, {})
-                found.update(dict.fromkeys(tracker.origins[o].layer for o in tracker.tokens.origins[tok]))
-    return {callee: tuple(found) for callee, found in layers.items()}
+                found.setdefault(callee, {}).update(dict.fromkeys(sorted(tracker.tokens.origins[tok])))
+    return {callee: tuple(tracker.origins[o] for o in ids) for callee, ids in found.items()}
 
 
 def _work(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict:

@@ -15,8 +15,9 @@ from .test_by_hand import lineage, profile
 from .test_roofline import measured, worked
 
 
-def _timed(sites, us: dict, origins, e2e: float, pipeline="fused", tuned=(), edges=(), builtin_us=0.0):
-    build = BuildFacts("hand", "llvm", pipeline, entries={"main": (("x", (1,), "float32"),)}, tuned=tuned)
+def _timed(sites, us: dict, origins, e2e: float, pipeline="fused", tuned=(), edges=(), builtin_us=0.0,
+           target="llvm"):
+    build = BuildFacts("hand", target, pipeline, entries={"main": (("x", (1,), "float32"),)}, tuned=tuned)
     lin = Lineage(build, origins, {k: tuple(s for s in sites if s.kernel == k) for k in {s.kernel for s in sites}},
                   site_edges=edges)
     records = [CallRecord(s.kernel, s.call, 0, 0.0, us[s.label], KERNEL) for s in sites]
@@ -40,6 +41,17 @@ def test_a_batch_norm_after_its_conv_is_told_to_fold_and_one_fused_with_it_is_no
     assert A.SeparateBatchNorm().find(_timed(fused, {"fused_conv2d_batch_norm#0": 1000.0}, CONV_BN, 1000.0)) == ()
     unfed = _timed(sites, {"conv2d#0": 900.0, "fused_batch_norm#0": 100.0}, CONV_BN, 1000.0)  # no data flow between
     assert A.SeparateBatchNorm().find(unfed) == ()
+
+
+def test_a_batch_norm_after_a_convs_bias_add_is_not_told_to_fold_which_would_not_match():
+    """conv -> add (the conv's bias) -> batch_norm: FoldBatchnormToConv2D matches conv2d ->
+    batch_norm only, so the fold would leave the build as it was."""
+    origins = {**CONV_BN, "a": Origin("a", "conv1", "relax.add", "main", 2)}
+    sites = (CallSite("fused_conv2d_add", 0, 0, (Role("c", "anchor"), Role("a", "fused"))),
+             CallSite("fused_batch_norm", 0, 1, (Role("b", "anchor"),)))
+    report = _timed(sites, {"fused_conv2d_add#0": 900.0, "fused_batch_norm#0": 100.0}, origins, 1000.0,
+                    edges=((0, 1),))
+    assert A.SeparateBatchNorm().find(report) == ()
 
 
 def test_inserted_layout_transforms_are_billed_to_their_pass_with_the_layers_that_caused_them():
@@ -69,16 +81,46 @@ def test_layers_far_below_their_roofline_are_told_to_tune_and_none_without_peaks
     assert A.FarBelowRoofline().find(make_report(worked(), measured(None))) == ()
 
 
-def test_many_tiny_calls_of_an_unfused_build_are_told_to_fuse():
+def test_many_tiny_calls_are_told_to_fuse_or_graph_for_the_target_saving_only_the_dispatch_gap():
     origins = {f"o{i}": Origin(f"o{i}", f"l{i}", "relax.add", "main", i) for i in range(12)}
     sites = tuple(CallSite(f"add{i}", 0, i, (Role(f"o{i}", "anchor"),)) for i in range(12))
     us = {s.label: 2.0 for s in sites}
     unfused = _timed(sites, us, origins, 100.0, pipeline="unfused", builtin_us=30.0)
     (found,) = A.VmOverhead().find(unfused)
     assert len(found.sites) == 12 and found.change.rebuild == A.FUSED
-    assert found.saving_us == 100.0  # the dispatch gap (46 us), the builtins (30) and the tiny calls (24)
+    assert found.saving_us == 46.0  # the dispatch gap: the builtins (30) and the tiny calls' compute (24) stay
+    assert "take 0.024 ms of their own compute, which the change keeps" in found.evidence[0]
+    assert A.VmOverhead().find(_timed(sites, us, origins, 100.0, builtin_us=30.0)) == ()  # fused, on a CPU: no change
+    cuda = _timed(sites, us, origins, 100.0, builtin_us=30.0, target='{"kind":"cuda","keys":["cuda","gpu"]}')
+    (graphed,) = A.VmOverhead().find(cuda)
+    assert "RewriteCUDAGraph" in graphed.change.how and graphed.saving_us == 46.0 and "(cuda)" in graphed.evidence[1]
     big = _timed(sites, {s.label: 50.0 for s in sites}, origins, 610.0, pipeline="unfused")
     assert A.VmOverhead().find(big) == ()
+
+
+def test_a_measured_difference_is_a_saving_only_beyond_the_runs_scatter_and_never_when_not_applied():
+    assert A.Measured((100.0, 102.0, 104.0), (99.0, 101.0, 103.0)).verdict() == (
+        "no measurable change (+0.001 ms, within the runs' scatter 0.008 ms)")
+    assert A.Measured((100.0, 102.0, 104.0), (50.0, 51.0, 53.0)).verdict() == (
+        "measured saving 0.051 ms (beyond the runs' scatter 0.007 ms)")
+    assert A.Measured((100.0, 102.0, 104.0), (150.0, 151.0, 152.0)).verdict().startswith("measured slowdown 0.049 ms")
+    assert A.Measured((100.0, 102.0, 104.0), (50.0, 51.0, 53.0), "the rebuild's kernels are the same").verdict() == (
+        "did not apply: the rebuild's kernels are the same, so it saves nothing")
+
+
+def test_a_change_applied_only_where_the_rebuild_moved_the_findings_ops():
+    sites = (CallSite("conv2d", 0, 0, (Role("c", "anchor"),)),
+             CallSite("fused_batch_norm", 0, 1, (Role("b", "anchor"),)))
+    report = _timed(sites, {"conv2d#0": 900.0, "fused_batch_norm#0": 100.0}, CONV_BN, 1000.0, edges=((0, 1),))
+    (found,) = A.SeparateBatchNorm().find(report)
+    before = report.lineage
+    assert A.not_applied(found, before, before) == "the rebuild's kernels are the same as before"
+    folded = (CallSite("fused_conv2d_add", 0, 0, (Role("c", "anchor"), Role("b", "fused"))),)
+    after = _timed(folded, {"fused_conv2d_add#0": 900.0}, CONV_BN, 900.0).lineage
+    assert A.not_applied(found, before, after) == ""
+    renamed = tuple(attrs.evolve(s, kernel=s.kernel + "_1") for s in sites)  # other kernels, the norm still alone
+    moved = _timed(renamed, {"conv2d_1#0": 900.0, "fused_batch_norm_1#0": 100.0}, CONV_BN, 1000.0).lineage
+    assert A.not_applied(found, before, moved) == "batch norm(s) bn1 still run without their conv"
 
 
 def test_the_report_lists_every_rules_findings_largest_saving_first():
