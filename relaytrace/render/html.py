@@ -128,7 +128,8 @@ def _precision(precision) -> dict:
 def _roofline(roofline) -> dict:
     """The peaks (None without; ``gflops`` as ``[dtype, GFLOP/s]`` pairs) and each
     layer's roofline figures, for the chart, its table and the layer pane (a figure not
-    known is null)."""
+    known is null): executed GFLOP (the TIR's) beside useful GFLOP (what its own ops
+    ask), the rates of each, why the executed exceed the useful (``excess``)."""
     peaks = roofline.peaks
 
     def ms(us):
@@ -140,6 +141,8 @@ def _roofline(roofline) -> dict:
         "layers": [{"layer": r.name, "ms": r.us / 1e3, "wasted_ms": ms(r.wasted_us), "bound_ms": ms(r.bound_us),
                     "efficiency": None if r.efficiency is None else 100 * r.efficiency, "bound_by": r.bound_by or "",
                     "gflop": None if r.flops is None else r.flops / 1e9, "gflops_s": r.gflops_s,
+                    "useful_gflop": None if r.useful is None else r.useful / 1e9, "model_gflops_s": r.model_gflops_s,
+                    "excess": "; ".join(r.excess),
                     "gbytes_s": r.gbytes_s, "intensity": r.intensity, "notes": "; ".join(r.notes), "dtype": r.dtype}
                    for r in roofline.layers],
     }
@@ -378,6 +381,8 @@ def html_report(report, comparison=None) -> str:
 Drag to pan, wheel to zoom, click a node for its details. The search also filters the tables.</p>
 <svg id="graph" class="graph"></svg>
 <h2>Roofline</h2><p id="peaks"></p>
+<p>Time, bytes and bound as the {policy} policy bills them; GFLOP: executed, as the kernels' TIR counts them;
+useful GFLOP: what each layer's own ops ask; model GFLOP/s: useful over time.</p>
 <p>Each layer at its arithmetic intensity (FLOPs per byte of its kernels' arguments) and achieved GFLOP/s,
 both axes logarithmic; the lines are the ceilings: memory bandwidth (sloped) and peak compute (flat).
 Area: the layer's time; blue: compute-bound, orange: memory-bound (by its bound), grey: no bound. Far below a
