@@ -133,7 +133,7 @@ def test_the_estimate_bounds_library_calls_by_their_ops_work(mlp):
 
     lineage = mlp[2]
     report = make_report(lineage, estimated_profile(lineage, given(1000.0, 100.0)))
-    for layer, (m, n, k, relu) in LINEARS.items():
+    for layer, (m, n, k, _) in LINEARS.items():
         roof = report.roofline.layer(layer)
         assert roof.flops == 2 * m * n * k + m * n  # its own ops' (a relu in its call is the act layer's)
         assert roof.us == pytest.approx(roof.bound_us) and roof.us > 0
@@ -154,7 +154,7 @@ def test_a_cuda_build_offloading_to_the_codegen_is_traced_and_estimated():
     assert lineage.coverage().complete and lineage.verification.ok and lineage.eliminated() == {}
     assert {layer: lineage.kernels_of(layer)[0].library for layer in LINEARS} == dict.fromkeys(LINEARS, "cublas")
     report = make_report(lineage, estimated_profile(lineage, named("nvidia-a100-sxm4-80gb")))
-    for layer, (m, n, k, relu) in LINEARS.items():
+    for layer, (m, n, k, _) in LINEARS.items():
         assert report.roofline.layer(layer).flops == 2 * m * n * k + m * n  # its own ops', the relu the act layer's
 
 
