@@ -125,7 +125,9 @@ def test_the_figures_and_the_policy_are_in_the_csv_the_table_and_the_cli(run, re
     html = tmp_path / "report.html"
     assert cli.main(["--quiet", "render", str(tmp_path / "out"), "--format", "html", "--policy", "split",
                      "--out", str(html)]) == 0
-    assert "attribution policy split" in html.read_text() and "split policy bills" in html.read_text()
+    page = html.read_text()
+    assert "attribution policy split" in page and "split policy bills" in page and "useful_gflop" in page
+    assert "4,210,688 FLOPs executed, 1,064,960 useful (3.95x: zeros from dilation" in page  # up's first call site
     parser = cli.build_parser()
     for command in (["profile", "m.py:f", "--out", "d"], ["estimate", "m.py:f"], ["render", "d"]):
         assert parser.parse_args([*command, "--policy", "split"]).policy == "split"

@@ -149,8 +149,10 @@ def _roofline(roofline) -> dict:
 
 
 def _sites(report) -> list[dict]:
-    """Every kernel call site in run order, with its time over runs and what it runs."""
-    lineage, profile = report.lineage, report.profile
+    """Every kernel call site in run order, with its time over runs, what it runs and its
+    work (``work``: executed and useful FLOPs and why the one exceeds the other, empty
+    when not counted)."""
+    lineage, profile, roofs = report.lineage, report.profile, report.roofline.sites
     times = profile.site_times(KERNEL)
     starts = {profile.key(r): r.start_us for r in profile.records if r.run == 0 and r.kind == KERNEL}
     checks = lineage.site_checks()
@@ -169,9 +171,18 @@ def _sites(report) -> list[dict]:
             "reasons": "; ".join(checks[s.position].reasons),
             "category": "compute" if OP in kinds else "inserted" if INSERTED in kinds else "unresolved",
             "shapes": ", ".join(f"{d}{list(sh)}" for sh, d in zip(arg.shapes, arg.dtypes)) if arg else "",
+            "work": _site_work(roofs.get(s.key)),
         })
     cache = _cache_sites(report)
     return sorted(out + cache, key=lambda site: site["start_us"]) if cache else out
+
+
+def _site_work(roof) -> str:
+    """A site's executed and useful FLOPs in words (empty when its FLOPs are not counted)."""
+    if roof is None or roof.flops is None or roof.useful is None:
+        return ""
+    return f"{roof.flops:,.0f} FLOPs executed, {roof.useful:,.0f} useful" + (
+        f" ({roof.executed_ratio:.2f}x: {'; '.join(roof.excess)})" if roof.excess else "")
 
 
 def _cache_sites(report) -> list[dict]:

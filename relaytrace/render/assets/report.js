@@ -385,7 +385,8 @@ function showSite(label){
   document.querySelectorAll('.timeline rect').forEach(r => r.classList.toggle('picked', r.dataset.site === label));
   detail(`call site ${label}`, [
     h('p', null, `kernel ${s.kernel}: median ${s.us.toFixed(1)} us (min ${s.min_us.toFixed(1)}, max ${s.max_us.toFixed(1)})`,
-      h('br'), `arguments: ${s.shapes}`, h('br'), `verification: ${s.status}${s.reasons ? ' — ' + s.reasons : ''}`),
+      h('br'), `arguments: ${s.shapes}`, h('br'), `verification: ${s.status}${s.reasons ? ' — ' + s.reasons : ''}`,
+      ...(s.work ? [h('br'), `work: ${s.work}`] : [])),
     h('b', null, 'what it runs'), table(['layer', 'role'], Array.from(s.roles, ([layer, role]) => [link('layer', layer), role])),
   ]);
 }
