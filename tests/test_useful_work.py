@@ -123,6 +123,7 @@ def test_the_figures_and_the_policy_are_in_the_csv_the_table_and_the_cli(run, re
     assert "up executes 3.95x the FLOPs it asks (zeros from dilation" in text
     write_outputs(tmp_path / "out", reports["anchor"], {"model": "block"})
     assert "billed to layers by the anchor policy" in (tmp_path / "out" / "layers.svg").read_text()
+    assert "billed by the anchor policy" in (tmp_path / "out" / "explorer-time.json").read_text()
     html = tmp_path / "report.html"
     assert cli.main(["--quiet", "render", str(tmp_path / "out"), "--format", "html", "--policy", "split",
                      "--out", str(html)]) == 0
