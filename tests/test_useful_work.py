@@ -9,6 +9,7 @@ attribution policies, and through the CSV, the terminal table and the CLI's
 
 import csv
 import io
+import json
 
 import pytest
 import torch
@@ -124,6 +125,7 @@ def test_the_figures_and_the_policy_are_in_the_csv_the_table_and_the_cli(run, re
     write_outputs(tmp_path / "out", reports["anchor"], {"model": "block"})
     assert "billed to layers by the anchor policy" in (tmp_path / "out" / "layers.svg").read_text()
     assert "billed by the anchor policy" in (tmp_path / "out" / "explorer-time.json").read_text()
+    assert json.loads((tmp_path / "out" / "trace.json").read_text())["otherData"]["policy"] == "anchor"
     html = tmp_path / "report.html"
     assert cli.main(["--quiet", "render", str(tmp_path / "out"), "--format", "html", "--policy", "split",
                      "--out", str(html)]) == 0
