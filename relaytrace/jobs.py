@@ -307,10 +307,10 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
 
 _RUN_FIELDS = {"model": str, "input_shapes": tuple[str, ...], "dtype": str | None, "db": str | None,
                "target": str, "pipeline": str, "layout": str, "entry": str | None, "precision": str,
-               "fold_batch_norm": bool}
+               "fold_batch_norm": bool, "policy": str}
 _RUN_DEFAULTS: dict[str, object] = {"input_shapes": [], "dtype": None, "db": None, "target": "llvm",
                                      "pipeline": "fused", "layout": "NCHW", "entry": None, "precision": "fp32",
-                                     "fold_batch_norm": False}
+                                     "fold_batch_norm": False, "policy": "anchor"}
 
 
 def run_info(path) -> dict:

@@ -511,7 +511,8 @@ def test_hostile_names_are_text_in_the_terminal_csv_svg_and_json(hostile_run):
     _shown_as_text(done)
     assert terminal(MODEL_NAME) in done.stdout  # escaped, not dropped
     assert f"Renaming name {terminal(INPUT_NAME)}" in done.stderr  # TVM's warning, escaped
-    shown = [line.split("  ")[0] for line in done.stdout.split("top 10 layers:\n")[1].splitlines()[2:12]]
+    table = done.stdout.split("top 10 layers (attribution policy anchor):\n")[1]
+    shown = [line.split("  ")[0] for line in table.splitlines()[2:12]]
     assert set(shown) <= {terminal(name) for name in HOSTILE_NAMES}  # each row's layer as it is, escaped
     cells = {}
     for name in ("layers.csv", "kernels.csv"):

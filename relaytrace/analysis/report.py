@@ -59,7 +59,7 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
         op_types=A.op_types_from(lineage, parts), categories=A.categories_from(parts, profile, lineage),
         coverage=lineage.coverage(),
         site_us={s.label: times[s.key] for s in lineage.call_sites},
-        build_lineage=build_lineage, roofline=roofline(lineage, profile, parts),
+        build_lineage=build_lineage, roofline=roofline(lineage, profile, parts, policy),
         precision=precision(lineage, parts, site_us),
         memory=profiled_memory(build_lineage, profile),
     )

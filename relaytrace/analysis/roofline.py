@@ -5,9 +5,17 @@ median time and argument shapes) and peaks (``model.peaks``). Per call site: FLO
 and bytes at the shapes it ran with (``model.work.work_at``), achieved GFLOP/s and
 GB/s, the roofline's lower bound ``max(FLOPs / peak, bytes / bandwidth)``, what bounds
 it (compute or memory), efficiency (bound / measured) and the time above the bound
-("wasted"). A layer, an op type, a kernel get the same figures summed over the shares
-that bill them (``attribution.Share``): a site's work is cut in the proportions its
-time is, so the roll-ups add up to the sites' as the times do.
+("wasted"). Beside the executed FLOPs (the TIR's) each site's useful FLOPs, what its
+ops ask (``model.work.useful_flops``), and the model-FLOP/s rate they give; a site or
+roll-up whose executed FLOPs exceed its useful ones by more than
+``work_split.EXCESS`` says why (``Roof.excess``).
+
+A layer, an op type, a kernel get the time, bytes and bound of the shares the policy
+bills them (``attribution.Share``: a site's bytes and bound cut in the proportions its
+time is, so those roll-ups add up as the times do), and the FLOPs of their own ops
+(``work_split.op_works``: a fused kernel's executed count cut by each op's own
+member's count, whatever the policy), so a layer whose op was fused into another
+layer's kernel keeps its own work, and a layer billed no time is listed with its work.
 
 Bytes are each tensor argument's size, read or written once: a kernel that re-reads
 its data from cache moves more, one whose data stay in cache may beat the memory
@@ -22,13 +30,17 @@ from collections.abc import Callable
 from attrs import define
 
 from ..model.lineage import Lineage
+from ..model.lineage_index import billed_layers
+from ..model.origin import OP
 from ..model.peaks import COMPUTE_BOUND, MEMORY_BOUND, Peaks
 from ..model.profile import CACHE, KERNEL, Profile
 from ..model.sitekey import SiteKey
 from ..model.work import Work, cache_work, work_at
-from .attribution import COMPUTE, Share
+from .attribution import COMPUTE, Share, op_type_of
+from .work_split import EXCESS, OpWork, op_works
 
 COMPUTE_OVER = "above the compute ceiling: the count or the timer is wrong for this site"
+UNTIMED = "no time billed to it: its ops ran in kernels the policy bills to other layers (anchor: to their anchor op)"
 MEMORY_OVER = "above the memory ceiling: its data stayed in cache (the ceiling is DRAM's)"
 
 
@@ -38,7 +50,10 @@ class Roof:
     kernel): ``us`` measured (median per run), ``flops``, ``transcendentals``, ``bytes``
     (None when not counted), the lower bound ``bound_us`` and what sets it (``bound_by``
     compute or memory; None without peaks or work), ``notes`` (why a figure is missing),
-    ``dtype`` (a roll-up's: that of most of its bound)."""
+    ``dtype`` (a roll-up's: that of most of its bound); ``useful`` the FLOPs its ops ask
+    (``model.work.useful_flops``; the executed ones of an op with no formula), beside
+    ``flops``, the executed (its TIR's); ``excess``: why the executed exceed the useful
+    by more than ``work_split.EXCESS`` (empty when they do not)."""
 
     name: str
     us: float
@@ -49,16 +64,28 @@ class Roof:
     bound_by: str | None
     notes: tuple[str, ...] = ()
     dtype: str = "float32"  # what most of its arithmetic is done in (the ceiling it is held to)
+    useful: float | None = None
+    excess: tuple[str, ...] = ()
+
+    @property
+    def model_gflops_s(self) -> float | None:
+        """The model-FLOP/s rate: useful FLOPs over the measured time."""
+        return _rate(self.useful, self.us)
+
+    @property
+    def executed_ratio(self) -> float | None:
+        """Executed FLOPs over useful ones (4.0: three quarters of the work is not asked)."""
+        return self.flops / self.useful if self.flops is not None and self.useful else None
 
     @property
     def gflops_s(self) -> float | None:
         """Achieved GFLOP/s (FLOPs over the measured time)."""
-        return self.flops / self.us / 1e3 if self.flops is not None and self.us > 0 else None
+        return _rate(self.flops, self.us)
 
     @property
     def gbytes_s(self) -> float | None:
         """Achieved GB/s (bytes over the measured time)."""
-        return self.bytes / self.us / 1e3 if self.bytes is not None and self.us > 0 else None
+        return _rate(self.bytes, self.us)
 
     @property
     def intensity(self) -> float | None:
@@ -76,11 +103,18 @@ class Roof:
         return max(self.us - self.bound_us, 0.0) if self.bound_us is not None else None
 
 
+def _rate(amount: float | None, us: float) -> float | None:
+    """Giga-units per second of ``amount`` done in ``us`` microseconds (None: unknown, or no time)."""
+    return amount / us / 1e3 if amount is not None and us > 0 else None
+
+
 @define(frozen=True)
 class Roofline:
     """Every site's ``Roof`` and their roll-ups by layer, op type and kernel (each
     sorted by time above the bound, most first; without peaks by time), the ``peaks``
-    used (None: rates only), and how many sites' work is known."""
+    used (None: rates only), how many sites' work is known, and the attribution
+    ``policy`` that billed the roll-ups' time (their FLOPs are their own ops' under
+    any)."""
 
     peaks: Peaks | None
     sites: dict[SiteKey, Roof]
@@ -89,6 +123,7 @@ class Roofline:
     kernels: tuple[Roof, ...]
     counted: int  # sites whose FLOPs are known
     over_ceiling: tuple[tuple[str, str], ...]  # (site label, which ceiling and why) of sites above one
+    policy: str = "anchor"
 
     def layer(self, name: str) -> Roof | None:
         """The roll-up of one layer, None if no time was billed to it."""
@@ -98,6 +133,13 @@ class Roofline:
 def site_roofs(lineage: Lineage, profile: Profile, peaks: Peaks | None) -> dict[SiteKey, Roof]:
     """Each kernel call site's ``Roof`` at the shapes it ran with (a site without
     recorded argument shapes has no bytes, and no bound)."""
+    return {key: roof for key, (roof, _) in site_work(lineage, profile, peaks).items()}
+
+
+def site_work(lineage: Lineage, profile: Profile,
+              peaks: Peaks | None) -> dict[SiteKey, tuple[Roof, tuple[OpWork, ...]]]:
+    """Each call site's ``Roof`` and its ops' parts of its work (``work_split.op_works``;
+    none for a KV-cache kernel call, which runs no op of its own)."""
     times = profile.by_site(KERNEL)
     out = {}
     for site in lineage.call_sites:
@@ -107,16 +149,34 @@ def site_roofs(lineage: Lineage, profile: Profile, peaks: Peaks | None) -> dict[
         dtype = kernel_work.dtype if kernel_work else "float32"
         bound, by = lower_bound(work.flops, work.bytes, peaks, dtype)
         notes = (work.why,) if work.why else ()
-        out[site.key] = Roof(site.label, times.get(site.key, 0.0), work.flops, work.transcendentals, work.bytes,
-                             bound, by, notes, dtype)
+        ops = op_works(lineage, site, arg, work.flops, work.transcendentals)
+        useful = _total(o.useful for o in ops)
+        excess = _excess(work.flops, useful, (o.excess for o in ops))
+        out[site.key] = (Roof(site.label, times.get(site.key, 0.0), work.flops, work.transcendentals, work.bytes,
+                              bound, by, notes, dtype, useful, excess), ops)
     cache = lineage.build.kv_cache
     for key, us in profile.by_site(CACHE).items():
         work = cache_work(cache, key.kernel, *profile.step) if cache and len(profile.step) == 2 else \
             Work(None, None, None, "the profile does not say the step's tokens and context")
         bound, by = lower_bound(work.flops, work.bytes, peaks, "float32")
-        out[key] = Roof(key.label, us, work.flops, work.transcendentals, work.bytes, bound, by,
-                        (work.why,) if work.why else (), "float32")
+        out[key] = (Roof(key.label, us, work.flops, work.transcendentals, work.bytes, bound, by,
+                         (work.why,) if work.why else (), "float32", work.flops), ())
     return out
+
+
+def _total(values) -> float | None:
+    """The sum, None when one is unknown."""
+    values = list(values)
+    return None if None in values else float(sum(values))
+
+
+def _excess(flops: float | None, useful: float | None, reasons) -> tuple[str, ...]:
+    """Why ``flops`` executed exceed the ``useful`` by more than ``EXCESS``: the
+    ``reasons`` of the ops that do, each once (empty when they do not)."""
+    if flops is None or useful is None or flops <= useful * (1 + EXCESS):
+        return ()
+    return tuple(dict.fromkeys(r for r in reasons if r)) or (
+        "executed beyond useful, in no single op: the kernel's count exceeds its ops' own",)
 
 
 def lower_bound(flops: float | None, moved: float | None, peaks: Peaks | None,
@@ -127,12 +187,13 @@ def lower_bound(flops: float | None, moved: float | None, peaks: Peaks | None,
     return peaks.bound(flops, moved, dtype)
 
 
-def roofline(lineage: Lineage, profile: Profile, parts: tuple[Share, ...]) -> Roofline:
+def roofline(lineage: Lineage, profile: Profile, parts: tuple[Share, ...], policy: str = "anchor") -> Roofline:
     """The ``Roofline`` of a profile of ``lineage``'s build (``lineage`` as the profiled
-    entry sees it) against the profile's peaks, its roll-ups made of the same ``parts``
-    as the time tables."""
+    entry sees it) against the profile's peaks, its roll-ups' time made of the same
+    ``parts`` as the time tables (billed by ``policy``), their work of their own ops."""
     peaks = profile.peaks
-    sites = site_roofs(lineage, profile, peaks)
+    work = site_work(lineage, profile, peaks)
+    sites = {key: roof for key, (roof, _) in work.items()}
     over = []
     for roof in sites.values():
         if peaks is None or not roof.us:
@@ -141,37 +202,78 @@ def roofline(lineage: Lineage, profile: Profile, parts: tuple[Share, ...]) -> Ro
             over.append((roof.name, COMPUTE_OVER))
         elif roof.gbytes_s is not None and roof.gbytes_s > peaks.gbps * 1.05:
             over.append((roof.name, MEMORY_OVER))
-    rolled = {name: _roll_up(parts, sites, key) for name, key in (
-        ("layer", lambda s: s.layer),
-        ("op", lambda s: s.op if s.category == COMPUTE else f"{s.op} ({s.category})"),
-        ("kernel", lambda s: s.kernel))}
+    origins = lineage.origins
+    owners = {s.key: s for s in lineage.call_sites}
+
+    def layers_of(key, origin_id):
+        origin = origins[origin_id]
+        return (origin.layer,) if origin.kind == OP else billed_layers(origin, origins)
+
+    rolled = {name: _roll_up(parts, work, key, owner) for name, key, owner in (
+        ("layer", lambda s: s.layer, layers_of),
+        ("op", lambda s: s.op if s.category == COMPUTE else f"{s.op} ({s.category})",
+         lambda key, o: (op_type_of(origins[o]),)),
+        ("kernel", lambda s: s.kernel, lambda key, o: (owners[key].kernel,)))}
     return Roofline(peaks, sites, rolled["layer"], rolled["op"], rolled["kernel"],
-                    sum(r.flops is not None for r in sites.values()), tuple(over))
+                    sum(r.flops is not None for r in sites.values()), tuple(over), policy)
 
 
-def _roll_up(parts: tuple[Share, ...], sites: dict[SiteKey, Roof], key: Callable[[Share], str]) -> tuple[Roof, ...]:
-    """Sites' figures summed by ``key`` of the shares billing them, each share taking
-    the part of its site's work its time is of the site's (an equal part of a site
-    that took no time); a figure unknown at one site is unknown for the sum."""
-    count: dict[SiteKey, int] = defaultdict(int)
+def _roll_up(parts: tuple[Share, ...], work: dict[SiteKey, tuple[Roof, tuple[OpWork, ...]]],
+             key: Callable[[Share], str], owners: Callable[[SiteKey, str], tuple[str, ...]]) -> tuple[Roof, ...]:
+    """Sites' figures summed by name: the time, bytes and bound by ``key`` of the shares
+    billing them, each share taking the part of its site's figures its time is of the
+    site's (an equal part of a site that took no time); the FLOPs, transcendental calls
+    and useful FLOPs by the names ``owners`` gives each op of a site (split evenly over
+    several), each op's own (``OpWork``). A figure unknown at one site is unknown for the
+    sum; a name billed no time has no bytes, a bound of 0 and nothing that sets it."""
+    billing: dict[SiteKey, list[Share]] = defaultdict(list)
     for s in parts:
-        count[s.key] += 1
+        billing[s.key].append(s)
     sums: dict[str, dict] = {}
+
+    def acc(name):
+        return sums.setdefault(name, {"us": 0.0, "flops": 0.0, "trans": 0.0, "useful": 0.0, "bytes": 0.0,
+                                      "bound": 0.0, "timed": False, "compute": 0.0, "memory": 0.0, "notes": {},
+                                      "dtypes": defaultdict(float), "excess": {}})
+
+    def add(a, figures, share: float):
+        for field, value in figures:
+            a[field] = None if value is None or a[field] is None else a[field] + share * value
+
     for s in parts:
-        roof = sites[s.key]
-        part = s.us / roof.us if roof.us > 0 else 1.0 / count[s.key]
-        acc = sums.setdefault(key(s), {"us": 0.0, "flops": 0.0, "trans": 0.0, "bytes": 0.0, "bound": 0.0,
-                                       "compute": 0.0, "memory": 0.0, "notes": {}, "dtypes": defaultdict(float)})
-        acc["us"] += s.us
-        for field, value in (("flops", roof.flops), ("trans", roof.transcendentals), ("bytes", roof.bytes),
-                             ("bound", roof.bound_us)):
-            acc[field] = None if value is None or acc[field] is None else acc[field] + part * value
+        roof = work[s.key][0]
+        part = s.us / roof.us if roof.us > 0 else 1.0 / len(billing[s.key])
+        a = acc(key(s))
+        a["us"] += s.us
+        a["timed"] = True
+        add(a, (("bytes", roof.bytes), ("bound", roof.bound_us)), part)
         if roof.bound_by is not None:
-            acc[roof.bound_by] += part * (roof.bound_us or 0.0)
-        acc["notes"].update(dict.fromkeys(roof.notes))
-        acc["dtypes"][roof.dtype] += part * (roof.bound_us or roof.us)
-    rows = [Roof(name, a["us"], a["flops"], a["trans"], a["bytes"], a["bound"],
-                 None if a["bound"] is None else COMPUTE_BOUND if a["compute"] >= a["memory"] else MEMORY_BOUND,
-                 tuple(a["notes"]), max(a["dtypes"], key=a["dtypes"].__getitem__))
-            for name, a in sums.items()]
+            a[roof.bound_by] += part * (roof.bound_us or 0.0)
+        a["notes"].update(dict.fromkeys(roof.notes))
+        a["dtypes"][roof.dtype] += part * (roof.bound_us or roof.us)
+    for site_key, (roof, ops) in work.items():
+        figures = (("flops", roof.flops), ("trans", roof.transcendentals), ("useful", roof.useful))
+        if not ops:  # a KV-cache kernel call: its work goes where its time went
+            for s in billing[site_key]:
+                add(acc(key(s)), figures, 1.0 / len(billing[site_key]))
+            continue
+        for op in ops:
+            names = owners(site_key, op.origin)
+            for name in names:
+                a = acc(name)
+                add(a, (("flops", op.flops), ("trans", op.transcendentals), ("useful", op.useful)), 1.0 / len(names))
+                if op.excess:
+                    a["excess"][op.excess] = None
+                if op.flops is None:
+                    a["notes"].update(dict.fromkeys(roof.notes))
+    rows = []
+    for name, a in sums.items():
+        flops, useful = a["flops"], a["useful"]
+        if not a["timed"]:
+            a["notes"][UNTIMED] = None
+        by = None if a["bound"] is None or not a["timed"] else \
+            COMPUTE_BOUND if a["compute"] >= a["memory"] else MEMORY_BOUND
+        rows.append(Roof(name, a["us"], flops, a["trans"], a["bytes"], a["bound"], by,
+                         tuple(a["notes"]), max(a["dtypes"], key=a["dtypes"].__getitem__, default="float32"), useful,
+                         _excess(flops, useful, a["excess"])))
     return tuple(sorted(rows, key=lambda r: (-(r.wasted_us or 0.0), -r.us, r.name)))

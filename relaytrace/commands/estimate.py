@@ -7,7 +7,16 @@ from pathlib import Path
 from ..errors import UsageError
 from ..jobs import echo
 from .base import Command
-from .shared import absolute_factory, add_model_options, add_peak_options, at_least, check_target, given_peaks, progress
+from .shared import (
+    absolute_factory,
+    add_model_options,
+    add_peak_options,
+    add_policy_option,
+    at_least,
+    check_target,
+    given_peaks,
+    progress,
+)
 
 
 def add_arguments(p) -> None:
@@ -24,6 +33,7 @@ def add_arguments(p) -> None:
                    help="an entry that takes a KV cache: the tokens already in the cache (default 32 for a decode, "
                         "0 for a prefill)")
     add_peak_options(p)
+    add_policy_option(p)
     p.add_argument("--top", type=at_least(1), default=15, help="layers shown (default 15)")
     p.add_argument("--out", help="also write every output (tables, report.html) of the estimate into DIR")
     p.add_argument("--force", action="store_true", help="write into an existing DIR")
@@ -58,7 +68,7 @@ def run(args) -> int:
     given = {name: dims for name, dims, _ in shapes}
     profile = estimated_profile(lineage, peaks, args.entry, {**served_shapes(lineage, args.entry, args.tokens, given),
                                                              **given}, args.context)
-    report = make_report(lineage, profile)
+    report = make_report(lineage, profile, policy=args.policy)
     if out is not None:
         write_outputs(out, report, {**run_record(args, model), "estimate": peaks.device}, overwrite=args.force)
         print_summary(report, out, args.top)

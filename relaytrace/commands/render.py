@@ -7,7 +7,7 @@ from pathlib import Path
 from ..errors import RelaytraceError, UsageError
 from ..jobs import echo
 from .base import Command
-from .shared import at_least
+from .shared import add_policy_option, at_least
 
 
 def add_arguments(p) -> None:
@@ -24,6 +24,7 @@ def add_arguments(p) -> None:
                         "else grouped)")
     p.add_argument("--out", help="output file (default: beside the lineage)")
     p.add_argument("--force", action="store_true", help="replace an existing file")
+    add_policy_option(p)
 
 
 def run(args) -> int:
@@ -51,7 +52,7 @@ def run(args) -> int:
     profile_path = Path(args.profile) if args.profile else (
         lineage_path.with_name("profile.json") if lineage_path.with_name("profile.json").is_file() else None)
     lineage = Lineage.load(lineage_path)
-    report = make_report(lineage, Profile.load(profile_path)) if profile_path else None
+    report = make_report(lineage, Profile.load(profile_path), policy=args.policy) if profile_path else None
     beside = lineage_path.with_name("compare.json")
     comparison = _comparison(args.compare or (beside if args.format == "html" and beside.is_file() else None), lineage)
     from ..jobs import RENDERED

@@ -136,7 +136,7 @@ def print_summary(report, out: Path | None, top: int = 10) -> None:
     for warning in report.profile.warnings():
         echo(warning)
     echo()
-    echo(f"top {top} layers:")
+    echo(f"top {top} layers (attribution policy {report.policy}):")
     echo(layer_table(report.layers, top=top))
     echo()
     echo(category_table(report.categories))
@@ -172,7 +172,7 @@ def profile_into_out(args, model: str, shown: str, spec: str, collapse: int | No
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {shown}")
     loaded = load(model, entry=args.entry, **load_options)
-    report = make_report(*build_and_profile(loaded.model, args, say, loaded.inputs))
+    report = make_report(*build_and_profile(loaded.model, args, say, loaded.inputs), policy=args.policy)
     write_outputs(out, report, run_record(args, spec), collapse=collapse, overwrite=args.force)
     print_summary(report, out)
     return 0
@@ -184,7 +184,7 @@ def run_record(args, spec: str) -> dict:
             "db": getattr(args, "db", None), "target": args.target, "pipeline": args.pipeline,
             "layout": getattr(args, "layout", "NCHW"), "entry": args.entry, "device": getattr(args, "device", None),
             "peak_gflops": getattr(args, "peak_gflops", None), "peak_gbps": getattr(args, "peak_gbps", None),
-            "precision": getattr(args, "precision", "fp32"),
+            "precision": getattr(args, "precision", "fp32"), "policy": getattr(args, "policy", "anchor"),
             "fold_batch_norm": getattr(args, "fold_batch_norm", False),
             "tokens": getattr(args, "tokens", None), "context": getattr(args, "context", None)}
 
@@ -249,6 +249,18 @@ def add_build_options(p) -> None:
                    help="an entry that takes a KV cache: the tokens already in the cache before each step "
                         "(default 32 for a decode, 0 for a prefill)")
     add_peak_options(p)
+    add_policy_option(p)
+
+
+def add_policy_option(p) -> None:
+    """``--policy``: how a fused kernel's time is billed to its layers
+    (``attribution.POLICIES``); every output states it."""
+    from ..analysis.attribution import POLICIES
+
+    p.add_argument("--policy", choices=POLICIES, default=POLICIES[0],
+                   help="bill a fused kernel's time to its anchor op's layer (anchor, default) or split it over its "
+                        "ops by their members' roofline bounds (split); each layer's FLOPs are its own ops' under "
+                        "either")
 
 
 def add_model_options(p) -> None:

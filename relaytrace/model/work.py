@@ -70,37 +70,70 @@ class Work:
     why: str = ""
 
 
-def library_work(ops, params) -> KernelWork:
-    """A library call's work, per call, from the model ops it runs (each an ``Origin``
-    at the shapes the input gave it; a symbolic dim by its name): a matmul
-    ``2·M·N·K`` (``2 ×`` its output's elements ``×`` the reduced dim), an element-wise
-    op (``_ELEMENTWISE``) one per output element, data movement none. An op of any
-    other kind has no formula here: the call's FLOPs are then not counted, and its
-    ``notes`` name the op. ``params``: the call's ``(shape, dtype)`` arguments, as
-    ``KernelWork.params``."""
+_CONVS = frozenset({"relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"})
+_CONV_TRANSPOSES = frozenset({"relax.nn.conv1d_transpose", "relax.nn.conv2d_transpose", "relax.nn.conv3d_transpose"})
+DILATION = ("zeros from dilation: TVM dilates a transposed conv's input with zeros and runs a dense conv over it, "
+            "multiplying the zeros")
+PADDING = "padding: its TIR computes over padded or out-of-range elements the op does not ask for"
+RECOMPUTED = "recomputation: its TIR computes more than the op asks (a value computed again, or padding)"
+
+
+def useful_flops(op) -> Poly | None:
+    """The FLOPs the model asks of one op (an ``Origin``) at the shapes the input gave it
+    (a symbolic dim by its name), as ``torch.utils.flop_counter`` counts them, whatever
+    TVM's kernels execute: a conv ``2 ×`` its output's elements ``× Cin/groups × K…``
+    (its weight ``O, I/g, K…``), a transposed conv ``2·N·Hin·Win… × Cin·Cout/g·K…``
+    (its weight ``I, O/g, K…``: the input's elements, not the zeros a stride puts
+    between them), a matmul ``2·M·N·K``, an element-wise op (``_ELEMENTWISE``) one per
+    output element, data movement none. None for an op of any other kind (no formula
+    here) or without shapes."""
     from .ops import is_data_movement
 
+    ins = op.input_shapes
+    out = op.output_shapes[0] if op.output_shapes else None
+    if is_data_movement(op.op):
+        return ()
+    if out is None:
+        return None
+    if op.op in _MATMULS and ins and ins[0]:
+        return (_product((2, *out, ins[0][-1])),)
+    if op.op in _CONVS and len(ins) > 1 and ins[1]:
+        return (_product((2, *out, *ins[1][1:])),)
+    if op.op in _CONV_TRANSPOSES and len(ins) > 1 and len(ins[0]) > 2:
+        return (_product((2, ins[0][0], *ins[0][2:], *ins[1])),)
+    if op.op in _ELEMENTWISE:
+        return (_product((1, *out)),)
+    return None
+
+
+def excess_why(op) -> str:
+    """Why an op's kernel may execute more FLOPs than it asks (``useful_flops``):
+    ``DILATION`` for a transposed conv, ``PADDING`` for a conv, ``RECOMPUTED`` else."""
+    return DILATION if op.op in _CONV_TRANSPOSES else PADDING if op.op in _CONVS else RECOMPUTED
+
+
+def library_work(ops, params) -> KernelWork:
+    """A library call's work, per call, from the model ops it runs (each an ``Origin``
+    at the shapes the input gave it; a symbolic dim by its name): each op's
+    ``useful_flops`` (a library runs what the op asks). An op of a kind with no formula
+    there leaves the call's FLOPs not counted, and its ``notes`` name the op.
+    ``params``: the call's ``(shape, dtype)`` arguments, as ``KernelWork.params``."""
     terms: list[Term] = []
     unknown = []
     for op in ops:
-        out = op.output_shapes[0] if op.output_shapes else None
-        if is_data_movement(op.op):
-            continue
-        if out is None:
+        flops = useful_flops(op)
+        if flops is None:
             unknown.append(op.op)
-        elif op.op in _MATMULS and op.input_shapes and op.input_shapes[0]:
-            terms.append(_product((2, *out, op.input_shapes[0][-1])))
-        elif op.op in _ELEMENTWISE:
-            terms.append(_product((1, *out)))
         else:
-            unknown.append(op.op)
+            terms.extend(flops)
     dtype = next((o.output_dtypes[0] for o in ops if o.output_dtypes), "float32")
     if unknown:
         return KernelWork(params, None, None, FROM_OPS, (
             f"a library call: its FLOPs are counted from its ops, and relaytrace has no count for "
             f"{', '.join(sorted(set(unknown)))}",), dtype)
     return KernelWork(params, _merged(terms), (), FROM_OPS, ("a library call: counted from its ops at their shapes "
-                                                             "(2·M·N·K a matmul, one per element an element-wise op)",),
+                                                             "(2·M·N·K a matmul, 2·out·Cin·K² a conv, one per "
+                                                             "element an element-wise op)",),
                       dtype)
 
 

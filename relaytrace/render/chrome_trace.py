@@ -49,7 +49,7 @@ def chrome_trace(report) -> dict:
     events.extend(_flows(lineage, profile, sites))
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"model": lineage.build.model, "entry": profile.entry, "target": lineage.build.target,
-                          "device": profile.device}}
+                          "device": profile.device, "policy": report.policy}}
 
 
 def _site_args(lineage, site) -> dict:

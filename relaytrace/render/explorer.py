@@ -75,7 +75,7 @@ def node_data(report) -> dict[str, dict]:
 
     name = f"{lineage.build.model}.{report.profile.entry}"
     return {
-        FILES[0]: {"name": f"{name}: time (us per run)",
+        FILES[0]: {"name": f"{name}: time (us per run, billed by the {report.policy} policy)",
                    "results": {n: {"value": round(us, 3)} for n, us in time.items()},
                    "gradient": _GRADIENT},
         FILES[1]: {"name": f"{name}: kernel call sites",

@@ -7,36 +7,43 @@ import io
 
 from .safe_text import csv_cell
 
-ROOF_COLUMNS = ["flops", "transcendentals", "bytes", "gflops_per_s", "gbytes_per_s", "flops_per_byte", "bound_us",
-                "bound_by", "efficiency", "above_bound_us"]
+ROOF_COLUMNS = ["flops", "useful_flops", "executed_over_useful", "excess", "transcendentals", "bytes", "gflops_per_s",
+                "model_gflops_per_s", "gbytes_per_s", "flops_per_byte", "bound_us", "bound_by", "efficiency",
+                "above_bound_us"]
 
 
 def roof_cells(roof) -> list[str]:
-    """A ``roofline.Roof``'s figures as the ``ROOF_COLUMNS`` cells (empty: unknown)."""
+    """A ``roofline.Roof``'s figures as the ``ROOF_COLUMNS`` cells (empty: unknown):
+    ``flops`` executed (the TIR's), ``useful_flops`` what the ops ask, their ratio, and
+    why the executed exceed the useful (``excess``, empty when they do not); the rate
+    ``gflops_per_s`` of executed work, ``model_gflops_per_s`` of useful work."""
     if roof is None:
         return [""] * len(ROOF_COLUMNS)
 
     def number(value, digits=".6g"):
         return "" if value is None else format(value, digits)
 
-    return [number(roof.flops, ".0f"), number(roof.transcendentals, ".0f"), number(roof.bytes, ".0f"),
-            number(roof.gflops_s), number(roof.gbytes_s), number(roof.intensity), number(roof.bound_us, ".3f"),
+    return [number(roof.flops, ".0f"), number(roof.useful, ".0f"), number(roof.executed_ratio, ".4g"),
+            "; ".join(roof.excess), number(roof.transcendentals, ".0f"), number(roof.bytes, ".0f"),
+            number(roof.gflops_s), number(roof.model_gflops_s), number(roof.gbytes_s), number(roof.intensity),
+            number(roof.bound_us, ".3f"),
             roof.bound_by or "", number(roof.efficiency, ".4f"), number(roof.wasted_us, ".3f")]
 
 
 def layers_csv(report) -> str:
     """``layers.csv`` of a ``Report``: one row per layer, slowest first; ``source``:
     where its ops came from (``Lineage.sources``); the roofline's figures
-    (``ROOF_COLUMNS``); ``precision``: the dtype(s) its ops compute in; every cell
-    through ``csv_cell``."""
+    (``ROOF_COLUMNS``: its time, bytes and bound as ``policy`` bills them, its FLOPs its
+    own ops'); ``precision``: the dtype(s) its ops compute in; ``policy``: the
+    attribution policy; every cell through ``csv_cell``."""
     rows, sources = report.layers, report.lineage.sources()
     roofs = {r.name: r for r in report.roofline.layers}
     precision = report.precision
     return csv_text(["layer", "time_us", "percent", "compute_us", "inserted_us", "ops", "kernel_calls", "verification",
-                 "source", *ROOF_COLUMNS, "precision"],
+                 "source", *ROOF_COLUMNS, "precision", "policy"],
                 [[r.layer, f"{r.us:.3f}", f"{r.percent:.4f}", f"{r.compute_us:.3f}", f"{r.inserted_us:.3f}",
                   " ".join(r.ops), " ".join(r.kernels), r.status, " ".join(sources.get(r.layer, ())),
-                  *roof_cells(roofs.get(r.layer)), _dtype(precision.layer(r.layer))] for r in rows])
+                  *roof_cells(roofs.get(r.layer)), _dtype(precision.layer(r.layer)), report.policy] for r in rows])
 
 
 def _dtype(layer) -> str:

@@ -64,9 +64,12 @@ def _shape(origin) -> str:
     return "x".join(str(d) for d in origin.output_shapes[0]) if origin.output_shapes else ""
 
 
-def _legend(graph, hottest_us: float) -> None:
+def _legend(graph, hottest_us: float, policy: str | None = None) -> None:
+    """The colour scale; ``policy``: the attribution policy that billed the layers' time
+    (None for call sites, whose time no policy cuts)."""
+    billed = f", billed to layers by the {policy} policy" if policy else ""
     with graph.subgraph(name="cluster_legend") as legend:
-        legend.attr(label="time (share of the hottest)", fontsize="10", style="rounded")
+        legend.attr(label=f"time{billed} (share of the hottest)", fontsize="10", style="rounded")
         previous = None
         for i in range(len(_SCALE)):
             name = f"legend{i}"
@@ -145,7 +148,7 @@ def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
                 if served in placed:
                     g.edge(node[origin.id], node[served], style="dashed", color="#7a7a7a", arrowhead="empty")
     if report is not None:
-        _legend(g, hottest)
+        _legend(g, hottest, report.policy)
     return g
 
 
@@ -202,7 +205,7 @@ def _collapsed_graph(lineage, report, depth, note: tuple[str, ...] = ()):
     for a, b in A.edges_between(lineage, group_of):
         g.edge(node[a], node[b])
     if report is not None:
-        _legend(g, hottest)
+        _legend(g, hottest, report.policy)
     return g
 
 

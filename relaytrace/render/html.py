@@ -128,7 +128,8 @@ def _precision(precision) -> dict:
 def _roofline(roofline) -> dict:
     """The peaks (None without; ``gflops`` as ``[dtype, GFLOP/s]`` pairs) and each
     layer's roofline figures, for the chart, its table and the layer pane (a figure not
-    known is null)."""
+    known is null): executed GFLOP (the TIR's) beside useful GFLOP (what its own ops
+    ask), the rates of each, why the executed exceed the useful (``excess``)."""
     peaks = roofline.peaks
 
     def ms(us):
@@ -140,14 +141,18 @@ def _roofline(roofline) -> dict:
         "layers": [{"layer": r.name, "ms": r.us / 1e3, "wasted_ms": ms(r.wasted_us), "bound_ms": ms(r.bound_us),
                     "efficiency": None if r.efficiency is None else 100 * r.efficiency, "bound_by": r.bound_by or "",
                     "gflop": None if r.flops is None else r.flops / 1e9, "gflops_s": r.gflops_s,
+                    "useful_gflop": None if r.useful is None else r.useful / 1e9, "model_gflops_s": r.model_gflops_s,
+                    "excess": "; ".join(r.excess),
                     "gbytes_s": r.gbytes_s, "intensity": r.intensity, "notes": "; ".join(r.notes), "dtype": r.dtype}
                    for r in roofline.layers],
     }
 
 
 def _sites(report) -> list[dict]:
-    """Every kernel call site in run order, with its time over runs and what it runs."""
-    lineage, profile = report.lineage, report.profile
+    """Every kernel call site in run order, with its time over runs, what it runs and its
+    work (``work``: executed and useful FLOPs and why the one exceeds the other, empty
+    when not counted)."""
+    lineage, profile, roofs = report.lineage, report.profile, report.roofline.sites
     times = profile.site_times(KERNEL)
     starts = {profile.key(r): r.start_us for r in profile.records if r.run == 0 and r.kind == KERNEL}
     checks = lineage.site_checks()
@@ -166,9 +171,18 @@ def _sites(report) -> list[dict]:
             "reasons": "; ".join(checks[s.position].reasons),
             "category": "compute" if OP in kinds else "inserted" if INSERTED in kinds else "unresolved",
             "shapes": ", ".join(f"{d}{list(sh)}" for sh, d in zip(arg.shapes, arg.dtypes)) if arg else "",
+            "work": _site_work(roofs.get(s.key)),
         })
     cache = _cache_sites(report)
     return sorted(out + cache, key=lambda site: site["start_us"]) if cache else out
+
+
+def _site_work(roof) -> str:
+    """A site's executed and useful FLOPs in words (empty when its FLOPs are not counted)."""
+    if roof is None or roof.flops is None or roof.useful is None:
+        return ""
+    return f"{roof.flops:,.0f} FLOPs executed, {roof.useful:,.0f} useful" + (
+        f" ({roof.executed_ratio:.2f}x: {'; '.join(roof.excess)})" if roof.excess else "")
 
 
 def _cache_sites(report) -> list[dict]:
@@ -378,6 +392,8 @@ def html_report(report, comparison=None) -> str:
 Drag to pan, wheel to zoom, click a node for its details. The search also filters the tables.</p>
 <svg id="graph" class="graph"></svg>
 <h2>Roofline</h2><p id="peaks"></p>
+<p>Time, bytes and bound as the {policy} policy bills them; GFLOP: executed, as the kernels' TIR counts them;
+useful GFLOP: what each layer's own ops ask; model GFLOP/s: useful over time.</p>
 <p>Each layer at its arithmetic intensity (FLOPs per byte of its kernels' arguments) and achieved GFLOP/s,
 both axes logarithmic; the lines are the ceilings: memory bandwidth (sloped) and peak compute (flat).
 Area: the layer's time; blue: compute-bound, orange: memory-bound (by its bound), grey: no bound. Far below a

@@ -260,17 +260,20 @@ def category_table(categories) -> str:
 def roofline_rows(roofs, top: int | None = None, first: str = "layer") -> tuple[list[str], list[list[str]]]:
     """Headers and one row per ``roofline.Roof`` (the ``top`` first, or all), as the
     terminal shows them (``roofline_summary``)."""
-    headers = [first, "time (ms)", "above bound (ms)", "efficiency", "bound by", "GFLOP", "GFLOP/s", "GB/s",
-               "FLOP/byte"]
+    headers = [first, "time (ms)", "above bound (ms)", "efficiency", "bound by", "GFLOP", "useful GFLOP", "GFLOP/s",
+               "model GFLOP/s", "GB/s", "FLOP/byte"]
     shown = roofs[:top] if top else roofs
     rows = [[r.name, _figure(r.us / 1e3, ".4g"), _figure(None if r.wasted_us is None else r.wasted_us / 1e3, ".4g"),
              _figure(None if r.efficiency is None else 100 * r.efficiency, ".1f") + ("%" if r.efficiency else ""),
              r.bound_by or "", _figure(None if r.flops is None else r.flops / 1e9),
-             _figure(r.gflops_s), _figure(r.gbytes_s), _figure(r.intensity)] for r in shown]
+             _figure(None if r.useful is None else r.useful / 1e9) + ("*" if r.excess else ""),
+             _figure(r.gflops_s), _figure(r.model_gflops_s), _figure(r.gbytes_s), _figure(r.intensity)]
+            for r in shown]
     return headers, rows
 
 
-ESTIMATE_COLUMNS = (0, 1, 4, 5, 8)  # layer, time (the bound), bound by, GFLOP, FLOP/byte
+ESTIMATE_COLUMNS = (0, 1, 4, 5, 6, 10)  # layer, time (the bound), bound by, GFLOP, useful GFLOP, FLOP/byte
+MEASURED_COLUMNS = tuple(range(10))  # all but FLOP/byte (in layers.csv and the report): the table fits 100 columns
 
 
 def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
@@ -283,13 +286,21 @@ def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
             "bound")
     headers, rows = roofline_rows(roofline.layers, top)
     if estimate:
-        headers, rows = ["layer", "bound (ms)", "bound by", "GFLOP", "FLOP/byte", "MB moved"], \
+        headers, rows = ["layer", "bound (ms)", "bound by", "GFLOP", "useful GFLOP", "FLOP/byte", "MB moved"], \
             [[*(row[i] for i in ESTIMATE_COLUMNS), _figure(None if r.bytes is None else r.bytes / 1e6)]
              for row, r in zip(rows, roofline.layers)]
-        title = f"top {top} layers by their lower bound:"
+        title = f"top {top} layers by their lower bound"
     else:
-        title = f"top {top} layers by time above the roofline bound:" if peaks else f"top {top} layers' rates:"
+        headers, rows = [headers[i] for i in MEASURED_COLUMNS], [[row[i] for i in MEASURED_COLUMNS] for row in rows]
+        title = f"top {top} layers by time above the roofline bound" if peaks else f"top {top} layers' rates"
+    title += (f" (time billed by the {roofline.policy} policy; GFLOP: executed, as the TIR counts them; useful "
+              "GFLOP: what each layer's own ops ask; model GFLOP/s: useful over time):")
     lines = [head, title, format_table(headers, rows)]
+    beyond = [r for r in roofline.layers if r.excess]
+    if beyond:
+        lines.append(f"* EXECUTED BEYOND USEFUL: {len(beyond)} layer(s); " + "; ".join(
+            f"{terminal(r.name)} executes {r.executed_ratio:.2f}x the FLOPs it asks ({', '.join(r.excess)})"
+            for r in beyond[:5]))
     sites = len(roofline.sites)
     if roofline.counted < sites:
         lines.append(f"work counted at {roofline.counted} of {sites} call sites (the others: no FLOPs, no bound)")

@@ -197,3 +197,42 @@ def test_a_split_over_empty_tensors_keeps_the_sites_time():
     lin = attrs.evolve(lin, build=attrs.evolve(lin.build, kernel_members=members, work=work))
     split = make_report(lin, measured(), policy="split")
     assert sum(s.us for s in split.shares if s.site == "fused_conv2d_relu#0") == pytest.approx(100.0)
+
+
+def test_each_layer_gets_its_own_ops_part_of_a_fused_kernels_flops_under_either_policy():
+    from relaytrace.analysis.roofline import UNTIMED
+    from relaytrace.model.verification import Member
+
+    lin = worked()
+    members = {"fused_conv2d_relu": (Member("conv2d", ("relax.nn.conv2d",)), Member("relu", ("relax.nn.relu",)))}
+    relu = KernelWork((((1, 8, 8, 8), "float32"), ((1, 8, 8, 8), "float32")), ((512, ()),))
+    conv = attrs.evolve(CONV, flops=((2 * 8 * 64 * 27, ()),))
+    lin = attrs.evolve(lin, build=attrs.evolve(lin.build, kernel_members=members,
+                                               work={**lin.build.work, "conv2d": conv, "relu": relu}))
+    kernel = 2 * 8 * 64 * 27 + 2 * 8 * 64  # the fused kernel's count: its parts are cut in its members' proportions
+    for policy in ("anchor", "split"):
+        roof = make_report(lin, measured(), policy=policy).roofline
+        conv1, relu_layer = roof.layer("conv1"), roof.layer("relu")
+        assert relu_layer.flops / conv1.flops == pytest.approx(512 / (2 * 8 * 64 * 27))  # not by time, not all to one
+        assert conv1.flops + relu_layer.flops == pytest.approx(kernel)
+        assert relu_layer.useful == relu_layer.flops and not relu_layer.excess  # no shapes: useful taken as executed
+        assert roof.policy == policy
+    anchor = make_report(lin, measured()).roofline.layer("relu")
+    assert anchor.us == 0 and anchor.bound_by is None and UNTIMED in anchor.notes
+
+
+def test_useful_flops_are_what_each_op_asks_at_its_shapes():
+    from relaytrace.model.origin import Origin
+    from relaytrace.model.work import DILATION, PADDING, excess_why, useful_flops
+
+    def op(name, ins, out):
+        return Origin("o", "l", f"relax.{name}", "main", 0, input_shapes=ins, output_shapes=(out,))
+
+    up = op("nn.conv2d_transpose", (("n", 32, 16, 16), (32, 8, 2, 2)), ("n", 16, 32, 32))  # groups 2: weight I, O/g
+    assert evaluate(useful_flops(up), {"n": 3}) == 2 * 3 * 16 * 16 * 32 * 8 * 4 and excess_why(up) == DILATION
+    conv = op("nn.conv2d", ((1, 8, 9, 9), (16, 4, 3, 3)), (1, 16, 9, 9))  # groups 2: weight O, I/g
+    assert evaluate(useful_flops(conv), {}) == 2 * 16 * 81 * 4 * 9 and excess_why(conv) == PADDING
+    assert evaluate(useful_flops(op("matmul", ((2, 5, 7), (7, 3)), (2, 5, 3))), {}) == 2 * 2 * 5 * 3 * 7
+    assert evaluate(useful_flops(op("add", ((4, 6), (6,)), (4, 6))), {}) == 24
+    assert useful_flops(op("permute_dims", ((4, 6),), (6, 4))) == ()
+    assert useful_flops(op("nn.softmax", ((4, 6),), (4, 6))) is None  # no formula: the executed count stands

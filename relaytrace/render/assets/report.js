@@ -71,7 +71,7 @@ build('layers', [['layer','layer'],['time (ms)','ms'],['%','percent'],['inserted
 build('kernels', [['Name','name'],['Duration (us, median)','us'],['min','min_us'],['max','max_us'],['Percent','percent'],['Count','count'],['Device','device'],['Argument Shapes','shapes'],['Layers','layers'],['library','library'],['verification','status']], data.kernels, r => r.name);
 if (data.checks.length) build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
 build('optypes', [['op type','op'],['time (ms)','ms'],['%','percent'],['count','count'],['layers','layers']], data.op_types, r => r.op);
-build('roof', [['layer','layer'],['time (ms)','ms'],['above bound (ms)','wasted_ms'],['efficiency (%)','efficiency'],['bound by','bound_by'],['GFLOP','gflop'],['GFLOP/s','gflops_s'],['GB/s','gbytes_s'],['FLOP/byte','intensity']], data.roofline.layers, r => r.layer);
+build('roof', [['layer','layer'],['time (ms)','ms'],['above bound (ms)','wasted_ms'],['efficiency (%)','efficiency'],['bound by','bound_by'],['GFLOP','gflop'],['useful GFLOP','useful_gflop'],['GFLOP/s','gflops_s'],['model GFLOP/s','model_gflops_s'],['GB/s','gbytes_s'],['FLOP/byte','intensity'],['executed beyond useful','excess']], data.roofline.layers, r => r.layer);
 build('categories', [['category','name'],['time (ms)','ms'],['% of end-to-end','percent']], data.categories, r => r.name);
 document.getElementById('search').oninput = e => search(e.target.value);
 
@@ -237,7 +237,9 @@ function roofLine(name){
   const r = roofByLayer.get(name); if (!r || r.gflop == null) return null;
   const bound = r.bound_ms != null ? `; its lower bound ${r.bound_ms.toFixed(3)} ms (${r.bound_by}-bound, ${r.dtype}), ` +
     `${sig(r.efficiency)}% efficient, ${r.wasted_ms.toFixed(3)} ms above it` : '';
-  return h('p', {class: 'work'}, `work: ${sig(r.gflop)} GFLOP at ${sig(r.intensity)} FLOP/byte, ` +
+  const useful = r.useful_gflop != null ? `, ${sig(r.useful_gflop)} GFLOP useful (what its own ops ask; ` +
+    `${sig(r.model_gflops_s)} model GFLOP/s)` + (r.excess ? `; executed beyond useful: ${r.excess}` : '') : '';
+  return h('p', {class: 'work'}, `work: ${sig(r.gflop)} GFLOP executed${useful}, at ${sig(r.intensity)} FLOP/byte, ` +
     `${sig(r.gflops_s)} GFLOP/s and ${sig(r.gbytes_s)} GB/s ${data.estimate ? 'at its bound (an estimate)' : 'achieved'}` +
     (data.estimate ? '' : bound) + (r.notes ? ` (${r.notes})` : ''));
 }
@@ -383,7 +385,8 @@ function showSite(label){
   document.querySelectorAll('.timeline rect').forEach(r => r.classList.toggle('picked', r.dataset.site === label));
   detail(`call site ${label}`, [
     h('p', null, `kernel ${s.kernel}: median ${s.us.toFixed(1)} us (min ${s.min_us.toFixed(1)}, max ${s.max_us.toFixed(1)})`,
-      h('br'), `arguments: ${s.shapes}`, h('br'), `verification: ${s.status}${s.reasons ? ' — ' + s.reasons : ''}`),
+      h('br'), `arguments: ${s.shapes}`, h('br'), `verification: ${s.status}${s.reasons ? ' — ' + s.reasons : ''}`,
+      ...(s.work ? [h('br'), `work: ${s.work}`] : [])),
     h('b', null, 'what it runs'), table(['layer', 'role'], Array.from(s.roles, ([layer, role]) => [link('layer', layer), role])),
   ]);
 }
