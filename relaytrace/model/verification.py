@@ -44,6 +44,10 @@ class Status(Name):
 
 VERIFIED, SUSPECT, UNVERIFIED = Status.VERIFIED, Status.SUSPECT, Status.UNVERIFIED
 FUSION_PASSES = frozenset({"FuseOps", "FuseTIR"})
+# LiftTransformParams moves the bindings of function X computed from weights alone into a
+# new function X + TRANSFORM_SUFFIX (``tracking.params`` follows them there); a verdict
+# that accepts an op of X there names the fact TRANSFORM_PARAMS in ``SiteCheck.shared``
+TRANSFORM_SUFFIX, TRANSFORM_PARAMS = "_transform_params", "transform-params"
 
 
 @define(frozen=True)
@@ -66,7 +70,8 @@ class SiteCheck:
     position: int
     status: Status
     reasons: tuple[str, ...] = ()
-    # the facts shared with the tracker the verdict rests on (its members' ``shared``)
+    # the facts shared with the tracker the verdict rests on (its members' ``shared``,
+    # ``TRANSFORM_PARAMS`` for ops moved into a transform function)
     shared: tuple[str, ...] = ()
 
 
@@ -151,14 +156,15 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
                 others = [s.label for s in where[(oid, _frame(site))] if s is not site]
                 reasons.append(f"{oid} is also attributed to {', '.join(others)}")
         reasons += _misplaced_inserted(site, lineage, where, neighbours)
-        reasons += _foreign_ops(site, origins)
+        foreign, moved = _foreign_ops(site, origins)
+        reasons += foreign
         wrong, untold = _shape_claims(site, lineage, where)
         reasons += wrong
         unknown += untold
         reasons += out_of_order.get(site.position, [])
         reasons += [program.wrong[oid] for oid in site.origin_ids if oid in program.wrong]
         unknown += [program.unknown[oid] for oid in site.origin_ids if oid in program.unknown]
-        shared = tuple(sorted({fact for m in members[site.kernel] for fact in m.shared}))
+        shared = tuple(sorted({fact for m in members[site.kernel] for fact in m.shared}.union(moved)))
         if reasons:
             checks.append(SiteCheck(site.position, SUSPECT, tuple(reasons + unknown), shared))
         elif unknown:
@@ -336,12 +342,17 @@ def _shape_claims(site, lineage, where) -> tuple[list[str], list[str]]:
     return reasons, unknown
 
 
-def _foreign_ops(site, origins) -> list[str]:
+def _foreign_ops(site, origins) -> tuple[list[str], tuple[str, ...]]:
     """A site runs the ops of the function whose body it is in: an entry's own, or the
-    subfunction its scope names (``block#1`` -> ``block``)."""
+    subfunction its scope names (``block#1`` -> ``block``); or, in ``X_transform_params``,
+    ops of ``X`` computed from weights alone, which ``LiftTransformParams`` moves there
+    (a fact the tracker relies on too: the verdict names it, ``TRANSFORM_PARAMS``).
+    The reasons, and the facts relied on."""
     running = site.scope.rsplit("/", 1)[-1].rpartition("#")[0] if site.scope else site.function
-    return [f"{oid} is an op of {origins[oid].function}, but this site runs in {running}"
-            for oid in site.origin_ids if origins[oid].kind == OP and origins[oid].function != running]
+    lifted_from = running[:-len(TRANSFORM_SUFFIX)] if running.endswith(TRANSFORM_SUFFIX) else None
+    ops = [origins[oid] for oid in site.origin_ids if origins[oid].kind == OP and origins[oid].function != running]
+    return ([f"{o.id} is an op of {o.function}, but this site runs in {running}" for o in ops
+             if o.function != lifted_from], (TRANSFORM_PARAMS,) if any(o.function == lifted_from for o in ops) else ())
 
 
 def _frame(site) -> tuple[str, str]:
