@@ -10,9 +10,12 @@ traced medians and the extra time. Each build starts after a full garbage
 collection, so that one side does not pay for garbage the other left.
 Targets: ratio <= 1.05 on the 32-block decoder (``zoo.nn_decoder``, prefill and
 decode, through ``from_nn``), <= 1.10 on deep_chain(2000), <= 1.03 on resnet_style and
-zoo resnet50.
+zoo resnet50, <= 1.10 on the MLC-style Llama (``zoo.mlc_llama``, 2 and 32 blocks) as
+MLC-LLM builds it: weights packed in one tuple, or bundled into one by
+``BundleModelParams``, and ``LiftTransformParams`` before TVM's pipeline (both passes
+on packed weights make TVM's own FuseTIR fail, so the packed build lifts alone).
 
-For the decoder it then prints what a user of its lineage waits for: the size of
+For the decoder and the 32-block Llama it then prints what a user of its lineage waits for: the size of
 ``lineage.json``, its load time, ``kernels_of`` over every layer and ``origins_of``
 over every kernel (mean per call), and ``relaytrace query DIR --kernel K`` as a
 command (median of 5), relaytrace's modules compiled to bytecode first, as a pip
@@ -53,34 +56,57 @@ def _decoder(layers: int = 32):
     return from_nn(*decoder(layers=layers), name=f"decoder{layers}")
 
 
+def _llama(layers: int, param_mode: str):
+    from relaytrace.frontends.nn import from_nn
+    from relaytrace.zoo.mlc_llama import llama
+
+    return from_nn(*llama(layers=layers, param_mode=param_mode), name=f"mlc_llama{layers}")
+
+
+LLAMA_BUILDS = (  # (label, param_mode, the passes run before TVM's pipeline)
+    ("packed", "packed", ()),
+    ("packed+lift", "packed", ("LiftTransformParams",)),
+    ("plain+bundle+lift", "plain", ("BundleModelParams", "LiftTransformParams")),
+)
+
+
 def _bindings(mod) -> int:
     from relaytrace.tracking import ir
 
     return sum(len(ir.bindings(f)) for f in ir.model_functions(ir.function_map(mod)).values())
 
 
-def _plain(mod, target):
+def _pipeline(target, passes: tuple[str, ...]):
+    """TVM's default pipeline, after ``passes`` (names in ``relax.transform``) when given."""
+    base = relax.get_default_pipeline(target)
+    if not passes:
+        return base
+    return tvm.transform.Sequential([*(getattr(relax.transform, p)() for p in passes), base])
+
+
+def _plain(mod, target, passes=()):
     with tvm.transform.PassContext(opt_level=3):
-        tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target))
+        tvm.compile(mod, target, relax_pipeline=_pipeline(target, passes))
 
 
-def _traced(model, target):
-    return relaytrace.build(model, target, pipeline="fused")[1]
+def _traced(model, target, passes=()):
+    return relaytrace.build(model, target, pipeline=_pipeline(target, passes) if passes else "fused")[1]
 
 
-def measure(name, model, runs: int):
+def measure(name, model, runs: int, passes: tuple[str, ...] = ()):
     """The ratio for ``model`` (an IRModule, or a frontend's ImportedModel: traced with
-    its layer names, built plainly from its module); returns (ratio, a lineage)."""
+    its layer names, built plainly from its module), ``passes`` run before TVM's
+    pipeline on both sides; returns (ratio, a lineage)."""
     target = tvm.target.Target("llvm")
     mod = getattr(model, "mod", model)
-    _plain(mod, target)  # warm caches on both sides
-    lineage = _traced(model, target)
+    _plain(mod, target, passes)  # warm caches on both sides
+    lineage = _traced(model, target, passes)
     plain, traced = [], []
     for i in range(runs):
         for traced_side in ((False, True) if i % 2 == 0 else (True, False)):
             gc.collect()
             start = time.perf_counter()
-            _traced(model, target) if traced_side else _plain(mod, target)
+            _traced(model, target, passes) if traced_side else _plain(mod, target, passes)
             (traced if traced_side else plain).append(time.perf_counter() - start)
     p, t = statistics.median(plain), statistics.median(traced)
     ratios = sorted(b / a for a, b in zip(plain, traced))
@@ -132,11 +158,19 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--deep", type=int, default=2000, help="bindings of the generated deep model")
     parser.add_argument("--blocks", type=int, default=32, help="blocks of the decoder")
-    parser.add_argument("--only", choices=("decoder", "small"), help="the decoder alone, or the rest alone")
+    parser.add_argument("--llama-blocks", type=int, nargs="+", default=[2, 32], help="blocks of the MLC-style Llama")
+    parser.add_argument("--only", choices=("decoder", "llama", "small"),
+                        help="the decoder alone, the MLC-style Llama alone, or the rest alone")
     args = parser.parse_args(argv)
-    if args.only != "small":
+    if args.only in (None, "decoder"):
         lineage_figures(measure(f"decoder({args.blocks} blocks)", _decoder(args.blocks), args.runs)[1])
-    if args.only == "decoder":
+    if args.only in (None, "llama"):
+        for blocks in args.llama_blocks:
+            for label, mode, passes in LLAMA_BUILDS:
+                lineage = measure(f"llama({blocks}) {label}", _llama(blocks, mode), args.runs, passes)[1]
+                if blocks == max(args.llama_blocks):
+                    lineage_figures(lineage)
+    if args.only in ("decoder", "llama"):
         return 0
     measure("resnet_style(blocks=3)", resnet_style(blocks=3), args.runs)
     measure("zoo resnet50 (torch)", _resnet50(), args.runs)

@@ -15,16 +15,19 @@ import argparse
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import tvm
-from tvm import relax
 
 from relaytrace.tracking.follow import follow
 from relaytrace.tracking.recorder import Recorder, gc_paused
 from relaytrace.zoo.relax_models import deep_chain, resnet_style
 
+sys.path.insert(0, str(Path(__file__).parent))
+from compile_overhead import _pipeline  # noqa: E402  (the pipelines compile_overhead measures)
 
-def record(mod, target) -> list[tuple[bool, object, object]]:
+
+def record(mod, target, passes=()) -> list[tuple[bool, object, object]]:
     """(after?, module, pass info) for every instrument call of a plain build."""
     calls: list[tuple[bool, object, object]] = []
 
@@ -37,7 +40,7 @@ def record(mod, target) -> list[tuple[bool, object, object]]:
             calls.append((True, mod, info))
 
     with tvm.transform.PassContext(opt_level=3, instruments=[Calls()]):
-        tvm.compile(mod, target, relax_pipeline=relax.get_default_pipeline(target))
+        tvm.compile(mod, target, relax_pipeline=_pipeline(target, passes))
     return calls
 
 
@@ -69,10 +72,18 @@ def main(argv=None) -> int:
     parser.add_argument("--deep", type=int, default=2000, help="bindings of the generated deep model; 0: resnet_style")
     parser.add_argument("--decoder", type=int, default=0, metavar="BLOCKS",
                         help="the nn decoder of this many blocks (prefill and decode) instead")
+    parser.add_argument("--llama", type=int, default=0, metavar="BLOCKS",
+                        help="the MLC-style Llama of this many blocks, weights bundled and lifted, instead")
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args(argv)
-    layer_of = None
-    if args.decoder:
+    layer_of, passes = None, ()
+    if args.llama:
+        from relaytrace.frontends.nn import from_nn
+        from relaytrace.zoo.mlc_llama import llama
+
+        imported = from_nn(*llama(layers=args.llama, param_mode="plain"))
+        mod, layer_of, passes = imported.mod, imported.layer_of, ("BundleModelParams", "LiftTransformParams")
+    elif args.decoder:
         from relaytrace.frontends.nn import from_nn
         from relaytrace.zoo.nn_decoder import decoder
 
@@ -80,7 +91,7 @@ def main(argv=None) -> int:
         mod, layer_of = imported.mod, imported.layer_of
     else:
         mod = deep_chain(args.deep) if args.deep else resnet_style(blocks=3)
-    calls = record(mod, tvm.target.Target("llvm"))
+    calls = record(mod, tvm.target.Target("llvm"), passes)
     best: dict[str, float] = {}
     for _ in range(args.runs):
         for stage, seconds in replay(calls, layer_of).items():

@@ -239,3 +239,15 @@ def test_a_follow_thread_that_cannot_start_leaves_the_follow_to_the_end_of_the_b
         tvm.compile(resnet_mod, "llvm")
     assert handle.ahead.result(recording) is None
     assert handle.lineage.coverage().complete and not handle.lineage.journal.degraded
+
+
+def test_a_chain_longer_than_the_recursion_limit_is_followed_whole():
+    """deep_chain(1500): 1,500 adds in a row. Verification's truth asked of every add
+    whether it was a folded norm's, walking its chain back recursively: the lineage
+    came out degraded (RecursionError) and was followed twice, on the thread and again
+    after the build."""
+    from relaytrace.zoo.relax_models import deep_chain
+
+    _, lineage = relaytrace.build(deep_chain(1500), "llvm")
+    assert lineage.journal.degraded == ()
+    assert lineage.verification.summary().startswith(f"{len(lineage.call_sites)} verified")

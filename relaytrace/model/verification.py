@@ -45,6 +45,10 @@ class Status(Name):
 VERIFIED, SUSPECT, UNVERIFIED = Status.VERIFIED, Status.SUSPECT, Status.UNVERIFIED
 # passes that group ops into kernels or hand groups to an external codegen: none removes a compute op
 FUSION_PASSES = frozenset({"FuseOps", "FuseTIR", "FuseOpsByPattern", "MergeCompositeFunctions", "RunCodegen"})
+# LiftTransformParams moves the bindings of function X computed from weights alone into a
+# new function X + TRANSFORM_SUFFIX (``tracking.params`` follows them there); a verdict
+# that accepts an op of X there names the fact TRANSFORM_PARAMS in ``SiteCheck.shared``
+TRANSFORM_SUFFIX, TRANSFORM_PARAMS = "_transform_params", "transform-params"
 
 
 @define(frozen=True)
@@ -67,7 +71,8 @@ class SiteCheck:
     position: int
     status: Status
     reasons: tuple[str, ...] = ()
-    # the facts shared with the tracker the verdict rests on (its members' ``shared``)
+    # the facts shared with the tracker the verdict rests on (its members' ``shared``,
+    # ``TRANSFORM_PARAMS`` for ops moved into a transform function)
     shared: tuple[str, ...] = ()
 
 
@@ -152,14 +157,15 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
                 others = [s.label for s in where[(oid, _frame(site))] if s is not site]
                 reasons.append(f"{oid} is also attributed to {', '.join(others)}")
         reasons += _misplaced_inserted(site, lineage, where, neighbours)
-        reasons += _foreign_ops(site, origins)
+        foreign, moved = _foreign_ops(site, origins)
+        reasons += foreign
         wrong, untold = _shape_claims(site, lineage, where)
         reasons += wrong
         unknown += untold
         reasons += out_of_order.get(site.position, [])
         reasons += [program.wrong[oid] for oid in site.origin_ids if oid in program.wrong]
         unknown += [program.unknown[oid] for oid in site.origin_ids if oid in program.unknown]
-        shared = tuple(sorted({fact for m in members[site.kernel] for fact in m.shared}))
+        shared = tuple(sorted({fact for m in members[site.kernel] for fact in m.shared}.union(moved)))
         if reasons:
             checks.append(SiteCheck(site.position, SUSPECT, tuple(reasons + unknown), shared))
         elif unknown:
@@ -347,15 +353,21 @@ def _shape_claims(site, lineage, where) -> tuple[list[str], list[str]]:
     return reasons, unknown
 
 
-def _foreign_ops(site, origins) -> list[str]:
+def _foreign_ops(site, origins) -> tuple[list[str], tuple[str, ...]]:
     """A site runs the ops of the function whose body it is in: an entry's own, or the
     subfunction its scope names (``block#1`` -> ``block``); and so the ops a pass
     inserted there: one made in another function (a PrimFunc that two entries share,
-    ComputePrimValue's ``compute_symbolic_expr``) is that function's, not this site's."""
+    ComputePrimValue's ``compute_symbolic_expr``) is that function's, not this site's;
+    or, in ``X_transform_params``, ops of ``X`` computed from weights alone, which
+    ``LiftTransformParams`` moves there (a fact the tracker relies on too: the verdict
+    names it, ``TRANSFORM_PARAMS``). The reasons, and the facts relied on."""
     running = site.scope.rsplit("/", 1)[-1].rpartition("#")[0] if site.scope else site.function
-    return [f"{oid} is an {'' if origins[oid].kind == OP else origins[oid].kind + ' '}op of "
-            f"{origins[oid].function}, but this site runs in {running}"
-            for oid in site.origin_ids if origins[oid].function != running]
+    lifted_from = running[:-len(TRANSFORM_SUFFIX)] if running.endswith(TRANSFORM_SUFFIX) else None
+    others = [origins[oid] for oid in site.origin_ids if origins[oid].function != running]
+    lifted = [o for o in others if o.kind == OP and o.function == lifted_from]
+    return ([f"{o.id} is an {'' if o.kind == OP else o.kind + ' '}op of {o.function}, but this site runs in "
+             f"{running}" for o in others if not (o.kind == OP and o.function == lifted_from)],
+            (TRANSFORM_PARAMS,) if lifted else ())
 
 
 def _frame(site) -> tuple[str, str]:

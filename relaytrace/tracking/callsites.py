@@ -92,14 +92,21 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
     ``offloads``: the groups handed to external codegens (``truth.offloads``)."""
     functions = tracker.last_functions  # every Relax function, fused groups included
     degraded = list(degraded)
-    # the input's entries: passes give every function a global symbol (AttachGlobalSymbol)
-    names = [name for name in ir.entry_functions(functions) if entries is None or name in entries]
-    if not names:
-        degraded.append("no Relax entry function (one with a global_symbol) was seen after the last pass")
+    # the input's entries (passes give every function a global symbol: AttachGlobalSymbol),
+    # then those a pass made that no other calls (LiftTransformParams' X_transform_params)
+    public = ir.entry_functions(functions)
+    names = [name for name in public if entries is None or name in entries]
     offloads = dict(offloads or {})
     found = _Sites(tracker, offloads)
     for name in names:
         found.run(name, name, "", {})
+    called = {callee for callees in found.calls.values() for callee in callees}
+    for name in public:
+        if name not in names and name not in tracker.input_functions and name not in called:
+            names.append(name)
+            found.run(name, name, "", {})
+    if not names:
+        degraded.append("no Relax entry function (one with a global_symbol) was seen after the last pass")
     eliminated = {o: p for o, p in tracker.log.eliminated.items() if o not in found.present}
     history: dict[str, list[Change]] = {}
     merged: set[str] = set()  # origins whose history comes from several tokens: to be put in pass order

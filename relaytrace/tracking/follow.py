@@ -68,14 +68,18 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
             done("call sites")
             tuned = [k for k in tuned_kernels(recording.passes) if k in lineage.kernels]
             consumers = shape_consumers(recording.passes, reads.read)
+            done("tuned kernels, shape consumers")
             faults: list[str] = []
-            build = attrs.evolve(lineage.build, tuned=tuple(tuned), shape_consumers=consumers,
-                                 work=_work(recording, lineage, faults), memory=_memory(recording, lineage, faults),
+            work = _work(recording, lineage, faults)
+            done("work")
+            memory = _memory(recording, lineage, faults)
+            done("memory plans")
+            build = attrs.evolve(lineage.build, tuned=tuple(tuned), shape_consumers=consumers, work=work, memory=memory,
                                  **_compiled_entries(recording, lineage))
             journal = attrs.evolve(lineage.journal, degraded=lineage.journal.degraded + tuple(faults))
             lineage = attrs.evolve(lineage, build=build, origins=_served_shapes(lineage, consumers), program=program,
                                    journal=journal)
-            done("tuned kernels, shape consumers, work, memory plans")
+            done("served shapes")
             return attrs.evolve(lineage, verification=verify(lineage))
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")

@@ -81,6 +81,8 @@ class _Walk:
         self.refs: dict[int, tuple[tuple[_Block, ...], tuple[_Tensor, ...]]] = {}  # var handle -> what it holds
         self.keep: list = []  # the vars whose handles key ``refs``
         self.weights: dict[int, list] = {}  # handle -> [name, shape, dtype, sites]
+        self.weight_fields: dict[int, list[int]] = {}  # handle of a tuple of weights -> its fields' keys
+        self.field_keys: list[int] = []  # the keys of tuple fields in ``weights``, each its own
         self.constants = 0
         self.inputs: list[tuple[str, tuple, str]] = []
         self.unplanned: list[tuple[str, tuple, str]] = []
@@ -97,17 +99,29 @@ class _Walk:
                               "the blocks it sized so keep those sizes whatever the run's")
         inputs = int(func.attrs["num_input"]) if func.attrs is not None and "num_input" in func.attrs else None
         for i, param in enumerate(ir.items(func.params)):
-            for shape, dtype in _tensors(param):
-                if inputs is None or i < inputs:
-                    self.inputs.append((param.name, shape, dtype))
-                else:
-                    self._keep(param)
-                    self.weights[param.__chandle__()] = [param.name, shape, dtype, []]
+            if inputs is None or i < inputs:
+                self.inputs += [(param.name, shape, dtype) for shape, dtype in _tensors(param)]
+            else:
+                self._keep(param)
+                self._weight(param.__chandle__(), param.name, ir.expr_type(param))
         returned = self.body(func)
         for block in returned[0]:
             block.last, block.returned = _END, True
         for tensor in returned[1]:
             tensor.uses.append(_END)
+
+    def _weight(self, handle: int, name: str, ty) -> None:
+        """A weight parameter of type ``ty``, a tuple's fields each a weight of its own
+        (``packed_params[3]``: MLC-LLM packs every weight into one tuple parameter)."""
+        if isinstance(ty, relax.TupleType):
+            fields = self.weight_fields[handle] = []
+            for index, field in enumerate(ty.fields):
+                fields.append(-len(self.field_keys) - 1)  # a key no var handle takes
+                self.field_keys.append(fields[-1])
+                self._weight(fields[-1], f"{name}[{index}]", field)
+            return
+        for shape, dtype in _tensors_of_type(ty):
+            self.weights[handle] = [name, shape, dtype, []]
 
     def body(self, func):
         """Walk a function's bindings; what its result refers to."""
@@ -119,6 +133,12 @@ class _Walk:
     def binding(self, var, value) -> None:
         what = ir.kind(value)
         if what != "call":
+            if what == "item" and value.tuple_value.__chandle__() in self.weight_fields:  # a field of a weight
+                self._keep(var)
+                field = self.weight_fields[value.tuple_value.__chandle__()][value.index]
+                for table in (self.weights, self.weight_fields):
+                    if field in table:
+                        table[var.__chandle__()] = table[field]
             self._hold(var, self.touch(value, self.pos))
             return
         category, name = ir.callee_category(value.op)
@@ -211,7 +231,8 @@ class _Walk:
                              _last_before(positions, max(t.uses, default=t.alloc)), t.argument) for t in b.tensors),
                   b.returned)
             for b in self.blocks)
-        weights = tuple(Weight(name, shape, dtype, tuple(sites)) for name, shape, dtype, sites in self.weights.values())
+        distinct = {id(w): w for w in self.weights.values()}.values()  # a field is keyed by the vars taking it too
+        weights = tuple(Weight(name, shape, dtype, tuple(sites)) for name, shape, dtype, sites in distinct)
         return MemoryPlan(entry, tuple(label for _, label in self.steps), blocks, weights, tuple(self.inputs),
                           tuple(self.unplanned), tvm_figure, tuple(self.notes))
 

@@ -110,7 +110,10 @@ def _parts_of_lowered_ops(new, changes: Changes, uses) -> dict[int, int]:
 
 def _serves(tok, pending, rewritten, uses, args_of, origins_of: Callable, origins, seen) -> list[str]:
     """The model ops an inserted binding exists for: the neighbours this pass rewrote
-    (consumers first), else its consumers, else its producers."""
+    (consumers first), else its consumers, else its producers; a neighbour that is new
+    too passes on the ops it serves. ``seen``: the tokens this search has visited, each
+    once (a new neighbour's answer does not depend on the side it was reached from), so
+    one search costs the bindings the pass wrote, not the paths between them."""
     seen.add(tok)
     for only_rewritten in (True, False):
         for side in (uses.get(tok, []), args_of.get(tok, [])):
@@ -119,7 +122,7 @@ def _serves(tok, pending, rewritten, uses, args_of, origins_of: Callable, origin
                 if other in seen or (only_rewritten and other not in rewritten):
                     continue
                 if other in pending:
-                    out.extend(_serves(other, pending, rewritten, uses, args_of, origins_of, origins, set(seen)))
+                    out.extend(_serves(other, pending, rewritten, uses, args_of, origins_of, origins, seen))
                 else:
                     out.extend(o for o in sorted(origins_of(other)) if origins[o].kind == OP)
             if out:

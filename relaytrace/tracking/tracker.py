@@ -21,7 +21,7 @@ from attrs import define, field
 from ..model import ops
 from ..model.journal import DEAD, FOLDED
 from ..model.origin import Origin
-from . import ir, newops, reader
+from . import ir, newops, params, reader
 from .keys import ValueKeys
 from .newops import IDENTITY, NEW, Changes, Rewrite
 from .origins import OriginTable
@@ -174,6 +174,7 @@ class Tracker:
         self.log = PassLog()
         self.recipes: dict[int, Recipe | None] = {}  # fused function handle -> its recipe (``rules.Replay``)
         self.last_functions: dict[str, object] = {}
+        self.input_functions: frozenset[str] = frozenset()  # the model functions of the input
         self._input_views = dict(table.views)  # popped as used; the table stays as it was
         self._var_value: dict[int, int] = {}  # var handle -> handle of the value it was last seen bound to
         self._aliases: set[int] = set()  # vars bound to another value (an alias, a tuple, a field)
@@ -189,6 +190,7 @@ class Tracker:
         """Walk the input's functions (``ir.function_map``) once, so their bindings'
         keys are known to every rule."""
         self._pin(functions)
+        self.input_functions = frozenset(ir.model_functions(functions))
         for name, func in ir.model_functions(functions).items():
             self._funcs[name] = self._process(functions, name, func, "input", None)
         self.last_functions = functions
@@ -200,11 +202,37 @@ class Tracker:
         if not model:
             return  # a pass over a TIR-only sub-module
         self._pin(functions)
-        for name in changed:
+        before = {name: state.func for name, state in self._funcs.items()}
+        sources = params.transform_sources(before, changed)  # X_transform_params -> X
+        for name in [*sources, *(n for n in changed if n not in sources)]:  # transform functions first
+            old = before.get(sources.get(name, name))
+            if old is not None:
+                self._seed_bundled(model[name], old)
+            if name not in sources and name in sources.values():
+                self._seed_lifted(model[name], model[f"{name}{params.TRANSFORM_SUFFIX}"])
             self._funcs[name] = self._process(functions, name, model[name], pass_name, self._funcs.get(name))
         for name in [n for n in self._funcs if n not in model]:
             self.log.eliminate(self._funcs.pop(name).origins, pass_name)
         self.last_functions = functions  # only once all of them are accounted for
+
+    def _seed_bundled(self, func, old_func) -> None:
+        """A tuple parameter that took the place of ``old_func``'s weight parameters
+        (``params.bundled_fields``) holds them: its token is their tuple's."""
+        found = params.bundled_fields(func, old_func)
+        if found is None or found[0].__chandle__() in self.tokens.of_handle:
+            return
+        toks = [self.tokens.of(p.__chandle__()) for p in found[1]]
+        if None not in toks:
+            self.tokens.of_handle[found[0].__chandle__()] = self.keys.tuple_of(toks)
+
+    def _seed_lifted(self, func, transform) -> None:
+        """Each weight parameter of ``func`` that a field of ``transform``'s result
+        fills (``params.lifted_fields``) holds that field's value: its token. Called
+        once ``transform`` is walked."""
+        for param, output, index in params.lifted_fields(func, transform) or ():
+            tok = self.tokens.of(output.__chandle__()) if output is not None else None
+            if tok is not None and param.__chandle__() not in self.tokens.of_handle:
+                self.tokens.of_handle[param.__chandle__()] = self.keys.item(tok, index) if index >= 0 else tok
 
     def _pin(self, obj) -> None:
         """Keep IR objects alive. Handles key every table here, so the C++ objects

@@ -228,6 +228,9 @@ def _folds_a_norm(made, made_at: dict) -> bool:
         return False
     args = [a for a in made.arguments()]
     first = made_at.get(args[0].handle) if args and args[0].kind == reader.VAR else None
+    if first is None or first.callee != facts.CONV:
+        return False  # no conv under the add: whatever its arguments are made of (a chain of
+        # thousands of adds would be walked back, each add, beyond the interpreter's recursion limit)
     weight = first.arguments()[1] if first is not None and len(first.arguments()) > 1 else None
     return facts.folds_a_norm(
         made.callee, first.callee if first is not None else None,
