@@ -6,7 +6,9 @@ ratios, with their interquartile range. Pairing the two builds of a run cancels 
 drift of this machine's speed over the minute a model takes (on a shared 2-core VM
 it moves the plain build's median by several percent between invocations), which a
 ratio of the two sides' medians does not. Also printed: bindings, the plain and
-traced medians and the extra time. Each build starts after a full garbage
+traced medians, the extra time, and the same ratio of the process's CPU time (both
+threads: what tracking costs when no core is free, and less moved by other
+processes on a shared machine than the wall time). Each build starts after a full garbage
 collection, so that one side does not pay for garbage the other left.
 Targets: ratio <= 1.05 on the 32-block decoder (``zoo.nn_decoder``, prefill and
 decode, through ``from_nn``), <= 1.10 on deep_chain(2000), <= 1.03 on resnet_style and
@@ -101,20 +103,28 @@ def measure(name, model, runs: int, passes: tuple[str, ...] = ()):
     mod = getattr(model, "mod", model)
     _plain(mod, target, passes)  # warm caches on both sides
     lineage = _traced(model, target, passes)
-    plain, traced = [], []
+    plain, traced, plain_cpu, traced_cpu = [], [], [], []
     for i in range(runs):
         for traced_side in ((False, True) if i % 2 == 0 else (True, False)):
             gc.collect()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             _traced(model, target, passes) if traced_side else _plain(mod, target, passes)
             (traced if traced_side else plain).append(time.perf_counter() - start)
+            (traced_cpu if traced_side else plain_cpu).append(time.process_time() - cpu)
     p, t = statistics.median(plain), statistics.median(traced)
-    ratios = sorted(b / a for a, b in zip(plain, traced))
-    ratio = statistics.median(ratios)
-    quartiles = statistics.quantiles(ratios, n=4)
+    ratio, low, high = _ratio(plain, traced)
+    cpu_ratio, cpu_low, cpu_high = _ratio(plain_cpu, traced_cpu)
     print(f"{name:<24} bindings={_bindings(mod):>5}  plain={p:6.3f}s  traced={t:6.3f}s  "
-          f"ratio={ratio:.3f} (IQR {quartiles[0]:.3f}-{quartiles[2]:.3f})  extra={(t - p) * 1e3:4.0f}ms", flush=True)
+          f"ratio={ratio:.3f} (IQR {low:.3f}-{high:.3f})  extra={(t - p) * 1e3:4.0f}ms  "
+          f"cpu ratio={cpu_ratio:.3f} (IQR {cpu_low:.3f}-{cpu_high:.3f})", flush=True)
     return ratio, lineage
+
+
+def _ratio(plain: list[float], traced: list[float]) -> tuple[float, float, float]:
+    """The median of the per-run ratios traced / plain, and their quartiles."""
+    ratios = sorted(b / a for a, b in zip(plain, traced))
+    quartiles = statistics.quantiles(ratios, n=4)
+    return statistics.median(ratios), quartiles[0], quartiles[2]
 
 
 def lineage_figures(lineage) -> None:
