@@ -147,23 +147,21 @@ def _csv(path):
         return list(csv.DictReader(f))
 
 
-def test_the_cli_profiles_a_prefill_and_a_decode_of_an_mlc_style_llm(tmp_path, capsys):
+def test_the_cli_profiles_a_decode_of_an_mlc_style_llm(tmp_path, capsys):
+    """The CLI serves the decode (the prefill it serves alike: the API's test above)."""
     from relaytrace import cli
 
     (tmp_path / "llm.py").write_text(FACTORY)
-    for entry, options, figure in (("prefill", ["--tokens", "16"], "time to first token"),
-                                   ("decode", ["--context", "24"], "time per output token at context 24")):
-        out = tmp_path / entry
-        assert cli.main(["--quiet", "profile", f"{tmp_path / 'llm.py'}:make", "--entry", entry, *options,
-                         "--repeat", "2", "--out", str(out)]) == 0
-        printed = capsys.readouterr().out
-        assert figure in printed and "KV cache made by create_paged_kv_cache" in printed
-        kernels = {row["name"]: row for row in _csv(out / "kernels.csv")}
-        attention = "batch_prefill_ragged_kv" if entry == "prefill" else "batch_decode_paged_kv_cpu"
-        assert kernels[attention]["layers"].split(" ") == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
-        assert kernels[attention]["verification"] == "verified" and float(kernels[attention]["duration_us"]) > 0
-        layers = {row["layer"]: row for row in _csv(out / "layers.csv")}
-        assert float(layers["model.layers.1.self_attn"]["time_us"]) > 0
+    out = tmp_path / "decode"
+    assert cli.main(["--quiet", "profile", f"{tmp_path / 'llm.py'}:make", "--entry", "decode", "--context", "24",
+                     "--repeat", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "time per output token at context 24" in printed and "KV cache made by create_paged_kv_cache" in printed
+    attention = {row["name"]: row for row in _csv(out / "kernels.csv")}["batch_decode_paged_kv_cpu"]
+    assert attention["layers"].split(" ") == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
+    assert attention["verification"] == "verified" and float(attention["duration_us"]) > 0
+    layers = {row["layer"]: row for row in _csv(out / "layers.csv")}
+    assert float(layers["model.layers.1.self_attn"]["time_us"]) > 0
 
 
 TVMSCRIPT = """import tvm
