@@ -1,7 +1,8 @@
 """Regenerate docs/gallery/: real pictures of zoo models, and screenshots of their HTML
-reports in headless Chromium (run: python tools/make_gallery.py [--screenshots | --memory]:
-only retake the screenshots of the reports already there; or first make again only the
-reports they are of that have a memory section, ResNet-50's and the decoder's)."""
+reports in headless Chromium (run: python tools/make_gallery.py [--screenshots | --memory |
+--llm]: only retake the screenshots of the reports already there; or first make again only
+the reports they are of that have a memory section, ResNet-50's and the decoder's; or only
+the MLC-style Llama's served decode, its report and screenshot)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ def main() -> int:
     if sys.argv[1:] == ["--screenshots"]:  # of the reports already there
         _screenshots()
         return 0
+    if sys.argv[1:] == ["--llm"]:
+        _llm_decode()
+        return 0
     if sys.argv[1:] == ["--memory"]:
         (OUT / "resnet50_report.html").write_text(html_report(_zoo_report("resnet50", None)[1]))
         (OUT / "decoder24_report.html").write_text(html_report(_decoder_report()))
@@ -43,6 +47,7 @@ def main() -> int:
         print(tag, prof.summary())
         print(roofline_summary(report.roofline))
     _comparison()
+    _llm_decode()
     decoder = _decoder_report()
     (OUT / "decoder24_report.html").write_text(html_report(decoder))
     print("decoder24", decoder.profile.summary())
@@ -92,6 +97,37 @@ def _decoder_report():
               else np.zeros(shape if "seq_len" not in shape else (1, 32), dtype)
               for _, shape, dtype in lineage.build.entries["prefill"]]
     return make_report(lineage, relaytrace.profile(executable, lineage, params, entry="prefill", repeat=2))
+
+
+def _llm_decode() -> None:
+    """relaytrace.zoo.mlc_llama (4 blocks, packed weights, nn.llm's paged KV cache)
+    served: one decode token after a context of 256, five runs; its report, and a
+    screenshot of its Kernels table with the paged-decode attention kernel clicked (the
+    attention layers that ran it in the pane)."""
+    from playwright.sync_api import sync_playwright
+
+    from relaytrace.frontends.nn import from_nn
+    from relaytrace.profiling.serve import Serving
+    from relaytrace.zoo.mlc_llama import llama
+
+    executable, lineage = relaytrace.build(from_nn(*llama(layers=4), name="llama4"), "llvm")
+    report = make_report(lineage, relaytrace.profile(executable, lineage, [], entry="decode",
+                                                     serving=Serving(context=256), repeat=5))
+    (OUT / "llama4_decode_report.html").write_text(html_report(report))
+    print("llama4 decode", report.profile.summary())
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.goto((OUT / "llama4_decode_report.html").as_uri())
+        page.wait_for_selector("body[data-ready]")
+        page.fill("#search", "batch_decode_paged_kv")
+        page.locator("#kernels tbody tr").first.click()
+        page.evaluate("document.getElementById('kernels').previousElementSibling.previousElementSibling"
+                      ".scrollIntoView()")
+        page.screenshot(path=str(OUT / "report_llm_decode_kernels.png"))
+        browser.close()
 
 
 def _screenshots() -> None:

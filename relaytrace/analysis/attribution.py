@@ -338,7 +338,7 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
     lineage = lineage.for_entry(profile.entry)
     check_match(lineage, profile)
     spread = profile.site_times(KERNEL)
-    total = sum(t.median_us for t in spread.values()) or 1.0
+    total = profile.kernel_us or 1.0  # the KV-cache kernels' too: every row a percent of all kernel time
     checks = lineage.site_checks()
     rows = []
     for name, sites in lineage.kernels.items():
@@ -356,7 +356,7 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
 
 def _cache_rows(lineage: Lineage, profile: Profile, kernel_total: float) -> list[KernelRow]:
     """One row per KV-cache kernel that ran: its calls' medians added, the layers
-    ``cache_shares`` billed them to; percents of the VM's kernels' time, as theirs."""
+    ``cache_shares`` billed them to; percents of all kernel time, as the others'."""
     spread = profile.site_times(CACHE)
     by_name: dict[str, list[Share]] = defaultdict(list)
     for share in cache_shares(lineage, profile):
