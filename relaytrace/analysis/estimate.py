@@ -17,6 +17,7 @@ from ..model.entry import (
     PAGED_PREFILL,
     RAGGED_PREFILL,
     cache_param,
+    default_context,
     kernel_role,
     runs_attention,
 )
@@ -75,8 +76,7 @@ def estimated_profile(lineage: Lineage, peaks: Peaks, entry: str | None = None,
         first = next(t for p in params for t in p.tensors)
         shape = next(s for (n, _, _), (s, _) in zip(signature, concrete) if n == first.name)
         tokens = shape[-2] if len(shape) >= 2 else 1
-        symbolic = any(not isinstance(d, int) for d in first.shape)
-        step = (tokens, context if context is not None else 0 if symbolic else 32)
+        step = (tokens, context if context is not None else default_context(params))
         calls = cache_calls(lineage, peaks, *step, start=start)
         records.extend(calls)
         start += sum(r.duration_us for r in calls)

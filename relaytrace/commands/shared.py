@@ -64,8 +64,10 @@ def serving(args, lineage, entry: str):
         return None
     if tokens is None and context is None:
         return None
-    static = not any(not isinstance(d, int) for p in lineage.build.params[entry] for t in p.tensors for d in t.shape)
-    return Serving(tokens=tokens or 32, context=context if context is not None else 32 if static else 0)
+    from ..model.entry import default_context
+
+    params = lineage.build.params[entry]
+    return Serving(tokens=tokens or 32, context=context if context is not None else default_context(params))
 
 
 def add_peak_options(p) -> None:

@@ -102,3 +102,15 @@ def grouped(params: tuple[Param, ...], flat: list) -> list:
         out.append(flat[i] if p.kind == ParamKind.TENSOR else list(flat[i:i + n]))
         i += n
     return out
+
+
+def of_any_length(params: tuple[Param, ...]) -> bool:
+    """Whether an entry's tensors have a symbolic dim: a served entry that takes any
+    number of tokens (a prefill), not one token per sequence (a decode)."""
+    return any(not isinstance(d, int) for p in params for t in p.tensors for d in t.shape)
+
+
+def default_context(params: tuple[Param, ...]) -> int:
+    """The tokens already in the KV cache before a served step by default: none for a
+    prefill (its time is the time to the first token), 32 for a decode."""
+    return 0 if of_any_length(params) else 32

@@ -21,7 +21,7 @@ import numpy as np
 from attrs import define
 
 from ..errors import RelaytraceError, UsageError, describe
-from ..model.entry import APPEND, ParamKind, cache_param, kernel_role
+from ..model.entry import APPEND, ParamKind, cache_param, kernel_role, of_any_length
 
 _DECODE_MARGIN = 8  # tokens the cache holds beyond the context and the step
 
@@ -100,7 +100,7 @@ class Server:
         """The entry that fills the cache with a context: one whose token count is
         symbolic (a prefill)."""
         for name, params in lineage.build.params.items():
-            if cache_param(params) is not None and _symbolic(params):
+            if cache_param(params) is not None and of_any_length(params):
                 return name
         raise RelaytraceError("the build has no entry that takes a KV cache and any number of tokens (a prefill): "
                               "a context cannot be filled; profile with context 0")
@@ -110,7 +110,7 @@ class Server:
         """The tokens a step runs: ``serving.tokens`` for an entry with a symbolic
         size, else its first tensor's second-to-last dim ((batch, tokens, hidden), as
         MLC-LLM's entries take embeddings)."""
-        if _symbolic(params):
+        if of_any_length(params):
             return serving.tokens
         first = next((t for p in params if p.kind == ParamKind.TENSOR for t in p.tensors), None)
         return int(first.shape[-2]) if first is not None and len(first.shape) >= 2 else 1
@@ -182,10 +182,6 @@ class Server:
 
 _CACHE = object()  # where the KV cache goes among an entry's arguments
 
-
-def _symbolic(params) -> bool:
-    return any(not isinstance(d, int) for p in params if p.kind == ParamKind.TENSOR for t in p.tensors
-               for d in t.shape)
 
 
 def _arguments(params, length: int, device, seed: int):

@@ -20,7 +20,7 @@ import tvm
 from tvm import relax
 
 from ..errors import RelaytraceError, UsageError, describe
-from ..model.entry import ParamKind, grouped, signature
+from ..model.entry import ParamKind, default_context, grouped, signature
 from ..model.lineage import Lineage
 from ..model.profile import BUILTIN, CACHE, FROM_IR, KERNEL, LOCAL_RUN, ArgInfo, CallRecord, Profile
 from ..model.shapes import bind
@@ -137,8 +137,7 @@ def _served_profile(executable, lineage, entry, device, warmup, repeat, mode, pr
     library = _kernel_library(executable, lineage)
     device = device or device_here(lineage.build.target)
     params = lineage.build.params[entry]
-    default = Serving(context=0 if any(not isinstance(d, int) for p in params for t in p.tensors for d in t.shape)
-                      else 32)
+    default = Serving(context=default_context(params))
     vm = _vm(executable, device)
     server = Server(vm, lineage, entry, serving or default, device)
     say(f"serving {entry}: {server.tokens} token(s) after a context of {server.context}")
