@@ -23,9 +23,18 @@ from relaytrace.frontends.torch import from_torch
 from .fixtures.repros import convbn, convnext
 
 
-def _report(model, example, **options):
+def _built(model, example, **options):
+    """(report, executable): ``model`` built traced for llvm with ``options``, profiled."""
     executable, lineage = relaytrace.build(model, "llvm", **options)
-    return make_report(lineage, relaytrace.profile(executable, lineage, [example.numpy()], repeat=3))
+    return make_report(lineage, _profiled(executable, lineage, example)), executable
+
+
+def _profiled(executable, lineage, example):
+    return relaytrace.profile(executable, lineage, [example.numpy()], repeat=3)
+
+
+def _report(model, example, **options):
+    return _built(model, example, **options)[0]
 
 
 @pytest.fixture(scope="module")
@@ -60,32 +69,38 @@ def test_batch_norms_after_their_convs_are_found_and_the_folded_rebuild_runs_the
 @pytest.fixture(scope="module")
 def convbns():
     """The conv -> norm blocks with and without the convs' bias, each built plain and
-    with the fold, profiled: {(bias, fold): report}."""
+    with the fold, profiled: {(bias, fold): (report, executable)}."""
     out = {}
     for bias in (True, False):
         module, example = convbn(bias)
         model = from_torch(module, (example,))
         for fold in (False, True):
-            out[bias, fold] = _report(model, example, fold_batch_norm=fold)
-    return out
+            out[bias, fold] = _built(model, example, fold_batch_norm=fold)
+    return out, example
 
 
 def test_convs_with_a_bias_before_their_norm_are_not_told_to_fold_and_the_fold_is_said_not_to_apply(convbns):
-    (found,) = [f for f in convbns[False, False].advice if f.rule == "separate-batch-norm"]  # no bias: told
+    reports = {key: report for key, (report, _) in convbns[0].items()}
+    (found,) = [f for f in reports[False, False].advice if f.rule == "separate-batch-norm"]  # no bias: told
     assert found.layers == ("1", "4")
-    assert not_applied(found, convbns[False, False].lineage, convbns[False, True].lineage) == ""  # folded
-    assert not [f for f in convbns[True, False].advice if f.rule == "separate-batch-norm"]  # bias: not told
-    kernels = [{s.kernel for s in convbns[True, fold].lineage.call_sites} for fold in (False, True)]
+    assert not_applied(found, reports[False, False].lineage, reports[False, True].lineage) == ""  # folded
+    assert not [f for f in reports[True, False].advice if f.rule == "separate-batch-norm"]  # bias: not told
+    kernels = [{s.kernel for s in reports[True, fold].lineage.call_sites} for fold in (False, True)]
     assert kernels[0] == kernels[1] == {"fused_conv2d_add", "fused_batch_norm_relu", "fused_conv2d1_add"}
-    assert not_applied(found, convbns[True, False].lineage, convbns[True, True].lineage) == (
+    assert not_applied(found, reports[True, False].lineage, reports[True, True].lineage) == (
         "the rebuild's kernels are the same as before")  # the same finding there: the rebuild did not apply it
 
 
 def test_a_change_measured_inside_the_runs_scatter_is_no_measurable_change(convbns):
     """Two builds with the same kernels (the convs with a bias, plain and with the fold
-    that does not apply) profiled in one sitting: whatever their medians differ by is noise."""
-    first, second = convbns[True, False], convbns[True, True]  # their kernels are the same
-    measured = Measured(first.profile.e2e_us, second.profile.e2e_us)
+    that does not apply), profiled as ``advise --verify`` does in one sitting: the first
+    just before and just after the second. Whatever their medians differ by is noise."""
+    builds, example = convbns
+    (first, run_first), (second, run_second) = builds[True, False], builds[True, True]  # the same kernels
+    before = _profiled(run_first, first.lineage, example)
+    between = _profiled(run_second, second.lineage, example)
+    after = _profiled(run_first, first.lineage, example)
+    measured = Measured(before.e2e_us + after.e2e_us, between.e2e_us)
     assert abs(measured.saving_us) > 0 and measured.noise_us > 0
     assert measured.verdict().startswith("no measurable change (")
 

@@ -307,7 +307,9 @@ def advise(report, rules: tuple[Rule, ...] = RULES) -> tuple[Finding, ...]:
 @define(frozen=True)
 class Measured:
     """A change measured in one sitting: the end-to-end runs of the build as it was
-    (``before_us``) and of the rebuild with the change (``after_us``), both made now,
+    (``before_us``: ``advise --verify`` gives the runs made just before and just after
+    the change's, so the machine's drift between them counts as scatter, not as a
+    saving) and of the rebuild with the change (``after_us``), all made now,
     and ``not_applied`` ("" when the change applied where its finding said, else why
     not: ``not_applied``)."""
 

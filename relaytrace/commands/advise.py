@@ -4,6 +4,7 @@ saving; `--verify` rebuilds with each change alone and measures it."""
 from __future__ import annotations
 
 import argparse
+import statistics
 
 from ..errors import UsageError
 from ..jobs import echo
@@ -59,12 +60,14 @@ _CHANGES = {"fold-batch-norm": ("fold_batch_norm", True), "layout NCHW": ("layou
 
 def _verify(args, report) -> None:
     """Each finding whose change relaytrace can make: DIR's model rebuilt with that change
-    alone and profiled, beside the same model rebuilt as DIR was and profiled in the same
-    sitting (a profile made earlier drifts with the machine's load; DIR's own files are
-    left as they are), and the two diffed layer by layer (``analysis.diff``)."""
+    alone and profiled, between two profiles of the same model rebuilt as DIR was, made
+    in the same sitting just before and just after (a profile made earlier drifts with
+    the machine's load, and drift while the change runs shows as scatter in the runs
+    around it; DIR's own files are left as they are), and the two diffed layer by layer
+    (``analysis.diff``)."""
     from ..frontends.loader import load
     from ..jobs import parse_shape, run_info
-    from .shared import build_and_profile, progress
+    from .shared import build_traced, profile_built, progress
 
     if report.profile.remote:
         raise UsageError(f"{args.dir} was profiled on {report.profile.remote}: --verify rebuilds and profiles here")
@@ -84,34 +87,45 @@ def _verify(args, report) -> None:
     loaded = load(info["model"], shapes=[parse_shape(s) for s in info["input_shapes"]], dtype=info["dtype"],
                   entry=info["entry"])
 
-    def measured(options):
-        return build_and_profile(loaded.model, argparse.Namespace(
-            target=options["target"], pipeline=options["pipeline"], layout=options["layout"],
-            precision=options["precision"], fold_batch_norm=options["fold_batch_norm"], db=options["db"],
-            entry=report.profile.entry, mode=None, repeat=args.repeat or report.profile.repeat, rpc=None,
-            tracker=None, key=None, cc=None, kernel_timeout=None, device=None, peak_gflops=None, peak_gbps=None,
-            name=None), say, loaded.inputs)
+    def options(run):
+        return argparse.Namespace(
+            target=run["target"], pipeline=run["pipeline"], layout=run["layout"], precision=run["precision"],
+            fold_batch_norm=run["fold_batch_norm"], db=run["db"], entry=report.profile.entry, mode=None,
+            repeat=args.repeat or report.profile.repeat, rpc=None, tracker=None, key=None, cc=None,
+            kernel_timeout=None, device=None, peak_gflops=None, peak_gbps=None, name=None)
 
     say("verifying: rebuilding DIR's model as it was, to measure beside each change")
-    base = measured(info)
+    as_was = options(info)
+    base = build_traced(loaded.model, as_was, say)
+    before = profile_built(base, as_was, say, loaded.inputs)
     for finding, field, value in todo:
         say(f"verifying {finding.rule}: rebuilding with {field} {value}")
-        _measured_change(args, finding, f"{field} {value}", base, measured({**info, field: value}))
+        change = options({**info, field: value})
+        built = build_traced(loaded.model, change, say)
+        after = profile_built(built, change, say, loaded.inputs)
+        say("profiling DIR's model as it was again, after the change")
+        again = profile_built(base, as_was, say, loaded.inputs)
+        _measured_change(args, finding, f"{field} {value}", (base[1], before, again), (built[1], after))
+        before = again
 
 
 def _measured_change(args, finding, change: str, base, changed) -> None:
     """What one change did: first whether it applied where its finding said
     (``advice.not_applied``), then end to end, as a saving only beyond the runs' scatter
-    (``advice.Measured``), its finding's layers and the layers that changed most."""
+    (``advice.Measured``: the build as it was profiled just before and just after the
+    change), its finding's layers and the layers that changed most. ``base``: its
+    lineage and the profiles before and after; ``changed``: the change's lineage and
+    profile."""
     from ..analysis import diff as D
     from ..analysis.advice import Measured, not_applied
     from ..render.table import format_table
 
-    (lineage_a, profile_a), (lineage_b, profile_b) = base, changed
-    measured = Measured(profile_a.e2e_us, profile_b.e2e_us, not_applied(finding, lineage_a, lineage_b))
-    a_ms, b_ms = profile_a.e2e_median_us / 1e3, profile_b.e2e_median_us / 1e3
+    (lineage_a, profile_a, again), (lineage_b, profile_b) = base, changed
+    measured = Measured(profile_a.e2e_us + again.e2e_us, profile_b.e2e_us,
+                        not_applied(finding, lineage_a, lineage_b))
+    a_ms, b_ms = statistics.median(measured.before_us) / 1e3, profile_b.e2e_median_us / 1e3
     echo(f"{finding.rule} with {change}: end to end {a_ms:.3f} -> {b_ms:.3f} ms (each built and profiled now, "
-         f"{len(profile_a.e2e_us)} and {len(profile_b.e2e_us)} runs): {measured.verdict()} "
+         f"{len(measured.before_us)} runs around {len(profile_b.e2e_us)}): {measured.verdict()} "
          f"(estimated {finding.saving_us / 1e3:.3f} ms)")
     if measured.not_applied:
         echo()

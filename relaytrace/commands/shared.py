@@ -21,12 +21,19 @@ def progress(args):
 
 def build_and_profile(model, args, say, inputs):
     """``(lineage, profile)`` of ``model`` built traced as the build options say and
-    profiled on ``inputs`` here or on the remote device they name; the device is checked
-    (compiler, address, key) before the build, and a build that cannot run here without
-    one is refused before it is made."""
+    profiled on ``inputs`` here or on the remote device they name (``build_traced``,
+    then ``profile_built``)."""
+    built = build_traced(model, args, say)
+    return built[1], profile_built(built, args, say, inputs)
+
+
+def build_traced(model, args, say):
+    """``(executable, lineage, remote)``: ``model`` built traced as the build options
+    say, for the device they name (``remote``: None for this machine). The device is
+    checked (compiler, address, key) before the build, and a build that cannot run here
+    without one is refused before it is made."""
     from ..build import NHWC, build
     from ..profiling.remote import exporter, runs_here, target_name
-    from ..profiling.vm import profile
 
     remote = remote_device(args)
     if remote is not None:  # a missing compiler, an address or key that answers not: said before the build
@@ -44,12 +51,20 @@ def build_and_profile(model, args, say, inputs):
                                 progress=say.passes, database=getattr(args, "db", None),
                                 mixed_precision="float32" if fp16 else None,
                                 fold_batch_norm=getattr(args, "fold_batch_norm", False))
+    return executable, lineage, remote
+
+
+def profile_built(built, args, say, inputs):
+    """The ``Profile`` of a ``build_traced`` result on ``inputs``, as the options say
+    (entry, mode, runs, peaks, serving); a build may be profiled more than once."""
+    from ..profiling.vm import profile
+
+    executable, lineage, remote = built
     entry = lineage.entry(args.entry)
     mode = "isolated" if remote is not None else args.mode or "timeline"
     say(f"profiling {entry} ({mode}{', on ' + remote.describe() if remote else ''}, {args.repeat} run(s))")
-    prof = profile(executable, lineage, list(inputs), repeat=args.repeat, mode=mode, progress=say, entry=entry,
+    return profile(executable, lineage, list(inputs), repeat=args.repeat, mode=mode, progress=say, entry=entry,
                    remote=remote, peaks=given_peaks(args), serving=serving(args, lineage, entry))
-    return lineage, prof
 
 
 def serving(args, lineage, entry: str):
