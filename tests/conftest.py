@@ -62,18 +62,17 @@ def resnet50_profiled(resnet50):
 
 
 def move_origin(lineage, origin: str, to):
-    """The lineage with ``origin`` taken from its call site and put at call site ``to``:
+    """The lineage with ``origin`` taken from its call site and put at call site ``to``,
+    each site's roles given by its origins as the tracker gives them (``roles_for``):
     a deliberately wrong lineage, for verification to catch."""
-    from relaytrace.model.lineage import Role
+    from relaytrace.model.lineage import roles_for
 
     kernels = {}
     for kernel, sites in lineage.kernels.items():
         moved = []
         for site in sites:
-            roles = tuple(r for r in site.roles if r.origin != origin)
-            if site.position == to.position:
-                roles += (Role(origin, "fused"),)
-            moved.append(attrs.evolve(site, roles=roles))
+            ids = [o for o in site.origin_ids if o != origin] + [origin] * (site.position == to.position)
+            moved.append(attrs.evolve(site, roles=roles_for(ids, lineage.origins)))
         kernels[kernel] = tuple(moved)
     return attrs.evolve(lineage, kernels=kernels)
 

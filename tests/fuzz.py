@@ -202,6 +202,85 @@ def artifact_cases(source: Path, work: Path, seed: int, count: int):
         shutil.rmtree(case)
 
 
+def _plan(d):
+    return d["build"]["memory"]["main"]
+
+
+def _first_kernel(d):
+    """The profile's first kernel call: its ``kernel#call`` key."""
+    return next(r for r in d["records"] if r[5] == "kernel")[:2]
+
+
+def _widen(d):
+    kernel, call = _first_kernel(d)
+    d["args"][f"{kernel}#{call}"]["shapes"][-1][1] *= 2  # its output at twice the width
+
+
+# (file, an edit of its JSON whose every field keeps its type but contradicts another
+# or the lineage, words of the one-line refusal): model/sense.py's checks, each once
+CONTRADICTIONS = [
+    ("lineage.json", lambda d: _plan(d)["blocks"][0].__setitem__("bytes", [[10 ** 30, []]]), "at most 1.15292e+18"),
+    ("lineage.json", lambda d: _plan(d).__setitem__("steps", []), "in a plan of 0 steps a lifetime starts at 0"),
+    ("lineage.json", lambda d: _plan(d)["blocks"][0]["tensors"][0].__setitem__("site", "nope#0"),
+     "site 'nope#0' is none of the plan's steps"),
+    ("lineage.json", lambda d: _plan(d)["blocks"][0]["tensors"][0].update(first=99, last=-3),
+     "is live from step 99 to -3"),
+    ("lineage.json", lambda d: _plan(d)["blocks"][0]["tensors"][0].__setitem__("dtype", "float7"),
+     "dtype 'float7' is not a dtype TVM has"),
+    ("lineage.json", lambda d: next(iter(d["build"]["work"].values())).__setitem__("flops", [[-5, []]]),
+     "has the term -5: a count is at least 0"),
+    ("lineage.json", lambda d: d["verification"]["layers"].append({"layer": "ghost", "status": "verified"}),
+     "verification of layer 'ghost' is not what the lineage's own evidence gives"),
+    ("lineage.json", lambda d: d["verification"].__setitem__("sites", []),
+     "verification of call site position 0 is not what the lineage's own evidence gives"),
+    ("lineage.json", lambda d: [r.__setitem__("role", "fused") for r in next(iter(d["kernels"].values()))[0]["roles"]],
+     "has roles its origins do not give (anchor 'none'"),
+    ("lineage.json", lambda d: d["origins"].append(dict(d["origins"][0])), "twice: an id names one op"),
+    ("lineage.json", lambda d: d["origins"][0].__setitem__("layer", "conv1\ud800"), "holds a lone surrogate escape"),
+    ("profile.json", lambda d: d["peaks"].__setitem__("gbps", 1e-300), "every peak rate must be from 0.001"),
+    ("profile.json", lambda d: d.__setitem__("e2e_us", [0.0] * len(d["e2e_us"])), "each e2e_us above 0"),
+    ("profile.json", lambda d: d.__setitem__("repeat", 10 ** 9), "repeat must be 1 to 1e+06"),
+    ("profile.json", lambda d: [r.__setitem__(3, 0.0) for r in d["records"]], "calls of one run follow one another"),
+    ("profile.json", lambda d: d["inputs"][0][1].__setitem__(0, 2),
+     "input 0 (x) of tiny_model.main must be float32[1, "),
+    ("profile.json", _widen, "ran as float32["),
+]
+
+
+def readers(case: Path, other: Path) -> list[list]:
+    """The commands that read an output DIR's lineage and profile together."""
+    return [["render", case, "--format", "html", "--out", case / "r.html"], ["advise", case], ["memory", case],
+            ["diff", case, other]]
+
+
+def contradiction_cases(source: Path, work: Path, seed: int, count: int):
+    """``count`` runs of a reading command (``readers``, and ``query`` for a lineage) on a
+    copy of ``source`` with one of ``CONTRADICTIONS`` made: refused (code 1, one line),
+    never accepted, nothing written; yields (what, broken promise or None)."""
+    rng = random.Random(seed)
+    for i in range(count):
+        name, edit, words = rng.choice(CONTRADICTIONS)
+        case = work / f"contra{i}"
+        shutil.copytree(source, case)
+        data = json.loads((case / name).read_text())
+        edit(data)
+        (case / name).write_text(json.dumps(data))
+        commands = readers(case, source) + [["query", case / "lineage.json", "--layer", "fc"]] * (
+            name == "lineage.json")
+        argv = rng.choice(commands)
+        before = {p.name for p in case.iterdir()}
+        code, _, err = run_cli(argv)
+        problem = broken_promise(code, err)
+        if problem is None and code != 1:
+            problem = f"accepted (exit {code})"
+        elif problem is None and words not in err:
+            problem = f"refused for another reason: {err.strip()[-200:]}"
+        if problem is None and {p.name for p in case.iterdir()} != before:
+            problem = "wrote or removed a file"
+        yield f"{name}: {words}; {argv[0]}", problem
+        shutil.rmtree(case)
+
+
 def legacy_cases(work: Path, seed: int, count: int):
     """``count`` mutated seed texts through ``relaytrace legacy`` (every parser, the
     matching and the figures); yields (what, problem): a broken promise, or over 2 s."""

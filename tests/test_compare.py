@@ -250,9 +250,9 @@ def test_atol_zero_and_an_all_zero_reference_stay_defined(tmp_path):
     assert e.status == WITHIN and e.tolerance_ratio == 0.0
     e = error_of("x", "k#0", np.array([1e-9, 1.0]), np.array([0.0, 1.0]), atol=0.0, rtol=1e-3)
     assert e.status == BEYOND and e.tolerance_ratio is None  # a difference where nothing is tolerated
-    zero = error_of("x", "k#0", np.ones(3), np.zeros(3), 1e-4, 1e-4)
+    zero = error_of("y", "k#0", np.ones(3), np.zeros(3), 1e-4, 1e-4)
     assert zero.status == BEYOND and zero.max_rel is None and zero.max_abs == 1.0
-    partly = error_of("x", "k#0", np.array([np.nan, 1.5]), np.array([np.nan, 1.0]), 1e-4, 1e-4)
+    partly = error_of("z", "k#0", np.array([np.nan, 1.5]), np.array([np.nan, 1.0]), 1e-4, 1e-4)
     assert partly.status == BEYOND and partly.max_abs == pytest.approx(0.5)  # the finite part is judged
     result = Comparison("m", "main", 0.0, 1e-3, "float32 as built", (e, zero, partly))
     result.save(tmp_path / "c.json")

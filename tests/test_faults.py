@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fuzz import broken_promise, run_cli
+from tests.fuzz import CONTRADICTIONS, broken_promise, readers, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = f"{FIXTURES / 'tiny_model.py'}:make"
@@ -100,6 +100,26 @@ def test_corrupt_artifacts_are_one_line_errors_naming_file_and_field(out_dir, tm
         last = _refused(argv, 1, words)
         assert name in last
     assert sorted(p.name for p in case.iterdir()) == before  # nothing written, nothing left
+
+
+@pytest.mark.parametrize("name, edit, words", CONTRADICTIONS)
+def test_contradictory_files_are_refused_by_every_command_that_reads_them(out_dir, tmp_path, name, edit, words):
+    """Files whose every field has the right type but which contradict themselves (or a
+    profile its lineage): refused on load by render, advise, memory and diff alike,
+    naming the file or the pair, nothing written."""
+    case = _corrupt(out_dir, tmp_path, name, _edit(name, edit)[1])
+    before = sorted(p.name for p in case.iterdir())
+    for argv in readers(case, out_dir):
+        last = _refused(argv, 1, words)
+        assert name in last or "does not match lineage" in last, last
+    assert sorted(p.name for p in case.iterdir()) == before
+
+
+def test_memory_of_two_different_models_is_refused(out_dir, tmp_path):
+    other = tmp_path / "other"
+    assert run_cli(["--quiet", "profile", f"{FIXTURES / 'tiny_model.py'}:make_other", "--repeat", "1",
+                    "--out", other])[0] == 0
+    _refused(["memory", out_dir, other], 1, "memory compares two builds of one model")
 
 
 def test_a_byte_order_mark_is_read(out_dir, tmp_path):
@@ -296,8 +316,9 @@ def test_one_slow_run_does_not_move_a_sites_figure_and_is_said(out_dir, tmp_path
     steady = attrs.evolve(base, records=tuple(records), repeat=5)
     steady = attrs.evolve(steady, e2e_us=(steady.timed_run_us,) * 3)  # untimed runs as long as the timed ones
     site = steady.key(records[0])
+    later = [attrs.evolve(r, start_us=r.start_us + 4000) if r.run == 0 else r for r in records[1:]]  # pushed on
     hiccup = attrs.evolve(steady, records=(attrs.evolve(records[0], duration_us=records[0].duration_us + 4000),)
-                          + tuple(records[1:]))
+                          + tuple(later))
     assert hiccup.by_site()[site] == steady.by_site()[site]
     assert hiccup.site_times()[site].max_us == records[0].duration_us + 4000
     assert not steady.warnings()

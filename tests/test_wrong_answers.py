@@ -58,6 +58,9 @@ def _comparison():
     (lambda d: d["layers"][0].__setitem__("shape", [-1, 4]), "layers[0].shape must be at least 0"),
     (lambda d: d["layers"][0].__setitem__("cosine", 3.0), "layers[0].cosine must be from -1 to 1"),
     (lambda d: d.__setitem__("atol", -1e-4), "atol must be at least 0"),
+    (lambda d: d["layers"][0].__setitem__("tolerance_ratio", 1e6), "layers[0] is within tolerance at a tolerance "
+                                                                    "ratio of 1e"),
+    (lambda d: d["layers"].append(dict(d["layers"][0])), "layers[1] is layer 'conv1' again"),
 ])
 def test_impossible_numbers_in_a_comparison_are_refused_naming_file_and_field(tmp_path, edit, field):
     from relaytrace.model.numerics import Comparison

@@ -1,6 +1,7 @@
 """The long fuzz run: many seeded cases of each class in tests/fuzz.py, with counts.
 
     .venv/bin/python tools/fuzz.py                 # 2000 each: artifacts, legacy, names, layouts; 285 options;
+                                                   # 200 well-typed but contradictory files;
                                                    # a whole run signalled at each of its writes (3 signals);
                                                    # a remote server stopped at each remote step
     .venv/bin/python tools/fuzz.py --cases 200 --seed 7
@@ -22,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fuzz import (  # noqa: E402
     artifact_cases,
+    contradiction_cases,
     layout_cases,
     legacy_cases,
     name_cases,
@@ -36,6 +38,7 @@ TINY = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tiny_model.
 # generator, so a class not chosen never starts
 CLASSES = {
     "artifacts": lambda source, work, a: artifact_cases(source, work, a.seed, a.cases),
+    "contradictions": lambda source, work, a: contradiction_cases(source, work, a.seed, max(a.cases // 10, 40)),
     "legacy": lambda source, work, a: legacy_cases(work, a.seed, a.cases),
     "options": lambda source, work, a: option_cases(source, work, a.seed, max(a.cases // 7, 20)),
     "names": lambda source, work, a: name_cases(a.seed, a.cases),

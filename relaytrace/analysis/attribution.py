@@ -30,6 +30,7 @@ from ..model.lineage_index import billed_layers
 from ..model.ops import estimated_flops
 from ..model.origin import OP, UNRESOLVED
 from ..model.profile import BUILTIN, CACHE, KERNEL, Profile
+from ..model.sense import profile_mismatches
 from ..model.sitekey import SiteKey
 from ..model.verification import SUSPECT, UNVERIFIED, VERIFIED
 from .work_split import work_weights
@@ -139,11 +140,12 @@ class Categories:
 
 
 def check_match(lineage: Lineage, profile: Profile) -> None:
-    """A profile must come from an executable of this lineage: same kernels, same calls."""
+    """A profile must come from an executable of this lineage: same kernels, same calls,
+    its inputs and each site's arguments of the shapes compiled (``sense.profile_mismatches``)."""
     ran: dict[str, int] = defaultdict(int)
     for site in profile.by_site(KERNEL):
         ran[site.kernel] = max(ran[site.kernel], site.call + 1)
-    problems = lineage.call_count_mismatches(ran)
+    problems = lineage.call_count_mismatches(ran) or profile_mismatches(lineage, profile)
     if problems:
         raise RelaytraceError(
             f"profile of {profile.model!r} does not match lineage of {lineage.build.model!r} "

@@ -53,8 +53,10 @@ class LayerDiff:
         return self.b_us / self.a_us
 
 
-def same_model(lineage_a, lineage_b) -> None:
-    """Refuses two lineages whose model ops differ (by origin id), naming some on each side."""
+def same_model(lineage_a, lineage_b, why: str = "for one model through two frontends (torch and ONNX), "
+               "compare --by-layer") -> None:
+    """Refuses two lineages whose model ops differ (by origin id), naming some on each
+    side, and ``why`` (what to do instead, or why one model is needed)."""
     ids_a = {o.id for o in lineage_a.origins.values() if o.kind == OP}
     ids_b = {o.id for o in lineage_b.origins.values() if o.kind == OP}
     if ids_a != ids_b:
@@ -62,8 +64,7 @@ def same_model(lineage_a, lineage_b) -> None:
         raise RelaytraceError(
             f"A and B are not the same model's ops (A: {lineage_a.build.model!r}, B: {lineage_b.build.model!r}): "
             f"{len(only_a)} ops only in A (e.g. {', '.join(only_a[:3])}), "
-            f"{len(only_b)} only in B (e.g. {', '.join(only_b[:3])}); "
-            "for one model through two frontends (torch and ONNX), compare --by-layer"
+            f"{len(only_b)} only in B (e.g. {', '.join(only_b[:3])}); {why}"
         )
 
 

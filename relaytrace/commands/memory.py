@@ -25,17 +25,20 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     """`relaytrace memory DIR [B]`: the peak, what is live there and whose, the layers
     by memory at the peak; with B, both builds' peaks and layers side by side."""
+    from ..analysis.diff import same_model
     from ..render.memory import memory_summary
 
     dims = _dims(args.at)
-    memory_a = _memory(args.a, args.entry, dims)
+    a = _loaded(args.a)
+    memory_a = _memory(a, args.entry, dims)
     if args.b is None:
         echo(memory_summary(memory_a, args.top))
         if memory_a is not None:
-            _other_entries(args.a, memory_a.entry, dims)
+            _other_entries(a[0], memory_a.entry, dims)
         return 0
-    memory_b = _memory(args.b, args.entry, dims)
-    echo(_side_by_side(memory_a, memory_b, args.top))
+    b = _loaded(args.b)
+    same_model(a[0], b[0], "memory compares two builds of one model")
+    echo(_side_by_side(memory_a, _memory(b, args.entry, dims), args.top))
     return 0
 
 
@@ -50,7 +53,9 @@ def _dims(given: list[str]) -> dict[str, int]:
 
 
 def _loaded(path: str):
-    """(lineage, profile or None) of an output DIR or a lineage.json."""
+    """(lineage, profile or None) of an output DIR or a lineage.json; a profile beside
+    it that is not a run of its build is refused (``check_match``)."""
+    from ..analysis.attribution import check_match
     from ..model.lineage import Lineage
     from ..model.profile import Profile
 
@@ -59,17 +64,22 @@ def _loaded(path: str):
     if not lineage_path.is_file():
         raise FileNotFoundError(f"missing {lineage_path} (run `relaytrace profile ... --out DIR` first)")
     profile_path = lineage_path.with_name("profile.json")
-    return Lineage.load(lineage_path), Profile.load(profile_path) if profile_path.is_file() else None
+    lineage = Lineage.load(lineage_path)
+    if not profile_path.is_file():
+        return lineage, None
+    profile = Profile.load(profile_path)
+    check_match(lineage.for_entry(profile.entry), profile)
+    return lineage, profile
 
 
-def _memory(path: str, entry: str | None, dims: dict[str, int]):
-    """The memory of ``entry`` (the profiled one by default) in the build at ``path``, at
-    the profiled run's dims overridden by ``dims`` (and checked against that run's
-    addresses when they are its own)."""
+def _memory(loaded, entry: str | None, dims: dict[str, int]):
+    """The memory of ``entry`` (the profiled one by default) in a build (``loaded``:
+    its lineage and profile or None), at the profiled run's dims overridden by ``dims``
+    (and checked against that run's addresses when they are its own)."""
     from ..analysis.memory import memory_at, profiled_memory
     from ..model.lineage import choose_entry
 
-    lineage, profile = _loaded(path)
+    lineage, profile = loaded
     name = choose_entry(tuple(lineage.build.entries), entry or (profile.entry if profile is not None else None))
     known = {d for _, shape, _ in lineage.build.entries.get(name, ()) for d in shape
              if isinstance(d, str) and d.isidentifier()}
@@ -82,12 +92,11 @@ def _memory(path: str, entry: str | None, dims: dict[str, int]):
     return memory_at(lineage, name, dims)
 
 
-def _other_entries(path: str, shown: str, dims: dict[str, int]) -> None:
+def _other_entries(lineage, shown: str, dims: dict[str, int]) -> None:
     """One line for each other entry of the build (prefill beside decode)."""
     from ..analysis.memory import memory_at
     from ..render.memory import memory_line
 
-    lineage, _ = _loaded(path)
     others = [e for e in lineage.build.entries if e != shown]
     if others:
         echo("\nthe build's other entries:")

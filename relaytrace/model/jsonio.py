@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import os
+import re
 import tempfile
 import types
 import typing
@@ -326,6 +327,9 @@ def current_umask() -> int:
     return mask
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def read_json(path, what: str):
     """The JSON value of the ``what`` file at ``path``; a file that is no UTF-8 JSON, or
     nests too deep, or holds a number too long for Python to read, is a one-line
@@ -334,7 +338,14 @@ def read_json(path, what: str):
     if not path.is_file():
         raise FileNotFoundError(f"no {what} file at {path}")
     try:
-        return json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark is fine
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is fine
+        data = json.loads(text)
+        if _SURROGATE_ESCAPE.search(text):  # \ud800 alone is valid JSON but no text any output can hold
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        return data
+    except UnicodeEncodeError:
+        raise LineageFormatError(f"{path} holds a lone surrogate escape (\\ud800 to \\udfff not in a pair) in a "
+                                 f"string: no name can be written so; was it edited or corrupted?") from None
     except UnicodeDecodeError:
         raise LineageFormatError(f"{path} is not a UTF-8 text file: is it a relaytrace {what} file?") from None
     except json.JSONDecodeError as exc:

@@ -23,6 +23,7 @@ from .lineage_schema import SCHEMA, migrate
 from .names import Name
 from .ops import op_rank
 from .origin import INSERTED, OP, UNRESOLVED, Origin
+from .sense import check_facts
 from .sitekey import SiteKey
 from .verification import SUSPECT, UNVERIFIED, SiteCheck, Verification, verify
 
@@ -152,7 +153,13 @@ class Coverage:
 
 
 def _origins(data, where: str) -> dict[str, Origin]:
-    return {o.id: o for o in decode(tuple[Origin, ...], data, where)}
+    found = decode(tuple[Origin, ...], data, where)
+    held = {o.id: o for o in found}
+    if len(held) != len(found):
+        twice = next(o.id for i, o in enumerate(found) if any(p.id == o.id for p in found[:i]))
+        raise LineageFormatError(f"{where} holds origin {twice!r} twice: an id names one op; the file was edited or "
+                                 "is corrupt; trace the build again")
+    return held
 
 
 ORIGINS = Codec(lambda origins: [encode(o) for o in origins.values()], _origins)  # saved as a list, held by id
@@ -434,8 +441,12 @@ class Lineage:
         """The lineage a JSON object holds (of this schema or an earlier one: ``migrate``),
         every record and reference checked: a ``LineageFormatError`` naming the field
         (``where`` names the file) otherwise."""
+        current = isinstance(data, dict) and data.get("schema") == SCHEMA
         lineage = decode(cls, migrate(data, where), where)
         _check_references(lineage, where)
+        check_facts(lineage.build, where)
+        if current:  # a file of an earlier schema was made by earlier rules: its own are kept
+            _check_derived(lineage, where)
         return lineage
 
     def save(self, path, overwrite: bool = False) -> Path:
@@ -499,6 +510,30 @@ def _check_references(lineage: Lineage, where: str) -> None:
         stray = [c.position for c in lineage.verification.sites if c.position not in positions]
         if stray:
             raise LineageFormatError(f"{where}: verification names call site position {stray[0]}, which no site has")
+
+
+def _check_derived(lineage: Lineage, where: str) -> None:
+    """What the build derived from the lineage's own facts is what they give now: each
+    site's roles (``roles_for`` its origins: one anchor, the heaviest model op) and the
+    verification (``verify`` against the kernel members the file holds). A stored
+    verdict its evidence does not give is an edited file, not a verified layer."""
+    for site in lineage.call_sites:
+        if site.roles != roles_for(site.origin_ids, lineage.origins):
+            anchor = site.anchor or "none"
+            raise LineageFormatError(f"{where}: kernels[{site.kernel!r}] call {site.call} has roles its origins do "
+                                     f"not give (anchor {anchor!r}; a site's anchor is its heaviest model op); the "
+                                     "file was edited or is corrupt; trace the build again")
+    if lineage.verification is not None and lineage.verification != verify(lineage):
+        derived = verify(lineage)
+        stored_sites, sites = lineage.verification.by_position(), derived.by_position()
+        odd = next((f"call site position {p}" for p in sorted(set(stored_sites) | set(sites))
+                    if stored_sites.get(p) != sites.get(p)), None)
+        stored_layers, layers = lineage.verification.by_layer(), derived.by_layer()
+        odd = odd or next((f"layer {name!r}" for name in sorted(set(stored_layers) | set(layers))
+                           if stored_layers.get(name) != layers.get(name)), "its other problems")
+        raise LineageFormatError(f"{where}: verification of {odd} is not what the lineage's own evidence gives "
+                                 "(verification is derived from the sites and kernel members the file holds); "
+                                 "the file was edited or is corrupt; trace the build again")
 
 
 def roles_for(origin_ids: Iterable[str], origins: dict[str, Origin]) -> tuple[Role, ...]:

@@ -55,21 +55,28 @@ class Peaks:
         return f"peaks ({self.source}, {self.device}): {rates}, {self.gbps:,.1f} GB/s ({self.method}){native}"
 
 
+RATES = (1e-3, 1e9)  # GFLOP/s or GB/s a device's peak can be: a megaflop to an exaflop
+
+
 def problem(peaks: Peaks) -> str:
     """What is wrong with ``peaks`` read from a file ("" when nothing): every rate
-    finite and above 0, a float32 figure among them."""
+    within ``RATES`` (from a microcontroller's to beyond any accelerator's), a float32
+    figure among them."""
     rates = [peaks.gbps, *peaks.gflops.values()]
     if "float32" not in peaks.gflops:
         return "peaks.gflops has no float32 figure"
-    if not all(isinstance(r, (int, float)) and 0 < r < float("inf") for r in rates):
-        return "every peak rate must be a finite number above 0"
+    low, high = RATES
+    if not all(isinstance(r, (int, float)) and low <= r <= high for r in rates):
+        return f"every peak rate must be from {low:g} to {high:g} GFLOP/s or GB/s"
     return ""
 
 
 def given(gflops: float, gbps: float, device: str = "") -> Peaks:
-    """Peaks a user gives (a spec sheet): both finite and positive, else a one-line error."""
-    if not (0 < gflops < float("inf") and 0 < gbps < float("inf")):
-        raise RelaytraceError(f"peaks must be positive (got {gflops} GFLOP/s, {gbps} GB/s): give the device's figures")
+    """Peaks a user gives (a spec sheet): both within ``RATES``, else a one-line error."""
+    low, high = RATES
+    if not (low <= gflops <= high and low <= gbps <= high):
+        raise RelaytraceError(f"peaks must be from {low:g} to {high:g} (got {gflops} GFLOP/s, {gbps} GB/s): give the "
+                              "device's figures")
     return Peaks({"float32": float(gflops)}, float(gbps), GIVEN, "given by the user", device or "the device")
 
 

@@ -279,8 +279,16 @@ class Profile:
         if not profile.e2e_us:
             raise LineageFormatError(f"{where}: e2e_us is empty, so the profile has no end-to-end time to share out; "
                                      "profile the model again (`relaytrace profile`)")
-        if profile.repeat < 1 or any(not 0 <= t <= MAX_US for t in profile.e2e_us):
-            raise LineageFormatError(f"{where}: repeat must be at least 1 and each e2e_us 0 to {MAX_US:g}")
+        if not 1 <= profile.repeat <= MAX_RUNS or any(not 0 < t <= MAX_US for t in profile.e2e_us):
+            raise LineageFormatError(f"{where}: repeat must be 1 to {MAX_RUNS:g} and each e2e_us above 0 and at most "
+                                     f"{MAX_US:g} (a run takes time); the file was edited or is corrupt")
+        if profile.records and profile.runs != profile.repeat:
+            raise LineageFormatError(f"{where}: repeat is {profile.repeat} but the records hold {profile.runs} run(s); "
+                                     "the file was edited or is corrupt")
+        overlap = _overlap(profile.records)
+        if overlap:
+            raise LineageFormatError(f"{where}: {overlap}: calls of one run follow one another; the file was edited "
+                                     "or is corrupt")
         wrong = problem(profile.peaks) if profile.peaks is not None else ""
         if wrong:
             raise LineageFormatError(f"{where}: {wrong}; profile again, or give the peaks with --peak-gflops and "
@@ -302,3 +310,20 @@ class Profile:
 
 
 MAX_US = 1e12  # a call or run over 11 days is a corrupt file, not a measurement
+MAX_RUNS = 10 ** 6  # more runs than any profile makes
+
+
+def _overlap(records) -> str:
+    """Where two of the VM's own calls (not the KV-cache kernels inside them) of one run
+    overlap in time, as words ("" when none do): a run's calls are made one after another."""
+    runs: dict[int, list[CallRecord]] = {}
+    for r in records:
+        if not r.within:
+            runs.setdefault(r.run, []).append(r)
+    for run, calls in runs.items():
+        calls.sort(key=lambda r: r.start_us)
+        for a, b in zip(calls, calls[1:]):
+            if b.start_us < a.start_us + a.duration_us - 1e-3 - 1e-9 * abs(a.start_us):
+                return (f"in run {run}, {b.name}#{b.call} starts at {b.start_us:g} us, inside {a.name}#{a.call} "
+                        f"({a.start_us:g} to {a.start_us + a.duration_us:g} us)")
+    return ""

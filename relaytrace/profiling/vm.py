@@ -69,8 +69,13 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     library = _kernel_library(executable, lineage)
     say = progress or (lambda message: None)
     if remote is not None:
+        from .remote import ABANDONED
+
+        left = len(ABANDONED)
         found = _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say)
-        if peaks is None:
+        if peaks is None and len(ABANDONED) > left:  # it stopped answering once every figure was in
+            say(f"peak rates not measured: {remote.describe()} stopped answering")
+        elif peaks is None:
             from .peaks import measure_remote
 
             try:

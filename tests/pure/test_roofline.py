@@ -126,7 +126,7 @@ def test_an_estimate_is_each_sites_bound_at_the_ir_shapes_and_says_it_is_one():
 
 
 def test_peaks_given_named_and_saved(tmp_path):
-    with pytest.raises(RelaytraceError, match="positive"):
+    with pytest.raises(RelaytraceError, match="from 0.001 to 1e"):
         given(0, 10)
     with pytest.raises(RelaytraceError, match="nvidia-a100"):
         named("no-such-gpu")

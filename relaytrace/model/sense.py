@@ -1,0 +1,120 @@
+"""Whether a saved build's facts make sense together, beyond each field's type, and
+whether a profile is a run of that build: pure checks that ``Lineage.from_json`` runs
+on every file it reads, and ``analysis.attribution.check_match`` on every pair.
+
+The decoder checks each field's type and the references check that every name points
+at something; an edited or corrupt file can still pass both and contradict itself (a
+memory block of 10^30 bytes, a tensor live from step 99 to step -3, a negative FLOP
+count, a stored verdict its own evidence does not give). Each such file is refused
+with one line naming the file, the field and what a sound build has there, rather
+than drawn as a figure that cannot be right.
+"""
+
+from __future__ import annotations
+
+from ..errors import LineageFormatError
+from .work import LIMIT, Poly, itemsize
+
+_REDO = "the file was edited or is corrupt; trace the build again"
+MAX_BYTES = 2 ** 60  # a memory block beyond an exbibyte is no device's
+
+
+def check_facts(build, where: str) -> None:
+    """``build`` (``BuildFacts``) holds counts and plans a build can have: every work
+    formula's coefficients within ``LIMIT`` and its constant ones at least 0; every
+    memory plan's block sizes so within ``MAX_BYTES``, its steps, lifetimes, shapes
+    and dtypes in range and naming its own steps. A ``LineageFormatError`` naming the field otherwise."""
+    for kernel, work in build.work.items():
+        for name in ("flops", "transcendentals"):
+            _check_poly(getattr(work, name), f"{where}: build.work[{kernel!r}].{name}")
+    for entry, plan in build.memory.items():
+        _check_plan(plan, f"{where}: build.memory[{entry!r}]")
+
+
+def _check_poly(poly: Poly | None, where: str, limit: float = LIMIT) -> None:
+    for coef, atoms in poly or ():
+        if abs(coef) > limit or (not atoms and coef < 0):
+            raise LineageFormatError(f"{where} has the term {coef}{'*' if atoms else ''}{'*'.join(atoms)}: a count "
+                                     f"is at least 0 and at most {limit:g}; {_REDO}")
+
+
+def _check_plan(plan, where: str) -> None:
+    steps = len(plan.steps)
+    known = set(plan.steps)
+    for b, block in enumerate(plan.blocks):
+        at = f"{where}.blocks[{b}]"
+        _check_poly(block.bytes, f"{at}.bytes", MAX_BYTES)
+        _check_lifetime(block.start, block.end, steps, at)
+        for t, held in enumerate(block.tensors):
+            there = f"{at}.tensors[{t}]"
+            if held.site and held.site not in known:  # "": written by no kernel (a library call's output)
+                raise LineageFormatError(f"{there}.site {held.site!r} is none of the plan's steps; {_REDO}")
+            _check_lifetime(held.first, held.last, steps, there)
+            _check_tensor(held.shape, held.dtype, there)
+    for w, weight in enumerate(plan.weights):
+        there = f"{where}.weights[{w}]"
+        _check_tensor(weight.shape, weight.dtype, there)
+        stray = [s for s in weight.sites if s not in known]
+        if stray:
+            raise LineageFormatError(f"{there}.sites name {stray[0]!r}, none of the plan's steps; {_REDO}")
+    for i, (name, shape, dtype) in enumerate(plan.inputs + plan.unplanned):
+        _check_tensor(shape, dtype, f"{where}.inputs[{i}] ({name!r})" if i < len(plan.inputs)
+                      else f"{where}.unplanned[{i - len(plan.inputs)}]")
+
+
+def _check_lifetime(first: int, last: int, steps: int, where: str) -> None:
+    """A lifetime as ``tracking.memory`` reads one: from the first step after the
+    allocation (``steps`` when none is) to the last step at or before the end (-1 when
+    none is), so ``last`` is ``first - 1`` when no step falls between them."""
+    if not (0 <= first <= steps and -1 <= last < steps and last >= first - 1):
+        raise LineageFormatError(f"{where} is live from step {first} to {last}: in a plan of {steps} steps a "
+                                 f"lifetime starts at 0 to {steps} and ends at -1 to {steps - 1}, not before "
+                                 f"the step before its start; {_REDO}")
+
+
+def _check_tensor(shape, dtype: str, where: str) -> None:
+    if itemsize(dtype) is None:
+        raise LineageFormatError(f"{where}.dtype {dtype!r} is not a dtype TVM has (float32, float16, int64, ...); "
+                                 f"{_REDO}")
+    if any(isinstance(d, int) and not 0 <= d <= LIMIT for d in shape):
+        raise LineageFormatError(f"{where}.shape {list(shape)} has a dim below 0 or beyond {LIMIT:g}; {_REDO}")
+
+
+def profile_mismatches(lineage, profile) -> list[str]:
+    """How ``profile`` contradicts being a run of ``lineage``'s build beyond its kernel
+    calls (``Lineage.call_count_mismatches``): the inputs it ran with against the
+    entry's parameters (``shapes.bind``), and each call site's arguments as they ran
+    against the site's as compiled (rank, dtype, every static dim). The same kernels at
+    another width or batch are another build; its times are not this one's."""
+    from ..errors import RelaytraceError
+    from .entry import signature
+    from .shapes import ANY_RANK, bind
+
+    params = lineage.build.params.get(profile.entry)
+    declared = {n: (n, s, d) for n, s, d in (signature(params) if params else
+                                                lineage.build.entries.get(profile.entry, ()))}
+    problems = [f"input {n!r}: the entry {profile.entry} takes no such input" for n, _, _ in profile.inputs
+                if n not in declared]
+    if profile.inputs and not problems:
+        try:
+            bind(tuple(declared[n] for n, _, _ in profile.inputs), [(tuple(s), d) for _, s, d in profile.inputs],
+                 f"{lineage.build.model}.{profile.entry}")
+        except RelaytraceError as exc:
+            problems.append(str(exc))
+    for site in lineage.call_sites:
+        ran = profile.arg(site.key)
+        if ran is None or not site.arguments:
+            continue
+        if len(ran.shapes) != len(site.arguments):
+            problems.append(f"{site.label} ran with {len(ran.shapes)} argument(s), the lineage's has "
+                            f"{len(site.arguments)}")
+            continue
+        for i, ((shape, dtype), got, got_dtype) in enumerate(zip(site.arguments, ran.shapes, ran.dtypes)):
+            if tuple(shape) == (ANY_RANK,):
+                continue
+            if dtype != got_dtype or len(shape) != len(got) or any(
+                    isinstance(d, int) and d != g for d, g in zip(shape, got)):
+                problems.append(f"{site.label} argument {i} ran as {got_dtype}{list(got)}, compiled as "
+                                f"{dtype}{list(shape)}")
+                break
+    return problems
