@@ -507,14 +507,15 @@ def make():
 
 def test_tvms_own_codegen_failure_names_the_primfunc_its_layer_and_plain_tvm_compile(tmp_path):
     """LLVM code generation rejects the bool add of a bool cumsum. The line names the
-    PrimFunc (found by building each alone), the layer whose op it holds and the line
-    of the model that made it, says the known limitation and its way out, and that
+    PrimFunc (found by building each alone), the layer whose op it holds (the line's:
+    its ops are one layer, named after its last node, the ``+``) and the line of the
+    model that made it, says the known limitation and its way out, and that
     plain tvm.compile fails the same way (run again to know)."""
     (tmp_path / "counted.py").write_text(BOOL_CUMSUM)
     line = 1 + BOOL_CUMSUM.splitlines().index("        return self.fc(x) + torch.cumsum(x > 0, dim=-1)")
     last = _refused(["--quiet", "profile", f"{tmp_path / 'counted.py'}:make", "--out", tmp_path / "out"], 1,
                     "relaytrace: error: TVM's code generation failed on PrimFunc cumsum, which holds ops of layer "
-                    f"cumsum (made at {tmp_path / 'counted.py'}:{line}): InternalError: Check failed: "
+                    f"add (made at {tmp_path / 'counted.py'}:{line}): InternalError: Check failed: "
                     "(t.MatchesCode(DLDataTypeCode::kDLFloat)); a known TVM limitation: LLVM cannot compile a cumsum "
                     "over booleans; to build: cast them to int32 before the cumsum; ")
     assert last.endswith("; plain tvm.compile fails the same way: TVM's own failure, not relaytrace's")

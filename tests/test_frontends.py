@@ -188,7 +188,7 @@ def test_with_batch_norm_kept_every_torch_layer_of_resnet18_has_its_onnx_counter
         runs += [lineage, relaytrace.profile(executable, lineage, [example.numpy()], repeat=1)]
     rows = diff.compare(*runs, by_layer=True)
     unmatched = {r.layer: r.match for r in rows if r.match not in ("same ops", "different ops")}
-    assert unmatched == {"view": "only in A", "Flatten": "only in B"}  # a root op: fx name vs ONNX op
+    assert unmatched == {"flatten": "only in A", "Flatten": "only in B"}  # a root op: its torch.export node vs ONNX op
     modules = {n for n, _ in module.named_modules() if n}
     assert {r.layer for r in rows if r.match == "same ops"} >= {n for n in modules if "bn" in n or "conv" in n}
 

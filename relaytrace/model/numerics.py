@@ -114,16 +114,17 @@ class Comparison:
         return {s: sum(1 for e in self.layers if e.status == s) for s in Outcome}
 
     def summary(self) -> str:
-        """Two or three lines: how many layers were compared and within, the first one
-        beyond (with its kernel call site) and the first NaN, in words."""
+        """Two or three lines: how many layers were compared and within, how many were
+        not compared for each reason (``_SKIPPED``; the counts add up to the layers), the
+        first one beyond (with its kernel call site) and the first NaN, in words."""
         c = self.counts()
         moved = sum(1 for e in self.layers if e.compared and e.route == MOVED)
         kept = sum(1 for e in self.layers if e.compared and e.route == OBSERVED)
         given = "" if self.tolerance == "given" else f", {self.tolerance}"
+        skipped = [f"{c[status]} {what}" for status, what in _SKIPPED if c[status]]
         lines = [f"{c[WITHIN] + c[BEYOND]} of {len(self.layers)} layers compared (atol {self.atol:g}, rtol "
                  f"{self.rtol:g}{given}; {self.precision}): {c[WITHIN]} within, {c[BEYOND]} beyond"
-                 f"{_routes(moved, kept)}; {c[FUSED]} fused into a kernel "
-                 f"that does not write them out, {c[NO_OUTPUT] + c[NOT_COMPARABLE]} not comparable"]
+                 f"{_routes(moved, kept)}" + (f"; not compared: {', '.join(skipped)}" if skipped else "")]
         first = self.first_beyond
         lines.append(f"first layer beyond the tolerance: {first.layer} (max abs error {_num(first.max_abs)}, "
                      f"in {first.site})" if first else "no layer beyond the tolerance")
@@ -244,6 +245,12 @@ def _farness(e: LayerError) -> float:
     if e.nan or e.inf or e.tolerance_ratio is None:
         return -math.inf
     return -e.tolerance_ratio
+
+
+# each reason a layer was not compared, as the summary counts it (those with none are left out)
+_SKIPPED = ((FUSED, "fused into a kernel that does not write them out"),
+            (NO_OUTPUT, "with no output (the last op eliminated by a pass, or run in no kernel)"),
+            (NOT_COMPARABLE, "not comparable with the reference's value"))
 
 
 def _routes(moved: int, kept: int) -> str:
