@@ -18,6 +18,7 @@ import re
 
 from ..errors import RelaytraceError, describe, require
 from ..model.frontend import TORCH, Program, SourceNode
+from ..model.layer_name import layer_name
 from .common import ImportedModel
 
 
@@ -58,8 +59,16 @@ def _layer(node) -> str:
     key, (path, _) = list(stack.items())[-1]
     if not path:
         return node.name  # an op in the root module's own forward
-    call = key.rsplit("@", 1)[1] if "@" in key else ""
-    return f"{path}@{call}" if call else path
+    return layer_name(path, _call(key, path))
+
+
+def _call(key: str, path: str) -> int:
+    """Which call of the module at ``path`` a node of ``nn_module_stack`` entry ``key``
+    ran in: torch keys the first call by a name ending in the path (``L__self__a@b``)
+    and the N-th after it by that name and ``@N``. The path itself may hold ``@`` and
+    digits (a module named ``c@1``): only a suffix after the whole path is a call."""
+    head, sep, call = key.rpartition("@")
+    return int(call) if sep and call.isascii() and call.isdigit() and head.endswith(path) else 0
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')

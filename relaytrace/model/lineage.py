@@ -18,6 +18,7 @@ from .codec import Codec, codec_field, decode, encode
 from .frontend import Program
 from .journal import Change, Journal
 from .jsonio import read_json, write_json
+from .layer_name import layer_name
 from .lineage_index import LineageIndex, index_of
 from .lineage_schema import SCHEMA, migrate
 from .names import Name
@@ -345,7 +346,8 @@ class Lineage:
         """Origin ids named by an origin id or a layer name."""
         if name in self.origins:
             return {name}
-        ids = set(self.index().ops_of_layer.get(name, ()))
+        layers = self.index().ops_of_layer
+        ids = set(layers.get(name) or layers.get(layer_name(name)) or ())  # a module c@1's first call: c@1@0
         if not ids:
             known = list(self.origins) + list(self.layers())
             raise UnknownNameError("layer or origin", name, known)
