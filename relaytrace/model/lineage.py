@@ -12,7 +12,7 @@ from typing import NamedTuple
 import attrs
 from attrs import define, field
 
-from ..errors import LineageFormatError, UnknownNameError, UsageError
+from ..errors import LineageFormatError, UnknownNameError, UsageError, expect, expect_number
 from .build_facts import BuildFacts
 from .codec import Codec, codec_field, decode, encode
 from .frontend import Program
@@ -197,6 +197,7 @@ class Lineage:
 
     def entry(self, name: str | None = None) -> str:
         """The entry function a run or a report is about (``choose_entry``)."""
+        expect("the entry", name, (str, None), "an entry function's name (a str) or None for the default")
         return choose_entry(self.build.entries, name)
 
     @property
@@ -268,6 +269,7 @@ class Lineage:
 
     def site(self, kernel: str, call: int = 0, entry: str | None = None) -> CallSite:
         """The ``call``-th call of ``kernel`` in a run of ``entry`` (``entry()``)."""
+        expect_number("site(call=)", call, 0)
         function = self.entry(entry)
         sites = self.sites(kernel)
         found = [s for s in sites if s.call == call and s.function == function]
@@ -284,6 +286,8 @@ class Lineage:
 
     def origins_of(self, kernel: str, call: int | None = None) -> tuple[Origin, ...]:
         """Origins a kernel runs: at one call site, or at all of them (in order)."""
+        if call is not None:
+            expect_number("origins_of(call=)", call, 0)
         sites = self.sites(kernel) if call is None else (self.site(kernel, call),)
         ids = dict.fromkeys(o for s in sites for o in s.origin_ids)
         return tuple(self.origins[o] for o in ids)
@@ -344,6 +348,7 @@ class Lineage:
 
     def resolve(self, name: str) -> set[str]:
         """Origin ids named by an origin id or a layer name."""
+        expect("the layer or origin", name, str, "a layer's or an origin's name (a str)")
         if name in self.origins:
             return {name}
         layers = self.index().ops_of_layer
@@ -421,6 +426,7 @@ class Lineage:
 
     def sites(self, kernel: str) -> tuple[CallSite, ...]:
         """Every call site of one kernel, in run order."""
+        expect("the kernel", kernel, str, "a kernel's name (a str; a call site's label: site_by_label)")
         if kernel not in self.kernels:
             raise UnknownNameError("kernel", kernel, self.kernels)
         return self.kernels[kernel]
