@@ -7,12 +7,12 @@ relaytrace`` stays TVM-free for the data layer and the CLI's reading commands.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import attrs
 
-from .errors import RelaytraceError, UsageError
+from .errors import RelaytraceError, UsageError, describe, expect, expect_number
 from .model.lineage import Lineage
 
 if TYPE_CHECKING:
@@ -90,6 +90,9 @@ def trace(model: str = "model", target: str = "", pipeline: str = "user",
     """
     from .tracking.recorder import Recorder
 
+    expect("progress", progress, (Callable, None), "a function called as progress(count, pass_name)")
+    if opt_level is not None:
+        expect_number("opt_level", opt_level, 0, 4)
     recorder = Recorder(progress)
     handle = Trace(recorder, layer_of, model, target, pipeline, program)
     with _composed(recorder, opt_level):
@@ -97,6 +100,11 @@ def trace(model: str = "model", target: str = "", pipeline: str = "user",
             yield handle
         except BaseException:
             handle.ahead.cancel()  # the block failed: no lineage is wanted
+            failed = recorder.progress_failure
+            if failed is not None:  # TVM hands back its own copy of the exception
+                raise RelaytraceError(f"the progress callback {getattr(progress, '__qualname__', repr(progress))} "
+                                      f"raised {describe(failed)} (the build stopped after pass "
+                                      f"{recorder.recording.pass_count})") from failed
             raise
     handle.finish()
 
@@ -184,6 +192,7 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
 
     from .frontends.loader import load
 
+    _check_arguments(target, convert_layout, model, opt_level, layer_of, database, fold_batch_norm)
     imported = load(mod, example_args, name=model, with_inputs=False).model
     mod, layer_of, name = imported.mod, layer_of or imported.layer_of, model or imported.name
     target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
@@ -211,6 +220,8 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
         try:
             executable = tvm.compile(mod, target, relax_pipeline=seq)
         except Exception as exc:
+            if handle.recorder.progress_failure is not None:
+                raise  # the caller's callback, not TVM: trace() says so
             failure = _diagnosed(exc, handle, layer_of, target, lambda: _compile_in(plain_context, mod, target, seq))
             if failure is None:
                 raise
@@ -222,6 +233,25 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
         lineage = attrs.evolve(lineage, build=attrs.evolve(lineage.build, accumulate=mixed_precision,
                                                            policies=mixed_precision_policies(lineage.origins)))
     return executable, lineage
+
+
+def _check_arguments(target, convert_layout, model, opt_level, layer_of, database, fold_batch_norm) -> None:
+    """``build``'s arguments, each of its type and range, or a ``UsageError`` saying what
+    to give (``pipeline``, ``mixed_precision`` and ``progress`` are checked where used)."""
+    import os
+
+    import tvm
+
+    expect("build(target=)", target, (str, dict, tvm.target.Target), "a TVM target: 'llvm', a dict or a Target")
+    expect("build(convert_layout=)", convert_layout, (Mapping, None),
+           "a mapping of op to layouts, e.g. relaytrace.build.NHWC ({'relax.nn.conv2d': ['NHWC', 'OHWI']})")
+    for op, layouts in (convert_layout or {}).items():
+        expect(f"build(convert_layout=)'s {op!r}", layouts, (list, tuple), "a list of layouts, e.g. ['NHWC', 'OHWI']")
+    expect("build(model=)", model, (str, None), "the model's name (a str)")
+    expect_number("build(opt_level=)", opt_level, 0, 4)
+    expect("build(layer_of=)", layer_of, (Callable, None), "a function layer_of(function, var_handle, position)")
+    expect("build(database=)", database, (str, os.PathLike, None), "a MetaSchedule database directory")
+    expect("build(fold_batch_norm=)", fold_batch_norm, bool, "True or False")
 
 
 _POLICIES = {0: "always", 1: "follow", 2: "never"}  # TVM's MixedPrecisionPolicyKind

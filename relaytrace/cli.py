@@ -22,6 +22,19 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"relaytrace: usage error: {message} (see `{self.prog} --help`)\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, then an option given an empty value refused: ``--rpc "$BOARD"``
+        with ``$BOARD`` unset must not quietly mean "no --rpc"."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            given = getattr(namespace, action.dest, None)
+            for value in given if isinstance(given, list) else [given]:
+                if isinstance(value, str) and not value.strip():
+                    wanted = action.metavar or action.dest.upper()
+                    self.error(f"{action.option_strings[-1]} is given empty (an unset variable?): give {wanted}"
+                               if action.option_strings else f"{wanted} is given empty (an unset variable?)")
+        return namespace, extras
+
 
 def build_parser(commands: tuple[Command, ...] = COMMANDS) -> argparse.ArgumentParser:
     """The `relaytrace` argument parser: one subcommand per entry of ``commands``

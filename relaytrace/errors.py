@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import numbers
 
 
 def describe(exc: BaseException, limit: int = 300) -> str:
@@ -39,7 +40,34 @@ class LineageFormatError(RelaytraceError, ValueError):
 
 
 class UsageError(RelaytraceError):
-    """Bad command-line input (the CLI exits with 2)."""
+    """Bad input: a command line's, or an argument an API caller gave (``errors.expect``); the CLI
+    exits with 2."""
+
+
+def expect(what: str, value, kinds, give: str) -> None:
+    """An API argument of the type it must be, else a ``UsageError`` naming it and what
+    to give: ``build(opt_level='3')`` says "build(opt_level=) must be a whole number from
+    0 to 4, not str '3'", not a TypeError from deep inside TVM. ``kinds``: a type or a tuple
+    (None in it: the argument may be None); a bool is no number unless ``kinds`` says so."""
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    types = tuple(type(None) if k is None else k for k in kinds)
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
+        return
+    shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+    raise UsageError(f"{what} must be {give}, not {type(value).__name__} {shown}")
+
+
+def expect_number(what: str, value, low: float, high: float = float("inf"), whole: bool = True,
+                  above: bool = False) -> None:
+    """An API argument that is a number from ``low`` (above it when ``above``) to
+    ``high``, a whole one when ``whole``, finite: else a ``UsageError`` naming it, its
+    range and what it was."""
+    kind = "a whole number" if whole else "a number"
+    span = f"above {low:g}" if above else f"from {low:g}"
+    span += "" if high == float("inf") else f" and at most {high:g}" if above else f" to {high:g}"
+    expect(what, value, numbers.Integral if whole else numbers.Real, f"{kind} {span}")  # numpy's ints too
+    if not ((value > low if above else value >= low) and value <= high and value < float("inf")):
+        raise UsageError(f"{what} must be {kind} {span}, not {value!r}")
 
 
 def require(module: str, extra: str):

@@ -111,9 +111,17 @@ def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
     files: by name and as regular files, so a directory or link named like an output is
     the user's); a symbolic link (a link is not replaced by a directory); a name the
     staging directory beside it could not have (over 234 bytes, not UTF-8). What an
-    interrupted run left beside it is cleared or named (``_leftovers``). Nothing is
-    written yet; ``write_outputs`` checks again when it publishes."""
-    out = Path(out)
+    interrupted run left beside it is cleared or named (``_leftovers``); the working
+    directory or one holding it (``--out .``: outputs replace their directory whole,
+    by a rename beside it). Returns ``out`` made absolute: a model's code that
+    ``os.chdir()``s does not move it. Nothing is written yet; ``write_outputs``
+    checks again when it publishes."""
+    given, out = out, Path(os.path.abspath(out))
+    here = Path.cwd().resolve()
+    if out.resolve() == here or out.resolve() in here.parents:
+        raise UsageError(f"--out {given} is the working directory{'' if out.resolve() == here else ' or holds it'}: "
+                         "relaytrace replaces its output directory whole; name a directory of its own "
+                         "(e.g. --out relaytrace-out)")
     _check_name(out)
     if out.is_symlink():
         raise RelaytraceError(f"{out} is a symbolic link: name the directory it points to, or a new one")

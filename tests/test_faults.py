@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from relaytrace.errors import RelaytraceError, UsageError
 from tests.fuzz import CONTRADICTIONS, broken_promise, readers, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -39,6 +40,13 @@ def _refused(argv, code, words):
     (["tasks", TINY, "--tune", "1"], "--tune needs --db DIR"),
     (["tasks", TINY, "--tune", "0", "--db", "d"], "--tune: '0' must be at least 1"),
     (["profile", TINY, "--kernel-timeout", "1", "--out", "o"], "apply to a remote device"),
+    # issue 45: an unset $BOARD profiled here, exit 0; a timeout TVM's thread join overflowed on after the build
+    (["profile", TINY, "--rpc", "", "--out", "o"], "--rpc is given empty (an unset variable?): give HOST:PORT"),
+    (["profile", TINY, "--rpc", "127.0.0.1:9", "--kernel-timeout", "1e300", "--out", "o"],
+     "--kernel-timeout: '1e300' must be at most 86400"),
+    (["profile", TINY, "--input-shape", "x:1x3x16x16", "--input-shape", "x:1x3x8x8", "--out", "o"],
+     "input x is given a shape twice (1x3x16x16 and 1x3x8x8): give each input once"),
+    (["profile", TINY, "--out", ".", "--force"], "--out . is the working directory"),
 ])
 def test_bad_options_are_refused_before_any_work(argv, words, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -49,8 +57,8 @@ def test_bad_options_are_refused_before_any_work(argv, words, tmp_path, monkeypa
 
 
 def test_reading_commands_refuse_nonsense_naming_the_option(out_dir, tmp_path):
-    _refused(["query", out_dir / "lineage.json", "--kernel", ""], 2, "--kernel needs a name")
-    _refused(["query", out_dir / "lineage.json", "--layer", ""], 2, "--layer needs a name")
+    _refused(["query", out_dir / "lineage.json", "--kernel", ""], 2, "--kernel is given empty")
+    _refused(["query", out_dir / "lineage.json", "--layer", ""], 2, "--layer is given empty (an unset variable?)")
     _refused(["render", out_dir, "--format", "png", "--out", tmp_path / "x.svg"], 2, "does not end in .png")
     assert not (tmp_path / "x.svg").exists()
     code, out, err = run_cli(["render", out_dir, "--format", "html", "--out", tmp_path / "x.htm"])
@@ -281,6 +289,10 @@ FACTORIES = '''
 import torch
 def raises():
     raise RuntimeError("my factory broke")
+class Stop(BaseException):
+    pass
+def stops():
+    raise Stop("not an Exception")
 def needs(x):
     return None
 notcallable = 3
@@ -294,6 +306,7 @@ def nonzero():
 
 @pytest.mark.parametrize("factory, words", [
     ("raises", "facs.py:raises() raised RuntimeError: my factory broke"),
+    ("stops", "facs.py:stops() raised Stop: not an Exception"),  # issue 45: "an unexpected Stop"
     ("needs", "facs.py:needs takes arguments; relaytrace calls the factory with none"),
     ("notcallable", "facs.py:notcallable is of type int, not a function returning (model, inputs)"),
     ("nonzero", "TVM's torch importer could not import nonzero (NonZero)"),  # the model: its factory
@@ -345,6 +358,33 @@ def test_a_reference_csv_saved_by_excel_is_read(out_dir, tmp_path):
     assert code == 0 and "conv1" in out, err
     reference.write_text("layer,time_us\nconv1,nan\n")
     _refused(["diff", out_dir, "--reference", reference], 1, "ref.csv:2: time_us 'nan' is not a time")
+
+
+@pytest.mark.parametrize("table, words", [  # issue 45: the last duplicate won, time_ms was ignored, a crash
+    ("layer,time_us\nconv1,12\nfc,3\nconv1,1\n", "ref.csv:4: layer 'conv1' is listed again (first on line 2)"),
+    ("layer,time_us,time_ms\nconv1,12,0.5\n", "ref.csv: has both time_us and time_ms: keep one"),
+    ("layer,time_us,layer\nconv1,12,fc\n", "ref.csv: has the column layer twice"),
+    ("layer,time_us\nconv1,1\n" + "x" * 200_000 + ",1\n", "ref.csv:3: not a CSV table of layer times (field larger"),
+])
+def test_a_reference_csv_that_says_two_things_is_refused_naming_the_line(out_dir, tmp_path, table, words):
+    reference = tmp_path / "ref.csv"
+    reference.write_text(table)
+    _refused(["diff", out_dir, "--reference", reference], 1, words)
+
+
+def test_a_factory_that_changes_directory_moves_no_relative_path(tmp_path, monkeypatch):
+    """Issue 45: a factory that ``os.chdir()``s wrote the outputs under its own directory."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "moving.py").write_text(
+        f"import os\nfrom tests.fixtures.tiny_model import make as tiny\n"
+        f"def make():\n    os.chdir({str(elsewhere)!r})\n    return tiny()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent.parent))
+    code, _, err = run_cli(["--quiet", "profile", "moving.py:make", "--repeat", "1", "--out", "run"])
+    assert code == 0, err
+    assert (tmp_path / "run" / "lineage.json").is_file() and not any(elsewhere.iterdir())
+    assert Path.cwd() == tmp_path
 
 
 @pytest.fixture
@@ -605,3 +645,66 @@ def test_tvms_own_pass_failure_names_the_pass_and_the_api_keeps_tvms_error():
                                  "TVM)")
     with pytest.raises(ValueError, match="non-symbolic shape"):  # plain tvm.compile: the same failure
         tvm.compile(OpenShape, "llvm", relax_pipeline=relax.get_default_pipeline(tvm.target.Target("llvm")))
+
+
+def test_a_progress_callback_that_raises_is_said_as_its_own():
+    """Issue 45: it was "relaytrace's tracing broke the build, please report it"."""
+    import tvm
+
+    import relaytrace
+    from relaytrace.diagnosis import BuildFailedError
+    from tests.fixtures.relax_modules import TwoEntries
+
+    def impatient(count, name):
+        if count == 3:
+            raise ValueError("enough")
+
+    with pytest.raises(RelaytraceError, match=r"^the progress callback .*impatient raised ValueError: enough "
+                                              r"\(the build stopped after pass 3\)$") as caught:
+        relaytrace.build(TwoEntries, "llvm", progress=impatient)
+    assert not isinstance(caught.value, BuildFailedError) and isinstance(caught.value.__cause__, ValueError)
+    with pytest.raises(RelaytraceError, match="progress callback .*impatient raised ValueError"):
+        with relaytrace.trace(progress=impatient):
+            tvm.compile(TwoEntries, "llvm")
+
+
+def _api_calls(lineage, profile):
+    import relaytrace
+    from relaytrace.analysis.report import make_report
+    from tests.fixtures.relax_modules import TwoEntries
+
+    kernel = lineage.call_sites[0].kernel
+    return {
+        r"build\(convert_layout=\) must be a mapping of op to layouts": lambda: relaytrace.build(
+            TwoEntries, convert_layout="NHWC"),
+        r"build\(opt_level=\) must be a whole number from 0 to 4, not str '3'": lambda: relaytrace.build(
+            TwoEntries, opt_level="3"),
+        "progress must be a function": lambda: relaytrace.build(TwoEntries, progress=5),
+        "profile's executable must be the executable relaytrace.build returned, not NoneType": lambda: (
+            relaytrace.profile(None, lineage, [])),
+        r"profile\(remote=\) must be relaytrace.RemoteDevice\(rpc='HOST:PORT'\), not str 'host:9'": lambda: (
+            relaytrace.profile(None, lineage, [], remote="host:9")),
+        r"profile\(progress=\) must be a function": lambda: relaytrace.profile(None, lineage, [], progress=5),
+        r"profile\(warmup=\) must be a whole number from 0, not -1": lambda: relaytrace.profile(
+            None, lineage, [], warmup=-1),
+        "make_report's profile must be a Profile": lambda: make_report(lineage, None),
+        "make_report's lineage must be a Lineage": lambda: make_report(profile, profile),
+        "the kernel must be a kernel's name": lambda: lineage.origins_of(None),
+        r"site\(call=\) must be a whole number from 0, not str '0'": lambda: lineage.site(kernel, call="0"),
+        "the layer or origin must be": lambda: lineage.kernels_of(3),
+        r"RemoteDevice\(rpc=\) must be 'HOST:PORT', not int 12345": lambda: relaytrace.RemoteDevice(rpc=12345),
+        r"RemoteDevice\(wait_s=\) must be a number above 0 and at most 86400, not -1": lambda: (
+            relaytrace.RemoteDevice(rpc="host:9", wait_s=-1)),
+    }
+
+
+def test_the_api_refuses_arguments_of_the_wrong_type_or_range_saying_what_to_give(out_dir):
+    """Issue 45: plain AttributeError and TypeError from deep inside, or nothing at all."""
+    from relaytrace.model.lineage import Lineage
+    from relaytrace.model.profile import Profile
+
+    calls = _api_calls(Lineage.load(out_dir / "lineage.json"), Profile.load(out_dir / "profile.json"))
+    for words, call in calls.items():
+        with pytest.raises(UsageError, match=f"^{words}") as caught:
+            call()
+        assert "\n" not in str(caught.value), words

@@ -95,16 +95,73 @@ def test_torch_and_onnx_layer_names_correspond(tmp_path):
     assert "layer1.0.relu@1" in mapped and "layer1.0" in mapped
 
 
-@pytest.mark.parametrize("onnx_name, torch_name", [
-    ("/layer1/layer1.0/conv1/Conv", "layer1.0.conv1"),
-    ("/layer2/layer2.0/downsample/downsample.0/Conv", "layer2.0.downsample.0"),
-    ("/layer1/layer1.0/relu_1/Relu", "layer1.0.relu@1"),
-    ("/features/features.2/conv/conv.0/conv.0.0/Conv", "features.2.conv.0.0"),
-    ("/classifier/classifier.6/Gemm", "classifier.6"),
-    ("/Flatten", "Flatten"),
+@pytest.mark.parametrize("onnx_name, known, torch_name", [
+    ("/layer1/layer1.0/conv1/Conv", None, "layer1.0.conv1"),
+    ("/layer2/layer2.0/downsample/downsample.0/Conv", None, "layer2.0.downsample.0"),
+    ("/layer1/layer1.0/relu_1/Relu", {"layer1.0.relu"}, "layer1.0.relu@1"),
+    ("/layer1/layer1.0/relu_1/Relu", None, "layer1.0.relu_1"),  # nothing says relu_1 is relu again
+    ("/conv_2/Conv", {"conv_1", "conv_2"}, "conv_2"),
+    ("/features/features.2/conv/conv.0/conv.0.0/Conv", None, "features.2.conv.0.0"),
+    ("/classifier/classifier.6/Gemm", None, "classifier.6"),
+    ("/c@1/Relu", None, "c@1@0"),  # a module named c@1, not c's second call
+    ("/Flatten", None, "Flatten"),
 ])
-def test_onnx_to_torch_name_rule(onnx_name, torch_name):
-    assert torch_layer_name(onnx_name) == torch_name
+def test_onnx_to_torch_name_rule(onnx_name, known, torch_name):
+    assert torch_layer_name(onnx_name, known=known) == torch_name
+
+
+class _UserNames(torch.nn.Module):
+    """Modules named as users name them: ``conv_1`` and ``conv_2`` (no ``conv``), ``a@b``
+    (an ``@`` in the name, called twice), ``c@1`` (a name that reads like a call) and
+    ``relu`` and ``fc`` called twice, whose later calls the legacy exporter scopes
+    ``relu_1`` and ``fc_1``."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv_1, self.conv_2 = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.relu = torch.nn.ReLU()
+        self.add_module("a@b", torch.nn.Conv2d(4, 4, 1))
+        self.add_module("c@1", torch.nn.ReLU())
+        self.pool, self.flat, self.fc = torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.relu(self.conv_2(self.relu(self.conv_1(x))))
+        at = getattr(self, "a@b")
+        x = at(getattr(self, "c@1")(at(x)))
+        return self.fc(self.fc(self.flat(self.pool(x))))
+
+
+USER_LAYERS = {"conv_1", "relu", "conv_2", "relu@1", "a@b", "c@1@0", "a@b@1", "pool", "flat", "fc", "fc@1"}
+
+
+@pytest.fixture(scope="module")
+def user_named_runs(tmp_path_factory):
+    """``_UserNames`` built and profiled once through torch and once through ONNX."""
+    torch.manual_seed(0)
+    module, example = _UserNames().eval(), torch.randn(1, 3, 8, 8)
+    onnx_path = export_torch_to_onnx(module, (example,), tmp_path_factory.mktemp("names") / "names.onnx")
+    runs = {}
+    for frontend, imported in (("torch", from_torch(module, (example,))), ("onnx", from_onnx(onnx_path))):
+        executable, lineage = relaytrace.build(imported, "llvm")
+        runs[frontend] = lineage, relaytrace.profile(executable, lineage, [example.numpy()], repeat=1)
+    return runs
+
+
+def test_module_names_are_layers_as_written_and_a_call_suffix_cannot_collide(user_named_runs):
+    lineage, _ = user_named_runs["torch"]
+    assert set(lineage.layers()) == USER_LAYERS
+    assert [s.label for s in lineage.kernels_of("a@b")] != [s.label for s in lineage.kernels_of("a@b@1")]
+    assert lineage.kernels_of("c@1") == lineage.kernels_of("c@1@0")  # the module as its user names it
+
+
+def test_an_onnx_name_ending_in_n_is_a_repeated_call_only_where_the_model_says_so(user_named_runs):
+    from relaytrace.analysis import diff
+
+    lineage, _ = user_named_runs["onnx"]
+    assert set(lineage.layers()) == USER_LAYERS
+    rows = diff.compare(*user_named_runs["torch"], *user_named_runs["onnx"], by_layer=True)
+    assert {r.layer: r.match for r in rows if r.match.startswith("only")} == {}
+    assert {r.layer for r in rows} == USER_LAYERS
 
 
 def test_build_takes_torch_modules_directly():

@@ -95,7 +95,7 @@ def test_edges_naming_an_unknown_origin_are_refused(tmp_path):
 def test_profile_refuses_counts_below_one_before_any_work(options, name):
     from relaytrace.profiling.vm import profile
 
-    with pytest.raises(RelaytraceError, match=f"^{name} must be a whole number at least 1") as caught:
+    with pytest.raises(RelaytraceError, match=rf"^profile\({name}=\) must be a whole number from 1") as caught:
         profile(None, None, [], mode="isolated", **options)  # nothing else is looked at
     assert "\n" not in str(caught.value)
 

@@ -25,6 +25,7 @@ import attrs
 from attrs import define
 
 from ..errors import RelaytraceError
+from ..model.layer_name import module_path
 from ..model.lineage import ANCHOR, Lineage
 from ..model.lineage_index import billed_layers
 from ..model.ops import estimated_flops
@@ -290,7 +291,7 @@ def layer_of_ops(lineage: Lineage) -> dict[str, str]:
 def module_prefix(layer: str, depth: int) -> str:
     """``layer3.1.conv2`` at depth 1 -> ``layer3``; ONNX ``/layer3/...`` alike."""
     sep = "/" if layer.startswith("/") else "."
-    parts = [p for p in layer.split("@")[0].split(sep) if p]
+    parts = [p for p in module_path(layer).split(sep) if p]
     return sep.join(parts[:depth]) if sep == "." else "/" + "/".join(parts[:depth])
 
 

@@ -170,11 +170,12 @@ def _kernels(lineage, layer) -> tuple[str, ...]:
 
 
 def read_reference(path) -> dict[str, float]:
-    """External per-layer times: a CSV with a ``layer`` column and ``time_us`` (or
-    ``time_ms``) column; UTF-8, with or without Excel's byte-order mark. A time must
-    be a finite, non-negative number. A layer cell is read as ``csv_value`` reads it:
-    our own ``layers.csv`` (whose ``'=...`` cells were neutralised) names its layers
-    as the model does."""
+    """External per-layer times: a CSV with a ``layer`` column and a ``time_us`` or a
+    ``time_ms`` column (not both: which one counts?); UTF-8, with or without Excel's
+    byte-order mark. A time must be a finite, non-negative number; a layer is listed
+    once (which row would count?). A layer cell is read as ``csv_value`` reads it: our
+    own ``layers.csv`` (whose ``'=...`` cells were neutralised) names its layers as the
+    model does. Whatever does not read so is one line naming the file and the line."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no reference file at {path}")
@@ -187,19 +188,37 @@ def read_reference(path) -> dict[str, float]:
 def _reference_rows(path: Path) -> dict[str, float]:
     with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
-        fields = reader.fieldnames or []
-        unit = "time_us" if "time_us" in fields else "time_ms" if "time_ms" in fields else None
-        if "layer" not in fields or unit is None:
-            raise RelaytraceError(f"{path}: needs columns 'layer' and 'time_us' or 'time_ms' (found {fields})")
-        out = {}
-        for line, row in enumerate(reader, start=2):
-            try:
-                value = float(row[unit])
-                if not 0 <= value < float("inf"):
-                    raise ValueError
-            except (TypeError, ValueError):
-                raise RelaytraceError(f"{path}:{line}: {unit} {row[unit]!r} is not a time (a number from 0)") from None
-            out[csv_value(row["layer"])] = value * (1e3 if unit == "time_ms" else 1.0)
+        try:
+            fields = reader.fieldnames or []
+            units = [u for u in ("time_us", "time_ms") if u in fields]
+            twice = sorted({c for c in fields if fields.count(c) > 1})
+            if "layer" not in fields or not units:
+                raise RelaytraceError(f"{path}: needs columns 'layer' and 'time_us' or 'time_ms' (found {fields})")
+            if len(units) > 1:
+                raise RelaytraceError(f"{path}: has both time_us and time_ms: keep one, so that it is clear which "
+                                      "times count")
+            if twice:
+                raise RelaytraceError(f"{path}: has the column{'s' if len(twice) > 1 else ''} {', '.join(twice)} "
+                                      "twice: keep one of each")
+            unit = units[0]
+            out: dict[str, float] = {}
+            lines: dict[str, int] = {}  # layer -> the line it is first listed on
+            for row in reader:
+                line = reader.line_num
+                try:
+                    value = float(row[unit])
+                    if not 0 <= value < float("inf"):
+                        raise ValueError
+                except (TypeError, ValueError):
+                    raise RelaytraceError(f"{path}:{line}: {unit} {row[unit]!r} is not a time "
+                                          "(a number from 0)") from None
+                layer = csv_value(row["layer"] or "")
+                if layer in lines:
+                    raise RelaytraceError(f"{path}:{line}: layer {layer!r} is listed again (first on line "
+                                          f"{lines[layer]}): give each layer once")
+                lines[layer], out[layer] = line, value * (1e3 if unit == "time_ms" else 1.0)
+        except csv.Error as exc:  # a cell over the csv module's field limit (128 KiB): the record after line_num
+            raise RelaytraceError(f"{path}:{reader.line_num + 1}: not a CSV table of layer times ({exc})") from None
     return out
 
 

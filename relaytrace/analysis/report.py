@@ -9,6 +9,7 @@ from __future__ import annotations
 import attrs
 from attrs import define
 
+from ..errors import expect
 from ..model.lineage import Coverage, Lineage
 from ..model.profile import KERNEL, Profile
 from . import attribution as A
@@ -49,6 +50,8 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
     match), about the entry function the profile ran (``Lineage.for_entry``); its
     roofline against the profile's peaks, its precision cut by the same shares; its memory at
     the dims the profile ran with; the advice its rules give on all of that."""
+    expect("make_report's lineage", lineage, Lineage, "a Lineage (relaytrace.build's, or Lineage.load)")
+    expect("make_report's profile", profile, Profile, "a Profile (relaytrace.profile's, or Profile.load)")
     build_lineage, lineage = lineage, lineage.for_entry(profile.entry)
     parts = A.shares(lineage, profile, policy)
     times = profile.by_site(KERNEL)

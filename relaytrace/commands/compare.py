@@ -6,15 +6,14 @@ from __future__ import annotations
 from ..errors import UsageError
 from ..jobs import echo
 from .base import Command
-from .shared import at_least, check_target, progress
+from .shared import add_input_shape_option, at_least, check_target, progress
 
 
 def add_arguments(p) -> None:
     """`relaytrace compare`'s arguments and options (docs/cli.md#compare)."""
     p.add_argument("model", metavar="MODEL", help="an .onnx file or path/to/file.py:factory returning a torch "
                                                   "module, its inputs [and dynamic_shapes]")
-    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224[:DTYPE]",
-                   help="an input's size (repeatable): needed for symbolic dims without example inputs")
+    add_input_shape_option(p)
     p.add_argument("--target", default="llvm", help="TVM target of this machine (default llvm)")
     p.add_argument("--pipeline", default="fused", metavar="fused|unfused|NAME",
                    help="fused (default), unfused, or a pipeline the model's file registers with "

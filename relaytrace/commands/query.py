@@ -28,9 +28,6 @@ def run(args) -> int:
     from ..model.lineage import Lineage
     from ..render.table import format_table
 
-    asked = next((f"--{k}" for k in ("kernel", "layer", "history") if getattr(args, k) == ""), None)
-    if asked:
-        raise UsageError(f"{asked} needs a name (see `relaytrace query LINEAGE --{asked[2:]} NAME`)")
     lineage = Lineage.load(Path(args.lineage) / "lineage.json" if Path(args.lineage).is_dir() else args.lineage)
     if args.kernel:
         sites = _sites(lineage, args.kernel)

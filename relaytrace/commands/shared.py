@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import RelaytraceError, UsageError, describe
 from ..jobs import echo
+from ..profiling.remote import LONGEST_WAIT_S
 from ..render.safe_text import terminal
 
 
@@ -215,9 +216,9 @@ def absolute_factory(spec: str) -> str:
     return f"{Path(path).resolve()}:{factory}"
 
 
-def at_least(low, kind=int, strict: bool = True):
+def at_least(low, kind=int, strict: bool = True, most: float = float("inf")):
     """An argparse type: a number of ``kind`` no smaller than ``low`` (above it for
-    floats, unless not ``strict``); a float is finite."""
+    floats, unless not ``strict``) and no larger than ``most``; a float is finite."""
     def parse(text):
         try:
             value = kind(text)
@@ -230,6 +231,8 @@ def at_least(low, kind=int, strict: bool = True):
             raise argparse.ArgumentTypeError(f"{text!r} must be finite")
         if not ((value > low if above else value >= low) and value < float("inf")):
             raise argparse.ArgumentTypeError(f"{text!r} must be {'above' if above else 'at least'} {low}")
+        if value > most:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at most {most:g}")
         return value
 
     parse.__name__ = "count" if kind is int else "seconds"
@@ -256,8 +259,8 @@ def add_build_options(p) -> None:
     p.add_argument("--key", metavar="KEY", help="the device key (needed with --tracker; a server's own key with --rpc)")
     p.add_argument("--cc", metavar="COMPILER",
                    help="links the build for a remote device (default: MTRIPLE-g++ for a target of another CPU)")
-    p.add_argument("--kernel-timeout", type=at_least(0, float), metavar="S",
-                   help="seconds one call site may take on a remote device (default 120)")
+    p.add_argument("--kernel-timeout", type=at_least(0, float, most=LONGEST_WAIT_S), metavar="S",
+                   help="seconds one call site may take on a remote device (default 120, at most a day)")
     p.add_argument("--repeat", type=at_least(1), default=3, help="profiled runs (default 3)")
     p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
     p.add_argument("--tokens", type=at_least(1), metavar="N",
@@ -283,6 +286,28 @@ def add_policy_option(p) -> None:
 def add_model_options(p) -> None:
     """MODEL and its input options, for the commands that import a model file."""
     p.add_argument("model", metavar="MODEL", help="an .onnx file or path/to/file.py:factory (tasks: or an output DIR)")
-    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:1x3x224x224[:DTYPE]",
-                   help="an input's size, and dtype (repeatable); needed for symbolic dims")
+    add_input_shape_option(p)
     p.add_argument("--dtype", help="dtype of inputs given a shape without one (default: the model's)")
+
+
+class _InputShapes(argparse.Action):
+    """``--input-shape``, repeatable: each value kept as given (run.json records them),
+    parsed as it is met and refused in one line when it does not parse or names an
+    input an earlier one named (one would silently win)."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        from ..frontends.loader import given_shapes
+        from ..jobs import parse_shape
+
+        given = [*(getattr(namespace, self.dest, None) or []), value]
+        try:
+            given_shapes([parse_shape(text) for text in given], None)
+        except UsageError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        setattr(namespace, self.dest, given)
+
+
+def add_input_shape_option(p) -> None:
+    """``--input-shape NAME:DIMS[:DTYPE]`` (``_InputShapes``)."""
+    p.add_argument("--input-shape", action=_InputShapes, default=[], metavar="NAME:1x3x224x224[:DTYPE]",
+                   help="an input's size, and dtype (repeatable, once per input); needed for symbolic dims")

@@ -42,7 +42,7 @@ class LoadedModel:
 @define(frozen=True)
 class Request:
     """What ``load`` was asked besides the source (see ``load``); ``given`` is ``shapes``
-    and ``dtype`` read by ``_given_shapes``."""
+    and ``dtype`` read by ``given_shapes``."""
 
     example_args: object
     shapes: tuple
@@ -88,7 +88,7 @@ def load(source, example_args=None, shapes=(), dtype: str | None = None, name: s
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
     request = Request(example_args, shapes, dtype, name, seed, with_inputs, entry, dynamic_shapes,
-                      _given_shapes(shapes, dtype))
+                      given_shapes(shapes, dtype))
     for frontend in FRONTENDS:
         if frontend.accepts(source):
             return frontend.load(source, request)
@@ -172,8 +172,10 @@ FACTORY_RESULTS = ("(torch module, example inputs), (torch module, example input
 
 def _factory(spec: str, name: str | None, **options) -> LoadedModel:
     """The model ``path/to/file.py:factory`` makes. Whatever the file does wrong while
-    imported or while its factory runs (raises, calls ``sys.exit``, returns something
-    else) is a one-line ``RelaytraceError`` naming the file and the factory."""
+    imported or while its factory runs (raises, a ``BaseException`` of its own too, calls
+    ``sys.exit``, returns something else) is a one-line ``RelaytraceError`` naming the
+    file and the factory. The working directory is put back as it was: a file that
+    ``os.chdir()``s moves no relative path of the command (``--out``, ``--db``)."""
     path, sep, factory = spec.rpartition(":")
     if not sep or not path.endswith(".py"):
         raise UsageError(f"MODEL must be an .onnx file or path/to/file.py:factory, not {spec!r}")
@@ -184,14 +186,17 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
     folder = str(Path(path).resolve().parent)
     sys.path.insert(0, folder)  # as `python file.py` has it: the file's own imports (from net import make) work
     sys.modules[loader.name] = module  # TVMScript (@I.ir_module) reads its class's source through its module
+    here = os.getcwd()
     try:
         try:
             loader.loader.exec_module(module)
-        except Exception as exc:
-            raise RelaytraceError(f"{path} failed to import: {type(exc).__name__}: {exc}") from exc
         except SystemExit as exc:
             raise RelaytraceError(f"{path} called {_exit_call(exc)} while relaytrace imported it: keep a script's "
                                   "own run under `if __name__ == \"__main__\":`") from None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the file's own failure, said as its own
+            raise RelaytraceError(f"{path} failed to import: {type(exc).__name__}: {exc}") from exc
         if not hasattr(module, factory):
             raise RelaytraceError(f"{path} has no function {factory!r}")
         try:
@@ -202,6 +207,7 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
     finally:
         sys.path.remove(folder)
         sys.modules.pop(loader.name, None)
+        _back_to(here, path)
     if isinstance(made, ImportedModel):
         return load(made, **options)  # named as its frontend named it
     if _is_ir_module(made):  # TVMScript, as TVM's own tutorials write models
@@ -254,22 +260,42 @@ def _call_factory(factory, where: str):
         pass  # no signature to read (a builtin): call it and see
     try:
         return factory()
-    except Exception as exc:
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a BaseException of the user's own is the factory's failure too
         raise RelaytraceError(f"{where}() raised {describe(exc)}") from exc
 
 
-def _given_shapes(shapes, dtype: str | None) -> dict[str, tuple[tuple[int, ...], str | None]]:
-    """input name -> (shape, dtype or None) from ``(name, shape[, dtype])`` entries."""
+def _back_to(directory: str, path: str) -> None:
+    """The working directory back to ``directory`` if the file at ``path`` changed it."""
+    try:
+        if os.getcwd() == directory:
+            return
+    except FileNotFoundError:  # the directory it went to is gone
+        pass
+    try:
+        os.chdir(directory)
+    except OSError as exc:
+        raise RelaytraceError(f"{path} changed the working directory, and {directory} cannot be entered again "
+                              f"({describe(exc)}): run relaytrace with absolute paths") from None
+
+
+def given_shapes(shapes, dtype: str | None) -> dict[str, tuple[tuple[int, ...], str | None]]:
+    """input name -> (shape, dtype or None) from ``(name, shape[, dtype])`` entries; an
+    input named twice is a UsageError (which would win is no answer)."""
     out = {}
     for item in shapes:
         name, shape, *rest = item
+        if name in out:
+            raise UsageError(f"input {name} is given a shape twice ({'x'.join(map(str, out[name][0]))} and "
+                             f"{'x'.join(map(str, shape))}): give each input once")
         out[name] = (tuple(shape), (rest[0] if rest and rest[0] else None) or dtype)
     return out
 
 
 def _inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = None, example: tuple = ()) -> tuple:
     """Inputs for one entry of the model: seeded random data sized by ``given``
-    (``_given_shapes``) for an input named there, the ``example`` array (one per input,
+    (``given_shapes``) for an input named there, the ``example`` array (one per input,
     when the source has them) for one that is not, else seeded random data of the
     model's shape; a symbolic dim left without a size is a UsageError naming the input,
     its symbolic dims and the ``--input-shape`` to give. The sizes must fit the

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from ..errors import RelaytraceError, describe, require
 from ..model.frontend import NN, Program
+from ..model.layer_name import layer_name
 from .common import ImportedModel
 
 
@@ -83,7 +84,7 @@ def _observed(sub, forward, path: str, stack: list[str], current: list, made: di
 
     def observed(*args, **kwargs):
         made[path] = made.get(path, -1) + 1
-        stack.append(path if not made[path] else f"{path}@{made[path]}")
+        stack.append(layer_name(path, made[path]))
         current.append(sub)
         try:
             return forward(*args, **kwargs)

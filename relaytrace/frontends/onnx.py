@@ -16,6 +16,7 @@ import tempfile
 from ..errors import RelaytraceError, UsageError, describe, require
 from ..model.frontend import ONNX, Program, SourceNode, onnx_node_id
 from ..model.jsonio import current_umask
+from ..model.layer_name import layer_name
 from ..model.origin import ONNX_SOURCE
 from ..model.shapes import check_rank
 from .common import ImportedModel, match_input_names
@@ -88,21 +89,22 @@ def _onnx_name(node, index: int) -> str:
     return node.name or f"{node.op_type}_{index}"
 
 
-def layer_names(nodes, torch_names: bool) -> list[str]:
+def layer_names(nodes, torch_names: bool, parameters=frozenset()) -> list[str]:
     """The layer of each node, in graph order: its ONNX name, or for a model torch
     exported its torch module path, as ``from_torch`` names it. From the dynamo
     exporter's ``pkg.torch.onnx.name_scopes`` metadata (``['', 'layer1', 'layer1.0',
     'layer1.0.conv1', 'conv2d']`` -> ``layer1.0.conv1``; a module entered again after
     another of its parent's is its next call, ``layer1.0.relu@1``; an op of the root
     module keeps its fx name), else from the legacy exporter's scoped node name
-    (``torch_layer_name``). The exporter may fuse ops across modules (Conv and the
-    BatchNorm after it, under the BatchNorm's scope): the metadata is read as it is."""
+    (``scope_path``; a trailing ``_N`` read by ``_legacy_layers``, with ``parameters``:
+    the graph's initializer names). The exporter may fuse ops across modules (Conv and
+    the BatchNorm after it, under the BatchNorm's scope): the metadata is read as it is."""
     out, calls, previous = [], {}, ()
+    legacy = _legacy_layers(nodes, parameters) if torch_names else {}
     for index, node in enumerate(nodes):
         scopes = _name_scopes(node) if torch_names else None
         if scopes is None:
-            torch_named = torch_names and node.name.startswith("/")
-            out.append(torch_layer_name(node.name) if torch_named else _onnx_name(node, index))
+            out.append(legacy.get(node.name) or _onnx_name(node, index))
             continue
         path = tuple(s for s in scopes if s)
         module = path[:-1]  # the last scope is the op's own fx name
@@ -114,8 +116,44 @@ def layer_names(nodes, torch_names: bool) -> list[str]:
         elif module != previous[:len(module)]:  # entered again after another module
             calls[module] += 1
         previous = module
-        out.append(module[-1] + (f"@{calls[module]}" if calls[module] else ""))
+        out.append(layer_name(module[-1], calls[module]))
     return out
+
+
+def _legacy_layers(nodes, parameters) -> dict[str, str]:
+    """Each legacy-exported node's layer (``/…`` node names): its ``scope_path``, whose
+    trailing ``_N`` is the N-th call of the module before it only where the model says
+    so. The exporter scopes a module's N-th call ``name_N``, but a module may be named
+    so too (``conv_1``, ``conv_2``): a scope ``head_N`` is a repeated call of ``head``
+    when its ops use ``head``'s parameters (initializers ``head.…``), or, using none of
+    its own (``head_N.…``), when the scope ``head`` came before it in the graph. A
+    module ``relu_1`` without parameters beside a ``relu`` called twice cannot be told
+    from ``relu``'s second call: the exporter names both ``relu_1``."""
+    paths = {n.name: scope_path(n.name) for n in nodes if n.name.startswith("/")}
+    first: dict[str, int] = {}
+    uses: dict[str, set[str]] = {}
+    for index, node in enumerate(nodes):
+        path = paths.get(node.name)
+        if path:
+            first.setdefault(path, index)
+            uses.setdefault(path, set()).update(
+                name.rpartition(".")[0] for name in node.input if name in parameters)
+    out = {}
+    for name, path in paths.items():
+        head, call = _numbered(path)
+        used = uses.get(path, set())
+        repeated = call and path not in used and (head in used or first.get(head, len(nodes)) < first[path])
+        out[name] = layer_name(head, call) if repeated else layer_name(path) if path else _root_op(name)
+    return out
+
+
+def _numbered(path: str) -> tuple[str, int]:
+    """``(head, N)`` of a scope path ending in ``_N`` as the exporter numbers a module's
+    later calls (N from 1, no leading zero); ``(path, 0)`` for any other."""
+    head, _, tail = path.rpartition("_")
+    if head and tail.isascii() and tail.isdigit() and not tail.startswith("0"):
+        return head, int(tail)
+    return path, 0
 
 
 def _name_scopes(node) -> list[str] | None:
@@ -137,7 +175,7 @@ def _recording_importer(shape_dict, torch_names: bool):
 
         def _construct_nodes(self, graph):
             self.records = []
-            self._names = layer_names(graph.node, torch_names)
+            self._names = layer_names(graph.node, torch_names, frozenset(t.name for t in graph.initializer))
             self._types = [n.op_type for n in graph.node]
             self._node_names = [n.name for n in graph.node]
             return super()._construct_nodes(graph)
@@ -249,21 +287,15 @@ def _dynamic_axes(module, example_args, dynamic_shapes) -> dict:
     return {"input_names": names, "dynamic_axes": axes}
 
 
-def torch_layer_name(onnx_name: str, known=None) -> str:
-    """The torch module path of a node exported by ``torch.onnx.export``.
+def scope_path(onnx_name: str) -> str:
+    """The module path of the scopes of a node ``torch.onnx.export`` named, each scope
+    as written ("" for an op of the root module).
 
     ``/layer1/layer1.0/conv1/Conv`` -> ``layer1.0.conv1``;
     ``/layer2/layer2.0/downsample/downsample.0/Conv`` -> ``layer2.0.downsample.0``;
-    ``/layer1/layer1.0/relu_1/Relu`` -> ``layer1.0.relu@1`` (second call of a module);
-    ``/Flatten`` -> ``Flatten`` (an op of the root module). A scope is either a name
-    relative to the scope above, or ``attr.index`` under ``attr``.
-    ``known`` (torch layer names), when given, settles whether a trailing ``_N`` is a
-    repeated call or part of the module's name.
-    """
-    parts = [p for p in onnx_name.split("/") if p]
-    scopes = parts[:-1]
-    if not scopes:
-        return parts[0] if parts else onnx_name
+    ``/layer1/layer1.0/relu_1/Relu`` -> ``layer1.0.relu_1``. A scope is either a name
+    relative to the scope above, or ``attr.index`` under ``attr``."""
+    scopes = [p for p in onnx_name.split("/") if p][:-1]
     path, prev = "", None
     for seg in scopes:
         if prev is not None and seg.startswith(prev + "."):
@@ -271,7 +303,26 @@ def torch_layer_name(onnx_name: str, known=None) -> str:
         else:
             path = f"{path}.{seg}" if path else seg
         prev = seg
-    head, _, tail = path.rpartition("_")
-    if tail.isdigit() and head and (known is None or (path not in known and head in known)):
-        return f"{head}@{tail}"
     return path
+
+
+def _root_op(onnx_name: str) -> str:
+    parts = [p for p in onnx_name.split("/") if p]
+    return parts[-1] if parts else onnx_name
+
+
+def torch_layer_name(onnx_name: str, known=None) -> str:
+    """The torch layer of a node exported by ``torch.onnx.export`` (``scope_path``;
+    ``/Flatten`` -> ``Flatten``, an op of the root module). A trailing ``_N`` is the
+    N-th call of the module before it (``/layer1/layer1.0/relu_1/Relu`` ->
+    ``layer1.0.relu@1``) only when ``known`` (the model's module paths or torch layer
+    names) holds that module and not the name as written; without ``known`` the name
+    is as written (a module may be named ``conv_1``). ``from_onnx`` reads the whole
+    graph instead (``layer_names``)."""
+    path = scope_path(onnx_name)
+    if not path:
+        return _root_op(onnx_name)
+    head, call = _numbered(path)
+    if known is not None and call and path not in known and head in known:
+        return layer_name(head, call)
+    return layer_name(path)

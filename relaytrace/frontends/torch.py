@@ -25,6 +25,7 @@ import re
 
 from ..errors import RelaytraceError, describe, require
 from ..model.frontend import TORCH, Program, SourceNode
+from ..model.layer_name import layer_name
 from .common import ImportedModel
 
 
@@ -66,10 +67,17 @@ def _layer(node, exported: str, root_layers: dict[str, str]) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     path = list(stack.values())[-1][0] if stack else ""
     if not path:
-        return root_layers.get(exported, exported or node.name)
-    key = list(stack)[-1]
-    call = key.rsplit("@", 1)[1] if "@" in key else ""
-    return f"{path}@{call}" if call else path
+        return root_layers.get(exported, exported or node.name)  # an op in the root module's own forward
+    return layer_name(path, _call(list(stack)[-1], path))
+
+
+def _call(key: str, path: str) -> int:
+    """Which call of the module at ``path`` a node of ``nn_module_stack`` entry ``key``
+    ran in: torch keys the first call by a name ending in the path (``L__self__a@b``)
+    and the N-th after it by that name and ``@N``. The path itself may hold ``@`` and
+    digits (a module named ``c@1``): only a suffix after the whole path is a call."""
+    head, sep, call = key.rpartition("@")
+    return int(call) if sep and call.isascii() and call.isdigit() and head.endswith(path) else 0
 
 
 def _root_layers(graph) -> dict[str, str]:

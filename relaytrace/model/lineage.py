@@ -12,12 +12,13 @@ from typing import NamedTuple
 import attrs
 from attrs import define, field
 
-from ..errors import LineageFormatError, UnknownNameError, UsageError
+from ..errors import LineageFormatError, UnknownNameError, UsageError, expect, expect_number
 from .build_facts import BuildFacts
 from .codec import Codec, codec_field, decode, encode
 from .frontend import Program
 from .journal import Change, Journal
 from .jsonio import read_json, write_json
+from .layer_name import layer_name
 from .lineage_index import LineageIndex, index_of
 from .lineage_schema import SCHEMA, migrate
 from .names import Name
@@ -203,6 +204,7 @@ class Lineage:
 
     def entry(self, name: str | None = None) -> str:
         """The entry function a run or a report is about (``choose_entry``)."""
+        expect("the entry", name, (str, None), "an entry function's name (a str) or None for the default")
         return choose_entry(self.build.entries, name)
 
     @property
@@ -274,6 +276,7 @@ class Lineage:
 
     def site(self, kernel: str, call: int = 0, entry: str | None = None) -> CallSite:
         """The ``call``-th call of ``kernel`` in a run of ``entry`` (``entry()``)."""
+        expect_number("site(call=)", call, 0)
         function = self.entry(entry)
         sites = self.sites(kernel)
         found = [s for s in sites if s.call == call and s.function == function]
@@ -290,6 +293,8 @@ class Lineage:
 
     def origins_of(self, kernel: str, call: int | None = None) -> tuple[Origin, ...]:
         """Origins a kernel runs: at one call site, or at all of them (in order)."""
+        if call is not None:
+            expect_number("origins_of(call=)", call, 0)
         sites = self.sites(kernel) if call is None else (self.site(kernel, call),)
         ids = dict.fromkeys(o for s in sites for o in s.origin_ids)
         return tuple(self.origins[o] for o in ids)
@@ -350,9 +355,11 @@ class Lineage:
 
     def resolve(self, name: str) -> set[str]:
         """Origin ids named by an origin id or a layer name."""
+        expect("the layer or origin", name, str, "a layer's or an origin's name (a str)")
         if name in self.origins:
             return {name}
-        ids = set(self.index().ops_of_layer.get(name, ()))
+        layers = self.index().ops_of_layer
+        ids = set(layers.get(name) or layers.get(layer_name(name)) or ())  # a module c@1's first call: c@1@0
         if not ids:
             known = list(self.origins) + list(self.layers())
             raise UnknownNameError("layer or origin", name, known)
@@ -426,6 +433,7 @@ class Lineage:
 
     def sites(self, kernel: str) -> tuple[CallSite, ...]:
         """Every call site of one kernel, in run order."""
+        expect("the kernel", kernel, str, "a kernel's name (a str; a call site's label: site_by_label)")
         if kernel not in self.kernels:
             raise UnknownNameError("kernel", kernel, self.kernels)
         return self.kernels[kernel]

@@ -24,7 +24,9 @@ import threading
 
 from attrs import frozen
 
-from ..errors import RelaytraceError, describe
+from ..errors import RelaytraceError, describe, expect, expect_number
+
+LONGEST_WAIT_S = 86400.0  # a day: the longest wait, session or kernel time limit a RemoteDevice takes
 
 
 class StoppedAnswering(RelaytraceError):
@@ -54,12 +56,15 @@ class RemoteDevice:
     compiler: str | None = None
 
     def __attrs_post_init__(self):
+        for name, give in (("rpc", "'HOST:PORT'"), ("tracker", "'HOST:PORT'"), ("key", "the device key, a str"),
+                           ("compiler", "a compiler command, a str")):
+            expect(f"RemoteDevice({name}=)", getattr(self, name), (str, None), give)
+        for name in ("wait_s", "timeout_s", "kernel_timeout_s"):  # a thread waits at most threading.TIMEOUT_MAX
+            expect_number(f"RemoteDevice({name}=)", getattr(self, name), 0, LONGEST_WAIT_S, whole=False, above=True)
         if (self.rpc is None) == (self.tracker is None):
             raise RelaytraceError("a remote device is rpc=HOST:PORT or tracker=HOST:PORT with key=KEY")
         if self.tracker is not None and not self.key:
             raise RelaytraceError("a tracker's device needs its key (--key KEY)")
-        if not self.kernel_timeout_s > 0:
-            raise RelaytraceError(f"a kernel's time limit must be positive seconds, not {self.kernel_timeout_s}")
         address(self.rpc or self.tracker)
 
     def describe(self) -> str:
@@ -170,7 +175,7 @@ def _bounded(call, seconds: float, failure: str, late: str | None = None):
 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    worker.join(seconds)
+    worker.join(min(seconds, threading.TIMEOUT_MAX))
     if "value" in result:
         return result["value"]
     if "error" in result:

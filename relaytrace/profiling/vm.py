@@ -11,15 +11,15 @@ subfunctions are not records of their own: their kernels are.
 
 from __future__ import annotations
 
-import numbers
 import time
+from collections.abc import Callable
 
 import attrs
 import numpy as np
 import tvm
 from tvm import relax
 
-from ..errors import RelaytraceError, UsageError, describe
+from ..errors import RelaytraceError, UsageError, describe, expect, expect_number
 from ..model.entry import ParamKind, default_context, grouped, signature
 from ..model.lineage import Lineage
 from ..model.profile import BUILTIN, CACHE, FROM_IR, KERNEL, LOCAL_RUN, ArgInfo, CallRecord, Profile
@@ -46,7 +46,9 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     ``decode``) is run as served (``serve.Server``): ``inputs`` are not taken, its
     tensors are seeded random data, ``serving`` says how many tokens and how much
     context (default: 32 new tokens for an entry of any length, one after a context of 32
-    for the rest); timeline mode only, here only."""
+    for the rest); timeline mode only, here only. An argument of the wrong type or out
+    of its range is a ``UsageError`` saying what to give, before any work."""
+    _check_arguments(executable, lineage, warmup, repeat, number, progress, entry, remote, peaks, serving)
     if serving is not None or (entry is not None and takes_cache(lineage, entry)):
         if list(inputs):
             raise UsageError(f"{entry} takes a KV cache: it is profiled as served, on inputs relaytrace makes "
@@ -60,9 +62,6 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
         mode = "isolated"
     if mode not in ("timeline", "isolated"):
         raise RelaytraceError(f"unknown profiling mode {mode!r}: use 'timeline' or 'isolated'")
-    for name, value in (("repeat", repeat), ("number", number)):
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-            raise RelaytraceError(f"{name} must be a whole number at least 1, not {value!r}: it counts timed runs")
     entry = lineage.entry(entry)
     lineage = lineage.for_entry(entry)  # a run of one entry runs its sites only
     arrays = check_inputs(lineage, inputs, entry)
@@ -93,6 +92,26 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     e2e = vm.time_evaluator(entry, device, number=1, repeat=max(repeat, 3))(*args).results
     return attrs.evolve(_profile(lineage, entry, arrays, str(device), mode, repeat, *found, e2e),
                         peaks=_local_peaks(lineage, peaks, say))
+
+
+
+def _check_arguments(executable, lineage, warmup, repeat, number, progress, entry, remote, peaks,
+                     serving) -> None:
+    """``profile``'s arguments, each of its type and range, or a ``UsageError`` naming it;
+    the options first, so that each is refused without a look at the model."""
+    from ..model.peaks import Peaks
+    from .remote import RemoteDevice
+
+    for name, value in (("repeat", repeat), ("number", number)):  # they count timed runs
+        expect_number(f"profile({name}=)", value, 1)
+    expect_number("profile(warmup=)", warmup, 0)
+    expect("profile(progress=)", progress, (Callable, None), "a function called with each progress line")
+    expect("profile(entry=)", entry, (str, None), "an entry function's name")
+    expect("profile(remote=)", remote, (RemoteDevice, None), "relaytrace.RemoteDevice(rpc='HOST:PORT')")
+    expect("profile(peaks=)", peaks, (Peaks, None), "relaytrace.model.peaks.Peaks (given(gflops, gbps) or named(NAME))")
+    expect("profile(serving=)", serving, (Serving, None), "relaytrace.profiling.serve.Serving(tokens=, context=)")
+    expect("profile's executable", executable, tvm.runtime.Executable, "the executable relaytrace.build returned")
+    expect("profile's lineage", lineage, Lineage, "the Lineage relaytrace.build returned with the executable")
 
 
 def _local_runs(vm, call, lineage, device, warmup, repeat, mode, compiled, number, say, server=None):

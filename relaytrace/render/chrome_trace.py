@@ -7,6 +7,7 @@ from __future__ import annotations
 from itertools import islice
 
 from ..analysis.attribution import module_prefix
+from ..model.layer_name import module_path
 from ..model.origin import INSERTED
 from ..model.profile import BUILTIN, CACHE, KERNEL
 from ..model.sitekey import SiteKey
@@ -54,7 +55,7 @@ def chrome_trace(report) -> dict:
 
 def _site_args(lineage, site) -> dict:
     anchor = lineage.origins[site.anchor].layer if site.anchor else ""
-    depth = len(anchor.split("@")[0].split(".")) if anchor else 0
+    depth = len(module_path(anchor).split(".")) if anchor else 0
     return {
         "layers": list(dict.fromkeys(lineage.origins[o].layer for o in site.origin_ids)),
         "layer": anchor,

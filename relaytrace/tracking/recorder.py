@@ -54,11 +54,13 @@ class Recorder:
     after every pass; ``on_lowering(recording)`` once, when the Relax passes are done:
     as the first top-level pass over a module without a Relax function begins (TVM's
     TIR build), after the input was taken. Never raises into the build: a fault is
-    written down instead."""
+    written down instead; only the caller's ``progress`` may stop it, by raising
+    (kept in ``progress_failure``, which ``trace()`` reports as the callback's)."""
 
     def __init__(self, progress=None, on_lowering=None):
         self.recording = Recording()
         self.progress = progress
+        self.progress_failure: Exception | None = None  # what ``progress`` raised, if it did
         self.on_lowering = on_lowering
         # the top-level pass running now is over a module without a Relax function: the
         # passes it runs are recorded without reading their modules (see _record)
@@ -116,7 +118,11 @@ class Recorder:
         rec.running.pop()
         rec.pass_count += 1
         if self.progress is not None:
-            self.progress(rec.pass_count, info.name)
+            try:
+                self.progress(rec.pass_count, info.name)
+            except Exception as exc:  # the caller's own callback: its failure stops the build, said as its own
+                self.progress_failure = exc
+                raise
         if rec.input is not None and not rec.degraded:
             self._guard(info.name, self._record, mod, info.name)
 

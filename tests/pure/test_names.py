@@ -72,3 +72,15 @@ def test_a_history_is_grouped_by_op_with_the_pass_that_ended_each():
                                   ["", "END: runs in", "fused_conv2d_relu#0"]]
     (fc,) = histories(lin, "fc")
     assert history_rows(fc)[-1] == ["", "END: eliminated by FoldConstant", ""]
+
+
+def test_a_layers_call_suffix_cannot_collide_with_a_module_name():
+    from relaytrace.analysis.attribution import module_prefix
+    from relaytrace.model.layer_name import layer_name, split_layer
+
+    cases = [("relu", 0), ("relu", 1), ("a@b", 0), ("a@b", 2), ("c@1", 0), ("c@1", 1), ("c", 1), ("x@0", 0), ("", 3)]
+    names = [layer_name(path, call) for path, call in cases]
+    assert len(set(names)) == len(cases)  # no two (module, call) share a layer name
+    assert [split_layer(n) for n in names] == cases
+    assert names[:6] == ["relu", "relu@1", "a@b", "a@b@2", "c@1@0", "c@1@1"]
+    assert module_prefix("blocks@x.0.c@1@1", 1) == "blocks@x" and module_prefix("a@b.relu@1", 2) == "a@b.relu"

@@ -416,9 +416,11 @@ function showOpType(op){
 // ---- the layer graph: grouped by module depth, laid out by dagre, pan and zoom ----
 const HEAT = ['#fff5f0', '#fee0d2', '#fcbba1', '#fc9272', '#fb6a4a', '#ef3b2c', '#cb181d', '#99000d'];
 const graph = {depth: 0, nodes: new Map(), box: null, full: null};  // nodes: group key -> {el, x, y, group}
+/** A layer's module path: its call suffix (the last `@` and digits alone: `relu@1`) dropped (model/layer_name.py). */
+function modulePath(layer){ return layer.replace(/@[0-9]+$/, ''); }
 function prefix(layer, depth){
   if (!depth) return layer;
-  const sep = layer.startsWith('/') ? '/' : '.', parts = layer.split('@')[0].split(sep).filter(Boolean);
+  const sep = layer.startsWith('/') ? '/' : '.', parts = modulePath(layer).split(sep).filter(Boolean);
   return (sep === '/' ? '/' : '') + parts.slice(0, depth).join(sep);
 }
 /** The layers grouped by their module prefix at depth (0: each its own): key -> {key, layers, ms, builtin}. */
@@ -496,7 +498,7 @@ function findInGraph(q){
 }
 function graphControls(){
   const svg = document.getElementById('graph'), select = document.getElementById('depth');
-  let deepest = 1; data.graph.nodes.forEach(n => { deepest = Math.max(deepest, n.layer.split('@')[0].split(/[./]/).filter(Boolean).length); });
+  let deepest = 1; data.graph.nodes.forEach(n => { deepest = Math.max(deepest, modulePath(n.layer).split(/[./]/).filter(Boolean).length); });
   for (let d = 1; d < Math.min(deepest, 8); d++) select.add(new Option(String(d), String(d)));
   select.add(new Option('every layer', '0'));
   select.value = String(graph.depth);
