@@ -100,19 +100,42 @@ def write_bundle(executable, lineage: Lineage, inputs, out: Path, entry: str | N
 
 
 def _copy_runtime(out: Path, device: str) -> list[str]:
-    """TVM's runtime libraries from the installed wheel into ``out/lib``: the paths, in
-    the order they load."""
+    """TVM's runtime libraries from the installed wheel into ``out/lib``, and for CUDA
+    the CUDA runtime the wheel's CUDA library was linked against (``libcudart.so.13``,
+    which a host with another toolkit, or only PyTorch's, lacks): the paths, in the
+    order they load. The driver's ``libcuda.so.1`` is the host's own."""
     import tvm
 
     source = Path(tvm.__file__).parent / "lib"
-    names = ["libtvm_runtime.so"] + (["libtvm_runtime_cuda.so"] if device == "cuda" else [])
+    files = [source / "libtvm_runtime.so"]
+    if device == "cuda":
+        files += [_cudart(), source / "libtvm_runtime_cuda.so"]
     (out / "lib").mkdir()
-    for name in names:
-        if not (source / name).is_file():
-            raise RelaytraceError(f"{source / name} is missing from the installed apache-tvm: reinstall it "
+    for path in files:
+        if not path.is_file():
+            raise RelaytraceError(f"{path} is missing from the installed apache-tvm: reinstall it "
                                   "(pip install --force-reinstall apache-tvm)")
-        shutil.copyfile(source / name, out / "lib" / name)
-    return [f"lib/{n}" for n in names]
+        shutil.copyfile(path, out / "lib" / path.name)
+    return [f"lib/{p.name}" for p in files]
+
+
+CUDART = "libcudart.so.13"  # what apache-tvm 0.27's libtvm_runtime_cuda.so is linked against
+
+
+def _cudart() -> Path:
+    """The CUDA runtime library TVM's CUDA runtime needs: in ``CUDA_HOME``, a usual CUDA
+    install, or pip's ``nvidia-cuda-runtime``; an error saying where it was looked for."""
+    import sys
+
+    roots = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", *sorted(map(str, Path("/usr/local").glob("cuda-*")))]
+    roots += [str(Path(p) / "nvidia" / sub) for p in sys.path for sub in ("cu13", "cuda_runtime")]
+    for root in filter(None, roots):
+        for lib in ("lib", "lib64"):
+            if (Path(root) / lib / CUDART).is_file():
+                return Path(root) / lib / CUDART
+    raise RelaytraceError(f"{CUDART} (the CUDA runtime TVM's CUDA library needs on the host) was not found in "
+                          "CUDA_HOME or /usr/local/cuda*: set CUDA_HOME to a CUDA 13 toolkit, or pip install "
+                          "nvidia-cuda-runtime")
 
 
 def _save_inputs(out: Path, lineage: Lineage, entry: str, arrays) -> list[dict]:

@@ -75,17 +75,26 @@ def pair(stamps, run: int, t0: int, kernels, skip=frozenset(), cache=frozenset()
 
 
 def timeline_run(set_instrument, call, sync, run: int, kernels, skip=frozenset(), cache=frozenset(), server=None,
-                 sync_each: bool = False, ranges=None) -> list[tuple]:
+                 sync_each: bool = False, ranges=None, events=None) -> list[tuple]:
     """One run (``call()``) stamped call by call through ``set_instrument`` (the VM's),
     ``sync()`` after it; rows as ``pair`` makes them. ``server``: an object whose
     ``sink`` is given the stamp list while the run lasts (``serve.Server``: its KV-cache
     kernels stamp it too). ``sync_each``: ``sync()`` before each after-stamp (a GPU,
-    whose calls return at launch). ``ranges``: an ``Nvtx`` whose ranges wrap each call."""
+    whose calls return at launch). ``ranges``: an ``Nvtx`` whose ranges wrap each call.
+    ``events``: a ``CudaEvents`` marked with every stamp, whose times replace the
+    clock's (each call's time on the device, no synchronisation between calls)."""
     stamps: list = []
     append = stamps.append
     clock = time.perf_counter_ns
 
-    if ranges is not None:
+    if events is not None:
+        mark = events.mark
+
+        def stamp(func, name, before, ret, *call_args):
+            mark()
+            append((clock(), name, before))
+            return NO_OP
+    elif ranges is not None:
         push, pop, name_of = ranges.push, ranges.pop, ranges.name_of
         counts: dict[str, int] = {}
 
@@ -123,6 +132,8 @@ def timeline_run(set_instrument, call, sync, run: int, kernels, skip=frozenset()
         set_instrument(_no_op)
         if server is not None:
             server.sink = None
+    if events is not None:
+        stamps = with_events(stamps, events, t0)
     return pair(stamps, run, t0, kernels, skip, cache)
 
 
@@ -265,6 +276,59 @@ def _nvtx_candidates() -> list[str]:
     return found
 
 
+class CudaEvents:
+    """CUDA events on the default stream (TVM's), through the CUDA runtime library by
+    ctypes (``runtime.timer.cuda`` gives Python no start or stop): ``mark()`` records
+    one, ``offsets_ns()`` (after a synchronisation) each mark's time after the first, on
+    the device's clock."""
+
+    def __init__(self, lib):
+        self._lib = lib
+        self._events: list = []
+        self._used = 0
+
+    def mark(self) -> None:
+        if self._used == len(self._events):
+            event = ctypes.c_void_p()
+            self._check(self._lib.cudaEventCreate(ctypes.byref(event)), "cudaEventCreate")
+            self._events.append(event)
+        self._lib.cudaEventRecord(self._events[self._used], None)
+        self._used += 1
+
+    def offsets_ns(self) -> list[int]:
+        """Each mark's nanoseconds after the first; the marks are then reused."""
+        ms = ctypes.c_float()
+        out = []
+        for event in self._events[:self._used]:
+            self._check(self._lib.cudaEventElapsedTime(ctypes.byref(ms), self._events[0], event),
+                        "cudaEventElapsedTime")
+            out.append(int(ms.value * 1e6))
+        self._used = 0
+        return out
+
+    @staticmethod
+    def _check(code: int, what: str) -> None:
+        if code:
+            raise BundleError(f"{what} failed with CUDA error {code}")
+
+    @classmethod
+    def find(cls) -> CudaEvents | None:
+        for path in ("libcudart.so.13", "libcudart.so"):
+            try:
+                return cls(ctypes.CDLL(path))
+            except OSError:
+                continue
+        return None
+
+
+def with_events(stamps, events: CudaEvents, t0: int) -> list:
+    """Stamps whose times are the events recorded with them (one per stamp, in order),
+    placed on the clock at the first stamp: each call's duration is then the device's."""
+    offsets = events.offsets_ns()
+    first = stamps[0][0] if stamps else t0
+    return [(first + offset, name, before) for offset, (_, name, before) in zip(offsets, stamps)]
+
+
 # -- the bundle's runner ----------------------------------------------------------------
 
 
@@ -346,7 +410,7 @@ def _external(library, ffi, name: str):
 
 
 def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, device: str | None, nvtx: bool,
-               say) -> dict:
+               say, events: bool = False) -> dict:
     """Profile the bundle's entry here as ``profiling.vm.profile`` does: the profile's
     JSON (the bundle's template filled in)."""
     manifest = json.loads((bundle / "bundle.json").read_text())
@@ -384,6 +448,15 @@ def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, d
     for _ in range(max(warmup - 1, 0)):
         call()
     sync_each = device != "cpu"
+    timer = None
+    if events:
+        if device == "cpu" or mode != "timeline" or nvtx:
+            raise BundleError("--events times a timeline run on a GPU, without --nvtx (whose calls would sit between "
+                              "the events): give --device cuda and --mode timeline, and --nvtx in another run")
+        timer = CudaEvents.find()
+        if timer is None:
+            raise BundleError("--events needs the CUDA runtime library (libcudart.so.13), which did not load")
+        sync_each = False
     ranges = None
     if nvtx:
         ranges = Nvtx.find(manifest["layers"])
@@ -394,7 +467,7 @@ def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, d
         for run in range(repeat):
             say(f"timeline run {run + 1}/{repeat}")
             rows.extend(timeline_run(set_instrument, call, runtime.sync, run, kernels, skip, sync_each=sync_each,
-                                     ranges=ranges))
+                                     ranges=ranges, events=timer))
     else:
         externals = {name: clocked(_external(library, ffi, name), runtime.sync, repeat, number)
                      for name in manifest["library_calls"]}
@@ -409,7 +482,8 @@ def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, d
         call()
         runtime.sync()
         e2e.append((time.perf_counter() - start) * 1e6)
-    how = ("each call timed with a device synchronisation after it" if sync_each and mode == "timeline" else
+    how = ("each call timed by CUDA events around it" if timer is not None else
+           "each call timed with a device synchronisation after it" if sync_each and mode == "timeline" else
            "each call timed by the clock around it" if mode == "timeline" else "each site timed alone")
     return {**manifest["profile"], "device": str(runtime.device), "mode": mode, "repeat": repeat,
             "records": [list(r[:6]) + ([r[6]] if r[6] else []) for r in rows],
@@ -428,6 +502,8 @@ def main(argv=None) -> int:
     p.add_argument("--number", type=int, default=3, help="isolated: calls averaged per timing (default 3)")
     p.add_argument("--device", choices=sorted(DEVICE_TYPES), help="default: the device the bundle was built for")
     p.add_argument("--nvtx", action="store_true", help="an NVTX range per call, named after its layer and site")
+    p.add_argument("--events", action="store_true",
+                   help="cuda timeline: time each call by CUDA events (default: a synchronisation after each call)")
     p.add_argument("--bundle", default=str(Path(__file__).resolve().parent), help="the bundle DIR (default: here)")
     p.add_argument("--out", help="where to write the profile (default: DIR/profile.json)")
     args = p.parse_args(argv)
@@ -439,7 +515,8 @@ def main(argv=None) -> int:
         print(f"run.py: {message}", file=sys.stderr, flush=True)
 
     try:
-        data = run_bundle(bundle, args.mode, args.repeat, args.warmup, args.number, args.device, args.nvtx, say)
+        data = run_bundle(bundle, args.mode, args.repeat, args.warmup, args.number, args.device, args.nvtx, say,
+                          args.events)
     except (BundleError, OSError, KeyError) as exc:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 1
