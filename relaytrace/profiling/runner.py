@@ -374,9 +374,9 @@ def load_runtime(bundle: Path, manifest: dict, device: str):
     needs its driver."""
     try:
         import tvm_ffi
-    except ImportError:
-        raise BundleError("tvm_ffi is not installed: pip install apache-tvm-ffi (the version in bundle.json: "
-                          f"{manifest.get('tvm_ffi', '?')})") from None
+    except ImportError as exc:
+        raise BundleError(f"tvm_ffi cannot be imported ({exc}): pip install apache-tvm-ffi=="
+                          f"{manifest.get('tvm_ffi', '?')}") from None
     for name in manifest["runtime"]:
         if device == "cpu" and "cuda" in name:
             continue
