@@ -11,9 +11,24 @@ fast and ``query`` never loads TVM."""
 
 from __future__ import annotations
 
-from . import advise, compare, demo, diff, estimate, legacy, memory, peaks, profile, query, render, tasks
+from . import (
+                                 advise,
+                                 bundle,
+                                 compare,
+                                 demo,
+                                 diff,
+                                 estimate,
+                                 legacy,
+                                 memory,
+                                 peaks,
+                                 profile,
+                                 query,
+                                 render,
+                                 report,
+                                 tasks,
+)
 from .base import Command
 
-COMMANDS: tuple[Command, ...] = (demo.COMMAND, profile.COMMAND, compare.COMMAND, estimate.COMMAND, peaks.COMMAND,
-                                 render.COMMAND, query.COMMAND, diff.COMMAND, memory.COMMAND, advise.COMMAND,
-                                 tasks.COMMAND, legacy.COMMAND)
+COMMANDS: tuple[Command, ...] = (demo.COMMAND, profile.COMMAND, bundle.COMMAND, report.COMMAND, compare.COMMAND,
+                                 estimate.COMMAND, peaks.COMMAND, render.COMMAND, query.COMMAND, diff.COMMAND,
+                                 memory.COMMAND, advise.COMMAND, tasks.COMMAND, legacy.COMMAND)

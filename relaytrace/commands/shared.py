@@ -28,11 +28,12 @@ def build_and_profile(model, args, say, inputs):
     return built[1], profile_built(built, args, say, inputs)
 
 
-def build_traced(model, args, say):
+def build_traced(model, args, say, elsewhere: bool = False):
     """``(executable, lineage, remote)``: ``model`` built traced as the build options
     say, for the device they name (``remote``: None for this machine). The device is
     checked (compiler, address, key) before the build, and a build that cannot run here
-    without one is refused before it is made."""
+    without one is refused before it is made, unless it is to run ``elsewhere`` (a
+    bundle)."""
     from ..build import NHWC, build
     from ..profiling.remote import exporter, runs_here, target_name
 
@@ -41,7 +42,7 @@ def build_traced(model, args, say):
         exporter(args.target, remote.compiler)
         say(f"checking {remote.describe()}")
         remote.connect()
-    elif not runs_here(args.target):
+    elif not elsewhere and not runs_here(args.target):
         raise UsageError(f"a build for {target_name(args.target)} does not run on this machine: profile it on its "
                          "device with --rpc HOST:PORT or --tracker HOST:PORT --key KEY (docs/remote.md)")
     fp16 = getattr(args, "precision", "fp32") == "fp16"
@@ -239,8 +240,9 @@ def at_least(low, kind=int, strict: bool = True, most: float = float("inf")):
     return parse
 
 
-def add_build_options(p) -> None:
-    """The build and device options of ``demo`` and ``profile`` (docs/cli.md)."""
+def add_build_options(p, profiling: bool = True) -> None:
+    """The build and device options of ``demo`` and ``profile`` (docs/cli.md); without
+    ``profiling`` (``bundle``), the build options alone."""
     p.add_argument("--target", default="llvm", help="TVM target (default llvm)")
     p.add_argument("--pipeline", default="fused", metavar="fused|unfused|NAME",
                    help="fused (default), unfused, or a pipeline the model's file registers with "
@@ -252,6 +254,10 @@ def add_build_options(p) -> None:
                         "(default fp32: as imported)")
     p.add_argument("--fold-batch-norm", action="store_true",
                    help="fold each batch norm into the conv before it (relax.transform.FoldBatchnormToConv2D)")
+    p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
+    if not profiling:
+        p.set_defaults(rpc=None, tracker=None, key=None, cc=None, kernel_timeout=None, mode=None)
+        return
     p.add_argument("--mode", choices=["timeline", "isolated"], default=None,
                    help="timeline (default here) or isolated (the only mode on a remote device)")
     p.add_argument("--rpc", metavar="HOST:PORT", help="profile on the device of this TVM RPC server")
@@ -262,7 +268,6 @@ def add_build_options(p) -> None:
     p.add_argument("--kernel-timeout", type=at_least(0, float, most=LONGEST_WAIT_S), metavar="S",
                    help="seconds one call site may take on a remote device (default 120, at most a day)")
     p.add_argument("--repeat", type=at_least(1), default=3, help="profiled runs (default 3)")
-    p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
     p.add_argument("--tokens", type=at_least(1), metavar="N",
                    help="an entry that takes a KV cache (an LLM's prefill): the tokens one step runs (default 32)")
     p.add_argument("--context", type=at_least(0), metavar="L",

@@ -22,9 +22,10 @@ from tvm import relax
 from ..errors import RelaytraceError, UsageError, describe, expect, expect_number
 from ..model.entry import ParamKind, default_context, grouped, signature
 from ..model.lineage import Lineage
-from ..model.profile import BUILTIN, CACHE, FROM_IR, KERNEL, LOCAL_RUN, ArgInfo, CallRecord, Profile
+from ..model.profile import FROM_IR, LOCAL_RUN, ArgInfo, CallKind, CallRecord, Profile
 from ..model.shapes import bind
 from ..model.sitekey import SiteKey
+from . import runner
 from .serve import Server, Serving, takes_cache
 
 
@@ -134,7 +135,6 @@ def _local_runs(vm, call, lineage, device, warmup, repeat, mode, compiled, numbe
     else:
         library, externals = compiled
         records = _isolated(library, captured, device, repeat, number, say, externals)
-    vm.set_instrument(_no_op)
     say("end-to-end timing")
     return records, arg_info
 
@@ -345,118 +345,57 @@ def _kernel_library(executable, lineage: Lineage):
     return next((lib for lib in libs if first and lib.implements_function(first, True)), None)
 
 
-def _no_op(*_):
-    return relax.VMInstrumentReturnKind.NO_OP
-
-
 def _capture(vm, call, lineage, skip: frozenset, copy: bool):
     """One run (``call()``) of the lineage's entry that notes every call's argument
-    shapes (and copies kernel arguments for isolated timing); calls of ``skip`` (Relax
-    subfunctions) are no sites."""
-    counts: dict[str, int] = {}
-    info: dict[SiteKey, ArgInfo] = {}
-    captured: list[tuple[str, int, list]] = []
-    kernels = lineage.kernels
+    shapes (and copies kernel arguments for isolated timing): ``runner.capture`` on the
+    VM, its sites keyed by ``SiteKey``; calls of ``skip`` (Relax subfunctions) are no
+    sites."""
     entry = lineage.entry()
-
-    def note(func, name, before, ret, *call_args):
-        if before and name not in skip:
-            k = counts.get(name, 0)
-            counts[name] = k + 1
-            tensors = [a for a in call_args if hasattr(a, "shape")]
-            info[SiteKey(entry, name, k)] = ArgInfo(tuple(tuple(int(d) for d in a.shape) for a in tensors),
-                                                    tuple(str(a.dtype) for a in tensors),
-                                                    tuple(int(a.data_ptr()) for a in tensors))
-            if copy and name in kernels:
-                captured.append((name, k, [tvm.runtime.tensor(a.numpy(), a.device) for a in tensors]))
-        return relax.VMInstrumentReturnKind.NO_OP
-
-    vm.set_instrument(note)
+    copier = (lambda a: tvm.runtime.tensor(a.numpy(), a.device)) if copy else None
     try:
-        call()
+        noted, captured = runner.capture(vm.set_instrument, call, skip, lineage.kernels, copier)
     except Exception as exc:  # the VM's own checks (a match_cast the inputs break)
         raise RelaytraceError(f"the model failed to run on these inputs: {describe(exc)}") from exc
-    finally:
-        vm.set_instrument(_no_op)
-    return info, captured
+    return {SiteKey(entry, name, k): ArgInfo(*found) for (name, k), found in noted.items()}, captured
 
 
 def _check_names(lineage: Lineage, info: dict[SiteKey, ArgInfo]) -> None:
     """The kernels and library calls that ran must be the lineage's, call for call; a
     VM builtin, or an external call the lineage lists among its builtins (it computes
     no model op), may run as it likes."""
-    builtins = {b.name for b in lineage.builtins}
-    ran: dict[str, int] = {}
-    for site in info:
-        if not site.kernel.startswith("vm.builtin.") and site.kernel not in builtins:
-            ran[site.kernel] = max(ran.get(site.kernel, 0), site.call + 1)
+    ran = runner.ran_counts(((s.kernel, s.call) for s in info), {b.name for b in lineage.builtins})
     problems = lineage.call_count_mismatches(ran)
     if problems:
         raise RelaytraceError("the lineage does not match this executable: " + "; ".join(problems[:8]))
 
 
 def _timeline_run(vm, call, run: int, lineage, device, skip: frozenset, server=None) -> list[CallRecord]:
-    stamps: list = []
-    append = stamps.append
-    clock = time.perf_counter_ns
-    no_op = relax.VMInstrumentReturnKind.NO_OP
-
-    def stamp(func, name, before, ret, *call_args):
-        append((clock(), name, before))  # the hot path: a record, nothing else
-        return no_op
-
-    vm.set_instrument(stamp)
-    if server is not None:
-        server.sink = stamps
-    t0 = time.perf_counter_ns()
-    try:
-        call()
-        device.sync()
-    finally:
-        vm.set_instrument(_no_op)
-        if server is not None:
-            server.sink = None
+    """One timeline run (``runner.timeline_run``) as records; a ``server``'s KV-cache
+    kernels are records of their own."""
     cache = frozenset(lineage.build.kv_cache.kernels) if server is not None and lineage.build.kv_cache else frozenset()
-    return _pair(stamps, run, t0, lineage.kernels, skip, cache)
+    return _records(runner.timeline_run(vm.set_instrument, call, device.sync, run, lineage.kernels, skip, cache,
+                                        server))
 
 
-def _pair(stamps, run, t0, kernels, skip: frozenset = frozenset(), cache: frozenset = frozenset()) -> list[CallRecord]:
-    """Before/after stamps into records; calls of ``skip`` (Relax subfunctions, whose
-    time is their kernels' and builtins') are left out. A call of ``cache`` (a KV-cache
-    kernel, stamped inside the VM call that ran it) is a record of its own, ``within``
-    that call, whose duration then leaves it out: every microsecond is in one record."""
-    counts: dict[str, int] = {}
-    stack: list[list] = []  # [name, call, start, time of cache kernels inside]
-    records = []
-    for t, name, before in stamps:
-        if name in skip:
-            continue
-        if before:
-            k = counts.get(name, 0)
-            counts[name] = k + 1
-            stack.append([name, k, t, 0])
-            continue
-        name, k, start, inner = stack.pop()
-        kind = CACHE if name in cache else KERNEL if name in kernels else BUILTIN
-        within = f"{stack[-1][0]}#{stack[-1][1]}" if kind == CACHE and stack else ""
-        if kind == CACHE and stack:
-            stack[-1][3] += t - start
-        records.append(CallRecord(name, k, run, (start - t0) / 1e3, (t - start - inner) / 1e3, kind, within))
-    return records
+def _records(rows) -> list[CallRecord]:
+    """``runner``'s rows as ``CallRecord``s."""
+    return [CallRecord(name, k, run, start, duration, CallKind(kind), within)
+            for name, k, run, start, duration, kind, within in rows]
 
 
 def _isolated(library, captured, device, repeat, number, say, externals=None) -> list[CallRecord]:
-    """Each captured site timed alone: a kernel by ``time_evaluator`` on its compiled
-    module, a library call (``externals``: name -> its function) by the clock around
-    ``number`` calls of it."""
+    """Each captured site timed alone (``runner.isolated``): a kernel by
+    ``time_evaluator`` on its compiled module, a library call (``externals``: name ->
+    its function) by the clock around ``number`` calls of it."""
     externals = externals or {}
-    timings = []
-    for i, (name, k, tensors) in enumerate(captured):
-        say(f"isolated {i + 1}/{len(captured)}: {name}#{k}")
-        timer = _clocked(externals[name], device, repeat, number) if name in externals \
-            else library.time_evaluator(name, device, number=number, repeat=repeat)
-        timings.append((name, k, timer(*tensors).results))
-    return _site_records(timings, repeat)
+
+    def timer_of(name):
+        if name in externals:
+            return runner.clocked(externals[name], device.sync, repeat, number)
+        timer = library.time_evaluator(name, device, number=number, repeat=repeat)
+        return lambda *tensors: timer(*tensors).results
+
+    return _site_records(runner.isolated(captured, timer_of, say), repeat)
 
 
 def _external(executable, name: str):
@@ -468,37 +407,7 @@ def _external(executable, name: str):
     return tvm.get_global_func(name)
 
 
-def _clocked(func, device, repeat: int, number: int):
-    """A ``time_evaluator``-like timer of the packed function ``func``: per run, the
-    mean seconds of ``number`` calls, the device synchronized after them."""
-
-    def run(*args):
-        results = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            for _ in range(number):
-                func(*args)
-            device.sync()
-            results.append((time.perf_counter() - start) / number)
-        return _Timed(tuple(results))
-
-    return run
-
-
-@attrs.define(frozen=True)
-class _Timed:
-    """What ``time_evaluator`` returns, as far as the profiler reads it."""
-
-    results: tuple[float, ...]
-
-
 def _site_records(timings, repeat: int) -> list[CallRecord]:
     """Records of sites timed alone (``(kernel, call, seconds per run)``), laid end to
-    end in each run."""
-    records = []
-    clock = [0.0] * repeat
-    for name, k, results in timings:
-        for run, seconds in enumerate(results):
-            records.append(CallRecord(name, k, run, clock[run], seconds * 1e6, KERNEL))
-            clock[run] += seconds * 1e6
-    return records
+    end in each run (``runner.site_rows``)."""
+    return _records(runner.site_rows(timings, repeat))

@@ -1,0 +1,57 @@
+"""`relaytrace report`: every output of a bundle's profile (or a saved run), written as a local profile's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import RelaytraceError
+from .base import Command
+from .shared import add_peak_options, add_policy_option, given_peaks, print_summary
+
+
+def add_arguments(p) -> None:
+    """`relaytrace report`'s arguments and options (docs/cli.md#report)."""
+    p.add_argument("dir", metavar="DIR", help="a bundle DIR holding the profile.json its run.py wrote")
+    p.add_argument("--out", help="output DIR (default: DIR/report)")
+    p.add_argument("--force", action="store_true", help="replace an existing output DIR")
+    add_peak_options(p)
+    add_policy_option(p)
+
+
+def run(args) -> int:
+    """`relaytrace report DIR`: the bundle's lineage and the profile its runner wrote,
+    every output written (``jobs.write_outputs``) into DIR/report (the bundle itself
+    holds files that are not outputs, so the outputs go in a directory of their own)
+    and the summary printed, as `relaytrace profile` does."""
+    import json
+
+    import attrs
+
+    from ..analysis.report import make_report
+    from ..jobs import load_pair, prepare_out_dir, write_outputs
+    from ..profiling.bundle import MANIFEST, RUNNER
+
+    source = Path(args.dir)
+    if not (source / MANIFEST).is_file():
+        raise RelaytraceError(f"{source} is not a bundle (no {MANIFEST}): give the DIR `relaytrace bundle --out` "
+                              "wrote")
+    if not (source / "profile.json").is_file():
+        raise FileNotFoundError(f"{source / 'profile.json'} is missing: run `python {source / RUNNER}` where the "
+                                "bundle was copied and bring its profile.json back into the DIR")
+    peaks = given_peaks(args)
+    out = prepare_out_dir(args.out or source / "report", args.force)
+    lineage, profile = load_pair(source)
+    if peaks is not None:  # the runner measures none: the device's ceilings as given here
+        profile = attrs.evolve(profile, peaks=peaks)
+    if profile.model != lineage.build.model or profile.target != lineage.build.target:
+        raise RelaytraceError(f"{source / 'profile.json'} is of {profile.model} for {profile.target}, not this "
+                              "bundle's build: run this bundle's run.py again")
+    run_record = json.loads((source / MANIFEST).read_text()).get("run") or {"model": lineage.build.model}
+    report = make_report(lineage, profile, policy=args.policy)
+    write_outputs(out, report, {**run_record, "policy": args.policy}, overwrite=args.force)
+    print_summary(report, out)
+    return 0
+
+
+COMMAND = Command("report", "write every output of a bundle's profile (after `python DIR/run.py`)", add_arguments,
+                  run)

@@ -1,0 +1,165 @@
+"""A build and its lineage as a directory that profiles itself where it is copied
+(``relaytrace bundle``): for a host with TVM's runtime libraries but no compiler, no
+``tvm`` package and no relaytrace, that no RPC reaches.
+
+The directory holds the exported library (``model.so``), the lineage (``lineage.json``),
+the entry's inputs (``inputs/N.npy``, a tuple parameter's tensors each a file), TVM's
+runtime libraries copied from the installed wheel (``lib/libtvm_runtime.so``, and
+``lib/libtvm_runtime_cuda.so`` for a CUDA build), ``bundle.json`` (what the runner
+needs: the entry, its inputs, the kernels and their call counts to check the library
+against, each site's layers for NVTX ranges, a template of ``profile.json`` and how
+the build was made) and ``run.py``: ``profiling/runner.py`` itself, relaytrace's own
+timing, which needs only ``tvm_ffi`` and numpy. ``python DIR/run.py`` writes
+``DIR/profile.json``; ``relaytrace report DIR`` reads it back with the lineage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import RelaytraceError, UsageError
+from ..model.codec import encode
+from ..model.lineage import Lineage
+from . import runner
+from .serve import takes_cache
+
+LIBRARY = "model.so"
+MANIFEST = "bundle.json"
+RUNNER = "run.py"
+
+
+def device_of(target_text: str) -> str:
+    """The runner's device for a build's target: ``cpu`` for an llvm (or c) build of this
+    machine, ``cuda`` for a CUDA one; any other is refused in one line."""
+    import tvm
+
+    from .remote import target_name
+
+    kind = tvm.target.Target(target_text).kind.name
+    if kind in ("llvm", "c"):
+        return "cpu"
+    if kind == "cuda":
+        return "cuda"
+    raise UsageError(f"a bundle runs on a CPU (llvm) or an NVIDIA GPU (cuda), not {target_name(target_text)}: "
+                     "profile that build over RPC instead (docs/remote.md)")
+
+
+def write_bundle(executable, lineage: Lineage, inputs, out: Path, entry: str | None = None, run: dict | None = None,
+                 say=None) -> Path:
+    """Write the bundle of ``executable`` (``lineage`` its build's) into the new
+    directory ``out``, whole or not at all (written beside it, then renamed): see the
+    module docstring. ``inputs``: the entry's, as ``profile`` takes them (checked
+    against its parameters). ``run``: the build's record (``run.json`` of the outputs
+    ``report`` writes). An entry that takes a KV cache is refused: the runner does not
+    serve one."""
+    from .vm import _kernel_library, _profile, check_inputs
+
+    say = say or (lambda message: None)
+    entry = lineage.entry(entry)
+    if takes_cache(lineage, entry):
+        raise UsageError(f"{entry} takes a KV cache, which a bundle's runner does not serve yet: bundle an entry "
+                         "without one, or profile it here (relaytrace profile --entry)")
+    view = lineage.for_entry(entry)
+    arrays = check_inputs(lineage, list(inputs), entry)
+    _kernel_library(executable, view)
+    device = device_of(lineage.build.target)
+    out = Path(out)
+    if out.exists():
+        raise FileExistsError(f"{out} exists: bundle into a new directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.bundle-", dir=out.parent))
+    try:
+        say(f"exporting the library ({LIBRARY})")
+        executable.export_library(str(staging / LIBRARY))
+        runtime = _copy_runtime(staging, device)
+        lineage.save(staging / "lineage.json")
+        params = _save_inputs(staging, lineage, entry, arrays)
+        template = _profile(lineage, entry, arrays, "", "timeline", 1, [], {}, [])
+        manifest = {
+            "schema": runner.BUNDLE_SCHEMA, "library": LIBRARY, "runtime": runtime, "device": device, "entry": entry,
+            "inputs": params, "kernels": {k: len(sites) for k, sites in view.kernels.items()},
+            "library_calls": sorted(view.library_calls), "subfunctions": list(view.subfunctions),
+            "builtins": sorted({b.name for b in view.builtins}), "layers": _site_layers(view),
+            "profile": {"schema": template.schema, **encode(template)}, "run": run or {},
+            "tvm_ffi": metadata.version("apache-tvm-ffi"),
+        }
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        shutil.copyfile(runner.__file__, staging / RUNNER)
+        os.chmod(staging, 0o755)
+        os.rename(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def _copy_runtime(out: Path, device: str) -> list[str]:
+    """TVM's runtime libraries from the installed wheel into ``out/lib``, and for CUDA
+    the CUDA runtime the wheel's CUDA library was linked against (``libcudart.so.13``,
+    which a host with another toolkit, or only PyTorch's, lacks): the paths, in the
+    order they load. The driver's ``libcuda.so.1`` is the host's own."""
+    import tvm
+
+    source = Path(tvm.__file__).parent / "lib"
+    files = [source / "libtvm_runtime.so"]
+    if device == "cuda":
+        files += [_cudart(), source / "libtvm_runtime_cuda.so"]
+    (out / "lib").mkdir()
+    for path in files:
+        if not path.is_file():
+            raise RelaytraceError(f"{path} is missing from the installed apache-tvm: reinstall it "
+                                  "(pip install --force-reinstall apache-tvm)")
+        shutil.copyfile(path, out / "lib" / path.name)
+    return [f"lib/{p.name}" for p in files]
+
+
+CUDART = "libcudart.so.13"  # what apache-tvm 0.27's libtvm_runtime_cuda.so is linked against
+
+
+def _cudart() -> Path:
+    """The CUDA runtime library TVM's CUDA runtime needs: in ``CUDA_HOME``, a usual CUDA
+    install, or pip's ``nvidia-cuda-runtime``; an error saying where it was looked for."""
+    import sys
+
+    roots = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", *sorted(map(str, Path("/usr/local").glob("cuda-*")))]
+    roots += [str(Path(p) / "nvidia" / sub) for p in sys.path for sub in ("cu13", "cuda_runtime")]
+    for root in filter(None, roots):
+        for lib in ("lib", "lib64"):
+            if (Path(root) / lib / CUDART).is_file():
+                return Path(root) / lib / CUDART
+    raise RelaytraceError(f"{CUDART} (the CUDA runtime TVM's CUDA library needs on the host) was not found in "
+                          "CUDA_HOME or /usr/local/cuda*: set CUDA_HOME to a CUDA 13 toolkit, or pip install "
+                          "nvidia-cuda-runtime")
+
+
+def _save_inputs(out: Path, lineage: Lineage, entry: str, arrays) -> list[dict]:
+    """Each input as ``inputs/N.npy`` (a tuple parameter's tensors one file each):
+    ``[{name, files, tuple}]`` in parameter order."""
+    (out / "inputs").mkdir()
+    params = lineage.build.params.get(entry)
+    names = [p.name for p in params] if params else [name for name, _, _ in lineage.build.entries.get(entry, ())]
+    saved, n = [], 0
+    for i, value in enumerate(arrays):
+        files = []
+        for array in (value if isinstance(value, list) else [value]):
+            np.save(out / "inputs" / f"{n}.npy", np.asarray(array), allow_pickle=False)
+            files.append(f"inputs/{n}.npy")
+            n += 1
+        saved.append({"name": names[i] if i < len(names) else f"input{i}", "files": files,
+                      "tuple": isinstance(value, list)})
+    return saved
+
+
+def _site_layers(lineage: Lineage) -> dict[str, str]:
+    """``kernel#call`` -> the layers its ops come from (what an NVTX range is named)."""
+    out = {}
+    for site in lineage.call_sites:
+        layers = dict.fromkeys(lineage.origins[o].layer for o in site.origin_ids if o in lineage.origins)
+        out[site.key.in_entry] = ", ".join(layers)
+    return out

@@ -1,0 +1,532 @@
+"""How a run of a Relax VM is timed, call by call, with TVM's runtime alone: the one
+copy of relaytrace's timing, used by ``profiling.vm`` here and copied whole as the
+``run.py`` of a bundle (``relaytrace bundle``), which profiles a build where no
+compiler, no ``tvm`` package and no relaytrace are installed.
+
+So this module imports nothing of relaytrace and, at the top, nothing but the
+standard library and numpy; run as a script it also imports ``tvm_ffi`` and loads the
+bundle's ``libtvm_runtime.so`` (ctypes, global), then the exported library
+(``vm_load_executable``, ``vm_initialization``), as TVM's own ``VirtualMachine`` does.
+What it writes is ``profile.json`` in relaytrace's format: the bundle carries a
+template of it (every field relaytrace knows before the run: model, target, entry,
+inputs, schema) and the runner fills in the records, each site's arguments and the
+end-to-end times; ``relaytrace report DIR`` reads it back with the lineage.
+
+Timing (the same here and in ``profiling.vm``): a timeline run stamps the clock before
+and after every call the VM makes (``set_instrument``); with ``sync_each`` (a GPU) the
+device is synchronised before the after-stamp, so a call's time is its kernels' on
+the device, not the launch's. Isolated mode times each kernel call site alone on the
+arguments a captured run gave it (TVM's ``RPCTimeEvaluator``, which synchronises
+after its calls), a library call by the clock around its function. ``--nvtx`` wraps
+each call in an NVTX range named after its layer and site (Nsight Systems and
+Nsight Compute show layers), through ``libnvToolsExt`` found by ctypes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import json
+import os
+import platform
+import struct
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+NO_OP = 0  # relax.VMInstrumentReturnKind.NO_OP: the instrument lets the call run
+KERNEL, BUILTIN, CACHE = "kernel", "builtin", "cache"  # model.profile.CallKind's values
+BUNDLE_SCHEMA = "relaytrace.bundle/1"
+DEVICE_TYPES = {"cpu": 1, "cuda": 2}  # DLPack device types
+POOLED = 2  # the VM's pooled allocator
+
+
+# -- the timing both relaytrace and the bundle's run.py use ----------------------------
+
+
+def pair(stamps, run: int, t0: int, kernels, skip=frozenset(), cache=frozenset()) -> list[tuple]:
+    """Before/after stamps ``(ns, name, before)`` of one run into rows ``(name, call,
+    run, start_us, duration_us, kind, within)`` (``model.profile.CallRecord``'s
+    fields); calls of ``skip`` (Relax subfunctions, whose time is their kernels' and
+    builtins') are left out. A call of ``cache`` (a KV-cache kernel, stamped inside the
+    VM call that ran it) is a row of its own, ``within`` that call, whose duration then
+    leaves it out: every microsecond is in one row."""
+    counts: dict[str, int] = {}
+    stack: list[list] = []  # [name, call, start, time of cache kernels inside]
+    rows = []
+    for t, name, before in stamps:
+        if name in skip:
+            continue
+        if before:
+            k = counts.get(name, 0)
+            counts[name] = k + 1
+            stack.append([name, k, t, 0])
+            continue
+        name, k, start, inner = stack.pop()
+        kind = CACHE if name in cache else KERNEL if name in kernels else BUILTIN
+        within = f"{stack[-1][0]}#{stack[-1][1]}" if kind == CACHE and stack else ""
+        if kind == CACHE and stack:
+            stack[-1][3] += t - start
+        rows.append((name, k, run, (start - t0) / 1e3, (t - start - inner) / 1e3, kind, within))
+    return rows
+
+
+def timeline_run(set_instrument, call, sync, run: int, kernels, skip=frozenset(), cache=frozenset(), server=None,
+                 sync_each: bool = False, ranges=None, events=None) -> list[tuple]:
+    """One run (``call()``) stamped call by call through ``set_instrument`` (the VM's),
+    ``sync()`` after it; rows as ``pair`` makes them. ``server``: an object whose
+    ``sink`` is given the stamp list while the run lasts (``serve.Server``: its KV-cache
+    kernels stamp it too). ``sync_each``: ``sync()`` before each after-stamp (a GPU,
+    whose calls return at launch). ``ranges``: an ``Nvtx`` whose ranges wrap each call.
+    ``events``: a ``CudaEvents`` marked with every stamp, whose times replace the
+    clock's (each call's time on the device, no synchronisation between calls)."""
+    stamps: list = []
+    append = stamps.append
+    clock = time.perf_counter_ns
+
+    if events is not None:
+        mark = events.mark
+
+        def stamp(func, name, before, ret, *call_args):
+            mark()
+            append((clock(), name, before))
+            return NO_OP
+    elif ranges is not None:
+        push, pop, name_of = ranges.push, ranges.pop, ranges.name_of
+        counts: dict[str, int] = {}
+
+        def stamp(func, name, before, ret, *call_args):
+            if before:
+                k = counts.get(name, 0)
+                counts[name] = k + 1
+                push(name_of(name, k))
+                append((clock(), name, True))
+            else:
+                if sync_each:
+                    sync()
+                append((clock(), name, False))
+                pop()
+            return NO_OP
+    elif sync_each:
+        def stamp(func, name, before, ret, *call_args):
+            if not before:
+                sync()
+            append((clock(), name, before))
+            return NO_OP
+    else:
+        def stamp(func, name, before, ret, *call_args):
+            append((clock(), name, before))  # the hot path: a record, nothing else
+            return NO_OP
+
+    set_instrument(stamp)
+    if server is not None:
+        server.sink = stamps
+    t0 = time.perf_counter_ns()
+    try:
+        call()
+        sync()
+    finally:
+        set_instrument(_no_op)
+        if server is not None:
+            server.sink = None
+    if events is not None:
+        stamps = with_events(stamps, events, t0)
+    return pair(stamps, run, t0, kernels, skip, cache)
+
+
+def _no_op(*_):
+    return NO_OP
+
+
+def capture(set_instrument, call, skip, kernels, copy=None) -> tuple[dict, list]:
+    """One run (``call()``) noting every call's arguments: ``({(name, call): (shapes,
+    dtypes, addresses)}, [(kernel, call, copies)])``; ``copy`` (a tensor -> a copy of
+    it on its device) copies each kernel call's arguments for isolated timing (none
+    without it). Calls of ``skip`` (Relax subfunctions) are no sites. A failure of the
+    run is raised as it came."""
+    counts: dict[str, int] = {}
+    info: dict[tuple[str, int], tuple] = {}
+    captured: list[tuple[str, int, list]] = []
+
+    def note(func, name, before, ret, *call_args):
+        if before and name not in skip:
+            k = counts.get(name, 0)
+            counts[name] = k + 1
+            tensors = [a for a in call_args if hasattr(a, "shape")]
+            info[(name, k)] = (tuple(tuple(int(d) for d in a.shape) for a in tensors),
+                               tuple(str(a.dtype) for a in tensors), tuple(int(a.data_ptr()) for a in tensors))
+            if copy is not None and name in kernels:
+                captured.append((name, k, [copy(a) for a in tensors]))
+        return NO_OP
+
+    set_instrument(note)
+    try:
+        call()
+    finally:
+        set_instrument(_no_op)
+    return info, captured
+
+
+def ran_counts(sites, builtins) -> dict[str, int]:
+    """kernel -> how many times it ran, from ``(name, call)`` sites; VM builtins and the
+    external calls among ``builtins`` (they compute no model op) are left out."""
+    ran: dict[str, int] = {}
+    for name, call in sites:
+        if not name.startswith("vm.builtin.") and name not in builtins:
+            ran[name] = max(ran.get(name, 0), call + 1)
+    return ran
+
+
+def count_mismatches(expected: dict[str, int], ran: dict[str, int], subfunctions=()) -> list[str]:
+    """How ``ran`` (kernel -> calls seen in a run) differs from ``expected`` (kernel ->
+    its call sites in the lineage): the evidence that a lineage belongs to another build."""
+    problems = [f"{k}: {n} call site(s) in the lineage, {ran.get(k, 0)} ran" for k, n in expected.items()
+                if ran.get(k, 0) != n]
+    return problems + [f"{k}: ran, but is not in the lineage" for k in ran
+                       if k not in expected and k not in subfunctions]
+
+
+def clocked(func, sync, repeat: int, number: int):
+    """A timer of the packed function ``func`` like ``time_evaluator``'s: per run, the
+    mean seconds of ``number`` calls, ``sync()`` after them."""
+
+    def run(*args) -> tuple[float, ...]:
+        results = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            for _ in range(number):
+                func(*args)
+            sync()
+            results.append((time.perf_counter() - start) / number)
+        return tuple(results)
+
+    return run
+
+
+def isolated(captured, timer_of, say) -> list[tuple]:
+    """Each captured site ``(name, call, tensors)`` timed alone by ``timer_of(name)``
+    (a callable of the tensors -> seconds per run): ``(name, call, seconds)``."""
+    timings = []
+    for i, (name, k, tensors) in enumerate(captured):
+        say(f"isolated {i + 1}/{len(captured)}: {name}#{k}")
+        timings.append((name, k, tuple(timer_of(name)(*tensors))))
+    return timings
+
+
+def site_rows(timings, repeat: int) -> list[tuple]:
+    """Rows (as ``pair``'s) of sites timed alone (``(kernel, call, seconds per run)``),
+    laid end to end in each run."""
+    rows = []
+    clock = [0.0] * repeat
+    for name, k, results in timings:
+        for run, seconds in enumerate(results):
+            rows.append((name, k, run, clock[run], seconds * 1e6, KERNEL, ""))
+            clock[run] += seconds * 1e6
+    return rows
+
+
+# -- NVTX ranges ------------------------------------------------------------------------
+
+_NVTX_NAMES = ("libnvToolsExt.so.1", "libnvToolsExt.so")
+
+
+class Nvtx:
+    """NVTX ranges through ``libnvToolsExt`` (``nvtxRangePushA``/``nvtxRangePop``), each
+    named ``layer [kernel#call]`` (``names``: site -> layer). Found by ctypes: the path
+    in ``RELAYTRACE_NVTX``, the loader's search, a CUDA toolkit's, or the pip package
+    ``nvidia-nvtx-cu*`` (PyTorch's) on ``sys.path``; ``Nvtx.find`` returns None without
+    one."""
+
+    def __init__(self, lib, names: dict[str, str]):
+        self._push, self._pop = lib.nvtxRangePushA, lib.nvtxRangePop
+        self._push.argtypes = [ctypes.c_char_p]
+        self._names = names
+
+    def name_of(self, kernel: str, call: int) -> bytes:
+        site = f"{kernel}#{call}"
+        layer = self._names.get(site)
+        return (f"{layer} [{site}]" if layer else site).encode("utf-8", "replace")
+
+    def push(self, name: bytes) -> None:
+        self._push(name)
+
+    def pop(self) -> None:
+        self._pop()
+
+    @classmethod
+    def find(cls, names: dict[str, str]) -> Nvtx | None:
+        for path in _nvtx_candidates():
+            try:
+                return cls(ctypes.CDLL(path), names)
+            except (OSError, AttributeError):
+                continue
+        return None
+
+
+def _nvtx_candidates() -> list[str]:
+    found = [os.environ["RELAYTRACE_NVTX"]] if os.environ.get("RELAYTRACE_NVTX") else []
+    by_loader = ctypes.util.find_library("nvToolsExt")
+    found += [by_loader] if by_loader else []
+    found += list(_NVTX_NAMES)
+    roots = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"] + [str(Path(p) / "nvidia" / "nvtx") for p in sys.path]
+    found += [str(Path(r) / lib / n) for r in roots if r for lib in ("lib", "lib64") for n in _NVTX_NAMES]
+    return found
+
+
+class CudaEvents:
+    """CUDA events on the default stream (TVM's), through the CUDA runtime library by
+    ctypes (``runtime.timer.cuda`` gives Python no start or stop): ``mark()`` records
+    one, ``offsets_ns()`` (after a synchronisation) each mark's time after the first, on
+    the device's clock."""
+
+    def __init__(self, lib):
+        self._lib = lib
+        self._events: list = []
+        self._used = 0
+
+    def mark(self) -> None:
+        if self._used == len(self._events):
+            event = ctypes.c_void_p()
+            self._check(self._lib.cudaEventCreate(ctypes.byref(event)), "cudaEventCreate")
+            self._events.append(event)
+        self._lib.cudaEventRecord(self._events[self._used], None)
+        self._used += 1
+
+    def offsets_ns(self) -> list[int]:
+        """Each mark's nanoseconds after the first; the marks are then reused."""
+        ms = ctypes.c_float()
+        out = []
+        for event in self._events[:self._used]:
+            self._check(self._lib.cudaEventElapsedTime(ctypes.byref(ms), self._events[0], event),
+                        "cudaEventElapsedTime")
+            out.append(int(ms.value * 1e6))
+        self._used = 0
+        return out
+
+    @staticmethod
+    def _check(code: int, what: str) -> None:
+        if code:
+            raise BundleError(f"{what} failed with CUDA error {code}")
+
+    @classmethod
+    def find(cls) -> CudaEvents | None:
+        for path in ("libcudart.so.13", "libcudart.so"):
+            try:
+                return cls(ctypes.CDLL(path))
+            except OSError:
+                continue
+        return None
+
+
+def with_events(stamps, events: CudaEvents, t0: int) -> list:
+    """Stamps whose times are the events recorded with them (one per stamp, in order),
+    placed on the clock at the first stamp: each call's duration is then the device's."""
+    offsets = events.offsets_ns()
+    first = stamps[0][0] if stamps else t0
+    return [(first + offset, name, before) for offset, (_, name, before) in zip(offsets, stamps)]
+
+
+# -- the bundle's runner ----------------------------------------------------------------
+
+
+class Runtime:
+    """TVM's runtime reached through ``tvm_ffi`` alone, for one device: tensors to and
+    from it, copies, synchronisation, the time evaluator."""
+
+    def __init__(self, ffi, device: str):
+        self.ffi = ffi
+        self.device = ffi.device(device, 0)
+        self.kind = device
+        get = ffi.get_global_func
+        self._alloc, self._from_bytes = get("runtime.TVMTensorAllocWithScope"), get("runtime.TVMTensorCopyFromBytes")
+        self._copy, self._sync = get("runtime.TVMTensorCopyFromTo"), get("runtime.Device_StreamSync")
+        self._evaluator = get("runtime.RPCTimeEvaluator")
+
+    def tensor(self, array: np.ndarray):
+        array = np.ascontiguousarray(array)
+        out = self._alloc(tuple(array.shape), str(array.dtype), self.device, None)
+        self._from_bytes(out, ctypes.c_void_p(array.ctypes.data), array.nbytes)
+        return out
+
+    def copy(self, tensor):
+        out = self._alloc(tuple(tensor.shape), str(tensor.dtype), tensor.device, None)
+        self._copy(tensor, out)
+        return out
+
+    def sync(self) -> None:
+        self._sync(self.device, 0)
+
+    def time_evaluator(self, module, name: str, number: int, repeat: int):
+        feval = self._evaluator(module, name, DEVICE_TYPES[self.kind], 0, number, repeat, 0, 100, 0, 1, 0, "")
+        return lambda *args: struct.unpack("@" + "d" * repeat, feval(*args))
+
+
+class BundleError(Exception):
+    """A bundle that cannot run here, said in one line."""
+
+
+def load_runtime(bundle: Path, manifest: dict, device: str):
+    """``tvm_ffi`` with the bundle's runtime libraries loaded (global, so the exported
+    library finds TVM's symbols); the device's runtime (``libtvm_runtime_cuda.so``)
+    needs its driver."""
+    try:
+        import tvm_ffi
+    except ImportError as exc:
+        raise BundleError(f"tvm_ffi cannot be imported ({exc}): pip install apache-tvm-ffi=="
+                          f"{manifest.get('tvm_ffi', '?')}") from None
+    for name in manifest["runtime"]:
+        if device == "cpu" and "cuda" in name:
+            continue
+        try:
+            ctypes.CDLL(str(bundle / name), ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            raise BundleError(f"cannot load {name}: {exc}" + (" (the CUDA runtime needs the NVIDIA driver's "
+                                                              "libcuda.so.1)" if "cuda" in name else "")) from None
+    return tvm_ffi
+
+
+def check_library(library, manifest: dict) -> list[str]:
+    """The compiled kernels of the lineage that the exported library does not hold."""
+    return [k for k in manifest["kernels"] if k not in manifest["library_calls"]
+            and not library.implements_function(k, True)]
+
+
+def _inputs(bundle: Path, manifest: dict, runtime: Runtime, ffi) -> list:
+    args = []
+    for param in manifest["inputs"]:
+        arrays = [runtime.tensor(np.load(bundle / f, allow_pickle=False)) for f in param["files"]]
+        args.append(ffi.convert(arrays) if param["tuple"] else arrays[0])
+    return args
+
+
+def _external(library, ffi, name: str):
+    for lib in library.imports:
+        if lib.implements_function(name, True):
+            return lib.get_function(name, query_imports=True)
+    return ffi.get_global_func(name)
+
+
+def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, device: str | None, nvtx: bool,
+               say, events: bool = False) -> dict:
+    """Profile the bundle's entry here as ``profiling.vm.profile`` does: the profile's
+    JSON (the bundle's template filled in)."""
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    if manifest.get("schema") != BUNDLE_SCHEMA:
+        raise BundleError(f"{bundle / 'bundle.json'} is not a relaytrace bundle of this runner ({BUNDLE_SCHEMA}): "
+                          "bundle the model again")
+    device = device or manifest["device"]
+    if device != manifest["device"]:
+        raise BundleError(f"this bundle was built for {manifest['device']}, not {device}: bundle a build for "
+                          f"{device} (relaytrace bundle --target ...)")
+    ffi = load_runtime(bundle, manifest, device)
+    say(f"loading {manifest['library']} on {device}")
+    library = ffi.load_module(str(bundle / manifest["library"]))
+    missing = check_library(library, manifest)
+    if missing:
+        raise BundleError(f"the lineage does not belong to this library: {len(missing)} of its kernels are not "
+                          f"compiled in it ({', '.join(missing[:6])}); bundle the model again")
+    kernel_lib = next((lib for lib in library.imports if any(lib.implements_function(k, True)
+                                                             for k in manifest["kernels"])), library)
+    vm = library["vm_load_executable"]()
+    vm["vm_initialization"](DEVICE_TYPES[device], 0, POOLED, *(() if device == "cpu" else (1, 0, POOLED)))
+    runtime = Runtime(ffi, device)
+    args = _inputs(bundle, manifest, runtime, ffi)
+    function, set_instrument = vm[manifest["entry"]], vm["set_instrument"]
+    kernels, skip = frozenset(manifest["kernels"]), frozenset(manifest["subfunctions"])
+
+    def call():
+        return function(*args)
+
+    say("capturing argument shapes")
+    info, captured = capture(set_instrument, call, skip, kernels, runtime.copy if mode == "isolated" else None)
+    problems = count_mismatches(manifest["kernels"], ran_counts(info, frozenset(manifest["builtins"])), skip)
+    if problems:
+        raise BundleError("the lineage does not match this library: " + "; ".join(problems[:8]))
+    for _ in range(max(warmup - 1, 0)):
+        call()
+    sync_each = device != "cpu"
+    timer = None
+    if events:
+        if device == "cpu" or mode != "timeline" or nvtx:
+            raise BundleError("--events times a timeline run on a GPU, without --nvtx (whose calls would sit between "
+                              "the events): give --device cuda and --mode timeline, and --nvtx in another run")
+        timer = CudaEvents.find()
+        if timer is None:
+            raise BundleError("--events needs the CUDA runtime library (libcudart.so.13), which did not load")
+        sync_each = False
+    ranges = None
+    if nvtx:
+        ranges = Nvtx.find(manifest["layers"])
+        say("NVTX ranges per call site" if ranges else "--nvtx: no libnvToolsExt found (set RELAYTRACE_NVTX to its "
+            "path, or pip install nvidia-nvtx-cu12); running without ranges")
+    if mode == "timeline":
+        rows = []
+        for run in range(repeat):
+            say(f"timeline run {run + 1}/{repeat}")
+            rows.extend(timeline_run(set_instrument, call, runtime.sync, run, kernels, skip, sync_each=sync_each,
+                                     ranges=ranges, events=timer))
+    else:
+        externals = {name: clocked(_external(library, ffi, name), runtime.sync, repeat, number)
+                     for name in manifest["library_calls"]}
+
+        def timer_of(name):
+            return externals[name] if name in externals else runtime.time_evaluator(kernel_lib, name, number, repeat)
+        rows = site_rows(isolated(captured, timer_of, say), repeat)
+    say("end-to-end timing")
+    e2e = []
+    for _ in range(max(repeat, 3)):
+        start = time.perf_counter()
+        call()
+        runtime.sync()
+        e2e.append((time.perf_counter() - start) * 1e6)
+    how = ("each call timed by CUDA events around it" if timer is not None else
+           "each call timed with a device synchronisation after it" if sync_each and mode == "timeline" else
+           "each call timed by the clock around it" if mode == "timeline" else "each site timed alone")
+    return {**manifest["profile"], "device": str(runtime.device), "mode": mode, "repeat": repeat,
+            "records": [list(r[:6]) + ([r[6]] if r[6] else []) for r in rows],
+            "args": {f"{n}#{k}": {"shapes": s, "dtypes": d, "addresses": a} for (n, k), (s, d, a) in info.items()},
+            "e2e_us": e2e, "remote": f"{platform.node() or 'another host'} (a bundle's run.py; {how})"}
+
+
+def main(argv=None) -> int:
+    """``python run.py [--mode timeline|isolated] [--repeat N] [--device cpu|cuda]
+    [--nvtx]``: profile the bundle beside this file into its ``profile.json``."""
+    p = argparse.ArgumentParser(description="profile the relaytrace bundle beside this file into its profile.json; "
+                                            "read it back with `relaytrace report DIR`")
+    p.add_argument("--mode", choices=["timeline", "isolated"], default="timeline")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs first, the capturing run among them")
+    p.add_argument("--number", type=int, default=3, help="isolated: calls averaged per timing (default 3)")
+    p.add_argument("--device", choices=sorted(DEVICE_TYPES), help="default: the device the bundle was built for")
+    p.add_argument("--nvtx", action="store_true", help="an NVTX range per call, named after its layer and site")
+    p.add_argument("--events", action="store_true",
+                   help="cuda timeline: time each call by CUDA events (default: a synchronisation after each call)")
+    p.add_argument("--bundle", default=str(Path(__file__).resolve().parent), help="the bundle DIR (default: here)")
+    p.add_argument("--out", help="where to write the profile (default: DIR/profile.json)")
+    args = p.parse_args(argv)
+    if args.repeat < 1 or args.number < 1 or args.warmup < 1:
+        p.error("--repeat, --number and --warmup are whole numbers at least 1")
+    bundle = Path(args.bundle)
+
+    def say(message: str) -> None:
+        print(f"run.py: {message}", file=sys.stderr, flush=True)
+
+    try:
+        data = run_bundle(bundle, args.mode, args.repeat, args.warmup, args.number, args.device, args.nvtx, say,
+                          args.events)
+    except (BundleError, OSError, KeyError) as exc:
+        print(f"run.py: error: {exc}", file=sys.stderr)
+        return 1
+    out = Path(args.out) if args.out else bundle / "profile.json"
+    partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    partial.write_text(json.dumps(data))
+    os.replace(partial, out)
+    say(f"wrote {out}: read it back with `relaytrace report {bundle}`")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

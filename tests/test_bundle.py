@@ -1,0 +1,209 @@
+"""`relaytrace bundle`: a build profiled where only TVM's runtime, tvm_ffi and numpy are,
+read back by `relaytrace report` the same as a local profile."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import venv
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY = f"{FIXTURES / 'tiny_model.py'}:make"
+
+# run.py with the packages a bundle host lacks made unimportable: what it needs is
+# the standard library, numpy and tvm_ffi
+BLOCKED_RUN = """
+import runpy, sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("tvm", "relaytrace", "torch"):
+            raise ImportError(f"{name} is blocked: a bundle host has no such package")
+sys.meta_path.insert(0, Block())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def cli(*args):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, "-m", "relaytrace.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=900)
+
+
+def run_py(bundle: Path, *args, python=None):
+    command = [python, str(bundle / "run.py")] if python else [sys.executable, "-c", BLOCKED_RUN,
+                                                               str(bundle / "run.py")]
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=600,
+                          cwd=bundle.parent)
+
+
+def layer_times(out: Path) -> dict[str, float]:
+    with open(out / "layers.csv", newline="") as f:
+        return {row["layer"]: float(row["time_us"]) for row in csv.DictReader(f)}
+
+
+def built(root: Path, model, example):
+    """``model`` built once: profiled here (``root/local``, the reference) and bundled
+    from the same build (``root/b``)."""
+    import relaytrace
+    from relaytrace.analysis.report import make_report
+    from relaytrace.frontends.torch import from_torch
+    from relaytrace.jobs import write_outputs
+    from relaytrace.profiling.bundle import write_bundle
+
+    executable, lineage = relaytrace.build(from_torch(model, (example,)), "llvm", pipeline="fused")
+    local = relaytrace.profile(executable, lineage, [example.numpy()], repeat=5)
+    write_outputs(root / "local", make_report(lineage, local), {"model": lineage.build.model})
+    return write_bundle(executable, lineage, [example.numpy()], root / "b", run={"model": "m"}), root
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from .fixtures.tiny_model import make
+
+    return built(tmp_path_factory.mktemp("tiny"), *make())
+
+
+@pytest.fixture(scope="module")
+def resnet(tmp_path_factory):
+    from relaytrace import zoo
+
+    return built(tmp_path_factory.mktemp("resnet"), *zoo.get("resnet18", image=64))
+
+
+def assert_like_local(bundle: Path, root: Path, out: Path):
+    """The bundle's report has the local profile's layers, every one timed, and the
+    layers that hold most of the time within a factor of their local times."""
+    done = cli("report", bundle, "--out", out)
+    assert done.returncode == 0, done.stderr
+    assert "a bundle's run.py" in done.stdout
+    local, there = layer_times(root / "local"), layer_times(out)
+    assert set(there) == set(local)
+    total = sum(local.values())
+    big = [layer for layer, us in local.items() if us > 0.05 * total]
+    assert big
+    for layer in big:
+        assert local[layer] / 4 < there[layer] < local[layer] * 4, (layer, local[layer], there[layer])
+
+
+def test_run_py_needs_no_tvm_and_reads_back_as_a_local_profile(tiny):
+    bundle, root = tiny
+    assert {p.name for p in bundle.iterdir()} >= {"run.py", "model.so", "lineage.json", "bundle.json", "lib",
+                                                   "inputs"}
+    assert (bundle / "lib" / "libtvm_runtime.so").is_file() and not (bundle / "lib" / "libtvm_runtime_cuda.so").exists()
+    done = run_py(bundle, "--repeat", "5")
+    assert done.returncode == 0, done.stderr
+    assert "timeline run 5/5" in done.stderr and "capturing argument shapes" in done.stderr
+    assert_like_local(bundle, root, root / "timeline")
+    from relaytrace.model.profile import Profile
+
+    profile = Profile.load(root / "timeline" / "profile.json")
+    assert profile.mode == "timeline" and profile.runs == 5 and profile.args
+
+
+def test_isolated_mode_times_each_kernel_site_alone(tiny):
+    bundle, root = tiny
+    done = run_py(bundle, "--mode", "isolated", "--repeat", "3", "--out", root / "isolated.json")
+    assert done.returncode == 0, done.stderr
+    assert "isolated 1/" in done.stderr
+    from relaytrace.model.lineage import Lineage
+    from relaytrace.model.profile import KERNEL, Profile
+
+    profile = Profile.from_json(json.loads((root / "isolated.json").read_text()))
+    lineage = Lineage.load(bundle / "lineage.json")
+    assert profile.mode == "isolated" and {r.kind for r in profile.records} == {KERNEL}
+    assert set(profile.by_site()) == {site.key for site in lineage.call_sites}
+
+
+def test_a_library_of_another_build_is_refused(tiny, tmp_path):
+    import shutil
+
+    bundle, _ = tiny
+    other = tmp_path / "other"
+    shutil.copytree(bundle, other, ignore=shutil.ignore_patterns("profile.json"))
+    manifest = json.loads((other / "bundle.json").read_text())
+    kernel = next(iter(manifest["kernels"]))
+    manifest["kernels"][kernel] += 1  # the lineage says it runs once more than the library does
+    (other / "bundle.json").write_text(json.dumps(manifest))
+    done = run_py(other)
+    assert done.returncode == 1
+    assert f"the lineage does not match this library: {kernel}" in done.stderr
+    assert not (other / "profile.json").exists()
+
+
+def test_nvtx_without_the_library_is_one_note(tiny, tmp_path):
+    bundle, _ = tiny
+    done = run_py(bundle, "--nvtx", "--repeat", "1", "--out", tmp_path / "p.json")
+    from relaytrace.profiling.runner import Nvtx
+
+    if Nvtx.find({}) is None:
+        assert "--nvtx: no libnvToolsExt found" in done.stderr
+    assert done.returncode == 0, done.stderr
+
+
+def test_bundle_command_and_report_refusals(tmp_path):
+    out = tmp_path / "tiny"
+    done = cli("--quiet", "bundle", TINY, "--out", out)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "bundle.json").read_text())
+    assert manifest["device"] == "cpu" and manifest["entry"] == "main"
+    assert {"conv1", "conv2", "fc"} <= {layer for layers in manifest["layers"].values() for layer in layers.split(", ")}
+    again = cli("bundle", TINY, "--out", out)
+    assert again.returncode != 0 and "exists" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    early = cli("report", out)
+    assert early.returncode != 0 and "run.py" in early.stderr and "profile.json" in early.stderr
+
+
+@pytest.mark.slow
+def test_a_resnet_bundle_reads_back_as_its_local_profile(resnet):
+    bundle, root = resnet
+    done = run_py(bundle, "--repeat", "5")
+    assert done.returncode == 0, done.stderr
+    assert_like_local(bundle, root, root / "timeline")
+
+
+@pytest.mark.slow
+def test_run_py_in_a_virtualenv_of_tvm_ffi_and_numpy_alone(resnet, tmp_path):
+    """The bundle host as the issue states it: a fresh virtualenv holding tvm_ffi and
+    numpy (installed from wheels pip builds here, no index), no tvm, relaytrace or torch."""
+    bundle, root = resnet
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    wanted = [f"apache-tvm-ffi=={metadata.version('apache-tvm-ffi')}", f"numpy=={metadata.version('numpy')}"]
+    subprocess.run([*pip, "wheel", "-w", wheels, *wanted], check=True, timeout=600)
+    env = tmp_path / "env"
+    venv.create(env, with_pip=True)
+    python = str(env / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheels, *wanted], check=True,
+                   timeout=600)
+    for absent in ("tvm", "relaytrace", "torch"):
+        probe = subprocess.run([python, "-c", f"import {absent}"], capture_output=True, cwd=tmp_path)
+        assert probe.returncode != 0, absent
+    done = run_py(bundle, "--repeat", "5", "--out", root / "venv-profile.json", python=python)
+    assert done.returncode == 0, done.stderr
+    copy = root / "venv-bundle"
+    import shutil
+
+    shutil.copytree(bundle, copy, ignore=shutil.ignore_patterns("profile.json", "report"))
+    shutil.copyfile(root / "venv-profile.json", copy / "profile.json")
+    assert_like_local(copy, root, root / "venv-report")
+
+
+@pytest.mark.slow
+def test_a_cuda_bundle_carries_its_runtime_and_says_what_a_host_lacks(tmp_path):
+    out = tmp_path / "cuda"
+    done = cli("--quiet", "bundle", TINY, "--target", '{"kind": "cuda", "arch": "sm_90"}', "--out", out)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "bundle.json").read_text())
+    assert manifest["device"] == "cuda"
+    assert [Path(p).name for p in manifest["runtime"]] == ["libtvm_runtime.so", "libcudart.so.13",
+                                                             "libtvm_runtime_cuda.so"]
+    assert all((out / p).is_file() for p in manifest["runtime"])
+    ran = run_py(out)
+    if ran.returncode != 0:  # no NVIDIA driver here: one line naming what is missing
+        assert ran.stderr.strip().splitlines()[-1].startswith("run.py: error: cannot load lib/libtvm_runtime_cuda.so")
