@@ -1,4 +1,4 @@
-# make demo / make test: each sets itself up (virtualenv, pinned deps, graphviz) first.
+# make demo / make test: each sets itself up (virtualenv, pinned deps from constraints.txt, graphviz) first.
 VENV   ?= .venv
 PYTHON ?= python3
 PY     := $(VENV)/bin/python
@@ -37,9 +37,11 @@ setup: $(STAMP) graphviz bytecode
 bytecode: $(STAMP)
 	@$(PY) -m compileall -q relaytrace
 
-$(STAMP): setup.cfg pyproject.toml
+# setup.cfg says the ranges relaytrace needs; constraints.txt the exact versions it is
+# tested with, which this install (and so CI) takes.
+$(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q -e '.[torch,onnx,rpc,test]'
+	$(PY) -m pip install --disable-pip-version-check -q -c constraints.txt -e '.[torch,onnx,rpc,test]'
 	touch $(STAMP)
 
 graphviz:

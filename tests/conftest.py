@@ -77,6 +77,12 @@ def move_origin(lineage, origin: str, to):
     return attrs.evolve(lineage, kernels=kernels)
 
 
+def anchored_kernel(lineage, layer: str) -> str:
+    """The kernel of the first call site built around ``layer``'s op: a kernel named by
+    what it runs, for tests that must not spell TVM's numbered names."""
+    return next(s.kernel for s in lineage.call_sites if s.anchor and lineage.origins[s.anchor].layer == layer)
+
+
 @pytest.fixture(scope="session")
 def tiny_out(tmp_path_factory):
     """An output DIR of ``relaytrace profile`` on the tiny model (one run), made once;
