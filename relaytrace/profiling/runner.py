@@ -488,7 +488,7 @@ def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, d
     return {**manifest["profile"], "device": str(runtime.device), "mode": mode, "repeat": repeat,
             "records": [list(r[:6]) + ([r[6]] if r[6] else []) for r in rows],
             "args": {f"{n}#{k}": {"shapes": s, "dtypes": d, "addresses": a} for (n, k), (s, d, a) in info.items()},
-            "e2e_us": e2e, "remote": f"{platform.node() or 'another host'} (a bundle's run.py; {how})"}
+            "e2e_us": e2e, "remote": f"host {platform.node() or '(unnamed)'} (a bundle's run.py; {how})"}
 
 
 def main(argv=None) -> int:
