@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
+import time
 import warnings
 
 from .commands import COMMANDS, Command
 from .jobs import escape_warnings
+from .render.safe_text import terminal
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,5 +81,34 @@ def main(argv=None, commands: tuple[Command, ...] = COMMANDS) -> int:
     return code
 
 
+THREAD_WAIT_S = 5.0  # how long the process waits at exit for threads a model's code left running
+
+
+def run() -> None:
+    """The ``relaytrace`` program: ``main``, then an exit that cannot hang or die by a
+    signal once the command is done. A Ctrl-C while the interpreter shuts down (TVM's
+    and torch's teardown) prints ``relaytrace: interrupted`` and exits 130, as one
+    during the command does; threads a model's factory left running are waited for
+    ``THREAD_WAIT_S``, then said and left (Python would wait for them forever)."""
+    code = main()
+
+    def interrupted(signum, frame):
+        print("relaytrace: interrupted", file=sys.stderr, flush=True)
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, interrupted)
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    deadline = time.monotonic() + THREAD_WAIT_S
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    still = [terminal(t.name) for t in left if t.is_alive()]
+    if still:
+        print(f"relaytrace: the model's code left {len(still)} thread(s) running ({', '.join(still[:3])}): "
+              "exiting without them", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -90,10 +90,13 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...], str | None]:
     name, dims = ":".join(parts[:-1]), parts[-1]
     try:
         shape = tuple(int(d) for d in dims.lower().split("x"))
-        if not name or any(d <= 0 for d in shape):
+        if not name or any(d < 0 for d in shape):
             raise ValueError
     except ValueError:
         raise UsageError(f"cannot parse input shape {text!r}: write NAME:1x3x224x224 or NAME:1x32:int64") from None
+    if 0 in shape:
+        raise UsageError(f"input shape {text!r} has a dim of 0: an empty tensor runs no kernel worth profiling; "
+                         "give each dim a size of at least 1")
     if dtype is not None and dtype not in _NOT_NUMPY_DTYPES:
         try:
             dtype = np.dtype(dtype).name  # "float" -> "float64": the name TVM and the checks use
@@ -256,10 +259,19 @@ def write_compare(out: Path, lineage, comparison, overwrite: bool = True) -> Pat
     return _staged(out, lambda staging: write_all(COMPARE, CompareRun(lineage, comparison), staging), overwrite)
 
 
+def write_legacy(out: Path, matches: dict, overwrite: bool = True) -> Path:
+    """Write ``relaytrace legacy --out``'s ``matches.json`` as ``write_outputs`` writes a
+    profile's: whole or not at all."""
+    from .render.outputs import LEGACY, LegacyRun, write_all
+
+    return _staged(out, lambda staging: write_all(LEGACY, LegacyRun(matches), staging), overwrite)
+
+
 def _staged(out: Path, write, overwrite: bool) -> Path:
     """``write`` into a fresh directory beside ``out``, then ``_publish`` it there. An
     OS error on the staging directory or a file in it names ``out`` (or the file in
-    ``out``), never the staging name."""
+    ``out``), never the staging name; one that names no file (a full disk met while
+    writing) names ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{out.name}{_STAGING}"
     try:
@@ -272,6 +284,8 @@ def _staged(out: Path, write, overwrite: bool) -> Path:
         os.chmod(staging, 0o777 & ~current_umask())  # as mkdir would have made it, not mkdtemp's 0700
         _publish(staging, out, overwrite)
     except OSError as exc:  # said of OUT (or OUT/lineage.json), not of the staging directory
+        if exc.filename is None and exc.errno is not None:  # a write's error (ENOSPC) names no file
+            raise OSError(exc.errno, exc.strerror, str(out)) from exc
         raise_naming_target(exc, out.parent, prefix, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

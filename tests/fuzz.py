@@ -229,6 +229,8 @@ CONTRADICTIONS = [
      "dtype 'float7' is not a dtype TVM has"),
     ("lineage.json", lambda d: next(iter(d["build"]["work"].values())).__setitem__("flops", [[-5, []]]),
      "has the term -5: a count is at least 0"),
+    ("lineage.json", lambda d: next(iter(d["build"]["work"].values()))["params"][0][0].__setitem__(0, [16, 16]),
+     "has a dim that is neither a size nor a symbolic dim"),
     ("lineage.json", lambda d: d["verification"]["layers"].append({"layer": "ghost", "status": "verified"}),
      "verification of layer 'ghost' is not what the lineage's own evidence gives"),
     ("lineage.json", lambda d: d["verification"].__setitem__("sites", []),
@@ -247,6 +249,44 @@ CONTRADICTIONS = [
 ]
 
 
+# compare.json edits that keep every type (a comparison of the tiny model, as `relaytrace
+# compare` wrote it), with the words of the refusal; read by `render` beside the lineage
+COMPARISONS = [
+    (lambda d: d["layers"][0].__setitem__("nan", -3), "layers[0].nan must be at least 0"),
+    (lambda d: d["layers"][0].__setitem__("reference_nan", -1), "layers[0].reference_nan must be at least 0"),
+    (lambda d: d["layers"][0].__setitem__("max_abs", -0.5), "layers[0].max_abs must be at least 0"),
+    (lambda d: d["layers"][0].__setitem__("tolerance_ratio", -2.0), "layers[0].tolerance_ratio must be at least 0"),
+    (lambda d: d["layers"][0].__setitem__("shape", [-1, 4]), "layers[0].shape must be at least 0"),
+    (lambda d: d["layers"][0].__setitem__("cosine", 3.0), "layers[0].cosine must be from -1 to 1"),
+    (lambda d: d.__setitem__("atol", -1e-4), "atol must be at least 0"),
+    (lambda d: d["layers"][0].update(status="within", tolerance_ratio=1e6),
+     "layers[0] is within tolerance at a tolerance ratio of 1e"),
+    (lambda d: d["layers"].append(dict(d["layers"][0])), "again: each layer is compared once"),
+]
+
+# `diff --reference` tables that say two things, with the words of the refusal
+REFERENCES = [
+    ("layer,time_us\nconv1,12\nfc,3\nconv1,1\n", "ref.csv:4: layer 'conv1' is listed again (first on line 2)"),
+    ("layer,time_us,time_ms\nconv1,12,0.5\n", "ref.csv: has both time_us and time_ms: keep one"),
+    ("layer,time_us,layer\nconv1,12,fc\n", "ref.csv: has the column layer twice"),
+    ("layer,time_us\nconv1,1\n" + "x" * 200_000 + ",1\n", "ref.csv:3: not a CSV table of layer times (field larger"),
+    ("layer,time_us\nconv1,nan\n", "ref.csv:2: time_us 'nan' is not a time"),
+]
+
+
+def make_source(directory: Path, model: str) -> Path:
+    """``directory``: the profile outputs of ``model`` (file.py:factory) with the
+    compare.json of `relaytrace compare` beside them (render's html reads it), as the
+    classes that mutate saved files take them."""
+    for argv in (["profile", model, "--repeat", "1", "--out", directory],
+                 ["compare", model, "--out", directory.with_name(directory.name + "-cmp")]):
+        code, _, err = run_cli(["--quiet", *argv])
+        if code:
+            raise RuntimeError(f"could not make the fuzz source ({argv[0]}): {err.strip()}")
+    shutil.copy(directory.with_name(directory.name + "-cmp") / "compare.json", directory / "compare.json")
+    return directory
+
+
 def readers(case: Path, other: Path) -> list[list]:
     """The commands that read an output DIR's lineage and profile together."""
     return [["render", case, "--format", "html", "--out", case / "r.html"], ["advise", case], ["memory", case],
@@ -254,19 +294,29 @@ def readers(case: Path, other: Path) -> list[list]:
 
 
 def contradiction_cases(source: Path, work: Path, seed: int, count: int):
-    """``count`` runs of a reading command (``readers``, and ``query`` for a lineage) on a
-    copy of ``source`` with one of ``CONTRADICTIONS`` made: refused (code 1, one line),
-    never accepted, nothing written; yields (what, broken promise or None)."""
+    """``count`` runs of a reading command on a copy of ``source`` (``make_source``'s)
+    with one contradiction made: a lineage's or profile's (``CONTRADICTIONS``, read by
+    ``readers`` and ``query``), a compare.json's (``COMPARISONS``, read by ``render``) or
+    a reference table's (``REFERENCES``, read by ``diff --reference``): refused (code 1,
+    one line), never accepted, nothing written; yields (what, broken promise or None)."""
     rng = random.Random(seed)
+    kinds = ([(name, edit, words, None) for name, edit, words in CONTRADICTIONS]
+             + [("compare.json", edit, words, None) for edit, words in COMPARISONS]
+             + [("ref.csv", None, words, table) for table, words in REFERENCES])
     for i in range(count):
-        name, edit, words = rng.choice(CONTRADICTIONS)
+        name, edit, words, table = rng.choice(kinds)
         case = work / f"contra{i}"
         shutil.copytree(source, case)
-        data = json.loads((case / name).read_text())
-        edit(data)
-        (case / name).write_text(json.dumps(data))
-        commands = readers(case, source) + [["query", case / "lineage.json", "--layer", "fc"]] * (
-            name == "lineage.json")
+        if table is not None:
+            (case / name).write_text(table)
+            commands = [["diff", case, "--reference", case / name]]
+        else:
+            data = json.loads((case / name).read_text())
+            edit(data)
+            (case / name).write_text(json.dumps(data))
+            commands = ([["render", case, "--format", "html", "--out", case / "r.html"]] if name == "compare.json"
+                        else readers(case, source) + [["query", case / "lineage.json", "--layer", "fc"]] * (
+                            name == "lineage.json"))
         argv = rng.choice(commands)
         before = {p.name for p in case.iterdir()}
         code, _, err = run_cli(argv)

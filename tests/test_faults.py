@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from relaytrace.errors import RelaytraceError, UsageError
-from tests.fuzz import CONTRADICTIONS, broken_promise, readers, run_cli
+from tests.fuzz import CONTRADICTIONS, REFERENCES, broken_promise, readers, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = f"{FIXTURES / 'tiny_model.py'}:make"
@@ -169,6 +169,46 @@ def test_ctrl_c_during_the_build_exits_130_with_one_line(tmp_path):
     assert "profiling" not in err  # it stopped in the build
     assert err.strip().splitlines()[-1] == "relaytrace: interrupted" and "Traceback" not in err
     assert not (tmp_path / "d").exists() and not list(tmp_path.iterdir())
+
+
+def _factory(tmp_path, name: str, body: str) -> str:
+    """A model file whose factory runs ``body`` first, then returns the tiny model."""
+    (tmp_path / f"{name}.py").write_text(f"import atexit, threading, time\nfrom tests.fixtures.tiny_model import make "
+                                         f"as tiny\ndef make():\n    {body}\n    return tiny()\n")
+    return f"{tmp_path / name}.py:make"
+
+
+def _relaytrace(*args, cwd=None):
+    return subprocess.Popen([sys.executable, "-m", "relaytrace.cli", "--quiet", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd,
+                            env=dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=str(FIXTURES.parent.parent)))
+
+
+def test_a_thread_the_factory_leaves_running_is_waited_for_then_said_and_left(tmp_path):
+    """A non-daemon thread of the model's code kept the process alive forever after
+    its outputs were written."""
+    model = _factory(tmp_path, "spinning", "threading.Thread(target=time.sleep, args=(3600,), name='poller').start()")
+    proc = _relaytrace("profile", model, "--repeat", "1", "--out", str(tmp_path / "run"))
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert err.strip().splitlines()[-1] == ("relaytrace: the model's code left 1 thread(s) running (poller): "
+                                            "exiting without them")
+    assert (tmp_path / "run" / "report.html").is_file()
+
+
+def test_ctrl_c_after_the_outputs_are_written_exits_130_with_one_line(tmp_path):
+    """A Ctrl-C while the process shuts down (here: an exit handler of the model's code
+    that sleeps) died by the signal, with no line."""
+    model = _factory(tmp_path, "slow_exit", "atexit.register(time.sleep, 600)")
+    proc = _relaytrace("profile", model, "--repeat", "1", "--out", str(tmp_path / "run"))
+    deadline = time.time() + 300
+    while time.time() < deadline and not (tmp_path / "run" / "report.html").exists():
+        time.sleep(0.2)
+    time.sleep(1.0)  # the command has returned: the interpreter is in the exit handler
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "relaytrace: interrupted" and "Traceback" not in err
 
 
 def test_two_builds_in_one_trace_block_are_said_not_mixed():
@@ -351,21 +391,15 @@ def test_one_slow_run_does_not_move_a_sites_figure_and_is_said(out_dir, tmp_path
 
 
 def test_a_reference_csv_saved_by_excel_is_read(out_dir, tmp_path):
-    """Excel's "CSV UTF-8" starts with a byte-order mark; a time that is no time is named."""
+    """Excel's "CSV UTF-8" starts with a byte-order mark (a time that is no time:
+    ``REFERENCES``)."""
     reference = tmp_path / "ref.csv"
     reference.write_bytes("layer,time_us\nconv1,12.5\nfc,3\n".encode("utf-8-sig"))
     code, out, err = run_cli(["diff", out_dir, "--reference", reference])
     assert code == 0 and "conv1" in out, err
-    reference.write_text("layer,time_us\nconv1,nan\n")
-    _refused(["diff", out_dir, "--reference", reference], 1, "ref.csv:2: time_us 'nan' is not a time")
 
 
-@pytest.mark.parametrize("table, words", [  # issue 45: the last duplicate won, time_ms was ignored, a crash
-    ("layer,time_us\nconv1,12\nfc,3\nconv1,1\n", "ref.csv:4: layer 'conv1' is listed again (first on line 2)"),
-    ("layer,time_us,time_ms\nconv1,12,0.5\n", "ref.csv: has both time_us and time_ms: keep one"),
-    ("layer,time_us,layer\nconv1,12,fc\n", "ref.csv: has the column layer twice"),
-    ("layer,time_us\nconv1,1\n" + "x" * 200_000 + ",1\n", "ref.csv:3: not a CSV table of layer times (field larger"),
-])
+@pytest.mark.parametrize("table, words", REFERENCES)  # issue 45: the last duplicate won, time_ms was ignored, a crash
 def test_a_reference_csv_that_says_two_things_is_refused_naming_the_line(out_dir, tmp_path, table, words):
     reference = tmp_path / "ref.csv"
     reference.write_text(table)
@@ -418,6 +452,23 @@ def test_a_full_disk_is_one_line_and_the_old_outputs_survive(small_disk, tiny_ou
     assert oct((small_disk / "fresh" / "lineage.json").stat().st_mode & 0o777) == oct(0o666 & ~_umask())
 
 
+def test_legacy_out_on_a_full_disk_or_through_a_link_writes_nothing_and_names_the_directory(small_disk, tmp_path):
+    """``legacy --out`` is written as a profile's outputs are: staged and renamed whole
+    (a full disk left an empty DIR, and its error named no path), and a link refused."""
+    seed = FIXTURES / "seeds" / "000_2b560fab08d05a69.txt"
+    legacy = ["--quiet", "legacy", "--relay-ir", str(seed), "--report", str(seed), "--out"]
+    subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'filler'}", "bs=1k", "count=400"], capture_output=True)
+    code, _, err = run_cli([*legacy, str(small_disk / "new")])
+    assert code == 1 and broken_promise(code, err) is None, err
+    assert "No space left on device" in err and str(small_disk / "new") in err
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]  # no DIR, no staging left
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    code, _, err = run_cli([*legacy, str(tmp_path / "link"), "--force"])
+    assert code == 1 and "is a symbolic link" in err and not any(target.iterdir())
+
+
 def _umask():
     from relaytrace.model.jsonio import current_umask
 
@@ -461,6 +512,38 @@ def test_an_onnx_input_is_found_by_its_onnx_name_and_by_the_name_tvm_gave_it(tmp
     _refused(["profile", model, "--input-shape", "input-2:2x4", "--out", tmp_path / "x"], 2,
              "has no input named input-2; its inputs are input.1")
     _refused(["profile", model, "--dtype", "float16", "--out", tmp_path / "x"], 2, "give the shapes too")
+    code, out, err = run_cli(["--quiet", "estimate", model, "--input-shape", "input.1:2x4",
+                              "--device", "nvidia-a100-sxm4-80gb"])
+    assert code == 0 and "relu" in out, err  # estimate said "has no input 'input.1': its inputs are input_1"
+    assert "Renaming name" not in err
+
+
+def test_an_onnx_inputs_fixed_and_zero_dims_are_said_before_tvm_imports(tmp_path):
+    """A shape that contradicts a fixed dim printed TVM's own error; a dim declared 0
+    (an exporter's unknown) was called symbolic by TVM's name for it, and 0 in
+    --input-shape was 'cannot parse'."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def model(dims):
+        graph = helper.make_graph([helper.make_node("Relu", ["input.1"], ["out"], name="relu")], "g",
+                                  [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, dims)],
+                                  [helper.make_tensor_value_info("out", TensorProto.FLOAT, dims)])
+        path = tmp_path / f"{'x'.join(map(str, dims))}.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+        return path
+
+    _refused(["profile", model([2, 4]), "--input-shape", "input.1:3x4", "--out", tmp_path / "x"], 2,
+             "input input.1 of ONNX model 2x4 fixes dim 0 at 2 (2x4); the shape given has 3: size only its symbolic "
+             "dims, or export the model with that dim dynamic")
+    _refused(["profile", model([0, 4]), "--out", tmp_path / "x"], 2,
+             "input input.1 of ONNX model 0x4 declares a dim of 0 (0x4: an unknown size to TVM, not an empty "
+             "tensor): give its size, e.g. --input-shape input.1:1x4")
+    _refused(["profile", model([0, 4]), "--input-shape", "input.1:0x4", "--out", tmp_path / "x"], 2,
+             "has a dim of 0: an empty tensor runs no kernel worth profiling")
+    code, _, err = run_cli(["--quiet", "profile", model([0, 4]), "--input-shape", "input.1:3x4", "--repeat", "1",
+                            "--out", tmp_path / "zero"])
+    assert code == 0 and json.loads((tmp_path / "zero" / "profile.json").read_text())["inputs"][0][1] == [3, 4], err
 
 
 def test_pass_progress_counts_in_place_on_a_terminal_and_stays_out_of_a_log(tmp_path):

@@ -2,23 +2,14 @@
 pastes, command lines, hostile names through every text output and output directory
 layouts under --force, every promise kept. tools/fuzz.py runs thousands."""
 
-import shutil
-
 import pytest
 
-from tests.fuzz import artifact_cases, layout_cases, legacy_cases, name_cases, option_cases, run_cli
+from tests.fuzz import artifact_cases, layout_cases, legacy_cases, make_source, name_cases, option_cases
 
 
 @pytest.fixture(scope="module")
-def source(tiny_out, tmp_path_factory):
-    """The tiny model's profile outputs, with the compare.json of `relaytrace compare`
-    beside them (render's html reads it)."""
-    out = tmp_path_factory.mktemp("fuzz") / "run"
-    shutil.copytree(tiny_out, out)
-    code, _, err = run_cli(["--quiet", "compare", "tests/fixtures/tiny_model.py:make", "--out", out.parent / "cmp"])
-    assert code == 0, err
-    shutil.copy(out.parent / "cmp" / "compare.json", out / "compare.json")
-    return out
+def source(tmp_path_factory):
+    return make_source(tmp_path_factory.mktemp("fuzz") / "run", "tests/fixtures/tiny_model.py:make")
 
 
 def _kept(cases):

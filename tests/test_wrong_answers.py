@@ -9,7 +9,7 @@ import pytest
 
 from relaytrace.errors import LineageFormatError, RelaytraceError, UsageError
 from relaytrace.failures import exit_code
-from tests.fuzz import broken_promise, run_cli
+from tests.fuzz import COMPARISONS, broken_promise, run_cli
 
 
 def _edited(tmp_path, name, saved, edit):
@@ -50,18 +50,7 @@ def _comparison():
     return Comparison("m", "main", 1e-4, 1e-4, "as built", (layer,))
 
 
-@pytest.mark.parametrize("edit, field", [
-    (lambda d: d["layers"][0].__setitem__("nan", -3), "layers[0].nan must be at least 0"),
-    (lambda d: d["layers"][0].__setitem__("reference_nan", -1), "layers[0].reference_nan must be at least 0"),
-    (lambda d: d["layers"][0].__setitem__("max_abs", -0.5), "layers[0].max_abs must be at least 0"),
-    (lambda d: d["layers"][0].__setitem__("tolerance_ratio", -2.0), "layers[0].tolerance_ratio must be at least 0"),
-    (lambda d: d["layers"][0].__setitem__("shape", [-1, 4]), "layers[0].shape must be at least 0"),
-    (lambda d: d["layers"][0].__setitem__("cosine", 3.0), "layers[0].cosine must be from -1 to 1"),
-    (lambda d: d.__setitem__("atol", -1e-4), "atol must be at least 0"),
-    (lambda d: d["layers"][0].__setitem__("tolerance_ratio", 1e6), "layers[0] is within tolerance at a tolerance "
-                                                                    "ratio of 1e"),
-    (lambda d: d["layers"].append(dict(d["layers"][0])), "layers[1] is layer 'conv1' again"),
-])
+@pytest.mark.parametrize("edit, field", COMPARISONS)
 def test_impossible_numbers_in_a_comparison_are_refused_naming_file_and_field(tmp_path, edit, field):
     from relaytrace.model.numerics import Comparison
 
@@ -70,6 +59,18 @@ def test_impossible_numbers_in_a_comparison_are_refused_naming_file_and_field(tm
     with pytest.raises(LineageFormatError, match=field.replace("[", r"\[").replace("]", r"\]")) as caught:
         Comparison.load(path)
     assert str(caught.value).startswith(f"{path}: ")
+
+
+def test_a_layer_with_no_relative_error_or_cosine_is_shown_as_such():
+    """A reference of all zeros has no relative error, and a layer may have no cosine:
+    the report's pane said so with a TypeError."""
+    import attrs
+
+    from relaytrace.render.html import _errors
+
+    comparison = _comparison()
+    comparison = attrs.evolve(comparison, layers=(attrs.evolve(comparison.layers[0], max_rel=None, cosine=None),))
+    assert "max abs error 0.1, max rel n/a, cosine n/a" in _errors(comparison)["conv1"]["text"]
 
 
 # 3. data-flow edges naming origins the lineage does not have

@@ -26,9 +26,9 @@ from tests.fuzz import (  # noqa: E402
     contradiction_cases,
     layout_cases,
     legacy_cases,
+    make_source,
     name_cases,
     option_cases,
-    run_cli,
     signal_cases,
     stopped_server_cases,
 )
@@ -60,11 +60,7 @@ def main() -> int:
         tmp = Path(tmp)
         source = args.source
         if source is None:
-            source = tmp / "source"
-            code, _, err = run_cli(["--quiet", "profile", f"{TINY}:make", "--repeat", "1", "--out", source])
-            if code:
-                print(f"could not make the source directory: {err}")
-                return 1
+            source = make_source(tmp / "source", f"{TINY}:make")
         work = tmp / "work"
         work.mkdir()
         for name, make in CLASSES.items():

@@ -24,7 +24,7 @@ from ..model.entry import (
 from ..model.lineage import Lineage
 from ..model.peaks import Peaks
 from ..model.profile import CACHE, ESTIMATE, FROM_IR, KERNEL, ArgInfo, CallRecord, Profile
-from ..model.shapes import bind
+from ..model.shapes import bind, match_input_names
 from ..model.work import KernelWork, cache_work, concrete, work_at
 from .roofline import lower_bound
 
@@ -44,11 +44,7 @@ def estimated_profile(lineage: Lineage, peaks: Peaks, entry: str | None = None,
     entry = lineage.entry(entry)
     lineage = lineage.for_entry(entry)
     signature = lineage.build.entries.get(entry) or ()
-    given = dict(shapes or {})
-    unknown = [name for name in given if name not in {n for n, _, _ in signature}]
-    if unknown:
-        raise UsageError(f"{lineage.build.model} has no input {unknown[0]!r}: its inputs are "
-                         f"{', '.join(n for n, _, _ in signature)}")
+    given = match_input_names(shapes or {}, [n for n, _, _ in signature], lineage.build.model)
     concrete = []
     for name, shape, dtype in signature:
         if name in given:

@@ -1,4 +1,4 @@
-"""What every frontend returns, and how given input names meet the model's."""
+"""What every frontend returns."""
 
 from __future__ import annotations
 
@@ -27,33 +27,3 @@ class ImportedModel:
     def layer_of(self, fname: str, var_handle: int, index: int):
         """The layer of the op bound to ``var_handle`` in the imported module, or None."""
         return self.layers.get(var_handle)
-
-
-def match_input_names(given, names, what: str) -> dict:
-    """``given`` (input name -> value) keyed by the model's own ``names``: a name given
-    as the frontend spells it (ONNX's ``input.1``) or as TVM renamed it (``input_1``:
-    every character that is no letter, digit or ``_`` made ``_``) both find it. A name
-    matching none is a UsageError listing ``names`` (``what`` is the model); so is one
-    input given under both spellings."""
-    import re
-
-    from ..errors import UsageError
-
-    def plain(text):
-        return re.sub(r"\W", "_", text)
-
-    by_plain = {plain(n): n for n in names}
-    out, unknown, spelled = {}, [], {}
-    for key, value in given.items():
-        name = key if key in names else by_plain.get(plain(key))
-        if name is None:
-            unknown.append(key)
-        elif name in out:
-            raise UsageError(f"{what}'s input {name} is given twice (as {spelled[name]} and as {key}): give it once")
-        else:
-            out[name], spelled[name] = value, key
-    if unknown:
-        listed = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-        raise UsageError(f"{what} has no input named {', '.join(sorted(unknown))}; its inputs are {listed or 'none'}")
-    return out
-

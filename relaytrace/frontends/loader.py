@@ -24,7 +24,8 @@ from pathlib import Path
 from attrs import define
 
 from ..errors import RelaytraceError, UsageError, describe
-from .common import ImportedModel, match_input_names
+from ..model.shapes import match_input_names
+from .common import ImportedModel
 
 DEMO_MODELS = ("resnet50", "resnet18", "vgg16", "mobilenet_v2", "resnet_style")
 

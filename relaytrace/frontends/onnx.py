@@ -12,14 +12,15 @@ from __future__ import annotations
 import ast
 import os
 import tempfile
+import warnings
 
 from ..errors import RelaytraceError, UsageError, describe, require
 from ..model.frontend import ONNX, Program, SourceNode, onnx_node_id
 from ..model.jsonio import current_umask
 from ..model.layer_name import layer_name
 from ..model.origin import ONNX_SOURCE
-from ..model.shapes import check_rank
-from .common import ImportedModel, match_input_names
+from ..model.shapes import check_rank, match_input_names
+from .common import ImportedModel
 
 
 def from_onnx(model_or_path, shape_dict=None, name: str | None = None, layer_names: str = "torch") -> ImportedModel:
@@ -37,11 +38,15 @@ def from_onnx(model_or_path, shape_dict=None, name: str | None = None, layer_nam
     for input_name, shape in (shape_dict or {}).items():
         if declared[input_name] is not None:
             check_rank(input_name, declared[input_name], tuple(shape), f"ONNX model {label}")
+            _check_fixed_dims(input_name, declared[input_name], tuple(shape), f"ONNX model {label}")
+    _check_zero_dims(inputs, declared, shape_dict or {}, f"ONNX model {label}")
     torch_names = layer_names == "torch" and model.producer_name == "pytorch"
     importer = _recording_importer(shape_dict, torch_names)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     try:
-        mod = importer.from_onnx(model.graph, opset)
+        with warnings.catch_warnings():  # "Renaming name input.1 to input_1": either name is taken (match_input_names)
+            warnings.filterwarnings("ignore", message="Renaming name", category=UserWarning)
+            mod = importer.from_onnx(model.graph, opset)
     except Exception as exc:
         raise RelaytraceError(f"TVM could not import ONNX model {label}: {describe(exc)}"
                               f"{_symbolic_hint(model, shape_dict or {})}") from exc
@@ -56,6 +61,28 @@ def _declared_shape(value_info) -> tuple | None:
     if not tensor.HasField("shape"):
         return None
     return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim)
+
+
+def _check_fixed_dims(name: str, declared: tuple, given: tuple, what: str) -> None:
+    """A shape given for an input keeps the dims the model fixes (TVM would import the
+    model at the given size and fail later, in its own words, where the graph's
+    constants assume the declared one): a ``UsageError`` naming the dim otherwise."""
+    for axis, (fixed, size) in enumerate(zip(declared, given)):
+        if isinstance(fixed, int) and fixed > 0 and fixed != size:
+            dims = "x".join(str(d) for d in declared)
+            raise UsageError(f"input {name} of {what} fixes dim {axis} at {fixed} ({dims}); the shape given has "
+                             f"{size}: size only its symbolic dims, or export the model with that dim dynamic")
+
+
+def _check_zero_dims(inputs: list, declared: dict, given: dict, what: str) -> None:
+    """An input declared with a dim of 0 (an exporter's 'unknown', which TVM reads as a
+    symbolic dim) and given no shape: a ``UsageError`` asking for its size."""
+    for name in inputs:
+        dims = declared.get(name)
+        if name not in given and dims and 0 in dims:
+            example = "x".join("1" if d == 0 or not isinstance(d, int) else str(d) for d in dims)
+            raise UsageError(f"input {name} of {what} declares a dim of 0 ({'x'.join(map(str, dims))}: an unknown "
+                             f"size to TVM, not an empty tensor): give its size, e.g. --input-shape {name}:{example}")
 
 
 def _symbolic_hint(model, shape_dict: dict) -> str:

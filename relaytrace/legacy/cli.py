@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import RelaytraceError, UsageError
-from ..jobs import echo  # every line as text: a pasted name's control characters escaped
-from ..model.jsonio import write_atomic
+from ..jobs import echo, prepare_out_dir, write_legacy  # echo: a pasted name's control characters escaped
 from . import match as M
 from . import summary as S
 from .autotvm import parse_log, parse_tasks, parse_workload_lists
@@ -34,9 +32,7 @@ def run(args) -> int:
     printed as tables; ``--out DIR`` also writes matches.json."""
     if not any((args.relay_ir, args.report, args.autotvm_tasks, args.autotvm_log)):
         raise UsageError("give at least one of --relay-ir, --report, --autotvm-tasks, --autotvm-log")
-    out_dir = Path(args.out) if args.out else None
-    if out_dir is not None and out_dir.exists() and not args.force:
-        raise FileExistsError(f"{out_dir} exists; pass --force to write into it")
+    out_dir = prepare_out_dir(args.out, args.force) if args.out is not None else None
     texts = {k: _read(getattr(args, k), k.replace("_", "-"))
              for k in ("relay_ir", "report", "autotvm_tasks", "autotvm_log", "workloads")}
     issues, result = [], {}
@@ -99,8 +95,7 @@ def run(args) -> int:
             echo(f"  {issue}")
     result["issues"] = [str(i) for i in issues]
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(out_dir / "matches.json", json.dumps(result, indent=1), overwrite=True)
+        write_legacy(out_dir, result, overwrite=args.force)
     return 0
 
 

@@ -21,12 +21,15 @@ MAX_BYTES = 2 ** 60  # a memory block beyond an exbibyte is no device's
 
 def check_facts(build, where: str) -> None:
     """``build`` (``BuildFacts``) holds counts and plans a build can have: every work
-    formula's coefficients within ``LIMIT`` and its constant ones at least 0; every
+    formula's coefficients within ``LIMIT`` and its constant ones at least 0, its
+    parameters' dims sizes or symbols; every
     memory plan's block sizes so within ``MAX_BYTES``, its steps, lifetimes, shapes
     and dtypes in range and naming its own steps. A ``LineageFormatError`` naming the field otherwise."""
     for kernel, work in build.work.items():
         for name in ("flops", "transcendentals"):
             _check_poly(getattr(work, name), f"{where}: build.work[{kernel!r}].{name}")
+        for i, (shape, _) in enumerate(work.params):
+            _check_dims(shape, f"{where}: build.work[{kernel!r}].params[{i}]")
     for entry, plan in build.memory.items():
         _check_plan(plan, f"{where}: build.memory[{entry!r}]")
 
@@ -75,6 +78,14 @@ def _check_lifetime(first: int, last: int, steps: int, where: str) -> None:
 def _check_tensor(shape, dtype: str, where: str) -> None:
     if itemsize(dtype) is None:
         raise LineageFormatError(f"{where}.dtype {dtype!r} is not a dtype TVM has (float32, float16, int64, ...); "
+                                 f"{_REDO}")
+    _check_dims(shape, where)
+
+
+def _check_dims(shape, where: str) -> None:
+    """Each dim a size from 0 to ``LIMIT`` or a symbolic dim's name or expression."""
+    if any(not isinstance(d, (int, str)) or isinstance(d, bool) for d in shape):
+        raise LineageFormatError(f"{where}.shape {list(shape)} has a dim that is neither a size nor a symbolic dim; "
                                  f"{_REDO}")
     if any(isinstance(d, int) and not 0 <= d <= LIMIT for d in shape):
         raise LineageFormatError(f"{where}.shape {list(shape)} has a dim below 0 or beyond {LIMIT:g}; {_REDO}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from collections.abc import Mapping
 
 from ..errors import RelaytraceError, UsageError
@@ -107,3 +108,30 @@ def evaluate_dim(text: str, values: Mapping[str, int]) -> int | None:
         return value(tree)
     except (ZeroDivisionError, RecursionError, OverflowError, MemoryError):
         return None
+
+
+def match_input_names(given: Mapping[str, object], names: list[str], what: str) -> dict:
+    """``given`` (input name -> value) keyed by the model's own ``names``: a name given
+    as the frontend spells it (ONNX's ``input.1``) or as TVM renamed it (``input_1``:
+    every character that is no letter, digit or ``_`` made ``_``) both find it. A name
+    matching none is a UsageError listing ``names`` (``what`` is the model); so is one
+    input given under both spellings."""
+    def plain(text: str) -> str:
+        return re.sub(r"\W", "_", text)
+
+    by_plain = {plain(n): n for n in names}
+    out: dict[str, object] = {}
+    unknown: list[str] = []
+    spelled: dict[str, str] = {}
+    for key, value in given.items():
+        name = key if key in names else by_plain.get(plain(key))
+        if name is None:
+            unknown.append(key)
+        elif name in out:
+            raise UsageError(f"{what}'s input {name} is given twice (as {spelled[name]} and as {key}): give it once")
+        else:
+            out[name], spelled[name] = value, key
+    if unknown:
+        listed = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        raise UsageError(f"{what} has no input named {', '.join(sorted(unknown))}; its inputs are {listed or 'none'}")
+    return out

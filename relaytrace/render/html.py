@@ -24,6 +24,7 @@ from ..analysis.memory import NO_SITE
 from ..model.lineage_index import billed_layers
 from ..model.origin import INSERTED, OP
 from ..model.profile import CACHE, KERNEL
+from .table import figure
 
 ASSETS = Path(__file__).parent / "assets"
 
@@ -223,7 +224,8 @@ def _errors(comparison) -> dict:
     out = {}
     for e in comparison.layers:
         if e.compared:
-            figures = (f"max abs error {e.max_abs:.3g}, max rel {e.max_rel:.3g}, cosine {e.cosine:.6f}"
+            figures = (f"max abs error {figure(e.max_abs)}, max rel {figure(e.max_rel)}, cosine "
+                       f"{figure(e.cosine, '.6f')}"
                        if e.max_abs is not None else f"{e.nan} NaN, {e.inf} Inf (the reference has {e.reference_nan})")
             text = (f"{'BEYOND' if e.status == 'beyond' else 'within'} atol {comparison.atol:g} / rtol "
                     f"{comparison.rtol:g} ({comparison.precision}): {figures}, read from {e.site} of "

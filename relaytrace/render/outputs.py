@@ -1,8 +1,9 @@
 """The files a run writes into its output directory, each listed once.
 
 An ``Output`` names the files it writes and writes them from what the run produced
-(a ``ProfileRun`` or a ``CompareRun``) into a directory. ``PROFILE`` and ``COMPARE``
-are the lists ``jobs.write_outputs`` / ``jobs.write_compare`` write, ``NAMES`` is what
+(a ``ProfileRun``, ``CompareRun`` or ``LegacyRun``) into a directory. ``PROFILE``,
+``COMPARE`` and ``LEGACY`` are the lists ``jobs.write_outputs`` / ``write_compare`` /
+``write_legacy`` write, ``NAMES`` is what
 ``--force`` accepts as relaytrace's own files, and the CLI's "written to" line names
 the files that exist. Why one list: an output added to the writer but not to the
 ownership check made the next ``--force`` refuse the directory as holding files
@@ -48,7 +49,15 @@ class CompareRun:
     comparison: Comparison
 
 
-R = TypeVar("R", ProfileRun, CompareRun)
+@frozen
+class LegacyRun:
+    """What ``legacy --out`` writes from: the matches of the artifacts it read, as the
+    JSON object ``matches.json`` holds."""
+
+    matches: dict
+
+
+R = TypeVar("R", ProfileRun, CompareRun, LegacyRun)
 
 
 @frozen
@@ -150,12 +159,18 @@ COMPARE: tuple[Output[CompareRun], ...] = (
 )
 
 
+LEGACY: tuple[Output[LegacyRun], ...] = (
+    Output(("matches.json",), lambda run, d: _text(d, "matches.json", json.dumps(run.matches, indent=1)),
+           "the old artifacts' kernels, tasks and log records matched to Relay ops"),
+)
+
+
 def names(outputs: tuple[Output[R], ...]) -> tuple[str, ...]:
     """Every file ``outputs`` may write, in list order."""
     return tuple(name for output in outputs for name in output.names)
 
 
-NAMES = tuple(dict.fromkeys(names(PROFILE) + names(COMPARE)))  # what a directory of ours may hold
+NAMES = tuple(dict.fromkeys(names(PROFILE) + names(COMPARE) + names(LEGACY)))  # what a directory of ours may hold
 
 
 def write_all(outputs: tuple[Output[R], ...], run: R, directory: Path) -> None:

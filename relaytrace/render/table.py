@@ -263,11 +263,11 @@ def roofline_rows(roofs, top: int | None = None, first: str = "layer") -> tuple[
     headers = [first, "time (ms)", "above bound (ms)", "efficiency", "bound by", "GFLOP", "useful GFLOP", "GFLOP/s",
                "model GFLOP/s", "GB/s", "FLOP/byte"]
     shown = roofs[:top] if top else roofs
-    rows = [[r.name, _figure(r.us / 1e3, ".4g"), _figure(None if r.wasted_us is None else r.wasted_us / 1e3, ".4g"),
-             _figure(None if r.efficiency is None else 100 * r.efficiency, ".1f") + ("%" if r.efficiency else ""),
-             r.bound_by or "", _figure(None if r.flops is None else r.flops / 1e9),
-             _figure(None if r.useful is None else r.useful / 1e9) + ("*" if r.excess else ""),
-             _figure(r.gflops_s), _figure(r.model_gflops_s), _figure(r.gbytes_s), _figure(r.intensity)]
+    rows = [[r.name, figure(r.us / 1e3, ".4g"), figure(None if r.wasted_us is None else r.wasted_us / 1e3, ".4g"),
+             figure(None if r.efficiency is None else 100 * r.efficiency, ".1f") + ("%" if r.efficiency else ""),
+             r.bound_by or "", figure(None if r.flops is None else r.flops / 1e9),
+             figure(None if r.useful is None else r.useful / 1e9) + ("*" if r.excess else ""),
+             figure(r.gflops_s), figure(r.model_gflops_s), figure(r.gbytes_s), figure(r.intensity)]
             for r in shown]
     return headers, rows
 
@@ -287,7 +287,7 @@ def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
     headers, rows = roofline_rows(roofline.layers, top)
     if estimate:
         headers, rows = ["layer", "bound (ms)", "bound by", "GFLOP", "useful GFLOP", "FLOP/byte", "MB moved"], \
-            [[*(row[i] for i in ESTIMATE_COLUMNS), _figure(None if r.bytes is None else r.bytes / 1e6)]
+            [[*(row[i] for i in ESTIMATE_COLUMNS), figure(None if r.bytes is None else r.bytes / 1e6)]
              for row, r in zip(rows, roofline.layers)]
         title = f"top {top} layers by their lower bound"
     else:
@@ -322,7 +322,9 @@ def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _figure(value, digits: str = ".3g") -> str:
+def figure(value, digits: str = ".3g") -> str:
+    """A comparison's figure, ``n/a`` where it has none (a relative error against an
+    all-zero reference, a cosine of no finite element)."""
     return "n/a" if value is None else format(value, digits)
 
 
@@ -331,8 +333,8 @@ def comparison_rows(comparison) -> tuple[list[str], list[list[str]]]:
     table and the CSV show the same cells."""
     headers = ["layer", "status", "max abs", "max rel", "tol ratio", "cosine", "NaN/Inf", "shape", "call site",
                "read", "note"]
-    rows = [[e.layer, e.status.upper() if e.status == "beyond" else e.status, _figure(e.max_abs),
-             _figure(e.max_rel), _figure(e.tolerance_ratio), _figure(e.cosine, ".6f"),
+    rows = [[e.layer, e.status.upper() if e.status == "beyond" else e.status, figure(e.max_abs),
+             figure(e.max_rel), figure(e.tolerance_ratio), figure(e.cosine, ".6f"),
              f"{e.nan}/{e.inf}" + (f" (ref {e.reference_nan})" if e.reference_nan else "") if e.compared else "",
              "x".join(map(str, e.shape)), e.site, e.route or "", e.note] for e in comparison.layers]
     return headers, rows
