@@ -104,6 +104,16 @@ def test_run_py_needs_no_tvm_and_reads_back_as_a_local_profile(tiny):
 
     profile = Profile.load(root / "timeline" / "profile.json")
     assert profile.mode == "timeline" and profile.runs == 5 and profile.args
+    # the device's peaks, measured there by the bundle's peak kernels: this CPU's, as measured here
+    from relaytrace.model.lineage import Lineage
+    from relaytrace.profiling.peaks import measure
+
+    assert "measuring the peak rates of cpu" in done.stderr and profile.peaks.source == "measured"
+    assert "a bundle's run.py" in profile.peaks.device and "FMA chains" in profile.peaks.method
+    here = measure(Lineage.load(bundle / "lineage.json").build.target)
+    assert here.gflops["float32"] / 3 < profile.peaks.gflops["float32"] < here.gflops["float32"] * 3
+    assert here.gbps / 3 < profile.peaks.gbps < here.gbps * 3
+    assert "efficiency" in (root / "timeline" / "layers.csv").read_text().splitlines()[0]
 
 
 def test_isolated_mode_times_each_kernel_site_alone(tiny):
@@ -204,6 +214,12 @@ def test_a_cuda_bundle_carries_its_runtime_and_says_what_a_host_lacks(tmp_path):
     assert [Path(p).name for p in manifest["runtime"]] == ["libtvm_runtime.so", "libcudart.so.13",
                                                              "libtvm_runtime_cuda.so"]
     assert all((out / p).is_file() for p in manifest["runtime"])
+    # the GPU's own peak kernels, compiled for sm_90, for run.py to time there
+    assert (out / "peaks.so").is_file() and manifest["peaks"]["built_for"] == "cuda sm_90"
+    kernels = {k["name"]: k for k in manifest["peaks"]["kernels"]}
+    assert set(kernels) == {"fma_float32_x1", "fma_float16_x2", "copy"}
+    assert kernels["fma_float32_x1"]["flops"] == 2 * 1056 * 256 * 8 * 16384
+    assert kernels["copy"]["bytes"] == 2 * 2 ** 28  # 256 MiB read and written
     ran = run_py(out)
     if ran.returncode != 0:  # no NVIDIA driver here: one line naming what is missing
         assert ran.stderr.strip().splitlines()[-1].startswith("run.py: error: cannot load lib/libtvm_runtime_cuda.so")

@@ -65,8 +65,9 @@ report)
     [ -s "$profile" ] || { echo "gpu_check: no $profile (see $dir/results/resnet18-$mode.log)"; continue; }
     copy="$dir/reports/bundle-$mode"
     rm -rf "$copy"; mkdir -p "$dir/reports"; cp -r "$dir/resnet18" "$copy"; cp "$profile" "$copy/profile.json"
-    # an H200's data sheet: FP32 67 TFLOPS (as the H100 SXM), HBM3e 4.8 TB/s; the runner measures no peaks yet
-    "$PY" -m relaytrace.cli report "$copy" --peak-gflops 67000 --peak-gbps 4800 --out "$dir/reports/$mode" --force \
+    # the peaks run.py measured on the GPU (its peak kernels); an H200's data sheet for comparison: FP32 67 TFLOPS
+    # (as the H100 SXM), HBM3e 4.8 TB/s
+    "$PY" -m relaytrace.cli report "$copy" --out "$dir/reports/$mode" --force \
       > "$dir/reports/$mode.txt" || echo "gpu_check: report of $mode failed"
     head -12 "$dir/reports/$mode.txt"
   done

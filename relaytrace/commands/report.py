@@ -41,7 +41,7 @@ def run(args) -> int:
     peaks = given_peaks(args)
     out = prepare_out_dir(args.out or source / "report", args.force)
     lineage, profile = load_pair(source)
-    if peaks is not None:  # the runner measures none: the device's ceilings as given here
+    if peaks is not None:  # given here, they replace what the runner measured (run.py --no-peaks measures none)
         profile = attrs.evolve(profile, peaks=peaks)
     if profile.model != lineage.build.model or profile.target != lineage.build.target:
         raise RelaytraceError(f"{source / 'profile.json'} is of {profile.model} for {profile.target}, not this "

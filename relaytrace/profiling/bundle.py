@@ -2,7 +2,8 @@
 (``relaytrace bundle``): for a host with TVM's runtime libraries but no compiler, no
 ``tvm`` package and no relaytrace, that no RPC reaches.
 
-The directory holds the exported library (``model.so``), the lineage (``lineage.json``),
+The directory holds the exported library (``model.so``), the peak kernels for its
+device (``peaks.so``: ``profiling.peaks.fixed_kernels``), the lineage (``lineage.json``),
 the entry's inputs (``inputs/N.npy``, a tuple parameter's tensors each a file), TVM's
 runtime libraries copied from the installed wheel (``lib/libtvm_runtime.so``, and
 ``lib/libtvm_runtime_cuda.so`` for a CUDA build), ``bundle.json`` (what the runner
@@ -27,10 +28,11 @@ import numpy as np
 from ..errors import RelaytraceError, UsageError
 from ..model.codec import encode
 from ..model.lineage import Lineage
-from . import runner
+from . import peaks, runner
 from .serve import takes_cache
 
 LIBRARY = "model.so"
+PEAKS = "peaks.so"  # the device's peak kernels (profiling.peaks.fixed_kernels), which run.py times there
 MANIFEST = "bundle.json"
 RUNNER = "run.py"
 
@@ -76,8 +78,10 @@ def write_bundle(executable, lineage: Lineage, inputs, out: Path, entry: str | N
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.bundle-", dir=out.parent))
     try:
-        say(f"exporting the library ({LIBRARY})")
+        say(f"exporting the library ({LIBRARY}) and the peak kernels ({PEAKS})")
         executable.export_library(str(staging / LIBRARY))
+        peak_library, peak_kernels = peaks.peak_library(lineage.build.target)
+        peak_library.export_library(str(staging / PEAKS))
         runtime = _copy_runtime(staging, device)
         lineage.save(staging / "lineage.json")
         params = _save_inputs(staging, lineage, entry, arrays)
@@ -88,7 +92,7 @@ def write_bundle(executable, lineage: Lineage, inputs, out: Path, entry: str | N
             "library_calls": sorted(view.library_calls), "subfunctions": list(view.subfunctions),
             "builtins": sorted({b.name for b in view.builtins}), "layers": _site_layers(view),
             "profile": {"schema": template.schema, **encode(template)}, "run": run or {},
-            "tvm_ffi": metadata.version("apache-tvm-ffi"),
+            "tvm_ffi": metadata.version("apache-tvm-ffi"), "peaks": {"library": PEAKS, **peak_kernels},
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
         shutil.copyfile(runner.__file__, staging / RUNNER)

@@ -15,6 +15,11 @@ reach: a target without ``mcpu`` gets generic x86-64 code), timed with
 
 Measured once per (target, CPU) and cached in ``$XDG_CACHE_HOME/relaytrace/peaks.json``
 (``~/.cache`` by default); ``measure(refresh=True)`` measures again.
+
+A device measured elsewhere (over RPC, or by a bundle's runner where no compiler is)
+runs ``fixed_kernels``: the same kernels at a fixed size, and for an NVIDIA GPU their
+GPU form (each thread's chains in registers, a full wave of threads; float16 as half2);
+``from_best`` turns their best times into the peaks.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import tvm
+from attrs import frozen
 from tvm.script import tirx as T
 
 from ..errors import LineageFormatError, RelaytraceError
@@ -37,6 +43,7 @@ LANE_WIDTHS = (4, 8, 16)  # the widest that keeps 8 chains in the target's regis
 PROBE_STEPS, TIMED_SECONDS = 100, 0.02  # a short probe sizes the timed run to about 20 ms
 COPY_ELEMENTS = 16 * 1024 * 1024
 DTYPES = ("float32", "float16")
+REMOTE_STEPS = 2000  # fixed-size CPU kernels (no probe where they run): 33 MFLOP a call, 1-30 ms
 CACHE_VERSION = "peaks/3"  # a change of the kernels or the record measures again
 
 
@@ -74,6 +81,105 @@ def _copy_kernel():
                 b[o * block + i] = a[o * block + i]
 
     return copy.with_attr("global_symbol", "copy")
+
+
+GPU_BLOCKS, GPU_THREADS = 1056, 256  # a full wave of 2,048 threads on each of 132 SMs (an H100/H200)
+GPU_STEPS, GPU_COPY_ELEMENTS = 16384, 64 * 1024 * 1024  # ~1 ms of float32 FMA on an H200; 256 MiB per buffer
+GPU_LANES = {"float32": 1, "float16": 2}  # half2: two float16 FMAs an instruction
+
+
+def _gpu_fma_kernel(dtype: str, steps: int, lanes: int):
+    """``_fma_kernel`` for a GPU: each of ``GPU_BLOCKS`` x ``GPU_THREADS`` threads holds
+    ``ACCUMULATORS`` chains of ``lanes`` in registers (plain multiply-add, which the
+    CUDA compiler contracts to FMA)."""
+    shape = (GPU_BLOCKS, GPU_THREADS, ACCUMULATORS, lanes)
+
+    @T.prim_func
+    def fma(a: T.Buffer(shape, dtype), out: T.Buffer(shape, dtype)):
+        T.func_attr({"tirx.noalias": True})
+        for b in T.thread_binding(GPU_BLOCKS, "blockIdx.x"):
+            for t in T.thread_binding(GPU_THREADS, "threadIdx.x"):
+                acc = T.alloc_buffer((ACCUMULATORS, lanes), dtype, scope="local")
+                for u in T.unroll(ACCUMULATORS):
+                    for lane in T.vectorized(lanes):
+                        acc[u, lane] = a[b, t, u, lane]
+                for _ in range(steps):
+                    for u in T.unroll(ACCUMULATORS):
+                        for lane in T.vectorized(lanes):
+                            acc[u, lane] = acc[u, lane] * T.Cast(dtype, 0.999) + T.Cast(dtype, 0.001)
+                for u in T.unroll(ACCUMULATORS):
+                    for lane in T.vectorized(lanes):
+                        out[b, t, u, lane] = acc[u, lane]
+
+    return fma.with_attr("global_symbol", f"fma_{dtype}_x{lanes}")
+
+
+def _gpu_copy_kernel():
+    threads = 1024
+
+    @T.prim_func
+    def copy(a: T.Buffer((GPU_COPY_ELEMENTS,), "float32"), b: T.Buffer((GPU_COPY_ELEMENTS,), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        for o in T.thread_binding(GPU_COPY_ELEMENTS // threads, "blockIdx.x"):
+            for i in T.thread_binding(threads, "threadIdx.x"):
+                b[o * threads + i] = a[o * threads + i]
+
+    return copy.with_attr("global_symbol", "copy")
+
+
+@frozen
+class PeakKernel:
+    """One kernel of a fixed-size peak measurement (a device measured elsewhere: over
+    RPC, or by a bundle's runner): its function, what one call computes (``flops`` in
+    ``dtype``) or moves (``bytes``), and its argument's shape."""
+
+    func: object
+    dtype: str
+    shape: tuple[int, ...]
+    flops: float = 0.0
+    bytes: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return str(self.func.attrs["global_symbol"])
+
+
+def fixed_kernels(kind: str) -> tuple[PeakKernel, ...]:
+    """The peak kernels for a device of target ``kind`` (``llvm`` or ``cuda``), each of a
+    fixed size (no probe where they run): FMA chains per dtype and lane width, and the
+    copy, counted as read + write."""
+    if kind == "cuda":
+        fmas = [PeakKernel(_gpu_fma_kernel(dtype, GPU_STEPS, lanes), dtype,
+                           (GPU_BLOCKS, GPU_THREADS, ACCUMULATORS, lanes),
+                           flops=2.0 * GPU_BLOCKS * GPU_THREADS * ACCUMULATORS * lanes * GPU_STEPS)
+                for dtype, lanes in GPU_LANES.items()]
+        return (*fmas, PeakKernel(_gpu_copy_kernel(), "float32", (GPU_COPY_ELEMENTS,), bytes=8.0 * GPU_COPY_ELEMENTS))
+    fmas = [PeakKernel(_fma_kernel(dtype, REMOTE_STEPS, lanes), dtype, (CHUNKS, ACCUMULATORS, lanes),
+                       flops=_fma_flops(REMOTE_STEPS, lanes)) for dtype in DTYPES for lanes in LANE_WIDTHS]
+    return (*fmas, PeakKernel(_copy_kernel(), "float32", (COPY_ELEMENTS,), bytes=8.0 * COPY_ELEMENTS))
+
+
+def fixed_method(kind: str) -> str:
+    """How ``fixed_kernels(kind)`` measure, in words a reader can check."""
+    if kind == "cuda":
+        return (f"best of 5 time_evaluator runs: {GPU_BLOCKS}x{GPU_THREADS} threads each with {ACCUMULATORS} FMA "
+                f"chains x {GPU_STEPS} steps (float32; float16 as half2); a copy of "
+                f"{GPU_COPY_ELEMENTS * 4 >> 20} MiB counted as read + write")
+    return (f"best of 5 time_evaluator runs: {CHUNKS}x{ACCUMULATORS} vector FMA chains of "
+            f"{'/'.join(map(str, LANE_WIDTHS))} lanes (the best) x {REMOTE_STEPS} steps per dtype; a parallel copy "
+            f"of {COPY_ELEMENTS * 4 >> 20} MiB counted as read + write")
+
+
+def from_best(kernels: tuple[PeakKernel, ...], best_s: dict[str, float]) -> tuple[dict[str, float], float]:
+    """(GFLOP/s per dtype, the best lane width's; GB/s) from each kernel's best time."""
+    gflops: dict[str, float] = {}
+    gbps = 0.0
+    for kernel in kernels:
+        if kernel.flops:
+            gflops[kernel.dtype] = max(gflops.get(kernel.dtype, 0.0), kernel.flops / best_s[kernel.name] / 1e9)
+        else:
+            gbps = max(gbps, kernel.bytes / best_s[kernel.name] / 1e9)
+    return gflops, gbps
 
 
 def _best_seconds(func, target, arrays, number: int) -> float:
@@ -153,9 +259,6 @@ def _measure_here(target, say) -> Peaks:
     return Peaks(gflops, gbps, MEASURED, method, device_name(), native, _host_cpu() if native else "")
 
 
-REMOTE_STEPS = 2000  # no probe over RPC: 33 MFLOP a call, 1-30 ms on a board or a server
-
-
 def measure_remote(target_text: str, device, refresh: bool = False, progress=None) -> Peaks:
     """The peaks of the remote ``device`` (a ``remote.RemoteDevice``) for kernels built
     for ``target_text``, measured there by the same kernels as ``measure`` (fixed at
@@ -175,32 +278,34 @@ def _measure_there(target_text: str, device, say) -> Peaks:
 
     target = tvm.target.Target(target_text)
     say(f"measuring the peak rates of {device.describe()} (once; cached)")
-    chains = [(dtype, lanes) for dtype in DTYPES for lanes in LANE_WIDTHS]
-    funcs = [_fma_kernel(dtype, REMOTE_STEPS, lanes) for dtype, lanes in chains] + [_copy_kernel()]
-    shapes = [(CHUNKS, ACCUMULATORS, lanes) for _, lanes in chains] + [(COPY_ELEMENTS,)]
-    dtypes = [dtype for dtype, _ in chains] + ["float32"]
+    kernels = fixed_kernels("llvm")
     bb = relax.BlockBuilder()
-    params = [relax.Var(f"x{i}", relax.TensorType(shape, dtype)) for i, (shape, dtype) in
-              enumerate(zip(shapes, dtypes))]
+    params = [relax.Var(f"x{i}", relax.TensorType(k.shape, k.dtype)) for i, k in enumerate(kernels)]
     with bb.function("main", params):
-        outs = [bb.emit(relax.call_tir(bb.add_func(func, str(func.attrs["global_symbol"])), [x],
-                                       relax.TensorType(shape, dtype)))
-                for func, x, shape, dtype in zip(funcs, params, shapes, dtypes)]
+        outs = [bb.emit(relax.call_tir(bb.add_func(k.func, k.name), [x], relax.TensorType(k.shape, k.dtype)))
+                for k, x in zip(kernels, params)]
         bb.emit_func_output(relax.Tuple(outs))
     executable = tvm.compile(bb.get(), target=target)
     library = next(lib for lib in executable.mod.imports if lib.implements_function("copy", True))
-    arrays = [np.ones(shape, dtype) for shape, dtype in zip(shapes, dtypes)]
-    captured = [(str(f.attrs["global_symbol"]), 0, [a, np.zeros_like(a)]) for f, a in zip(funcs, arrays)]
+    arrays = [np.ones(k.shape, k.dtype) for k in kernels]
+    captured = [(k.name, 0, [a, np.zeros_like(a)]) for k, a in zip(kernels, arrays)]
     timings, _, where = run_remote(executable, library, target_text, "main", arrays, captured, device, 5, 3, say)
-    best = {name: min(results) for name, _, results in timings}
-    gflops = {dtype: max(_fma_flops(REMOTE_STEPS, lanes) / best[f"fma_{dtype}_x{lanes}"] / 1e9
-                         for lanes in LANE_WIDTHS) for dtype in DTYPES}
-    gbps = 2.0 * arrays[-1].nbytes / best["copy"] / 1e9
-    method = (f"TVM kernels built for {_built_for(target)}, run on {device.describe()} ({where}), best of 5 "
-              f"time_evaluator runs: {CHUNKS}x{ACCUMULATORS} vector FMA chains of {'/'.join(map(str, LANE_WIDTHS))} "
-              f"lanes (the best) x {REMOTE_STEPS} steps per dtype; a parallel copy of {arrays[-1].nbytes >> 20} MiB "
-              "counted as read + write")
+    gflops, gbps = from_best(kernels, {name: min(results) for name, _, results in timings})
+    method = f"TVM kernels built for {_built_for(target)}, run on {device.describe()} ({where}), {fixed_method('llvm')}"
     return Peaks(gflops, gbps, MEASURED, method, device.describe())
+
+
+def peak_library(target_text: str):
+    """``fixed_kernels`` built for ``target_text`` (llvm or cuda) in one runtime module,
+    to export beside a bundle, and what its kernels are (``bundle_peaks`` reads them)."""
+    target = tvm.target.Target(target_text)
+    kind = "cuda" if target.kind.name == "cuda" else "llvm"
+    kernels = fixed_kernels(kind)
+    library = tvm.compile(tvm.IRModule({k.name: k.func for k in kernels}), target=target)
+    specs = [{"name": k.name, "dtype": k.dtype, "shape": list(k.shape), "flops": k.flops, "bytes": k.bytes}
+             for k in kernels]
+    built_for = f"cuda {target.attrs.get('arch', '')}".strip() if kind == "cuda" else _built_for(target)
+    return library, {"kernels": specs, "built_for": built_for, "method": fixed_method(kind)}
 
 
 def _mcpu(target) -> str:

@@ -39,7 +39,7 @@ import numpy as np
 
 NO_OP = 0  # relax.VMInstrumentReturnKind.NO_OP: the instrument lets the call run
 KERNEL, BUILTIN, CACHE = "kernel", "builtin", "cache"  # model.profile.CallKind's values
-BUNDLE_SCHEMA = "relaytrace.bundle/1"
+BUNDLE_SCHEMA = "relaytrace.bundle/2"  # /2: the peak kernels (peaks.so)
 DEVICE_TYPES = {"cpu": 1, "cuda": 2}  # DLPack device types
 POOLED = 2  # the VM's pooled allocator
 
@@ -409,8 +409,32 @@ def _external(library, ffi, name: str):
     return ffi.get_global_func(name)
 
 
+def measure_peaks(bundle: Path, manifest: dict, runtime: Runtime, ffi, say) -> dict:
+    """The device's peaks, measured by the bundle's peak kernels (``peaks.so``:
+    ``profiling.peaks.fixed_kernels``) each timed by the time evaluator, best of 5: the
+    profile's ``peaks`` (``model.peaks.Peaks``' fields; ``from_best``'s arithmetic)."""
+    spec = manifest["peaks"]
+    say(f"measuring the peak rates of {runtime.kind} ({len(spec['kernels'])} kernels)")
+    library = ffi.load_module(str(bundle / spec["library"]))
+    module = next((lib for lib in library.imports if lib.implements_function(spec["kernels"][0]["name"], True)),
+                  library)
+    gflops: dict[str, float] = {}
+    gbps = 0.0
+    for kernel in spec["kernels"]:
+        array = np.ones(kernel["shape"], kernel["dtype"])
+        args = (runtime.tensor(array), runtime.tensor(np.zeros_like(array)))
+        best = min(runtime.time_evaluator(module, kernel["name"], 3, 5)(*args))
+        if kernel["flops"]:
+            gflops[kernel["dtype"]] = max(gflops.get(kernel["dtype"], 0.0), kernel["flops"] / best / 1e9)
+        else:
+            gbps = max(gbps, kernel["bytes"] / best / 1e9)
+    where = f"{runtime.device} of {platform.node() or 'an unnamed host'} (a bundle's run.py)"
+    return {"gflops": gflops, "gbps": gbps, "source": "measured", "device": where,
+            "method": f"TVM kernels built for {spec['built_for']}, run on {where}, {spec['method']}"}
+
+
 def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, device: str | None, nvtx: bool,
-               say, events: bool = False) -> dict:
+               say, events: bool = False, peaks: bool = True) -> dict:
     """Profile the bundle's entry here as ``profiling.vm.profile`` does: the profile's
     JSON (the bundle's template filled in)."""
     manifest = json.loads((bundle / "bundle.json").read_text())
@@ -482,13 +506,14 @@ def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, d
         call()
         runtime.sync()
         e2e.append((time.perf_counter() - start) * 1e6)
+    measured = {"peaks": measure_peaks(bundle, manifest, runtime, ffi, say)} if peaks else {}
     how = ("each call timed by CUDA events around it" if timer is not None else
            "each call timed with a device synchronisation after it" if sync_each and mode == "timeline" else
            "each call timed by the clock around it" if mode == "timeline" else "each site timed alone")
     return {**manifest["profile"], "device": str(runtime.device), "mode": mode, "repeat": repeat,
             "records": [list(r[:6]) + ([r[6]] if r[6] else []) for r in rows],
             "args": {f"{n}#{k}": {"shapes": s, "dtypes": d, "addresses": a} for (n, k), (s, d, a) in info.items()},
-            "e2e_us": e2e, "remote": f"host {platform.node() or '(unnamed)'} (a bundle's run.py; {how})"}
+            "e2e_us": e2e, "remote": f"host {platform.node() or '(unnamed)'} (a bundle's run.py; {how})", **measured}
 
 
 def main(argv=None) -> int:
@@ -504,6 +529,8 @@ def main(argv=None) -> int:
     p.add_argument("--nvtx", action="store_true", help="an NVTX range per call, named after its layer and site")
     p.add_argument("--events", action="store_true",
                    help="cuda timeline: time each call by CUDA events (default: a synchronisation after each call)")
+    p.add_argument("--no-peaks", action="store_true",
+                   help="do not measure the device's peak rates (the roofline then needs them given to report)")
     p.add_argument("--bundle", default=str(Path(__file__).resolve().parent), help="the bundle DIR (default: here)")
     p.add_argument("--out", help="where to write the profile (default: DIR/profile.json)")
     args = p.parse_args(argv)
@@ -516,7 +543,7 @@ def main(argv=None) -> int:
 
     try:
         data = run_bundle(bundle, args.mode, args.repeat, args.warmup, args.number, args.device, args.nvtx, say,
-                          args.events)
+                          args.events, not args.no_peaks)
     except (BundleError, OSError, KeyError) as exc:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 1
