@@ -8,6 +8,7 @@ import attrs
 import pytest
 
 from relaytrace.analysis import attribution as A
+from relaytrace.analysis.advice import Change, Finding
 from relaytrace.analysis.report import make_report
 from relaytrace.errors import RelaytraceError
 from relaytrace.render import graphviz as G
@@ -394,10 +395,15 @@ def test_the_memory_chart_has_a_point_per_kernel_call_and_says_what_is_live_at_t
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed: the HTML report was not opened")
 def test_the_advice_section_lists_each_finding_and_its_layers_open_their_pane(small_profiled, tmp_path):
     """Each finding's title, saving and change at the top of the page; a layer of one
-    opens its pane; a run without advice says so."""
+    opens its pane; a run without advice says so. Which rules fire depends on this
+    machine's peaks (test_advice holds the rules): the page is given one finding of its
+    own, about the run's slowest layer, beside whatever the rules found."""
     lineage, prof = small_profiled
     report = make_report(lineage, prof)
-    finding = next(f for f in report.advice if f.layers)  # an untuned model is far below its roofline
+    slowest = report.layers[0]
+    finding = Finding("far-below-roofline", f"{slowest.layer} is slow", (slowest.layer,), (), ("evidence",),
+                      slowest.us / 2, Change("schedule it", "relaytrace tasks DIR --tune N --db DIR"))
+    report = attrs.evolve(report, advice=(*report.advice, finding))
     page_path = tmp_path / "report.html"
     page_path.write_text(html_report(report))
     errors: list[str] = []
