@@ -169,6 +169,44 @@ def test_bundle_command_and_report_refusals(tmp_path):
     assert early.returncode != 0 and "run.py" in early.stderr and "profile.json" in early.stderr
 
 
+LLAMA = """from relaytrace.zoo.mlc_llama import llama
+
+
+def make():
+    return llama(layers=2)
+"""
+
+
+def test_an_llms_decode_is_served_by_run_py_through_its_kv_cache(tmp_path):
+    """The MLC-style Llama's decode, which takes a KV cache: run.py makes the cache with
+    the build's own create entry and serves the step as `profile` does (no tvm there);
+    the report bills the cache's attention kernels to the attention layers."""
+    (tmp_path / "llm.py").write_text(LLAMA)
+    out = tmp_path / "decode"
+    done = cli("--quiet", "bundle", f"{tmp_path / 'llm.py'}:make", "--entry", "decode", "--context", "24", "--out",
+               out)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "bundle.json").read_text())
+    assert manifest["serve"]["context"] == 24 and manifest["serve"]["cache"]["entry"] == "create_paged_kv_cache"
+    ran = run_py(out, "--repeat", "2", "--no-peaks")
+    assert ran.returncode == 0, ran.stderr
+    assert "serving decode: 1 token(s) after a context of 24" in ran.stderr
+    done = cli("report", out, "--out", tmp_path / "report")
+    assert done.returncode == 0, done.stderr
+    assert "time per output token at context 24" in done.stdout
+    from relaytrace.model.profile import CACHE, Profile
+
+    profile = Profile.load(tmp_path / "report" / "profile.json")
+    assert profile.step == (1, 24) and len(profile.kv_pages) == 2  # one page tensor per block
+    attention = [r for r in profile.records if r.kind == CACHE and r.name == "batch_decode_paged_kv_cpu"]
+    assert len(attention) == 2 * 2 and all(r.duration_us > 0 for r in attention)  # 2 blocks x 2 runs
+    with open(tmp_path / "report" / "kernels.csv", newline="") as f:
+        row = next(r for r in csv.DictReader(f) if r["name"] == "batch_decode_paged_kv_cpu")
+    assert row["layers"].split(" ") == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
+    refused = run_py(out, "--mode", "isolated")
+    assert refused.returncode == 1 and "takes a KV cache: it is profiled in timeline mode" in refused.stderr
+
+
 @pytest.mark.slow
 def test_a_resnet_bundle_reads_back_as_its_local_profile(resnet):
     bundle, root = resnet

@@ -18,6 +18,12 @@ prepare)
   [ ! -e "$dir" ] || { echo "gpu_check: $dir exists: give a new DIR" >&2; exit 1; }
   mkdir -p "$dir"
   "$PY" -m relaytrace.cli bundle demo:resnet18 --target "$TARGET" --out "$dir/resnet18"
+  # the MLC-style Llama (4 blocks, hidden 256, head dim 64, nn.llm's TIR paged KV cache for cuda): its decode,
+  # served by run.py through the cache the build's create entry makes, at a context of 256 tokens
+  printf 'from relaytrace.zoo.mlc_llama import llama\n\n\ndef make():\n    return llama(layers=4, target="cuda", hidden=256)\n' \
+    > "$dir/llm.py"
+  "$PY" -m relaytrace.cli bundle "$dir/llm.py:make" --entry decode --context 256 --target "$TARGET" \
+    --out "$dir/llama-decode"
   ffi=$("$PY" -c "from importlib import metadata; print(metadata.version('apache-tvm-ffi'))")
   "$PY" -m pip install -q --disable-pip-version-check --target "$dir/site" --python-version 3.12 \
     --only-binary=:all: --platform manylinux_2_28_x86_64 "apache-tvm-ffi==$ffi"
@@ -51,8 +57,7 @@ if command -v nsys > /dev/null; then
   run resnet18-nsys-stats 60 nsys stats --report nvtx_sum "$R/resnet18.nsys-rep"
 fi
 (cd "$D" && run torch-anchor 120 "$PY" "$D/gpu_anchor.py" --repeat 20)
-echo "the MLC-style Llama's decode takes a KV cache, which a bundle's runner does not serve yet: not run" \
-  >> "$R/steps.txt"
+run llama-decode 120 "$PY" "$D/llama-decode/run.py" --repeat 20 --out "$R/llama-decode.json"
 cat "$R/steps.txt"
 echo "gpu_check: done; bring $R back beside the bundle and run tools/gpu_check.sh report DIR"
 HOST
@@ -71,6 +76,13 @@ report)
       > "$dir/reports/$mode.txt" || echo "gpu_check: report of $mode failed"
     head -12 "$dir/reports/$mode.txt"
   done
+  if [ -s "$dir/results/llama-decode.json" ]; then
+    rm -rf "$dir/reports/bundle-llama"; cp -r "$dir/llama-decode" "$dir/reports/bundle-llama"
+    cp "$dir/results/llama-decode.json" "$dir/reports/bundle-llama/profile.json"
+    "$PY" -m relaytrace.cli report "$dir/reports/bundle-llama" --out "$dir/reports/llama-decode" --force \
+      > "$dir/reports/llama-decode.txt" || echo "gpu_check: report of the Llama's decode failed"
+    head -16 "$dir/reports/llama-decode.txt"
+  fi
   if [ -s "$dir/results/torch-anchor.out" ]; then head -c 2000 "$dir/results/torch-anchor.out"; fi ;;
 *) echo "usage: tools/gpu_check.sh prepare|report DIR" >&2; exit 2 ;;
 esac

@@ -12,10 +12,12 @@ from .shared import (
     absolute_factory,
     add_build_options,
     add_model_options,
+    add_serving_options,
     build_traced,
     check_target,
     progress,
     run_record,
+    serving,
 )
 
 
@@ -25,6 +27,7 @@ def add_arguments(p) -> None:
     add_build_options(p, profiling=False)
     p.add_argument("--out", required=True, help="the bundle DIR (new)")
     p.add_argument("--db", metavar="DIR", help="apply the MetaSchedule database `tasks --tune` wrote in DIR")
+    add_serving_options(p)
 
 
 def run(args) -> int:
@@ -49,7 +52,9 @@ def run(args) -> int:
     loaded = load(args.model, entry=args.entry, shapes=shapes, dtype=args.dtype)
     executable, lineage, _ = build_traced(loaded.model, args, say, elsewhere=True)
     spec = str(Path(args.model).resolve()) if args.model.endswith(".onnx") else absolute_factory(args.model)
-    write_bundle(executable, lineage, loaded.inputs, out, entry=args.entry, run=run_record(args, spec), say=say)
+    entry = lineage.entry(args.entry)
+    write_bundle(executable, lineage, loaded.inputs, out, entry=entry, run=run_record(args, spec), say=say,
+                 serving=serving(args, lineage, entry))
     echo(f"bundle of {terminal(lineage.build.model)} ({lineage.entry(args.entry)}, {device}) written to {out}/: "
          f"copy it to the host, run `python {out}/run.py` there (needs numpy and tvm_ffi "
          "(pip install apache-tvm-ffi), no tvm), bring back its profile.json and run `relaytrace report "

@@ -268,13 +268,18 @@ def add_build_options(p, profiling: bool = True) -> None:
     p.add_argument("--kernel-timeout", type=at_least(0, float, most=LONGEST_WAIT_S), metavar="S",
                    help="seconds one call site may take on a remote device (default 120, at most a day)")
     p.add_argument("--repeat", type=at_least(1), default=3, help="profiled runs (default 3)")
+    add_serving_options(p)
+    add_peak_options(p)
+    add_policy_option(p)
+
+
+def add_serving_options(p) -> None:
+    """``--tokens`` and ``--context``: how an entry that takes a KV cache is served (``serving``)."""
     p.add_argument("--tokens", type=at_least(1), metavar="N",
                    help="an entry that takes a KV cache (an LLM's prefill): the tokens one step runs (default 32)")
     p.add_argument("--context", type=at_least(0), metavar="L",
                    help="an entry that takes a KV cache: the tokens already in the cache before each step "
                         "(default 32 for a decode, 0 for a prefill)")
-    add_peak_options(p)
-    add_policy_option(p)
 
 
 def add_policy_option(p) -> None:

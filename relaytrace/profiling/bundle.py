@@ -27,9 +27,10 @@ import numpy as np
 
 from ..errors import RelaytraceError, UsageError
 from ..model.codec import encode
+from ..model.entry import default_context
 from ..model.lineage import Lineage
 from . import peaks, runner
-from .serve import takes_cache
+from .serve import Serving, served_spec, takes_cache
 
 LIBRARY = "model.so"
 PEAKS = "peaks.so"  # the device's peak kernels (profiling.peaks.fixed_kernels), which run.py times there
@@ -54,22 +55,23 @@ def device_of(target_text: str) -> str:
 
 
 def write_bundle(executable, lineage: Lineage, inputs, out: Path, entry: str | None = None, run: dict | None = None,
-                 say=None) -> Path:
+                 say=None, serving: Serving | None = None) -> Path:
     """Write the bundle of ``executable`` (``lineage`` its build's) into the new
     directory ``out``, whole or not at all (written beside it, then renamed): see the
     module docstring. ``inputs``: the entry's, as ``profile`` takes them (checked
     against its parameters). ``run``: the build's record (``run.json`` of the outputs
-    ``report`` writes). An entry that takes a KV cache is refused: the runner does not
-    serve one."""
+    ``report`` writes). An entry that takes a KV cache is served by the runner as
+    ``profile`` serves it (``serving``, default: ``profile``'s), its inputs made there;
+    ``inputs`` are not taken."""
     from .vm import _kernel_library, _profile, check_inputs
 
     say = say or (lambda message: None)
     entry = lineage.entry(entry)
+    served = None
     if takes_cache(lineage, entry):
-        raise UsageError(f"{entry} takes a KV cache, which a bundle's runner does not serve yet: bundle an entry "
-                         "without one, or profile it here (relaytrace profile --entry)")
+        served = served_spec(lineage, entry, serving or Serving(context=default_context(lineage.build.params[entry])))
     view = lineage.for_entry(entry)
-    arrays = check_inputs(lineage, list(inputs), entry)
+    arrays = check_inputs(lineage, list(inputs), entry) if served is None else []
     _kernel_library(executable, view)
     device = device_of(lineage.build.target)
     out = Path(out)
@@ -93,6 +95,7 @@ def write_bundle(executable, lineage: Lineage, inputs, out: Path, entry: str | N
             "builtins": sorted({b.name for b in view.builtins}), "layers": _site_layers(view),
             "profile": {"schema": template.schema, **encode(template)}, "run": run or {},
             "tvm_ffi": metadata.version("apache-tvm-ffi"), "peaks": {"library": PEAKS, **peak_kernels},
+            "serve": served,
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
         shutil.copyfile(runner.__file__, staging / RUNNER)

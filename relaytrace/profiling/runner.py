@@ -329,6 +329,150 @@ def with_events(stamps, events: CudaEvents, t0: int) -> list:
     return [(first + offset, name, before) for offset, (_, name, before) in zip(offsets, stamps)]
 
 
+# -- serving an entry through its KV cache ------------------------------------------------
+
+DECODE_MARGIN = 8  # tokens the cache holds beyond the context and the step
+_CACHE = object()  # where the KV cache goes among an entry's arguments
+
+
+class Server:
+    """One sequence of a KV cache made by the build's create entry, and the arguments of
+    an entry that takes it, with TVM's runtime alone (``tvm_ffi`` and the runtime's
+    ``vm.builtin.kv_state_*``): relaytrace's ``profiling.serve`` makes one from a lineage,
+    a bundle's runner from its manifest. ``spec`` (JSON-ready) says: the ``entry`` and
+    its ``params`` (``[{name, kind, tensors: [[shape, dtype], ...]}]``, a symbolic dim as
+    its name), the ``cache`` (its create ``entry``, ``builtin``, ``kernels`` in the order
+    the builtin takes them, the ``append`` kernel), the ``prefill`` entry and params that
+    fill a context (or None), ``tokens`` a step runs, ``context`` tokens before it and
+    ``page_size``. ``step()`` runs the entry once as served; ``sink`` (a list, or None)
+    takes ``(clock_ns, kernel, before)`` stamps from the cache's kernels, as the
+    timeline's instrument does for the VM's calls; ``pages``: each page tensor the
+    cache's append kernel wrote to in an untimed step (one per layer), by address.
+
+    A prefill step (no context) runs ``tokens`` new tokens on a fresh sequence; a decode
+    step runs after ``context`` tokens and is popped after, so that every timed run sees
+    the same context."""
+
+    def __init__(self, vm, set_instrument, ffi, spec: dict, tensor, sync, seed: int = 0, timed: bool = True):
+        self.vm, self.ffi, self.spec = vm, ffi, spec
+        self.sink: list | None = None
+        self._sync, self._tensor = sync, tensor
+        self.pages: dict[int, tuple[tuple[int, ...], str]] = {}  # data address -> (shape, dtype)
+        self.tokens, self.context = spec["tokens"], spec["context"]
+        self.cache = self._create(spec["cache"], set_instrument, self.tokens + self.context + DECODE_MARGIN, timed)
+        self.inputs, self.args = self._arguments(spec["params"], self.tokens, seed)
+        self._builtin = {name: ffi.get_global_func(f"vm.builtin.kv_state_{name}")
+                         for name in ("add_sequence", "remove_sequence", "begin_forward", "end_forward", "popn")}
+        self._builtin["add_sequence"](self.cache, 0)
+        if self.context:
+            prefill = spec["prefill"]
+            self._forward(self.context, vm[prefill["entry"]], self._arguments(prefill["params"], self.context, seed)[1])
+        self._function = vm[spec["entry"]]
+
+    def step(self):
+        """One run of the entry as served; returns what it returned."""
+        if self.context:
+            out = self._forward(self.tokens, self._function, self.args)
+            self._builtin["popn"](self.cache, 0, self.tokens)
+            return out
+        self._builtin["remove_sequence"](self.cache, 0)
+        self._builtin["add_sequence"](self.cache, 0)
+        return self._forward(self.tokens, self._function, self.args)
+
+    def _forward(self, length: int, function, args):
+        shape = self.ffi.Shape
+        self._builtin["begin_forward"](self.cache, shape([0]), shape([length]))
+        try:
+            return function(*[self.cache if a is _CACHE else a for a in args])
+        finally:
+            self._builtin["end_forward"](self.cache)
+
+    def _create(self, cache: dict, set_instrument, capacity: int, timed: bool):
+        """The cache, made as the create entry makes it (its builtin's arguments, taken
+        from a real call of the entry) with every kernel wrapped in ``self._timed``;
+        not ``timed``: the one the entry made."""
+        seen: dict = {}
+
+        def note(func, name, before, ret, *args):
+            if before and name == cache["builtin"]:
+                seen["args"] = args
+            return NO_OP
+
+        shape = self.ffi.Shape
+        sizes = (1, capacity, max(capacity, self.tokens), self.spec["page_size"], 0)
+        set_instrument(note)
+        try:
+            made = self.vm[cache["entry"]](*[shape([n]) for n in sizes])
+        finally:
+            set_instrument(_no_op)
+        if not timed:
+            return made
+        names = iter(cache["kernels"])
+
+        def wrap(arg):
+            if isinstance(arg, self.ffi.Function):
+                return self.ffi.convert(self._timed(arg, next(names, "?"), cache["append"]))
+            if isinstance(arg, self.ffi.Array):
+                return self.ffi.convert([wrap(a) for a in arg])
+            return arg
+
+        args = [wrap(a) for a in seen["args"]]
+        if next(names, None) is not None:
+            raise ValueError(f"{cache['builtin']} was given fewer kernels than the lineage names: the lineage is not "
+                             "of this executable")
+        return self.ffi.get_global_func(cache["builtin"])(*args)
+
+    def _timed(self, kernel, name: str, append: str | None):
+        """``kernel`` stamping its start and end into ``sink`` when one is set, the
+        device synchronised first (a GPU runs asynchronously), so that each stamp is the
+        kernel's own time, not its launch's; untimed, noting the page tensor the append
+        kernel writes to."""
+        clock = time.perf_counter_ns
+        pages = self.pages if name == append else None
+        sync = self._sync
+
+        def timed(*args):
+            sink = self.sink
+            if sink is None:
+                if pages is not None and args and hasattr(args[0], "shape"):  # the layer's page tensor
+                    pages[args[0].data_ptr()] = (tuple(int(d) for d in args[0].shape), str(args[0].dtype))
+                return kernel(*args)
+            sync()
+            sink.append((clock(), name, True))
+            try:
+                return kernel(*args)
+            finally:
+                sync()
+                sink.append((clock(), name, False))
+        return timed
+
+    def _arguments(self, params: list, length: int, seed: int):
+        """(the entry's tensor inputs as ``(name, numpy array)``, its arguments for the
+        VM): seeded random data (integers zeros, valid token ids), every symbolic dim
+        ``length``; a tuple parameter as a list of its fields; the KV cache's place
+        marked."""
+        rng = np.random.default_rng(seed)
+        inputs, args = [], []
+        for p in params:
+            if p["kind"] == "object":
+                args.append(_CACHE)
+                continue
+            arrays = [_random(rng, tuple(d if isinstance(d, int) else length for d in shape), dtype)
+                      for shape, dtype in p["tensors"]]
+            if p["kind"] == "tensor":
+                inputs.append((p["name"], arrays[0]))
+                args.append(self._tensor(arrays[0]))
+            else:
+                args.append(self.ffi.convert([self._tensor(a) for a in arrays]))
+        return inputs, args
+
+
+def _random(rng, shape, dtype: str) -> np.ndarray:
+    if np.issubdtype(np.dtype(dtype), np.floating):
+        return (rng.standard_normal(shape) * 0.1).astype(dtype)
+    return np.zeros(shape, dtype)
+
+
 # -- the bundle's runner ----------------------------------------------------------------
 
 
@@ -457,12 +601,22 @@ def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, d
     vm = library["vm_load_executable"]()
     vm["vm_initialization"](DEVICE_TYPES[device], 0, POOLED, *(() if device == "cpu" else (1, 0, POOLED)))
     runtime = Runtime(ffi, device)
-    args = _inputs(bundle, manifest, runtime, ffi)
     function, set_instrument = vm[manifest["entry"]], vm["set_instrument"]
     kernels, skip = frozenset(manifest["kernels"]), frozenset(manifest["subfunctions"])
+    spec, server, cache = manifest.get("serve"), None, frozenset()
+    if spec:  # an entry that takes a KV cache: served through the cache the build's create entry makes
+        if mode != "timeline" or events:
+            raise BundleError(f"{manifest['entry']} takes a KV cache: it is profiled in timeline mode, its cache's "
+                              "kernels timed with a synchronisation around each (not --mode isolated, not --events)")
+        server = Server(vm, set_instrument, ffi, spec, runtime.tensor, runtime.sync if device != "cpu" else _no_op)
+        cache = frozenset(spec["cache"]["kernels"])
+        say(f"serving {manifest['entry']}: {server.tokens} token(s) after a context of {server.context}")
+        call = server.step
+    else:
+        args = _inputs(bundle, manifest, runtime, ffi)
 
-    def call():
-        return function(*args)
+        def call():
+            return function(*args)
 
     say("capturing argument shapes")
     info, captured = capture(set_instrument, call, skip, kernels, runtime.copy if mode == "isolated" else None)
@@ -490,8 +644,8 @@ def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, d
         rows = []
         for run in range(repeat):
             say(f"timeline run {run + 1}/{repeat}")
-            rows.extend(timeline_run(set_instrument, call, runtime.sync, run, kernels, skip, sync_each=sync_each,
-                                     ranges=ranges, events=timer))
+            rows.extend(timeline_run(set_instrument, call, runtime.sync, run, kernels, skip, cache, server,
+                                     sync_each=sync_each, ranges=ranges, events=timer))
     else:
         externals = {name: clocked(_external(library, ffi, name), runtime.sync, repeat, number)
                      for name in manifest["library_calls"]}
@@ -510,6 +664,10 @@ def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, d
     how = ("each call timed by CUDA events around it" if timer is not None else
            "each call timed with a device synchronisation after it" if sync_each and mode == "timeline" else
            "each call timed by the clock around it" if mode == "timeline" else "each site timed alone")
+    if server is not None:
+        measured.update(step=[server.tokens, server.context],
+                        inputs=[[name, list(a.shape), str(a.dtype)] for name, a in server.inputs],
+                        kv_pages=[[list(shape), dtype] for shape, dtype in server.pages.values()])
     return {**manifest["profile"], "device": str(runtime.device), "mode": mode, "repeat": repeat,
             "records": [list(r[:6]) + ([r[6]] if r[6] else []) for r in rows],
             "args": {f"{n}#{k}": {"shapes": s, "dtypes": d, "addresses": a} for (n, k), (s, d, a) in info.items()},
