@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .errors import RelaytraceError, UsageError, describe, expect, expect_number
+from .model.build_facts import BuildOptions
 from .model.lineage import Lineage
 
 if TYPE_CHECKING:
@@ -32,7 +33,8 @@ class Trace:
     (``tracking.ahead``); ``finish`` takes that lineage, or follows the recording itself
     when the thread's snapshot no longer describes it."""
 
-    def __init__(self, recorder: Recorder, layer_of, model: str, target: str, pipeline: str, program=None):
+    def __init__(self, recorder: Recorder, layer_of, model: str, target: str, pipeline: str | BuildOptions,
+                 program=None):
         from .tracking.ahead import FollowAhead
 
         self.recorder = recorder
@@ -75,11 +77,12 @@ class Trace:
 
 
 @contextlib.contextmanager
-def trace(model: str = "model", target: str = "", pipeline: str = "user",
+def trace(model: str = "model", target: str = "", pipeline: str | BuildOptions = "user",
           layer_of: LayerNamer | None = None, progress=None, opt_level: int | None = None, program=None):
     """Trace every pass run inside the block, e.g. around your own ``tvm.compile``.
 
-    ``layer_of`` and ``program`` come from a frontend's ``ImportedModel`` (its
+    ``pipeline`` names the build's pipeline in the lineage (or is the ``BuildOptions``
+    ``build`` made). ``layer_of`` and ``program`` come from a frontend's ``ImportedModel`` (its
     ``layer_of`` and ``program``): the layers, and the program verification holds them
     against (``model.frontend``).
 
@@ -204,18 +207,13 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
                                   "mixed precision")
         target = tasks.tuning_target(target)
         seq = tasks.tuned_pipeline(target, tasks.open_database(database))
-        pipeline = f"fused+tuned({database})"
     else:
         seq = build_pipeline(pipeline, target, convert_layout, mixed_precision, fold_batch_norm)
-    label = pipeline if isinstance(pipeline, str) else pipeline.info.name
-    if convert_layout:
-        label = f"{label}+convert_layout({', '.join(f'{k}={v}' for k, v in convert_layout.items())})"
-    if mixed_precision:
-        label = f"{label}+mixed_precision(float16, accumulate {mixed_precision})"
-    if fold_batch_norm:
-        label = f"{label}+fold_batch_norm"
+    options = BuildOptions(pipeline if isinstance(pipeline, str) else str(pipeline.info.name),
+                           str(database or ""), {op: tuple(v) for op, v in (convert_layout or {}).items()},
+                           mixed_precision, bool(fold_batch_norm))
     plain_context = _composed(None, opt_level)  # the caller's, before ours is entered
-    with trace(model=name, target=str(target), pipeline=str(label), layer_of=layer_of, progress=progress,
+    with trace(model=name, target=str(target), pipeline=options, layer_of=layer_of, progress=progress,
                opt_level=opt_level, program=imported.program) as handle:
         try:
             executable = tvm.compile(mod, target, relax_pipeline=seq)

@@ -200,7 +200,7 @@ class UntunedKernels:
 
     def find(self, report) -> tuple[Finding, ...]:
         lineage = report.lineage
-        if "tuned" not in lineage.build.pipeline:
+        if not lineage.build.options.database:
             return ()
         tuned = set(lineage.build.tuned)
         rows = [k for k in report.kernels if k.name not in tuned and not k.library]
@@ -271,7 +271,7 @@ class VmOverhead:
             return ()
         build = report.lineage.build
         kind = _target_kind(build.target)
-        if not build.pipeline.startswith("fused"):
+        if build.options.pipeline != "fused":
             change = Change("fuse the ops into fewer kernels", "relax.get_default_pipeline (relaytrace: "
                             "--pipeline fused)", FUSED)
         elif kind == "cuda":

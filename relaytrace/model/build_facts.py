@@ -26,10 +26,47 @@ class Offload:
 
 
 @define(frozen=True)
+class BuildOptions:
+    """How the model was built, as options (not words): the ``pipeline`` it ran
+    (``fused``, ``unfused``, a pipeline registered with TVM, a ``Pass``'s name, or what
+    ``trace()`` was told: ``user`` by default), the MetaSchedule ``database`` its
+    schedules came from ("" untuned), ``convert_layout`` (op -> desired layouts, empty
+    when kept), ``mixed_precision`` (the dtype ``ToMixedPrecision`` accumulated in,
+    None when not) and ``fold_batch_norm``. ``label`` is the one line that shows them."""
+
+    pipeline: str
+    database: str = ""
+    convert_layout: dict[str, tuple[str, ...]] = field(factory=dict)
+    mixed_precision: str | None = None
+    fold_batch_norm: bool = False
+
+    @property
+    def label(self) -> str:
+        """``fused+tuned(DB)+convert_layout(conv2d=NHWC/default)+mixed_precision(float16,
+        accumulate float32)+fold_batch_norm``, each part only when it applies."""
+        parts = [f"{self.pipeline}+tuned({self.database})" if self.database else self.pipeline]
+        if self.convert_layout:
+            layouts = ", ".join(f"{op}={'/'.join(v)}" for op, v in self.convert_layout.items())
+            parts.append(f"convert_layout({layouts})")
+        if self.mixed_precision:
+            parts.append(f"mixed_precision(float16, accumulate {self.mixed_precision})")
+        if self.fold_batch_norm:
+            parts.append("fold_batch_norm")
+        return "+".join(parts)
+
+
+def as_options(value: BuildOptions | str) -> BuildOptions:
+    """``value`` as ``BuildOptions``: a bare string is a pipeline run with no option
+    (what ``trace()`` and a hand-made ``BuildFacts`` give)."""
+    return BuildOptions(value) if isinstance(value, str) else value
+
+
+@define(frozen=True)
 class BuildFacts:
     """The build a lineage describes, as read from the build and its IR (not from the
     tracker's following of passes): the ``model``'s name, the ``target`` it was built
-    for, the ``pipeline`` it ran; ``entries``: each entry function and the ``(name,
+    for, the ``options`` it was built with (``BuildOptions``; a string is taken as the
+    pipeline's name; ``pipeline`` says them in one line); ``entries``: each entry function and the ``(name,
     shape, dtype)`` of each tensor parameter (a symbolic dim by its name); ``calls``:
     entry -> the Relax functions its run calls (directly or not: the VM runs them, they
     are no kernels); ``tuned``: the kernels whose schedule a MetaSchedule database gave;
@@ -54,7 +91,7 @@ class BuildFacts:
 
     model: str
     target: str
-    pipeline: str
+    options: BuildOptions = field(converter=as_options)
     entries: dict[str, tuple[tuple[str, tuple, str], ...]] = field(factory=dict)
     calls: dict[str, tuple[str, ...]] = field(factory=dict)
     tuned: tuple[str, ...] = ()
@@ -67,3 +104,8 @@ class BuildFacts:
     params: dict[str, tuple[Param, ...]] = field(factory=dict)
     kv_cache: KVCache | None = None
     offloads: dict[str, Offload] = field(factory=dict)
+
+    @property
+    def pipeline(self) -> str:
+        """The build's options in one line (``BuildOptions.label``), for people to read."""
+        return self.options.label

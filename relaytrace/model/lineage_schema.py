@@ -20,11 +20,17 @@ current one: each a pure function from one version's JSON data to the next's.
   ``build.offloads`` (the groups handed to external codegens), a call site's
   ``library`` and ``journal.explained`` (the eliminations the IR bears out).
 
+- ``/6``: ``build.options`` (``BuildOptions``: the pipeline, tuning database, layout
+  conversion, mixed precision and batch-norm folding as fields), where /5 wrote one
+  string, ``build.pipeline`` (``fused+tuned(DB)+convert_layout(...)+...``), which the
+  migration reads apart once.
+
 A profile saved with a served LLM step (``profile.step``, records ``within`` a builtin,
 calls of kind ``cache``) is still ``relaytrace.profile/3``: an older file has none."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from ..errors import LineageFormatError
@@ -32,7 +38,7 @@ from .frontend import onnx_node_id
 from .journal import Change, _history_json
 from .jsonio import check_schema, make_record
 
-SCHEMA = "relaytrace.lineage/5"
+SCHEMA = "relaytrace.lineage/6"
 
 _BUILD = ("model", "target", "pipeline", "entries", "calls", "tuned", "shape_consumers", "kernel_members")
 _JOURNAL = {"events": "events", "history": "history_by_origin", "eliminated": "eliminated_by",
@@ -72,7 +78,55 @@ def _v3_to_v4(data: dict, where: str) -> dict:
 
 def _v4_to_v5(data: dict, where: str) -> dict:
     """/4 had no memory plans: the same data under /5 (``build.memory`` is empty)."""
-    return {**data, "schema": SCHEMA}
+    return {**data, "schema": "relaytrace.lineage/5"}
+
+
+_PARTS = re.compile(r"\+(?=tuned\(|convert_layout\(|mixed_precision\(|fold_batch_norm$)")
+
+
+def _v5_to_v6(data: dict, where: str) -> dict:
+    """/5's ``build.pipeline`` label read apart into /6's ``build.options``: the
+    pipeline, then ``+tuned(DB)``, ``+convert_layout(op=[layouts], ...)``,
+    ``+mixed_precision(float16, accumulate DTYPE)``, ``+fold_batch_norm`` as
+    ``relaytrace.build`` wrote them; a part it cannot read stays in the pipeline's
+    name (a user's pipeline named so). Data not as /5 wrote it is left for the reader
+    to refuse."""
+    build = data.get("build")
+    if not isinstance(build, dict) or not isinstance(build.get("pipeline"), str):
+        return {**data, "schema": SCHEMA}
+    head, *parts = _PARTS.split(build["pipeline"])
+    options: dict = {"pipeline": head}
+    for part in parts:
+        if part.startswith("tuned(") and part.endswith(")"):
+            options["database"] = part[len("tuned("):-1]
+        elif part.startswith("convert_layout(") and part.endswith(")"):
+            layouts = _layouts(part[len("convert_layout("):-1])
+            if layouts is None:
+                options["pipeline"] += f"+{part}"
+            else:
+                options["convert_layout"] = layouts
+        elif part.startswith("mixed_precision(") and part.endswith(")"):
+            options["mixed_precision"] = part[:-1].rsplit(" ", 1)[-1]
+        elif part == "fold_batch_norm":
+            options["fold_batch_norm"] = True
+        else:
+            options["pipeline"] += f"+{part}"
+    rest = {k: v for k, v in build.items() if k != "pipeline"}
+    return {**data, "schema": SCHEMA, "build": {**rest, "options": options}}
+
+
+def _layouts(text: str) -> dict | None:
+    """``conv2d=['NHWC', 'default'], ...`` as {op: [layouts]}, None when it is not that."""
+    import ast
+
+    try:
+        value = ast.literal_eval("{" + re.sub(r"(\w+)=", r"'\1': ", text) + "}")
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(value, dict) and all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+                                       for v in value.values()):
+        return value
+    return None
 
 
 _ONNX_VALUE, _ONNX_SOURCE = "onnx:", "onnx node "  # /2's Origin.node and Origin.source of an ONNX op
@@ -114,6 +168,7 @@ _MIGRATIONS: dict[str, Callable[[dict, str], dict]] = {
     "relaytrace.lineage/2": _v2_to_v3,
     "relaytrace.lineage/3": _v3_to_v4,
     "relaytrace.lineage/4": _v4_to_v5,
+    "relaytrace.lineage/5": _v5_to_v6,
 }
 
 

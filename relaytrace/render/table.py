@@ -178,7 +178,7 @@ def coverage_summary(lineage: Lineage, cov: Coverage | None = None) -> str:
         lines.append(f"KV cache made by {terminal(build.kv_cache.entry)}: {len(build.kv_cache.kernels)} kernels that "
                      "run inside its builtins, not at call sites of their own; a profile of an entry that takes it "
                      "times them and bills each to the attention layer whose builtin ran it")
-    if build.tuned or "+tuned(" in build.pipeline:
+    if build.tuned or build.options.database:
         lines.append(f"tuned schedules (MetaSchedule database): {len(build.tuned)} of {len(lineage.kernels)} kernels")
     lines.append(f"verified against the compiled IR: {cov.verified_sites} of {cov.call_sites} call sites")
     if cov.layers:

@@ -3,7 +3,7 @@ call sites in run order, a call of a Relax subfunction followed into it."""
 
 from __future__ import annotations
 
-from ..model.build_facts import BuildFacts, Offload
+from ..model.build_facts import BuildFacts, BuildOptions, Offload
 from ..model.journal import Change, Journal
 from ..model.lineage import PACKED, BuiltinSite, CallSite, Lineage, roles_for
 from ..model.ops import is_bookkeeping, is_external_call
@@ -83,7 +83,7 @@ class _Sites:
             self.position += 1
 
 
-def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degraded=(), entries=None,
+def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str | BuildOptions, degraded=(), entries=None,
                  members=None, offloads=None) -> Lineage:
     """The lineage the tracker's state describes, with ``members`` (kernel -> its
     PrimFuncs, read from the recorded IR; ``truth.kernel_members``) to verify it
@@ -119,7 +119,7 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str, degra
                 history[oid] = list(changes)
     entries = entries if entries is not None else {}
     build = BuildFacts(
-        model=model, target=target, pipeline=pipeline,
+        model=model, target=target, options=pipeline,
         entries={name: entries.get(name, ()) for name in names},
         calls={entry: tuple(sorted(called)) for entry, called in sorted(found.calls.items())},
         kernel_members=dict(sorted((members or {}).items())),

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import attrs
 
-from ..model.build_facts import BuildFacts
+from ..model.build_facts import BuildFacts, BuildOptions
 from ..model.frontend import Program
 from ..model.journal import Journal
 from ..model.lineage import Lineage
@@ -34,7 +34,7 @@ from .work import kernel_works
 
 
 def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: str = "model", target: str = "",
-           pipeline: str = "user", on_step: Callable[[str], None] | None = None,
+           pipeline: str | BuildOptions = "user", on_step: Callable[[str], None] | None = None,
            program: Program | None = None) -> Lineage:
     """The verified lineage of a recorded build. ``layer_of`` names the input's ops
     (the frontend's namer) and ``program`` is what the frontend translated (the

@@ -5,7 +5,7 @@ import attrs
 
 from relaytrace.analysis import advice as A
 from relaytrace.analysis.report import make_report
-from relaytrace.model.build_facts import BuildFacts
+from relaytrace.model.build_facts import BuildFacts, BuildOptions
 from relaytrace.model.lineage import CallSite, Lineage, Role
 from relaytrace.model.origin import Origin
 from relaytrace.model.peaks import Peaks
@@ -67,7 +67,8 @@ def test_inserted_layout_transforms_are_billed_to_their_pass_with_the_layers_tha
 
 def test_untuned_kernels_of_a_tuned_build_are_named_with_their_share():
     lin = lineage()
-    tuned = attrs.evolve(lin, build=attrs.evolve(lin.build, pipeline="fused+tuned(db)", tuned=("fused_conv2d_relu",)))
+    build = attrs.evolve(lin.build, options=BuildOptions("fused", "db"), tuned=("fused_conv2d_relu",))
+    tuned = attrs.evolve(lin, build=build)
     (found,) = A.UntunedKernels().find(make_report(tuned, profile()))
     assert found.sites == ("layout_transform#0", "matmul#0") and "2 kernel(s) had no tuning record" in found.title
     assert "33.3% of the kernel time" in found.title and "--tune" in found.change.how

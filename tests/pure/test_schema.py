@@ -8,6 +8,7 @@ import attrs
 import pytest
 
 from relaytrace.errors import LineageFormatError
+from relaytrace.model.build_facts import BuildOptions
 from relaytrace.model.codec import decode, encode
 from relaytrace.model.frontend import Program, SourceNode
 from relaytrace.model.journal import Change, Journal, PassEvent
@@ -15,7 +16,7 @@ from relaytrace.model.lineage import BuiltinSite, Lineage, Role
 from relaytrace.model.lineage_schema import SCHEMA, migrate
 from relaytrace.model.verification import Member, verify
 
-from ..lineage_files import flat_v2
+from ..lineage_files import flat_v2, v5_label
 from .test_by_hand import lineage as hand_lineage
 
 HISTORY = {"o1": (Change(0, "FuseOps", "main", "fused_conv2d_relu", "fuse"),
@@ -68,6 +69,23 @@ def test_files_of_schemas_1_and_2_migrate_to_the_same_lineage_and_are_not_change
     assert migrate(v2, "f")["build"]["model"] == "hand"
 
 
+@pytest.mark.parametrize("options", [
+    BuildOptions("fused", "/runs/db", {"conv2d": ("NHWC", "default")}, "float32", True),
+    BuildOptions("unfused", convert_layout={"conv2d": ("NHWC", "default"), "max_pool2d": ("NHWC",)}),
+    BuildOptions("my+pipeline+with_plus"),  # a user's pipeline whose name holds a plus
+    BuildOptions("fused", mixed_precision="float16"),
+])
+def test_a_schema_5_label_is_read_apart_into_the_build_options_it_said(options):
+    """/5 wrote the options as one string (``fused+tuned(DB)+...``), which advice and the
+    tables read with ``in``; /6 holds them as fields, and a /5 file migrates to them."""
+    data = json.loads(json.dumps(full().to_json()))
+    data["build"]["options"] = encode(options)
+    v5 = {**data, "schema": "relaytrace.lineage/5",
+          "build": {**{k: v for k, v in data["build"].items() if k != "options"}, "pipeline": v5_label(options)}}
+    assert Lineage.from_json(v5).build.options == options
+    assert Lineage.from_json(data).build.pipeline == options.label
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d["build"].pop("target"), "f.json: build has no field 'target'"),
     (lambda d: d["build"].update(tuned="matmul"), r"f.json: build.tuned must be a list"),
@@ -76,7 +94,7 @@ def test_files_of_schemas_1_and_2_migrate_to_the_same_lineage_and_are_not_change
     (lambda d: d["journal"].update(extra=1), "f.json: journal has an unknown field 'extra'"),
     (lambda d: d["verification"]["sites"][0].update(status="fine"), r"verification.sites\[0\].status must be one of"),
     (lambda d: d["build"]["kernel_members"]["matmul"].append(3), r"kernel_members\['matmul'\]\[1\] must be an object"),
-    (lambda d: d.update(schema="relaytrace.lineage/9"), "not a relaytrace lineage of schema 'relaytrace.lineage/5'"),
+    (lambda d: d.update(schema="relaytrace.lineage/9"), "not a relaytrace lineage of schema 'relaytrace.lineage/6'"),
 ])
 def test_a_broken_field_is_named_by_its_path(edit, message):
     data = json.loads(json.dumps(full().to_json()))
