@@ -27,6 +27,7 @@ from attrs import define
 
 from ..model.lineage import CallSite, Lineage
 from ..model.memory import Block, Held, MemoryPlan
+from ..model.names import Name
 from ..model.origin import OP
 from ..model.sitekey import SiteKey
 from ..model.work import LIMIT, Poly, concrete, evaluate, itemsize
@@ -108,6 +109,25 @@ class LayerMemory:
     at_peak: float
 
 
+class Verdict(Name):
+    """What holding a figure of the plan against independent evidence found."""
+
+    AGREES = "agrees"
+    DIFFERS = "differs"
+    NOT_CHECKED = "not checked"  # the evidence has no figure to hold it against
+    MEASURED = "measured"  # a figure of the run, beside the plan's, judging nothing
+
+
+@define(frozen=True)
+class Check:
+    """One check of a memory plan: ``against`` what (``TVM_SAYS``, or a run's argument
+    addresses), its ``verdict``, and the ``text`` that says both figures."""
+
+    against: str
+    verdict: Verdict
+    text: str
+
+
 @define(frozen=True)
 class Memory:
     """One entry's memory at concrete sizes (``dims``: each symbolic dim's value).
@@ -119,8 +139,8 @@ class Memory:
     by bytes at the peak, then weights; ``planned``: every block's size added up (what
     the VM allocates with no reuse across blocks); ``weights``, ``inputs``, ``returned``
     (bytes of the values the entry returns); ``unplanned``: values made outside the
-    plan; ``checks``: what the plan's figures were held against, each saying whether it
-    agrees (TVM's own estimate; a run's allocations); ``notes``: what was not
+    plan; ``checks``: what the plan's figures were held against (``Check``s: TVM's own
+    estimate, a run's allocations), each with its verdict; ``notes``: what was not
     counted. ``known`` is False when the sizes could not be bound (``why`` says).
     ``spans``: each block's size and the steps it is live at, in program order (what is
     live at any step: ``live_at``). ``kv_cache``: bytes of the KV cache's pages as a
@@ -144,7 +164,7 @@ class Memory:
     inputs: float = 0.0
     returned: float = 0.0
     unplanned: tuple[tuple[str, tuple, str], ...] = ()
-    checks: tuple[str, ...] = ()
+    checks: tuple[Check, ...] = ()
     notes: tuple[str, ...] = ()
     known: bool = True
     why: str = ""
@@ -358,19 +378,23 @@ def _sum_polys(polys) -> Poly:
     return tuple(sorted(((c, a) for a, c in sums.items() if c), key=lambda t: (len(t[1]), t[1])))
 
 
-def _checks(plan: MemoryPlan, planned: float) -> tuple[str, ...]:
+def _checks(plan: MemoryPlan, planned: float) -> tuple[Check, ...]:
     """The plan held against TVM's own figure of the same program."""
     if plan.tvm is None:
-        return (f"{TVM_SAYS} gives no figure for this entry (a symbolic size): not checked",)
+        return (Check(TVM_SAYS, Verdict.NOT_CHECKED,
+                      f"{TVM_SAYS} gives no figure for this entry (a symbolic size): not checked"),)
     count, gb = plan.tvm
     ours = planned / 2**30
     agrees = count == len(plan.blocks) and abs(ours - gb) <= max(abs(gb), 1e-12) * 1e-3
-    verdict = "agrees" if agrees else "DIFFERS"
-    return (f"{TVM_SAYS}: {count} allocations, {gb:.4g} GB; the plan read here: {len(plan.blocks)} blocks, "
-            f"{ours:.4g} GB: {verdict}",)
+    verdict = Verdict.AGREES if agrees else Verdict.DIFFERS
+    return (Check(TVM_SAYS, verdict, f"{TVM_SAYS}: {count} allocations, {gb:.4g} GB; the plan read here: "
+                                     f"{len(plan.blocks)} blocks, {ours:.4g} GB: {'agrees' if agrees else 'DIFFERS'}"),)
 
 
-def _run_checks(plan: MemoryPlan, sizes, run: Mapping[str, tuple[int, ...]]) -> tuple[str, ...]:
+RUN = "a run"  # what ``_run_checks`` hold the plan against: where a run put each value
+
+
+def _run_checks(plan: MemoryPlan, sizes, run: Mapping[str, tuple[int, ...]]) -> tuple[Check, ...]:
     """The plan held against where a run put each value (its writer's argument address):
     the values of one block at one address, and no two blocks the plan has live at one
     step overlapping there; and how much memory the run's blocks spanned (the VM's
@@ -383,8 +407,9 @@ def _run_checks(plan: MemoryPlan, sizes, run: Mapping[str, tuple[int, ...]]) -> 
             if addresses is not None and 0 <= held.argument < len(addresses):
                 base.setdefault(i, set()).add(addresses[held.argument])
     if not base:
-        return ("a run: no address of a planned value was recorded (a profile made before relaytrace recorded them, "
-                "or on a remote device): not checked",)
+        return (Check(RUN, Verdict.NOT_CHECKED, "a run: no address of a planned value was recorded (a profile "
+                                                "made before relaytrace recorded them, or on a remote device): "
+                                                "not checked"),)
     split = [plan.blocks[i].name for i, found in base.items() if len(found) > 1]
     placed = {i: min(found) for i, found in base.items()}
     overlap = _overlap(plan, sizes, placed)
@@ -393,14 +418,15 @@ def _run_checks(plan: MemoryPlan, sizes, run: Mapping[str, tuple[int, ...]]) -> 
     for start, stop in spans:
         spanned += max(0.0, stop - max(start, end))
         end = max(end, stop)
-    lines = [f"a run: the values of {len(base)} of {len(plan.blocks)} blocks were found at their writers' addresses; "
-             + (f"DIFFERS: the values of {', '.join(split[:3])} were at different addresses" if split else
-                "each block's values at one address: agrees"),
-             f"a run: {overlap}" if overlap else
-             "a run: no two blocks the plan has live at one step overlapped: agrees",
-             f"a run: the blocks spanned {spanned:.0f} bytes at {len(set(placed.values()))} distinct addresses "
-             "(the VM's allocator gives a freed block's memory to a later one)"]
-    return tuple(lines)
+    found = f"a run: the values of {len(base)} of {len(plan.blocks)} blocks were found at their writers' addresses; "
+    return (Check(RUN, Verdict.DIFFERS, found + f"DIFFERS: the values of {', '.join(split[:3])} were at different "
+                                                "addresses") if split else
+            Check(RUN, Verdict.AGREES, found + "each block's values at one address: agrees"),
+            Check(RUN, Verdict.DIFFERS, f"a run: {overlap}") if overlap else
+            Check(RUN, Verdict.AGREES, "a run: no two blocks the plan has live at one step overlapped: agrees"),
+            Check(RUN, Verdict.MEASURED, f"a run: the blocks spanned {spanned:.0f} bytes at "
+                                         f"{len(set(placed.values()))} distinct addresses (the VM's allocator gives a "
+                                         "freed block's memory to a later one)"))
 
 
 def _overlap(plan: MemoryPlan, sizes, placed: Mapping[int, int]) -> str:

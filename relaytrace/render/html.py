@@ -86,7 +86,7 @@ def _memory(memory) -> dict | None:
     order)."""
     if memory is None:
         return None
-    out = {"entry": memory.entry, "known": memory.known, "why": memory.why, "checks": list(memory.checks),
+    out = {"entry": memory.entry, "known": memory.known, "why": memory.why, "checks": [c.text for c in memory.checks],
            "notes": list(memory.notes)}
     if not memory.known:
         return out

@@ -6,6 +6,7 @@ the layers by bytes at the peak, and each value's lifetime. Names go through
 
 from __future__ import annotations
 
+from ..analysis.memory import TVM_SAYS, Verdict
 from .export import csv_text
 from .safe_text import terminal
 from .table import format_table
@@ -37,9 +38,9 @@ def memory_line(memory) -> str:
         return "memory: the lineage has no memory plan (saved before relaytrace read plans, or no VM build)"
     if not memory.known:
         return f"memory ({terminal(memory.entry)}): not known at these sizes: {memory.why}"
-    agrees = "" if not memory.checks else ("; TVM's own estimate agrees" if memory.checks[0].endswith(": agrees")
-                                           else "; TVM's own estimate differs (relaytrace memory DIR)"
-                                           if "DIFFERS" in memory.checks[0] else "")
+    tvm = next((c.verdict for c in memory.checks if c.against == TVM_SAYS), None)
+    agrees = ("; TVM's own estimate agrees" if tvm == Verdict.AGREES else
+              "; TVM's own estimate differs (relaytrace memory DIR)" if tvm == Verdict.DIFFERS else "")
     where = f" at {terminal(memory.peak_site)}" if memory.peak_site else ""
     cache = (f"; KV cache {size(memory.kv_cache)} ({len(memory.kv_pages)} page tensors of "
              f"{'x'.join(map(str, memory.kv_pages[0][0]))} {memory.kv_pages[0][1]}, as the run allocated them)"
@@ -75,7 +76,7 @@ def memory_summary(memory, top: int = 10) -> str:
         lines += ["", f"top {top} layers by memory at the peak:"]
         rows = [[r.layer, size(r.at_peak), size(r.activations), size(r.weights)] for r in memory.layers[:top]]
         lines.append(format_table(["layer", "at peak", "written", "weights"], rows))
-    lines += ["", *memory.checks, *memory.notes]
+    lines += ["", *(c.text for c in memory.checks), *memory.notes]
     return "\n".join(line for line in lines).rstrip()
 
 

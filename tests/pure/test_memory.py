@@ -7,7 +7,7 @@ import json
 
 import attrs
 
-from relaytrace.analysis.memory import entry_dims, live_at, memory_at
+from relaytrace.analysis.memory import TVM_SAYS, Verdict, entry_dims, live_at, memory_at
 from relaytrace.analysis.report import make_report
 from relaytrace.model.lineage import Lineage
 from relaytrace.model.lineage_schema import migrate
@@ -69,9 +69,10 @@ def test_layers_hold_what_they_wrote_and_weights_go_to_the_layer_that_reads_them
 
 def test_the_plan_is_checked_against_tvms_figure_and_a_symbolic_size_needs_its_dim():
     agrees = memory_at(planned(), "main", {"n": 100})
-    assert agrees.checks[0].endswith(": agrees")
+    assert agrees.checks[0].against == TVM_SAYS and agrees.checks[0].verdict == Verdict.AGREES
+    assert agrees.checks[0].text.endswith(": agrees")
     differs = memory_at(planned(), "main", {"n": 101})
-    assert "DIFFERS" in differs.checks[0]
+    assert differs.checks[0].verdict == Verdict.DIFFERS and "DIFFERS" in differs.checks[0].text
     unbound = memory_at(planned(), "main", {})
     assert not unbound.known and "n" in unbound.why
     assert memory_at(planned(), "decode", {}) is None  # no plan of that entry
@@ -114,15 +115,16 @@ def test_a_runs_addresses_confirm_the_plan_or_say_where_they_differ():
         attrs.evolve(b, tensors=tuple(attrs.evolve(h, argument={"a": 2, "b": 1, "c": 2, "d": 3}[b.name])
                                       for h in b.tensors)) for b in PLAN.blocks))
     good = memory_at(planned(plan), "main", {"n": 100}, run).checks
-    assert good[1].endswith("each block's values at one address: agrees") and good[2].endswith("overlapped: agrees")
-    assert "spanned 2804 bytes at 4 distinct addresses" in good[3]
+    assert [c.verdict for c in good[1:]] == [Verdict.AGREES, Verdict.AGREES, Verdict.MEASURED]
+    assert good[1].text.endswith("each block's values at one address: agrees")
+    assert good[2].text.endswith("overlapped: agrees") and "spanned 2804 bytes at 4 distinct addresses" in good[3].text
     clash = dict(run, **{LAYOUT: (1000, 1200)})  # b on a's memory while both are live
     assert "DIFFERS: a and b are both live at layout_transform#0" in memory_at(planned(plan), "main", {"n": 100},
-                                                                              clash).checks[2]
+                                                                              clash).checks[2].text
     moved = dict(run, **{FC: (5000, 0, 9000, 30000)})  # d's second value elsewhere
     assert "DIFFERS: the values of d were at different addresses" in memory_at(planned(plan), "main", {"n": 100},
-                                                                               moved).checks[1]
-    assert "not checked" in memory_at(planned(), "main", {"n": 100}, {CONV: (1,)}).checks[1]  # no argument known
+                                                                               moved).checks[1].text
+    assert memory_at(planned(), "main", {"n": 100}, {CONV: (1,)}).checks[1].verdict == Verdict.NOT_CHECKED
 
 
 def test_what_is_live_at_any_step_adds_up_to_its_live_bytes_and_at_the_peak_is_at_peak():
