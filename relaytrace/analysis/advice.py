@@ -30,6 +30,7 @@ from typing import Protocol
 from attrs import define
 
 from ..model.origin import INSERTED, OP
+from .attribution import Category
 
 FOLD_BATCH_NORM, LAYOUT_NCHW, FUSED, FLOAT32 = "fold-batch-norm", "layout NCHW", "pipeline fused", "precision fp32"
 REBUILDS = (FOLD_BATCH_NORM, LAYOUT_NCHW, FUSED, FLOAT32)  # the changes relaytrace can rebuild with itself
@@ -161,7 +162,7 @@ class InsertedOverhead:
                     sites[origin.pass_name][site.label] = None
         for share in report.shares:  # the time the report's policy bills them
             origin = lineage.origins.get(share.origin)
-            if share.category != "inserted" or origin is None or origin.kind != INSERTED:
+            if share.category != Category.INSERTED or origin is None or origin.kind != INSERTED:
                 continue
             us[origin.pass_name] += share.us
             layers[origin.pass_name][share.layer] += share.us

@@ -20,6 +20,8 @@ verification verdict of its call site, and every roll-up the worst of its sites'
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 from attrs import define
@@ -28,6 +30,7 @@ from ..errors import RelaytraceError
 from ..model.layer_name import module_path
 from ..model.lineage import ANCHOR, Lineage
 from ..model.lineage_index import billed_layers
+from ..model.names import Name
 from ..model.ops import estimated_flops
 from ..model.origin import OP, UNRESOLVED
 from ..model.profile import BUILTIN, CACHE, KERNEL, Profile
@@ -36,8 +39,16 @@ from ..model.sitekey import SiteKey
 from ..model.verification import SUSPECT, UNVERIFIED, VERIFIED
 from .work_split import work_weights
 
-POLICIES = ("anchor", "split")
-COMPUTE, INSERTED = "compute", "inserted"
+
+class Category(Name):
+    """What a share of a call site's time was spent on: a model op's ``compute``, an op a
+    pass ``inserted`` (billed to the layers it serves), or an ``unresolved`` op."""
+
+    COMPUTE = "compute"
+    INSERTED = "inserted"
+    UNRESOLVED = "unresolved"
+
+
 _WORST = {VERIFIED: 0, UNVERIFIED: 1, SUSPECT: 2}
 
 
@@ -54,7 +65,7 @@ class Share:
     layer: str
     origin: str
     op: str
-    category: str  # compute | inserted | unresolved
+    category: Category
     us: float
     status: str = VERIFIED  # the worst of the site's and the layer's verification verdicts
 
@@ -162,7 +173,8 @@ def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[
     The shares add up to the profile's kernel time; each carries the worst of its
     site's and its layer's verdicts. A profile of another build is refused."""
     if policy not in POLICIES:
-        raise RelaytraceError(f"unknown policy {policy!r}: use one of {POLICIES}")
+        raise RelaytraceError(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")
+    bill = POLICIES[policy].bill
     lineage = lineage.for_entry(profile.entry)
     check_match(lineage, profile)
     times = profile.by_site(KERNEL)
@@ -171,7 +183,7 @@ def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[
     out: list[Share] = []
     for site in lineage.call_sites:
         us = times[site.key]
-        for share in _split_site(lineage, site, us, policy, profile):
+        for share in bill(lineage, site, us, profile):
             layer = layer_checks.get(share.layer)
             status = worst((checks[site.position].status, layer.status if layer else VERIFIED))
             out.append(attrs.evolve(share, status=status) if status != VERIFIED else share)
@@ -202,41 +214,64 @@ def cache_shares(lineage: Lineage, profile: Profile) -> tuple[Share, ...]:
         ops = [lineage.origins[o] for o in ran_in if o in lineage.origins and lineage.origins[o].kind == OP]
         if len(ops) == 1:  # the op must be the builtin the run saw it inside
             status = VERIFIED if parent is not None and parent.kernel.endswith(ops[0].short_op) else SUSPECT
-            out.append(Share(key, ops[0].layer, ops[0].id, ops[0].short_op, COMPUTE, us, status))
+            out.append(Share(key, ops[0].layer, ops[0].id, ops[0].short_op, Category.COMPUTE, us, status))
         else:
-            out.append(Share(key, KV_CACHE, key.kernel, key.kernel, UNRESOLVED, us, UNVERIFIED))
+            out.append(Share(key, KV_CACHE, key.kernel, key.kernel, Category.UNRESOLVED, us, UNVERIFIED))
     return tuple(out)
 
 
-def _split_site(lineage, site, us, policy, profile):
+def _by_anchor(lineage: Lineage, site, us: float, profile: Profile) -> list[Share]:
+    """A kernel with model ops: all its time to its anchor op's layer; one without: as
+    ``_by_work``."""
+    ops = [lineage.origins[r.origin] for r in site.roles if lineage.origins[r.origin].kind == OP]
+    if not ops:
+        return _by_work(lineage, site, us, profile)
+    anchor = lineage.origins[site.anchor] if site.anchor else ops[0]
+    return [Share(site.key, anchor.layer, anchor.id, anchor.short_op, Category.COMPUTE, us)]
+
+
+def _by_work(lineage: Lineage, site, us: float, profile: Profile) -> list[Share]:
+    """The time cut over all the kernel's ops by their members' work at the call's
+    shapes (``work_split``), by estimated FLOPs where that cannot be weighed; an inserted
+    op's part split evenly over the layers it serves."""
     origins = [lineage.origins[r.origin] for r in site.roles]
-    ops = [o for o in origins if o.kind == OP]
-    extra = [o for o in origins if o.kind != OP]
-    if policy == "anchor" and ops:
-        anchor = lineage.origins[site.anchor] if site.anchor else ops[0]
-        return [Share(site.key, anchor.layer, anchor.id, anchor.short_op, COMPUTE, us)]
-    weighed = origins if policy == "split" else extra
-    by_work = work_weights(lineage, site, weighed, profile.arg(site.key), profile.peaks) if len(weighed) > 1 else None
-    weights = list(zip(weighed, by_work)) if by_work else [(o, estimated_flops(o)) for o in weighed]
+    by_work = work_weights(lineage, site, origins, profile.arg(site.key), profile.peaks) if len(origins) > 1 else None
+    weights = list(zip(origins, by_work)) if by_work else [(o, estimated_flops(o)) for o in origins]
     total = sum(w for _, w in weights) or 1.0
     result = []
     for origin, weight in weights:
         part = us * weight / total
         if origin.kind == OP:
-            result.append(Share(site.key, origin.layer, origin.id, origin.short_op, COMPUTE, part))
+            result.append(Share(site.key, origin.layer, origin.id, origin.short_op, Category.COMPUTE, part))
         elif origin.kind == UNRESOLVED:  # billed to the layers it sits among, but not as inserted
-            result.extend(attrs.evolve(share, category=UNRESOLVED)
+            result.extend(attrs.evolve(share, category=Category.UNRESOLVED)
                           for share in _inserted_shares(lineage, site, origin, part))
         else:
             result.extend(_inserted_shares(lineage, site, origin, part))
     return result
 
 
+@define(frozen=True)
+class Policy:
+    """How a call site's time is billed to layers: ``bill(lineage, site, us, profile)``
+    gives its shares; ``about`` says so in the CLI's help."""
+
+    name: str
+    about: str
+    bill: Callable[[Lineage, Any, float, Profile], list[Share]]
+
+
+POLICIES: dict[str, Policy] = {p.name: p for p in (
+    Policy("anchor", "a fused kernel's time to its anchor op's layer", _by_anchor),
+    Policy("split", "a fused kernel's time over its ops by their members' roofline bounds", _by_work),
+)}
+
+
 def _inserted_shares(lineage, site, origin, us):
     """An inserted op's time, split evenly over the layers it serves (``billed_layers``:
     a shape function of the whole entry has a row of its own)."""
     served = billed_layers(origin, lineage.origins)
-    return [Share(site.key, layer, origin.id, origin.short_op, INSERTED, us / len(served))
+    return [Share(site.key, layer, origin.id, origin.short_op, Category.INSERTED, us / len(served))
             for layer in served]
 
 
@@ -250,16 +285,14 @@ def layers_from(parts: tuple[Share, ...]) -> tuple[LayerRow, ...]:
     total = sum(s.us for s in parts) or 1.0
     rows: dict[str, dict] = {}
     for s in parts:
-        row = rows.setdefault(s.layer, {COMPUTE: 0.0, INSERTED: 0.0, UNRESOLVED: 0.0, "ops": {}, "kernels": {},
-                                        "status": set()})
+        row = rows.setdefault(s.layer, {**dict.fromkeys(Category, 0.0), "ops": {}, "kernels": {}, "status": set()})
         row[s.category] += s.us
-        row["ops"][s.op if s.category != UNRESOLVED else "unresolved"] = None  # its op is a kernel's name
+        row["ops"][s.op if s.category != Category.UNRESOLVED else "unresolved"] = None  # its op is a kernel's name
         row["kernels"][s.site] = None
         row["status"].add(s.status)
     result = [
-        LayerRow(layer, r[COMPUTE] + r[INSERTED] + r[UNRESOLVED],
-                 100.0 * (r[COMPUTE] + r[INSERTED] + r[UNRESOLVED]) / total,
-                 r[COMPUTE], r[INSERTED], tuple(r["ops"]), tuple(r["kernels"]), worst(r["status"]))
+        LayerRow(layer, sum(r[c] for c in Category), 100.0 * sum(r[c] for c in Category) / total,
+                 r[Category.COMPUTE], r[Category.INSERTED], tuple(r["ops"]), tuple(r["kernels"]), worst(r["status"]))
         for layer, r in rows.items()
     ]
     return tuple(sorted(result, key=lambda r: -r.us))
@@ -322,7 +355,7 @@ def op_types_from(lineage: Lineage, parts: tuple[Share, ...]) -> tuple[OpTypeRow
     total = sum(s.us for s in parts) or 1.0
     us: dict[str, float] = defaultdict(float)
     for s in parts:
-        us[s.op if s.category == COMPUTE else f"{s.op} ({s.category})"] += s.us
+        us[s.op if s.category == Category.COMPUTE else f"{s.op} ({s.category})"] += s.us
     ran = [lineage.origins[o] for site in lineage.call_sites for o in site.origin_ids]
     counts: dict[str, set] = defaultdict(set)
     layers: dict[str, set] = defaultdict(set)
@@ -380,11 +413,11 @@ def categories_from(parts: tuple[Share, ...], profile: Profile, lineage: Lineage
     how much of the kernel time ran in ``lineage``'s library calls."""
     inserted: dict[str, float] = defaultdict(float)
     for s in parts:
-        if s.category == INSERTED:
+        if s.category == Category.INSERTED:
             inserted[s.layer] += s.us
     builtin = sum(profile.by_site(BUILTIN).values())
-    compute = sum(s.us for s in parts if s.category == COMPUTE)
-    unresolved = sum(s.us for s in parts if s.category == UNRESOLVED)
+    compute = sum(s.us for s in parts if s.category == Category.COMPUTE)
+    unresolved = sum(s.us for s in parts if s.category == Category.UNRESOLVED)
     ins = sum(inserted.values())
     e2e = profile.e2e_median_us
     library = lineage.library_calls if lineage is not None else {}

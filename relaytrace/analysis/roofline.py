@@ -36,7 +36,7 @@ from ..model.peaks import COMPUTE_BOUND, MEMORY_BOUND, Peaks
 from ..model.profile import CACHE, KERNEL, Profile
 from ..model.sitekey import SiteKey
 from ..model.work import Work, cache_work, work_at
-from .attribution import COMPUTE, Share, op_type_of
+from .attribution import Category, Share, op_type_of
 from .work_split import EXCESS, OpWork, op_works
 
 COMPUTE_OVER = "above the compute ceiling: the count or the timer is wrong for this site"
@@ -211,7 +211,7 @@ def roofline(lineage: Lineage, profile: Profile, parts: tuple[Share, ...], polic
 
     rolled = {name: _roll_up(parts, work, key, owner) for name, key, owner in (
         ("layer", lambda s: s.layer, layers_of),
-        ("op", lambda s: s.op if s.category == COMPUTE else f"{s.op} ({s.category})",
+        ("op", lambda s: s.op if s.category == Category.COMPUTE else f"{s.op} ({s.category})",
          lambda key, o: (op_type_of(origins[o]),)),
         ("kernel", lambda s: s.kernel, lambda key, o: (owners[key].kernel,)))}
     return Roofline(peaks, sites, rolled["layer"], rolled["op"], rolled["kernel"],

@@ -287,10 +287,10 @@ def add_policy_option(p) -> None:
     (``attribution.POLICIES``); every output states it."""
     from ..analysis.attribution import POLICIES
 
-    p.add_argument("--policy", choices=POLICIES, default=POLICIES[0],
-                   help="bill a fused kernel's time to its anchor op's layer (anchor, default) or split it over its "
-                        "ops by their members' roofline bounds (split); each layer's FLOPs are its own ops' under "
-                        "either")
+    p.add_argument("--policy", choices=list(POLICIES), default=next(iter(POLICIES)),
+                   help="how a kernel's time is billed to layers: " + "; ".join(
+                       f"{p.name}: {p.about}" for p in POLICIES.values()) + " (the first is the default); each "
+                       "layer's FLOPs are its own ops' under any")
 
 
 def add_model_options(p) -> None:

@@ -11,9 +11,27 @@ from __future__ import annotations
 from attrs import define, field
 
 from ..errors import RelaytraceError
+from .names import Name
 
-MEASURED, GIVEN, NAMED = "measured", "given", "named device"
-COMPUTE_BOUND, MEMORY_BOUND = "compute", "memory"
+
+class Source(Name):
+    """Where a device's peaks came from: ``measured`` on it, ``given`` by the user, or a
+    ``named device`` of ``DEVICES`` (a spec sheet)."""
+
+    MEASURED = "measured"
+    GIVEN = "given"
+    NAMED = "named device"
+
+
+class Bound(Name):
+    """What sets a figure of work's least time: the arithmetic or the memory traffic."""
+
+    COMPUTE = "compute"
+    MEMORY = "memory"
+
+
+MEASURED, GIVEN, NAMED = Source.MEASURED, Source.GIVEN, Source.NAMED
+COMPUTE_BOUND, MEMORY_BOUND = Bound.COMPUTE, Bound.MEMORY
 
 
 @define(frozen=True)
@@ -28,7 +46,7 @@ class Peaks:
 
     gflops: dict[str, float]
     gbps: float
-    source: str
+    source: Source = field(converter=Source)
     method: str
     device: str = ""
     native_gflops: float | None = None
@@ -39,7 +57,7 @@ class Peaks:
         given, float32's otherwise."""
         return self.gflops.get(dtype, self.gflops["float32"])
 
-    def bound(self, flops: float, moved: float, dtype: str = "float32") -> tuple[float, str]:
+    def bound(self, flops: float, moved: float, dtype: str = "float32") -> tuple[float, Bound]:
         """(the least microseconds ``flops`` in ``dtype`` and ``moved`` bytes take under
         these ceilings, ``max(flops / peak, bytes / bandwidth)``; what sets it:
         ``COMPUTE_BOUND`` or ``MEMORY_BOUND``)."""

@@ -15,9 +15,28 @@ from .sitekey import SiteKey
 
 SCHEMA = "relaytrace.profile/3"  # /2 added peaks, /3 each argument's address; older files load without them
 _OLDER = ("relaytrace.profile/1", "relaytrace.profile/2")
-LOCAL_RUN, FROM_IR = "a local run", "the compiled IR"  # what a profile's sites were given (Profile.arguments)
-ESTIMATE = "estimate"  # a Profile.mode: no run, each site's time its roofline bound (analysis.estimate)
-MODES = ("timeline", "isolated", ESTIMATE)
+
+
+class Mode(Name):
+    """How a profile was made: a ``timeline`` of whole runs, each site ``isolated`` on
+    its own, or an ``estimate`` (no run: each site's time its roofline bound,
+    ``analysis.estimate``)."""
+
+    TIMELINE = "timeline"
+    ISOLATED = "isolated"
+    ESTIMATE = "estimate"
+
+
+class Arguments(Name):
+    """What a profile's sites were given: the arguments of a local run, or arguments of
+    the shapes the compiled IR gives them (a build that cannot run here)."""
+
+    LOCAL_RUN = "a local run"
+    FROM_IR = "the compiled IR"
+
+
+TIMELINE, ISOLATED, ESTIMATE = Mode.TIMELINE, Mode.ISOLATED, Mode.ESTIMATE
+LOCAL_RUN, FROM_IR = Arguments.LOCAL_RUN, Arguments.FROM_IR
 class CallKind(Name):
     """What a recorded call ran: a kernel (a PrimFunc) the VM called, a VM builtin, or a
     KV-cache kernel (a PrimFunc the KV cache's runtime called inside a builtin)."""
@@ -106,7 +125,7 @@ class Profile:
     model: str
     target: str
     device: str
-    mode: str
+    mode: Mode = field(converter=Mode)
     repeat: int
     records: tuple[CallRecord, ...] = codec_field(RECORDS)
     args: dict[str, ArgInfo] = field(factory=dict)  # SiteKey.in_entry -> argument shapes (``arg``)
@@ -114,7 +133,7 @@ class Profile:
     entry: str = "main"  # the entry function that ran
     inputs: tuple[tuple[str, tuple, str], ...] = ()  # (name, concrete shape, dtype) of each input it ran with
     remote: str = ""  # where it ran when not in this process: "rpc HOST:PORT", "tracker HOST:PORT key K"
-    arguments: str = LOCAL_RUN  # what each site was given: LOCAL_RUN, or FROM_IR (arguments of its IR's shapes)
+    arguments: Arguments = field(default=LOCAL_RUN, converter=Arguments)  # LOCAL_RUN, or FROM_IR (the IR's shapes)
     peaks: Peaks | None = None  # the device's ceilings (measured where it ran, or given); None: not known
     step: tuple[int, ...] = ()  # a served LLM step: (tokens it ran, tokens in the KV cache before them)
     kv_pages: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, dtype) of each KV-cache page tensor it used
@@ -293,9 +312,6 @@ class Profile:
         if wrong:
             raise LineageFormatError(f"{where}: {wrong}; profile again, or give the peaks with --peak-gflops and "
                                      "--peak-gbps")
-        if profile.mode not in MODES or profile.arguments not in (LOCAL_RUN, FROM_IR):
-            raise LineageFormatError(f"{where}: mode must be one of {', '.join(MODES)}, arguments {LOCAL_RUN!r} or "
-                                     f"{FROM_IR!r}")
         return profile
 
     def save(self, path, overwrite: bool = False):

@@ -12,7 +12,7 @@ keyed by node id), which applies to whichever graph is open.
 
 from __future__ import annotations
 
-from ..analysis.attribution import COMPUTE
+from ..analysis.attribution import Category
 from ..model.origin import OP
 
 FILES = ("explorer-time.json", "explorer-kernels.json", "explorer-category.json", "explorer-efficiency.json")
@@ -44,7 +44,7 @@ def node_data(report) -> dict[str, dict]:
         node = node_of.get(share.origin) or _served_node(lineage, share, node_of)
         if node:
             time[node] += share.us
-            if share.category == COMPUTE:
+            if share.category == Category.COMPUTE:
                 computed.add(node)
     sites: dict[str, list[str]] = {n: [] for n in time}
     anchors: dict[str, str] = {}
