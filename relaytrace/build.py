@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .errors import RelaytraceError, UsageError, describe, expect, expect_number
-from .model.build_facts import BuildOptions
+from .model.build_facts import BuildOptions, PrecisionPolicy
 from .model.lineage import Lineage
 
 if TYPE_CHECKING:
@@ -252,10 +252,10 @@ def _check_arguments(target, convert_layout, model, opt_level, layer_of, databas
     expect("build(fold_batch_norm=)", fold_batch_norm, bool, "True or False")
 
 
-_POLICIES = {0: "always", 1: "follow", 2: "never"}  # TVM's MixedPrecisionPolicyKind
+_POLICIES = dict(enumerate(PrecisionPolicy))  # TVM's MixedPrecisionPolicyKind: 0 always, 1 follow, 2 never
 
 
-def mixed_precision_policies(origins) -> dict[str, str]:
+def mixed_precision_policies(origins) -> dict[str, PrecisionPolicy]:
     """Each op of the ``origins``' ``ToMixedPrecision`` policy as this TVM registers it
     (``TMixedPrecisionPolicy``): "always", "follow" or "never"; an op registered without
     one is "never", as the pass takes it (``GetMixedPrecisionInfo``)."""
@@ -267,7 +267,7 @@ def mixed_precision_policies(origins) -> dict[str, str]:
             policy = tvm.ir.Op.get(op).get_attr("TMixedPrecisionPolicy")
         except Exception:  # not a registered op (a call to a function): the pass leaves it alone
             continue
-        out[op] = "never" if policy is None else _POLICIES.get(int(policy), str(policy))
+        out[op] = PrecisionPolicy.NEVER if policy is None else _POLICIES[int(policy)]
     return out
 
 

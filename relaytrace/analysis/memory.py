@@ -60,6 +60,15 @@ class LiveValue:
     sized_for: str = ""
 
 
+class ValueKind(Name):
+    """What a value of an entry's memory is: an activation the plan places in a block, a
+    weight, or an input."""
+
+    ACTIVATION = "activation"
+    WEIGHT = "weight"
+    INPUT = "input"
+
+
 @define(frozen=True)
 class Lifetime:
     """One value's life, as ``memory.csv`` lists them: ``kind`` (``activation``: a value
@@ -70,7 +79,7 @@ class Lifetime:
     and ``own``: its own bytes (an activation's block may be sized for a larger value;
     0 where a dim is not bound)."""
 
-    kind: str
+    kind: ValueKind
     name: str
     bytes: float
     shape: tuple
@@ -298,7 +307,7 @@ def _live(spans, lifetimes, step: int) -> tuple[LiveValue, ...]:
     before it still read then; idle: none, and the next written into it), largest first."""
     held: dict[str, list[Lifetime]] = defaultdict(list)
     for value in lifetimes:
-        if value.kind == "activation":
+        if value.kind == ValueKind.ACTIVATION:
             held[value.name].append(value)
     out = []
     for span in spans:
@@ -336,17 +345,17 @@ def _lifetimes(plan: MemoryPlan, sizes, weights, peak_step: int, layer_of, ancho
     for block, size in zip(plan.blocks, sizes):
         live = _held_at(block, peak_step) if block.start <= peak_step <= block.end else None
         for held in block.tensors:
-            out.append(Lifetime("activation", block.name, size, concrete(held.shape, env) or held.shape, held.dtype,
-                                held.site, layer_of.get(held.site, NO_SITE), held.first, held.last, held is live,
-                                _own(held, env)))
+            out.append(Lifetime(ValueKind.ACTIVATION, block.name, size, concrete(held.shape, env) or held.shape,
+                                held.dtype, held.site, layer_of.get(held.site, NO_SITE), held.first, held.last,
+                                held is live, _own(held, env)))
     steps = {label: i for i, label in enumerate(plan.steps)}
     for w, size in weights:
         where = [steps[s] for s in w.sites if s in steps]
         site = w.sites[0] if w.sites else ""
-        out.append(Lifetime("weight", w.name, size, w.shape, w.dtype, site, anchor_of.get(site, NO_SITE),
+        out.append(Lifetime(ValueKind.WEIGHT, w.name, size, w.shape, w.dtype, site, anchor_of.get(site, NO_SITE),
                             min(where, default=-1), max(where, default=-1)))
     for name, shape, dtype in plan.inputs:
-        out.append(Lifetime("input", name, _bytes(shape, dtype, env), shape, dtype, "", "", -1, -1))
+        out.append(Lifetime(ValueKind.INPUT, name, _bytes(shape, dtype, env), shape, dtype, "", "", -1, -1))
     return tuple(out)
 
 

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 
 from attrs import define
 
+from ..model.build_facts import PrecisionPolicy
 from ..model.lineage import CallSite, Lineage
 from ..model.origin import OP, UNRESOLVED, Origin
 from ..model.sitekey import SiteKey
@@ -40,7 +41,7 @@ from .attribution import Share
 
 CAST = "cast"  # the key of the casts' time in ``Precision.by_dtype``
 MODEL = "model"  # who inserted a cast the model has itself
-ALWAYS, FOLLOW, NEVER = "always", "follow", "never"  # ToMixedPrecision's policies (BuildFacts.policies)
+ALWAYS, FOLLOW, NEVER = PrecisionPolicy.ALWAYS, PrecisionPolicy.FOLLOW, PrecisionPolicy.NEVER
 _HALF = ("float16", "bfloat16", "float8")
 
 

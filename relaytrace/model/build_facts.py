@@ -6,6 +6,7 @@ from attrs import define, field
 
 from .entry import KVCache, Param
 from .memory import MemoryPlan
+from .names import Name
 from .verification import Member
 from .work import KernelWork
 
@@ -23,6 +24,16 @@ class Offload:
     codegen: str
     patterns: tuple[str, ...] = ()
     params: tuple[tuple[tuple, str], ...] = ()
+
+
+class PrecisionPolicy(Name):
+    """``ToMixedPrecision``'s policy for an op (TVM's ``MixedPrecisionPolicyKind``):
+    ``always`` converted to float16, ``follow`` in float16 when all its inputs are,
+    ``never`` kept in float32."""
+
+    ALWAYS = "always"
+    FOLLOW = "follow"
+    NEVER = "never"
 
 
 @define(frozen=True)
@@ -98,7 +109,7 @@ class BuildFacts:
     shape_consumers: dict[str, tuple[str, ...]] = field(factory=dict)
     kernel_members: dict[str, tuple[Member, ...]] = field(factory=dict)
     accumulate: str | None = None
-    policies: dict[str, str] = field(factory=dict)
+    policies: dict[str, PrecisionPolicy] = field(factory=dict)
     work: dict[str, KernelWork] = field(factory=dict)
     memory: dict[str, MemoryPlan] = field(factory=dict)
     params: dict[str, tuple[Param, ...]] = field(factory=dict)

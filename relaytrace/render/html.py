@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from ..analysis import attribution as A
-from ..analysis.memory import NO_SITE
+from ..analysis.memory import NO_SITE, ValueKind
 from ..model.lineage_index import billed_layers
 from ..model.origin import INSERTED, OP
 from ..model.profile import CACHE, KERNEL
@@ -97,7 +97,7 @@ def _memory(memory) -> dict | None:
         "spans": [[s.block, s.bytes, s.start, s.end, s.returned] for s in memory.spans],
         "values": [[v.name, v.first, v.last, " ".join(("x".join(map(str, v.shape)), v.dtype)).strip(), v.site, v.layer,
                     v.own]
-                   for v in memory.lifetimes if v.kind == "activation"],
+                   for v in memory.lifetimes if v.kind == ValueKind.ACTIVATION],
         "layer_weights": [[r.layer, r.weights] for r in memory.layers if r.weights],
     }
 
