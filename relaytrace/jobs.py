@@ -11,12 +11,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .errors import LineageFormatError, RelaytraceError, UsageError
+from .errors import RelaytraceError, UsageError
 from .failures import stop_if_interrupted
 from .model.jsonio import current_umask, raise_naming_target
 from .render.outputs import NAMES as OUTPUTS  # what a directory of ours may hold
 from .render.safe_text import terminal, terminal_lines
+
+if TYPE_CHECKING:
+    from .model.run_spec import RunSpec
 
 
 def echo(text: str = "") -> None:
@@ -240,7 +244,7 @@ def _check_writable_beside(out: Path) -> None:
                               "choose another --out") from None
 
 
-def write_outputs(out: Path, report, run: dict, collapse: int | None = None, overwrite: bool = True) -> Path:
+def write_outputs(out: Path, report, run: RunSpec, collapse: int | None = None, overwrite: bool = True) -> Path:
     """Write every output of a ``Report`` (``render.outputs.PROFILE``) into a fresh
     directory beside ``out``, then put it in ``out``'s place in one rename: a failure at
     any point leaves ``out`` as it was (or absent) and nothing else behind. An existing
@@ -325,33 +329,6 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
         aside.rmdir()
         raise
     shutil.rmtree(aside, ignore_errors=True)
-
-
-_RUN_FIELDS = {"model": str, "input_shapes": tuple[str, ...], "dtype": str | None, "db": str | None,
-               "target": str, "pipeline": str, "layout": str, "entry": str | None, "precision": str,
-               "fold_batch_norm": bool, "policy": str}
-_RUN_DEFAULTS: dict[str, object] = {"input_shapes": [], "dtype": None, "db": None, "target": "llvm",
-                                     "pipeline": "fused", "layout": "NCHW", "entry": None, "precision": "fp32",
-                                     "fold_batch_norm": False, "policy": "anchor"}
-
-
-def run_info(path) -> dict:
-    """The model spec and options an output DIR was made with (its run.json), each field
-    checked; a run.json of an older relaytrace gets the defaults it was made with."""
-    from .model.jsonio import check, read_json
-
-    info = Path(path) / "run.json"
-    if not info.is_file():
-        raise FileNotFoundError(f"{info} is missing: pass the model itself (an .onnx file or file.py:factory)")
-    data = read_json(info, "run")
-    check(data, dict, str(info))
-    if "model" not in data:
-        raise LineageFormatError(f"{info} has no field 'model': pass the model itself "
-                                 "(an .onnx file or file.py:factory)")
-    data = {**_RUN_DEFAULTS, **data}
-    for key, kind in _RUN_FIELDS.items():
-        check(data.get(key), kind, f"{info}: {key}")
-    return data
 
 
 def load_pair(path):

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from relaytrace.model.run_spec import RunSpec
+
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = f"{FIXTURES / 'tiny_model.py'}:make"
 
@@ -58,8 +60,8 @@ def built(root: Path, model, example):
 
     executable, lineage = relaytrace.build(from_torch(model, (example,)), "llvm", pipeline="fused")
     local = relaytrace.profile(executable, lineage, [example.numpy()], repeat=5)
-    write_outputs(root / "local", make_report(lineage, local), {"model": lineage.build.model})
-    return write_bundle(executable, lineage, [example.numpy()], root / "b", run={"model": "m"}), root
+    write_outputs(root / "local", make_report(lineage, local), RunSpec(lineage.build.model))
+    return write_bundle(executable, lineage, [example.numpy()], root / "b", run=RunSpec("m")), root
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from relaytrace.model.run_spec import RunSpec
+
 from .fixtures.hostile import HOSTILE_NAMES, INPUT_NAME, MODEL_NAME
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -202,19 +204,19 @@ def test_an_output_directory_is_replaced_in_one_step_or_not_at_all(two_runs, tmp
 
     report = make_report(*load_pair(two_runs / "fused"))
     out = tmp_path / "out"
-    write_outputs(out, report, {"model": "m"})
+    write_outputs(out, report, RunSpec("m"))
     assert sorted(p.name for p in out.iterdir()) == sorted(names(PROFILE))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     with pytest.raises(TypeError):  # fails at the last output, run.json
-        write_outputs(out, report, {"model": object()})
+        write_outputs(out, report, RunSpec(object()))
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing left beside it
     with pytest.raises(FileExistsError, match="--force"):
-        write_outputs(out, report, {"model": "again"}, overwrite=False)  # appeared while building
-    write_outputs(out, report, {"model": "again"})
-    assert json.loads((out / "run.json").read_text()) == {"model": "again"}
+        write_outputs(out, report, RunSpec("again"), overwrite=False)  # appeared while building
+    write_outputs(out, report, RunSpec("again"))
+    assert json.loads((out / "run.json").read_text())["model"] == "again"
     (out / "notes.txt").write_text("mine")
-    for attempt in (lambda: prepare_out_dir(out, True), lambda: write_outputs(out, report, {"model": "m"})):
+    for attempt in (lambda: prepare_out_dir(out, True), lambda: write_outputs(out, report, RunSpec("m"))):
         with pytest.raises(RelaytraceError, match="notes.txt"):
             attempt()
     assert (out / "notes.txt").read_text() == "mine"
@@ -280,7 +282,7 @@ def test_a_failed_replacement_keeps_the_previous_outputs_and_says_where(two_runs
 
     report = make_report(*jobs.load_pair(two_runs / "fused"))
     out = tmp_path / "out"
-    jobs.write_outputs(out, report, {"model": "first"})
+    jobs.write_outputs(out, report, RunSpec("first"))
     rename = os.rename
 
     def failing(src, dst):  # the new directory cannot take out's place, nor the old one go back
@@ -290,9 +292,9 @@ def test_a_failed_replacement_keeps_the_previous_outputs_and_says_where(two_runs
 
     monkeypatch.setattr(jobs.os, "rename", failing)
     with pytest.raises(RelaytraceError, match="previous contents are kept in") as caught:
-        jobs.write_outputs(out, report, {"model": "second"})
+        jobs.write_outputs(out, report, RunSpec("second"))
     kept = Path(str(caught.value).rsplit(" ", 1)[-1])
-    assert json.loads((kept / "run.json").read_text()) == {"model": "first"}
+    assert json.loads((kept / "run.json").read_text())["model"] == "first"
 
 
 def test_diff_says_where_a_layer_without_time_went_totals_and_sorts(two_runs):

@@ -8,6 +8,7 @@ import relaytrace
 from relaytrace.analysis.report import make_report
 from relaytrace.frontends.nn import from_nn
 from relaytrace.model.origin import OP
+from relaytrace.model.run_spec import RunSpec
 from relaytrace.zoo.nn_decoder import decoder
 
 
@@ -90,7 +91,7 @@ def test_the_outputs_of_one_entrys_profile_keep_the_whole_lineage(built, tmp_pat
     prof = relaytrace.profile(executable, lineage, _inputs(lineage, "decode", 1), entry="decode", repeat=1)
     report = make_report(lineage, prof)
     assert set(report.lineage.build.entries) == {"decode"}
-    write_outputs(tmp_path / "out", report, {"model": "decoder"})
+    write_outputs(tmp_path / "out", report, RunSpec("decoder"))
     saved = Lineage.load(tmp_path / "out" / "lineage.json")
     assert set(saved.build.entries) == {"prefill", "decode"} and len(saved.call_sites) == len(lineage.call_sites)
     assert "<dt>entry</dt><dd>decode (" in (tmp_path / "out" / "report.html").read_text()  # the header says which ran

@@ -21,6 +21,7 @@ from relaytrace.analysis.report import make_report
 from relaytrace.errors import RelaytraceError
 from relaytrace.frontends.nn import from_nn
 from relaytrace.model.lineage import Lineage
+from relaytrace.model.run_spec import RunSpec
 from relaytrace.render.export import kernels_csv
 
 from .conftest import move_origin
@@ -163,7 +164,7 @@ def test_every_output_marks_the_library_calls_and_the_cli_reads_them(mlp, mlp_pr
     from tests.fuzz import run_cli
 
     lineage = mlp[2]
-    out = write_outputs(tmp_path / "out", make_report(lineage, mlp_profile), {})
+    out = write_outputs(tmp_path / "out", make_report(lineage, mlp_profile), RunSpec("mlp"))
     library = {s.kernel for s in _library_sites(lineage)}
     with open(out / "kernels.csv") as f:
         assert {row["name"] for row in csv.DictReader(f) if row["library"] == "cublas"} == library

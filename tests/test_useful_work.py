@@ -21,6 +21,7 @@ from relaytrace import cli
 from relaytrace.analysis.report import make_report
 from relaytrace.frontends.torch import from_torch
 from relaytrace.jobs import write_outputs
+from relaytrace.model.run_spec import RunSpec
 from relaytrace.model.work import DILATION
 from relaytrace.render.export import layers_csv
 from relaytrace.render.table import roofline_summary
@@ -125,7 +126,7 @@ def test_the_figures_and_the_policy_are_in_the_csv_the_table_and_the_cli(run, re
     text = roofline_summary(reports["anchor"].roofline, top=20)
     assert "anchor policy" in text and "useful GFLOP" in text
     assert "up executes 3.95x the FLOPs it asks (zeros from dilation" in text
-    write_outputs(tmp_path / "out", reports["anchor"], {"model": "block"})
+    write_outputs(tmp_path / "out", reports["anchor"], RunSpec("block"))
     assert "billed to layers by the anchor policy" in (tmp_path / "out" / "layers.svg").read_text()
     assert "billed by the anchor policy" in (tmp_path / "out" / "explorer-time.json").read_text()
     assert json.loads((tmp_path / "out" / "trace.json").read_text())["otherData"]["policy"] == "anchor"

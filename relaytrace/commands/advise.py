@@ -3,7 +3,6 @@ saving; `--verify` rebuilds with each change alone and measures it."""
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
 from ..errors import UsageError
@@ -66,33 +65,30 @@ def _verify(args, report) -> None:
     around it; DIR's own files are left as they are), and the two diffed layer by layer
     (``analysis.diff``)."""
     from ..frontends.loader import load
-    from ..jobs import parse_shape, run_info
-    from .shared import build_traced, profile_built, progress
+    from ..jobs import parse_shape
+    from ..model.run_spec import RunSpec
+    from .shared import args_of, build_traced, profile_built, progress
 
     if report.profile.remote:
         raise UsageError(f"{args.dir} was profiled on {report.profile.remote}: --verify rebuilds and profiles here")
-    info = run_info(args.dir)
+    info = RunSpec.load(args.dir)
     say = progress(args)
     todo = []
     for finding in report.advice:
         if finding.change.rebuild not in _CHANGES:
             continue
         field, value = _CHANGES[finding.change.rebuild]
-        if info.get(field) == value:
+        if getattr(info, field) == value:
             echo(f"{finding.rule}: DIR was built with {field} {value} already: nothing to rebuild")
         else:
             todo.append((finding, field, value))
     if not todo:
         return
-    loaded = load(info["model"], shapes=[parse_shape(s) for s in info["input_shapes"]], dtype=info["dtype"],
-                  entry=info["entry"])
+    loaded = load(info.model, shapes=[parse_shape(s) for s in info.input_shapes], dtype=info.dtype, entry=info.entry)
 
     def options(run):
-        return argparse.Namespace(
-            target=run["target"], pipeline=run["pipeline"], layout=run["layout"], precision=run["precision"],
-            fold_batch_norm=run["fold_batch_norm"], db=run["db"], entry=report.profile.entry, mode=None,
-            repeat=args.repeat or report.profile.repeat, rpc=None, tracker=None, key=None, cc=None,
-            kernel_timeout=None, device=None, peak_gflops=None, peak_gbps=None, name=None)
+        return args_of(run, entry=report.profile.entry, repeat=args.repeat or report.profile.repeat, device=None,
+                       peak_gflops=None, peak_gbps=None)
 
     say("verifying: rebuilding DIR's model as it was, to measure beside each change")
     as_was = options(info)
@@ -100,7 +96,7 @@ def _verify(args, report) -> None:
     before = profile_built(base, as_was, say, loaded.inputs)
     for finding, field, value in todo:
         say(f"verifying {finding.rule}: rebuilding with {field} {value}")
-        change = options({**info, field: value})
+        change = options(info.with_change(field, value))
         built = build_traced(loaded.model, change, say)
         after = profile_built(built, change, say, loaded.inputs)
         say("profiling DIR's model as it was again, after the change")

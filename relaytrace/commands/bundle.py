@@ -16,7 +16,6 @@ from .shared import (
     build_traced,
     check_target,
     progress,
-    run_record,
     serving,
 )
 
@@ -36,6 +35,7 @@ def run(args) -> int:
     `python DIR/run.py` there, bring DIR/profile.json back, `relaytrace report DIR`."""
     from ..frontends.loader import load
     from ..jobs import parse_shape
+    from ..model.run_spec import RunSpec
     from ..profiling.bundle import device_of, write_bundle
 
     shapes = [parse_shape(s) for s in args.input_shape]
@@ -53,7 +53,7 @@ def run(args) -> int:
     executable, lineage, _ = build_traced(loaded.model, args, say, elsewhere=True)
     spec = str(Path(args.model).resolve()) if args.model.endswith(".onnx") else absolute_factory(args.model)
     entry = lineage.entry(args.entry)
-    write_bundle(executable, lineage, loaded.inputs, out, entry=entry, run=run_record(args, spec), say=say,
+    write_bundle(executable, lineage, loaded.inputs, out, entry=entry, run=RunSpec.from_args(args, spec), say=say,
                  serving=serving(args, lineage, entry))
     echo(f"bundle of {terminal(lineage.build.model)} ({lineage.entry(args.entry)}, {device}) written to {out}/: "
          f"copy it to the host, run `python {out}/run.py` there (needs numpy and tvm_ffi "

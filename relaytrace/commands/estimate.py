@@ -42,14 +42,17 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     """`relaytrace estimate MODEL --device NAME`: build traced (not run), and print
     each layer's least time on the named device, what bounds it, its work."""
+    import attrs
+
     from ..analysis.estimate import estimated_profile
     from ..analysis.report import make_report
     from ..build import build
     from ..frontends.loader import load
     from ..jobs import parse_shape, prepare_out_dir, write_outputs
+    from ..model.run_spec import RunSpec
     from ..render.safe_text import terminal
     from ..render.table import roofline_summary
-    from .shared import print_summary, run_record
+    from .shared import print_summary
 
     peaks = given_peaks(args)
     if peaks is None:
@@ -70,7 +73,8 @@ def run(args) -> int:
                                                              **given}, args.context)
     report = make_report(lineage, profile, policy=args.policy)
     if out is not None:
-        write_outputs(out, report, {**run_record(args, model), "estimate": peaks.device}, overwrite=args.force)
+        write_outputs(out, report, attrs.evolve(RunSpec.from_args(args, model), estimate=peaks.device),
+                      overwrite=args.force)
         print_summary(report, out, args.top)
         return 0
     echo(terminal(profile.summary()))

@@ -29,6 +29,7 @@ def run(args) -> int:
 
     from ..analysis.report import make_report
     from ..jobs import load_pair, prepare_out_dir, write_outputs
+    from ..model.run_spec import RunSpec
     from ..profiling.bundle import MANIFEST, RUNNER
 
     source = Path(args.dir)
@@ -46,9 +47,10 @@ def run(args) -> int:
     if profile.model != lineage.build.model or profile.target != lineage.build.target:
         raise RelaytraceError(f"{source / 'profile.json'} is of {profile.model} for {profile.target}, not this "
                               "bundle's build: run this bundle's run.py again")
-    run_record = json.loads((source / MANIFEST).read_text()).get("run") or {"model": lineage.build.model}
+    recorded = json.loads((source / MANIFEST).read_text()).get("run")
+    run = (RunSpec.from_json(recorded, f"{source / MANIFEST}: run") if recorded else RunSpec(lineage.build.model))
     report = make_report(lineage, profile, policy=args.policy)
-    write_outputs(out, report, {**run_record, "policy": args.policy}, overwrite=args.force)
+    write_outputs(out, report, attrs.evolve(run, policy=args.policy), overwrite=args.force)
     print_summary(report, out)
     return 0
 

@@ -183,6 +183,7 @@ def profile_into_out(args, model: str, shown: str, spec: str, collapse: int | No
     from ..analysis.report import make_report
     from ..frontends.loader import load
     from ..jobs import prepare_out_dir, write_outputs
+    from ..model.run_spec import RunSpec
 
     say = progress(args)
     check_target(args.target)
@@ -192,20 +193,21 @@ def profile_into_out(args, model: str, shown: str, spec: str, collapse: int | No
     say(f"importing {shown}")
     loaded = load(model, entry=args.entry, **load_options)
     report = make_report(*build_and_profile(loaded.model, args, say, loaded.inputs), policy=args.policy)
-    write_outputs(out, report, run_record(args, spec), collapse=collapse, overwrite=args.force)
+    write_outputs(out, report, RunSpec.from_args(args, spec), collapse=collapse, overwrite=args.force)
     print_summary(report, out)
     return 0
 
 
-def run_record(args, spec: str) -> dict:
-    """What an output DIR was made from (its run.json): ``tasks DIR`` rebuilds it so."""
-    return {"model": spec, "input_shapes": getattr(args, "input_shape", []), "dtype": getattr(args, "dtype", None),
-            "db": getattr(args, "db", None), "target": args.target, "pipeline": args.pipeline,
-            "layout": getattr(args, "layout", "NCHW"), "entry": args.entry, "device": getattr(args, "device", None),
-            "peak_gflops": getattr(args, "peak_gflops", None), "peak_gbps": getattr(args, "peak_gbps", None),
-            "precision": getattr(args, "precision", "fp32"), "policy": getattr(args, "policy", "anchor"),
-            "fold_batch_norm": getattr(args, "fold_batch_norm", False),
-            "tokens": getattr(args, "tokens", None), "context": getattr(args, "context", None)}
+def args_of(spec, **profiling) -> argparse.Namespace:
+    """The options a ``RunSpec`` (a run.json) was made with, as the parsed options
+    ``build_traced`` and ``profile_built`` read, on this machine (no remote device);
+    ``profiling`` adds what a run.json does not hold (``repeat``, ``entry``)."""
+    import attrs
+
+    fields = attrs.asdict(spec)
+    fields["input_shape"] = list(fields.pop("input_shapes"))
+    return argparse.Namespace(**{**fields, "rpc": None, "tracker": None, "key": None, "cc": None,
+                                 "kernel_timeout": None, "mode": None, "name": None, **profiling})
 
 
 def absolute_factory(spec: str) -> str:

@@ -29,7 +29,8 @@ def run(args) -> int:
     layers; `--tune N --db DIR` tunes them."""
     from ..build import build
     from ..frontends.loader import load
-    from ..jobs import parse_shape, run_info
+    from ..jobs import parse_shape
+    from ..model.run_spec import RunSpec
     from ..profiling import tasks as T
     from ..render.table import format_table
 
@@ -41,12 +42,12 @@ def run(args) -> int:
         raise UsageError("--tracker measures tuning candidates: give --tune N --db DIR with it")
     spec, shapes, dtype, target = args.model, args.input_shape, args.dtype, args.target or "llvm"
     if Path(spec).is_dir():  # an output DIR: rebuild the model it was made from, as it was made
-        info = run_info(spec)
-        if info["pipeline"] != "fused" or info["layout"] != "NCHW" or info["precision"] != "fp32":
-            raise UsageError(f"{spec} was built {info['pipeline']} with layout {info['layout']} in "
-                             f"{info['precision']}; tasks are those of the fused NCHW fp32 build: profile the "
-                             "model that way, or pass the model itself")
-        spec, shapes, dtype, target = info["model"], info["input_shapes"], info["dtype"], args.target or info["target"]
+        info = RunSpec.load(spec)
+        if info.pipeline != "fused" or info.layout != "NCHW" or info.precision != "fp32":
+            raise UsageError(f"{spec} was built {info.pipeline} with layout {info.layout} in {info.precision}; tasks "
+                             "are those of the fused NCHW fp32 build: profile the model that way, or pass the model "
+                             "itself")
+        spec, shapes, dtype, target = info.model, info.input_shapes, info.dtype, args.target or info.target
     target_text = target
     if remote is not None and "num-cores" not in check_target(target).attrs:
         raise UsageError("tuning on a tracker's devices needs their core count in the target: give --target as JSON "

@@ -86,7 +86,7 @@ def _explain_record(cls, data, where: str) -> None:
         raise LineageFormatError(f"{where} has an unknown field {unknown[0]!r}")
     for name, (kind, required) in fields.items():
         if name in data:
-            check(data[name], kind, f"{where}.{name}")
+            check(data[name], kind, member(where, name))
         elif required:
             raise LineageFormatError(f"{where} has no field {name!r}")
 

@@ -29,6 +29,7 @@ from ..errors import RelaytraceError, UsageError
 from ..model.codec import encode
 from ..model.entry import default_context
 from ..model.lineage import Lineage
+from ..model.run_spec import RunSpec
 from . import peaks, runner
 from .serve import Serving, served_spec, takes_cache
 
@@ -54,8 +55,8 @@ def device_of(target_text: str) -> str:
                      "profile that build over RPC instead (docs/remote.md)")
 
 
-def write_bundle(executable, lineage: Lineage, inputs, out: Path, entry: str | None = None, run: dict | None = None,
-                 say=None, serving: Serving | None = None) -> Path:
+def write_bundle(executable, lineage: Lineage, inputs, out: Path, entry: str | None = None,
+                 run: RunSpec | None = None, say=None, serving: Serving | None = None) -> Path:
     """Write the bundle of ``executable`` (``lineage`` its build's) into the new
     directory ``out``, whole or not at all (written beside it, then renamed): see the
     module docstring. ``inputs``: the entry's, as ``profile`` takes them (checked
@@ -93,7 +94,7 @@ def write_bundle(executable, lineage: Lineage, inputs, out: Path, entry: str | N
             "inputs": params, "kernels": {k: len(sites) for k, sites in view.kernels.items()},
             "library_calls": sorted(view.library_calls), "subfunctions": list(view.subfunctions),
             "builtins": sorted({b.name for b in view.builtins}), "layers": _site_layers(view),
-            "profile": {"schema": template.schema, **encode(template)}, "run": run or {},
+            "profile": {"schema": template.schema, **encode(template)}, "run": run.to_json() if run else None,
             "tvm_ffi": metadata.version("apache-tvm-ffi"), "peaks": {"library": PEAKS, **peak_kernels},
             "serve": served,
         }

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from attrs import field, frozen
+from attrs import frozen
 
 from .explorer import FILES as EXPLORER_FILES
 from .memory import memory_csv
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..analysis.report import Report
     from ..model.lineage import Lineage
     from ..model.numerics import Comparison
+    from ..model.run_spec import RunSpec
 
 
 @frozen
@@ -36,7 +37,7 @@ class ProfileRun:
     grouping depth (None: the renderer's default)."""
 
     report: Report
-    run: dict = field(factory=dict)
+    run: RunSpec
     collapse: int | None = None
 
 
@@ -141,8 +142,7 @@ PROFILE: tuple[Output[ProfileRun], ...] = (
     Output(("kernels.svg",), _kernels_svg, "the kernel graph"),
     Output(("report.html",), _report_html, "the interactive report"),
     Output(("trace.json",), _trace, "a Chrome / Perfetto trace"),
-    Output(("run.json",), lambda run, d: _text(d, "run.json", json.dumps(run.run, indent=1)),
-           "how the run was made"),
+    Output(("run.json",), lambda run, d: run.run.save(d), "how the run was made"),
     Output(EXPLORER_FILES, _explorer, "Model Explorer node data: time, kernels, category, roofline efficiency "
            "(torch and ONNX models)"),
     Output(("verification.csv",), lambda run, d: _text(d, "verification.csv", verification_csv(run.report)),
