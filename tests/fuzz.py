@@ -223,6 +223,8 @@ CONTRADICTIONS = [
     ("lineage.json", lambda d: _plan(d).__setitem__("steps", []), "in a plan of 0 steps a lifetime starts at 0"),
     ("lineage.json", lambda d: _plan(d)["blocks"][0]["tensors"][0].__setitem__("site", "nope#0"),
      "site 'nope#0' is none of the plan's steps"),
+    ("lineage.json", lambda d: _plan(d).__setitem__("steps", list(reversed(_plan(d)["steps"]))),
+     "is no call site of main after the one before it"),
     ("lineage.json", lambda d: _plan(d)["blocks"][0]["tensors"][0].update(first=99, last=-3),
      "is live from step 99 to -3"),
     ("lineage.json", lambda d: _plan(d)["blocks"][0]["tensors"][0].__setitem__("dtype", "float7"),

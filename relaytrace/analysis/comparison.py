@@ -24,7 +24,7 @@ from ..errors import RelaytraceError, describe
 from ..model.frontend import ONNX, onnx_node_id
 from ..model.lineage import Lineage
 from ..model.numerics import NOT_COMPARABLE, Comparison, LayerError, default_tolerance, error_of
-from ..model.sitekey import SiteKey
+from ..model.sitekey import Calls, SiteKey
 from .layer_outputs import layer_outputs
 
 
@@ -77,14 +77,12 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float | None 
                 uses[p.node] = uses.get(p.node, 0) + 1
         device = device or device_here(lineage.build.target)
         vm = relax.VirtualMachine(executable, device)
-        counts: dict[str, int] = {}
+        calls = Calls(entry)
         pending: list[SiteKey] = []
 
         def note(func, name, before, ret, *call_args):
             if before:
-                k = counts.get(name, 0)
-                counts[name] = k + 1
-                pending.append(SiteKey(entry, name, k))
+                pending.append(calls.key(name))
                 return relax.VMInstrumentReturnKind.NO_OP
             site = pending.pop()  # calls nest (a Relax subfunction holds kernel calls): last in, first out
             for p in by_site.get(site, ()):

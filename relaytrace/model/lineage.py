@@ -24,7 +24,7 @@ from .lineage_schema import SCHEMA, migrate
 from .names import Name
 from .ops import op_rank
 from .origin import INSERTED, OP, UNRESOLVED, Origin
-from .sense import check_facts
+from .sense import check_facts, check_steps
 from .sitekey import SiteKey
 from .verification import SUSPECT, UNVERIFIED, SiteCheck, Verification, verify
 
@@ -453,6 +453,7 @@ class Lineage:
         lineage = decode(cls, migrate(data, where), where)
         _check_references(lineage, where)
         check_facts(lineage.build, where)
+        check_steps(lineage, where)
         if current:  # a file of an earlier schema was made by earlier rules: its own are kept
             _check_derived(lineage, where)
         return lineage

@@ -34,6 +34,19 @@ def check_facts(build, where: str) -> None:
         _check_plan(plan, f"{where}: build.memory[{entry!r}]")
 
 
+def check_steps(lineage, where: str) -> None:
+    """Each entry's memory plan names its steps as the lineage names its call sites: in
+    the sites' run order, every step a site of that entry (a plan leaves out the host
+    functions that run after its steps are read: shape functions, symbolic
+    expressions), so that a value's writer is a site the tables show."""
+    for entry, plan in lineage.build.memory.items():
+        labels = iter(s.label for s in sorted(lineage.call_sites, key=lambda s: s.position) if s.function == entry)
+        for i, step in enumerate(plan.steps):
+            if step not in labels:  # consumes the sites up to it: the steps must come in their order
+                raise LineageFormatError(f"{where}: build.memory[{entry!r}].steps[{i}] {step!r} is no call site of "
+                                         f"{entry} after the one before it; {_REDO}")
+
+
 def _check_poly(poly: Poly | None, where: str, limit: float = LIMIT) -> None:
     for coef, atoms in poly or ():
         if abs(coef) > limit or (not atoms and coef < 0):

@@ -44,3 +44,21 @@ class SiteKey(NamedTuple):
         if not sep or not kernel or not (call.isascii() and call.isdigit()) or (colon and not head):
             raise ValueError(f"{text!r} is not a call site: give KERNEL#CALL or ENTRY:KERNEL#CALL (e.g. matmul#0)")
         return cls(head if colon else entry, kernel, int(call))
+
+
+class Calls:
+    """The numbering ``SiteKey.call`` is: the calls of each kernel one run of ``entry``
+    makes, in run order, each kernel's from 0. Every place that walks a run or a program
+    in run order (the tracker's call sites, the memory plans, the comparison's taps)
+    numbers its calls with one of these, so that they name the same sites (the bundle's
+    runner, which imports nothing of relaytrace, numbers them the same way itself)."""
+
+    def __init__(self, entry: str = MAIN):
+        self.entry = entry
+        self._made: dict[str, int] = {}
+
+    def key(self, kernel: str) -> SiteKey:
+        """The site of this call of ``kernel``: its next call's number."""
+        call = self._made.get(kernel, 0)
+        self._made[kernel] = call + 1
+        return SiteKey(self.entry, kernel, call)

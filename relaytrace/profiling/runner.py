@@ -47,6 +47,19 @@ POOLED = 2  # the VM's pooled allocator
 # -- the timing both relaytrace and the bundle's run.py use ----------------------------
 
 
+def numbering():
+    """``number(kernel)``: this call's number among the kernel's calls, in run order,
+    each kernel's from 0 (``SiteKey.call``: relaytrace's ``model.sitekey.Calls``, which
+    this file, run alone where relaytrace is not, keeps its own copy of)."""
+    made: dict[str, int] = {}
+
+    def number(name: str) -> int:
+        call = made.get(name, 0)
+        made[name] = call + 1
+        return call
+    return number
+
+
 def pair(stamps, run: int, t0: int, kernels, skip=frozenset(), cache=frozenset()) -> list[tuple]:
     """Before/after stamps ``(ns, name, before)`` of one run into rows ``(name, call,
     run, start_us, duration_us, kind, within)`` (``model.profile.CallRecord``'s
@@ -54,16 +67,14 @@ def pair(stamps, run: int, t0: int, kernels, skip=frozenset(), cache=frozenset()
     builtins') are left out. A call of ``cache`` (a KV-cache kernel, stamped inside the
     VM call that ran it) is a row of its own, ``within`` that call, whose duration then
     leaves it out: every microsecond is in one row."""
-    counts: dict[str, int] = {}
+    number = numbering()
     stack: list[list] = []  # [name, call, start, time of cache kernels inside]
     rows = []
     for t, name, before in stamps:
         if name in skip:
             continue
         if before:
-            k = counts.get(name, 0)
-            counts[name] = k + 1
-            stack.append([name, k, t, 0])
+            stack.append([name, number(name), t, 0])
             continue
         name, k, start, inner = stack.pop()
         kind = CACHE if name in cache else KERNEL if name in kernels else BUILTIN
@@ -96,13 +107,11 @@ def timeline_run(set_instrument, call, sync, run: int, kernels, skip=frozenset()
             return NO_OP
     elif ranges is not None:
         push, pop, name_of = ranges.push, ranges.pop, ranges.name_of
-        counts: dict[str, int] = {}
+        number = numbering()
 
         def stamp(func, name, before, ret, *call_args):
             if before:
-                k = counts.get(name, 0)
-                counts[name] = k + 1
-                push(name_of(name, k))
+                push(name_of(name, number(name)))
                 append((clock(), name, True))
             else:
                 if sync_each:
@@ -147,14 +156,13 @@ def capture(set_instrument, call, skip, kernels, copy=None) -> tuple[dict, list]
     it on its device) copies each kernel call's arguments for isolated timing (none
     without it). Calls of ``skip`` (Relax subfunctions) are no sites. A failure of the
     run is raised as it came."""
-    counts: dict[str, int] = {}
+    number = numbering()
     info: dict[tuple[str, int], tuple] = {}
     captured: list[tuple[str, int, list]] = []
 
     def note(func, name, before, ret, *call_args):
         if before and name not in skip:
-            k = counts.get(name, 0)
-            counts[name] = k + 1
+            k = number(name)
             tensors = [a for a in call_args if hasattr(a, "shape")]
             info[(name, k)] = (tuple(tuple(int(d) for d in a.shape) for a in tensors),
                                tuple(str(a.dtype) for a in tensors), tuple(int(a.data_ptr()) for a in tensors))

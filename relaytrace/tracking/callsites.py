@@ -7,6 +7,7 @@ from ..model.build_facts import BuildFacts, BuildOptions, Offload
 from ..model.journal import Change, Journal
 from ..model.lineage import PACKED, BuiltinSite, CallSite, Lineage, roles_for
 from ..model.ops import is_bookkeeping, is_external_call
+from ..model.sitekey import Calls
 from . import ir, reader
 from .tracker import Tracker
 
@@ -19,7 +20,6 @@ class _Sites:
         self.tracker = tracker
         self.offloads = offloads
         self.kernels: dict[str, list[CallSite]] = {}
-        self.counts: dict[tuple[str, str], int] = {}  # (entry, kernel) -> its calls so far
         self.builtins: list[BuiltinSite] = []
         self.edges: set[tuple[int, int]] = set()
         self.present: set[str] = set()  # origins some call site runs
@@ -32,9 +32,10 @@ class _Sites:
         offload = self.offloads.get(callee)
         return offload.codegen if offload is not None else PACKED
 
-    def run(self, entry: str, name: str, scope: str, made_calls: dict[str, int], depth: int = 0) -> None:
-        """Walk function ``name`` as one run of it inside entry ``entry``; ``made_calls``
-        counts the subfunction calls made so far in this entry (``block#0``, ...)."""
+    def run(self, entry: str, name: str, scope: str, calls: Calls, depth: int = 0) -> None:
+        """Walk function ``name`` as one run of it inside entry ``entry``; ``calls``
+        numbers the calls made so far in this entry, of kernels (``SiteKey.call``) and of
+        subfunctions (their scopes: ``block#0``, ...)."""
         tracker, tokens, functions = self.tracker, self.tracker.tokens, self.tracker.last_functions
         if depth > 64:
             raise RecursionError(f"Relax functions call each other more than 64 deep (at {name})")
@@ -48,9 +49,7 @@ class _Sites:
             callee, gv = made.callee, made.global_var
             if ir.is_subfunction(functions, callee, gv):
                 self.calls.setdefault(entry, set()).add(callee)
-                k = made_calls.get(callee, 0)
-                made_calls[callee] = k + 1
-                self.run(entry, callee, f"{scope}/{callee}#{k}".lstrip("/"), made_calls, depth + 1)
+                self.run(entry, callee, f"{scope}/{calls.key(callee).in_entry}".lstrip("/"), calls, depth + 1)
                 continue
             if gv and callee in functions:
                 continue  # a fused group not yet lowered: its kernels are its own sites
@@ -68,9 +67,8 @@ class _Sites:
             position = self.position
             library = "" if gv else self.library(callee) if origin_ids and is_external_call(callee) else None
             if library is not None:  # a kernel, or a library call computing model ops
-                call = self.counts[(entry, callee)] = self.counts.get((entry, callee), -1) + 1
-                site = CallSite(callee, call, position, roles_for(origin_ids, tracker.origins), entry, scope,
-                                reader.argument_types(d, index), library)
+                site = CallSite(callee, calls.key(callee).call, position, roles_for(origin_ids, tracker.origins),
+                                entry, scope, reader.argument_types(d, index), library)
                 self.kernels.setdefault(callee, []).append(site)
                 self.edges.update((src, position) for src in sources if src != position)
                 made_by = position
@@ -99,12 +97,12 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str | Buil
     offloads = dict(offloads or {})
     found = _Sites(tracker, offloads)
     for name in names:
-        found.run(name, name, "", {})
+        found.run(name, name, "", Calls(name))
     called = {callee for callees in found.calls.values() for callee in callees}
     for name in public:
         if name not in names and name not in tracker.input_functions and name not in called:
             names.append(name)
-            found.run(name, name, "", {})
+            found.run(name, name, "", Calls(name))
     if not names:
         degraded.append("no Relax entry function (one with a global_symbol) was seen after the last pass")
     eliminated = {o: p for o, p in tracker.log.eliminated.items() if o not in found.present}

@@ -22,7 +22,7 @@ import tvm_ffi
 from tvm import relax, tirx
 
 from ..model.memory import Block, Held, MemoryPlan, Weight
-from ..model.sitekey import SiteKey
+from ..model.sitekey import Calls
 from . import ir
 from .work import dim_text, poly
 
@@ -76,7 +76,7 @@ class _Walk:
         self.module = module
         self.pos = 0
         self.steps: list[tuple[int, str]] = []  # (position, site label)
-        self.calls: dict[str, int] = {}
+        self.calls = Calls()  # numbered per entry: made anew in ``entry``
         self.blocks: list[_Block] = []
         self.refs: dict[int, tuple[tuple[_Block, ...], tuple[_Tensor, ...]]] = {}  # var handle -> what it holds
         self.keep: list = []  # the vars whose handles key ``refs``
@@ -92,6 +92,7 @@ class _Walk:
 
     def entry(self, func) -> None:
         self.entry_name = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else ""
+        self.calls = Calls(self.entry_name)
         bounds = func.attrs.get("tir_var_upper_bound") if func.attrs is not None else None
         if bounds:
             listed = ", ".join(f"{k}<={int(v)}" for k, v in sorted((str(k), v) for k, v in bounds.items()))
@@ -167,9 +168,7 @@ class _Walk:
             self._hold(var, held)
 
     def kernel(self, name: str, args) -> None:
-        call = self.calls.get(name, 0)
-        self.calls[name] = call + 1
-        label = SiteKey(self.entry_name, name, call).label
+        label = self.calls.key(name).label
         self.steps.append((self.pos, label))
         tensor_args = 0
         for arg in args:
