@@ -35,8 +35,13 @@ class UnknownNameError(RelaytraceError, KeyError):
         return self.args[0]
 
 
-class LineageFormatError(RelaytraceError, ValueError):
-    """A lineage file that is not one, or of a schema this version cannot read."""
+class FileFormatError(RelaytraceError, ValueError):
+    """A saved file relaytrace reads (lineage, profile, comparison, run.json, a peaks
+    cache, a reference table) that is not one, contradicts itself, or is of a schema
+    this version cannot read; the message names the file and the field."""
+
+
+LineageFormatError = FileFormatError  # its name from when only lineage files were checked
 
 
 class UsageError(RelaytraceError):

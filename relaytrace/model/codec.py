@@ -7,7 +7,7 @@ way (``jsonio.check``): a field that holds other records (a lineage's call sites
 their roles) is read by the same rules, all the way down. A field whose saved form is
 not its own structure (origins saved as a list and held by id, a history saved as one
 table of distinct changes) names a ``Codec`` in its attrs metadata (``codec_field``).
-Errors are ``LineageFormatError`` naming the file and the field's path in it
+Errors are ``FileFormatError`` naming the file and the field's path in it
 (``lineage.json: kernels['k'][0].roles[1].role``)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from ..errors import LineageFormatError
+from ..errors import FileFormatError
 from .jsonio import (
     check,
     enum_reader,
@@ -82,9 +82,9 @@ def decode(kind, value, where: str):
     read = _decoder(kind)
     try:
         return read(value, None)
-    except (_Invalid, LineageFormatError):
+    except (_Invalid, FileFormatError):
         read(value, where)
-        raise LineageFormatError(f"{where} could not be read") from None  # the walk raises first
+        raise FileFormatError(f"{where} could not be read") from None  # the walk raises first
 
 
 class _Invalid(Exception):
@@ -108,7 +108,7 @@ def _nests_records(kind) -> bool:
 def _decoder(kind) -> Decoder:
     """The decoder of one annotated type, made once: ``(value, where)`` to the value,
     ``where`` None on the fast pass (a fault raises ``_Invalid``) or the path to name in
-    the ``LineageFormatError`` the explaining pass raises. A record without nested
+    the ``FileFormatError`` the explaining pass raises. A record without nested
     records is checked by one predicate (``jsonio.make_record``'s); plain values are
     checked and turned back into tuples."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
@@ -183,8 +183,8 @@ def _record_decoder(cls) -> Decoder:
                 raise _Invalid
             unknown = sorted(set(v) - known)
             if unknown:
-                raise LineageFormatError(f"{where} has an unknown field {unknown[0]!r}")
-            raise LineageFormatError(f"{where} has no field {sorted(required - v.keys())[0]!r}")
+                raise FileFormatError(f"{where} has an unknown field {unknown[0]!r}")
+            raise FileFormatError(f"{where} has no field {sorted(required - v.keys())[0]!r}")
         if where is None:
             return cls(**{name: readers[name](x, None if name not in codecs else "") for name, x in v.items()})
         return cls(**{name: readers[name](x, member(where, name)) for name, x in v.items()})

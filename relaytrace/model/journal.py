@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from attrs import define, field
 
-from ..errors import LineageFormatError
+from ..errors import FileFormatError
 from .codec import Codec, codec_field
 from .jsonio import check, items_of, make_record
 
@@ -55,13 +55,13 @@ def _history(data, where: str) -> dict[str, tuple[Change, ...]]:
     changes = []
     for i, row in enumerate(rows):
         if not isinstance(row, list) or len(row) != len(Change._fields):
-            raise LineageFormatError(f"{where}.changes[{i}] must be a list of {len(Change._fields)} items "
+            raise FileFormatError(f"{where}.changes[{i}] must be a list of {len(Change._fields)} items "
                                      f"({', '.join(Change._fields)})")
         changes.append(make_record(Change, dict(zip(Change._fields, row)), f"{where}.changes[{i}]"))
     out = {}
     for oid, indices in items_of(data, "by_origin", dict, where).items():
         if not isinstance(indices, list) or not all(type(i) is int and 0 <= i < len(changes) for i in indices):
-            raise LineageFormatError(f"{where}.by_origin[{oid!r}] must list indices of changes (0 to "
+            raise FileFormatError(f"{where}.by_origin[{oid!r}] must list indices of changes (0 to "
                                      f"{len(changes) - 1})")
         out[oid] = tuple(changes[i] for i in indices)
     return out

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 
-from ..errors import LineageFormatError
+from ..errors import FileFormatError
 
 
 def check_schema(data, schema: str, what: str, where: str = "", made_by: str = "") -> None:
@@ -23,7 +23,7 @@ def check_schema(data, schema: str, what: str, where: str = "", made_by: str = "
     profile``)."""
     if not isinstance(data, dict) or data.get("schema") != schema:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise LineageFormatError(
+        raise FileFormatError(
             f"{where + ' is ' if where else ''}not a relaytrace {what} of schema {schema!r} (found {found!r}); "
             f"write it with {made_by or what.capitalize() + '.save or `relaytrace profile`'}"
         )
@@ -43,7 +43,7 @@ def make_record(cls, data, where: str):
     """An attrs or NamedTuple record from its JSON object, lists turned back into
     tuples, after checking every field against the record's annotations (``check``):
     no unknown or missing field, every value of its type. ``where`` names the record
-    in the error (``kernels['k'][0]``), which is a ``LineageFormatError``."""
+    in the error (``kernels['k'][0]``), which is a ``FileFormatError``."""
     if not record_is_valid(cls, data):
         _explain_record(cls, data, where)
     names = name_fields(cls)
@@ -79,23 +79,23 @@ _NAME_FIELDS: dict[type, dict[str, Callable[[object], object]]] = {}
 def _explain_record(cls, data, where: str) -> None:
     """Raise the error that says why ``data`` is no ``cls`` record."""
     if not isinstance(data, dict):
-        raise LineageFormatError(f"{where} must be an object, not {_json_kind(data)}")
+        raise FileFormatError(f"{where} must be an object, not {_json_kind(data)}")
     fields = record_fields(cls)
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise LineageFormatError(f"{where} has an unknown field {unknown[0]!r}")
+        raise FileFormatError(f"{where} has an unknown field {unknown[0]!r}")
     for name, (kind, required) in fields.items():
         if name in data:
             check(data[name], kind, member(where, name))
         elif required:
-            raise LineageFormatError(f"{where} has no field {name!r}")
+            raise FileFormatError(f"{where} has no field {name!r}")
 
 
 def check(value, kind, where: str) -> None:
     """``value`` (read from JSON) is of the annotated type ``kind``: str, int, float
     (finite), bool, a str Enum (one of its values), a tuple (a JSON list) of such, an
     optional or union of such, or a dict of str to such; anything else is taken as it
-    is. A ``LineageFormatError`` naming ``where`` otherwise."""
+    is. A ``FileFormatError`` naming ``where`` otherwise."""
     if not is_valid(kind)(value):
         _explain(value, kind, where)
 
@@ -107,13 +107,13 @@ def _explain(value, kind, where: str) -> None:
         for option in args:
             try:
                 return check(value, option, where)
-            except LineageFormatError:
+            except FileFormatError:
                 continue
         names = " or ".join(_KIND_NAMES.get(option, getattr(option, "__name__", str(option))) for option in args)
-        raise LineageFormatError(f"{where} must be {names}, not {_json_kind(value)}")
+        raise FileFormatError(f"{where} must be {names}, not {_json_kind(value)}")
     if isinstance(kind, type) and issubclass(kind, Enum):
         if not isinstance(value, str) or value not in _values(kind):
-            raise LineageFormatError(f"{where} must be one of {', '.join(m.value for m in kind)}, "
+            raise FileFormatError(f"{where} must be one of {', '.join(m.value for m in kind)}, "
                                      f"not {_json_kind(value)}")
         return
     if kind is type(None):
@@ -128,26 +128,26 @@ def _explain(value, kind, where: str) -> None:
         ok = isinstance(value, str)
     elif kind is tuple or origin is tuple:
         if not isinstance(value, list):
-            raise LineageFormatError(f"{where} must be a list, not {_json_kind(value)}")
+            raise FileFormatError(f"{where} must be a list, not {_json_kind(value)}")
         if len(args) == 2 and args[1] is Ellipsis:
             for i, item in enumerate(value):
                 check(item, args[0], f"{where}[{i}]")
         elif args and args != ((),):
             if len(value) != len(args):
-                raise LineageFormatError(f"{where} must have {len(args)} items, not {len(value)}")
+                raise FileFormatError(f"{where} must have {len(args)} items, not {len(value)}")
             for i, (item, option) in enumerate(zip(value, args)):
                 check(item, option, f"{where}[{i}]")
         return
     elif kind is dict or origin is dict:
         if not isinstance(value, dict):
-            raise LineageFormatError(f"{where} must be an object, not {_json_kind(value)}")
+            raise FileFormatError(f"{where} must be an object, not {_json_kind(value)}")
         for key, item in value.items():
             check(item, args[1] if args else typing.Any, f"{where}[{key!r}]")
         return
     else:
         return
     if not ok:
-        raise LineageFormatError(f"{where} must be {_KIND_NAMES[kind]}, not {_json_kind(value)}")
+        raise FileFormatError(f"{where} must be {_KIND_NAMES[kind]}, not {_json_kind(value)}")
 
 
 # Checking a lineage of an LLM asks hundreds of thousands of values their type: each
@@ -223,11 +223,11 @@ def items_of(data, key: str, kind, where: str):
     """``data[key]`` checked to be a list (``kind`` list) or an object (``kind`` dict).
     ``where``: the file (``lineage.json``) or a field in it (``lineage.json: kernels``)."""
     if not isinstance(data, dict) or key not in data:
-        raise LineageFormatError(f"{where} has no field {key!r}")
+        raise FileFormatError(f"{where} has no field {key!r}")
     value = data[key]
     if not isinstance(value, kind):
         wanted = "a list" if kind is list else "an object"
-        raise LineageFormatError(f"{member(where, key)} must be {wanted}, not {_json_kind(value)}")
+        raise FileFormatError(f"{member(where, key)} must be {wanted}, not {_json_kind(value)}")
     return value
 
 
@@ -333,7 +333,7 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 def read_json(path, what: str):
     """The JSON value of the ``what`` file at ``path``; a file that is no UTF-8 JSON, or
     nests too deep, or holds a number too long for Python to read, is a one-line
-    ``LineageFormatError`` naming the file."""
+    ``FileFormatError`` naming the file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no {what} file at {path}")
@@ -344,15 +344,15 @@ def read_json(path, what: str):
             json.dumps(data, ensure_ascii=False).encode("utf-8")
         return data
     except UnicodeEncodeError:
-        raise LineageFormatError(f"{path} holds a lone surrogate escape (\\ud800 to \\udfff not in a pair) in a "
+        raise FileFormatError(f"{path} holds a lone surrogate escape (\\ud800 to \\udfff not in a pair) in a "
                                  f"string: no name can be written so; was it edited or corrupted?") from None
     except UnicodeDecodeError:
-        raise LineageFormatError(f"{path} is not a UTF-8 text file: is it a relaytrace {what} file?") from None
+        raise FileFormatError(f"{path} is not a UTF-8 text file: is it a relaytrace {what} file?") from None
     except json.JSONDecodeError as exc:
-        raise LineageFormatError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}; "
+        raise FileFormatError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}; "
                                  "was it cut short or edited?") from None
     except RecursionError:
-        raise LineageFormatError(f"{path} nests too deep to be a relaytrace {what} file") from None
+        raise FileFormatError(f"{path} nests too deep to be a relaytrace {what} file") from None
     except ValueError:  # Python's limit on int-string conversion: no figure relaytrace writes is that long
-        raise LineageFormatError(f"{path} holds a number too long (thousands of digits) to be in a relaytrace "
+        raise FileFormatError(f"{path} holds a number too long (thousands of digits) to be in a relaytrace "
                                  f"{what} file: was it edited or corrupted?") from None

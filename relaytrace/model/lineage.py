@@ -12,7 +12,7 @@ from typing import NamedTuple
 import attrs
 from attrs import define, field
 
-from ..errors import LineageFormatError, UnknownNameError, UsageError, expect, expect_number
+from ..errors import FileFormatError, UnknownNameError, UsageError, expect, expect_number
 from .build_facts import BuildFacts
 from .codec import Codec, codec_field, decode, encode
 from .frontend import Program
@@ -158,7 +158,7 @@ def _origins(data, where: str) -> dict[str, Origin]:
     held = {o.id: o for o in found}
     if len(held) != len(found):
         twice = next(o.id for i, o in enumerate(found) if any(p.id == o.id for p in found[:i]))
-        raise LineageFormatError(f"{where} holds origin {twice!r} twice: an id names one op; the file was edited or "
+        raise FileFormatError(f"{where} holds origin {twice!r} twice: an id names one op; the file was edited or "
                                  "is corrupt; trace the build again")
     return held
 
@@ -447,7 +447,7 @@ class Lineage:
     @classmethod
     def from_json(cls, data: dict, where: str = "lineage") -> Lineage:
         """The lineage a JSON object holds (of this schema or an earlier one: ``migrate``),
-        every record and reference checked: a ``LineageFormatError`` naming the field
+        every record and reference checked: a ``FileFormatError`` naming the field
         (``where`` names the file) otherwise."""
         current = isinstance(data, dict) and data.get("schema") == SCHEMA
         lineage = decode(cls, migrate(data, where), where)
@@ -465,7 +465,7 @@ class Lineage:
     @classmethod
     def load(cls, path) -> Lineage:
         """The lineage saved at ``path``; a file that is not one is a one-line
-        ``LineageFormatError`` naming the file and the field."""
+        ``FileFormatError`` naming the file and the field."""
         return cls.from_json(read_json(path, "lineage"), str(path))
 
 
@@ -495,11 +495,11 @@ def _check_references(lineage: Lineage, where: str) -> None:
         calls: dict[str, list[int]] = {}
         for site in sites:
             if site.kernel != kernel:
-                raise LineageFormatError(f"{where}: kernels[{kernel!r}] holds a site of {site.kernel!r}")
+                raise FileFormatError(f"{where}: kernels[{kernel!r}] holds a site of {site.kernel!r}")
             calls.setdefault(site.function, []).append(site.call)
         for function, numbers in calls.items():
             if sorted(numbers) != list(range(len(numbers))):
-                raise LineageFormatError(f"{where}: kernels[{kernel!r}] calls in {function} are {sorted(numbers)}, "
+                raise FileFormatError(f"{where}: kernels[{kernel!r}] calls in {function} are {sorted(numbers)}, "
                                          f"not 0 to {len(numbers) - 1}")
     named = [(f"kernels[{s.kernel!r}] call {s.call}", r.origin) for s in lineage.call_sites for r in s.roles]
     named += [(f"builtin {b.name!r}", o) for b in lineage.builtins for o in b.origins]
@@ -510,15 +510,15 @@ def _check_references(lineage: Lineage, where: str) -> None:
     named += [(f"edges[{i}]", o) for i, edge in enumerate(lineage.edges) for o in edge]
     for what, origin in named:
         if origin not in known:
-            raise LineageFormatError(f"{where}: {what} names origin {origin!r}, which the lineage does not have")
+            raise FileFormatError(f"{where}: {what} names origin {origin!r}, which the lineage does not have")
     positions = {s.position for s in lineage.call_sites} | {b.position for b in lineage.builtins}
     stray = [p for edge in lineage.site_edges for p in edge if p not in positions]
     if stray:
-        raise LineageFormatError(f"{where}: site_edges name call site position {stray[0]}, which no site has")
+        raise FileFormatError(f"{where}: site_edges name call site position {stray[0]}, which no site has")
     if lineage.verification is not None:
         stray = [c.position for c in lineage.verification.sites if c.position not in positions]
         if stray:
-            raise LineageFormatError(f"{where}: verification names call site position {stray[0]}, which no site has")
+            raise FileFormatError(f"{where}: verification names call site position {stray[0]}, which no site has")
 
 
 def _check_derived(lineage: Lineage, where: str) -> None:
@@ -529,7 +529,7 @@ def _check_derived(lineage: Lineage, where: str) -> None:
     for site in lineage.call_sites:
         if site.roles != roles_for(site.origin_ids, lineage.origins):
             anchor = site.anchor or "none"
-            raise LineageFormatError(f"{where}: kernels[{site.kernel!r}] call {site.call} has roles its origins do "
+            raise FileFormatError(f"{where}: kernels[{site.kernel!r}] call {site.call} has roles its origins do "
                                      f"not give (anchor {anchor!r}; a site's anchor is its heaviest model op); the "
                                      "file was edited or is corrupt; trace the build again")
     if lineage.verification is not None and lineage.verification != verify(lineage):
@@ -540,7 +540,7 @@ def _check_derived(lineage: Lineage, where: str) -> None:
         stored_layers, layers = lineage.verification.by_layer(), derived.by_layer()
         odd = odd or next((f"layer {name!r}" for name in sorted(set(stored_layers) | set(layers))
                            if stored_layers.get(name) != layers.get(name)), "its other problems")
-        raise LineageFormatError(f"{where}: verification of {odd} is not what the lineage's own evidence gives "
+        raise FileFormatError(f"{where}: verification of {odd} is not what the lineage's own evidence gives "
                                  "(verification is derived from the sites and kernel members the file holds); "
                                  "the file was edited or is corrupt; trace the build again")
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from ..errors import LineageFormatError
+from ..errors import FileFormatError
 from .frontend import onnx_node_id
 from .journal import Change, _history_json
 from .jsonio import check_schema, make_record
@@ -49,11 +49,11 @@ def _v1_to_v2(data: dict, where: str) -> dict:
     """/1's history (origin -> [change object, ...]) as /2's table of distinct changes."""
     history = data.get("history", {})
     if not isinstance(history, dict):
-        raise LineageFormatError(f"{where}: history must be an object")
+        raise FileFormatError(f"{where}: history must be an object")
     steps = {}
     for oid, listed in history.items():
         if not isinstance(listed, list):
-            raise LineageFormatError(f"{where}: history[{oid!r}] must be a list")
+            raise FileFormatError(f"{where}: history[{oid!r}] must be a list")
         steps[oid] = tuple(make_record(Change, c, f"{where}: history[{oid!r}][{i}]") for i, c in enumerate(listed))
     return {**data, "schema": "relaytrace.lineage/2", "history": _history_json(steps)}
 
@@ -175,7 +175,7 @@ _MIGRATIONS: dict[str, Callable[[dict, str], dict]] = {
 def migrate(data, where: str) -> dict:
     """``data`` (a ``lineage.json``'s JSON) as the current schema's data, through each
     migration from its version on; ``data`` itself is not changed. A file of no known
-    version is a ``LineageFormatError`` naming ``where``."""
+    version is a ``FileFormatError`` naming ``where``."""
     while isinstance(data, dict) and isinstance(data.get("schema"), str) and data["schema"] in _MIGRATIONS:
         data = _MIGRATIONS[data["schema"]](data, where)
     check_schema(data, SCHEMA, "lineage", where)

@@ -15,7 +15,7 @@ import attrs
 import numpy as np
 from attrs import define
 
-from ..errors import LineageFormatError
+from ..errors import FileFormatError
 from .codec import decode, encode
 from .jsonio import check_schema, read_json, write_json
 from .names import Name
@@ -147,7 +147,7 @@ class Comparison:
     @classmethod
     def from_json(cls, data, where: str = "compare") -> Comparison:
         """The comparison a JSON object holds, every field checked (a
-        ``LineageFormatError`` naming it otherwise)."""
+        ``FileFormatError`` naming it otherwise)."""
         if isinstance(data, dict) and data.get("schema") == SCHEMA_V1:
             data = {**data, "schema": SCHEMA}  # /2 only added fields with defaults
         check_schema(data, SCHEMA, "compare", where, made_by="`relaytrace compare --out DIR` (or Comparison.save)")
@@ -214,7 +214,7 @@ def default_tolerance(accumulate: str | None = None) -> tuple[float, float, str]
 def _check_ranges(comparison: Comparison, where: str) -> None:
     """Every figure of a comparison is one ``error_of`` can make: tolerances, counts,
     errors and dims at least 0, a cosine from -1 to 1, each layer once, none within
-    tolerance at a tolerance ratio above 1; a ``LineageFormatError``
+    tolerance at a tolerance ratio above 1; a ``FileFormatError``
     naming the file and field otherwise (an edited or corrupt file)."""
     layers = comparison.layers
     fields = [(key, getattr(comparison, key)) for key in ("atol", "rtol")]
@@ -223,20 +223,20 @@ def _check_ranges(comparison: Comparison, where: str) -> None:
         fields += [(f"layers[{i}].shape", min(e.shape, default=0))]
     for name, value in fields:
         if value is not None and value < 0:
-            raise LineageFormatError(f"{where}: {name} must be at least 0, not {value!r}: the file was edited or is "
+            raise FileFormatError(f"{where}: {name} must be at least 0, not {value!r}: the file was edited or is "
                                      "corrupt; run `relaytrace compare` again")
     seen: set[str] = set()
     for i, e in enumerate(layers):
         if e.layer in seen:
-            raise LineageFormatError(f"{where}: layers[{i}] is layer {e.layer!r} again: each layer is compared once; "
+            raise FileFormatError(f"{where}: layers[{i}] is layer {e.layer!r} again: each layer is compared once; "
                                      "the file was edited or is corrupt; run `relaytrace compare` again")
         seen.add(e.layer)
         if e.status == WITHIN and e.tolerance_ratio is not None and e.tolerance_ratio > 1:
-            raise LineageFormatError(f"{where}: layers[{i}] is within tolerance at a tolerance ratio of "
+            raise FileFormatError(f"{where}: layers[{i}] is within tolerance at a tolerance ratio of "
                                      f"{e.tolerance_ratio:g}: above 1 is beyond it; the file was edited or is corrupt; "
                                      "run `relaytrace compare` again")
         if e.cosine is not None and not -1 - 1e-6 <= e.cosine <= 1 + 1e-6:
-            raise LineageFormatError(f"{where}: layers[{i}].cosine must be from -1 to 1, not {e.cosine!r}: the file "
+            raise FileFormatError(f"{where}: layers[{i}].cosine must be from -1 to 1, not {e.cosine!r}: the file "
                                      "was edited or is corrupt; run `relaytrace compare` again")
 
 

@@ -6,7 +6,7 @@ import statistics
 
 from attrs import define, field
 
-from ..errors import LineageFormatError
+from ..errors import FileFormatError
 from .codec import Codec, codec_field, decode, encode
 from .jsonio import check, check_schema, make_record, read_json, write_json
 from .names import Name
@@ -95,10 +95,10 @@ _RECORD_FIELDS = ("name", "call", "run", "start_us", "duration_us", "kind", "wit
 
 def _call_record(row, where: str) -> CallRecord:
     if not isinstance(row, list) or len(row) not in (len(_RECORD_FIELDS) - 1, len(_RECORD_FIELDS)):
-        raise LineageFormatError(f"{where} must be a list [{', '.join(_RECORD_FIELDS)}] (within optional)")
+        raise FileFormatError(f"{where} must be a list [{', '.join(_RECORD_FIELDS)}] (within optional)")
     record = make_record(CallRecord, dict(zip(_RECORD_FIELDS, row)), where)
     if record.call < 0 or record.run < 0 or not 0 <= record.duration_us <= MAX_US or abs(record.start_us) > MAX_US:
-        raise LineageFormatError(f"{where} is out of range: call and run from 0, times 0 to {MAX_US:g} us")
+        raise FileFormatError(f"{where} is out of range: call and run from 0, times 0 to {MAX_US:g} us")
     return record
 
 
@@ -290,27 +290,27 @@ class Profile:
     def from_json(cls, data, where: str = "profile") -> Profile:
         """The profile a JSON object holds, every field checked for type and range (a
         duration is 0 to ``MAX_US``; at least one end-to-end run, every profile has
-        one): a ``LineageFormatError`` naming it otherwise."""
+        one): a ``FileFormatError`` naming it otherwise."""
         if isinstance(data, dict) and data.get("schema") in _OLDER:
             data = {**data, "schema": SCHEMA}
         check_schema(data, SCHEMA, "profile", where)
         profile = decode(cls, {k: v for k, v in data.items() if k != "site_times"}, where)
         if not profile.e2e_us:
-            raise LineageFormatError(f"{where}: e2e_us is empty, so the profile has no end-to-end time to share out; "
+            raise FileFormatError(f"{where}: e2e_us is empty, so the profile has no end-to-end time to share out; "
                                      "profile the model again (`relaytrace profile`)")
         if not 1 <= profile.repeat <= MAX_RUNS or any(not 0 < t <= MAX_US for t in profile.e2e_us):
-            raise LineageFormatError(f"{where}: repeat must be 1 to {MAX_RUNS:g} and each e2e_us above 0 and at most "
+            raise FileFormatError(f"{where}: repeat must be 1 to {MAX_RUNS:g} and each e2e_us above 0 and at most "
                                      f"{MAX_US:g} (a run takes time); the file was edited or is corrupt")
         if profile.records and profile.runs != profile.repeat:
-            raise LineageFormatError(f"{where}: repeat is {profile.repeat} but the records hold {profile.runs} run(s); "
+            raise FileFormatError(f"{where}: repeat is {profile.repeat} but the records hold {profile.runs} run(s); "
                                      "the file was edited or is corrupt")
         overlap = _overlap(profile.records)
         if overlap:
-            raise LineageFormatError(f"{where}: {overlap}: calls of one run follow one another; the file was edited "
+            raise FileFormatError(f"{where}: {overlap}: calls of one run follow one another; the file was edited "
                                      "or is corrupt")
         wrong = problem(profile.peaks) if profile.peaks is not None else ""
         if wrong:
-            raise LineageFormatError(f"{where}: {wrong}; profile again, or give the peaks with --peak-gflops and "
+            raise FileFormatError(f"{where}: {wrong}; profile again, or give the peaks with --peak-gflops and "
                                      "--peak-gbps")
         return profile
 
@@ -321,7 +321,7 @@ class Profile:
     @classmethod
     def load(cls, path) -> Profile:
         """The profile saved at ``path``; a file that is not one is a one-line
-        ``LineageFormatError`` naming the file and the field."""
+        ``FileFormatError`` naming the file and the field."""
         return cls.from_json(read_json(path, "profile"), str(path))
 
 

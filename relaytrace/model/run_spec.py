@@ -15,7 +15,7 @@ from pathlib import Path
 import attrs
 from attrs import define, field
 
-from ..errors import LineageFormatError
+from ..errors import FileFormatError
 from .codec import decode, encode
 from .jsonio import check, read_json
 
@@ -73,7 +73,7 @@ class RunSpec:
     def from_json(cls, data, where: str) -> RunSpec:
         check(data, dict, where)
         if "model" not in data:
-            raise LineageFormatError(f"{where} has no field 'model': pass the model itself "
+            raise FileFormatError(f"{where} has no field 'model': pass the model itself "
                                      "(an .onnx file or file.py:factory)")
         return decode(cls, data, where)
 

@@ -12,7 +12,7 @@ than drawn as a figure that cannot be right.
 
 from __future__ import annotations
 
-from ..errors import LineageFormatError
+from ..errors import FileFormatError
 from .work import LIMIT, Poly, itemsize
 
 _REDO = "the file was edited or is corrupt; trace the build again"
@@ -24,7 +24,7 @@ def check_facts(build, where: str) -> None:
     formula's coefficients within ``LIMIT`` and its constant ones at least 0, its
     parameters' dims sizes or symbols; every
     memory plan's block sizes so within ``MAX_BYTES``, its steps, lifetimes, shapes
-    and dtypes in range and naming its own steps. A ``LineageFormatError`` naming the field otherwise."""
+    and dtypes in range and naming its own steps. A ``FileFormatError`` naming the field otherwise."""
     for kernel, work in build.work.items():
         for name in ("flops", "transcendentals"):
             _check_poly(getattr(work, name), f"{where}: build.work[{kernel!r}].{name}")
@@ -43,14 +43,14 @@ def check_steps(lineage, where: str) -> None:
         labels = iter(s.label for s in sorted(lineage.call_sites, key=lambda s: s.position) if s.function == entry)
         for i, step in enumerate(plan.steps):
             if step not in labels:  # consumes the sites up to it: the steps must come in their order
-                raise LineageFormatError(f"{where}: build.memory[{entry!r}].steps[{i}] {step!r} is no call site of "
+                raise FileFormatError(f"{where}: build.memory[{entry!r}].steps[{i}] {step!r} is no call site of "
                                          f"{entry} after the one before it; {_REDO}")
 
 
 def _check_poly(poly: Poly | None, where: str, limit: float = LIMIT) -> None:
     for coef, atoms in poly or ():
         if abs(coef) > limit or (not atoms and coef < 0):
-            raise LineageFormatError(f"{where} has the term {coef}{'*' if atoms else ''}{'*'.join(atoms)}: a count "
+            raise FileFormatError(f"{where} has the term {coef}{'*' if atoms else ''}{'*'.join(atoms)}: a count "
                                      f"is at least 0 and at most {limit:g}; {_REDO}")
 
 
@@ -64,7 +64,7 @@ def _check_plan(plan, where: str) -> None:
         for t, held in enumerate(block.tensors):
             there = f"{at}.tensors[{t}]"
             if held.site and held.site not in known:  # "": written by no kernel (a library call's output)
-                raise LineageFormatError(f"{there}.site {held.site!r} is none of the plan's steps; {_REDO}")
+                raise FileFormatError(f"{there}.site {held.site!r} is none of the plan's steps; {_REDO}")
             _check_lifetime(held.first, held.last, steps, there)
             _check_tensor(held.shape, held.dtype, there)
     for w, weight in enumerate(plan.weights):
@@ -72,7 +72,7 @@ def _check_plan(plan, where: str) -> None:
         _check_tensor(weight.shape, weight.dtype, there)
         stray = [s for s in weight.sites if s not in known]
         if stray:
-            raise LineageFormatError(f"{there}.sites name {stray[0]!r}, none of the plan's steps; {_REDO}")
+            raise FileFormatError(f"{there}.sites name {stray[0]!r}, none of the plan's steps; {_REDO}")
     for i, (name, shape, dtype) in enumerate(plan.inputs + plan.unplanned):
         _check_tensor(shape, dtype, f"{where}.inputs[{i}] ({name!r})" if i < len(plan.inputs)
                       else f"{where}.unplanned[{i - len(plan.inputs)}]")
@@ -83,14 +83,14 @@ def _check_lifetime(first: int, last: int, steps: int, where: str) -> None:
     allocation (``steps`` when none is) to the last step at or before the end (-1 when
     none is), so ``last`` is ``first - 1`` when no step falls between them."""
     if not (0 <= first <= steps and -1 <= last < steps and last >= first - 1):
-        raise LineageFormatError(f"{where} is live from step {first} to {last}: in a plan of {steps} steps a "
+        raise FileFormatError(f"{where} is live from step {first} to {last}: in a plan of {steps} steps a "
                                  f"lifetime starts at 0 to {steps} and ends at -1 to {steps - 1}, not before "
                                  f"the step before its start; {_REDO}")
 
 
 def _check_tensor(shape, dtype: str, where: str) -> None:
     if itemsize(dtype) is None:
-        raise LineageFormatError(f"{where}.dtype {dtype!r} is not a dtype TVM has (float32, float16, int64, ...); "
+        raise FileFormatError(f"{where}.dtype {dtype!r} is not a dtype TVM has (float32, float16, int64, ...); "
                                  f"{_REDO}")
     _check_dims(shape, where)
 
@@ -98,10 +98,10 @@ def _check_tensor(shape, dtype: str, where: str) -> None:
 def _check_dims(shape, where: str) -> None:
     """Each dim a size from 0 to ``LIMIT`` or a symbolic dim's name or expression."""
     if any(not isinstance(d, (int, str)) or isinstance(d, bool) for d in shape):
-        raise LineageFormatError(f"{where}.shape {list(shape)} has a dim that is neither a size nor a symbolic dim; "
+        raise FileFormatError(f"{where}.shape {list(shape)} has a dim that is neither a size nor a symbolic dim; "
                                  f"{_REDO}")
     if any(isinstance(d, int) and not 0 <= d <= LIMIT for d in shape):
-        raise LineageFormatError(f"{where}.shape {list(shape)} has a dim below 0 or beyond {LIMIT:g}; {_REDO}")
+        raise FileFormatError(f"{where}.shape {list(shape)} has a dim below 0 or beyond {LIMIT:g}; {_REDO}")
 
 
 def profile_mismatches(lineage, profile) -> list[str]:

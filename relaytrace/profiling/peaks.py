@@ -34,7 +34,8 @@ import tvm
 from attrs import frozen
 from tvm.script import tirx as T
 
-from ..errors import LineageFormatError, RelaytraceError
+from ..errors import FileFormatError, RelaytraceError
+from ..model.codec import encode
 from ..model.jsonio import make_record, write_atomic
 from ..model.peaks import MEASURED, Peaks, problem
 
@@ -329,11 +330,10 @@ def _cached(key: str, refresh: bool, measured) -> Peaks:
             found = make_record(Peaks, cache[key], str(path))
             if not problem(found):
                 return found
-        except LineageFormatError:
+        except FileFormatError:
             pass  # written by another version, or damaged: measure again
     peaks = measured()
-    cache[key] = {"gflops": peaks.gflops, "gbps": peaks.gbps, "source": peaks.source, "method": peaks.method,
-                  "device": peaks.device, "native_gflops": peaks.native_gflops, "native_mcpu": peaks.native_mcpu}
+    cache[key] = encode(peaks)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(cache, indent=1), overwrite=True)

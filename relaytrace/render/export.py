@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
+from ..model.codec import encode
 from .safe_text import csv_cell
 
 ROOF_COLUMNS = ["flops", "useful_flops", "executed_over_useful", "excess", "transcendentals", "bytes", "gflops_per_s",
@@ -106,9 +107,7 @@ def attribution_json(report, depth: int = 1) -> dict:
         "kernels": [{"name": r.name, "us": r.us, "percent": r.percent, "count": r.count, "device": r.device,
                      "argument_shapes": r.shapes, "layers": r.layers, "verification": r.status,
                      "library": r.library} for r in report.kernels],
-        "roofline": {"peaks": None if report.roofline.peaks is None else
-                     {"gflops": report.roofline.peaks.gflops, "gbps": report.roofline.peaks.gbps,
-                      "source": report.roofline.peaks.source, "method": report.roofline.peaks.method},
+        "roofline": {"peaks": None if report.roofline.peaks is None else encode(report.roofline.peaks),
                      "layers": [{"layer": r.name, **dict(zip(ROOF_COLUMNS, roof_cells(r)))}
                                 for r in report.roofline.layers]},
         "precision": precision_json(report.precision),
