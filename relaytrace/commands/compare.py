@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import UsageError
 from ..jobs import echo
 from .base import Command
-from .shared import add_input_shape_option, at_least, check_target, progress
+from .shared import add_input_shape_option, add_pipeline_options, at_least, check_target, progress
 
 
 def add_arguments(p) -> None:
@@ -15,11 +15,7 @@ def add_arguments(p) -> None:
                                                   "module, its inputs [and dynamic_shapes]")
     add_input_shape_option(p)
     p.add_argument("--target", default="llvm", help="TVM target of this machine (default llvm)")
-    p.add_argument("--pipeline", default="fused", metavar="fused|unfused|NAME",
-                   help="fused (default), unfused, or a pipeline the model's file registers with "
-                        "tvm.relax.register_pipeline (a BYOC flow)")
-    p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
-                   help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
+    add_pipeline_options(p)
     p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
                    help="fp16: build through relax.transform.ToMixedPrecision (default fp32: as imported)")
     p.add_argument("--accumulate", choices=["float32", "float16"],

@@ -11,7 +11,9 @@ from .shared import (
     absolute_factory,
     add_model_options,
     add_peak_options,
+    add_pipeline_options,
     add_policy_option,
+    add_serving_options,
     at_least,
     check_target,
     given_peaks,
@@ -23,15 +25,9 @@ def add_arguments(p) -> None:
     """`relaytrace estimate`'s arguments and options (docs/cli.md#estimate)."""
     add_model_options(p)
     p.add_argument("--target", default="cuda", help="TVM target to build for (default cuda)")
-    p.add_argument("--pipeline", default="fused", metavar="fused|unfused|NAME",
-                   help="fused (default), unfused, or a pipeline the model's file registers with "
-                        "tvm.relax.register_pipeline (a BYOC flow)")
+    add_pipeline_options(p, layout=False)
     p.add_argument("--entry", metavar="NAME", help="entry function (default main, or the only one)")
-    p.add_argument("--tokens", type=at_least(1), metavar="N",
-                   help="an entry that takes a KV cache (an LLM's prefill): the tokens of the step (default 32)")
-    p.add_argument("--context", type=at_least(0), metavar="L",
-                   help="an entry that takes a KV cache: the tokens already in the cache (default 32 for a decode, "
-                        "0 for a prefill)")
+    add_serving_options(p)
     add_peak_options(p)
     add_policy_option(p)
     p.add_argument("--top", type=at_least(1), default=15, help="layers shown (default 15)")

@@ -242,15 +242,21 @@ def at_least(low, kind=int, strict: bool = True, most: float = float("inf")):
     return parse
 
 
+def add_pipeline_options(p, layout: bool = True) -> None:
+    """``--pipeline`` (and ``--layout``), as every command that builds takes them."""
+    p.add_argument("--pipeline", default="fused", metavar="fused|unfused|NAME",
+                   help="fused (default), unfused, or a pipeline the model's file registers with "
+                        "tvm.relax.register_pipeline (a BYOC flow)")
+    if layout:
+        p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
+                       help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
+
+
 def add_build_options(p, profiling: bool = True) -> None:
     """The build and device options of ``demo`` and ``profile`` (docs/cli.md); without
     ``profiling`` (``bundle``), the build options alone."""
     p.add_argument("--target", default="llvm", help="TVM target (default llvm)")
-    p.add_argument("--pipeline", default="fused", metavar="fused|unfused|NAME",
-                   help="fused (default), unfused, or a pipeline the model's file registers with "
-                        "tvm.relax.register_pipeline (a BYOC flow)")
-    p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
-                   help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
+    add_pipeline_options(p)
     p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
                    help="fp16: build through relax.transform.ToMixedPrecision, accumulating in float32 "
                         "(default fp32: as imported)")
