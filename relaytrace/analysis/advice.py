@@ -66,7 +66,7 @@ class Finding:
     change: Change
 
 
-class Rule(Protocol):
+class AdviceRule(Protocol):
     """A rule: its ``name`` and the findings it makes of a report (none when it has
     nothing to say)."""
 
@@ -295,11 +295,11 @@ class VmOverhead:
                 if len(after.call_sites) >= len(before.call_sites) else "")
 
 
-RULES: tuple[Rule, ...] = (SeparateBatchNorm(), InsertedOverhead(), UntunedKernels(), FarBelowRoofline(),
+RULES: tuple[AdviceRule, ...] = (SeparateBatchNorm(), InsertedOverhead(), UntunedKernels(), FarBelowRoofline(),
                            VmOverhead())
 
 
-def advise(report, rules: tuple[Rule, ...] = RULES) -> tuple[Finding, ...]:
+def advise(report, rules: tuple[AdviceRule, ...] = RULES) -> tuple[Finding, ...]:
     """Every rule's findings on ``report``, the largest estimated saving first."""
     found = [f for rule in rules for f in rule.find(report)]
     return tuple(sorted(found, key=lambda f: -f.saving_us))
@@ -341,7 +341,7 @@ class Measured:
         return f"measured slowdown {-self.saving_us / 1e3:.3f} ms (beyond {noise})"
 
 
-def not_applied(finding: Finding, before, after, rules: tuple[Rule, ...] = RULES) -> str:
+def not_applied(finding: Finding, before, after, rules: tuple[AdviceRule, ...] = RULES) -> str:
     """Why ``finding``'s change did not apply in the rebuild ``after`` (a Lineage; ``before``:
     the build as it was, rebuilt in the same sitting): its kernels are the same (each call
     site its kernel and origins), or what of the finding it still has (the rule's ``left``);

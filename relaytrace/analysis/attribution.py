@@ -329,8 +329,8 @@ def module_prefix(layer: str, depth: int) -> str:
 
 
 def by_op_type(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[OpTypeRow, ...]:
-    """Time per op type, with how many ops of that type ran (repeats counted): the
-    weighting seed 003 asks for."""
+    """Time per op type, with how many ops of that type ran (repeats counted): a
+    type's total is its ops' calls, each counted as often as it runs."""
     return op_types_from(lineage, shares(lineage, profile, policy))
 
 

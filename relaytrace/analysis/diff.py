@@ -17,7 +17,7 @@ from attrs import define
 from ..errors import RelaytraceError
 from ..model.origin import OP
 from ..render.safe_text import csv_value, terminal
-from . import attribution as A
+from . import attribution
 
 
 @define(frozen=True)
@@ -94,8 +94,8 @@ def compare(lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor",
 
 def _timed(lineage, profile, policy):
     """(layer -> its LayerRow, layer -> its spread), from one attribution of the profile."""
-    parts = A.shares(lineage, profile, policy)
-    return {r.layer: r for r in A.layers_from(parts)}, layer_spread(parts, profile)
+    parts = attribution.shares(lineage, profile, policy)
+    return {r.layer: r for r in attribution.layers_from(parts)}, layer_spread(parts, profile)
 
 
 def layer_spread(shares, profile) -> dict[str, float]:

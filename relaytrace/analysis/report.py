@@ -12,7 +12,7 @@ from attrs import define
 from ..errors import expect
 from ..model.lineage import Coverage, Lineage
 from ..model.profile import KERNEL, Profile
-from . import attribution as A
+from . import attribution
 from .advice import Finding, advise
 from .memory import Memory, profiled_memory
 from .precision import Precision, precision
@@ -27,11 +27,11 @@ class Report:
     lineage: Lineage
     profile: Profile
     policy: str
-    shares: tuple[A.Share, ...]
-    layers: tuple[A.LayerRow, ...]  # slowest first; they add up to the kernel time
-    kernels: tuple[A.KernelRow, ...]
-    op_types: tuple[A.OpTypeRow, ...]
-    categories: A.Categories
+    shares: tuple[attribution.Share, ...]
+    layers: tuple[attribution.LayerRow, ...]  # slowest first; they add up to the kernel time
+    kernels: tuple[attribution.KernelRow, ...]
+    op_types: tuple[attribution.OpTypeRow, ...]
+    categories: attribution.Categories
     coverage: Coverage
     site_us: dict[str, float]  # call-site label -> median time over runs
     build_lineage: Lineage
@@ -42,7 +42,7 @@ class Report:
 
     def modules(self, depth: int) -> tuple[tuple[str, float, float], ...]:
         """(module prefix, time, percent) at a module depth (``layer3`` at depth 1)."""
-        return A.by_prefix(self.layers, depth)
+        return attribution.by_prefix(self.layers, depth)
 
 
 def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Report:
@@ -53,13 +53,14 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
     expect("make_report's lineage", lineage, Lineage, "a Lineage (relaytrace.build's, or Lineage.load)")
     expect("make_report's profile", profile, Profile, "a Profile (relaytrace.profile's, or Profile.load)")
     build_lineage, lineage = lineage, lineage.for_entry(profile.entry)
-    parts = A.shares(lineage, profile, policy)
+    parts = attribution.shares(lineage, profile, policy)
     times = profile.by_site(KERNEL)
     site_us = {s.key: times[s.key] for s in lineage.call_sites}
     report = Report(
         lineage=lineage, profile=profile, policy=policy, shares=parts,
-        layers=A.layers_from(parts), kernels=A.by_kernel(lineage, profile),
-        op_types=A.op_types_from(lineage, parts), categories=A.categories_from(parts, profile, lineage),
+        layers=attribution.layers_from(parts), kernels=attribution.by_kernel(lineage, profile),
+        op_types=attribution.op_types_from(lineage, parts),
+        categories=attribution.categories_from(parts, profile, lineage),
         coverage=lineage.coverage(),
         site_us={s.label: times[s.key] for s in lineage.call_sites},
         build_lineage=build_lineage, roofline=roofline(lineage, profile, parts, policy),

@@ -112,7 +112,7 @@ def _measured_change(args, finding, change: str, base, changed) -> None:
     change), its finding's layers and the layers that changed most. ``base``: its
     lineage and the profiles before and after; ``changed``: the change's lineage and
     profile."""
-    from ..analysis import diff as D
+    from ..analysis import diff
     from ..analysis.advice import Measured, not_applied
     from ..render.table import format_table
 
@@ -126,7 +126,7 @@ def _measured_change(args, finding, change: str, base, changed) -> None:
     if measured.not_applied:
         echo()
         return
-    rows = D.compare(lineage_a, profile_a, lineage_b, profile_b)
+    rows = diff.compare(lineage_a, profile_a, lineage_b, profile_b)
     named = [r for r in rows if r.layer in set(finding.layers)]
     if named:
         inside = sum(r.b_us is None and r.absent_b.startswith("fused into") for r in named)

@@ -24,19 +24,19 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     """`relaytrace diff A B`: per-layer (or per-kernel) time differences of two runs, with
     their noise."""
-    from ..analysis import diff as D
+    from ..analysis import diff
     from ..jobs import load_pair
     from ..render.table import format_table
 
     lineage_a, profile_a = load_pair(args.a)
     if args.reference:
-        rows, unknown = D.compare_reference(lineage_a, profile_a, D.read_reference(args.reference))
+        rows, unknown = diff.compare_reference(lineage_a, profile_a, diff.read_reference(args.reference))
         headers = ["layer", "ours (ms)", "reference (ms)", "reference / ours", "noise (ms)", "kernel calls"]
     else:
         if not args.b:
             raise UsageError("diff needs B (a second output DIR or profile.json) or --reference CSV")
         lineage_b, profile_b = load_pair(args.b)
-        rows, unknown = D.compare(lineage_a, profile_a, lineage_b, profile_b, by_layer=args.by_layer), ()
+        rows, unknown = diff.compare(lineage_a, profile_a, lineage_b, profile_b, by_layer=args.by_layer), ()
         headers = ["layer", "A (ms)", "B (ms)", "B / A", "noise (ms)", "kernel calls A -> B"] + (
             ["match"] if args.by_layer else [])
 
@@ -49,7 +49,7 @@ def run(args) -> int:
               " ".join(r.kernels_a) + ("" if args.reference else " -> " + " ".join(r.kernels_b))]
              + ([r.match] if args.by_layer and not args.reference else []) for r in rows]
     echo(format_table(headers, table))
-    total_a, total_b = D.totals(rows)
+    total_a, total_b = diff.totals(rows)
     echo(f"\ntotal: A {total_a / 1e3:.3f} ms, {'reference' if args.reference else 'B'} {total_b / 1e3:.3f} ms"
          + (f", B / A {total_b / total_a:.3f}" if total_a else "") + " (rows sorted by the size of the change)")
     noise = [r.layer for r in rows if r.within_noise]
@@ -57,7 +57,7 @@ def run(args) -> int:
          "runs): that change may be noise" if noise else
          "noise: how far each layer's time scatters over the runs (max - min); '-': one run, nothing to tell by")
     if args.by_layer and not args.reference:
-        echo("\n" + D.match_summary(rows))
+        echo("\n" + diff.match_summary(rows))
     missing = [r.layer for r in rows if r.b_us is None]
     if args.reference and missing:
         echo(f"\n{len(missing)} layer(s) missing from the reference: {', '.join(map(terminal, missing[:10]))}"
@@ -65,10 +65,10 @@ def run(args) -> int:
     if unknown:
         echo(f"\n{len(unknown)} reference layer(s) not in the model: {', '.join(map(terminal, unknown[:10]))}")
     if args.out and not args.reference:
-        from ..render import graphviz as G
+        from ..render import graphviz
         from ..render.diff_graph import diff_graph
 
-        path = G.render(diff_graph(lineage_a, rows), Path(args.out), overwrite=args.force)
+        path = graphviz.render(diff_graph(lineage_a, rows), Path(args.out), overwrite=args.force)
         echo(f"\ngraph coloured by speedup: {path}")
     return 0
 

@@ -34,7 +34,7 @@ def run(args) -> int:
     from ..model.jsonio import write_atomic
     from ..model.lineage import Lineage
     from ..model.profile import Profile
-    from ..render import graphviz as G
+    from ..render import graphviz
     from ..render.html import html_report
 
     suffixes = (f".{args.format}",) + ((".htm",) if args.format == "html" else ())
@@ -64,9 +64,9 @@ def run(args) -> int:
             raise UsageError("the HTML report needs a profile: pass --profile profile.json")
         write_atomic(out, html_report(report, comparison), overwrite=args.force)
     else:
-        graph = (G.layer_graph(lineage, report, collapse=args.collapse) if args.graph == "layers"
-                 else G.kernel_graph(lineage, report))
-        G.render(graph, out, args.format, overwrite=args.force)
+        graph = (graphviz.layer_graph(lineage, report, collapse=args.collapse) if args.graph == "layers"
+                 else graphviz.kernel_graph(lineage, report))
+        graphviz.render(graph, out, args.format, overwrite=args.force)
     echo(out)
     return 0
 

@@ -31,7 +31,7 @@ def run(args) -> int:
     from ..frontends.loader import load
     from ..jobs import parse_shape
     from ..model.run_spec import RunSpec
-    from ..profiling import tasks as T
+    from ..profiling import tasks
     from ..render.table import format_table
 
     say = progress(args)
@@ -52,23 +52,23 @@ def run(args) -> int:
     if remote is not None and "num-cores" not in check_target(target).attrs:
         raise UsageError("tuning on a tracker's devices needs their core count in the target: give --target as JSON "
                          'with "num-cores", e.g. \'{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "num-cores": 4}\'')
-    target = T.tuning_target(check_target(target)) if args.tune else check_target(target)
+    target = tasks.tuning_target(check_target(target)) if args.tune else check_target(target)
     loaded = load(spec, shapes=[parse_shape(s) for s in shapes], dtype=dtype, with_inputs=False)
     mod = loaded.model.mod
     say("building (fused) and extracting MetaSchedule tasks")
     _, lineage = build(loaded.model, target, progress=say.passes)
-    rows = T.extract(mod, target, lineage)
+    rows = tasks.extract(mod, target, lineage)
     echo(format_table(["task", "weight", "kernel", "layers"], [_task_row(r) for r in rows]))
     echo("\n" + _task_totals(rows, len(lineage.call_sites)))
     if args.tune:
-        T.tune(mod, target, args.db, args.tune, len(rows), progress=say, remote=remote)
+        tasks.tune(mod, target, args.db, args.tune, len(rows), progress=say, remote=remote)
         say("rebuilding with the tuned schedules")
         _, tuned = build(loaded.model, target, progress=say.passes, database=args.db)
         cov = tuned.coverage()
         echo(f"tuned build: {cov.attributed_sites}/{cov.call_sites} kernel call sites attributed"
              f"{'' if cov.complete else ' (INCOMPLETE)'}; {len(tuned.build.tuned)} of {len(tuned.kernels)} kernels "
              f"took a tuned schedule")
-        failed = T.failed_tasks(args.db)
+        failed = tasks.failed_tasks(args.db)
         if failed:
             echo(f"{failed} task(s) kept the default schedule: every candidate failed to build or run "
                  f"(MetaSchedule's logs: {Path(args.db) / 'logs'})")

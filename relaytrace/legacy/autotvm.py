@@ -1,9 +1,10 @@
 """AutoTVM task listings and tuning logs (JSON lines), as pasted.
 
-A task listing (seed 000) prints ``[Kernel 3/11] conv2d_NCHWc.x86 - Search space
-size: 800`` followed by the data and weight tensors. A tuning-log record is one JSON
-object per line: ``{"i": [target, task, args, kwargs, workload, config], "r":
-[costs, error_no, all_cost, timestamp], "v": version}``; forum pastes turn its quotes
+A task listing (as AutoTVM's ``extract_from_program`` loop prints it) shows
+``[Kernel 3/11] conv2d_NCHWc.x86 - Search space size: 800`` followed by the data and
+weight tensors. A tuning-log record is one JSON object per line: ``{"i": [target,
+task, args, kwargs, workload, config], "r": [costs, error_no, all_cost, timestamp],
+"v": version}``; forum pastes turn its quotes
 typographic, which is undone first.
 """
 

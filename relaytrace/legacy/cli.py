@@ -6,8 +6,7 @@ from pathlib import Path
 
 from ..errors import RelaytraceError, UsageError
 from ..jobs import echo, prepare_out_dir, write_legacy  # echo: a pasted name's control characters escaped
-from . import match as M
-from . import summary as S
+from . import match, summary
 from .autotvm import parse_log, parse_tasks, parse_workload_lists
 from .common import percent
 from .relay_ir import parse_relay_ir
@@ -40,32 +39,32 @@ def run(args) -> int:
     if texts["relay_ir"]:
         graph = parse_relay_ir(texts["relay_ir"], args.relay_ir)
         issues += graph.issues
-        echo(f"Relay IR: {len(graph.ops)} ops, {len(M.chains(graph))} fusable op chains")
+        echo(f"Relay IR: {len(graph.ops)} ops, {len(match.chains(graph))} fusable op chains")
     if texts["report"]:
         reports, found = parse_reports(texts["report"], args.report)
         issues += found
         result["reports"] = []
         for report in reports:
-            pure, mixed, total = M.layout_transform_share(report)
+            pure, mixed, total = match.layout_transform_share(report)
             echo(f"\nreport at line {report.line} ({report.kind}, {len(report.rows)} kernels, "
                  f"total {total / 1e3:.3f} ms): layout_transform kernels {percent(pure, total)} "
                  f"of the time; kernels containing a layout_transform {percent(mixed, total)}")
-            echo(S.matches_table(M.match_rows(report.rows, graph)) if graph else
+            echo(summary.matches_table(match.match_rows(report.rows, graph)) if graph else
                  "  (give --relay-ir to match kernels to Relay ops)")
-            shares = S.op_type_shares(report)
+            shares = summary.op_type_shares(report)
             echo("op-type shares: " + ", ".join(f"{op} {pct:.2f}%" for op, _, pct in shares))
             entry = {"line": report.line, "kind": report.kind, "total_us": total, "layout_transform_us": pure,
                      "with_layout_transform_us": mixed, "op_types": {op: us for op, us, _ in shares}}
             if graph:
-                entry["layers_us"] = S.layer_times(M.match_rows(report.rows, graph))
+                entry["layers_us"] = summary.layer_times(match.match_rows(report.rows, graph))
             result["reports"].append(entry)
     if texts["autotvm_tasks"]:
         tasks, found = parse_tasks(texts["autotvm_tasks"], args.autotvm_tasks)
         issues += found
         if graph:
-            matched = M.match_tasks(tasks, graph)
+            matched = match.match_tasks(tasks, graph)
             echo("\nAutoTVM tasks -> Relay ops (repeats = layers sharing the tuned schedule):")
-            echo(S.tasks_table(matched))
+            echo(summary.tasks_table(matched))
             result["tasks"] = {f"{t.task.index} {t.task.name}": [c.label for c in t.chains] for t in matched}
         else:
             echo(f"\n{len(tasks)} AutoTVM tasks (give --relay-ir to map them to ops)")
@@ -74,13 +73,13 @@ def run(args) -> int:
         issues += found
         lists, found = parse_workload_lists(texts["workloads"] or texts["autotvm_log"])
         workloads = next(iter(lists.values()), ())
-        repeats = (M.repeats_in_graph(graph) if graph else _zoo_repeats(args.repeats_from))
-        matched = M.match_log(records, workloads, repeats)
+        repeats = (match.repeats_in_graph(graph) if graph else _zoo_repeats(args.repeats_from))
+        matched = match.match_log(records, workloads, repeats)
         echo(f"\ntuning log: {len(records)} records")
-        echo(S.log_table(matched, workloads))
+        echo(summary.log_table(matched, workloads))
         unweighted = f"unweighted sum {sum(r.cost_s or 0 for r in records) * 1e3:.2f} ms"
         if repeats:
-            total = M.weighted_total_s(matched)
+            total = match.weighted_total_s(matched)
             echo(f"total conv2d/dense time weighted by repeats: {total * 1e3:.2f} ms ({unweighted})")
             result["log_weighted_total_ms"] = total * 1e3
         else:  # how often each workload runs is not known
@@ -107,4 +106,4 @@ def _zoo_repeats(name: str | None):
     from .. import zoo
 
     module, example = zoo.get(name)
-    return M.repeats_in_torch(module, example)
+    return match.repeats_in_torch(module, example)

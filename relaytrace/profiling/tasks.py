@@ -1,7 +1,9 @@
 """MetaSchedule tuning tasks of a fused build, mapped to kernels and layers.
 
 A task is one PrimFunc after FuseTIR; its weight is how many call sites run it,
-which is also how often each layer's tuning pays off (seed 003's weighting)."""
+which is also how often each layer's tuning pays off: a tuned conv that runs at eight
+sites saves eight times its gain, the weighting a user asks for when summing a tuning
+log's costs."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import graphviz
 
-from ..analysis import attribution as A
+from ..analysis import attribution
 from .graphviz import _label, _node_names
 
 _FASTER = ("#edf8e9", "#bae4b3", "#74c476", "#31a354", "#006d2c")
@@ -62,7 +62,7 @@ def error_graph(lineage, comparison):
 def _layers(lineage, name: str, title: str, describe):
     """One node per layer (``describe(layer)`` -> second label line, node attributes)
     and the dataflow edges between layers; labels through ``graphviz._label``."""
-    layer_of = A.layer_of_ops(lineage)
+    layer_of = attribution.layer_of_ops(lineage)
     node = _node_names(dict.fromkeys(layer_of.values()))
     g = graphviz.Digraph(name, graph_attr={"label": _label(title), "labelloc": "t", "fontname": "Helvetica"},
                          node_attr={"shape": "box", "style": "rounded,filled", "fontname": "Helvetica",
@@ -70,7 +70,7 @@ def _layers(lineage, name: str, title: str, describe):
     for layer, dot_name in node.items():
         text, attrs = describe(layer)
         g.node(dot_name, _label(layer, text), **attrs)
-    for a, b in A.edges_between(lineage, layer_of):
+    for a, b in attribution.edges_between(lineage, layer_of):
         g.edge(node[a], node[b])
     return g
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import graphviz
 
-from ..analysis import attribution as A  # module_prefix
+from ..analysis import attribution  # module_prefix
 from ..errors import RelaytraceError
 from ..model.jsonio import write_atomic
 from ..model.lineage import Lineage
@@ -89,7 +89,7 @@ def default_collapse(lineage: Lineage) -> int | None:
     if len(ops) <= MAX_OPS:
         return None
     depth = 1
-    while len({A.module_prefix(layer, depth + 1) for layer in ops}) <= MAX_OPS // 4 and depth < 8:
+    while len({attribution.module_prefix(layer, depth + 1) for layer in ops}) <= MAX_OPS // 4 and depth < 8:
         depth += 1
     return depth
 
@@ -179,13 +179,13 @@ def _collapsed_graph(lineage, report, depth, note: tuple[str, ...] = ()):
     layer_us = _layer_times(report)
     group_us: dict[str, float] = defaultdict(float)
     for layer, layer_time in layer_us.items():
-        group_us[A.module_prefix(layer, depth)] += layer_time
+        group_us[attribution.module_prefix(layer, depth)] += layer_time
     hottest = max(group_us.values(), default=0.0) or 1.0
     members: dict[str, set[str]] = defaultdict(set)
     group_of = {}
     for o in lineage.origins.values():
         if o.kind == OP:
-            group_of[o.id] = A.module_prefix(o.layer, depth)
+            group_of[o.id] = attribution.module_prefix(o.layer, depth)
             members[group_of[o.id]].add(o.layer)
     kernels: dict[str, set[str]] = defaultdict(set)
     for site in lineage.call_sites:
@@ -202,7 +202,7 @@ def _collapsed_graph(lineage, report, depth, note: tuple[str, ...] = ()):
         timing = (f"{us / 1e3:.3f} ms",) if us is not None else ()
         g.node(node[group], _label(group, f"{len(members[group])} layers, {len(kernels[group])} kernels", *timing),
                id=_label(f"group:{group}"), **(_fill(us / hottest) if us is not None else {}))
-    for a, b in A.edges_between(lineage, group_of):
+    for a, b in attribution.edges_between(lineage, group_of):
         g.edge(node[a], node[b])
     if report is not None:
         _legend(g, hottest, report.policy)

@@ -19,7 +19,7 @@ import html
 import json
 from pathlib import Path
 
-from ..analysis import attribution as A
+from ..analysis import attribution
 from ..analysis.memory import NO_SITE, ValueKind
 from ..model.lineage_index import billed_layers
 from ..model.origin import INSERTED, OP
@@ -36,7 +36,7 @@ def report_data(report) -> dict:
     lineage = report.lineage
     checks = lineage.site_checks()
     layer_sites: dict[str, list[str]] = {}
-    op_layers = A.op_type_layers(lineage)
+    op_layers = attribution.op_type_layers(lineage)
     for s in lineage.call_sites:
         for o in s.origin_ids:
             origin = lineage.origins[o]
@@ -243,14 +243,14 @@ def _layer_graph(report) -> dict:
     lineage = report.lineage
     ms = {r.layer: r.us / 1e3 for r in report.layers}
     ran_kernels = {s.origin for s in report.shares}
-    layer_of = A.layer_of_ops(lineage)
+    layer_of = attribution.layer_of_ops(lineage)
     ops: dict[str, set[str]] = {}
     for oid, layer in layer_of.items():
         ops.setdefault(layer, set()).add(oid)
     in_kernels = {o for s in lineage.call_sites for o in s.origin_ids} | ran_kernels
     builtin = {o for b in lineage.builtins for o in b.origins}
     only_builtin = {layer for layer, ids in ops.items() if not ids & in_kernels and ids & builtin}
-    edges = A.edges_between(lineage, layer_of)
+    edges = attribution.edges_between(lineage, layer_of)
     return {"nodes": [{"layer": layer, "ms": ms.get(layer, 0.0), "builtin": layer in only_builtin} for layer in ops],
             "edges": [list(e) for e in edges]}
 

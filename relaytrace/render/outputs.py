@@ -88,15 +88,15 @@ def _kernels_csv(run: ProfileRun, d: Path) -> None:
 
 
 def _layers_svg(run: ProfileRun, d: Path) -> None:
-    from . import graphviz as G
+    from . import graphviz
 
-    G.render(G.layer_graph(run.report.lineage, run.report, collapse=run.collapse), d / "layers.svg")
+    graphviz.render(graphviz.layer_graph(run.report.lineage, run.report, collapse=run.collapse), d / "layers.svg")
 
 
 def _kernels_svg(run: ProfileRun, d: Path) -> None:
-    from . import graphviz as G
+    from . import graphviz
 
-    G.render(G.kernel_graph(run.report.lineage, run.report), d / "kernels.svg")
+    graphviz.render(graphviz.kernel_graph(run.report.lineage, run.report), d / "kernels.svg")
 
 
 def _report_html(run: ProfileRun, d: Path) -> None:
@@ -125,10 +125,10 @@ def _compare_csv(run: CompareRun, d: Path) -> None:
 
 
 def _errors_svg(run: CompareRun, d: Path) -> None:
-    from . import graphviz as G
+    from . import graphviz
     from .diff_graph import error_graph
 
-    G.render(error_graph(run.lineage.for_entry(run.comparison.entry), run.comparison), d / "errors.svg")
+    graphviz.render(error_graph(run.lineage.for_entry(run.comparison.entry), run.comparison), d / "errors.svg")
 
 
 PROFILE: tuple[Output[ProfileRun], ...] = (

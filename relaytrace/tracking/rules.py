@@ -78,7 +78,7 @@ class Recipe(NamedTuple):
     tuple_output: bool  # the result is a tuple of them
 
 
-class Rule(Protocol):
+class TrackingRule(Protocol):
     """How a binding a pass rewrote is traced to the value it came from. ``RULES``
     lists them in the order they are asked; the first to answer wins. A rule reads the
     binding (``Binding``: its position, key and call) and the read-only ``walk``
@@ -364,7 +364,8 @@ class ConstantsRewritten:
         return Found(walk.keys.item(other[0], 0) if walk.keys.has_items(other[0]) else other[0])
 
 
-DEFAULT_RULES: tuple[Rule, ...] = (ValueKey(), Replay(), ImplementationSwap(), SameInputs(), ConstantsRewritten())
+DEFAULT_RULES: tuple[TrackingRule, ...] = (ValueKey(), Replay(), ImplementationSwap(), SameInputs(),
+                                           ConstantsRewritten())
 
 
 def read_recipe(func, read, tokens) -> Recipe | None:
