@@ -15,7 +15,8 @@ import pytest
 import relaytrace
 from relaytrace import zoo
 from relaytrace.analysis import diff as D
-from relaytrace.analysis.advice import FOLD_BATCH_NORM, LAYOUT_NCHW, Measured, not_applied
+from relaytrace.analysis.advice import FOLD_BATCH_NORM, LAYOUT_NCHW, SHARE, Measured, not_applied
+from relaytrace.analysis.attribution import Category
 from relaytrace.analysis.report import make_report
 from relaytrace.build import NHWC
 from relaytrace.frontends.torch import from_torch
@@ -134,15 +135,27 @@ def test_advise_verify_checks_the_fold_applied_before_it_says_what_it_measured(t
 
 @pytest.mark.slow
 def test_a_convnext_built_nhwc_is_told_its_layout_transforms_and_the_nchw_rebuild_has_none():
+    """The rule names the layout transforms when their time is worth a line (``SHARE``
+    of the end-to-end time, billed by the split policy so those fused into a conv's
+    kernel count too), and stays silent below it: which side a machine falls on depends
+    on its memory speed (0.16 % under anchor, 0.26 % under split on one 2-core host), so
+    the test holds the rule to the figures it measured, either way."""
     module, example = convnext()
     model = from_torch(module, (example,))
-    nhwc = _report(model, example, convert_layout=NHWC)
-    (found,) = [f for f in nhwc.advice if f.rule == "inserted-overhead"]
-    inserted = {s.label for s in nhwc.lineage.call_sites if any(
-        nhwc.lineage.origins[o].pass_name == "ConvertLayout" for o in s.origin_ids)}
-    assert set(found.sites) == inserted and found.change.rebuild == LAYOUT_NCHW
-    assert found.saving_us == pytest.approx(sum(r.us for r in nhwc.shares if r.category == "inserted"))
-    assert {name for name, _ in nhwc.categories.inserted_by_layer} == set(found.layers)
+    executable, lineage = relaytrace.build(model, "llvm", convert_layout=NHWC)
+    nhwc = make_report(lineage, _profiled(executable, lineage, example), "split")
+    spent = sum(r.us for r in nhwc.shares if r.category == Category.INSERTED)
+    found = [f for f in nhwc.advice if f.rule == "inserted-overhead"]
+    assert spent > 0
+    if spent < SHARE * nhwc.profile.e2e_median_us:
+        assert not found  # below the share worth a line: said nowhere
+    else:
+        (finding,) = found
+        inserted = {s.label for s in lineage.call_sites if any(
+            lineage.origins[o].pass_name == "ConvertLayout" for o in s.origin_ids)}
+        assert set(finding.sites) == inserted and finding.change.rebuild == LAYOUT_NCHW
+        assert finding.saving_us == pytest.approx(spent)
+        assert {name for name, _ in nhwc.categories.inserted_by_layer} == set(finding.layers)
     nchw = _report(model, example)
     assert nchw.categories.inserted_us == 0 and not [f for f in nchw.advice if f.rule == "inserted-overhead"]
 
