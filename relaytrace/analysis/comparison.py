@@ -156,7 +156,7 @@ def _joined(*notes: str) -> str:
     return "; ".join(n for n in notes if n)
 
 
-def _onnx_outputs(model, arrays, wanted: set[str], folder: Path) -> dict[str, str]:
+def _onnx_outputs(model, arrays, wanted: set[str], folder: Path) -> dict[str, list[str]]:
     """Run the ONNX ``model`` (a ModelProto or path) with ``onnx.reference`` on
     ``arrays`` (its graph inputs in order) and save each value in ``wanted``
     (ONNX node ids, ``onnx_node_id``: each node's first output is its value): node -> [.npy path]."""
@@ -185,7 +185,7 @@ def _onnx_outputs(model, arrays, wanted: set[str], folder: Path) -> dict[str, st
 
 
 def _torch_outputs(module, arrays, wanted: set[str], folder: Path, program=None,
-                   dynamic_shapes=None) -> dict[str, str]:
+                   dynamic_shapes=None) -> dict[str, list[str]]:
     """Run ``module`` (exported as ``torch.export.export`` gives it with ``dynamic_shapes``,
     the program whose node names the lineage keeps) on ``arrays`` and save the value of
     each node in ``wanted`` to ``folder``: node name -> the .npy paths of its tensors (a
@@ -210,7 +210,7 @@ def _torch_outputs(module, arrays, wanted: set[str], folder: Path, program=None,
                 f"the reference exports to another program than the build was imported from ({len(strays)} of its "
                 f"nodes, e.g. {strays[0]!r}, are not in it): export both alike (give compare the dynamic_shapes "
                 "the model was imported with; the CLI takes them from the factory)")
-    saved: dict[str, str] = {}
+    saved: dict[str, list[str]] = {}
 
     class Keeper(torch.fx.Interpreter):
         def run_node(self, node):

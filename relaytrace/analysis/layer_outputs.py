@@ -33,7 +33,7 @@ import attrs
 from attrs import define
 
 from ..model.lineage import Lineage
-from ..model.numerics import DIRECT, FUSED, MOVED, NO_OUTPUT, NOT_COMPARABLE, Route
+from ..model.numerics import DIRECT, FUSED, MOVED, NO_OUTPUT, NOT_COMPARABLE, Outcome, Route
 from ..model.ops import is_data_movement
 from ..model.origin import OP
 
@@ -45,7 +45,7 @@ RESHAPES = frozenset({"reshape", "flatten", "squeeze", "expand_dims"})
 class LayerOutput:
     """Where one layer's output is read: ``kernel``'s ``call``-th call (its last
     ``outputs`` arguments), compared with the reference's value of ``node`` by ``route``
-    (``reshaped``: element for element, the two differing only in shape); ``status`` ""
+    (``reshaped``: element for element, the two differing only in shape); ``status`` None
     when it can be, else why not (``note``)."""
 
     layer: str
@@ -55,7 +55,7 @@ class LayerOutput:
     kernel: str
     call: int
     position: int  # run order
-    status: str = ""
+    status: Outcome | None = None
     note: str = ""
     outputs: int = 1  # how many results the kernel writes for it: its last ``outputs`` arguments
     host: str = ""  # fused: the op whose value the kernel writes

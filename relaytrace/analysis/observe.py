@@ -10,6 +10,8 @@ kernels that held those values; the user's module is not changed (a new one is m
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import UnknownNameError
 
 OBSERVE = "relaytrace_observe"  # the copies' PrimFunc names begin so
@@ -46,8 +48,8 @@ def _targets(main, layers: dict, wanted: set[str]) -> set[int]:
     op's, or the first field of it when the op returns a tuple (batch norm)."""
     from tvm import relax
 
-    last: dict[str, object] = {}
-    first_field: dict[int, object] = {}
+    last: dict[str, Any] = {}
+    first_field: dict[int, Any] = {}
     for block in main.body.blocks:
         for binding in block.bindings:
             named = layers.get(binding.var.__chandle__())

@@ -61,9 +61,8 @@ def work_weights(lineage: Lineage, site: CallSite, origins: list, arg: ArgInfo |
         return None
     env, works = matched
     weights = [_bound(work, env, peaks) for work in works]
-    if None in weights:
-        return None
-    return weights if sum(weights) > 0 else None  # type: ignore[arg-type]
+    known = [w for w in weights if w is not None]
+    return known if len(known) == len(weights) and sum(known) > 0 else None
 
 
 def op_works(lineage: Lineage, site: CallSite, arg: ArgInfo | None, flops: float | None,
@@ -76,16 +75,17 @@ def op_works(lineage: Lineage, site: CallSite, arg: ArgInfo | None, flops: float
     kernel_work = lineage.build.work.get(site.kernel)
     env = (bind(kernel_work, arg.shapes) if kernel_work is not None and arg is not None else None) or {}
     useful = [_useful(o, env) for o in origins]
+    asked_all = [u for u in useful if u is not None]
     own = _own_counts(lineage, site, origins, arg)
     by_flops = [f for f, _ in own] if own and sum(f for f, _ in own) > 0 else \
-        useful if None not in useful and sum(useful) > 0 else [estimated_flops(o) for o in origins]  # type: ignore
+        asked_all if len(asked_all) == len(useful) and sum(asked_all) > 0 else [estimated_flops(o) for o in origins]
     by_trans = [t for _, t in own] if own and sum(t for _, t in own) > 0 else by_flops
     out = []
     for origin, asked, wf, wt in zip(origins, useful, by_flops, by_trans):
         done = _part(flops, wf, by_flops)
         counted = asked is not None
-        asked = asked if counted else done
-        why = excess_why(origin) if counted and done is not None and done > asked * (1 + EXCESS) else ""
+        why = excess_why(origin) if asked is not None and done is not None and done > asked * (1 + EXCESS) else ""
+        asked = asked if asked is not None else done
         out.append(OpWork(origin.id, done, _part(transcendentals, wt, by_trans), asked, counted, why))
     return tuple(out)
 
