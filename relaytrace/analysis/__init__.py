@@ -1,5 +1,23 @@
-"""What the lineage and the profile say together, as figures renderers only read:
-``attribution`` (time per layer, module, op type; shares; edges between layers),
-``report`` (one precomputed ``Report`` per output), ``diff`` (two builds per layer by
-stable id), ``comparison`` and ``layer_outputs`` (each layer's values against the
-framework's: needs TVM's VM)."""
+"""What the lineage and the profile say together, as figures renderers only read.
+
+Modules:
+
+- ``advice``: what to change, and what it should save
+- ``attribution``: kernel time -> layers, op types and categories
+- ``comparison``: which layer went wrong
+- ``diff``: two profiles of one model, or one profile against external timings, layer by
+  layer
+- ``estimate``: an estimate for a build that cannot run here
+- ``layer_outputs``: where each layer's output can be read in a run of the compiled
+  model
+- ``memory``: how much memory a compiled entry needs, and which layers hold it at the
+  peak
+- ``observe``: a rebuild that writes out chosen layers' values (for ``compare
+  --observe``)
+- ``precision``: each site's and layer's dtypes, the casts and who inserted them, layers
+  left in float32
+- ``report``: the ``Report``: every figure of one profile, computed once for every
+  renderer
+- ``roofline``: why a layer is slow
+- ``work_split``: how a fused kernel's time and work are cut among its ops
+"""

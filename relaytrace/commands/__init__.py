@@ -7,7 +7,28 @@ code). ``COMMANDS`` lists them in the order ``relaytrace --help`` shows; the par
 built from it and nothing else. Adding a command is one module defining ``COMMAND``
 and one line here (docs/architecture.md shows one). A command's module imports TVM,
 torch and the renderers inside ``run``, so building the parser (every command's) stays
-fast and ``query`` never loads TVM."""
+fast and ``query`` never loads TVM.
+
+Modules:
+
+- ``advise``: ``relaytrace advise``
+- ``base``: the interface every ``relaytrace`` command implements
+  (``relaytrace.commands`` lists them)
+- ``bundle``: ``relaytrace bundle``
+- ``compare``: ``relaytrace compare``
+- ``demo``: ``relaytrace demo``
+- ``diff``: ``relaytrace diff``
+- ``estimate``: ``relaytrace estimate``
+- ``legacy``: ``relaytrace legacy``
+- ``memory``: ``relaytrace memory``
+- ``peaks``: ``relaytrace peaks``
+- ``profile``: ``relaytrace profile``
+- ``query``: ``relaytrace query``
+- ``render``: ``relaytrace render``
+- ``report``: ``relaytrace report``
+- ``shared``: what several commands share
+- ``tasks``: ``relaytrace tasks``
+"""
 
 from __future__ import annotations
 

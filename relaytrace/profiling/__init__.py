@@ -1,3 +1,15 @@
-"""Running a build and timing it (needs TVM): ``vm`` (the per-call profiler on the
-Relax VM, local or over RPC), ``remote`` (RPC devices, every remote object freed
-within a time limit), ``tasks`` (MetaSchedule tuning tasks per layer, tuning)."""
+"""Running a build and timing it (needs TVM, but for ``runner``, which a bundle runs alone).
+
+Modules:
+
+- ``bundle``: a build and its lineage as a directory that profiles itself where it is
+  copied
+- ``peaks``: the machine's peak rates, measured with small TVM-built kernels where a
+  profile runs
+- ``remote``: profiling on a device reached over TVM RPC
+- ``runner``: how a run of a Relax VM is timed, call by call, with TVM's runtime alone
+- ``serve``: run an LLM's entry the way it is served
+- ``tasks``: MetaSchedule tuning tasks of a fused build, mapped to kernels and layers
+- ``vm``: the per-call profiler on the Relax VM, here or over RPC (TVM removed its own
+  in v0.24)
+"""

@@ -1,14 +1,30 @@
-"""Following origins through a traced build (needs TVM), one job per module:
+"""Following origins through a traced build (needs TVM), one job per module.
 
-- ``recorder``: the PassInstrument; during the build it only records what each pass
-  left, and says when the Relax passes are done;
-- ``follow``: the recording → a verified Lineage, the rest of this list in order;
-- ``ahead``: ``follow`` on a second thread while TVM generates code;
-- ``ir``: read-only helpers over Relax IR;
-- ``reader``: a Relax function as named records read on demand;
-- ``origins``: an Origin and a stable id for every op of the input;
-- ``tracker``: tokens, identity, new ops (inserted / unresolved), the pass journal;
-- ``rules``: the rules that search for the value a re-created binding is;
-- ``callsites``: the tracker's state after the last pass as a Lineage;
-- ``truth``: what each kernel is made of, read from the record, for verification.
+Modules:
+
+- ``ahead``: follow a build while TVM generates its code
+- ``callsites``: turn the tracker's state after the last pass into a Lineage
+- ``entries``: entries as compiled, read from the last Relax module of a recorded build
+- ``facts``: how TVM's passes rewrite Relax IR
+- ``follow``: ``follow(recording) -> Lineage``
+- ``ir``: read-only helpers over Relax IR, for the frontends and the reader
+- ``keys``: the value-key index
+- ``memory``: each entry's memory plan, read from the program ``KillAfterLastUse`` left
+  (needs TVM)
+- ``newops``: what a binding no rule explains is
+- ``origins``: an ``Origin`` and a stable id for every op of the input
+- ``params``: weights a pass moved between parameters and functions, as MLC-LLM's
+  pipeline moves them
+- ``passlog``: the pass log the tracker keeps while it follows a build
+- ``reader``: a Relax function as the tracker reads it: named records, read on demand
+- ``recorder``: the PassInstrument: records what each pass left, and says when the Relax
+  passes are done
+- ``rules``: the rules that find the value a re-created binding is (``DEFAULT_RULES``)
+- ``tokens``: tokens: the identity of a value across passes, and the origins it carries
+- ``tracker``: the tracker: tokens, identity, new ops (inserted / unresolved), the pass
+  journal
+- ``truth``: ground truth for verification, read from a traced build's record (needs
+  TVM)
+- ``work``: each kernel's work counted from its TIR, as formulas over its symbolic dims
+  (needs TVM)
 """

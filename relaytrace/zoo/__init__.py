@@ -2,6 +2,17 @@
 
 torchvision does not install beside the pinned torch here, so the definitions are
 our own; a torchvision state_dict loads into them. Weights are seeded random.
+
+Modules:
+
+- ``generated``: seeded random torch models from the layers TVM users meet, for finding
+  attribution bugs
+- ``mlc_llama``: a Llama written the way MLC-LLM writes its models for TVM
+- ``models``: torchvision-compatible definitions (module names and shapes match
+  torchvision)
+- ``nn_decoder``: a small decoder written with TVM's own frontend,
+  ``tvm.relax.frontend.nn``, as LLM deployments write theirs
+- ``relax_models``: small models written directly in Relax
 """
 
 from __future__ import annotations
