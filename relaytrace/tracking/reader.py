@@ -16,6 +16,7 @@ bindings is not read at all (None).
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import NamedTuple
 
 import tvm_ffi
@@ -23,7 +24,24 @@ from attrs import define, field
 
 from . import ir
 
-OTHER, VAR, CONST, TUPLE, ITEM, CALL, OP, GLOBAL, EXTERN = range(9)
+
+class AtomKind(IntEnum):
+    """What a value the reader meets is: a var, a constant, a tuple, a tuple's item, a
+    call, an op, a global function, an extern function, or something else. An IntEnum:
+    compared and hashed as the small ints the reads are made of."""
+
+    OTHER = 0
+    VAR = 1
+    CONST = 2
+    TUPLE = 3
+    ITEM = 4
+    CALL = 5
+    OP = 6
+    GLOBAL = 7
+    EXTERN = 8
+
+
+OTHER, VAR, CONST, TUPLE, ITEM, CALL, OP, GLOBAL, EXTERN = AtomKind
 # A type is the string-table index of its text, or this for a read that did not ask
 # for types. The text holds each tensor's dtype and dims, split by ASCII separators: a
 # printed symbolic dim may hold commas and brackets, never those.
@@ -36,7 +54,7 @@ class Atom(NamedTuple):
     argument (``field``: it follows its tuple). ``type`` is the type's string index in
     a typed read for a var or a constant, else 0 or ``TYPES_NOT_ASKED``."""
 
-    kind: int
+    kind: AtomKind
     handle: int
     type: int
     field: bool
@@ -64,7 +82,7 @@ class Node(NamedTuple):
     tuple (``fields``), a projection (``of``, field ``index``), or anything else (a
     callee, a shape: ``name``). A call inside one is a ``CALL`` node with no more."""
 
-    kind: int
+    kind: AtomKind
     handle: int
     type: int = 0
     fields: tuple[Node, ...] = ()

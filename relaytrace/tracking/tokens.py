@@ -47,7 +47,7 @@ class Tokens:
         """The token of a var (or a constant seen before); None for one never bound."""
         return self.of_handle.get(handle)
 
-    def raw(self, kind: int, handle: int) -> int | None:
+    def raw(self, kind: reader.AtomKind, handle: int) -> int | None:
         """The token of an argument atom as it is (a constant seen first gets one)."""
         if kind == VAR:
             return self.of_handle.get(handle)
@@ -55,7 +55,7 @@ class Tokens:
             return self.constant(handle)
         return None
 
-    def resolve(self, kind: int, handle: int) -> int | None:
+    def resolve(self, kind: reader.AtomKind, handle: int) -> int | None:
         """An argument atom's canonical token (a constant seen first gets one)."""
         tok = self.raw(kind, handle)
         return None if tok is None else self.canon.get(tok, tok)

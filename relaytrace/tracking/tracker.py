@@ -72,6 +72,20 @@ class FunctionState:
 
 
 @define
+class _Memos:
+    """What a ``Walk`` builds on first use: the var handles bound after the pass
+    (``present``), each var's callee after it (``callees``), each var's position
+    (``position``), which vars are made of constants alone (``from_constants``), and the
+    tokens the other model functions hold (``elsewhere``). None: not built yet."""
+
+    present: set[int] | None = None
+    callees: dict[int, str] | None = None
+    position: dict[int, int] | None = None
+    from_constants: dict[int, frozenset | None] = field(factory=dict)
+    elsewhere: frozenset[int] | None = None
+
+
+@define
 class Walk:
     """One function walk, and what the rules may read of it: the function after the
     pass and its view, its state before the pass (``old``: None for a new function),
@@ -96,20 +110,16 @@ class Walk:
     rebound: dict[int, int] = field(factory=dict)  # var handle -> its token before an identity exception broke it
     changes: Changes = field(factory=list)
     new: list[tuple[int, str]] = field(factory=list)  # (token, callee) no rule explained
-    _present: set[int] | None = None
-    _callee_of: dict[int, str] | None = None
-    _from_constants: dict[int, frozenset | None] = field(factory=dict)
-    _position: dict[int, int] | None = None
-    _elsewhere: frozenset[int] | None = None
+    memo: _Memos = field(factory=lambda: _Memos())  # the look-ups below, each built when first asked
 
     def elsewhere(self) -> frozenset[int]:
         """The tokens another model function holds (``others``): values of that
         function, which a value of this one computed from no value of its own (a call
         of constants alone, ComputePrimValue's ``compute_symbolic_expr()``) is not, however
         equal its key. Built on first use."""
-        if self._elsewhere is None:
-            self._elsewhere = frozenset().union(*(state.tokens for state in self.others.values()))
-        return self._elsewhere
+        if self.memo.elsewhere is None:
+            self.memo.elsewhere = frozenset().union(*(state.tokens for state in self.others.values()))
+        return self.memo.elsewhere
 
     def old_index(self) -> _Index:
         """Look-ups into the function as the pass before left it (``old`` must be set)."""
@@ -127,36 +137,36 @@ class Walk:
 
     def callees_after(self) -> dict[int, str]:
         """var handle -> callee after the pass; built only when a rule asks."""
-        if self._callee_of is None:
+        if self.memo.callees is None:
             d = _full(self.d, self.func, self.read)
             callees = ((handle, reader.callee_of(d, position)) for position, handle in enumerate(d.vars))
-            self._callee_of = {handle: callee for handle, callee in callees if callee is not None}
-        return self._callee_of
+            self.memo.callees = {handle: callee for handle, callee in callees if callee is not None}
+        return self.memo.callees
 
     def from_constants(self, handle: int) -> frozenset | None:
         """The tokens of the constants the var ``handle`` is made of, when it is bound in
         this function to a call whose every var argument is such a var (a weight a pass
         rescales: ``W * s`` is made of ``W`` and the norm's constants); None when it is
         not made of constants alone. Memoised."""
-        if handle in self._from_constants:
-            return self._from_constants[handle]
-        if self._position is None:
-            self._position = {var: position for position, var in enumerate(self.d.vars)}
-        position = self._position.get(handle)
+        if handle in self.memo.from_constants:
+            return self.memo.from_constants[handle]
+        if self.memo.position is None:
+            self.memo.position = {var: position for position, var in enumerate(self.d.vars)}
+        position = self.memo.position.get(handle)
         made = reader.call(self.d, position) if position is not None and self.d.values[position] else None
         found: frozenset | None = None
         if made is not None:
             parts = [self.from_constants(a.handle) for a in made.atoms if a.kind == VAR]
             if all(p is not None for p in parts):
                 found = frozenset(self.tokens.constant(a.handle) for a in made.atoms if a.kind == CONST).union(*parts)
-        self._from_constants[handle] = found
+        self.memo.from_constants[handle] = found
         return found
 
     def present(self) -> set[int]:
         """Handles of the vars bound after the pass; built only when a rule asks."""
-        if self._present is None:
-            self._present = set(self.d.vars)
-        return self._present
+        if self.memo.present is None:
+            self.memo.present = set(self.d.vars)
+        return self.memo.present
 
 
 class Tracker:
