@@ -10,7 +10,7 @@ import re
 import tempfile
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
 
@@ -27,6 +27,19 @@ def check_schema(data, schema: str, what: str, where: str = "", made_by: str = "
             f"{where + ' is ' if where else ''}not a relaytrace {what} of schema {schema!r} (found {found!r}); "
             f"write it with {made_by or what.capitalize() + '.save or `relaytrace profile`'}"
         )
+
+
+def migrate(data, migrations: Mapping[str, Callable[[dict, str], dict]], schema: str, what: str, where: str,
+            made_by: str = ""):
+    """``data`` (a saved file's JSON) as ``schema``'s, through each of ``migrations``
+    (an older schema -> the pure function that makes its data the next one's) from its
+    version on; ``data`` itself is not changed. One table per format: the lineage's,
+    the profile's, the comparison's. A file of no known version is a
+    ``FileFormatError`` naming ``where`` (``check_schema``)."""
+    while isinstance(data, dict) and isinstance(data.get("schema"), str) and data["schema"] in migrations:
+        data = migrations[data["schema"]](data, where)
+    check_schema(data, schema, what, where, made_by)
+    return data
 
 
 def tuples(value):
@@ -114,7 +127,7 @@ def _explain(value, kind, where: str) -> None:
     if isinstance(kind, type) and issubclass(kind, Enum):
         if not isinstance(value, str) or value not in _values(kind):
             raise FileFormatError(f"{where} must be one of {', '.join(m.value for m in kind)}, "
-                                     f"not {_json_kind(value)}")
+                                  f"not {_json_kind(value)}")
         return
     if kind is type(None):
         ok = value is None
@@ -345,14 +358,14 @@ def read_json(path, what: str):
         return data
     except UnicodeEncodeError:
         raise FileFormatError(f"{path} holds a lone surrogate escape (\\ud800 to \\udfff not in a pair) in a "
-                                 f"string: no name can be written so; was it edited or corrupted?") from None
+                              f"string: no name can be written so; was it edited or corrupted?") from None
     except UnicodeDecodeError:
         raise FileFormatError(f"{path} is not a UTF-8 text file: is it a relaytrace {what} file?") from None
     except json.JSONDecodeError as exc:
         raise FileFormatError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}; "
-                                 "was it cut short or edited?") from None
+                              "was it cut short or edited?") from None
     except RecursionError:
         raise FileFormatError(f"{path} nests too deep to be a relaytrace {what} file") from None
     except ValueError:  # Python's limit on int-string conversion: no figure relaytrace writes is that long
         raise FileFormatError(f"{path} holds a number too long (thousands of digits) to be in a relaytrace "
-                                 f"{what} file: was it edited or corrupted?") from None
+                              f"{what} file: was it edited or corrupted?") from None

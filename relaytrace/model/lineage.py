@@ -159,7 +159,7 @@ def _origins(data, where: str) -> dict[str, Origin]:
     if len(held) != len(found):
         twice = next(o.id for i, o in enumerate(found) if any(p.id == o.id for p in found[:i]))
         raise FileFormatError(f"{where} holds origin {twice!r} twice: an id names one op; the file was edited or "
-                                 "is corrupt; trace the build again")
+                              "is corrupt; trace the build again")
     return held
 
 
@@ -500,7 +500,7 @@ def _check_references(lineage: Lineage, where: str) -> None:
         for function, numbers in calls.items():
             if sorted(numbers) != list(range(len(numbers))):
                 raise FileFormatError(f"{where}: kernels[{kernel!r}] calls in {function} are {sorted(numbers)}, "
-                                         f"not 0 to {len(numbers) - 1}")
+                                      f"not 0 to {len(numbers) - 1}")
     named = [(f"kernels[{s.kernel!r}] call {s.call}", r.origin) for s in lineage.call_sites for r in s.roles]
     named += [(f"builtin {b.name!r}", o) for b in lineage.builtins for o in b.origins]
     named += [("journal.history_by_origin", o) for o in lineage.journal.history_by_origin]
@@ -530,8 +530,8 @@ def _check_derived(lineage: Lineage, where: str) -> None:
         if site.roles != roles_for(site.origin_ids, lineage.origins):
             anchor = site.anchor or "none"
             raise FileFormatError(f"{where}: kernels[{site.kernel!r}] call {site.call} has roles its origins do "
-                                     f"not give (anchor {anchor!r}; a site's anchor is its heaviest model op); the "
-                                     "file was edited or is corrupt; trace the build again")
+                                  f"not give (anchor {anchor!r}; a site's anchor is its heaviest model op); the "
+                                  "file was edited or is corrupt; trace the build again")
     if lineage.verification is not None and lineage.verification != verify(lineage):
         derived = verify(lineage)
         stored_sites, sites = lineage.verification.by_position(), derived.by_position()
@@ -541,8 +541,8 @@ def _check_derived(lineage: Lineage, where: str) -> None:
         odd = odd or next((f"layer {name!r}" for name in sorted(set(stored_layers) | set(layers))
                            if stored_layers.get(name) != layers.get(name)), "its other problems")
         raise FileFormatError(f"{where}: verification of {odd} is not what the lineage's own evidence gives "
-                                 "(verification is derived from the sites and kernel members the file holds); "
-                                 "the file was edited or is corrupt; trace the build again")
+                              "(verification is derived from the sites and kernel members the file holds); "
+                              "the file was edited or is corrupt; trace the build again")
 
 
 def roles_for(origin_ids: Iterable[str], origins: dict[str, Origin]) -> tuple[Role, ...]:

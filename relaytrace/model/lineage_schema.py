@@ -34,9 +34,10 @@ import re
 from collections.abc import Callable
 
 from ..errors import FileFormatError
+from . import jsonio
 from .frontend import onnx_node_id
 from .journal import Change, _history_json
-from .jsonio import check_schema, make_record
+from .jsonio import make_record
 
 SCHEMA = "relaytrace.lineage/6"
 
@@ -174,9 +175,5 @@ _MIGRATIONS: dict[str, Callable[[dict, str], dict]] = {
 
 def migrate(data, where: str) -> dict:
     """``data`` (a ``lineage.json``'s JSON) as the current schema's data, through each
-    migration from its version on; ``data`` itself is not changed. A file of no known
-    version is a ``FileFormatError`` naming ``where``."""
-    while isinstance(data, dict) and isinstance(data.get("schema"), str) and data["schema"] in _MIGRATIONS:
-        data = _MIGRATIONS[data["schema"]](data, where)
-    check_schema(data, SCHEMA, "lineage", where)
-    return data
+    migration from its version on (``jsonio.migrate``)."""
+    return jsonio.migrate(data, _MIGRATIONS, SCHEMA, "lineage", where)

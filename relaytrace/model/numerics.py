@@ -17,11 +17,11 @@ from attrs import define
 
 from ..errors import FileFormatError
 from .codec import decode, encode
-from .jsonio import check_schema, read_json, write_json
+from .jsonio import migrate, read_json, write_json
 from .names import Name
 
 SCHEMA = "relaytrace.compare/2"  # /2 added each layer's route; /1 files load (no route known)
-SCHEMA_V1 = "relaytrace.compare/1"
+_MIGRATIONS = {"relaytrace.compare/1": lambda data, where: {**data, "schema": SCHEMA}}  # /2 only added fields
 class Outcome(Name):
     """A layer's comparison: inside the tolerance or beyond it, or why it was not
     compared (its output is fused into a later kernel, never written, or not
@@ -148,9 +148,8 @@ class Comparison:
     def from_json(cls, data, where: str = "compare") -> Comparison:
         """The comparison a JSON object holds, every field checked (a
         ``FileFormatError`` naming it otherwise)."""
-        if isinstance(data, dict) and data.get("schema") == SCHEMA_V1:
-            data = {**data, "schema": SCHEMA}  # /2 only added fields with defaults
-        check_schema(data, SCHEMA, "compare", where, made_by="`relaytrace compare --out DIR` (or Comparison.save)")
+        data = migrate(data, _MIGRATIONS, SCHEMA, "compare", where,
+                       made_by="`relaytrace compare --out DIR` (or Comparison.save)")
         comparison = decode(cls, {k: v for k, v in data.items() if k not in _DERIVED}, where)
         _check_ranges(comparison, where)
         return comparison
@@ -224,20 +223,20 @@ def _check_ranges(comparison: Comparison, where: str) -> None:
     for name, value in fields:
         if value is not None and value < 0:
             raise FileFormatError(f"{where}: {name} must be at least 0, not {value!r}: the file was edited or is "
-                                     "corrupt; run `relaytrace compare` again")
+                                  "corrupt; run `relaytrace compare` again")
     seen: set[str] = set()
     for i, e in enumerate(layers):
         if e.layer in seen:
             raise FileFormatError(f"{where}: layers[{i}] is layer {e.layer!r} again: each layer is compared once; "
-                                     "the file was edited or is corrupt; run `relaytrace compare` again")
+                                  "the file was edited or is corrupt; run `relaytrace compare` again")
         seen.add(e.layer)
         if e.status == WITHIN and e.tolerance_ratio is not None and e.tolerance_ratio > 1:
             raise FileFormatError(f"{where}: layers[{i}] is within tolerance at a tolerance ratio of "
-                                     f"{e.tolerance_ratio:g}: above 1 is beyond it; the file was edited or is corrupt; "
-                                     "run `relaytrace compare` again")
+                                  f"{e.tolerance_ratio:g}: above 1 is beyond it; the file was edited or is corrupt; "
+                                  "run `relaytrace compare` again")
         if e.cosine is not None and not -1 - 1e-6 <= e.cosine <= 1 + 1e-6:
             raise FileFormatError(f"{where}: layers[{i}].cosine must be from -1 to 1, not {e.cosine!r}: the file "
-                                     "was edited or is corrupt; run `relaytrace compare` again")
+                                  "was edited or is corrupt; run `relaytrace compare` again")
 
 
 def _farness(e: LayerError) -> float:

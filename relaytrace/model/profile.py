@@ -8,13 +8,15 @@ from attrs import define, field
 
 from ..errors import FileFormatError
 from .codec import Codec, codec_field, decode, encode
-from .jsonio import check, check_schema, make_record, read_json, write_json
+from .jsonio import check, make_record, migrate, read_json, write_json
 from .names import Name
 from .peaks import Peaks, problem
 from .sitekey import SiteKey
 
 SCHEMA = "relaytrace.profile/3"  # /2 added peaks, /3 each argument's address; older files load without them
-_OLDER = ("relaytrace.profile/1", "relaytrace.profile/2")
+# /2 added peaks, /3 each argument's address: an older file's data is the same under /3
+_MIGRATIONS = {"relaytrace.profile/1": lambda data, where: {**data, "schema": "relaytrace.profile/2"},
+               "relaytrace.profile/2": lambda data, where: {**data, "schema": SCHEMA}}
 
 
 class Mode(Name):
@@ -291,27 +293,25 @@ class Profile:
         """The profile a JSON object holds, every field checked for type and range (a
         duration is 0 to ``MAX_US``; at least one end-to-end run, every profile has
         one): a ``FileFormatError`` naming it otherwise."""
-        if isinstance(data, dict) and data.get("schema") in _OLDER:
-            data = {**data, "schema": SCHEMA}
-        check_schema(data, SCHEMA, "profile", where)
+        data = migrate(data, _MIGRATIONS, SCHEMA, "profile", where)
         profile = decode(cls, {k: v for k, v in data.items() if k != "site_times"}, where)
         if not profile.e2e_us:
             raise FileFormatError(f"{where}: e2e_us is empty, so the profile has no end-to-end time to share out; "
-                                     "profile the model again (`relaytrace profile`)")
+                                  "profile the model again (`relaytrace profile`)")
         if not 1 <= profile.repeat <= MAX_RUNS or any(not 0 < t <= MAX_US for t in profile.e2e_us):
             raise FileFormatError(f"{where}: repeat must be 1 to {MAX_RUNS:g} and each e2e_us above 0 and at most "
-                                     f"{MAX_US:g} (a run takes time); the file was edited or is corrupt")
+                                  f"{MAX_US:g} (a run takes time); the file was edited or is corrupt")
         if profile.records and profile.runs != profile.repeat:
             raise FileFormatError(f"{where}: repeat is {profile.repeat} but the records hold {profile.runs} run(s); "
-                                     "the file was edited or is corrupt")
+                                  "the file was edited or is corrupt")
         overlap = _overlap(profile.records)
         if overlap:
             raise FileFormatError(f"{where}: {overlap}: calls of one run follow one another; the file was edited "
-                                     "or is corrupt")
+                                  "or is corrupt")
         wrong = problem(profile.peaks) if profile.peaks is not None else ""
         if wrong:
             raise FileFormatError(f"{where}: {wrong}; profile again, or give the peaks with --peak-gflops and "
-                                     "--peak-gbps")
+                                  "--peak-gbps")
         return profile
 
     def save(self, path, overwrite: bool = False):

@@ -74,7 +74,7 @@ class RunSpec:
         check(data, dict, where)
         if "model" not in data:
             raise FileFormatError(f"{where} has no field 'model': pass the model itself "
-                                     "(an .onnx file or file.py:factory)")
+                                  "(an .onnx file or file.py:factory)")
         return decode(cls, data, where)
 
     @classmethod

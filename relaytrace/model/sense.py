@@ -44,14 +44,14 @@ def check_steps(lineage, where: str) -> None:
         for i, step in enumerate(plan.steps):
             if step not in labels:  # consumes the sites up to it: the steps must come in their order
                 raise FileFormatError(f"{where}: build.memory[{entry!r}].steps[{i}] {step!r} is no call site of "
-                                         f"{entry} after the one before it; {_REDO}")
+                                      f"{entry} after the one before it; {_REDO}")
 
 
 def _check_poly(poly: Poly | None, where: str, limit: float = LIMIT) -> None:
     for coef, atoms in poly or ():
         if abs(coef) > limit or (not atoms and coef < 0):
             raise FileFormatError(f"{where} has the term {coef}{'*' if atoms else ''}{'*'.join(atoms)}: a count "
-                                     f"is at least 0 and at most {limit:g}; {_REDO}")
+                                  f"is at least 0 and at most {limit:g}; {_REDO}")
 
 
 def _check_plan(plan, where: str) -> None:
@@ -84,14 +84,14 @@ def _check_lifetime(first: int, last: int, steps: int, where: str) -> None:
     none is), so ``last`` is ``first - 1`` when no step falls between them."""
     if not (0 <= first <= steps and -1 <= last < steps and last >= first - 1):
         raise FileFormatError(f"{where} is live from step {first} to {last}: in a plan of {steps} steps a "
-                                 f"lifetime starts at 0 to {steps} and ends at -1 to {steps - 1}, not before "
-                                 f"the step before its start; {_REDO}")
+                              f"lifetime starts at 0 to {steps} and ends at -1 to {steps - 1}, not before "
+                              f"the step before its start; {_REDO}")
 
 
 def _check_tensor(shape, dtype: str, where: str) -> None:
     if itemsize(dtype) is None:
         raise FileFormatError(f"{where}.dtype {dtype!r} is not a dtype TVM has (float32, float16, int64, ...); "
-                                 f"{_REDO}")
+                              f"{_REDO}")
     _check_dims(shape, where)
 
 
@@ -99,7 +99,7 @@ def _check_dims(shape, where: str) -> None:
     """Each dim a size from 0 to ``LIMIT`` or a symbolic dim's name or expression."""
     if any(not isinstance(d, (int, str)) or isinstance(d, bool) for d in shape):
         raise FileFormatError(f"{where}.shape {list(shape)} has a dim that is neither a size nor a symbolic dim; "
-                                 f"{_REDO}")
+                              f"{_REDO}")
     if any(isinstance(d, int) and not 0 <= d <= LIMIT for d in shape):
         raise FileFormatError(f"{where}.shape {list(shape)} has a dim below 0 or beyond {LIMIT:g}; {_REDO}")
 
