@@ -267,7 +267,9 @@ def mixed_precision_policies(origins) -> dict[str, PrecisionPolicy]:
             policy = tvm.ir.Op.get(op).get_attr("TMixedPrecisionPolicy")
         except Exception:  # not a registered op (a call to a function): the pass leaves it alone
             continue
-        out[op] = PrecisionPolicy.NEVER if policy is None else _POLICIES[int(policy)]
+        kind = PrecisionPolicy.NEVER if policy is None else _POLICIES.get(int(policy))
+        if kind is not None:  # a kind this relaytrace does not know: the op's policy is left unsaid
+            out[op] = kind
     return out
 
 

@@ -89,7 +89,9 @@ def run() -> None:
     signal once the command is done. A Ctrl-C while the interpreter shuts down (TVM's
     and torch's teardown) prints ``relaytrace: interrupted`` and exits 130, as one
     during the command does; threads a model's factory left running are waited for
-    ``THREAD_WAIT_S``, then said and left (Python would wait for them forever)."""
+    ``THREAD_WAIT_S``, then said and left (Python would wait for them forever). The
+    workers of a ``concurrent.futures`` executor (TVM's tuning uses them) are no such
+    threads: Python's shutdown releases them when idle."""
     code = main()
 
     def interrupted(signum, frame):
@@ -97,7 +99,10 @@ def run() -> None:
         os._exit(130)
 
     signal.signal(signal.SIGINT, interrupted)
-    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    pools = sys.modules.get("concurrent.futures.thread")  # an executor's idle workers end at shutdown by themselves
+    workers = set(getattr(pools, "_threads_queues", {})) if pools is not None else set()
+    left = [t for t in threading.enumerate()
+            if t is not threading.main_thread() and not t.daemon and t not in workers]
     deadline = time.monotonic() + THREAD_WAIT_S
     for thread in left:
         thread.join(max(0.0, deadline - time.monotonic()))

@@ -114,10 +114,11 @@ _NOT_NUMPY_DTYPES = ("bfloat16",)  # TVM dtypes numpy has no name for
 
 def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
     """Refuse, before any build: an existing directory unless forced; any directory
-    holding anything relaytrace does not write (``--force`` replaces exactly its own
-    files: by name and as regular files, so a directory or link named like an output is
-    the user's); a symbolic link (a link is not replaced by a directory); a name the
-    staging directory beside it could not have (over 234 bytes, not UTF-8). What an
+    holding anything relaytrace does not write (``--force`` replaces the directory whole,
+    so only one holding nothing but relaytrace's own files, by name and as regular
+    files: a directory or link named like an output is the user's); a symbolic link (a
+    link is not replaced by a directory); a name the staging directory beside it could
+    not have (over 234 bytes, not UTF-8). What an
     interrupted run left beside it is cleared or named (``_leftovers``); the working
     directory or one holding it (``--out .``: outputs replace their directory whole,
     by a rename beside it). Returns ``out`` made absolute: a model's code that
@@ -263,12 +264,26 @@ def write_compare(out: Path, lineage, comparison, overwrite: bool = True) -> Pat
     return _staged(out, lambda staging: write_all(COMPARE, CompareRun(lineage, comparison), staging), overwrite)
 
 
+def legacy_out(out: Path) -> Path:
+    """``legacy --out``'s directory refused when it holds outputs of another command
+    (a profile's): ``--force`` replaces the directory whole, and a legacy run writes
+    only ``matches.json``."""
+    from .render.outputs import LEGACY, names
+
+    others = sorted(p.name for p in out.iterdir() if p.name not in names(LEGACY)) if out.is_dir() else []
+    if others:
+        raise RelaytraceError(f"{out} holds the outputs of another run ({', '.join(others[:3])}"
+                              f"{', ...' if len(others) > 3 else ''}): give legacy --out a directory of its own")
+    return out
+
+
 def write_legacy(out: Path, matches: dict, overwrite: bool = True) -> Path:
     """Write ``relaytrace legacy --out``'s ``matches.json`` as ``write_outputs`` writes a
-    profile's: whole or not at all."""
+    profile's: whole or not at all, never over another command's outputs
+    (``legacy_out``)."""
     from .render.outputs import LEGACY, LegacyRun, write_all
 
-    return _staged(out, lambda staging: write_all(LEGACY, LegacyRun(matches), staging), overwrite)
+    return _staged(legacy_out(out), lambda staging: write_all(LEGACY, LegacyRun(matches), staging), overwrite)
 
 
 def _staged(out: Path, write, overwrite: bool) -> Path:

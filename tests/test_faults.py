@@ -469,6 +469,21 @@ def test_legacy_out_on_a_full_disk_or_through_a_link_writes_nothing_and_names_th
     assert code == 1 and "is a symbolic link" in err and not any(target.iterdir())
 
 
+
+def test_legacy_out_force_never_replaces_another_commands_outputs(tiny_out, tmp_path):
+    """A profile's output directory holds only relaytrace's files, and --force replaces
+    a directory whole: legacy --out DIR --force deleted the profile for one JSON file."""
+    import shutil
+
+    seed = FIXTURES / "seeds" / "000_2b560fab08d05a69.txt"
+    run = tmp_path / "run"
+    shutil.copytree(tiny_out, run)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    _refused(["--quiet", "legacy", "--report", seed, "--out", run, "--force"], 1,
+             "holds the outputs of another run")
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
 def _umask():
     from relaytrace.model.jsonio import current_umask
 

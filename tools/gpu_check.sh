@@ -25,7 +25,8 @@ prepare)
   "$PY" -m relaytrace.cli bundle "$dir/llm.py:make" --entry decode --context 256 --target "$TARGET" \
     --out "$dir/llama-decode"
   # the same runtime libraries as ResNet-18's: copied there by check.sh, so that DIR stays under 64 MiB
-  cmp -s "$dir/resnet18/lib/libtvm_runtime.so" "$dir/llama-decode/lib/libtvm_runtime.so"
+  cmp -s "$dir/resnet18/lib/libtvm_runtime.so" "$dir/llama-decode/lib/libtvm_runtime.so" ||
+    { echo "gpu_check: the Llama bundle's runtime differs from ResNet-18's: it cannot share it" >&2; exit 1; }
   rm -rf "$dir/llama-decode/lib"
   ffi=$("$PY" -c "from importlib import metadata; print(metadata.version('apache-tvm-ffi'))")
   "$PY" -m pip install -q --disable-pip-version-check --target "$dir/site" --python-version 3.12 \

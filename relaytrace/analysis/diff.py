@@ -14,7 +14,7 @@ from pathlib import Path
 
 from attrs import define
 
-from ..errors import RelaytraceError
+from ..errors import FileFormatError, RelaytraceError
 from ..model.origin import OP
 from ..render.safe_text import csv_value, terminal
 from . import attribution
@@ -182,7 +182,7 @@ def read_reference(path) -> dict[str, float]:
     try:
         return _reference_rows(path)
     except UnicodeDecodeError:
-        raise RelaytraceError(f"{path} is not a UTF-8 text file: save the reference as CSV (UTF-8)") from None
+        raise FileFormatError(f"{path} is not a UTF-8 text file: save the reference as CSV (UTF-8)") from None
 
 
 def _reference_rows(path: Path) -> dict[str, float]:
@@ -193,12 +193,12 @@ def _reference_rows(path: Path) -> dict[str, float]:
             units = [u for u in ("time_us", "time_ms") if u in fields]
             twice = sorted({c for c in fields if fields.count(c) > 1})
             if "layer" not in fields or not units:
-                raise RelaytraceError(f"{path}: needs columns 'layer' and 'time_us' or 'time_ms' (found {fields})")
+                raise FileFormatError(f"{path}: needs columns 'layer' and 'time_us' or 'time_ms' (found {fields})")
             if len(units) > 1:
-                raise RelaytraceError(f"{path}: has both time_us and time_ms: keep one, so that it is clear which "
+                raise FileFormatError(f"{path}: has both time_us and time_ms: keep one, so that it is clear which "
                                       "times count")
             if twice:
-                raise RelaytraceError(f"{path}: has the column{'s' if len(twice) > 1 else ''} {', '.join(twice)} "
+                raise FileFormatError(f"{path}: has the column{'s' if len(twice) > 1 else ''} {', '.join(twice)} "
                                       "twice: keep one of each")
             unit = units[0]
             out: dict[str, float] = {}
@@ -210,15 +210,15 @@ def _reference_rows(path: Path) -> dict[str, float]:
                     if not 0 <= value < float("inf"):
                         raise ValueError
                 except (TypeError, ValueError):
-                    raise RelaytraceError(f"{path}:{line}: {unit} {row[unit]!r} is not a time "
+                    raise FileFormatError(f"{path}:{line}: {unit} {row[unit]!r} is not a time "
                                           "(a number from 0)") from None
                 layer = csv_value(row["layer"] or "")
                 if layer in lines:
-                    raise RelaytraceError(f"{path}:{line}: layer {layer!r} is listed again (first on line "
+                    raise FileFormatError(f"{path}:{line}: layer {layer!r} is listed again (first on line "
                                           f"{lines[layer]}): give each layer once")
                 lines[layer], out[layer] = line, value * (1e3 if unit == "time_ms" else 1.0)
         except csv.Error as exc:  # a cell over the csv module's field limit (128 KiB): the record after line_num
-            raise RelaytraceError(f"{path}:{reader.line_num + 1}: not a CSV table of layer times ({exc})") from None
+            raise FileFormatError(f"{path}:{reader.line_num + 1}: not a CSV table of layer times ({exc})") from None
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import RelaytraceError, UsageError
-from ..jobs import echo, prepare_out_dir, write_legacy  # echo: a pasted name's control characters escaped
+from ..jobs import echo, legacy_out, prepare_out_dir, write_legacy  # echo: a pasted name's control characters escaped
 from . import match, summary
 from .autotvm import parse_log, parse_tasks, parse_workload_lists
 from .common import percent
@@ -31,7 +31,7 @@ def run(args) -> int:
     printed as tables; ``--out DIR`` also writes matches.json."""
     if not any((args.relay_ir, args.report, args.autotvm_tasks, args.autotvm_log)):
         raise UsageError("give at least one of --relay-ir, --report, --autotvm-tasks, --autotvm-log")
-    out_dir = prepare_out_dir(args.out, args.force) if args.out is not None else None
+    out_dir = legacy_out(prepare_out_dir(args.out, args.force)) if args.out is not None else None
     texts = {k: _read(getattr(args, k), k.replace("_", "-"))
              for k in ("relay_ir", "report", "autotvm_tasks", "autotvm_log", "workloads")}
     issues, result = [], {}

@@ -68,8 +68,12 @@ class BuildOptions:
 
 def as_options(value: BuildOptions | str) -> BuildOptions:
     """``value`` as ``BuildOptions``: a bare string is a pipeline run with no option
-    (what ``trace()`` and a hand-made ``BuildFacts`` give)."""
-    return BuildOptions(value) if isinstance(value, str) else value
+    (what ``trace()`` and a hand-made ``BuildFacts`` give); anything else a TypeError."""
+    if isinstance(value, str):
+        return BuildOptions(value)
+    if not isinstance(value, BuildOptions):
+        raise TypeError(f"a build's options are BuildOptions or a pipeline's name, not {type(value).__name__}")
+    return value
 
 
 @define(frozen=True)

@@ -75,9 +75,18 @@ def name_fields(cls) -> dict[str, Callable[[object], object]]:
 
 def enum_reader(kind) -> Callable[[object], object] | None:
     """What reads a JSON value of annotated type ``kind`` as a member of its ``Name``
-    Enum (``kind`` an Enum, or an Enum or None), or None for any other type."""
+    Enum (``kind`` an Enum, or an Enum or None), or a dict or tuple of them as such
+    (``dict[str, Enum]``, ``tuple[Enum, ...]``); None for any other type."""
     if isinstance(kind, type) and issubclass(kind, Enum):
         return kind
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is dict and len(args) == 2 and isinstance(args[1], type) and issubclass(args[1], Enum):
+        values = args[1]
+        return lambda v: {key: values(item) for key, item in v.items()}  # type: ignore[attr-defined]
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis and isinstance(args[0], type) \
+            and issubclass(args[0], Enum):
+        items = args[0]
+        return lambda v: tuple(items(item) for item in v)  # type: ignore[attr-defined]
     options = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else ()
     enums = [o for o in options if isinstance(o, type) and issubclass(o, Enum)]
     if len(enums) == 1 and set(options) == {enums[0], type(None)}:

@@ -117,16 +117,17 @@ def _v5_to_v6(data: dict, where: str) -> dict:
 
 
 def _layouts(text: str) -> dict | None:
-    """``conv2d=['NHWC', 'default'], ...`` as {op: [layouts]}, None when it is not that."""
+    """``relax.nn.conv2d=['NHWC', 'OHWI'], ...`` (an op's name and the list or tuple of
+    layouts ``build`` was given) as {op: [layouts]}, None when it is not that."""
     import ast
 
     try:
-        value = ast.literal_eval("{" + re.sub(r"(\w+)=", r"'\1': ", text) + "}")
+        value = ast.literal_eval("{" + re.sub(r"([\w.]+)=", r"'\1': ", text) + "}")
     except (ValueError, SyntaxError):
         return None
-    if isinstance(value, dict) and all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if isinstance(value, dict) and all(isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
                                        for v in value.values()):
-        return value
+        return {op: list(layouts) for op, layouts in value.items()}
     return None
 
 

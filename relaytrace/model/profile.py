@@ -37,7 +37,7 @@ class Arguments(Name):
     FROM_IR = "the compiled IR"
 
 
-TIMELINE, ISOLATED, ESTIMATE = Mode.TIMELINE, Mode.ISOLATED, Mode.ESTIMATE
+TIMELINE, ESTIMATE = Mode.TIMELINE, Mode.ESTIMATE
 LOCAL_RUN, FROM_IR = Arguments.LOCAL_RUN, Arguments.FROM_IR
 class CallKind(Name):
     """What a recorded call ran: a kernel (a PrimFunc) the VM called, a VM builtin, or a
@@ -201,7 +201,7 @@ class Profile:
         runs: dict[int, list[CallRecord]] = {}
         for r in self.records:
             runs.setdefault(r.run, []).append(r)
-        return statistics.median(figure(rs) for rs in runs.values()) if runs and self.mode == "timeline" else 0.0
+        return statistics.median(figure(rs) for rs in runs.values()) if runs and self.mode == TIMELINE else 0.0
 
     @property
     def timed_run_us(self) -> float:
@@ -232,7 +232,7 @@ class Profile:
         runs = (f"the timed runs took {timed / 1e3:.3f} ms each (median; {(timed - calls) / 1e3:.3f} ms of it VM "
                 f"dispatch and the instrument between calls), the untimed end-to-end runs {e2e / 1e3:.3f} ms")
         if self.e2e_us and self.kernel_us + self.builtin_us > e2e:
-            if self.mode != "timeline":
+            if self.mode != TIMELINE:
                 why = "sites timed alone run warm, without the waits of a real run"
             elif timed > e2e:
                 why = f"{runs}: the runs differ (variance between runs, and each timed call is stamped), not the calls"
@@ -256,7 +256,7 @@ class Profile:
                     f"(each kernel's roofline lower bound from {peaks.source if peaks else 'no'} peaks; VM builtins "
                     "and dispatch not estimated)")
         rest = (f"VM builtins {self.builtin_us / 1e3:.3f} ms + unexplained gap {self.gap_us / 1e3:.3f} ms"
-                if self.mode == "timeline" else
+                if self.mode == TIMELINE else
                 f"VM builtins and dispatch (not timed apart in isolated mode) {self.gap_us / 1e3:.3f} ms")
         return (
             f"kernels {self.kernel_us / 1e3:.3f} ms + {rest} = end-to-end median {self.e2e_median_us / 1e3:.3f} ms "

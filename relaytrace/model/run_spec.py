@@ -20,6 +20,15 @@ from .codec import decode, encode
 from .jsonio import check, read_json
 
 FILE = "run.json"
+LAYOUTS, PRECISIONS = ("NCHW", "NHWC"), ("fp32", "fp16")  # the values --layout and --precision take
+
+
+def _shapes(value) -> tuple[str, ...]:
+    """``--input-shape``'s values as a tuple; one string alone is refused (a tuple of
+    its characters is no list of shapes)."""
+    if isinstance(value, str):
+        raise TypeError("input_shapes is a list of NAME:DIMS strings, not one string")
+    return tuple(value)
 
 
 @define(frozen=True)
@@ -33,7 +42,7 @@ class RunSpec:
     figures are of (None for a measurement)."""
 
     model: str
-    input_shapes: tuple[str, ...] = field(default=(), converter=tuple)
+    input_shapes: tuple[str, ...] = field(default=(), converter=_shapes)
     dtype: str | None = None
     db: str | None = None
     target: str = "llvm"
@@ -75,7 +84,12 @@ class RunSpec:
         if "model" not in data:
             raise FileFormatError(f"{where} has no field 'model': pass the model itself "
                                   "(an .onnx file or file.py:factory)")
-        return decode(cls, data, where)
+        spec = decode(cls, data, where)
+        for name, allowed in (("layout", LAYOUTS), ("precision", PRECISIONS)):
+            if getattr(spec, name) not in allowed:
+                raise FileFormatError(f"{where}: {name} must be one of {', '.join(allowed)}, not "
+                                      f"{getattr(spec, name)!r}; the file was edited or is corrupt")
+        return spec
 
     @classmethod
     def load(cls, directory) -> RunSpec:

@@ -19,7 +19,7 @@ Measured once per (target, CPU) and cached in ``$XDG_CACHE_HOME/relaytrace/peaks
 A device measured elsewhere (over RPC, or by a bundle's runner where no compiler is)
 runs ``fixed_kernels``: the same kernels at a fixed size, and for an NVIDIA GPU their
 GPU form (each thread's chains in registers, a full wave of threads; float16 as half2);
-``from_best`` turns their best times into the peaks.
+``runner.peak_rates`` turns their best times into the peaks.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ..errors import FileFormatError, RelaytraceError
 from ..model.codec import encode
 from ..model.jsonio import make_record, write_atomic
 from ..model.peaks import MEASURED, Peaks, problem
+from .runner import peak_rates
 
 CHUNKS, ACCUMULATORS = 64, 8
 LANE_WIDTHS = (4, 8, 16)  # the widest that keeps 8 chains in the target's registers is the peak (SSE: 4)
@@ -160,6 +161,12 @@ def fixed_kernels(kind: str) -> tuple[PeakKernel, ...]:
     return (*fmas, PeakKernel(_copy_kernel(), "float32", (COPY_ELEMENTS,), bytes=8.0 * COPY_ELEMENTS))
 
 
+def _spec(kernel: PeakKernel) -> dict:
+    """A peak kernel as JSON: what ``runner.peak_rates`` and a bundle's manifest read."""
+    return {"name": kernel.name, "dtype": kernel.dtype, "shape": list(kernel.shape), "flops": kernel.flops,
+            "bytes": kernel.bytes}
+
+
 def fixed_method(kind: str) -> str:
     """How ``fixed_kernels(kind)`` measure, in words a reader can check."""
     if kind == "cuda":
@@ -169,18 +176,6 @@ def fixed_method(kind: str) -> str:
     return (f"best of 5 time_evaluator runs: {CHUNKS}x{ACCUMULATORS} vector FMA chains of "
             f"{'/'.join(map(str, LANE_WIDTHS))} lanes (the best) x {REMOTE_STEPS} steps per dtype; a parallel copy "
             f"of {COPY_ELEMENTS * 4 >> 20} MiB counted as read + write")
-
-
-def from_best(kernels: tuple[PeakKernel, ...], best_s: dict[str, float]) -> tuple[dict[str, float], float]:
-    """(GFLOP/s per dtype, the best lane width's; GB/s) from each kernel's best time."""
-    gflops: dict[str, float] = {}
-    gbps = 0.0
-    for kernel in kernels:
-        if kernel.flops:
-            gflops[kernel.dtype] = max(gflops.get(kernel.dtype, 0.0), kernel.flops / best_s[kernel.name] / 1e9)
-        else:
-            gbps = max(gbps, kernel.bytes / best_s[kernel.name] / 1e9)
-    return gflops, gbps
 
 
 def _best_seconds(func, target, arrays, number: int) -> float:
@@ -291,20 +286,20 @@ def _measure_there(target_text: str, device, say) -> Peaks:
     arrays = [np.ones(k.shape, k.dtype) for k in kernels]
     captured = [(k.name, 0, [a, np.zeros_like(a)]) for k, a in zip(kernels, arrays)]
     timings, _, where = run_remote(executable, library, target_text, "main", arrays, captured, device, 5, 3, say)
-    gflops, gbps = from_best(kernels, {name: min(results) for name, _, results in timings})
+    gflops, gbps = peak_rates([_spec(k) for k in kernels], {name: min(results) for name, _, results in timings})
     method = f"TVM kernels built for {_built_for(target)}, run on {device.describe()} ({where}), {fixed_method('llvm')}"
     return Peaks(gflops, gbps, MEASURED, method, device.describe())
 
 
 def peak_library(target_text: str):
     """``fixed_kernels`` built for ``target_text`` (llvm or cuda) in one runtime module,
-    to export beside a bundle, and what its kernels are (``bundle_peaks`` reads them)."""
+    to export beside a bundle, and what its kernels are (``runner.measure_peaks`` times
+    them there)."""
     target = tvm.target.Target(target_text)
     kind = "cuda" if target.kind.name == "cuda" else "llvm"
     kernels = fixed_kernels(kind)
     library = tvm.compile(tvm.IRModule({k.name: k.func for k in kernels}), target=target)
-    specs = [{"name": k.name, "dtype": k.dtype, "shape": list(k.shape), "flops": k.flops, "bytes": k.bytes}
-             for k in kernels]
+    specs = [_spec(k) for k in kernels]
     built_for = f"cuda {target.attrs.get('arch', '')}".strip() if kind == "cuda" else _built_for(target)
     return library, {"kernels": specs, "built_for": built_for, "method": fixed_method(kind)}
 

@@ -407,7 +407,7 @@ class Server:
             return NO_OP
 
         shape = self.ffi.Shape
-        sizes = (1, capacity, max(capacity, self.tokens), self.spec["page_size"], 0)
+        sizes = (1, capacity, capacity, self.spec["page_size"], 0)  # one sequence; a prefill chunk of it all
         set_instrument(note)
         try:
             made = self.vm[cache["entry"]](*[shape([n]) for n in sizes])
@@ -424,9 +424,12 @@ class Server:
                 return self.ffi.convert([wrap(a) for a in arg])
             return arg
 
+        if "args" not in seen:
+            raise BundleError(f"{cache['entry']} did not call {cache['builtin']}: the lineage is not of this "
+                              "executable")
         args = [wrap(a) for a in seen["args"]]
         if next(names, None) is not None:
-            raise ValueError(f"{cache['builtin']} was given fewer kernels than the lineage names: the lineage is not "
+            raise BundleError(f"{cache['builtin']} was given fewer kernels than the lineage names: the lineage is not "
                              "of this executable")
         return self.ffi.get_global_func(cache["builtin"])(*args)
 
@@ -561,25 +564,36 @@ def _external(library, ffi, name: str):
     return ffi.get_global_func(name)
 
 
+def peak_rates(kernels: list[dict], best_s: dict[str, float]) -> tuple[dict[str, float], float]:
+    """(GFLOP/s per dtype, the best lane width's; GB/s) from each peak kernel's best time
+    (``kernels``: ``{name, dtype, flops, bytes}`` each, as ``profiling.peaks`` describes
+    its fixed-size kernels); the one copy of this arithmetic, for RPC and bundles."""
+    gflops: dict[str, float] = {}
+    gbps = 0.0
+    for kernel in kernels:
+        seconds = best_s[kernel["name"]]
+        if kernel["flops"]:
+            gflops[kernel["dtype"]] = max(gflops.get(kernel["dtype"], 0.0), kernel["flops"] / seconds / 1e9)
+        else:
+            gbps = max(gbps, kernel["bytes"] / seconds / 1e9)
+    return gflops, gbps
+
+
 def measure_peaks(bundle: Path, manifest: dict, runtime: Runtime, ffi, say) -> dict:
     """The device's peaks, measured by the bundle's peak kernels (``peaks.so``:
     ``profiling.peaks.fixed_kernels``) each timed by the time evaluator, best of 5: the
-    profile's ``peaks`` (``model.peaks.Peaks``' fields; ``from_best``'s arithmetic)."""
+    profile's ``peaks`` (``model.peaks.Peaks``' fields, ``peak_rates``' figures)."""
     spec = manifest["peaks"]
     say(f"measuring the peak rates of {runtime.kind} ({len(spec['kernels'])} kernels)")
     library = ffi.load_module(str(bundle / spec["library"]))
     module = next((lib for lib in library.imports if lib.implements_function(spec["kernels"][0]["name"], True)),
                   library)
-    gflops: dict[str, float] = {}
-    gbps = 0.0
+    best: dict[str, float] = {}
     for kernel in spec["kernels"]:
         array = np.ones(kernel["shape"], kernel["dtype"])
         args = (runtime.tensor(array), runtime.tensor(np.zeros_like(array)))
-        best = min(runtime.time_evaluator(module, kernel["name"], 3, 5)(*args))
-        if kernel["flops"]:
-            gflops[kernel["dtype"]] = max(gflops.get(kernel["dtype"], 0.0), kernel["flops"] / best / 1e9)
-        else:
-            gbps = max(gbps, kernel["bytes"] / best / 1e9)
+        best[kernel["name"]] = min(runtime.time_evaluator(module, kernel["name"], 3, 5)(*args))
+    gflops, gbps = peak_rates(spec["kernels"], best)
     where = f"{runtime.device} of {platform.node() or 'an unnamed host'} (a bundle's run.py)"
     return {"gflops": gflops, "gbps": gbps, "source": "measured", "device": where,
             "method": f"TVM kernels built for {spec['built_for']}, run on {where}, {spec['method']}"}

@@ -23,7 +23,7 @@ from ..analysis import attribution
 from ..analysis.memory import NO_SITE, ValueKind
 from ..model.lineage_index import billed_layers
 from ..model.origin import INSERTED, OP
-from ..model.profile import CACHE, KERNEL
+from ..model.profile import CACHE, ESTIMATE, KERNEL, TIMELINE
 from .table import figure
 
 ASSETS = Path(__file__).parent / "assets"
@@ -65,10 +65,10 @@ def report_data(report) -> dict:
         "sites": _sites(report),
         "layer_detail": list(_layer_detail(lineage).items()),
         "graph": _layer_graph(report),
-        "timeline_note": ("run 1 of the timeline" if report.profile.mode == "timeline"
+        "timeline_note": ("run 1 of the timeline" if report.profile.mode == TIMELINE
                           else "sites timed alone, laid end to end"),
         "roofline": _roofline(report.roofline),
-        "estimate": report.profile.mode == "estimate",  # its times are bounds: nothing was achieved
+        "estimate": report.profile.mode == ESTIMATE,  # its times are bounds: nothing was achieved
         "precision": _precision(report.precision),
         "memory": _memory(report.memory),
         "advice": [{"rule": f.rule, "title": f.title, "layers": list(f.layers), "evidence": list(f.evidence),
@@ -320,7 +320,7 @@ def _header(report) -> str:
     rows = [("model", build.model), ("target", _target_words(build.target)), ("pipeline", build.pipeline),
             ("entry", profile.entry + _inputs(profile)), ("tuning", tuned),
             ("measured", f"on {where}, {profile.mode}, {profile.runs} run(s); figures are medians over runs"
-             if profile.mode != "estimate" else
+             if profile.mode != ESTIMATE else
              f"NOT MEASURED: an estimate, each kernel's roofline lower bound on {profile.device}"),
             ("lineage", f"{cov.attributed_sites} of {cov.call_sites} kernel call sites attributed; {status}")]
     return '<dl class="header">' + "".join(f"<dt>{k}</dt><dd>{html.escape(v)}</dd>" for k, v in rows) + "</dl>"

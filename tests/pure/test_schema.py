@@ -70,8 +70,9 @@ def test_files_of_schemas_1_and_2_migrate_to_the_same_lineage_and_are_not_change
 
 
 @pytest.mark.parametrize("options", [
-    BuildOptions("fused", "/runs/db", {"conv2d": ("NHWC", "default")}, "float32", True),
-    BuildOptions("unfused", convert_layout={"conv2d": ("NHWC", "default"), "max_pool2d": ("NHWC",)}),
+    BuildOptions("fused", "/runs/db", {"relax.nn.conv2d": ("NHWC", "OHWI")}, "float32", True),
+    BuildOptions("unfused", convert_layout={"relax.nn.conv2d": ("NHWC", "default"),
+                                            "relax.nn.max_pool2d": ("NHWC",)}),
     BuildOptions("my+pipeline+with_plus"),  # a user's pipeline whose name holds a plus
     BuildOptions("fused", mixed_precision="float16"),
 ])
@@ -84,6 +85,16 @@ def test_a_schema_5_label_is_read_apart_into_the_build_options_it_said(options):
           "build": {**{k: v for k, v in data["build"].items() if k != "options"}, "pipeline": v5_label(options)}}
     assert Lineage.from_json(v5).build.options == options
     assert Lineage.from_json(data).build.pipeline == options.label
+
+
+def test_a_schema_5_label_of_layouts_given_as_a_tuple_is_read_too():
+    """``build(convert_layout=)`` took tuples, and /5 printed them as tuples."""
+    data = json.loads(json.dumps(full().to_json()))
+    v5 = {**data, "schema": "relaytrace.lineage/5", "build": {
+        **{k: v for k, v in data["build"].items() if k != "options"},
+        "pipeline": "fused+convert_layout(relax.nn.conv2d=('NHWC', 'OHWI'))"}}
+    expected = BuildOptions("fused", convert_layout={"relax.nn.conv2d": ("NHWC", "OHWI")})
+    assert Lineage.from_json(v5).build.options == expected
 
 
 @pytest.mark.parametrize("edit, message", [
