@@ -58,9 +58,9 @@ class FollowAhead:
         leaves the follow to ``result``'s caller."""
         if self._thread is not None:
             return
-        self._snapshot = attrs.evolve(recording, passes=list(recording.passes), degraded=list(recording.degraded),
-                                      running=list(recording.running))
-        thread = threading.Thread(target=self._run, name="relaytrace-follow", daemon=True)
+        snapshot = self._snapshot = attrs.evolve(recording, passes=list(recording.passes),
+                                                 degraded=list(recording.degraded), running=list(recording.running))
+        thread = threading.Thread(target=self._run, args=(snapshot,), name="relaytrace-follow", daemon=True)
         try:
             thread.start()
         except RuntimeError:  # no thread to be had: follow after the build
@@ -76,10 +76,10 @@ class FollowAhead:
         if self._cancelled:
             raise Cancelled(name)
 
-    def _run(self) -> None:
+    def _run(self, snapshot: Recording) -> None:
         with _quiet_process():
             try:
-                self._lineage = self._follow(self._snapshot, self._step)
+                self._lineage = self._follow(snapshot, self._step)
             except BaseException:  # the caller follows the whole recording instead
                 self._lineage = None
 

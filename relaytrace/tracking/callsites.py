@@ -42,10 +42,11 @@ class _Sites:
         d = tracker.read(functions[name])
         producer: dict[int, int] = {}  # token -> position of the site that computed it
         for index in range(len(d.vars)):
-            callee = reader.callee_of(d, index)
+            callee = d.callee(index)
             if callee is None or is_bookkeeping(callee):
                 continue
-            made = reader.call(d, index)
+            made = d.call(index)
+            assert made is not None  # a binding with a callee is a call
             callee, gv = made.callee, made.global_var
             if ir.is_subfunction(functions, callee, gv):
                 self.calls.setdefault(entry, set()).add(callee)
@@ -60,15 +61,16 @@ class _Sites:
             origin_ids = tokens.origins[tok] if tok is not None else ()
             # an argument's own token first: an inserted layout change shares its input's
             # canonical token, but its site is the one that feeds this call
-            sources = {producer[raw if raw in producer else src]
-                       for raw, src in zip(tokens.arguments(made, False), tokens.arguments(made))
-                       if raw in producer or src in producer}
+            picked = (raw if raw in producer else src
+                      for raw, src in zip(tokens.arguments(made, False), tokens.arguments(made)))
+            sources = {producer[t] for t in picked if t is not None and t in producer}
             self.present.update(origin_ids)
             position = self.position
             library = "" if gv else self.library(callee) if origin_ids and is_external_call(callee) else None
+            made_by: int | None
             if library is not None:  # a kernel, or a library call computing model ops
                 site = CallSite(callee, calls.key(callee).call, position, roles_for(origin_ids, tracker.origins),
-                                entry, scope, reader.argument_types(d, index), library)
+                                entry, scope, d.argument_types(index), library)
                 self.kernels.setdefault(callee, []).append(site)
                 self.edges.update((src, position) for src in sources if src != position)
                 made_by = position

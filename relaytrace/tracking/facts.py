@@ -7,7 +7,7 @@ Each is a pure function of what the IR shows; neither side keeps its own copy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from typing import TypeVar
 
 from ..model.ops import is_data_movement
@@ -39,7 +39,7 @@ def reused_for_layout(old_moves_data: bool, new_callee: str) -> bool:
     return is_data_movement(new_callee) and not old_moves_data
 
 
-def lowered_parts(candidates: Sequence[K], consumers: Mapping[K, Sequence[K]],
+def lowered_parts(candidates: Sequence[K], consumers: Mapping[K, Collection[K]],
                   is_whole: Callable[[K], bool]) -> dict[K, K]:
     """Which new PrimFunc calls are parts of an op a pass lowered into several
     (``LegalizeOps(customize_legalize_map=...)``): a candidate (a new PrimFunc call

@@ -47,16 +47,17 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
     table = tracker = members = offloaded = None
     step = recording.first_pass
     try:
-        table = assign_origins(recording.input, layer_of, reads.read)
+        functions = _input(recording)
+        table = assign_origins(functions, layer_of, reads.read)
         tracker = Tracker(table, reads.read)
-        tracker.start(recording.input)
+        tracker.start(functions)
         done("origins + input walk")
         for record in recording.passes:
             step = record.pass_name
             tracker.observe(record.functions, record.pass_name)
             done(step)
         step = "verification"
-        members = kernel_members(recording.input, recording.passes, reads.read)
+        members = kernel_members(functions, recording.passes, reads.read)
         offloaded = offloads(recording.passes, reads.read)
         done("kernel members (verification)")
     except Exception as exc:
@@ -88,19 +89,27 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
                    program=program)
 
 
+def _input(recording: Recording) -> dict:
+    """The functions tracking starts from; raises when the build ran no pass over a Relax function."""
+    if recording.input is None:
+        raise RuntimeError("the build ran no pass over a module with a Relax function: there is nothing to follow")
+    return recording.input
+
+
 def origins_of_callees(recording: Recording, layer_of: LayerNamer | None = None) -> dict[str, tuple[Origin, ...]]:
     """For a build that stopped (a pass or code generation failed): each callee (a
     PrimFunc, an op) of the Relax functions as the last recorded pass left them -> the
     origins of the bindings calling it, in order. Raises what tracking raises."""
-    tracker = Tracker(assign_origins(recording.input, layer_of, reader.read))
-    tracker.start(recording.input)
+    functions = _input(recording)
+    tracker = Tracker(assign_origins(functions, layer_of, reader.read))
+    tracker.start(functions)
     for record in recording.passes:
         tracker.observe(record.functions, record.pass_name)
     found: dict[str, dict[str, None]] = {}
     for func in ir.model_functions(tracker.last_functions).values():
         d = reader.read(func)
         for position, handle in enumerate(d.vars):
-            callee, tok = reader.callee_of(d, position), tracker.tokens.of(handle)
+            callee, tok = d.callee(position), tracker.tokens.of(handle)
             if callee is not None and tok is not None:
                 found.setdefault(callee, {}).update(dict.fromkeys(sorted(tracker.tokens.origins[tok])))
     return {callee: tuple(tracker.origins[o] for o in ids) for callee, ids in found.items()}

@@ -29,7 +29,7 @@ class ValueKeys:
         tokens = self.tokens
         canon, toks = tokens.canon, tuple(map(tokens.of_handle.get, call.handles))  # hot: at C speed
         if None not in toks:
-            return (call.callee, tuple(map(canon.get, toks, toks)))
+            return (call.callee, tuple(map(canon.get, toks, toks)))  # type: ignore[arg-type]  # no None in toks
         resolved = []
         for atom, tok in zip(call.atoms, toks):
             if tok is None:  # a constant seen first, a tuple, another atom
@@ -62,7 +62,9 @@ class ValueKeys:
         """Register the deferred keys; call before any look-up."""
         if self._deferred:
             for d, position, tok in self._deferred.values():
-                self.add(self.key(reader.call(d, position)), tok)
+                made = d.call(position)
+                assert made is not None  # deferred only for a call
+                self.add(self.key(made), tok)
             self._deferred = {}
 
     def has_items(self, tup: int) -> bool:

@@ -56,7 +56,10 @@ def classify(new: list[tuple[int, str]], changes: Changes, d: reader.FunctionVie
     parts = _parts_of_lowered_ops(new, changes, uses)
     pending = {tok: callee for tok, callee in new if tok not in parts}
     rewritten = {tok for tok, _, _, _ in changes}
-    origins_of = lambda tok: tokens.origins[parts.get(tok, tok)]  # noqa: E731
+
+    def origins_of(tok: int) -> tuple[str, ...]:
+        return tokens.origins[parts.get(tok, tok)]
+
     minted: dict[int, Origin] = {}
     taken = set(origins)
     constant = _of_constants(changes, d, tokens, set(pending))
@@ -79,8 +82,8 @@ def _links(changes: Changes, d, tokens: Tokens) -> tuple[dict[int, list[int]], d
     uses: dict[int, list[int]] = {}
     args_of: dict[int, list[int]] = {}
     for tok, position, _, _ in changes:
-        made = reader.call(d, position)
-        args = made.arguments() if made is not None else [reader.value(d, position)]
+        made = d.call(position)
+        args = made.arguments() if made is not None else [d.value(position)]
         args_of[tok] = [t for t in (tokens.raw(a.kind, a.handle) for a in args) if t is not None]
         for t in args_of[tok]:
             uses.setdefault(t, []).append(tok)
@@ -92,7 +95,7 @@ def _of_constants(changes: Changes, d, tokens: Tokens, pending: set[int]) -> set
     every var argument is such a binding: made of constants alone."""
     found: set[int] = set()
     for tok, position, _, _ in changes:
-        made = reader.call(d, position) if tok in pending else None
+        made = d.call(position) if tok in pending else None
         if made is not None and all(tokens.of_handle.get(a.handle) in found for a in made.atoms
                                     if a.kind == reader.VAR):
             found.add(tok)

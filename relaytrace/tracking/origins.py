@@ -46,9 +46,9 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
         producers: dict[int, frozenset[str]] = {}
         prefix = "" if fname == "main" else f"{fname}."
         for index, handle in enumerate(d.vars):
-            made = reader.call(d, index)
+            made = d.call(index)
             if made is None:
-                producers[handle] = _producers_of(reader.value(d, index), producers)
+                producers[handle] = _producers_of(d.value(index), producers)
                 continue
             callee = made.callee
             if is_bookkeeping(callee):
@@ -58,7 +58,7 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
                 continue
             named = layer_of(fname, handle, index) if layer_of else None
             if named is None:
-                layer, source_op, where, node = _unique(prefix + reader.name(d, index), used_layers), "", "", ""
+                layer, source_op, where, node = _unique(prefix + d.name(index), used_layers), "", "", ""
             else:
                 layer, source_op, where, node = (*named, "", "")[:4]
             # a frontend's layer names recur across entry functions (prefill, decode):
@@ -68,12 +68,12 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
             in_shapes, in_dtypes = (), ()
             for arg in made.arguments():
                 if arg.kind == reader.VAR or arg.kind == reader.CONST:
-                    shapes, dtypes = reader.shapes_and_dtypes(d, arg.type)
+                    shapes, dtypes = d.shapes_and_dtypes(arg.type)
                     in_shapes += shapes
                     in_dtypes += dtypes
             for src in _producers_of_call(made, producers):
                 edges.add((src, oid))
-            out_shapes, out_dtypes = reader.shapes_and_dtypes(d, d.var_types[index])
+            out_shapes, out_dtypes = d.shapes_and_dtypes(d.var_types[index])
             # positional: a keyword call costs twice the construction, once per op
             origins[oid] = Origin(oid, layer, callee, fname, index, in_shapes, in_dtypes, out_shapes, out_dtypes,
                                   source_op=source_op, source=where, node=node)
@@ -93,7 +93,7 @@ def _producers_of(node: reader.Node, producers: Mapping[int, frozenset[str]]) ->
         return producers.get(node.handle, _NONE)
     if kind == reader.TUPLE:
         return _NONE.union(*(_producers_of(f, producers) for f in node.fields))
-    if kind == reader.ITEM:
+    if kind == reader.ITEM and node.of is not None:
         return _producers_of(node.of, producers)
     return _NONE
 

@@ -14,6 +14,8 @@ functions). The functions are read only; nothing here changes the tracker.
 
 from __future__ import annotations
 
+from typing import Any
+
 import tvm_ffi
 from tvm import relax
 
@@ -42,7 +44,7 @@ def transform_sources(before: dict, changed: list[str]) -> dict[str, str]:
     return out
 
 
-def bundled_fields(func, old_func) -> tuple[object, list] | None:
+def bundled_fields(func, old_func) -> tuple[Any, list] | None:
     """``(tuple parameter, the earlier parameters that are its fields)`` when ``func``
     takes, in place of ``old_func``'s weight parameters, one tuple parameter with a field
     of the same type for each (``BundleModelParams``; the parameter of
@@ -59,7 +61,7 @@ def bundled_fields(func, old_func) -> tuple[object, list] | None:
     return new[0], old
 
 
-def lifted_fields(func, transform) -> list[tuple[object, object, int]] | None:
+def lifted_fields(func, transform) -> list[tuple[Any, Any, int]] | None:
     """``(parameter, output, field)`` for each weight parameter of ``func`` that is field
     ``field`` of ``transform``'s result (``output``: a var bound to the result tuple, or a
     field's own var with ``field`` -1), in order (``PartitionTransformParams``: the

@@ -44,7 +44,7 @@ class PassLog:
             unresolved=tuple(o.id for o in minted if o.kind == UNRESOLVED),
             eliminated=tuple(eliminated), merged=tuple(merged),
         ))
-        history, made = self.changes, {}
+        history, made = self.changes, {}  # type: ignore[var-annotated]  # (callee, rule) -> Change
         for tok, _, rule, callee in changes:
             if callee is not None:
                 change = made.get((callee, rule))  # immutable: one record serves every token alike

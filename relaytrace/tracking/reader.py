@@ -2,8 +2,8 @@
 
 ``read(func, old)`` returns a ``FunctionView``: the handles (object addresses, which
 key the tracker's tables) of every binding's var, and of each value a pass wrote. What
-a binding holds is read from TVM only when someone asks: ``callee_of`` (the callee's
-name), ``call`` (the call as the tracker compares calls, a ``CallView`` of ``Atom``
+a binding holds is read from TVM only when someone asks the view: ``callee`` (the
+callee's name), ``call`` (the call as the tracker compares calls, a ``CallView`` of ``Atom``
 arguments), ``value`` (an alias, tuple, projection or constant as a ``Node``),
 ``name``. Most bindings a pass writes are memory and shape bookkeeping, of which the
 tracker asks only the callee; reading an argument list costs more than the rest of a
@@ -17,7 +17,7 @@ bindings is not read at all (None).
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple, overload
 
 import tvm_ffi
 from attrs import define, field
@@ -42,11 +42,10 @@ class AtomKind(IntEnum):
 
 
 OTHER, VAR, CONST, TUPLE, ITEM, CALL, OP, GLOBAL, EXTERN = AtomKind
-# A type is the string-table index of its text, or this for a read that did not ask
-# for types. The text holds each tensor's dtype and dims, split by ASCII separators: a
-# printed symbolic dim may hold commas and brackets, never those.
-DIM, DTYPE, TENSOR = "\x1f", "\x1e", "\x1d"
+# A type is its index in the view's table of distinct types (``FunctionView.types``), or
+# this for a read that did not ask for types.
 TYPES_NOT_ASKED = -2
+TensorTypes = tuple[tuple[tuple, str], ...]  # (shape, dtype) of each tensor, as ``ir.tensor_types``
 
 
 class Atom(NamedTuple):
@@ -79,7 +78,7 @@ class CallView(NamedTuple):
 
 class Node(NamedTuple):
     """An expression that is not a call: a var or constant (``type`` as in ``Atom``), a
-    tuple (``fields``), a projection (``of``, field ``index``), or anything else (a
+    tuple (``fields``), a projection (``of``, field ``item``), or anything else (a
     callee, a shape: ``name``). A call inside one is a ``CALL`` node with no more."""
 
     kind: AtomKind
@@ -87,7 +86,7 @@ class Node(NamedTuple):
     type: int = 0
     fields: tuple[Node, ...] = ()
     of: Node | None = None
-    index: int = -1
+    item: int = -1
     name: str = ""
 
 
@@ -98,32 +97,31 @@ class Decoded:
     part before, finds its values read. Handles stay valid while the build's functions
     are pinned (the tracker pins them)."""
 
-    __slots__ = ("calls", "callees", "names", "bindings_of", "var_of", "type_texts", "tensor_types")
+    __slots__ = ("calls", "callees", "names", "bindings_of", "var_of", "tensor_types")
 
     def __init__(self):
         self.calls: dict[int, CallView | None] = {}  # value handle -> its call (None: not a call)
         self.callees: dict[int, str | None] = {}  # value handle -> its callee
-        self.names: dict[int, tuple[int, str]] = {}  # callee object handle -> (kind, name)
+        self.names: dict[int, tuple[AtomKind, str]] = {}  # callee object handle -> (kind, name)
         self.bindings_of: dict[int, list[int]] = {}  # function handle -> its bindings' handles
         self.var_of: dict[int, int] = {}  # binding handle -> its var's handle
-        # structural hash of a type -> its text / its tensors' (shape, dtype). Per build, never
-        # across builds: a free TIR var hashes by address, and a later build's var may reuse one
-        self.type_texts: dict[int, str] = {}
-        self.tensor_types: dict[int, tuple[tuple[tuple, str], ...]] = {}
+        # structural hash of a type -> its tensors' (shape, dtype). Per build, never across
+        # builds: a free TIR var hashes by address, and a later build's var may reuse one
+        self.tensor_types: dict[int, TensorTypes] = {}
 
 
 class _Cache:
-    """A view's reads: its values' (``Decoded``), and in a typed view the string index
-    of each expression's type and of each type text."""
+    """A view's reads: its values' (``Decoded``), and in a typed view the index of each
+    expression's type in the view's table of distinct types."""
 
-    __slots__ = ("decoded", "typed", "types", "texts", "strings")
+    __slots__ = ("decoded", "typed", "types", "indices", "table")
 
     def __init__(self, typed: bool = False, decoded: Decoded | None = None):
         self.decoded = decoded if decoded is not None else Decoded()
         self.typed = typed
-        self.types: dict[int, int] = {}  # expression handle -> string index
-        self.texts: dict[str, int] = {}
-        self.strings: list[str] = []
+        self.types: dict[int, int] = {}  # expression handle -> index in table
+        self.indices: dict[TensorTypes, int] = {}
+        self.table: list[TensorTypes] = []
 
 
 @define(frozen=True, slots=True)
@@ -132,7 +130,8 @@ class FunctionView:
     order; ``values``: each binding's value handle, 0 for a binding the pass kept (left
     out); ``changed``: the positions of the bindings written in full, the only ones the
     functions below may be asked about. A typed read (``read(types=True)``) has every
-    var's and parameter's type in ``var_types`` / ``param_types`` (string indices)."""
+    var's and parameter's type in ``var_types`` / ``param_types`` (indices in ``types``,
+    the view's distinct types)."""
 
     params: tuple[int, ...]
     param_names: tuple[str, ...]
@@ -141,7 +140,7 @@ class FunctionView:
     values: list[int]
     changed: list[int]
     var_types: list[int]
-    strings: list[str]
+    types: list[TensorTypes]
     kinds: list[int]  # each written binding's value kind (VAR, CONST, TUPLE, ITEM, CALL, OTHER); -1 kept
     _bindings: list  # the binding objects, None for a kept one
     _value_objects: list  # their values, None for a kept one
@@ -157,94 +156,80 @@ class FunctionView:
         """The binding at ``position`` (written in full) binds a call."""
         return self.kinds[position] == CALL
 
+    def callee(self, position: int) -> str | None:
+        """The callee of a call binding, as ``CallView.callee`` names it; None otherwise."""
+        callees = self._cache.decoded.callees
+        handle = self.values[position]
+        if handle not in callees:
+            value = self._value_objects[position]
+            callees[handle] = _named(self, value)[1] if ir.kind(value) == "call" else None
+        return callees[handle]
 
-# -- asking a view --------------------------------------------------------------
+    def call(self, position: int) -> CallView | None:
+        """The call a binding written in full makes; None when it is not a call."""
+        calls = self._cache.decoded.calls
+        handle = self.values[position]
+        if handle not in calls:
+            value = self._value_objects[position]
+            calls[handle] = _call(self, value) if ir.kind(value) == "call" else None
+        return calls[handle]
 
-def callee_of(d: FunctionView, position: int) -> str | None:
-    """The callee of a call binding, as ``CallView.callee`` names it; None otherwise."""
-    callees = d._cache.decoded.callees
-    found = callees.get(d.values[position], _MISSING)
-    if found is _MISSING:
-        value = d._value_objects[position]
-        found = callees[d.values[position]] = _named(d, value)[1] if ir.kind(value) == "call" else None
-    return found
+    def local_function(self, position: int):
+        """The Relax function a call binding (written in full) calls in place (a composite
+        function inside an offloaded group, ``ir.called_function``), else None."""
+        value = self._value_objects[position]
+        return ir.called_function(value, self._bindings[:position]) if ir.kind(value) == "call" else None
 
+    def value(self, position: int) -> Node:
+        """The value of a binding written in full that is not a call (an alias, a tuple,
+        a projection, a constant, a shape)."""
+        return _node(self, self._value_objects[position])
 
-def call(d: FunctionView, position: int) -> CallView | None:
-    """The call a binding written in full makes; None when it is not a call."""
-    calls = d._cache.decoded.calls
-    found = calls.get(d.values[position], _MISSING)
-    if found is _MISSING:
-        value = d._value_objects[position]
-        found = calls[d.values[position]] = _call(d, value) if ir.kind(value) == "call" else None
-    return found
+    def name(self, position: int) -> str:
+        """The name of a binding's var (written in full)."""
+        return self._bindings[position].var.name
 
+    def integer_arguments(self, position: int) -> list[int | None]:
+        """The value of each argument of a call binding (written in full) that is an
+        integer (a ``PrimValue``, an ``IntImm``), None for any other, the arguments as
+        ``CallView`` counts them (a packed call's name is no argument); read from TVM each
+        time (``vm.builtin.make_shape`` says heap slots this way)."""
+        value = self._value_objects[position]
+        kind, _, _ = _named(self, value)
+        args = ir.items(value.args)
+        out: list[int | None] = []
+        for arg in args[1:] if kind == _PACKED else args:
+            try:
+                out.append(int(arg.value) if hasattr(arg, "value") else int(arg))
+            except (TypeError, ValueError):
+                out.append(None)
+        return out
 
-def local_function(d: FunctionView, position: int):
-    """The Relax function a call binding (written in full) calls in place (a composite
-    function inside an offloaded group, ``ir.called_function``), else None."""
-    value = d._value_objects[position]
-    return ir.called_function(value, d._bindings[:position]) if ir.kind(value) == "call" else None
+    def argument_types(self, position: int) -> TensorTypes:
+        """``(shape, dtype)`` of each tensor among a call binding's arguments (written in
+        full), as the IR types them (``ir.tensor_types``), each distinct type read once."""
+        out: list[tuple[tuple, str]] = []
+        for arg in ir.items(self._value_objects[position].args):
+            out.extend(_tensor_types(self._cache.decoded, ir.expr_type(arg)))
+        return tuple(out)
 
+    def shapes_and_dtypes(self, type_: int) -> tuple[tuple[tuple, ...], tuple[str, ...]]:
+        """(shapes, dtypes) of the tensors of the type at ``type_`` (an index in ``types``)."""
+        tensors = self.types[type_]
+        return tuple(shape for shape, _ in tensors), tuple(dtype for _, dtype in tensors)
 
-def value(d: FunctionView, position: int) -> Node:
-    """The value of a binding written in full that is not a call (an alias, a tuple,
-    a projection, a constant, a shape)."""
-    return _node(d, d._value_objects[position])
-
-
-def name(d: FunctionView, position: int) -> str:
-    """The name of a binding's var (written in full)."""
-    return d._bindings[position].var.name
-
-
-def integer_arguments(d: FunctionView, position: int) -> list[int | None]:
-    """The value of each argument of a call binding (written in full) that is an
-    integer (a ``PrimValue``, an ``IntImm``), None for any other, the arguments as
-    ``CallView`` counts them (a packed call's name is no argument); read from TVM each
-    time (``vm.builtin.make_shape`` says heap slots this way)."""
-    value = d._value_objects[position]
-    kind, _, _ = _named(d, value)
-    args = ir.items(value.args)
-    out: list[int | None] = []
-    for arg in args[1:] if kind == _PACKED else args:
-        try:
-            out.append(int(arg.value) if hasattr(arg, "value") else int(arg))
-        except (TypeError, ValueError):
-            out.append(None)
-    return out
-
-
-def argument_types(d: FunctionView, position: int) -> tuple[tuple[tuple, str], ...]:
-    """``(shape, dtype)`` of each tensor among a call binding's arguments (written in
-    full), as the IR types them (``ir.tensor_types``), each distinct type read once."""
-    out: list[tuple[tuple, str]] = []
-    for arg in ir.items(d._value_objects[position].args):
-        ty = ir.expr_type(arg)
-        if ty is None:
-            continue
-        cache = d._cache.decoded.tensor_types
-        key = tvm_ffi.structural_hash(ty)
-        found = cache.get(key)
-        if found is None:
-            found = cache[key] = tuple(ir.tensor_types(ty))
-        out.extend(found)
-    return tuple(out)
+    def output(self) -> Node | None:
+        """The body's result; None for a function without one."""
+        return _node(self, self._output) if self._output is not None else None
 
 
-def output(d: FunctionView) -> Node | None:
-    """The body's result; None for a function without one."""
-    return _node(d, d._output) if d._output is not None else None
-
-
-_MISSING = object()
 _ARRAY_SIZE = tvm_ffi.get_global_func("ffi.ArraySize")
 _ARRAY_ITEM = tvm_ffi.get_global_func("ffi.ArrayGetItem")
-_KINDS = {"var": VAR, "const": CONST, "tuple": TUPLE, "item": ITEM, "call": CALL}
-_CALLEE_KINDS = {"op": OP, "global": GLOBAL, "extern": EXTERN, "other": OTHER}
+_KINDS: dict[str, AtomKind] = {"var": VAR, "const": CONST, "tuple": TUPLE, "item": ITEM, "call": CALL}
+_CALLEE_KINDS: dict[str, AtomKind] = {"op": OP, "global": GLOBAL, "extern": EXTERN, "other": OTHER}
 
 
-def _callee(d: FunctionView, e) -> tuple[int, str]:
+def _callee(d: FunctionView, e) -> tuple[AtomKind, str]:
     """(kind, name) of a callee object, once per object: ops recur at every call."""
     handle = e.__chandle__()
     names = d._cache.decoded.names
@@ -258,7 +243,7 @@ def _callee(d: FunctionView, e) -> tuple[int, str]:
 _CALL_TIR, _PACKED, _DIRECT = range(3)
 
 
-def _named(d: FunctionView, value) -> tuple[int, str, object]:
+def _named(d: FunctionView, value) -> tuple[int, str, Any]:
     """How a call names its callee: (``_CALL_TIR``, F, F) for ``call_tir(F, ...)``,
     (``_PACKED``, name, the name's object) for ``call_packed("name", ...)``,
     (``_DIRECT``, callee, the op or function) otherwise."""
@@ -301,7 +286,7 @@ def _node(d: FunctionView, e) -> Node:
     if kind == TUPLE:
         return Node(TUPLE, e.__chandle__(), fields=tuple(_node(d, f) for f in ir.items(e.fields)))
     if kind == ITEM:
-        return Node(ITEM, e.__chandle__(), of=_node(d, e.tuple_value), index=int(e.index))
+        return Node(ITEM, e.__chandle__(), of=_node(d, e.tuple_value), item=int(e.index))
     if kind == CALL:
         return Node(CALL, e.__chandle__())
     callee_kind, text = _callee(d, e)
@@ -310,7 +295,11 @@ def _node(d: FunctionView, e) -> Node:
 
 # -- reading a function ---------------------------------------------------------
 
-def read(func, old=None, types: bool = False, decoded: Decoded | None = None) -> FunctionView | None:
+@overload
+def read(func: Any, old: None = None, types: bool = False, decoded: Decoded | None = None) -> FunctionView: ...
+@overload
+def read(func: Any, old: Any, types: bool = False, decoded: Decoded | None = None) -> FunctionView | None: ...
+def read(func, old=None, types=False, decoded=None):
     """The view of one Relax function. Bindings that ``old`` (the function before a
     pass) has too are left out but for their vars' handles: a pass keeps most binding
     objects, and the tracker knows the rest of them already. None when ``func`` has
@@ -348,7 +337,7 @@ def read(func, old=None, types: bool = False, decoded: Decoded | None = None) ->
         values=[0 if v is None else v.__chandle__() for v in value_objects],
         kinds=[-1 if v is None else _KINDS.get(ir.kind(v), OTHER) for v in value_objects],
         changed=changed, var_types=[_type(cache, b.var) for b in binds] if types else [TYPES_NOT_ASKED] * len(binds),
-        strings=cache.strings, bindings=written, value_objects=value_objects, output=out, cache=cache)
+        types=cache.table, bindings=written, value_objects=value_objects, output=out, cache=cache)
 
 
 class SharedReads:
@@ -375,47 +364,29 @@ def _handles(objects) -> list[int]:
     return [o.__chandle__() if o is not None else 0 for o in objects]
 
 
-_SHAPES: dict[str, tuple[tuple[tuple, ...], tuple[str, ...]]] = {}
-
-
-def shapes_and_dtypes(d: FunctionView, type_: int) -> tuple[tuple[tuple, ...], tuple[str, ...]]:
-    """(shapes, dtypes) of the tensors in a view's type, memoised by its text."""
-    text = d.strings[type_]
-    found = _SHAPES.get(text)
+def _tensor_types(decoded: Decoded, ty) -> TensorTypes:
+    """A type's tensors, read once per distinct type of the build (by structural hash:
+    reading a shape costs more than hashing it); none for no type."""
+    if ty is None:
+        return ()
+    key = tvm_ffi.structural_hash(ty)
+    found = decoded.tensor_types.get(key)
     if found is None:
-        if len(_SHAPES) > 100_000:  # a long-lived process building many models
-            _SHAPES.clear()
-        tensors = [t.split(DTYPE) for t in text.split(TENSOR)] if text else []
-        shapes = tuple(tuple(ir.dim(v) for v in dims.split(DIM)) if dims else () for _, dims in tensors)
-        found = _SHAPES[text] = (shapes, tuple(dtype for dtype, _ in tensors))
+        found = decoded.tensor_types[key] = tuple(ir.tensor_types(ty))
     return found
 
 
-
-
-def _type_text(ty) -> str:
-    if ty is None:
-        return ""
-    return TENSOR.join(dtype + DTYPE + DIM.join(map(str, shape)) for shape, dtype in ir.tensor_types(ty))
-
-
 def _type(cache: _Cache, expr) -> int:
-    """The string index of an expression's type in a typed view, once per expression,
-    the text once per distinct type (by structural hash: reading a shape costs more
-    than hashing it); ``TYPES_NOT_ASKED`` in an untyped one."""
+    """The index of an expression's type in a typed view's table of distinct types, once
+    per expression; ``TYPES_NOT_ASKED`` in an untyped one."""
     if not cache.typed:
         return TYPES_NOT_ASKED
     found = cache.types.get(expr.__chandle__())
     if found is None:
-        ty = ir.expr_type(expr)
-        key = tvm_ffi.structural_hash(ty) if ty is not None else None
-        texts = cache.decoded.type_texts
-        text = texts.get(key) if key is not None else ""
-        if text is None:
-            text = texts[key] = _type_text(ty)
-        found = cache.texts.get(text)
+        tensors = _tensor_types(cache.decoded, ir.expr_type(expr))
+        found = cache.indices.get(tensors)
         if found is None:
-            cache.strings.append(text)
-            found = cache.texts[text] = len(cache.strings) - 1
+            cache.table.append(tensors)
+            found = cache.indices[tensors] = len(cache.table) - 1
         cache.types[expr.__chandle__()] = found
     return found

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import tvm
 from attrs import define, field
@@ -21,10 +21,10 @@ class PassRecord(NamedTuple):
     when the pass ran (functions never change, a module object may), and the module,
     for its PrimFuncs' attributes."""
 
-    index: int
+    number: int
     pass_name: str
     functions: dict
-    module: object
+    module: Any
 
 
 @define

@@ -65,7 +65,7 @@ class Step(NamedTuple):
     var: int
     callee: str | None
     refs: tuple[Ref, ...]
-    index: int | None
+    item: int | None
 
 
 class Recipe(NamedTuple):
@@ -129,7 +129,7 @@ class FoldedToConstant:
     def breaks(self, walk, position, var, token):
         """True when ``var``, not bound to another value, now binds a constant."""
         return var not in walk.aliases and not walk.d.is_call(position) \
-            and reader.value(walk.d, position).kind == CONST
+            and walk.d.value(position).kind == CONST
 
 
 class ReusedForLayout:
@@ -144,7 +144,7 @@ class ReusedForLayout:
     def breaks(self, walk, position, var, token):
         """True when this walk gave ``token`` away already and ``var`` now calls a layout
         transform."""
-        return token in walk.claimed and facts.reused_for_layout(False, reader.callee_of(walk.d, position) or "")
+        return token in walk.claimed and facts.reused_for_layout(False, walk.d.callee(position) or "")
 
 
 IDENTITY_EXCEPTIONS: tuple[IdentityException, ...] = (AliasNowCalls(), FoldedToConstant(), ReusedForLayout())
@@ -227,7 +227,7 @@ def _replay(steps: tuple[Step, ...], env: dict, keys, claimed: set[int], start: 
     canon = keys.tokens.canon
     matched: list[int] = []
     for at in range(start, len(steps)):
-        var, callee, refs, index = steps[at]
+        var, callee, refs, item = steps[at]
         resolved = []
         for ref in refs:
             tok = ref.token if ref.var is None else env.get(ref.var, _UNKNOWN)
@@ -236,10 +236,10 @@ def _replay(steps: tuple[Step, ...], env: dict, keys, claimed: set[int], start: 
             if tok is not None:
                 resolved.append(canon.get(tok, tok))
         else:
-            if callee is None:  # an alias, or a projection of field ``index``
+            if callee is None:  # an alias, or a projection of field ``item``
                 if not resolved:
                     continue
-                tok = resolved[0] if index is None else keys.item(resolved[0], index)
+                tok = resolved[0] if item is None else keys.item(resolved[0], item)
             else:
                 fits = [t for t in keys.table.get((callee, tuple(resolved)), ())
                         if t not in claimed and t not in taken and t not in matched]
@@ -378,7 +378,7 @@ def read_recipe(func, read, tokens) -> Recipe | None:
     d = read(func)
     steps: list[Step] = []
     _steps(d, read, tokens, steps)
-    out = reader.output(d)
+    out = d.output()
     fields = out.fields if out is not None and out.kind == TUPLE else [out] if out is not None else []
     outputs = tuple(f.handle for f in fields if f.kind == VAR)
     return Recipe(tuple(d.params), tuple(steps), outputs, out is not None and out.kind == TUPLE)
@@ -391,26 +391,26 @@ def _steps(d, read, tokens, steps: list[Step], depth: int = 0) -> None:
     aliased to its result."""
     bound = {*d.params, *d.vars}
     for position, var in enumerate(d.vars):
-        made = reader.call(d, position)
+        made = d.call(position)
         if made is not None:
             refs = [_ref(tokens, a.kind, a.handle, bound) for a in made.atoms
                     if a.kind != TUPLE]  # a tuple argument is read through its fields
-            inner = reader.local_function(d, position) if depth < 8 else None
+            inner = d.local_function(position) if depth < 8 else None
             if inner is None:
                 steps.append(Step(var, made.callee, tuple(r for r in refs if r is not None), None))
                 continue
             body = read(inner)
             steps.extend(Step(param, None, (ref,), None) for param, ref in zip(body.params, refs) if ref is not None)
             _steps(body, read, tokens, steps, depth + 1)
-            result = reader.output(body)
+            result = body.output()
             if result is not None and result.kind == VAR:
                 steps.append(Step(var, None, (Ref(result.handle, None),), None))
             continue
-        value = reader.value(d, position)
+        value = d.value(position)
         if value.kind == VAR:  # an alias
             steps.append(Step(var, None, (Ref(value.handle, None),), None))
         elif value.kind == ITEM and value.of.kind == VAR:  # a projection
-            steps.append(Step(var, None, (Ref(value.of.handle, None),), value.index))
+            steps.append(Step(var, None, (Ref(value.of.handle, None),), value.item))
 
 
 def _ref(tokens, kind, handle, bound: set[int]) -> Ref | None:

@@ -71,7 +71,7 @@ class Tokens:
         """The token of each of a call's own arguments (tuple fields left out), canonical
         unless asked otherwise; None for one that carries no token."""
         toks = [self.of_handle.get(a.handle) for a in call.atoms if not a.field]
-        return list(map(self.canon.get, toks, toks)) if canonical else toks
+        return [self.canon.get(t, t) if t is not None else None for t in toks] if canonical else toks
 
     def var_inputs(self, call: reader.CallView) -> tuple[int, ...]:
         """Canonical tokens of a call's var arguments (tuple fields included), constants left out."""

@@ -57,12 +57,14 @@ class FunctionState:
         """The function's look-ups (``_Index``: by argument tokens, by token, by callee and
         var inputs), built with ``tokens``, ``keys`` and ``read`` on first use and kept."""
         if self._index is None:
-            by_args, tok_var, by_inputs = {}, {}, {}
+            by_args: dict[tuple, list[int]] = {}
+            tok_var: dict[int, tuple[int, str]] = {}
+            by_inputs: dict[tuple, list[tuple[int, tuple]]] = {}
             d = _full(self.view, self.func, read)
             for position, handle in enumerate(d.vars):
                 tok = tokens.of(handle)
-                made = reader.call(d, position) if tok is not None else None
-                if made is not None:
+                made = d.call(position) if tok is not None else None
+                if made is not None and tok is not None:
                     tok_var[tok] = (handle, made.callee)
                     args = keys.key(made)[1]
                     by_args.setdefault(args, []).append(tok)
@@ -123,6 +125,7 @@ class Walk:
 
     def old_index(self) -> _Index:
         """Look-ups into the function as the pass before left it (``old`` must be set)."""
+        assert self.old is not None and self.keys is not None
         return self.old.index(self.tokens, self.keys, self.read)
 
     def recipe(self, call: reader.CallView) -> Recipe | None:
@@ -139,7 +142,7 @@ class Walk:
         """var handle -> callee after the pass; built only when a rule asks."""
         if self.memo.callees is None:
             d = _full(self.d, self.func, self.read)
-            callees = ((handle, reader.callee_of(d, position)) for position, handle in enumerate(d.vars))
+            callees = ((handle, d.callee(position)) for position, handle in enumerate(d.vars))
             self.memo.callees = {handle: callee for handle, callee in callees if callee is not None}
         return self.memo.callees
 
@@ -153,12 +156,13 @@ class Walk:
         if self.memo.position is None:
             self.memo.position = {var: position for position, var in enumerate(self.d.vars)}
         position = self.memo.position.get(handle)
-        made = reader.call(self.d, position) if position is not None and self.d.values[position] else None
+        made = self.d.call(position) if position is not None and self.d.values[position] else None
         found: frozenset | None = None
         if made is not None:
             parts = [self.from_constants(a.handle) for a in made.atoms if a.kind == VAR]
-            if all(p is not None for p in parts):
-                found = frozenset(self.tokens.constant(a.handle) for a in made.atoms if a.kind == CONST).union(*parts)
+            known = [p for p in parts if p is not None]
+            if len(known) == len(parts):
+                found = frozenset(self.tokens.constant(a.handle) for a in made.atoms if a.kind == CONST).union(*known)
         self.memo.from_constants[handle] = found
         return found
 
@@ -307,13 +311,13 @@ class Tracker:
         if self._pass_index == 0:  # the input's own op bindings: only their keys are news
             self.keys.defer(handle, walk.d, position, tok)
             return tok
-        callee = reader.callee_of(walk.d, position)
+        callee = walk.d.callee(position)
         if callee is not None and ops.is_bookkeeping(callee):
             return tok  # an output buffer re-planned by the memory passes: not a change of the op
         if callee is not None:
             self.keys.defer(handle, walk.d, position, tok)
             if walk.bookkeeping:
-                self._fill_outputs(reader.call(walk.d, position), tok, walk)
+                self._fill_outputs(walk.d.call(position), tok, walk)
         walk.changes.append(Rewrite(tok, position, IDENTITY, callee))
         return tok
 
@@ -329,10 +333,10 @@ class Tracker:
         """A binding whose Var is new to us: the first of ``self.rules`` that names a
         token, else a new token."""
         var = walk.d.vars[position]
-        callee = reader.callee_of(walk.d, position)
+        callee = walk.d.callee(position)
         if callee is None:
             self._var_value[var] = walk.d.values[position]
-            tok = self._structural(reader.value(walk.d, position))
+            tok = self._structural(walk.d.value(position))
             if tok is not None:
                 self.tokens.of_handle[var] = tok
                 self._aliases.add(var)
@@ -340,7 +344,8 @@ class Tracker:
         if ops.is_bookkeeping(callee):
             walk.bookkeeping.add(var)
             return None
-        made = reader.call(walk.d, position)
+        made = walk.d.call(position)
+        assert made is not None  # a binding with a callee is a call
         self._var_value[var] = walk.d.values[position]
         # a shape function's only argument is the VM's shape heap, which carries no
         # token: nothing tells two of them apart, so no rule may match one
@@ -396,9 +401,9 @@ class Tracker:
     def _structural(self, value: reader.Node) -> int | None:
         """Aliases, tuples and projections carry the origins of what they hold."""
         kind = value.kind
-        if kind == ITEM:
+        if kind == ITEM and value.of is not None:
             tup = self.tokens.raw(value.of.kind, value.of.handle)
-            return None if tup is None else self.keys.item(tup, value.index)
+            return None if tup is None else self.keys.item(tup, value.item)
         if kind == TUPLE:
             return self.keys.tuple_of([self.tokens.raw(f.kind, f.handle) for f in value.fields])
         if kind == CONST:
@@ -446,7 +451,7 @@ class Tracker:
             for oid in self.tokens.origins[tok]:
                 if oid in eliminated:
                     verdicts.setdefault(oid, set()).add(verdict)
-        return {oid: sorted(found)[0] for oid, found in verdicts.items() if None not in found}
+        return {oid: sorted(v for v in found if v is not None)[0] for oid, found in verdicts.items() if None not in found}
 
 
 def changed_functions(before: dict, functions: dict) -> tuple[dict, list[str]]:
@@ -472,16 +477,16 @@ def eliminations(d: reader.FunctionView, token_of: Callable[[int], int | None], 
     constant: set[int] = set()
     allocations: set[int] = set()
     for position, var in enumerate(d.vars):
-        made = reader.call(d, position)
+        made = d.call(position)
         if made is None:
-            reads.append(_vars_in(reader.value(d, position)))
+            reads.append(_vars_in(d.value(position)))
         else:
             reads.append(tuple(a.handle for a in made.atoms if a.kind == VAR))
             if ops.is_bookkeeping(made.callee):
                 allocations.add(var)
         if all(v in constant for v in reads[-1]):
             constant.add(var)
-    out = reader.output(d)
+    out = d.output()
     live = set(_vars_in(out)) if out is not None else set()
     for position in reversed(range(len(d.vars))):
         if d.vars[position] in live or d.vars[position] in kept or not allocations.isdisjoint(reads[position]):

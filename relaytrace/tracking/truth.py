@@ -8,7 +8,7 @@ each PrimFunc computes, shown by the IR itself (see ``model.verification``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..model.build_facts import Offload
 from ..model.ops import (
@@ -69,7 +69,7 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
 
     for name, func in groups.items():
         d = read(func)
-        calls = (reader.call(d, position) for position in range(len(d.vars)))
+        calls = (d.call(position) for position in range(len(d.vars)))
         # a PrimFunc computes what the evidence says; a Relax op left in a group, itself
         out[name] = tuple(member(c.callee) if c.global_var else Member(c.callee, (c.callee,))
                           for c in calls if c is not None and not is_bookkeeping(c.callee))
@@ -109,10 +109,10 @@ def _offloaded_ops(func, read, pattern: str = "") -> list[tuple[str, str]]:
     d = read(func)
     out: list[tuple[str, str]] = []
     for position in range(len(d.vars)):
-        made = reader.call(d, position)
+        made = d.call(position)
         if made is None or is_bookkeeping(made.callee):
             continue
-        inner = reader.local_function(d, position)
+        inner = d.local_function(position)
         if inner is not None:
             out += _offloaded_ops(inner, read, ir.pattern_of(inner) or pattern)
         else:
@@ -126,7 +126,7 @@ def _external_calls(functions: dict, read) -> set[str]:
     found: set[str] = set()
     for func in ir.model_functions(functions).values():
         d = read(func)
-        calls = (reader.call(d, position) for position in range(len(d.vars)))
+        calls = (d.call(position) for position in range(len(d.vars)))
         found.update(c.callee for c in calls if c is not None and not c.global_var and is_external_call(c.callee))
     return found
 
@@ -165,7 +165,7 @@ def shape_consumers(passes: Sequence[PassRecord], read=reader.read) -> dict[str,
         reaches: dict[int, set[str]] = {}  # var handle -> the shape functions whose slots it carries
         d = read(func)
         for position, var in enumerate(d.vars):
-            name = reader.callee_of(d, position)
+            name = d.callee(position)
             if name is None:
                 continue
             if is_shape_computation(name) and name in prims:
@@ -177,10 +177,10 @@ def shape_consumers(passes: Sequence[PassRecord], read=reader.read) -> dict[str,
             if not writer:
                 continue  # before the first shape function, nothing carries its slots
             if name == "vm.builtin.make_shape":
-                ints = reader.integer_arguments(d, position)[2:]
+                ints = d.integer_arguments(position)[2:]
                 found = {writer[v] for k, v in zip(ints[0::2], ints[1::2]) if k == 1 and v in writer}
             else:
-                found = set().union(*(reaches.get(a.handle, set()) for a in reader.call(d, position).arguments()
+                found = set().union(*(reaches.get(a.handle, set()) for a in d.call(position).arguments()
                                       if a.kind == reader.VAR))
             if not found:
                 continue
@@ -257,7 +257,7 @@ class _Computes:
         self.prim_ops = prim_ops
         self.parts: set[str] = set()  # PrimFuncs that compute a part of an op another one finishes
         self.reused: set[str] = set()  # callees of vars reused for a layout transform (``facts.reused_for_layout``)
-        self.state: dict[str, tuple[object, dict[int, tuple[str, ...]]]] = {}  # name -> (function, var -> ops)
+        self.state: dict[str, tuple[Any, dict[int, tuple[str, ...]]]] = {}  # name -> (function, var -> ops)
 
     def record(self, functions: dict, input_: bool = False) -> None:
         for name, func in ir.model_functions(functions).items():
@@ -269,9 +269,9 @@ class _Computes:
                 self.state[name] = (func, old)
                 continue
             now = {var: old[var] for var, value in zip(d.vars, d.values) if not value and var in old}
-            made_at = {d.vars[p]: reader.call(d, p) for p in d.changed}
+            made_at = {d.vars[p]: d.call(p) for p in d.changed}
             for position in d.changed:
-                made = reader.call(d, position)
+                made = d.call(position)
                 if made is None or is_bookkeeping(made.callee):
                     continue
                 callee, gv = made.callee, made.global_var
@@ -307,7 +307,7 @@ class _Computes:
         consumers: dict[int, set[int]] = {}
         calls = {}
         for position in d.changed:
-            made = reader.call(d, position)
+            made = d.call(position)
             if made is None:
                 continue
             calls[d.vars[position]] = made
