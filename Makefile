@@ -15,10 +15,11 @@ demo: setup
 test: lint browser cross
 	$(PY) -m pytest -q -m "not slow"
 
-# ruff over all the code (pyproject.toml [tool.ruff]); mypy over the data layer,
-# renderers and output jobs ([tool.mypy]).
+# ruff's lint and format check over all the code (pyproject.toml [tool.ruff]; `ruff
+# format` rewrites it); mypy over the modules [tool.mypy] lists.
 lint: setup
 	$(VENV)/bin/ruff check relaytrace tests tools benchmarks
+	$(VENV)/bin/ruff format --check relaytrace tests tools benchmarks
 	$(VENV)/bin/mypy
 
 test-slow: setup browser cross

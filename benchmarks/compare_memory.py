@@ -42,8 +42,9 @@ print(json.dumps({"peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
 
 
 def _measure(mode: str, model: str, image: int) -> dict:
-    done = subprocess.run([sys.executable, "-c", CHILD, mode, model, str(image)], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, model, str(image)], capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -56,10 +57,14 @@ def main() -> int:
     streamed = _measure("compare", args.model, args.image)
     extra = (streamed["peak_kb"] - plain["peak_kb"]) * 1024
     outputs = streamed["outputs_bytes"]
-    print(f"{args.model} {args.image}x{args.image}: peak {plain['peak_kb'] / 1024:.0f} MB plain (build, one VM run, "
-          f"one torch run), {streamed['peak_kb'] / 1024:.0f} MB compare: +{extra / 2**20:.0f} MB")
-    print(f"layer outputs compared: {outputs / 2**20:.0f} MB in all; compare's extra peak / all outputs = "
-          f"{extra / outputs:.2f}")
+    print(
+        f"{args.model} {args.image}x{args.image}: peak {plain['peak_kb'] / 1024:.0f} MB plain (build, one VM run, "
+        f"one torch run), {streamed['peak_kb'] / 1024:.0f} MB compare: +{extra / 2**20:.0f} MB"
+    )
+    print(
+        f"layer outputs compared: {outputs / 2**20:.0f} MB in all; compare's extra peak / all outputs = "
+        f"{extra / outputs:.2f}"
+    )
     return 0
 
 

@@ -105,7 +105,7 @@ def measure(name, model, runs: int, passes: tuple[str, ...] = ()):
     lineage = _traced(model, target, passes)
     plain, traced, plain_cpu, traced_cpu = [], [], [], []
     for i in range(runs):
-        for traced_side in ((False, True) if i % 2 == 0 else (True, False)):
+        for traced_side in (False, True) if i % 2 == 0 else (True, False):
             gc.collect()
             start, cpu = time.perf_counter(), time.process_time()
             _traced(model, target, passes) if traced_side else _plain(mod, target, passes)
@@ -114,9 +114,12 @@ def measure(name, model, runs: int, passes: tuple[str, ...] = ()):
     p, t = statistics.median(plain), statistics.median(traced)
     ratio, low, high = _ratio(plain, traced)
     cpu_ratio, cpu_low, cpu_high = _ratio(plain_cpu, traced_cpu)
-    print(f"{name:<24} bindings={_bindings(mod):>5}  plain={p:6.3f}s  traced={t:6.3f}s  "
-          f"ratio={ratio:.3f} (IQR {low:.3f}-{high:.3f})  extra={(t - p) * 1e3:4.0f}ms  "
-          f"cpu ratio={cpu_ratio:.3f} (IQR {cpu_low:.3f}-{cpu_high:.3f})", flush=True)
+    print(
+        f"{name:<24} bindings={_bindings(mod):>5}  plain={p:6.3f}s  traced={t:6.3f}s  "
+        f"ratio={ratio:.3f} (IQR {low:.3f}-{high:.3f})  extra={(t - p) * 1e3:4.0f}ms  "
+        f"cpu ratio={cpu_ratio:.3f} (IQR {cpu_low:.3f}-{cpu_high:.3f})",
+        flush=True,
+    )
     return ratio, lineage
 
 
@@ -149,18 +152,26 @@ def lineage_figures(lineage) -> None:
             loaded.origins_of(kernel)
         per_kernel = (time.perf_counter() - start) / len(kernels)
         compileall.compile_dir(Path(relaytrace.__file__).parent, quiet=1)  # as pip install (or make setup) leaves it
-        command = [str(Path(sys.executable).parent / "relaytrace"), "query", tmp,
-                   "--kernel", kernels[len(kernels) // 2]]
+        command = [
+            str(Path(sys.executable).parent / "relaytrace"),
+            "query",
+            tmp,
+            "--kernel",
+            kernels[len(kernels) // 2],
+        ]
         queries = []
         for _ in range(5):
             start = time.perf_counter()
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
             queries.append(time.perf_counter() - start)
-        print(f"  lineage.json {path.stat().st_size / 1e6:.2f} MB ({len(loaded.call_sites)} sites, "
-              f"{len(loaded.origins)} origins)  load={statistics.median(loads) * 1e3:.0f}ms  "
-              f"kernels_of={per_layer * 1e6:.0f}us/layer ({len(layers)})  "
-              f"origins_of={per_kernel * 1e6:.0f}us/kernel ({len(kernels)})  "
-              f"query --kernel={statistics.median(queries) * 1e3:.0f}ms", flush=True)
+        print(
+            f"  lineage.json {path.stat().st_size / 1e6:.2f} MB ({len(loaded.call_sites)} sites, "
+            f"{len(loaded.origins)} origins)  load={statistics.median(loads) * 1e3:.0f}ms  "
+            f"kernels_of={per_layer * 1e6:.0f}us/layer ({len(layers)})  "
+            f"origins_of={per_kernel * 1e6:.0f}us/kernel ({len(kernels)})  "
+            f"query --kernel={statistics.median(queries) * 1e3:.0f}ms",
+            flush=True,
+        )
 
 
 def main(argv=None) -> int:
@@ -169,8 +180,11 @@ def main(argv=None) -> int:
     parser.add_argument("--deep", type=int, default=2000, help="bindings of the generated deep model")
     parser.add_argument("--blocks", type=int, default=32, help="blocks of the decoder")
     parser.add_argument("--llama-blocks", type=int, nargs="+", default=[2, 32], help="blocks of the MLC-style Llama")
-    parser.add_argument("--only", choices=("decoder", "llama", "small"),
-                        help="the decoder alone, the MLC-style Llama alone, or the rest alone")
+    parser.add_argument(
+        "--only",
+        choices=("decoder", "llama", "small"),
+        help="the decoder alone, the MLC-style Llama alone, or the rest alone",
+    )
     args = parser.parse_args(argv)
     if args.only in (None, "decoder"):
         lineage_figures(measure(f"decoder({args.blocks} blocks)", _decoder(args.blocks), args.runs)[1])

@@ -53,15 +53,19 @@ def main(argv=None) -> int:
             start = time.perf_counter()
             vm["main"](data)
             out.append(time.perf_counter() - start)
-    print(f"instrumented run / plain run (median of {len(plain)} interleaved): "
-          f"{statistics.median(instrumented) / statistics.median(plain):.4f}")
+    print(
+        f"instrumented run / plain run (median of {len(plain)} interleaved): "
+        f"{statistics.median(instrumented) / statistics.median(plain):.4f}"
+    )
 
     isolated = relaytrace.profile(executable, lineage, [x], repeat=args.repeat, mode="isolated")
     t_sites, i_sites = timeline.by_site(KERNEL), isolated.by_site(KERNEL)
     ratios = sorted(i_sites[k] / t_sites[k] for k in t_sites if t_sites[k] > 50)
     q = lambda p: ratios[int(p * (len(ratios) - 1))]  # noqa: E731
-    print(f"isolated / timeline per site (sites > 50 us, n={len(ratios)}): median {q(0.5):.3f}, "
-          f"10%-90% {q(0.1):.3f}-{q(0.9):.3f}; totals {isolated.kernel_us / timeline.kernel_us:.3f}")
+    print(
+        f"isolated / timeline per site (sites > 50 us, n={len(ratios)}): median {q(0.5):.3f}, "
+        f"10%-90% {q(0.1):.3f}-{q(0.9):.3f}; totals {isolated.kernel_us / timeline.kernel_us:.3f}"
+    )
     return 0
 
 

@@ -54,10 +54,12 @@ def main(argv=None) -> int:
             ratios.append(a / b)
         prof = relaytrace.profile(executable, lineage, [], entry=entry, serving=serving, repeat=5)
         cache_us = sum(prof.by_site(CACHE).values())
-        print(f"{entry} ({wrapped.tokens} token(s) after {wrapped.context}): wrapped / plain cache "
-              f"{statistics.median(ratios):.3f} (runs {', '.join(f'{r:.3f}' for r in ratios)}); KV-cache kernels "
-              f"{cache_us:.1f} us = {100 * cache_us / (prof.kernel_us + prof.builtin_us):.1f}% of recorded time; "
-              f"recorded / end-to-end {(prof.kernel_us + prof.builtin_us) / prof.e2e_median_us:.3f}")
+        print(
+            f"{entry} ({wrapped.tokens} token(s) after {wrapped.context}): wrapped / plain cache "
+            f"{statistics.median(ratios):.3f} (runs {', '.join(f'{r:.3f}' for r in ratios)}); KV-cache kernels "
+            f"{cache_us:.1f} us = {100 * cache_us / (prof.kernel_us + prof.builtin_us):.1f}% of recorded time; "
+            f"recorded / end-to-end {(prof.kernel_us + prof.builtin_us) / prof.e2e_median_us:.3f}"
+        )
     return 0
 
 

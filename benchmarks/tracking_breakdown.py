@@ -70,10 +70,20 @@ def replay(calls, layer_of=None) -> dict[str, float]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--deep", type=int, default=2000, help="bindings of the generated deep model; 0: resnet_style")
-    parser.add_argument("--decoder", type=int, default=0, metavar="BLOCKS",
-                        help="the nn decoder of this many blocks (prefill and decode) instead")
-    parser.add_argument("--llama", type=int, default=0, metavar="BLOCKS",
-                        help="the MLC-style Llama of this many blocks, weights bundled and lifted, instead")
+    parser.add_argument(
+        "--decoder",
+        type=int,
+        default=0,
+        metavar="BLOCKS",
+        help="the nn decoder of this many blocks (prefill and decode) instead",
+    )
+    parser.add_argument(
+        "--llama",
+        type=int,
+        default=0,
+        metavar="BLOCKS",
+        help="the MLC-style Llama of this many blocks, weights bundled and lifted, instead",
+    )
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args(argv)
     layer_of, passes = None, ()

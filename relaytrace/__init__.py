@@ -13,9 +13,20 @@ from .model.profile import Profile
 from .profiling.remote import RemoteDevice
 
 __version__ = "0.1.0"
-__all__ = ["build", "build_pipeline", "compare", "profile", "Profile", "trace", "Lineage", "Origin",
-           "RelaytraceError", "RemoteDevice", "UnknownNameError", "__version__"]
-
+__all__ = [
+    "build",
+    "build_pipeline",
+    "compare",
+    "profile",
+    "Profile",
+    "trace",
+    "Lineage",
+    "Origin",
+    "RelaytraceError",
+    "RemoteDevice",
+    "UnknownNameError",
+    "__version__",
+]
 
 
 def __getattr__(name: str):

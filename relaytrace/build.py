@@ -33,8 +33,9 @@ class Trace:
     (``tracking.ahead``); ``finish`` takes that lineage, or follows the recording itself
     when the thread's snapshot no longer describes it."""
 
-    def __init__(self, recorder: Recorder, layer_of, model: str, target: str, pipeline: str | BuildOptions,
-                 program=None):
+    def __init__(
+        self, recorder: Recorder, layer_of, model: str, target: str, pipeline: str | BuildOptions, program=None
+    ):
         from .tracking.ahead import FollowAhead
 
         self.recorder = recorder
@@ -50,8 +51,15 @@ class Trace:
     def _follow(self, recording, on_step=None) -> Lineage:
         from .tracking.follow import follow
 
-        return follow(recording, self.layer_of, model=self.model, target=self.target, pipeline=self.pipeline,
-                      program=self.program, on_step=on_step)
+        return follow(
+            recording,
+            self.layer_of,
+            model=self.model,
+            target=self.target,
+            pipeline=self.pipeline,
+            program=self.program,
+            on_step=on_step,
+        )
 
     def finish(self) -> Lineage:
         """Follow the recorded build into a lineage; the record (the IR) is let go."""
@@ -77,8 +85,15 @@ class Trace:
 
 
 @contextlib.contextmanager
-def trace(model: str = "model", target: str = "", pipeline: str | BuildOptions = "user",
-          layer_of: LayerNamer | None = None, progress=None, opt_level: int | None = None, program=None):
+def trace(
+    model: str = "model",
+    target: str = "",
+    pipeline: str | BuildOptions = "user",
+    layer_of: LayerNamer | None = None,
+    progress=None,
+    opt_level: int | None = None,
+    program=None,
+):
     """Trace every pass run inside the block, e.g. around your own ``tvm.compile``.
 
     ``pipeline`` names the build's pipeline in the lineage (or is the ``BuildOptions``
@@ -105,9 +120,11 @@ def trace(model: str = "model", target: str = "", pipeline: str | BuildOptions =
             handle.ahead.cancel()  # the block failed: no lineage is wanted
             failed = recorder.progress_failure
             if failed is not None:  # TVM hands back its own copy of the exception
-                raise RelaytraceError(f"the progress callback {getattr(progress, '__qualname__', repr(progress))} "
-                                      f"raised {describe(failed)} (the build stopped after pass "
-                                      f"{recorder.recording.pass_count})") from failed
+                raise RelaytraceError(
+                    f"the progress callback {getattr(progress, '__qualname__', repr(progress))} "
+                    f"raised {describe(failed)} (the build stopped after pass "
+                    f"{recorder.recording.pass_count})"
+                ) from failed
             raise
     handle.finish()
 
@@ -129,8 +146,13 @@ def _composed(recorder, opt_level: int | None = None):
     )
 
 
-def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None = None,
-                   mixed_precision: str | None = None, fold_batch_norm: bool = False):
+def build_pipeline(
+    pipeline,
+    target,
+    convert_layout: Mapping[str, list] | None = None,
+    mixed_precision: str | None = None,
+    fold_batch_norm: bool = False,
+):
     """The Relax pipeline to run: "fused", "unfused", the name of a pipeline registered
     with TVM (``tvm.relax.register_pipeline``: a model's file may register one, such as
     a BYOC flow) or a tvm Pass, after an optional
@@ -153,12 +175,14 @@ def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None =
             raise UsageError(
                 f"unknown pipeline {pipeline!r}: use one of {PIPELINES}, a pipeline registered with "
                 f"tvm.relax.register_pipeline (registered: {', '.join(sorted(relax.pipeline.PIPELINE_MAP))}) "
-                "or a tvm Pass")
+                "or a tvm Pass"
+            )
     elif isinstance(pipeline, tvm.transform.Pass):
         base = pipeline
     else:
-        raise RelaytraceError("pipeline must be 'fused', 'unfused' or a tvm.transform.Pass, "
-                              f"not {type(pipeline).__name__}")
+        raise RelaytraceError(
+            f"pipeline must be 'fused', 'unfused' or a tvm.transform.Pass, not {type(pipeline).__name__}"
+        )
     before = [relax.transform.FoldBatchnormToConv2D()] if fold_batch_norm else []
     if mixed_precision is not None:
         if mixed_precision not in ("float32", "float16"):
@@ -171,9 +195,21 @@ def build_pipeline(pipeline, target, convert_layout: Mapping[str, list] | None =
     return tvm.transform.Sequential([*before, base], name="relaytrace_pipeline")
 
 
-def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: str | None = None,
-          example_args=None, opt_level: int = 3, layer_of: LayerNamer | None = None, progress=None,
-          database=None, mixed_precision: str | None = None, fold_batch_norm: bool = False):
+def build(
+    mod,
+    target="llvm",
+    pipeline="fused",
+    convert_layout=None,
+    *,
+    model: str | None = None,
+    example_args=None,
+    opt_level: int = 3,
+    layer_of: LayerNamer | None = None,
+    progress=None,
+    database=None,
+    mixed_precision: str | None = None,
+    fold_batch_norm: bool = False,
+):
     """Compile ``mod`` for ``target``; return ``(executable, lineage)``.
 
     The executable is exactly what ``tvm.compile`` gives for the same pipeline. The
@@ -203,18 +239,30 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
         from .profiling import tasks
 
         if pipeline != "fused" or convert_layout or mixed_precision or fold_batch_norm:
-            raise RelaytraceError("a tuning database applies to the fused pipeline without --layout NHWC or "
-                                  "mixed precision")
+            raise RelaytraceError(
+                "a tuning database applies to the fused pipeline without --layout NHWC or mixed precision"
+            )
         target = tasks.tuning_target(target)
         seq = tasks.tuned_pipeline(target, tasks.open_database(database))
     else:
         seq = build_pipeline(pipeline, target, convert_layout, mixed_precision, fold_batch_norm)
-    options = BuildOptions(pipeline if isinstance(pipeline, str) else str(pipeline.info.name),
-                           str(database or ""), {op: tuple(v) for op, v in (convert_layout or {}).items()},
-                           mixed_precision, bool(fold_batch_norm))
+    options = BuildOptions(
+        pipeline if isinstance(pipeline, str) else str(pipeline.info.name),
+        str(database or ""),
+        {op: tuple(v) for op, v in (convert_layout or {}).items()},
+        mixed_precision,
+        bool(fold_batch_norm),
+    )
     plain_context = _composed(None, opt_level)  # the caller's, before ours is entered
-    with trace(model=name, target=str(target), pipeline=options, layer_of=layer_of, progress=progress,
-               opt_level=opt_level, program=imported.program) as handle:
+    with trace(
+        model=name,
+        target=str(target),
+        pipeline=options,
+        layer_of=layer_of,
+        progress=progress,
+        opt_level=opt_level,
+        program=imported.program,
+    ) as handle:
         try:
             executable = tvm.compile(mod, target, relax_pipeline=seq)
         except Exception as exc:
@@ -228,8 +276,12 @@ def build(mod, target="llvm", pipeline="fused", convert_layout=None, *, model: s
             raise BuildFailedError(failure) from exc
     lineage = handle.lineage
     if mixed_precision:
-        lineage = attrs.evolve(lineage, build=attrs.evolve(lineage.build, accumulate=mixed_precision,
-                                                           policies=mixed_precision_policies(lineage.origins)))
+        lineage = attrs.evolve(
+            lineage,
+            build=attrs.evolve(
+                lineage.build, accumulate=mixed_precision, policies=mixed_precision_policies(lineage.origins)
+            ),
+        )
     return executable, lineage
 
 
@@ -241,8 +293,12 @@ def _check_arguments(target, convert_layout, model, opt_level, layer_of, databas
     import tvm
 
     expect("build(target=)", target, (str, dict, tvm.target.Target), "a TVM target: 'llvm', a dict or a Target")
-    expect("build(convert_layout=)", convert_layout, (Mapping, None),
-           "a mapping of op to layouts, e.g. relaytrace.build.NHWC ({'relax.nn.conv2d': ['NHWC', 'OHWI']})")
+    expect(
+        "build(convert_layout=)",
+        convert_layout,
+        (Mapping, None),
+        "a mapping of op to layouts, e.g. relaytrace.build.NHWC ({'relax.nn.conv2d': ['NHWC', 'OHWI']})",
+    )
     for op, layouts in (convert_layout or {}).items():
         expect(f"build(convert_layout=)'s {op!r}", layouts, (list, tuple), "a list of layouts, e.g. ['NHWC', 'OHWI']")
     expect("build(model=)", model, (str, None), "the model's name (a str)")

@@ -35,8 +35,11 @@ class _Parser(argparse.ArgumentParser):
             for value in given if isinstance(given, list) else [given]:
                 if isinstance(value, str) and not value.strip():
                     wanted = action.metavar or action.dest.upper()
-                    self.error(f"{action.option_strings[-1]} is given empty (an unset variable?): give {wanted}"
-                               if action.option_strings else f"{wanted} is given empty (an unset variable?)")
+                    self.error(
+                        f"{action.option_strings[-1]} is given empty (an unset variable?): give {wanted}"
+                        if action.option_strings
+                        else f"{wanted} is given empty (an unset variable?)"
+                    )
         return namespace, extras
 
 
@@ -101,15 +104,18 @@ def run() -> None:
     signal.signal(signal.SIGINT, interrupted)
     pools = sys.modules.get("concurrent.futures.thread")  # an executor's idle workers end at shutdown by themselves
     workers = set(getattr(pools, "_threads_queues", {})) if pools is not None else set()
-    left = [t for t in threading.enumerate()
-            if t is not threading.main_thread() and not t.daemon and t not in workers]
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t not in workers]
     deadline = time.monotonic() + THREAD_WAIT_S
     for thread in left:
         thread.join(max(0.0, deadline - time.monotonic()))
     still = [terminal(t.name) for t in left if t.is_alive()]
     if still:
-        print(f"relaytrace: the model's code left {len(still)} thread(s) running ({', '.join(still[:3])}): "
-              "exiting without them", file=sys.stderr, flush=True)
+        print(
+            f"relaytrace: the model's code left {len(still)} thread(s) running ({', '.join(still[:3])}): "
+            "exiting without them",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.stdout.flush()
         os._exit(code)
     sys.exit(code)

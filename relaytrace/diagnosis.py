@@ -55,19 +55,32 @@ class Limitation:
 
     def matches(self, step: str, cause: str, origin) -> bool:
         """Whether this limitation explains a failure at ``step`` with ``cause`` on ``origin``'s op."""
-        return (self.step == step and self.cause in cause and origin.short_op == self.op
-                and (not self.dtype or self.dtype in origin.input_dtypes))
+        return (
+            self.step == step
+            and self.cause in cause
+            and origin.short_op == self.op
+            and (not self.dtype or self.dtype in origin.input_dtypes)
+        )
 
 
 LIMITATIONS = (  # extend as more are met: a test builds each one's model and checks its line
-    Limitation("cumsum", CODEGEN, "MatchesCode(DLDataTypeCode::kDLFloat)",
-               "LLVM cannot compile a cumsum over booleans",
-               "cast them to int32 before the cumsum; where transformers' default attention-mask code makes it, "
-               "pass the model a 4-D float attention mask (batch, 1, query, key; 0 where attended, -inf where not), "
-               "which skips that code", "bool"),
-    Limitation("conv2d_transpose", CODEGEN, "CodeGenVM cannot emit this Relax operator",
-               "LegalizeOps does not lower conv2d_transpose in NHWC and leaves it to the VM",
-               "leave the layout NCHW (build without --layout NHWC)"),
+    Limitation(
+        "cumsum",
+        CODEGEN,
+        "MatchesCode(DLDataTypeCode::kDLFloat)",
+        "LLVM cannot compile a cumsum over booleans",
+        "cast them to int32 before the cumsum; where transformers' default attention-mask code makes it, "
+        "pass the model a 4-D float attention mask (batch, 1, query, key; 0 where attended, -inf where not), "
+        "which skips that code",
+        "bool",
+    ),
+    Limitation(
+        "conv2d_transpose",
+        CODEGEN,
+        "CodeGenVM cannot emit this Relax operator",
+        "LegalizeOps does not lower conv2d_transpose in NHWC and leaves it to the VM",
+        "leave the layout NCHW (build without --layout NHWC)",
+    ),
 )
 
 
@@ -95,13 +108,17 @@ class BuildFailure:
         """The one line the CLI prints."""
         text = f"TVM's {self.step} failed"
         if self.primfuncs or self.unlowered:
-            text += (f" on PrimFunc{'s' if len(self.primfuncs) > 1 else ''} {', '.join(self.primfuncs)}"
-                     if self.primfuncs else f" on op{'s' if len(self.unlowered) > 1 else ''} "
-                     f"{', '.join(self.unlowered)}, left unlowered")
+            text += (
+                f" on PrimFunc{'s' if len(self.primfuncs) > 1 else ''} {', '.join(self.primfuncs)}"
+                if self.primfuncs
+                else f" on op{'s' if len(self.unlowered) > 1 else ''} {', '.join(self.unlowered)}, left unlowered"
+            )
             if self.layers:
                 more = len(self.layers) - _SHOWN
-                text += (f", which holds ops of layer{'s' if len(self.layers) > 1 else ''} "
-                         f"{', '.join(self.layers[:_SHOWN])}" + (f" and {more} more" if more > 0 else ""))
+                text += (
+                    f", which holds ops of layer{'s' if len(self.layers) > 1 else ''} "
+                    f"{', '.join(self.layers[:_SHOWN])}" + (f" and {more} more" if more > 0 else "")
+                )
             if self.sources:
                 more = len(self.sources) - _SOURCES
                 text += f" (made at {', '.join(self.sources[:_SOURCES])}" + (f" and {more} more)" if more > 0 else ")")
@@ -112,10 +129,13 @@ class BuildFailure:
             text += f"; a known TVM limitation: {self.limitation.what}; to build: {self.limitation.workaround}"
         if self.plain == "same":
             text += "; plain tvm.compile fails the same way: TVM's own failure, not relaytrace's" + (
-                "" if self.limitation else " (change the model around it, or report it to TVM)")
+                "" if self.limitation else " (change the model around it, or report it to TVM)"
+            )
         elif self.plain == "built":
-            text += ("; plain tvm.compile (no instruments) builds it: relaytrace's tracing broke the build, "
-                     "please report it to relaytrace")
+            text += (
+                "; plain tvm.compile (no instruments) builds it: relaytrace's tracing broke the build, "
+                "please report it to relaytrace"
+            )
         elif self.plain:
             text += f"; plain tvm.compile fails too, otherwise: {self.plain.split(': ', 1)[1]}"
         return text
@@ -130,8 +150,9 @@ class BuildFailedError(RelaytraceError):
         self.failure = failure
 
 
-def diagnose(exc: Exception, recording, layer_of=None, target=None,
-             plain: Callable[[], object] | None = None) -> BuildFailure:
+def diagnose(
+    exc: Exception, recording, layer_of=None, target=None, plain: Callable[[], object] | None = None
+) -> BuildFailure:
     """Where the build recorded in ``recording`` failed with ``exc``. ``target`` (a
     ``tvm.target.Target``) builds a PrimFunc alone when no pass names it; ``plain``
     runs plain ``tvm.compile`` once, to say whether it fails the same way. Each piece
@@ -152,17 +173,30 @@ def diagnose(exc: Exception, recording, layer_of=None, target=None,
         except Exception:  # noqa: BLE001 - the layers are a help; TVM's failure is the news
             pass
     # a model's op that reached code generation as itself: no pass lowered it
-    unlowered = {} if primfuncs or step != CODEGEN else {
-        callee: tuple(o for o in found if o.op == callee) for callee, found in callers.items()
-        if any(o.op == callee for o in found)}
+    unlowered = (
+        {}
+        if primfuncs or step != CODEGEN
+        else {
+            callee: tuple(o for o in found if o.op == callee)
+            for callee, found in callers.items()
+            if any(o.op == callee for o in found)
+        }
+    )
     failing = tuple(dict.fromkeys(o for name in primfuncs for o in callers.get(name, ()))) + tuple(
-        o for found in unlowered.values() for o in found)
+        o for found in unlowered.values() for o in found
+    )
     limitation = next((lim for lim in LIMITATIONS for o in failing if lim.matches(step, cause, o)), None)
     named = [o for o in failing if limitation.matches(step, cause, o)] if limitation else failing
-    return BuildFailure(step, primfuncs, tuple(dict.fromkeys(o.layer for o in named)), cause,
-                        _plain_result(plain, exc) if plain else "",
-                        tuple(dict.fromkeys(short_op(name) for name in unlowered)),
-                        tuple(dict.fromkeys(_short_source(o.source) for o in named if o.source)), limitation)
+    return BuildFailure(
+        step,
+        primfuncs,
+        tuple(dict.fromkeys(o.layer for o in named)),
+        cause,
+        _plain_result(plain, exc) if plain else "",
+        tuple(dict.fromkeys(short_op(name) for name in unlowered)),
+        tuple(dict.fromkeys(_short_source(o.source) for o in named if o.source)),
+        limitation,
+    )
 
 
 def _short_source(source: str) -> str:
@@ -211,8 +245,9 @@ def _failing_alone(functions: dict, target, cause: str) -> tuple[str, ...]:
 
 def _named_in(text: str, functions: dict) -> tuple[str, ...]:
     """The PrimFuncs of ``functions`` that ``text`` names as whole words."""
-    return tuple(name for name in functions
-                 if name is not None and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text))
+    return tuple(
+        name for name in functions if name is not None and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text)
+    )
 
 
 def _plain_result(plain: Callable[[], object], exc: Exception) -> str:

@@ -62,8 +62,9 @@ def expect(what: str, value, kinds, give: str) -> None:
     raise UsageError(f"{what} must be {give}, not {type(value).__name__} {shown}")
 
 
-def expect_number(what: str, value, low: float, high: float = float("inf"), whole: bool = True,
-                  above: bool = False) -> None:
+def expect_number(
+    what: str, value, low: float, high: float = float("inf"), whole: bool = True, above: bool = False
+) -> None:
     """An API argument that is a number from ``low`` (above it when ``above``) to
     ``high``, a whole one when ``whole``, finite: else a ``UsageError`` naming it, its
     range and what it was."""
@@ -81,6 +82,5 @@ def require(module: str, extra: str):
         return importlib.import_module(module)
     except ImportError as exc:
         raise RelaytraceError(
-            f"this needs the '{module}' package, which is not installed: "
-            f"pip install 'relaytrace[{extra}]'  ({exc})"
+            f"this needs the '{module}' package, which is not installed: pip install 'relaytrace[{extra}]'  ({exc})"
         ) from None

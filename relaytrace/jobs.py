@@ -99,8 +99,10 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...], str | None]:
     except ValueError:
         raise UsageError(f"cannot parse input shape {text!r}: write NAME:1x3x224x224 or NAME:1x32:int64") from None
     if 0 in shape:
-        raise UsageError(f"input shape {text!r} has a dim of 0: an empty tensor runs no kernel worth profiling; "
-                         "give each dim a size of at least 1")
+        raise UsageError(
+            f"input shape {text!r} has a dim of 0: an empty tensor runs no kernel worth profiling; "
+            "give each dim a size of at least 1"
+        )
     if dtype is not None and dtype not in _NOT_NUMPY_DTYPES:
         try:
             dtype = np.dtype(dtype).name  # "float" -> "float64": the name TVM and the checks use
@@ -127,9 +129,11 @@ def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
     given, out = out, Path(os.path.abspath(out))
     here = Path.cwd().resolve()
     if out.resolve() == here or out.resolve() in here.parents:
-        raise UsageError(f"--out {given} is the working directory{'' if out.resolve() == here else ' or holds it'}: "
-                         "relaytrace replaces its output directory whole; name a directory of its own "
-                         "(e.g. --out relaytrace-out)")
+        raise UsageError(
+            f"--out {given} is the working directory{'' if out.resolve() == here else ' or holds it'}: "
+            "relaytrace replaces its output directory whole; name a directory of its own "
+            "(e.g. --out relaytrace-out)"
+        )
     _check_name(out)
     if out.is_symlink():
         raise RelaytraceError(f"{out} is a symbolic link: name the directory it points to, or a new one")
@@ -146,8 +150,10 @@ def prepare_out_dir(out: str | os.PathLike, force: bool) -> Path:
 
 
 RENDERED = "rendered-"  # `relaytrace render DIR` writes rendered-layers.svg ... beside the outputs
-RENDERED_OUTPUTS = frozenset({f"{RENDERED}report.html"} | {f"{RENDERED}{graph}.{fmt}" for graph in ("layers", "kernels")
-                                                           for fmt in ("svg", "png", "pdf", "dot")})
+RENDERED_OUTPUTS = frozenset(
+    {f"{RENDERED}report.html"}
+    | {f"{RENDERED}{graph}.{fmt}" for graph in ("layers", "kernels") for fmt in ("svg", "png", "pdf", "dot")}
+)
 _STAGING, _ASIDE = ".relaytrace-", ".old-"  # ``.OUT.relaytrace-XXXXXXXX``, ``.OUT.old-XXXXXXXX`` beside OUT
 _NAME_BYTES = 255 - len(f".{_STAGING}XXXXXXXX")  # the longest OUT name whose staging name a file system takes
 
@@ -158,11 +164,13 @@ def _check_name(out: Path) -> None:
     try:
         size = len(out.name.encode("utf-8"))
     except UnicodeEncodeError:
-        raise RelaytraceError(f"--out {out.name.encode('utf-8', 'backslashreplace').decode()!r} is not valid UTF-8: "
-                              "choose a name of text") from None
+        raise RelaytraceError(
+            f"--out {out.name.encode('utf-8', 'backslashreplace').decode()!r} is not valid UTF-8: choose a name of text"
+        ) from None
     if size > _NAME_BYTES:
-        raise RelaytraceError(f"--out name is {size} bytes long: at most {_NAME_BYTES} (its staging directory "
-                              "beside it needs 21 more)")
+        raise RelaytraceError(
+            f"--out name is {size} bytes long: at most {_NAME_BYTES} (its staging directory beside it needs 21 more)"
+        )
 
 
 def _leftovers(out: Path) -> None:
@@ -179,7 +187,7 @@ def _leftovers(out: Path) -> None:
     for p in out.parent.iterdir():
         if not p.name.startswith(prefix) or not p.is_dir() or p.is_symlink():
             continue
-        rest = p.name[len(prefix):]
+        rest = p.name[len(prefix) :]
         if rest.startswith(_STAGING) and len(rest) == len(_STAGING) + 8 and _only_ours(p):
             if time.time() - p.stat().st_mtime > 600:
                 shutil.rmtree(p, ignore_errors=True)
@@ -187,8 +195,10 @@ def _leftovers(out: Path) -> None:
             if out.exists():
                 shutil.rmtree(p, ignore_errors=True)
             else:
-                raise RelaytraceError(f"a run killed while replacing {out} left its previous outputs in "
-                                      f"{p / out.name}: move them back (mv '{p / out.name}' '{out}') or remove {p}")
+                raise RelaytraceError(
+                    f"a run killed while replacing {out} left its previous outputs in "
+                    f"{p / out.name}: move them back (mv '{p / out.name}' '{out}') or remove {p}"
+                )
 
 
 def _only_ours(directory: Path) -> bool:
@@ -200,8 +210,13 @@ def _aside_of(directory: Path, name: str) -> bool:
     """A directory ``_publish`` moved outputs aside into: nothing, or only ``name``
     holding nothing but relaytrace's output files."""
     inside = list(directory.iterdir())
-    return not inside or (len(inside) == 1 and inside[0].name == name and inside[0].is_dir()
-                          and not inside[0].is_symlink() and _only_ours(inside[0]))
+    return not inside or (
+        len(inside) == 1
+        and inside[0].name == name
+        and inside[0].is_dir()
+        and not inside[0].is_symlink()
+        and _only_ours(inside[0])
+    )
 
 
 _PARTIAL = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp")  # jsonio.write_atomic's temporary file
@@ -216,11 +231,20 @@ def _ours(p: Path) -> bool:
 
 
 def _refuse_foreign(out: Path) -> None:
-    foreign = sorted(p.name + ("/" if p.is_dir() and not p.is_symlink() else " (a link)" if p.is_symlink() else "")
-                     for p in out.iterdir() if not _ours(p)) if out.is_dir() else []
+    foreign = (
+        sorted(
+            p.name + ("/" if p.is_dir() and not p.is_symlink() else " (a link)" if p.is_symlink() else "")
+            for p in out.iterdir()
+            if not _ours(p)
+        )
+        if out.is_dir()
+        else []
+    )
     if foreign:
-        raise RelaytraceError(f"{out} holds files relaytrace did not write ({', '.join(foreign[:3])}"
-                              f"{', ...' if len(foreign) > 3 else ''}): choose a new or empty --out")
+        raise RelaytraceError(
+            f"{out} holds files relaytrace did not write ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}): choose a new or empty --out"
+        )
 
 
 _PROBE = ".relaytrace-probe-"
@@ -241,8 +265,9 @@ def _check_writable_beside(out: Path) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=_PROBE, dir=ancestor))
     except OSError as exc:
-        raise RelaytraceError(f"cannot write {out}: {ancestor} takes no new directory ({exc.strerror}); "
-                              "choose another --out") from None
+        raise RelaytraceError(
+            f"cannot write {out}: {ancestor} takes no new directory ({exc.strerror}); choose another --out"
+        ) from None
 
 
 def write_outputs(out: Path, report, run: RunSpec, collapse: int | None = None, overwrite: bool = True) -> Path:
@@ -272,8 +297,10 @@ def legacy_out(out: Path) -> Path:
 
     others = sorted(p.name for p in out.iterdir() if p.name not in names(LEGACY)) if out.is_dir() else []
     if others:
-        raise RelaytraceError(f"{out} holds the outputs of another run ({', '.join(others[:3])}"
-                              f"{', ...' if len(others) > 3 else ''}): give legacy --out a directory of its own")
+        raise RelaytraceError(
+            f"{out} holds the outputs of another run ({', '.join(others[:3])}"
+            f"{', ...' if len(others) > 3 else ''}): give legacy --out a directory of its own"
+        )
     return out
 
 
@@ -339,8 +366,9 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
         try:
             os.rename(aside / out.name, out)
         except OSError:
-            raise RelaytraceError(f"could not replace {out} ({exc}); its previous contents are kept in "
-                                  f"{aside / out.name}") from exc
+            raise RelaytraceError(
+                f"could not replace {out} ({exc}); its previous contents are kept in {aside / out.name}"
+            ) from exc
         aside.rmdir()
         raise
     shutil.rmtree(aside, ignore_errors=True)

@@ -57,6 +57,7 @@ def broken_promise(code: int, err: str) -> str | None:
 
 # -- mutations ------------------------------------------------------------------
 
+
 def _mutate_value(value, rng: random.Random):
     choice = rng.randrange(9)
     if choice == 0:
@@ -75,7 +76,7 @@ def _mutate_value(value, rng: random.Random):
         return str(value)
     if choice == 7:
         return True
-    return rng.randrange(-2, 2 ** 70)
+    return rng.randrange(-2, 2**70)
 
 
 def _paths(data, prefix=()):
@@ -179,17 +180,19 @@ def artifact_cases(source: Path, work: Path, seed: int, count: int):
             mutated, change = mutate_bytes(originals[name], rng), "bytes mangled"
         (case / name).write_bytes(mutated)
         lineage = case / "lineage.json"
-        argv = rng.choice([
-            ["render", case, "--format", "dot", "--out", case / "g.dot"],
-            ["render", case, "--format", "html", "--out", case / "r.html"],  # with compare.json beside it
-            ["render", case, "--graph", "kernels", "--format", "dot", "--out", case / "k.dot"],
-            ["query", lineage, "--layer", rng.choice(("conv1", "fc", "nope", ""))],
-            ["query", lineage, "--kernel", rng.choice(("fused_conv2d_add_relu", "x#0", "#", ""))],
-            ["query", lineage, "--history", "conv1", "--json"],
-            ["diff", case, source],
-            ["diff", source, case, "--by-layer"],
-            ["tasks", case, "--target", "bogus"],  # reads run.json, then refuses the target: no build
-        ])
+        argv = rng.choice(
+            [
+                ["render", case, "--format", "dot", "--out", case / "g.dot"],
+                ["render", case, "--format", "html", "--out", case / "r.html"],  # with compare.json beside it
+                ["render", case, "--graph", "kernels", "--format", "dot", "--out", case / "k.dot"],
+                ["query", lineage, "--layer", rng.choice(("conv1", "fc", "nope", ""))],
+                ["query", lineage, "--kernel", rng.choice(("fused_conv2d_add_relu", "x#0", "#", ""))],
+                ["query", lineage, "--history", "conv1", "--json"],
+                ["diff", case, source],
+                ["diff", source, case, "--by-layer"],
+                ["tasks", case, "--target", "bogus"],  # reads run.json, then refuses the target: no build
+            ]
+        )
         before = {p.name for p in case.iterdir()}
         code, _, err = run_cli(argv)
         problem = broken_promise(code, err)
@@ -219,34 +222,64 @@ def _widen(d):
 # (file, an edit of its JSON whose every field keeps its type but contradicts another
 # or the lineage, words of the one-line refusal): model/sense.py's checks, each once
 CONTRADICTIONS = [
-    ("lineage.json", lambda d: _plan(d)["blocks"][0].__setitem__("bytes", [[10 ** 30, []]]), "at most 1.15292e+18"),
+    ("lineage.json", lambda d: _plan(d)["blocks"][0].__setitem__("bytes", [[10**30, []]]), "at most 1.15292e+18"),
     ("lineage.json", lambda d: _plan(d).__setitem__("steps", []), "in a plan of 0 steps a lifetime starts at 0"),
-    ("lineage.json", lambda d: _plan(d)["blocks"][0]["tensors"][0].__setitem__("site", "nope#0"),
-     "site 'nope#0' is none of the plan's steps"),
-    ("lineage.json", lambda d: _plan(d).__setitem__("steps", list(reversed(_plan(d)["steps"]))),
-     "is no call site of main after the one before it"),
-    ("lineage.json", lambda d: _plan(d)["blocks"][0]["tensors"][0].update(first=99, last=-3),
-     "is live from step 99 to -3"),
-    ("lineage.json", lambda d: _plan(d)["blocks"][0]["tensors"][0].__setitem__("dtype", "float7"),
-     "dtype 'float7' is not a dtype TVM has"),
-    ("lineage.json", lambda d: next(iter(d["build"]["work"].values())).__setitem__("flops", [[-5, []]]),
-     "has the term -5: a count is at least 0"),
-    ("lineage.json", lambda d: next(iter(d["build"]["work"].values()))["params"][0][0].__setitem__(0, [16, 16]),
-     "has a dim that is neither a size nor a symbolic dim"),
-    ("lineage.json", lambda d: d["verification"]["layers"].append({"layer": "ghost", "status": "verified"}),
-     "verification of layer 'ghost' is not what the lineage's own evidence gives"),
-    ("lineage.json", lambda d: d["verification"].__setitem__("sites", []),
-     "verification of call site position 0 is not what the lineage's own evidence gives"),
-    ("lineage.json", lambda d: [r.__setitem__("role", "fused") for r in next(iter(d["kernels"].values()))[0]["roles"]],
-     "has roles its origins do not give (anchor 'none'"),
+    (
+        "lineage.json",
+        lambda d: _plan(d)["blocks"][0]["tensors"][0].__setitem__("site", "nope#0"),
+        "site 'nope#0' is none of the plan's steps",
+    ),
+    (
+        "lineage.json",
+        lambda d: _plan(d).__setitem__("steps", list(reversed(_plan(d)["steps"]))),
+        "is no call site of main after the one before it",
+    ),
+    (
+        "lineage.json",
+        lambda d: _plan(d)["blocks"][0]["tensors"][0].update(first=99, last=-3),
+        "is live from step 99 to -3",
+    ),
+    (
+        "lineage.json",
+        lambda d: _plan(d)["blocks"][0]["tensors"][0].__setitem__("dtype", "float7"),
+        "dtype 'float7' is not a dtype TVM has",
+    ),
+    (
+        "lineage.json",
+        lambda d: next(iter(d["build"]["work"].values())).__setitem__("flops", [[-5, []]]),
+        "has the term -5: a count is at least 0",
+    ),
+    (
+        "lineage.json",
+        lambda d: next(iter(d["build"]["work"].values()))["params"][0][0].__setitem__(0, [16, 16]),
+        "has a dim that is neither a size nor a symbolic dim",
+    ),
+    (
+        "lineage.json",
+        lambda d: d["verification"]["layers"].append({"layer": "ghost", "status": "verified"}),
+        "verification of layer 'ghost' is not what the lineage's own evidence gives",
+    ),
+    (
+        "lineage.json",
+        lambda d: d["verification"].__setitem__("sites", []),
+        "verification of call site position 0 is not what the lineage's own evidence gives",
+    ),
+    (
+        "lineage.json",
+        lambda d: [r.__setitem__("role", "fused") for r in next(iter(d["kernels"].values()))[0]["roles"]],
+        "has roles its origins do not give (anchor 'none'",
+    ),
     ("lineage.json", lambda d: d["origins"].append(dict(d["origins"][0])), "twice: an id names one op"),
     ("lineage.json", lambda d: d["origins"][0].__setitem__("layer", "conv1\ud800"), "holds a lone surrogate escape"),
     ("profile.json", lambda d: d["peaks"].__setitem__("gbps", 1e-300), "every peak rate must be from 0.001"),
     ("profile.json", lambda d: d.__setitem__("e2e_us", [0.0] * len(d["e2e_us"])), "each e2e_us above 0"),
-    ("profile.json", lambda d: d.__setitem__("repeat", 10 ** 9), "repeat must be 1 to 1e+06"),
+    ("profile.json", lambda d: d.__setitem__("repeat", 10**9), "repeat must be 1 to 1e+06"),
     ("profile.json", lambda d: [r.__setitem__(3, 0.0) for r in d["records"]], "calls of one run follow one another"),
-    ("profile.json", lambda d: d["inputs"][0][1].__setitem__(0, 2),
-     "input 0 (x) of tiny_model.main must be float32[1, "),
+    (
+        "profile.json",
+        lambda d: d["inputs"][0][1].__setitem__(0, 2),
+        "input 0 (x) of tiny_model.main must be float32[1, ",
+    ),
     ("profile.json", _widen, "ran as float32["),
 ]
 
@@ -261,8 +294,10 @@ COMPARISONS = [
     (lambda d: d["layers"][0].__setitem__("shape", [-1, 4]), "layers[0].shape must be at least 0"),
     (lambda d: d["layers"][0].__setitem__("cosine", 3.0), "layers[0].cosine must be from -1 to 1"),
     (lambda d: d.__setitem__("atol", -1e-4), "atol must be at least 0"),
-    (lambda d: d["layers"][0].update(status="within", tolerance_ratio=1e6),
-     "layers[0] is within tolerance at a tolerance ratio of 1e"),
+    (
+        lambda d: d["layers"][0].update(status="within", tolerance_ratio=1e6),
+        "layers[0] is within tolerance at a tolerance ratio of 1e",
+    ),
     (lambda d: d["layers"].append(dict(d["layers"][0])), "again: each layer is compared once"),
 ]
 
@@ -280,8 +315,10 @@ def make_source(directory: Path, model: str) -> Path:
     """``directory``: the profile outputs of ``model`` (file.py:factory) with the
     compare.json of `relaytrace compare` beside them (render's html reads it), as the
     classes that mutate saved files take them."""
-    for argv in (["profile", model, "--repeat", "1", "--out", directory],
-                 ["compare", model, "--out", directory.with_name(directory.name + "-cmp")]):
+    for argv in (
+        ["profile", model, "--repeat", "1", "--out", directory],
+        ["compare", model, "--out", directory.with_name(directory.name + "-cmp")],
+    ):
         code, _, err = run_cli(["--quiet", *argv])
         if code:
             raise RuntimeError(f"could not make the fuzz source ({argv[0]}): {err.strip()}")
@@ -291,8 +328,12 @@ def make_source(directory: Path, model: str) -> Path:
 
 def readers(case: Path, other: Path) -> list[list]:
     """The commands that read an output DIR's lineage and profile together."""
-    return [["render", case, "--format", "html", "--out", case / "r.html"], ["advise", case], ["memory", case],
-            ["diff", case, other]]
+    return [
+        ["render", case, "--format", "html", "--out", case / "r.html"],
+        ["advise", case],
+        ["memory", case],
+        ["diff", case, other],
+    ]
 
 
 def contradiction_cases(source: Path, work: Path, seed: int, count: int):
@@ -302,9 +343,11 @@ def contradiction_cases(source: Path, work: Path, seed: int, count: int):
     a reference table's (``REFERENCES``, read by ``diff --reference``): refused (code 1,
     one line), never accepted, nothing written; yields (what, broken promise or None)."""
     rng = random.Random(seed)
-    kinds = ([(name, edit, words, None) for name, edit, words in CONTRADICTIONS]
-             + [("compare.json", edit, words, None) for edit, words in COMPARISONS]
-             + [("ref.csv", None, words, table) for table, words in REFERENCES])
+    kinds = (
+        [(name, edit, words, None) for name, edit, words in CONTRADICTIONS]
+        + [("compare.json", edit, words, None) for edit, words in COMPARISONS]
+        + [("ref.csv", None, words, table) for table, words in REFERENCES]
+    )
     for i in range(count):
         name, edit, words, table = rng.choice(kinds)
         case = work / f"contra{i}"
@@ -316,9 +359,12 @@ def contradiction_cases(source: Path, work: Path, seed: int, count: int):
             data = json.loads((case / name).read_text())
             edit(data)
             (case / name).write_text(json.dumps(data))
-            commands = ([["render", case, "--format", "html", "--out", case / "r.html"]] if name == "compare.json"
-                        else readers(case, source) + [["query", case / "lineage.json", "--layer", "fc"]] * (
-                            name == "lineage.json"))
+            commands = (
+                [["render", case, "--format", "html", "--out", case / "r.html"]]
+                if name == "compare.json"
+                else readers(case, source)
+                + [["query", case / "lineage.json", "--layer", "fc"]] * (name == "lineage.json")
+            )
         argv = rng.choice(commands)
         before = {p.name for p in case.iterdir()}
         code, _, err = run_cli(argv)
@@ -376,13 +422,17 @@ def option_cases(source: Path, work: Path, seed: int, count: int):
         lambda: (["profile", "m.py:make", "--rpc", pick("nohost", "h:x", ":1"), *out], 2),
         lambda: (["profile", "m.py:make", "--rpc", "h:1", "--tracker", "h:2", "--key", "k", *out], 2),
         lambda: (["profile", "m.py:make", "--cc", "g++", *out], 2),
-        lambda: (["profile", "m.py:make", "--input-shape",
-                  pick("x", "x:1xA", ":1x2", "x:0x3", "x:1x2:nodtype"), *out], 2),
+        lambda: (
+            ["profile", "m.py:make", "--input-shape", pick("x", "x:1xA", ":1x2", "x:0x3", "x:1x2:nodtype"), *out],
+            2,
+        ),
         lambda: (["profile", pick("m.txt", "m.py", "model"), *out], 2),
         lambda: (["profile", "missing.onnx", *out], 1),
         lambda: (["profile", f"{work}/missing.py:make", *out], 1),
-        lambda: (["render", str(source), "--format", "png",
-                  "--out", f"{work}/x.{pick('svg', 'pdf', 'html', 'dot')}"], 2),
+        lambda: (
+            ["render", str(source), "--format", "png", "--out", f"{work}/x.{pick('svg', 'pdf', 'html', 'dot')}"],
+            2,
+        ),
         lambda: (["render", str(source), "--format", "html", "--out", f"{work}/x.svg"], 2),
         lambda: (["query", str(source / "lineage.json"), pick("--kernel", "--layer", "--history"), ""], 2),
         lambda: (["query", str(source / "lineage.json"), "--layer", "conv1", "--history", "conv1"], 2),
@@ -416,9 +466,46 @@ def option_cases(source: Path, work: Path, seed: int, count: int):
 
 # -- names as data ----------------------------------------------------------------
 
-_PIECES = ("<", ">", "&", '"', "'", "\\", "{", "}", "|", "=", "+", "-", "@", "\t", "\r", "\n", "\x00", "\x07",
-           "\x1b[31m", "\x1b]0;t\x07", "\x7f", "\x85", "\u202e", "\u2028", "\ufffe", "\ud800", "<!--", "</script>",
-           "<img src=x onerror=alert(1)>", "__proto__", "constructor", "é", "🔥", "a", "layer", " ", "0", "1.5")
+_PIECES = (
+    "<",
+    ">",
+    "&",
+    '"',
+    "'",
+    "\\",
+    "{",
+    "}",
+    "|",
+    "=",
+    "+",
+    "-",
+    "@",
+    "\t",
+    "\r",
+    "\n",
+    "\x00",
+    "\x07",
+    "\x1b[31m",
+    "\x1b]0;t\x07",
+    "\x7f",
+    "\x85",
+    "\u202e",
+    "\u2028",
+    "\ufffe",
+    "\ud800",
+    "<!--",
+    "</script>",
+    "<img src=x onerror=alert(1)>",
+    "__proto__",
+    "constructor",
+    "é",
+    "🔥",
+    "a",
+    "layer",
+    " ",
+    "0",
+    "1.5",
+)
 
 
 def hostile_name(rng: random.Random) -> str:
@@ -448,20 +535,23 @@ def name_cases(seed: int, count: int):
         graph.node(f"n{i}", label=dot_text(name), tooltip=dot_text(name))
     try:
         svg = ET.fromstring(graph.pipe(format="svg"))
-        drawn = " | ".join(" ".join("".join(t.itertext()).split()) for t in svg.iter("{http://www.w3.org/2000/svg}text"))
+        drawn = " | ".join(
+            " ".join("".join(t.itertext()).split()) for t in svg.iter("{http://www.w3.org/2000/svg}text")
+        )
         svg_problem = None
     except ET.ParseError as exc:
         drawn, svg_problem = set(), f"layers.svg is not XML: {exc}"
     for name in names:
         problem = svg_problem
         shown = terminal(name)
-        if any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 or c in "\u202e\u2028" for c in shown):
+        if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u202e\u2028" for c in shown):
             problem = f"a control character reaches the terminal: {shown!r}"
         out = io.StringIO()
         csv.writer(out).writerow([csv_cell(name)])
         (cell,) = next(csv.reader(io.StringIO(out.getvalue())))
-        if problem is None and (cell.startswith(("=", "+", "-", "@", "\t", "\r")) and cell != name
-                                or csv_value(cell) != name):
+        if problem is None and (
+            cell.startswith(("=", "+", "-", "@", "\t", "\r")) and cell != name or csv_value(cell) != name
+        ):
             problem = f"CSV cell {cell!r} for {name!r}"
         if problem is None and " ".join(shown.split()) not in drawn:  # dot collapses white space
             problem = f"the SVG does not show {shown!r}"
@@ -472,6 +562,7 @@ def name_cases(seed: int, count: int):
 
 
 # -- output directories --------------------------------------------------------------
+
 
 def layout_cases(work: Path, seed: int, count: int):
     """Random output directory layouts (relaytrace's files, the user's files, a
@@ -515,8 +606,10 @@ def layout_cases(work: Path, seed: int, count: int):
             problem = None if "\n" not in str(exc) else f"a many-line error: {exc}"
         lost = [str(p) for p, text in user.items() if not p.is_file() or p.read_text() != text]
         left = [p.name for p in root.iterdir() if p.name.startswith(".d.")]
-        yield str(sorted(p.name for p in out.iterdir()) if out.is_dir() else "gone"), \
-            f"user files lost: {lost}" if lost else f"left behind: {left}" if left else problem
+        yield (
+            str(sorted(p.name for p in out.iterdir()) if out.is_dir() else "gone"),
+            f"user files lost: {lost}" if lost else f"left behind: {left}" if left else problem,
+        )
 
 
 # A whole CLI run in a child process that sends itself SIGNAL at its STEP-th write
@@ -569,9 +662,26 @@ def signal_cases(work: Path, model: str, signals=("SIGKILL", "SIGINT", "SIGTERM"
             out = root / "d"
             shutil.copytree(source, out)
             (root / "mine.txt").write_text("the user's")
-            run = subprocess.run([sys.executable, "-c", _SIGNALLED_RUN, str(root), str(step),
-                                  str(int(getattr(signal, name))), "--quiet", "profile", model, "--repeat", "1",
-                                  "--out", str(out), "--force"], capture_output=True, text=True)
+            run = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    _SIGNALLED_RUN,
+                    str(root),
+                    str(step),
+                    str(int(getattr(signal, name))),
+                    "--quiet",
+                    "profile",
+                    model,
+                    "--repeat",
+                    "1",
+                    "--out",
+                    str(out),
+                    "--force",
+                ],
+                capture_output=True,
+                text=True,
+            )
             finished = run.returncode == 0
             problem = None
             if name == "SIGINT" and not finished:
@@ -586,8 +696,23 @@ def signal_cases(work: Path, model: str, signals=("SIGKILL", "SIGINT", "SIGTERM"
                 problem = problem or "a user's file changed"
             for stale in root.glob(".*"):  # as if the signal came ten minutes ago
                 os.utime(stale, (time.time() - 3600, time.time() - 3600))
-            again = subprocess.run([sys.executable, "-m", "relaytrace.cli", "--quiet", "profile", model, "--repeat",
-                                    "1", "--out", str(out), "--force"], capture_output=True, text=True)
+            again = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "relaytrace.cli",
+                    "--quiet",
+                    "profile",
+                    model,
+                    "--repeat",
+                    "1",
+                    "--out",
+                    str(out),
+                    "--force",
+                ],
+                capture_output=True,
+                text=True,
+            )
             if again.returncode == 1 and "left its previous outputs in" in again.stderr:
                 (aside,) = root.glob(".d.old-*")  # named: the user puts them back, and runs again
                 os.rename(aside / "d", out)
@@ -610,9 +735,24 @@ def _remote_run(port: int, model: str, out: Path, *extra: str):
     import subprocess
     import sys
 
-    return subprocess.Popen([sys.executable, "-m", "relaytrace.cli", "profile", model, "--rpc", f"127.0.0.1:{port}",
-                             "--out", str(out), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONWARNINGS="ignore", PYTHONFAULTHANDLER="1"))
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "relaytrace.cli",
+            "profile",
+            model,
+            "--rpc",
+            f"127.0.0.1:{port}",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONWARNINGS="ignore", PYTHONFAULTHANDLER="1"),
+    )
 
 
 def _read_until(proc, text: str) -> str:
@@ -643,8 +783,10 @@ def remote_steps(model: str) -> list[str]:
     lines = [line.removeprefix("[relaytrace] ") for line in err.splitlines() if line.startswith("[relaytrace] ")]
     start = next(i for i, line in enumerate(lines) if line.startswith("checking rpc"))
     # each line up to the address it names (the cases' server listens on a port of its own)
-    return [line.split(":")[0] if line.startswith("remote isolated") else line.split(" 127.0.0.1:")[0]
-            for line in lines[start:]]
+    return [
+        line.split(":")[0] if line.startswith("remote isolated") else line.split(" 127.0.0.1:")[0]
+        for line in lines[start:]
+    ]
 
 
 def stopped_server_cases(work: Path, model: str, steps=None, delays=(0.0, 0.3), limit_s: float = 45.0):
@@ -702,8 +844,10 @@ def stopped_server_cases(work: Path, model: str, steps=None, delays=(0.0, 0.3), 
                     problem = f"ended {took:.0f} s after the stop (limit {limit_s:.0f} s): {last[:200]}"
                 elif proc.returncode not in (0, 1) or broken_promise(proc.returncode, err):
                     problem = broken_promise(proc.returncode, err) or f"exit code {proc.returncode}"
-                elif proc.returncode == 1 and not (f"127.0.0.1:{board.port}" in last and any(
-                        said in last for said in ("stopped answering while", "did not finish", "answered at"))):
+                elif proc.returncode == 1 and not (
+                    f"127.0.0.1:{board.port}" in last
+                    and any(said in last for said in ("stopped answering while", "did not finish", "answered at"))
+                ):
                     problem = f"the error does not name the device and the step: {last[:200]}"
                 elif out.exists() != (proc.returncode == 0):
                     problem = f"exit {proc.returncode} but the output directory exists: {out.exists()}"
@@ -718,8 +862,10 @@ def stopped_server_cases(work: Path, model: str, steps=None, delays=(0.0, 0.3), 
                     second.kill()
                     _, err = second.communicate()
                 if problem is None and (second.returncode != 130 or time.time() - start > 15 or waiting.exists()):
-                    problem = (f"Ctrl-C while waiting ended with {second.returncode} after "
-                               f"{time.time() - start:.0f} s: {err[-200:]}")
+                    problem = (
+                        f"Ctrl-C while waiting ended with {second.returncode} after "
+                        f"{time.time() - start:.0f} s: {err[-200:]}"
+                    )
             finally:
                 for p in mine.children(recursive=True):
                     try:

@@ -87,33 +87,76 @@ def check(seed: int, frontends=("torch", "onnx"), pipelines=tuple(PIPELINES), wo
                     problems.append(f"output differs from torch's by {np.abs(got - expected).max():.3g}")
                 op_ids = sorted(o.id for o in lineage.origins.values() if o.kind == "op")
                 if ids is not None and op_ids != ids:
-                    problems.append(f"origin ids differ from the {pipelines[0]} build's: "
-                                    f"{sorted(set(op_ids) ^ set(ids))[:4]}")
+                    problems.append(
+                        f"origin ids differ from the {pipelines[0]} build's: {sorted(set(op_ids) ^ set(ids))[:4]}"
+                    )
                 ids = ids if ids is not None else op_ids
                 labels = {s.position: s.label for s in lineage.call_sites}
                 verdicts = lineage.verification.sites
-                out.append(BuildCheck(
-                    seed, frontend, name, len(verdicts), sum(1 for v in verdicts if v.status == "verified"),
-                    tuple(f"{labels[v.position]}: {'; '.join(v.reasons)}" for v in verdicts if v.status == "suspect"),
-                    tuple(f"{labels[v.position]}: {'; '.join(v.reasons)}" for v in verdicts
-                          if v.status == "unverified"),
-                    tuple(problems), time.perf_counter() - start))
+                out.append(
+                    BuildCheck(
+                        seed,
+                        frontend,
+                        name,
+                        len(verdicts),
+                        sum(1 for v in verdicts if v.status == "verified"),
+                        tuple(
+                            f"{labels[v.position]}: {'; '.join(v.reasons)}" for v in verdicts if v.status == "suspect"
+                        ),
+                        tuple(
+                            f"{labels[v.position]}: {'; '.join(v.reasons)}"
+                            for v in verdicts
+                            if v.status == "unverified"
+                        ),
+                        tuple(problems),
+                        time.perf_counter() - start,
+                    )
+                )
     return out
 
 
 # torch.export nodes (before decompositions) that compute nothing: an op billed to one
 # was made by an earlier node whose value only passes through it.
-_NOOP_TARGETS = {"dropout", "_assert_tensor_metadata", "contiguous", "clone", "alias", "detach",
-                 "lift_fresh_copy", "getitem"}
+_NOOP_TARGETS = {
+    "dropout",
+    "_assert_tensor_metadata",
+    "contiguous",
+    "clone",
+    "alias",
+    "detach",
+    "lift_fresh_copy",
+    "getitem",
+}
 _CASTS = {"to", "_to_copy", "type_as"}
 # nodes that may import to no op at all (a view or reshape of the shape it has, a full slice)
-_SHAPE_TARGETS = {"view", "reshape", "unsqueeze", "squeeze", "expand", "slice", "transpose", "permute",
-                  "flatten", "select", "split", "split_with_sizes", "t", "unflatten", "chunk"}
+_SHAPE_TARGETS = {
+    "view",
+    "reshape",
+    "unsqueeze",
+    "squeeze",
+    "expand",
+    "slice",
+    "transpose",
+    "permute",
+    "flatten",
+    "select",
+    "split",
+    "split_with_sizes",
+    "t",
+    "unflatten",
+    "chunk",
+}
 # the Relax ops a layer of each kind of module may hold (after the frontend's import)
 _MODULE_OPS = {
     # a linear on 3-d input may decompose to expand + bmm
-    "Linear": {"relax.matmul", "relax.permute_dims", "relax.add", "relax.reshape", "relax.linear",
-               "relax.broadcast_to"},
+    "Linear": {
+        "relax.matmul",
+        "relax.permute_dims",
+        "relax.add",
+        "relax.reshape",
+        "relax.linear",
+        "relax.broadcast_to",
+    },
     "Embedding": {"relax.take", "relax.reshape", "relax.astype"},
 }
 # TVM's ONNX Gather wraps negative indices: where(less(i, 0), i + n, i)
@@ -178,8 +221,12 @@ def layer_problems(module, origins, frontend, program) -> list[str]:
         for n in program.graph.nodes:
             if n.op == "call_function" and any(getattr(a, "name", None) in live for a in n.all_input_nodes):
                 live.add(n.name)
-        varying = {path for name in live if name in nodes
-                   for path, _ in (nodes[name].meta.get("nn_module_stack") or {}).values()}
+        varying = {
+            path
+            for name in live
+            if name in nodes
+            for path, _ in (nodes[name].meta.get("nn_module_stack") or {}).values()
+        }
     else:
         varying = set(modules)
     by_layer: dict[str, set[str]] = {}
@@ -217,8 +264,9 @@ def layer_problems(module, origins, frontend, program) -> list[str]:
         if layer and o.layer != layer:
             problems.append(f"{o.id} ({o.op}) is in {o.layer}; torch.export puts its node {o.node} in {layer}")
         if not layer and o.layer.split("@")[0] in modules and o.layer:
-            problems.append(f"{o.id} ({o.op}) is in {o.layer}; torch.export puts its node {o.node} "
-                            f"in the root module's forward")
+            problems.append(
+                f"{o.id} ({o.op}) is in {o.layer}; torch.export puts its node {o.node} in the root module's forward"
+            )
     for name, node in nodes.items():
         if name not in billed and not _computes_nothing(node) and _target(node) not in _SHAPE_TARGETS:
             problems.append(f"node {name} ({_target(node)}, in {_stack_layer(node) or 'the root'}) has no origin")
@@ -237,7 +285,18 @@ def _failed_build(seed, frontend, name, model, exc, seconds) -> BuildCheck:
     try:
         tvm.compile(model.mod, target, relax_pipeline=build_pipeline(pipeline, target, layout))
     except Exception as plain:
-        return BuildCheck(seed, frontend, name, 0, 0, (), (), (), seconds,
-                          skipped=f"TVM cannot build it: {str(plain).strip().splitlines()[0][:120]}")
-    return BuildCheck(seed, frontend, name, 0, 0, (), (), (f"traced build failed, plain build did not: {exc}",),
-                      seconds)
+        return BuildCheck(
+            seed,
+            frontend,
+            name,
+            0,
+            0,
+            (),
+            (),
+            (),
+            seconds,
+            skipped=f"TVM cannot build it: {str(plain).strip().splitlines()[0][:120]}",
+        )
+    return BuildCheck(
+        seed, frontend, name, 0, 0, (), (), (f"traced build failed, plain build did not: {exc}",), seconds
+    )

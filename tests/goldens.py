@@ -33,13 +33,15 @@ NOTE = "note"  # a site's kernel, as TVM named it: for the reader, never compare
 
 def summarize(lineage) -> dict:
     """The user-visible content of a lineage, as plain JSON."""
+
     def role(r) -> dict:
         o = lineage.origins[r.origin]
         return {"role": str(r.role), "origin": r.origin, "layer": o.layer, "op": o.op, "kind": str(o.kind)}
 
     return {
-        "sites": [{"position": s.position, "roles": [role(r) for r in s.roles], NOTE: s.label}
-                  for s in lineage.call_sites],
+        "sites": [
+            {"position": s.position, "roles": [role(r) for r in s.roles], NOTE: s.label} for s in lineage.call_sites
+        ],
         "builtins": [{"position": b.position, "builtin": b.name, "origins": list(b.origins)} for b in lineage.builtins],
         "eliminated": dict(sorted(lineage.journal.eliminated_by.items())),
         "inserted": {o.id: list(o.serves) for o in sorted(lineage.inserted(), key=lambda o: o.id)},
@@ -55,8 +57,11 @@ def differences(golden: dict, lineage) -> list[str]:
     for part, want in golden.items():
         if part == "sites":
             theirs, ours = _checked(want), _checked(got[part])
-            found += [f"site at position {p}: the golden has {theirs.get(p)}, the build {ours.get(p)}"
-                      for p in sorted(theirs.keys() | ours.keys()) if theirs.get(p) != ours.get(p)]
+            found += [
+                f"site at position {p}: the golden has {theirs.get(p)}, the build {ours.get(p)}"
+                for p in sorted(theirs.keys() | ours.keys())
+                if theirs.get(p) != ours.get(p)
+            ]
         elif got.get(part) != want:
             found.append(f"{part}: the golden has {want!r}, the build {got.get(part)!r}")
     return found
@@ -68,6 +73,7 @@ def _checked(sites: list[dict]) -> dict[int, dict]:
 
 def dumps(summary: dict) -> str:
     """A summary as JSON with one line per site, so that a golden's diff reads by site."""
+
     def part(key: str, value) -> str:
         if key in ("sites", "builtins") and value:
             return f" {json.dumps(key)}: [\n" + ",\n".join(f"  {json.dumps(v)}" for v in value) + "\n ]"

@@ -16,8 +16,13 @@ def flat_v2(data: dict) -> dict:
 
     names = {"history_by_origin": "history", "eliminated_by": "eliminated"}
     flat = {k: v for k, v in data.items() if k not in ("build", "journal")}
-    flat.update({k: v for k, v in data["build"].items() if k not in ("accumulate", "work", "policies", "memory",
-                                                                        "params", "kv_cache", "offloads", "options")})
+    flat.update(
+        {
+            k: v
+            for k, v in data["build"].items()
+            if k not in ("accumulate", "work", "policies", "memory", "params", "kv_cache", "offloads", "options")
+        }
+    )
     flat["pipeline"] = v5_label(decode(BuildOptions, data["build"]["options"], "options"))
     flat.update({names.get(k, k): v for k, v in data["journal"].items()})
     return {**flat, "schema": "relaytrace.lineage/2"}

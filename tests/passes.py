@@ -31,10 +31,12 @@ def _tag_relu(mod, ctx):
 def alter_op_impl_pipeline(target):
     """The first block's 16-channel relus get an NCHW4c implementation."""
     blocked = lambda n, c, h, w: (n, c // 4, h, w, c % 4)  # noqa: E731
-    alter = relax.transform.AlterOpImpl({"relax.nn.relu": _blocked_relu(1, 16, 16, 16)},
-                                        {"relax.nn.relu": [blocked, blocked]})
-    return tvm.transform.Sequential([relax.transform.LegalizeOps(), _tag_relu, alter,
-                                     relax.get_default_pipeline(target)])
+    alter = relax.transform.AlterOpImpl(
+        {"relax.nn.relu": _blocked_relu(1, 16, 16, 16)}, {"relax.nn.relu": [blocked, blocked]}
+    )
+    return tvm.transform.Sequential(
+        [relax.transform.LegalizeOps(), _tag_relu, alter, relax.get_default_pipeline(target)]
+    )
 
 
 @relax.expr_functor.mutator
@@ -121,5 +123,6 @@ def renumber_prim_funcs(mod, ctx):
 
 def renumbered_pipeline(target):
     """The fused pipeline with every PrimFunc renumbered as LegalizeOps made them."""
-    return tvm.transform.Sequential([relax.transform.LegalizeOps(), renumber_prim_funcs,
-                                     relax.get_default_pipeline(target)])
+    return tvm.transform.Sequential(
+        [relax.transform.LegalizeOps(), renumber_prim_funcs, relax.get_default_pipeline(target)]
+    )

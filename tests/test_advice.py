@@ -48,8 +48,11 @@ def test_batch_norms_after_their_convs_are_found_and_the_folded_rebuild_runs_the
     model, example = resnet18
     plain = _report(model, example)
     (found,) = [f for f in plain.advice if f.rule == "separate-batch-norm"]
-    norms = [s for s in plain.lineage.call_sites if any(plain.lineage.origins[o].short_op == "batch_norm"
-                                                        for o in s.origin_ids)]
+    norms = [
+        s
+        for s in plain.lineage.call_sites
+        if any(plain.lineage.origins[o].short_op == "batch_norm" for o in s.origin_ids)
+    ]
     assert set(found.sites) == {s.label for s in norms}
     assert len({o for s in norms for o in s.origin_ids if plain.lineage.origins[o].short_op == "batch_norm"}) == 20
     assert set(found.layers) == {o.layer for o in plain.lineage.origins.values() if o.short_op == "batch_norm"}
@@ -91,7 +94,8 @@ def test_convs_with_a_bias_before_their_norm_are_not_told_to_fold_and_the_fold_i
     ops = [{reports[True, False].lineage.origins[o].short_op for o in ids} for ids in sites[0]]
     assert ops == [{"conv2d", "add"}, {"batch_norm", "relu"}] * 2
     assert not_applied(found, reports[True, False].lineage, reports[True, True].lineage) == (
-        "the rebuild's kernels are the same as before")  # the same finding there: the rebuild did not apply it
+        "the rebuild's kernels are the same as before"
+    )  # the same finding there: the rebuild did not apply it
 
 
 def test_a_change_measured_inside_the_runs_scatter_is_no_measurable_change(convbns):
@@ -116,8 +120,10 @@ def test_advise_verify_checks_the_fold_applied_before_it_says_what_it_measured(t
     from relaytrace import cli
 
     factory = tmp_path / "convbn.py"
-    factory.write_text("from tests.fixtures.repros import convbn\n\ndef make(bias):\n    return convbn(bias)\n\n"
-                       "def plain():\n    return make(False)\n\ndef biased():\n    return make(True)\n")
+    factory.write_text(
+        "from tests.fixtures.repros import convbn\n\ndef make(bias):\n    return convbn(bias)\n\n"
+        "def plain():\n    return make(False)\n\ndef biased():\n    return make(True)\n"
+    )
     for name in ("plain", "biased"):
         assert cli.main(["--quiet", "profile", f"{factory}:{name}", "--out", str(tmp_path / name)]) == 0
         capsys.readouterr()
@@ -151,8 +157,11 @@ def test_a_convnext_built_nhwc_is_told_its_layout_transforms_and_the_nchw_rebuil
         assert not found  # below the share worth a line: said nowhere
     else:
         (finding,) = found
-        inserted = {s.label for s in lineage.call_sites if any(
-            lineage.origins[o].pass_name == "ConvertLayout" for o in s.origin_ids)}
+        inserted = {
+            s.label
+            for s in lineage.call_sites
+            if any(lineage.origins[o].pass_name == "ConvertLayout" for o in s.origin_ids)
+        }
         assert set(finding.sites) == inserted and finding.change.rebuild == LAYOUT_NCHW
         assert finding.saving_us == pytest.approx(spent)
         assert {name for name, _ in nhwc.categories.inserted_by_layer} == set(finding.layers)
@@ -211,5 +220,6 @@ def test_kernels_a_tuning_database_misses_are_named_with_their_share(tmp_path):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "relaytrace.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "relaytrace.cli", *map(str, args)], capture_output=True, text=True, timeout=900
+    )

@@ -33,15 +33,16 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def cli(*args):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, "-m", "relaytrace.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "relaytrace.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=900
+    )
 
 
 def run_py(bundle: Path, *args, python=None):
-    command = [python, str(bundle / "run.py")] if python else [sys.executable, "-c", BLOCKED_RUN,
-                                                               str(bundle / "run.py")]
-    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=600,
-                          cwd=bundle.parent)
+    command = (
+        [python, str(bundle / "run.py")] if python else [sys.executable, "-c", BLOCKED_RUN, str(bundle / "run.py")]
+    )
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=600, cwd=bundle.parent)
 
 
 def layer_times(out: Path) -> dict[str, float]:
@@ -95,8 +96,7 @@ def assert_like_local(bundle: Path, root: Path, out: Path):
 
 def test_run_py_needs_no_tvm_and_reads_back_as_a_local_profile(tiny):
     bundle, root = tiny
-    assert {p.name for p in bundle.iterdir()} >= {"run.py", "model.so", "lineage.json", "bundle.json", "lib",
-                                                   "inputs"}
+    assert {p.name for p in bundle.iterdir()} >= {"run.py", "model.so", "lineage.json", "bundle.json", "lib", "inputs"}
     assert (bundle / "lib" / "libtvm_runtime.so").is_file() and not (bundle / "lib" / "libtvm_runtime_cuda.so").exists()
     done = run_py(bundle, "--repeat", "5")
     assert done.returncode == 0, done.stderr
@@ -185,8 +185,7 @@ def test_an_llms_decode_is_served_by_run_py_through_its_kv_cache(tmp_path):
     the report bills the cache's attention kernels to the attention layers."""
     (tmp_path / "llm.py").write_text(LLAMA)
     out = tmp_path / "decode"
-    done = cli("--quiet", "bundle", f"{tmp_path / 'llm.py'}:make", "--entry", "decode", "--context", "24", "--out",
-               out)
+    done = cli("--quiet", "bundle", f"{tmp_path / 'llm.py'}:make", "--entry", "decode", "--context", "24", "--out", out)
     assert done.returncode == 0, done.stderr
     manifest = json.loads((out / "bundle.json").read_text())
     assert manifest["serve"]["context"] == 24 and manifest["serve"]["cache"]["entry"] == "create_paged_kv_cache"
@@ -229,8 +228,9 @@ def test_run_py_in_a_virtualenv_of_tvm_ffi_and_numpy_alone(resnet, tmp_path):
     env = tmp_path / "env"
     venv.create(env, with_pip=True)
     python = str(env / "bin" / "python")
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheels, *wanted], check=True,
-                   timeout=600)
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheels, *wanted], check=True, timeout=600
+    )
     for absent in ("tvm", "relaytrace", "torch"):
         probe = subprocess.run([python, "-c", f"import {absent}"], capture_output=True, cwd=tmp_path)
         assert probe.returncode != 0, absent
@@ -251,15 +251,18 @@ def test_a_cuda_bundle_carries_its_runtime_and_says_what_a_host_lacks(tmp_path):
     assert done.returncode == 0, done.stderr
     manifest = json.loads((out / "bundle.json").read_text())
     assert manifest["device"] == "cuda"
-    assert [Path(p).name for p in manifest["runtime"]] == ["libtvm_runtime.so", "libcudart.so.13",
-                                                             "libtvm_runtime_cuda.so"]
+    assert [Path(p).name for p in manifest["runtime"]] == [
+        "libtvm_runtime.so",
+        "libcudart.so.13",
+        "libtvm_runtime_cuda.so",
+    ]
     assert all((out / p).is_file() for p in manifest["runtime"])
     # the GPU's own peak kernels, compiled for sm_90, for run.py to time there
     assert (out / "peaks.so").is_file() and manifest["peaks"]["built_for"] == "cuda sm_90"
     kernels = {k["name"]: k for k in manifest["peaks"]["kernels"]}
     assert set(kernels) == {"fma_float32_x1", "fma_float16_x2", "copy"}
     assert kernels["fma_float32_x1"]["flops"] == 2 * 1056 * 256 * 8 * 16384
-    assert kernels["copy"]["bytes"] == 2 * 2 ** 28  # 256 MiB read and written
+    assert kernels["copy"]["bytes"] == 2 * 2**28  # 256 MiB read and written
     ran = run_py(out)
     if ran.returncode != 0:  # no NVIDIA driver here: one line naming what is missing
         assert ran.stderr.strip().splitlines()[-1].startswith("run.py: error: cannot load lib/libtvm_runtime_cuda.so")

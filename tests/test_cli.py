@@ -17,16 +17,37 @@ from .fixtures.hostile import HOSTILE_NAMES, INPUT_NAME, MODEL_NAME
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = f"{FIXTURES / 'tiny_model.py'}:make"
-OUTPUTS = {"lineage.json", "profile.json", "layers.csv", "kernels.csv", "layers.svg", "kernels.svg", "run.json",
-           "report.html", "trace.json", "verification.csv", "memory.csv"}
-EXPLORER = {"explorer-time.json", "explorer-kernels.json", "explorer-category.json",  # Model Explorer node data
-            "explorer-efficiency.json"}
+OUTPUTS = {
+    "lineage.json",
+    "profile.json",
+    "layers.csv",
+    "kernels.csv",
+    "layers.svg",
+    "kernels.svg",
+    "run.json",
+    "report.html",
+    "trace.json",
+    "verification.csv",
+    "memory.csv",
+}
+EXPLORER = {
+    "explorer-time.json",
+    "explorer-kernels.json",
+    "explorer-category.json",  # Model Explorer node data
+    "explorer-efficiency.json",
+}
 
 
 def run(*args, cwd=None, warnings="ignore"):
     env = dict(os.environ, PYTHONWARNINGS=warnings)
-    return subprocess.run([sys.executable, "-m", "relaytrace.cli", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, env=env, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "relaytrace.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=900,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +67,9 @@ def two_runs(tmp_path_factory):
     factory = base / "r18.py"
     factory.write_text("from relaytrace import zoo\n\ndef make():\n    return zoo.get('resnet18', image=64)\n")
     for pipeline in ("fused", "unfused"):
-        done = run("--quiet", "profile", f"{factory}:make", "--pipeline", pipeline, "--repeat", "1",
-                   "--out", base / pipeline)
+        done = run(
+            "--quiet", "profile", f"{factory}:make", "--pipeline", pipeline, "--repeat", "1", "--out", base / pipeline
+        )
         assert done.returncode == 0, done.stderr
     return base
 
@@ -163,13 +185,16 @@ def test_tasks_weights_sum_to_call_sites(two_runs):
     assert int(weight) == int(sites.split()[0])  # only said with "=" when it holds
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["profile", "missing.onnx", "--out", "o"], 1, "no ONNX file"),
-    (["profile", TINY, "--input-shape", "x:1xAx3", "--out", "o"], 2, "cannot parse input shape"),
-    (["profile", "model.txt", "--out", "o"], 2, "MODEL must be"),
-    (["query", "missing.json", "--layer", "x"], 1, "no lineage file"),
-    (["demo", "--model", "nope"], 2, "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["profile", "missing.onnx", "--out", "o"], 1, "no ONNX file"),
+        (["profile", TINY, "--input-shape", "x:1xAx3", "--out", "o"], 2, "cannot parse input shape"),
+        (["profile", "model.txt", "--out", "o"], 2, "MODEL must be"),
+        (["query", "missing.json", "--layer", "x"], 1, "no lineage file"),
+        (["demo", "--model", "nope"], 2, "invalid choice"),
+    ],
+)
 def test_bad_input_exit_codes_one_line_reasons_and_nothing_written(tmp_path, args, code, message):
     done = run(*args, cwd=tmp_path)
     assert done.returncode == code
@@ -235,11 +260,13 @@ def test_an_onnx_model_with_a_dynamic_batch_needs_and_takes_input_shapes(tmp_pat
             return self.fc2(torch.relu(self.fc1(x)))
 
     path = tmp_path / "mlp.onnx"
-    torch.onnx.export(Mlp().eval(), (torch.randn(2, 16),), path, dynamo=False, input_names=["x"],
-                      dynamic_axes={"x": {0: "batch"}})
+    torch.onnx.export(
+        Mlp().eval(), (torch.randn(2, 16),), path, dynamo=False, input_names=["x"], dynamic_axes={"x": {0: "batch"}}
+    )
     done = run("profile", path, "--out", tmp_path / "a")
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith(
-        "input x of mlp has symbolic dims (batch): give its size, e.g. --input-shape x:1x16")
+        "input x of mlp has symbolic dims (batch): give its size, e.g. --input-shape x:1x16"
+    )
     done = run("profile", path, "--input-shape", "y:3x16", "--out", tmp_path / "b")
     assert done.returncode == 2 and "has no input named y; its inputs are x" in done.stderr
     done = run("profile", path, "--input-shape", "x:3x16:floaty", "--out", tmp_path / "c")
@@ -310,7 +337,7 @@ def test_diff_says_where_a_layer_without_time_went_totals_and_sorts(two_runs):
     assert fused and all(r.absent_b.startswith("fused into ") for r in fused)
     by_layer = {r.layer: r for r in rows}
     for r in fused:  # the layer named hosts it: it has time in B, in a kernel call the fused layer's ops run in
-        host = by_layer[r.absent_b[len("fused into "):].split(", ")[0]]
+        host = by_layer[r.absent_b[len("fused into ") :].split(", ")[0]]
         assert host.b_us and set(host.kernels_b) & set(r.kernels_b), (r, host)
     assert by_layer["relu"].absent_b == "fused into bn1"
     assert "missing" not in done.stdout and "fused into bn1" in done.stdout
@@ -373,8 +400,9 @@ def test_model_explorer_node_data_is_keyed_by_the_exported_programs_node_ids(two
     layers_us = sum(float(r["time_us"]) for r in csv.DictReader((out / "layers.csv").open()))
     assert sum(v["value"] for v in time["results"].values()) == pytest.approx(layers_us, rel=1e-4)
     convs = [name for name, n in ops.items() if "conv2d" in str(n.target)]
-    assert len(convs) == 20 and all(time["results"][c]["value"] > 0 and category[c]["value"] == "compute"
-                                    for c in convs)
+    assert len(convs) == 20 and all(
+        time["results"][c]["value"] > 0 and category[c]["value"] == "compute" for c in convs
+    )
     for name, n in ops.items():  # a ReLU after a BatchNorm runs in the BatchNorm's kernel
         if "relu" in str(n.target) and category[name]["value"].startswith("fused into "):
             site = category[name]["value"].rsplit("(", 1)[1].rstrip(")")
@@ -387,8 +415,9 @@ def test_layers_svg_labels_ops_the_vm_runs_as_builtins(two_runs):
     from relaytrace.jobs import load_pair
 
     lineage, _ = load_pair(two_runs / "fused")  # ResNet-18 flattens with a VM reshape, no kernel
-    builtin = [b.name for b in lineage.builtins for o in b.origins
-               if not any(o in s.origin_ids for s in lineage.call_sites)]
+    builtin = [
+        b.name for b in lineage.builtins for o in b.origins if not any(o in s.origin_ids for s in lineage.call_sites)
+    ]
     svg = (two_runs / "fused" / "layers.svg").read_text()
     assert builtin and all(f"VM builtin {name}" in svg for name in builtin)
 
@@ -398,13 +427,12 @@ def test_a_factory_file_imports_its_own_siblings(tmp_path):
     loads (run from another folder: `python -m` would have put only that one there)."""
     (tmp_path / "netdef.py").write_text((FIXTURES / "tiny_model.py").read_text())
     (tmp_path / "use.py").write_text("from netdef import make as made\n\ndef make():\n    return made()\n")
-    done = run("--quiet", "profile", f"{tmp_path / 'use.py'}:make", "--repeat", "1", "--out", tmp_path / "out",
-               cwd="/")
+    done = run("--quiet", "profile", f"{tmp_path / 'use.py'}:make", "--repeat", "1", "--out", tmp_path / "out", cwd="/")
     assert done.returncode == 0, done.stderr
     assert "conv1" in (tmp_path / "out" / "layers.csv").read_text()
 
 
-SYMBOLIC_FACTORY = '''
+SYMBOLIC_FACTORY = """
 import torch
 from relaytrace.frontends.torch import from_torch
 
@@ -434,7 +462,7 @@ def imported():
 
 def static():
     return _parts()[:2]
-'''
+"""
 
 
 @pytest.mark.parametrize("factory", [pytest.param("triple", marks=pytest.mark.slow), "imported"])
@@ -447,8 +475,17 @@ def test_a_factory_with_a_symbolic_dim_profiles_at_the_lengths_given(tmp_path, f
     (tmp_path / "seq.py").write_text(SYMBOLIC_FACTORY)
     for length in (3, 12):
         out = tmp_path / f"len{length}"
-        done = run("--quiet", "profile", f"{tmp_path / 'seq.py'}:{factory}", "--input-shape", f"x:1x{length}x8",
-                   "--repeat", "1", "--out", out)
+        done = run(
+            "--quiet",
+            "profile",
+            f"{tmp_path / 'seq.py'}:{factory}",
+            "--input-shape",
+            f"x:1x{length}x8",
+            "--repeat",
+            "1",
+            "--out",
+            out,
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads((out / "profile.json").read_text())["inputs"] == [["x", [1, length, 8], "float32"]]
         lineage = Lineage.load(out / "lineage.json")
@@ -476,7 +513,8 @@ def test_a_symbolic_model_without_sizes_or_a_reference_is_refused_in_one_line(tm
     done = run("compare", model, "--input-shape", "x:1x4x8")
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith(
         "gives only a TVM model (an ImportedModel, an nn module or a Relax IRModule): compare an .onnx file or a "
-        "factory returning (torch module, example inputs[, dynamic_shapes])")
+        "factory returning (torch module, example inputs[, dynamic_shapes])"
+    )
     done = run("profile", f"{tmp_path / 'seq.py'}:static", "--input-shape", "x:1x4x8", "--out", tmp_path / "b")
     assert done.returncode == 2 and "exported without dynamic_shapes runs at its example inputs' sizes" in done.stderr
     done = run("--quiet", "compare", f"{tmp_path / 'seq.py'}:triple", "--input-shape", "x:1x9x8")
@@ -494,8 +532,9 @@ def hostile_run(tmp_path_factory):
     """tests/fixtures/hostile_model.py profiled: every layer, the model and its input
     named by a hostile name (tests/fixtures/hostile.py)."""
     out = tmp_path_factory.mktemp("hostile") / "out"
-    done = run("profile", f"{FIXTURES / 'hostile_model.py'}:make", "--repeat", "1", "--out", out,
-               warnings="default")  # TVM's warning quoting the input's name is shown too
+    done = run(
+        "profile", f"{FIXTURES / 'hostile_model.py'}:make", "--repeat", "1", "--out", out, warnings="default"
+    )  # TVM's warning quoting the input's name is shown too
     return out, done
 
 
@@ -510,8 +549,10 @@ def test_a_warning_quoting_a_name_is_shown_as_text():
     name) goes through the terminal's escaping as every line does."""
     from relaytrace.render.safe_text import terminal
 
-    code = ("import warnings, sys; from relaytrace.jobs import escape_warnings; escape_warnings(); "
-            f"warnings.warn('Renaming name ' + {INPUT_NAME!r})")
+    code = (
+        "import warnings, sys; from relaytrace.jobs import escape_warnings; escape_warnings(); "
+        f"warnings.warn('Renaming name ' + {INPUT_NAME!r})"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and f"Renaming name {terminal(INPUT_NAME)}" in done.stderr, done.stderr
     _shown_as_text(done)
@@ -548,8 +589,9 @@ def test_hostile_names_are_text_in_the_terminal_csv_svg_and_json(hostile_run):
         json.loads((out / name).read_text(encoding="utf-8"))  # strict: no raw control character in a string
     assert set(json.loads((out / "explorer-time.json").read_text())["results"]) == set(HOSTILE_NAMES)
     trace = json.loads((out / "trace.json").read_text())
-    assert {e["args"]["layer"] for e in trace["traceEvents"] if e.get("ph") == "X" and "layer" in e["args"]} \
-        == set(HOSTILE_NAMES)
+    assert {e["args"]["layer"] for e in trace["traceEvents"] if e.get("ph") == "X" and "layer" in e["args"]} == set(
+        HOSTILE_NAMES
+    )
 
 
 def test_hostile_names_are_text_in_query_diff_and_errors(hostile_run, tmp_path):
@@ -560,9 +602,11 @@ def test_hostile_names_are_text_in_query_diff_and_errors(hostile_run, tmp_path):
     assert done.returncode == 0, done.stderr
     lineage = Lineage.load(out / "lineage.json")
     site = lineage.call_sites[0]
-    for option, name, shown in (("--layer", "red\x1b[31mALERT\x1b[0m", "red\\x1b[31mALERT\\x1b[0m runs in: "),
-                                ("--history", "title\x1b]0;pwned\x07", "history of title\\x1b]0;pwned\\x07:"),
-                                ("--kernel", site.label, terminal(lineage.origins[site.anchor].layer))):
+    for option, name, shown in (
+        ("--layer", "red\x1b[31mALERT\x1b[0m", "red\\x1b[31mALERT\\x1b[0m runs in: "),
+        ("--history", "title\x1b]0;pwned\x07", "history of title\\x1b]0;pwned\\x07:"),
+        ("--kernel", site.label, terminal(lineage.origins[site.anchor].layer)),
+    ):
         done = run("query", out, option, name)
         assert done.returncode == 0, done.stderr
         _shown_as_text(done)
@@ -589,8 +633,17 @@ def test_hostile_kernel_names_are_text_in_the_terminal_csv_and_svg(tmp_path):
     from .fixtures.hostile import HOSTILE_NAMES
 
     out = tmp_path / "out"
-    done = run("profile", f"{FIXTURES / 'hostile_model.py'}:make_kernels", "--pipeline", "unfused", "--repeat", "1",
-               "--out", out, warnings="default")
+    done = run(
+        "profile",
+        f"{FIXTURES / 'hostile_model.py'}:make_kernels",
+        "--pipeline",
+        "unfused",
+        "--repeat",
+        "1",
+        "--out",
+        out,
+        warnings="default",
+    )
     assert done.returncode == 0, done.stderr
     _shown_as_text(done)
     kernels = {name.replace("\x00", "0") for name in HOSTILE_NAMES}  # hostile_model.kernel_name

@@ -99,22 +99,29 @@ def test_a_pass_that_breaks_one_layer_is_named_first():
         class Mutator(relax.PyExprMutator):
             def visit_call_(self, call):
                 call = super().visit_call_(call)
-                if getattr(call.op, "name", "") == "relax.nn.conv2d" and isinstance(call.args[1], tvm.ir.Constant) \
-                        and tuple(call.args[1].value.shape) == (128, 64, 3, 3):
+                if (
+                    getattr(call.op, "name", "") == "relax.nn.conv2d"
+                    and isinstance(call.args[1], tvm.ir.Constant)
+                    and tuple(call.args[1].value.shape) == (128, 64, 3, 3)
+                ):
                     broken = relax.const(call.args[1].value.numpy() * 1.01)
                     return relax.Call(call.op, [call.args[0], broken], call.attrs)
                 return call
 
         mutator = Mutator(mod)
-        return tvm.IRModule({gv: mutator.visit_expr(f) if isinstance(f, relax.Function) else f
-                             for gv, f in mod.functions.items()})
+        return tvm.IRModule(
+            {gv: mutator.visit_expr(f) if isinstance(f, relax.Function) else f for gv, f in mod.functions.items()}
+        )
 
     with relaytrace.trace(model="resnet18", target="llvm", layer_of=imported.layer_of) as handle:
-        executable = tvm.compile(imported.mod, target, relax_pipeline=tvm.transform.Sequential(
-            [break_one_conv, relax.get_default_pipeline(target)]))
+        executable = tvm.compile(
+            imported.mod,
+            target,
+            relax_pipeline=tvm.transform.Sequential([break_one_conv, relax.get_default_pipeline(target)]),
+        )
     result = compare(executable, handle.lineage, module, [example.numpy()])
     assert result.first_beyond is not None and result.first_beyond.layer == broken_layer
-    before = [e for e in result.layers[:[e.layer for e in result.layers].index(broken_layer)] if e.compared]
+    before = [e for e in result.layers[: [e.layer for e in result.layers].index(broken_layer)] if e.compared]
     assert before and all(e.status == WITHIN for e in before)
 
 
@@ -129,7 +136,7 @@ def test_a_nan_in_one_layers_weights_names_the_first_nan_layer():
     assert first is not None and first.layer == "layer2.1.conv2" and first.nan > 0
     assert first.reference_nan > 0 and first.status == WITHIN  # NaN at the same places in torch
     order = [e.layer for e in result.layers]
-    assert all(not e.nan for e in result.layers[:order.index(first.layer)])
+    assert all(not e.nan for e in result.layers[: order.index(first.layer)])
     assert "first layer with NaN/Inf in its compiled output: layer2.1.conv2" in result.summary()
 
 
@@ -159,8 +166,9 @@ def test_cli_compare_writes_its_outputs_and_the_report_shows_them(tmp_path, tiny
     routes = [row["read"] for row in csv.DictReader((out / "compare.csv").open())]
     assert routes == [e.route or "" for e in result.layers] and "direct" in routes
     assert "max abs" in (out / "errors.svg").read_text()
-    code, stdout, err = run_cli(["render", tiny_out, "--format", "html", "--compare", out / "compare.json",
-                                 "--out", tmp_path / "r.html"])
+    code, stdout, err = run_cli(
+        ["render", tiny_out, "--format", "html", "--compare", out / "compare.json", "--out", tmp_path / "r.html"]
+    )
     assert code == 0, err
     page = (tmp_path / "r.html").read_text()
     compared = next(e for e in result.layers if e.compared)
@@ -170,17 +178,21 @@ def test_cli_compare_writes_its_outputs_and_the_report_shows_them(tmp_path, tiny
     other = json.loads((out / "compare.json").read_text())
     other["model"] = "another"
     (tmp_path / "other.json").write_text(json.dumps(other))
-    code, _, err = run_cli(["render", tiny_out, "--format", "html", "--compare", tmp_path / "other.json",
-                            "--out", tmp_path / "r2.html"])
+    code, _, err = run_cli(
+        ["render", tiny_out, "--format", "html", "--compare", tmp_path / "other.json", "--out", tmp_path / "r2.html"]
+    )
     assert code == 1 and "compares 'another', not this lineage's model" in err and not (tmp_path / "r2.html").exists()
-    code, _, err = run_cli(["render", tiny_out, "--format", "svg", "--compare", out / "compare.json",
-                            "--out", tmp_path / "r.svg"])
+    code, _, err = run_cli(
+        ["render", tiny_out, "--format", "svg", "--compare", out / "compare.json", "--out", tmp_path / "r.svg"]
+    )
     assert code == 2 and "--compare shows each layer's error in the HTML report" in err
     assert "numerics (in each layer's pane)" in page
     aarch64 = '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'
-    for bad, says in ((["--accumulate", "float16"], "--accumulate applies to --precision fp16"),
-                      (["--atol", "-1"], "--atol: '-1' must be at least 0"),
-                      (["--target", aarch64], "does not run on this machine")):
+    for bad, says in (
+        (["--accumulate", "float16"], "--accumulate applies to --precision fp16"),
+        (["--atol", "-1"], "--atol: '-1' must be at least 0"),
+        (["--target", aarch64], "does not run on this machine"),
+    ):
         code, _, err = run_cli(["compare", "tests/fixtures/tiny_model.py:make", *bad])
         assert code == 2 and says in err and len(err.strip().splitlines()) == 1
 
@@ -238,8 +250,7 @@ def test_an_op_of_two_outputs_is_compared_output_for_output():
 def test_a_layout_changed_build_is_not_compared_as_if_it_were_not():
     """NHWC data compared with NCHW data would be garbage even when the shapes agree."""
     module, example = _split_model()
-    _, result = _compare(module, example, pipeline="unfused",
-                         convert_layout=NHWC)
+    _, result = _compare(module, example, pipeline="unfused", convert_layout=NHWC)
     conv = next(e for e in result.layers if e.layer == "conv")
     assert conv.status == "not comparable" and "ConvertLayout" in conv.note
     assert all(e.status != BEYOND for e in result.layers)
@@ -293,6 +304,7 @@ def test_a_perturbed_layer_is_the_first_beyond_and_nothing_is_beyond_unperturbed
     assert all(e.compared for e in clean.layers if e.layer not in fused), [e for e in clean.layers if not e.compared]
     if fused:
         kept_executable, kept = relaytrace.build(observed(from_torch(module, (example,)), fused), "llvm")
+
         def runs(build):  # each call site as the set of layers whose ops it runs
             return [frozenset(build.origins[o].layer for o in s.origin_ids) for s in build.call_sites]
 
@@ -309,16 +321,18 @@ def test_a_perturbed_layer_is_the_first_beyond_and_nothing_is_beyond_unperturbed
         result = compare(executable, lineage, reference, [example.numpy()])
         expected = layer.replace(".bn", ".act") if layer in fused else layer
         assert result.first_beyond is not None and result.first_beyond.layer == expected, (layer, result.summary())
-        assert all(e.status == WITHIN for e in result.layers[:[e.layer for e in result.layers].index(expected)]
-                   if e.compared)
+        assert all(
+            e.status == WITHIN for e in result.layers[: [e.layer for e in result.layers].index(expected)] if e.compared
+        )
         if fused:
             result = with_observed(result, compare(kept_executable, kept, reference, [example.numpy()]), fused)
             assert result.first_beyond.layer == layer, (layer, result.summary())
     if pipeline == "unfused":
         bn = by_layer["b1.bn"]
         assert bn.route == "direct" and "1 of the kernel's 3 outputs" in bn.note
-        assert by_layer["attn.qkv"].route == "through data movement" and "element for element" in by_layer[
-            "attn.qkv"].note
+        assert (
+            by_layer["attn.qkv"].route == "through data movement" and "element for element" in by_layer["attn.qkv"].note
+        )
 
 
 def test_every_layer_of_a_tiny_llama_that_a_kernel_writes_is_compared():
@@ -335,9 +349,19 @@ def test_every_layer_of_a_tiny_llama_that_a_kernel_writes_is_compared():
     blocks = [name for name in layers if name.startswith("m.model.layers.") and name.count(".") == 3]
     assert len(blocks) == 2
     for block in blocks:
-        for sub in ("input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn",
-                    "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp",
-                    "mlp.down_proj"):
+        for sub in (
+            "input_layernorm",
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn",
+            "self_attn.o_proj",
+            "post_attention_layernorm",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp",
+            "mlp.down_proj",
+        ):
             assert layers[f"{block}.{sub}"].compared, layers[f"{block}.{sub}"]
         act = layers[f"{block}.mlp.act_fn"]
         assert act.status == FUSED and f"{block}.mlp's output" in act.note
@@ -383,8 +407,18 @@ def test_a_tiny_llama_of_symbolic_length_is_compared_at_another_length():
     layers = {e.layer: e for e in result.layers}
     assert result.first_beyond is None, result.summary()
     for block in ("m.model.layers.0", "m.model.layers.1"):
-        for sub in ("input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                    "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", ""):
+        for sub in (
+            "input_layernorm",
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "post_attention_layernorm",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+            "",
+        ):
             e = layers[f"{block}.{sub}".rstrip(".")]
             assert e.compared and e.shape[:2] == (1, 12), e
     with pytest.raises(RelaytraceError, match="exports to another program than the build was imported from"):

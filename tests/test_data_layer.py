@@ -48,8 +48,14 @@ USE_SAVED = textwrap.dedent("""
 
 def _run(code, *args, cwd=None):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, "-c", BLOCK_TVM + code, *map(str, args)], capture_output=True,
-                          text=True, env=env, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK_TVM + code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def test_saved_lineage_and_profile_are_used_without_tvm(builds, input_data, tmp_path):

@@ -23,9 +23,12 @@ def decoder_fp16():
 
 def _site_of(lineage, entry: str, layer: str, short_op: str) -> int:
     """The position of the one call site of ``entry`` that runs ``layer``'s ``short_op``."""
-    (position,) = [s.position for s in lineage.call_sites if s.key.entry == entry
-                   and any(lineage.origins[o].layer == layer and lineage.origins[o].short_op == short_op
-                           for o in s.origin_ids)]
+    (position,) = [
+        s.position
+        for s in lineage.call_sites
+        if s.key.entry == entry
+        and any(lineage.origins[o].layer == layer and lineage.origins[o].short_op == short_op for o in s.origin_ids)
+    ]
     return position
 
 
@@ -118,8 +121,9 @@ def test_a_prim_value_two_entries_share_has_an_origin_in_each():
         (origin,) = [lineage.origins[o] for o in site.origin_ids]
         assert origin.kind == "inserted" and origin.function == entry and origin.serves == (f"{entry}.y/f",)
         view = lineage.for_entry(entry)
-        named_ops = {o for s in view.call_sites for o in s.origin_ids} | {o for x in view.origins.values()
-                                                                         for o in x.serves}
+        named_ops = {o for s in view.call_sites for o in s.origin_ids} | {
+            o for x in view.origins.values() for o in x.serves
+        }
         assert named_ops <= set(view.origins) and all(view.origins[o].function == entry for o in named_ops)
         report = make_report(lineage, estimated_profile(lineage, named("nvidia-a100-sxm4-80gb"), entry=entry))
         page = html_report(report)

@@ -33,21 +33,28 @@ def _refused(argv, code, words):
     return last
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["profile", TINY, "--target", "bogus", "--out", "o"], "--target 'bogus' is not a TVM target"),
-    (["profile", TINY, "--repeat", "0", "--out", "o"], "--repeat: '0' must be at least 1"),
-    (["profile", TINY, "--collapse", "-1", "--out", "o"], "--collapse: '-1' must be at least 0"),
-    (["tasks", TINY, "--tune", "1"], "--tune needs --db DIR"),
-    (["tasks", TINY, "--tune", "0", "--db", "d"], "--tune: '0' must be at least 1"),
-    (["profile", TINY, "--kernel-timeout", "1", "--out", "o"], "apply to a remote device"),
-    # issue 45: an unset $BOARD profiled here, exit 0; a timeout TVM's thread join overflowed on after the build
-    (["profile", TINY, "--rpc", "", "--out", "o"], "--rpc is given empty (an unset variable?): give HOST:PORT"),
-    (["profile", TINY, "--rpc", "127.0.0.1:9", "--kernel-timeout", "1e300", "--out", "o"],
-     "--kernel-timeout: '1e300' must be at most 86400"),
-    (["profile", TINY, "--input-shape", "x:1x3x16x16", "--input-shape", "x:1x3x8x8", "--out", "o"],
-     "input x is given a shape twice (1x3x16x16 and 1x3x8x8): give each input once"),
-    (["profile", TINY, "--out", ".", "--force"], "--out . is the working directory"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["profile", TINY, "--target", "bogus", "--out", "o"], "--target 'bogus' is not a TVM target"),
+        (["profile", TINY, "--repeat", "0", "--out", "o"], "--repeat: '0' must be at least 1"),
+        (["profile", TINY, "--collapse", "-1", "--out", "o"], "--collapse: '-1' must be at least 0"),
+        (["tasks", TINY, "--tune", "1"], "--tune needs --db DIR"),
+        (["tasks", TINY, "--tune", "0", "--db", "d"], "--tune: '0' must be at least 1"),
+        (["profile", TINY, "--kernel-timeout", "1", "--out", "o"], "apply to a remote device"),
+        # issue 45: an unset $BOARD profiled here, exit 0; a timeout TVM's thread join overflowed on after the build
+        (["profile", TINY, "--rpc", "", "--out", "o"], "--rpc is given empty (an unset variable?): give HOST:PORT"),
+        (
+            ["profile", TINY, "--rpc", "127.0.0.1:9", "--kernel-timeout", "1e300", "--out", "o"],
+            "--kernel-timeout: '1e300' must be at most 86400",
+        ),
+        (
+            ["profile", TINY, "--input-shape", "x:1x3x16x16", "--input-shape", "x:1x3x8x8", "--out", "o"],
+            "input x is given a shape twice (1x3x16x16 and 1x3x8x8): give each input once",
+        ),
+        (["profile", TINY, "--out", ".", "--force"], "--out . is the working directory"),
+    ],
+)
 def test_bad_options_are_refused_before_any_work(argv, words, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli(argv)  # progress on: a build would say "building"
@@ -79,28 +86,48 @@ def _edit(name, edit):
         data = json.loads(raw)
         edit(data)
         return data
+
     return name, change
 
 
-@pytest.mark.parametrize("name, change, words", [
-    ("lineage.json", lambda raw: bytes(range(256)), "is not a UTF-8 text file"),
-    ("lineage.json", lambda raw: raw.decode().encode("utf-16"), "is not a UTF-8 text file"),
-    ("profile.json", lambda raw: raw[: len(raw) // 2], "is not valid JSON"),
-    *[(n, c, w) for (n, c), w in [
-        (_edit("lineage.json", lambda d: d.__setitem__("kernels", [])), "lineage.json: kernels must be an object"),
-        (_edit("lineage.json", lambda d: d["origins"][0].__setitem__("index", "three")),
-         "origins[0].index must be an integer, not a string 'three'"),
-        (_edit("lineage.json",
-               lambda d: next(iter(d["kernels"].values()))[0]["roles"][0].__setitem__("origin", "nope")),
-         "names origin 'nope', which the lineage does not have"),
-        (_edit("lineage.json", lambda d: d["verification"]["sites"][0].__setitem__("status", "fine")),
-         "sites[0].status must be one of verified, suspect, unverified, not a string 'fine'"),
-        (_edit("profile.json", lambda d: d["records"][0].__setitem__(4, "12")),
-         "records[0].duration_us must be a finite number, not a string '12'"),
-        (_edit("profile.json", lambda d: d["records"][0].__setitem__(4, 1e308)), "records[0] is out of range"),
-        (_edit("profile.json", lambda d: d.__setitem__("records", {})), "records must be a list"),
-    ]],
-])
+@pytest.mark.parametrize(
+    "name, change, words",
+    [
+        ("lineage.json", lambda raw: bytes(range(256)), "is not a UTF-8 text file"),
+        ("lineage.json", lambda raw: raw.decode().encode("utf-16"), "is not a UTF-8 text file"),
+        ("profile.json", lambda raw: raw[: len(raw) // 2], "is not valid JSON"),
+        *[
+            (n, c, w)
+            for (n, c), w in [
+                (
+                    _edit("lineage.json", lambda d: d.__setitem__("kernels", [])),
+                    "lineage.json: kernels must be an object",
+                ),
+                (
+                    _edit("lineage.json", lambda d: d["origins"][0].__setitem__("index", "three")),
+                    "origins[0].index must be an integer, not a string 'three'",
+                ),
+                (
+                    _edit(
+                        "lineage.json",
+                        lambda d: next(iter(d["kernels"].values()))[0]["roles"][0].__setitem__("origin", "nope"),
+                    ),
+                    "names origin 'nope', which the lineage does not have",
+                ),
+                (
+                    _edit("lineage.json", lambda d: d["verification"]["sites"][0].__setitem__("status", "fine")),
+                    "sites[0].status must be one of verified, suspect, unverified, not a string 'fine'",
+                ),
+                (
+                    _edit("profile.json", lambda d: d["records"][0].__setitem__(4, "12")),
+                    "records[0].duration_us must be a finite number, not a string '12'",
+                ),
+                (_edit("profile.json", lambda d: d["records"][0].__setitem__(4, 1e308)), "records[0] is out of range"),
+                (_edit("profile.json", lambda d: d.__setitem__("records", {})), "records must be a list"),
+            ]
+        ],
+    ],
+)
 def test_corrupt_artifacts_are_one_line_errors_naming_file_and_field(out_dir, tmp_path, name, change, words):
     case = _corrupt(out_dir, tmp_path, name, change)
     before = sorted(p.name for p in case.iterdir())
@@ -125,8 +152,10 @@ def test_contradictory_files_are_refused_by_every_command_that_reads_them(out_di
 
 def test_memory_of_two_different_models_is_refused(out_dir, tmp_path):
     other = tmp_path / "other"
-    assert run_cli(["--quiet", "profile", f"{FIXTURES / 'tiny_model.py'}:make_other", "--repeat", "1",
-                    "--out", other])[0] == 0
+    assert (
+        run_cli(["--quiet", "profile", f"{FIXTURES / 'tiny_model.py'}:make_other", "--repeat", "1", "--out", other])[0]
+        == 0
+    )
     _refused(["memory", out_dir, other], 1, "memory compares two builds of one model")
 
 
@@ -145,8 +174,13 @@ def test_a_directory_where_a_file_belongs_is_named(out_dir, tmp_path):
 def test_output_piped_into_head_is_not_an_error(out_dir):
     """``relaytrace query ... | head -1``: the reader goes away; no BrokenPipeError."""
     reader = subprocess.Popen(["head", "-c", "1"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    done = subprocess.run([sys.executable, "-m", "relaytrace.cli", "query", str(out_dir / "lineage.json"),
-                           "--history", "conv1"], stdout=reader.stdin, stderr=subprocess.PIPE, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "relaytrace.cli", "query", str(out_dir / "lineage.json"), "--history", "conv1"],
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+    )
     reader.stdin.close()
     reader.wait(timeout=30)
     assert done.returncode == 0 and "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr
@@ -155,9 +189,12 @@ def test_output_piped_into_head_is_not_an_error(out_dir):
 def test_ctrl_c_during_the_build_exits_130_with_one_line(tmp_path):
     """Ctrl-C while TVM runs its passes (zoo ResNet-18's build takes seconds; the
     signal is sent a second after the build starts)."""
-    proc = subprocess.Popen([sys.executable, "-m", "relaytrace.cli", "demo", "--model", "resnet18",
-                             "--out", str(tmp_path / "d")],
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "relaytrace.cli", "demo", "--model", "resnet18", "--out", str(tmp_path / "d")],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+    )
     deadline = time.time() + 120
     seen = ""
     while time.time() < deadline and "building" not in seen:
@@ -173,15 +210,22 @@ def test_ctrl_c_during_the_build_exits_130_with_one_line(tmp_path):
 
 def _factory(tmp_path, name: str, body: str) -> str:
     """A model file whose factory runs ``body`` first, then returns the tiny model."""
-    (tmp_path / f"{name}.py").write_text(f"import atexit, threading, time\nfrom tests.fixtures.tiny_model import make "
-                                         f"as tiny\ndef make():\n    {body}\n    return tiny()\n")
+    (tmp_path / f"{name}.py").write_text(
+        f"import atexit, threading, time\nfrom tests.fixtures.tiny_model import make "
+        f"as tiny\ndef make():\n    {body}\n    return tiny()\n"
+    )
     return f"{tmp_path / name}.py:make"
 
 
 def _relaytrace(*args, cwd=None):
-    return subprocess.Popen([sys.executable, "-m", "relaytrace.cli", "--quiet", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=cwd,
-                            env=dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=str(FIXTURES.parent.parent)))
+    return subprocess.Popen(
+        [sys.executable, "-m", "relaytrace.cli", "--quiet", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=str(FIXTURES.parent.parent)),
+    )
 
 
 def test_a_thread_the_factory_leaves_running_is_waited_for_then_said_and_left(tmp_path):
@@ -191,8 +235,9 @@ def test_a_thread_the_factory_leaves_running_is_waited_for_then_said_and_left(tm
     proc = _relaytrace("profile", model, "--repeat", "1", "--out", str(tmp_path / "run"))
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    assert err.strip().splitlines()[-1] == ("relaytrace: the model's code left 1 thread(s) running (poller): "
-                                            "exiting without them")
+    assert err.strip().splitlines()[-1] == (
+        "relaytrace: the model's code left 1 thread(s) running (poller): exiting without them"
+    )
     assert (tmp_path / "run" / "report.html").is_file()
 
 
@@ -265,6 +310,7 @@ def test_build_keeps_the_callers_pass_context():
 
 # -- the legacy parsers --------------------------------------------------------------
 
+
 def _legacy(tmp_path, text, *flags):
     paste = tmp_path / "paste.txt"
     paste.write_text(text)
@@ -277,7 +323,7 @@ def _report_block(text):
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if "Duration (us)" in line)
     end = next(i for i in range(start, len(lines)) if lines[i].strip().startswith("Total"))
-    return lines[start:end + 1]
+    return lines[start : end + 1]
 
 
 def test_legacy_tables_as_forums_mangle_them(tmp_path):
@@ -286,8 +332,9 @@ def test_legacy_tables_as_forums_mangle_them(tmp_path):
     kernels = _legacy(tmp_path, "\n".join(block), "--report")[1].split(" kernels, ")[0].rsplit("(table, ")[1]
     code, out = _legacy(tmp_path, "\n".join(block[:1]), "--report")  # header only: no division by zero
     assert code == 0 and "n/a (total is 0)" in out
-    code, out = _legacy(tmp_path, " ".join(block[0].split()) + "\n" + "\n".join(" ".join(r.split()) for r in rows),
-                        "--report")  # runs of spaces collapsed
+    code, out = _legacy(
+        tmp_path, " ".join(block[0].split()) + "\n" + "\n".join(" ".join(r.split()) for r in rows), "--report"
+    )  # runs of spaces collapsed
     assert code == 0 and "separated by single spaces" in out
     gap = block[:3] + [""] + block[3:]  # a blank line inside the table
     code, out = _legacy(tmp_path, "\n".join(gap), "--report")
@@ -301,8 +348,10 @@ def test_legacy_tables_as_forums_mangle_them(tmp_path):
 
 
 def test_legacy_tuning_logs_with_wrong_types_are_listed_not_crashed(tmp_path):
-    record = {"i": ["llvm", 7, [["TENSOR", [1, 3, 224, 224], "float32"], ["TENSOR", [64, 3, 7, 7], "float32"]]],
-              "r": [["0.1"], 0]}
+    record = {
+        "i": ["llvm", 7, [["TENSOR", [1, 3, 224, 224], "float32"], ["TENSOR", [64, 3, 7, 7], "float32"]]],
+        "r": [["0.1"], 0],
+    }
     code, out = _legacy(tmp_path, json.dumps(record), "--autotvm-log")
     assert code == 0 and "record without the expected fields" in out
 
@@ -325,7 +374,7 @@ def test_tasks_dir_rebuilds_as_the_directory_was_made(out_dir, tmp_path):
     _refused(["tasks", case], 1, "run.json: target must be a string")
 
 
-FACTORIES = '''
+FACTORIES = """
 import torch
 def raises():
     raise RuntimeError("my factory broke")
@@ -341,16 +390,19 @@ class NonZero(torch.nn.Module):
         return torch.nonzero(x)
 def nonzero():
     return NonZero(), torch.randn(4, 4)
-'''
+"""
 
 
-@pytest.mark.parametrize("factory, words", [
-    ("raises", "facs.py:raises() raised RuntimeError: my factory broke"),
-    ("stops", "facs.py:stops() raised Stop: not an Exception"),  # issue 45: "an unexpected Stop"
-    ("needs", "facs.py:needs takes arguments; relaytrace calls the factory with none"),
-    ("notcallable", "facs.py:notcallable is of type int, not a function returning (model, inputs)"),
-    ("nonzero", "TVM's torch importer could not import nonzero (NonZero)"),  # the model: its factory
-])
+@pytest.mark.parametrize(
+    "factory, words",
+    [
+        ("raises", "facs.py:raises() raised RuntimeError: my factory broke"),
+        ("stops", "facs.py:stops() raised Stop: not an Exception"),  # issue 45: "an unexpected Stop"
+        ("needs", "facs.py:needs takes arguments; relaytrace calls the factory with none"),
+        ("notcallable", "facs.py:notcallable is of type int, not a function returning (model, inputs)"),
+        ("nonzero", "TVM's torch importer could not import nonzero (NonZero)"),  # the model: its factory
+    ],
+)
 def test_a_users_factory_that_fails_is_said_as_its_own(factory, words, tmp_path):
     (tmp_path / "facs.py").write_text(FACTORIES)
     _refused(["--quiet", "profile", f"{tmp_path / 'facs.py'}:{factory}", "--out", tmp_path / "out"], 1, words)
@@ -370,8 +422,9 @@ def test_one_slow_run_does_not_move_a_sites_figure_and_is_said(out_dir, tmp_path
     steady = attrs.evolve(steady, e2e_us=(steady.timed_run_us,) * 3)  # untimed runs as long as the timed ones
     site = steady.key(records[0])
     later = [attrs.evolve(r, start_us=r.start_us + 4000) if r.run == 0 else r for r in records[1:]]  # pushed on
-    hiccup = attrs.evolve(steady, records=(attrs.evolve(records[0], duration_us=records[0].duration_us + 4000),)
-                          + tuple(later))
+    hiccup = attrs.evolve(
+        steady, records=(attrs.evolve(records[0], duration_us=records[0].duration_us + 4000),) + tuple(later)
+    )
     assert hiccup.by_site()[site] == steady.by_site()[site]
     assert hiccup.site_times()[site].max_us == records[0].duration_us + 4000
     assert not steady.warnings()
@@ -386,8 +439,9 @@ def test_one_slow_run_does_not_move_a_sites_figure_and_is_said(out_dir, tmp_path
     assert 0 < steady.calls_per_run_us <= steady.timed_run_us  # a run's calls lie inside its wall time
     saved = Profile.load(hiccup.save(tmp_path / "p.json"))
     assert saved.by_site() == hiccup.by_site()
-    assert json.loads((tmp_path / "p.json").read_text())["site_times"][site.in_entry][2] == \
-        records[0].duration_us + 4000
+    assert (
+        json.loads((tmp_path / "p.json").read_text())["site_times"][site.in_entry][2] == records[0].duration_us + 4000
+    )
 
 
 def test_a_reference_csv_saved_by_excel_is_read(out_dir, tmp_path):
@@ -412,7 +466,8 @@ def test_a_factory_that_changes_directory_moves_no_relative_path(tmp_path, monke
     elsewhere.mkdir()
     (tmp_path / "moving.py").write_text(
         f"import os\nfrom tests.fixtures.tiny_model import make as tiny\n"
-        f"def make():\n    os.chdir({str(elsewhere)!r})\n    return tiny()\n")
+        f"def make():\n    os.chdir({str(elsewhere)!r})\n    return tiny()\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(Path(__file__).parent.parent))
     code, _, err = run_cli(["--quiet", "profile", "moving.py:make", "--repeat", "1", "--out", "run"])
@@ -469,7 +524,6 @@ def test_legacy_out_on_a_full_disk_or_through_a_link_writes_nothing_and_names_th
     assert code == 1 and "is a symbolic link" in err and not any(target.iterdir())
 
 
-
 def test_legacy_out_force_never_replaces_another_commands_outputs(tiny_out, tmp_path):
     """A profile's output directory holds only relaytrace's files, and --force replaces
     a directory whole: legacy --out DIR --force deleted the profile for one JSON file."""
@@ -479,8 +533,7 @@ def test_legacy_out_force_never_replaces_another_commands_outputs(tiny_out, tmp_
     run = tmp_path / "run"
     shutil.copytree(tiny_out, run)
     before = {p.name: p.read_bytes() for p in run.iterdir()}
-    _refused(["--quiet", "legacy", "--report", seed, "--out", run, "--force"], 1,
-             "holds the outputs of another run")
+    _refused(["--quiet", "legacy", "--report", seed, "--out", run, "--force"], 1, "holds the outputs of another run")
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before
 
 
@@ -502,8 +555,9 @@ def test_profiling_a_lineage_of_trace_without_a_target_and_an_out_two_levels_dow
     with relaytrace.trace() as traced:
         executable = tvm.compile(TwoEntries, "llvm")
     assert '"kind":"llvm"' in traced.lineage.build.target
-    prof = relaytrace.profile(executable, traced.lineage, [np.zeros((3, 64), "float32"), np.zeros((64, 64), "float32")],
-                              repeat=1)
+    prof = relaytrace.profile(
+        executable, traced.lineage, [np.zeros((3, 64), "float32"), np.zeros((64, 64), "float32")], repeat=1
+    )
     assert prof.kernel_us > 0
     code, _, err = run_cli(["--quiet", "profile", TINY, "--repeat", "1", "--out", tmp_path / "a" / "b" / "run"])
     assert code == 0 and (tmp_path / "a" / "b" / "run" / "lineage.json").is_file(), err
@@ -514,21 +568,29 @@ def test_an_onnx_input_is_found_by_its_onnx_name_and_by_the_name_tvm_gave_it(tmp
     import onnx
     from onnx import TensorProto, helper
 
-    graph = helper.make_graph([helper.make_node("Relu", ["input.1"], ["out"], name="relu")], "g",
-                              [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["n", 4])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["n", 4])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["input.1"], ["out"], name="relu")],
+        "g",
+        [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["n", 4])],
+    )
     model = tmp_path / "relu.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
     for name in ("input.1", "input_1"):
-        code, out, err = run_cli(["--quiet", "profile", model, "--input-shape", f"{name}:2x4", "--repeat", "1",
-                                  "--out", tmp_path / name])
+        code, out, err = run_cli(
+            ["--quiet", "profile", model, "--input-shape", f"{name}:2x4", "--repeat", "1", "--out", tmp_path / name]
+        )
         assert code == 0, err
         assert json.loads((tmp_path / name / "profile.json").read_text())["inputs"][0][1] == [2, 4]
-    _refused(["profile", model, "--input-shape", "input-2:2x4", "--out", tmp_path / "x"], 2,
-             "has no input named input-2; its inputs are input.1")
+    _refused(
+        ["profile", model, "--input-shape", "input-2:2x4", "--out", tmp_path / "x"],
+        2,
+        "has no input named input-2; its inputs are input.1",
+    )
     _refused(["profile", model, "--dtype", "float16", "--out", tmp_path / "x"], 2, "give the shapes too")
-    code, out, err = run_cli(["--quiet", "estimate", model, "--input-shape", "input.1:2x4",
-                              "--device", "nvidia-a100-sxm4-80gb"])
+    code, out, err = run_cli(
+        ["--quiet", "estimate", model, "--input-shape", "input.1:2x4", "--device", "nvidia-a100-sxm4-80gb"]
+    )
     assert code == 0 and "relu" in out, err  # estimate said "has no input 'input.1': its inputs are input_1"
     assert "Renaming name" not in err
 
@@ -541,23 +603,46 @@ def test_an_onnx_inputs_fixed_and_zero_dims_are_said_before_tvm_imports(tmp_path
     from onnx import TensorProto, helper
 
     def model(dims):
-        graph = helper.make_graph([helper.make_node("Relu", ["input.1"], ["out"], name="relu")], "g",
-                                  [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, dims)],
-                                  [helper.make_tensor_value_info("out", TensorProto.FLOAT, dims)])
+        graph = helper.make_graph(
+            [helper.make_node("Relu", ["input.1"], ["out"], name="relu")],
+            "g",
+            [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, dims)],
+            [helper.make_tensor_value_info("out", TensorProto.FLOAT, dims)],
+        )
         path = tmp_path / f"{'x'.join(map(str, dims))}.onnx"
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
         return path
 
-    _refused(["profile", model([2, 4]), "--input-shape", "input.1:3x4", "--out", tmp_path / "x"], 2,
-             "input input.1 of ONNX model 2x4 fixes dim 0 at 2 (2x4); the shape given has 3: size only its symbolic "
-             "dims, or export the model with that dim dynamic")
-    _refused(["profile", model([0, 4]), "--out", tmp_path / "x"], 2,
-             "input input.1 of ONNX model 0x4 declares a dim of 0 (0x4: an unknown size to TVM, not an empty "
-             "tensor): give its size, e.g. --input-shape input.1:1x4")
-    _refused(["profile", model([0, 4]), "--input-shape", "input.1:0x4", "--out", tmp_path / "x"], 2,
-             "has a dim of 0: an empty tensor runs no kernel worth profiling")
-    code, _, err = run_cli(["--quiet", "profile", model([0, 4]), "--input-shape", "input.1:3x4", "--repeat", "1",
-                            "--out", tmp_path / "zero"])
+    _refused(
+        ["profile", model([2, 4]), "--input-shape", "input.1:3x4", "--out", tmp_path / "x"],
+        2,
+        "input input.1 of ONNX model 2x4 fixes dim 0 at 2 (2x4); the shape given has 3: size only its symbolic "
+        "dims, or export the model with that dim dynamic",
+    )
+    _refused(
+        ["profile", model([0, 4]), "--out", tmp_path / "x"],
+        2,
+        "input input.1 of ONNX model 0x4 declares a dim of 0 (0x4: an unknown size to TVM, not an empty "
+        "tensor): give its size, e.g. --input-shape input.1:1x4",
+    )
+    _refused(
+        ["profile", model([0, 4]), "--input-shape", "input.1:0x4", "--out", tmp_path / "x"],
+        2,
+        "has a dim of 0: an empty tensor runs no kernel worth profiling",
+    )
+    code, _, err = run_cli(
+        [
+            "--quiet",
+            "profile",
+            model([0, 4]),
+            "--input-shape",
+            "input.1:3x4",
+            "--repeat",
+            "1",
+            "--out",
+            tmp_path / "zero",
+        ]
+    )
     assert code == 0 and json.loads((tmp_path / "zero" / "profile.json").read_text())["inputs"][0][1] == [3, 4], err
 
 
@@ -568,10 +653,12 @@ def test_pass_progress_counts_in_place_on_a_terminal_and_stays_out_of_a_log(tmp_
         master = slave = None
         if to_terminal:
             master, slave = pty.openpty()
-        proc = subprocess.Popen([sys.executable, "-m", "relaytrace.cli", "profile", TINY, "--repeat", "1",
-                                 "--out", str(out)], stdout=subprocess.DEVNULL,
-                                stderr=slave if to_terminal else subprocess.PIPE,
-                                env=dict(os.environ, PYTHONWARNINGS="ignore"))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "relaytrace.cli", "profile", TINY, "--repeat", "1", "--out", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=slave if to_terminal else subprocess.PIPE,
+            env=dict(os.environ, PYTHONWARNINGS="ignore"),
+        )
         if not to_terminal:
             return proc.communicate(timeout=300)[1].decode()
         os.close(slave)
@@ -602,12 +689,18 @@ def test_render_without_out_writes_beside_the_outputs_under_its_own_names(tiny_o
     case = tmp_path / "run"
     subprocess.run(["cp", "-r", str(tiny_out), str(case)], check=True)
     before = {p.name: p.read_bytes() for p in case.iterdir()}
-    for argv in (["render", case], ["render", case, "--format", "html"], ["render", case, "--graph", "kernels",
-                                                                         "--format", "dot"]):
+    for argv in (
+        ["render", case],
+        ["render", case, "--format", "html"],
+        ["render", case, "--graph", "kernels", "--format", "dot"],
+    ):
         code, out, err = run_cli(argv)
         assert code == 0, err
-    assert {p.name for p in case.iterdir()} - set(before) == {"rendered-layers.svg", "rendered-report.html",
-                                                              "rendered-kernels.dot"}
+    assert {p.name for p in case.iterdir()} - set(before) == {
+        "rendered-layers.svg",
+        "rendered-report.html",
+        "rendered-kernels.dot",
+    }
     assert all((case / name).read_bytes() == data for name, data in before.items())
     code, _, err = run_cli(["--quiet", "profile", TINY, "--repeat", "1", "--out", case, "--force"])
     assert code == 0, err
@@ -651,11 +744,14 @@ def test_tvms_own_codegen_failure_names_the_primfunc_its_layer_and_plain_tvm_com
     plain tvm.compile fails the same way (run again to know)."""
     (tmp_path / "counted.py").write_text(BOOL_CUMSUM)
     line = 1 + BOOL_CUMSUM.splitlines().index("        return self.fc(x) + torch.cumsum(x > 0, dim=-1)")
-    last = _refused(["--quiet", "profile", f"{tmp_path / 'counted.py'}:make", "--out", tmp_path / "out"], 1,
-                    "relaytrace: error: TVM's code generation failed on PrimFunc cumsum, which holds ops of layer "
-                    f"add (made at {tmp_path / 'counted.py'}:{line}): InternalError: Check failed: "
-                    "(t.MatchesCode(DLDataTypeCode::kDLFloat)); a known TVM limitation: LLVM cannot compile a cumsum "
-                    "over booleans; to build: cast them to int32 before the cumsum; ")
+    last = _refused(
+        ["--quiet", "profile", f"{tmp_path / 'counted.py'}:make", "--out", tmp_path / "out"],
+        1,
+        "relaytrace: error: TVM's code generation failed on PrimFunc cumsum, which holds ops of layer "
+        f"add (made at {tmp_path / 'counted.py'}:{line}): InternalError: Check failed: "
+        "(t.MatchesCode(DLDataTypeCode::kDLFloat)); a known TVM limitation: LLVM cannot compile a cumsum "
+        "over booleans; to build: cast them to int32 before the cumsum; ",
+    )
     assert last.endswith("; plain tvm.compile fails the same way: TVM's own failure, not relaytrace's")
     assert "fc" not in last.split("failed on")[1].split(":")[0]  # the Linear's kernel builds
     assert not (tmp_path / "out").exists()
@@ -682,10 +778,13 @@ def test_an_op_left_unlowered_is_named_with_its_layer_its_line_and_the_way_out()
     assert (failure.unlowered, failure.layers, failure.sources) == (("conv2d_transpose",), ("up",), (made,))
     assert str(caught.value).startswith(
         f"TVM's code generation failed on op conv2d_transpose, left unlowered, which holds ops of layer up (made at "
-        f"{made}): InternalError: CodeGenVM cannot emit this Relax operator directly.")
-    assert ("; a known TVM limitation: LegalizeOps does not lower conv2d_transpose in NHWC and leaves it to the VM; "
-            "to build: leave the layout NCHW (build without --layout NHWC); plain tvm.compile fails the same way"
-            in str(caught.value))
+        f"{made}): InternalError: CodeGenVM cannot emit this Relax operator directly."
+    )
+    assert (
+        "; a known TVM limitation: LegalizeOps does not lower conv2d_transpose in NHWC and leaves it to the VM; "
+        "to build: leave the layout NCHW (build without --layout NHWC); plain tvm.compile fails the same way"
+        in str(caught.value)
+    )
     relaytrace.build(from_torch(module, (example,)), "llvm")  # the way out: NCHW builds
 
 
@@ -737,10 +836,12 @@ def test_tvms_own_pass_failure_names_the_pass_and_the_api_keeps_tvms_error():
     failure = caught.value.failure
     assert failure.step == "pass DispatchSortScan" and failure.plain == "same"
     assert isinstance(caught.value.__cause__, ValueError)
-    assert str(caught.value) == ("TVM's pass DispatchSortScan failed (TVM does not say on which op): ValueError: "
-                                 "non-symbolic shape is not supported for now; plain tvm.compile fails the same way: "
-                                 "TVM's own failure, not relaytrace's (change the model around it, or report it to "
-                                 "TVM)")
+    assert str(caught.value) == (
+        "TVM's pass DispatchSortScan failed (TVM does not say on which op): ValueError: "
+        "non-symbolic shape is not supported for now; plain tvm.compile fails the same way: "
+        "TVM's own failure, not relaytrace's (change the model around it, or report it to "
+        "TVM)"
+    )
     with pytest.raises(ValueError, match="non-symbolic shape"):  # plain tvm.compile: the same failure
         tvm.compile(OpenShape, "llvm", relax_pipeline=relax.get_default_pipeline(tvm.target.Target("llvm")))
 
@@ -757,8 +858,11 @@ def test_a_progress_callback_that_raises_is_said_as_its_own():
         if count == 3:
             raise ValueError("enough")
 
-    with pytest.raises(RelaytraceError, match=r"^the progress callback .*impatient raised ValueError: enough "
-                                              r"\(the build stopped after pass 3\)$") as caught:
+    with pytest.raises(
+        RelaytraceError,
+        match=r"^the progress callback .*impatient raised ValueError: enough "
+        r"\(the build stopped after pass 3\)$",
+    ) as caught:
         relaytrace.build(TwoEntries, "llvm", progress=impatient)
     assert not isinstance(caught.value, BuildFailedError) and isinstance(caught.value.__cause__, ValueError)
     with pytest.raises(RelaytraceError, match="progress callback .*impatient raised ValueError"):
@@ -774,25 +878,31 @@ def _api_calls(lineage, profile):
     kernel = lineage.call_sites[0].kernel
     return {
         r"build\(convert_layout=\) must be a mapping of op to layouts": lambda: relaytrace.build(
-            TwoEntries, convert_layout="NHWC"),
+            TwoEntries, convert_layout="NHWC"
+        ),
         r"build\(opt_level=\) must be a whole number from 0 to 4, not str '3'": lambda: relaytrace.build(
-            TwoEntries, opt_level="3"),
+            TwoEntries, opt_level="3"
+        ),
         "progress must be a function": lambda: relaytrace.build(TwoEntries, progress=5),
         "profile's executable must be the executable relaytrace.build returned, not NoneType": lambda: (
-            relaytrace.profile(None, lineage, [])),
+            relaytrace.profile(None, lineage, [])
+        ),
         r"profile\(remote=\) must be relaytrace.RemoteDevice\(rpc='HOST:PORT'\), not str 'host:9'": lambda: (
-            relaytrace.profile(None, lineage, [], remote="host:9")),
+            relaytrace.profile(None, lineage, [], remote="host:9")
+        ),
         r"profile\(progress=\) must be a function": lambda: relaytrace.profile(None, lineage, [], progress=5),
         r"profile\(warmup=\) must be a whole number from 0, not -1": lambda: relaytrace.profile(
-            None, lineage, [], warmup=-1),
+            None, lineage, [], warmup=-1
+        ),
         "make_report's profile must be a Profile": lambda: make_report(lineage, None),
         "make_report's lineage must be a Lineage": lambda: make_report(profile, profile),
         "the kernel must be a kernel's name": lambda: lineage.origins_of(None),
         r"site\(call=\) must be a whole number from 0, not str '0'": lambda: lineage.site(kernel, call="0"),
         "the layer or origin must be": lambda: lineage.kernels_of(3),
         r"RemoteDevice\(rpc=\) must be 'HOST:PORT', not int 12345": lambda: relaytrace.RemoteDevice(rpc=12345),
-        r"RemoteDevice\(wait_s=\) must be a number above 0 and at most 86400, not -1": lambda: (
-            relaytrace.RemoteDevice(rpc="host:9", wait_s=-1)),
+        r"RemoteDevice\(wait_s=\) must be a number above 0 and at most 86400, not -1": lambda: relaytrace.RemoteDevice(
+            rpc="host:9", wait_s=-1
+        ),
     }
 
 

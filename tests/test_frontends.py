@@ -29,8 +29,7 @@ def _check_model(name, frontend, tmp_path):
         imported = from_onnx(export_torch_to_onnx(module, (example,), tmp_path / f"{name}.onnx"))
     builds = {
         label: relaytrace.build(imported, "llvm", pipeline=pipe, convert_layout=layout)
-        for label, pipe, layout in (("fused", "fused", None), ("unfused", "unfused", None),
-                                    ("nhwc", "fused", NHWC))
+        for label, pipe, layout in (("fused", "fused", None), ("unfused", "unfused", None), ("nhwc", "fused", NHWC))
     }
     executable, lineage = builds["fused"]
     out = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(example.numpy())).numpy()
@@ -47,8 +46,7 @@ def _check_model(name, frontend, tmp_path):
         in_kernels = {lineage.origins[o].layer for s in lineage.call_sites for o in s.origin_ids}
         for leaf in expected:
             assert leaf in layers, leaf
-            assert leaf in in_kernels or any(
-                lineage.origins[o].layer == leaf for o in lineage.eliminated()), leaf
+            assert leaf in in_kernels or any(lineage.origins[o].layer == leaf for o in lineage.eliminated()), leaf
     else:
         # torch.onnx folds BatchNorm into the convolutions before TVM sees the model
         expected = _param_leaves(module, (torch.nn.Conv2d, torch.nn.Linear))
@@ -95,17 +93,20 @@ def test_torch_and_onnx_layer_names_correspond(tmp_path):
     assert "layer1.0.relu@1" in mapped and "layer1.0" in mapped
 
 
-@pytest.mark.parametrize("onnx_name, known, torch_name", [
-    ("/layer1/layer1.0/conv1/Conv", None, "layer1.0.conv1"),
-    ("/layer2/layer2.0/downsample/downsample.0/Conv", None, "layer2.0.downsample.0"),
-    ("/layer1/layer1.0/relu_1/Relu", {"layer1.0.relu"}, "layer1.0.relu@1"),
-    ("/layer1/layer1.0/relu_1/Relu", None, "layer1.0.relu_1"),  # nothing says relu_1 is relu again
-    ("/conv_2/Conv", {"conv_1", "conv_2"}, "conv_2"),
-    ("/features/features.2/conv/conv.0/conv.0.0/Conv", None, "features.2.conv.0.0"),
-    ("/classifier/classifier.6/Gemm", None, "classifier.6"),
-    ("/c@1/Relu", None, "c@1@0"),  # a module named c@1, not c's second call
-    ("/Flatten", None, "Flatten"),
-])
+@pytest.mark.parametrize(
+    "onnx_name, known, torch_name",
+    [
+        ("/layer1/layer1.0/conv1/Conv", None, "layer1.0.conv1"),
+        ("/layer2/layer2.0/downsample/downsample.0/Conv", None, "layer2.0.downsample.0"),
+        ("/layer1/layer1.0/relu_1/Relu", {"layer1.0.relu"}, "layer1.0.relu@1"),
+        ("/layer1/layer1.0/relu_1/Relu", None, "layer1.0.relu_1"),  # nothing says relu_1 is relu again
+        ("/conv_2/Conv", {"conv_1", "conv_2"}, "conv_2"),
+        ("/features/features.2/conv/conv.0/conv.0.0/Conv", None, "features.2.conv.0.0"),
+        ("/classifier/classifier.6/Gemm", None, "classifier.6"),
+        ("/c@1/Relu", None, "c@1@0"),  # a module named c@1, not c's second call
+        ("/Flatten", None, "Flatten"),
+    ],
+)
 def test_onnx_to_torch_name_rule(onnx_name, known, torch_name):
     assert torch_layer_name(onnx_name, known=known) == torch_name
 
@@ -289,8 +290,9 @@ def test_onnx_export_keeps_a_dim_symbolic(tmp_path):
             return torch.relu(self.fc(x))
 
     example = (torch.randn(1, 5, 8),)
-    path = export_torch_to_onnx(Net(), example, tmp_path / "net.onnx",
-                                dynamic_shapes={"x": {1: torch.export.Dim("seq")}})
+    path = export_torch_to_onnx(
+        Net(), example, tmp_path / "net.onnx", dynamic_shapes={"x": {1: torch.export.Dim("seq")}}
+    )
     script = from_onnx(path).mod["main"].script()
     assert 'x: R.Tensor((1, seq, 8), dtype="float32")' in script
     with pytest.raises(UsageError, match="forward does not take.*its inputs: x"):

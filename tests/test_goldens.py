@@ -29,8 +29,12 @@ def test_lineage_equals_its_golden_and_verifies(name, tmp_path, request):
     for frontend, pipeline, lineage in _builds(name, tmp_path, request):
         where = f"{name} {frontend} {pipeline}"
         cov = lineage.coverage()
-        assert lineage.verification.ok and cov.complete and not cov.unverified, \
-            (where, lineage.verification.summary(), cov.suspect[:3], cov.unverified[:3])
+        assert lineage.verification.ok and cov.complete and not cov.unverified, (
+            where,
+            lineage.verification.summary(),
+            cov.suspect[:3],
+            cov.unverified[:3],
+        )
         assert differences(golden(name, frontend, pipeline), lineage) == [], where
         seen += 1
     assert seen == (3 if name in RELAX else 6)
@@ -58,7 +62,9 @@ def test_a_build_with_every_primfunc_renumbered_equals_its_golden_and_one_moved_
     first, second = lineage.call_sites[3], lineage.call_sites[5]
     moved = move_origin(lineage, first.anchor, second)
     assert [line.split(":")[0] for line in differences(want, moved)] == [
-        f"site at position {first.position}", f"site at position {second.position}"]
+        f"site at position {first.position}",
+        f"site at position {second.position}",
+    ]
     edited = copy.deepcopy(want)
     edited["sites"][3]["roles"][0]["layer"] = "layer9_conv1_conv"
     assert [line.split(":")[0] for line in differences(edited, lineage)] == [f"site at position {first.position}"]

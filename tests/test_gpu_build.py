@@ -39,8 +39,9 @@ def test_an_estimate_of_a_cuda_build_counts_the_work_of_the_cpu_build():
         pytest.skip(f"cuda code generation cannot run here: {type(exc).__name__}: {str(exc)[:200]}")
     _, cpu = relaytrace.build(from_torch(module, (example,), name="resnet18"), "llvm")
     a100 = named("nvidia-a100-sxm4-80gb")
-    reports = {name: make_report(lineage, estimated_profile(lineage, a100)) for name, lineage in
-               (("cuda", gpu), ("llvm", cpu))}
+    reports = {
+        name: make_report(lineage, estimated_profile(lineage, a100)) for name, lineage in (("cuda", gpu), ("llvm", cpu))
+    }
     flops = {name: sum(r.flops for r in report.roofline.sites.values()) for name, report in reports.items()}
     assert flops["cuda"] == flops["llvm"] == pytest.approx(3.64e9 * (64 / 224) ** 2, rel=0.01)  # its 3.64 GFLOP at 224
     roof = reports["cuda"].roofline
@@ -75,6 +76,12 @@ def test_an_mlc_style_llm_built_for_cuda_is_traced_and_its_decode_estimated_at_a
     decode = next(k for k in cache.kernels if kernel_role(cache, k) == PAGED_DECODE)
     assert "decode" in decode and "cpu" not in decode  # the GPU kernel, not the CPU one
     a100 = named("nvidia-a100-sxm4-80gb")
-    bound = {context: sum(r.duration_us for r in estimated_profile(lineage, a100, "decode", context=context).records
-                          if r.name == decode) for context in (512, 4096)}
+    bound = {
+        context: sum(
+            r.duration_us
+            for r in estimated_profile(lineage, a100, "decode", context=context).records
+            if r.name == decode
+        )
+        for context in (512, 4096)
+    }
     assert bound[512] > 0 and 7 < bound[4096] / bound[512] < 8.1  # 4097 against 513 keys and values

@@ -69,8 +69,13 @@ def _hostile_onnx():
         inits.append(helper.make_tensor(f"c{i}", TensorProto.FLOAT, [4], [float(i + 1)] * 4))
         nodes.append(helper.make_node("Add", [prev, f"c{i}"], [f"t{i}"], name=name))
         prev = f"t{i}"
-    graph = helper.make_graph(nodes, MODEL, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [4])], inits)
+    graph = helper.make_graph(
+        nodes,
+        MODEL,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [4])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model)
     return from_onnx(model, layer_names="onnx")
@@ -84,8 +89,9 @@ def hostile(request):
 
     model = _hostile_relax() if request.param == "relax" else _hostile_onnx()
     executable, lineage = relaytrace.build(model, "llvm", pipeline="unfused", model=MODEL)
-    return request.param, make_report(lineage, relaytrace.profile(executable, lineage, [np.ones(4, "float32")],
-                                                                  repeat=1))
+    return request.param, make_report(
+        lineage, relaytrace.profile(executable, lineage, [np.ones(4, "float32")], repeat=1)
+    )
 
 
 def test_script_json_cannot_end_or_derail_its_script_element():
@@ -121,9 +127,17 @@ def test_every_hostile_name_is_text_in_the_html_report(hostile, tmp_path):
     path.write_text(html_report(report))
     dialogs, errors = [], []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1500, "height": 1200})
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -132,8 +146,9 @@ def test_every_hostile_name_is_text_in_the_html_report(hostile, tmp_path):
         assert page.title() == f"relaytrace: {MODEL}"
         shown = page.locator("#layers tbody tr td:first-child").all_text_contents()
         assert sorted(shown) == sorted(HOSTILE_NAMES)
-        assert sorted(page.locator("#graph g.gnode").evaluate_all("gs => gs.map(g => g.dataset.key)")) \
-            == sorted(HOSTILE_NAMES)
+        assert sorted(page.locator("#graph g.gnode").evaluate_all("gs => gs.map(g => g.dataset.key)")) == sorted(
+            HOSTILE_NAMES
+        )
         assert sorted(page.locator("#graph g.gnode text.name").all_text_contents()) == sorted(HOSTILE_NAMES)
         kernels = set(page.locator("#kernels tbody tr td:first-child").all_text_contents())
         assert kernels == set(report.lineage.kernels)
@@ -148,9 +163,21 @@ def test_every_hostile_name_is_text_in_the_html_report(hostile, tmp_path):
             pane.locator("a[data-site]").first.dispatch_event("click")
             assert pane.locator("h3").text_content().startswith("call site ")
             pane.locator("a[data-layer]").first.dispatch_event("click")
-        for selector in ("#icicle rect", "#crumbs a", "#timeline rect", "#graph g.gnode", "#layers tbody tr",
-                         "#kernels tbody tr", "#optypes tbody tr", "#checks tbody tr", "#roofline circle",
-                         "#roof tbody tr", "#memchart circle", "#memstep a", "th"):
+        for selector in (
+            "#icicle rect",
+            "#crumbs a",
+            "#timeline rect",
+            "#graph g.gnode",
+            "#layers tbody tr",
+            "#kernels tbody tr",
+            "#optypes tbody tr",
+            "#checks tbody tr",
+            "#roofline circle",
+            "#roof tbody tr",
+            "#memchart circle",
+            "#memstep a",
+            "th",
+        ):
             _click_all(page, selector)
         # the memory tables at the last step clicked: the layers that wrote what is live there, as text
         memory = report.memory
@@ -160,9 +187,11 @@ def test_every_hostile_name_is_text_in_the_html_report(hostile, tmp_path):
         assert shown and sorted(shown) == sorted({v.layer for v in live_at(memory, last)})
         assert set(shown) & set(HOSTILE_NAMES)
         page.wait_for_timeout(300)  # an image that failed to load has fired its onerror by now
-        made = page.evaluate("() => ({img: document.querySelectorAll('img').length, "  # the pane's own <b>
-                             "b: document.querySelectorAll('b:not(#detail > b)').length, "  # labels aside
-                             "scripts: document.scripts.length})")
+        made = page.evaluate(
+            "() => ({img: document.querySelectorAll('img').length, "  # the pane's own <b>
+            "b: document.querySelectorAll('b:not(#detail > b)').length, "  # labels aside
+            "scripts: document.scripts.length})"
+        )
         browser.close()
     assert dialogs == [] and errors == []
     assert made == {"img": 0, "b": 0, "scripts": 4}  # the data's, d3-hierarchy's, dagre's, the report's

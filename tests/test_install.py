@@ -25,8 +25,11 @@ def _pins() -> dict[str, str]:
 def _ranges() -> dict[str, Requirement]:
     setup = configparser.ConfigParser()
     setup.read(ROOT / "setup.cfg")
-    wanted = [Requirement(line) for line in setup["options"]["install_requires"].splitlines()
-              if line.strip() and not line.strip().startswith("#")]
+    wanted = [
+        Requirement(line)
+        for line in setup["options"]["install_requires"].splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
     return {r.name: r for r in wanted}
 
 
@@ -53,8 +56,10 @@ def test_pip_installs_it_beside_other_numpy_and_attrs_and_the_demo_runs(tmp_path
         shutil.copy(ROOT / name, source / name)
     env = tmp_path / "env"
     _run(sys.executable, "-m", "venv", env)
-    python, pip = env / "bin" / "python", (env / "bin" / "python", "-m", "pip", "install", "-q",
-                                           "--disable-pip-version-check")
+    python, pip = (
+        env / "bin" / "python",
+        (env / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check"),
+    )
     _run(*pip, *(f"{name}=={version}" for name, version in OTHER.items()))
     _run(*pip, source)
     _run(*pip, f"torch=={_pins()['torch']}")  # the demo's models are torch's

@@ -56,9 +56,11 @@ def test_seed000_every_debug_runtime_row_is_matched_or_lists_candidates():
     by_name = {m.row.name: m for m in matches}
     # two calls of one function = the two identical 512->512 convs at 28x28, in order
     assert [c.label for c in by_name["fused_nn_contrib_conv2d_NCHWc_add_nn_relu_1"].matched] == [
-        "%27 conv2d + %28 bias_add + %29 relu"]
+        "%27 conv2d + %28 bias_add + %29 relu"
+    ]
     assert [c.label for c in by_name["fused_nn_contrib_conv2d_NCHWc_add_nn_relu_11"].matched] == [
-        "%30 conv2d + %31 bias_add + %32 relu"]
+        "%30 conv2d + %31 bias_add + %32 relu"
+    ]
     # same output shape, different weights, no weight shapes in this report: candidates
     ambiguous = by_name["fused_nn_contrib_conv2d_NCHWc_add_nn_relu_5"]
     assert not ambiguous.matched and len(ambiguous.candidates) == 2
@@ -78,7 +80,7 @@ def test_seed002_layout_transform_share_of_each_report():
         shares.append(pure / total)
     assert all(s > 0 for s in shares[:4]) and shares[4] == shares[5] == 0.0  # [2] ran without graph tuning
     assert reports[1].rows[0].name.startswith("tvmgen_default_")
-    assert reports[1].rows[0].function == reports[1].rows[0].name[len("tvmgen_default_"):]
+    assert reports[1].rows[0].function == reports[1].rows[0].name[len("tvmgen_default_") :]
     assert reports[0].rows[0].count == 5 and reports[0].rows[0].arg_shapes[0] == (1, 4, 14, 14, 64)
 
 
@@ -108,31 +110,50 @@ def test_malformed_and_truncated_pastes_report_line_numbers_and_keep_what_parsed
     broken_log = "\n".join(SEED3.splitlines()[:27]) + '\n{"i": ["llvm", "topi_nn_conv2d", [[\n'
     records, issues = parse_log(broken_log, "log")
     assert len(records) == 2 and issues[0].line == 28
-    ir = ("fn (%x: Tensor[(1, 8), float32]) {\n%0 = nn.relu(%x) /* ty=Tensor[(1, 8), float32] */;\n"
-          "%1 = nn.dense(%0, meta[")
+    ir = (
+        "fn (%x: Tensor[(1, 8), float32]) {\n%0 = nn.relu(%x) /* ty=Tensor[(1, 8), float32] */;\n"
+        "%1 = nn.dense(%0, meta["
+    )
     graph = parse_relay_ir(ir, "ir")
     assert len(graph.ops) == 1 and graph.issues[0].line == 3 and str(graph.issues[0]).startswith("ir:3:")
 
 
-@pytest.mark.parametrize("kernel, ops", [
-    ("fused_nn_contrib_conv2d_NCHWc_add_nn_relu_5", ("conv2d", "add", "relu")),
-    ("tvmgen_default_fused_nn_contrib_conv2d_NCHWc_add_multiply_add_nn_relu",
-     ("conv2d", "add", "multiply", "add", "relu")),
-    ("fused_layout_transform_nn_batch_flatten", ("layout_transform", "batch_flatten")),
-    ("fused_nn_contrib_dense_pack_add", ("dense", "add")),
-    ("fused_nn_global_avg_pool2d", ("global_avg_pool2d",)),
-])
+@pytest.mark.parametrize(
+    "kernel, ops",
+    [
+        ("fused_nn_contrib_conv2d_NCHWc_add_nn_relu_5", ("conv2d", "add", "relu")),
+        (
+            "tvmgen_default_fused_nn_contrib_conv2d_NCHWc_add_multiply_add_nn_relu",
+            ("conv2d", "add", "multiply", "add", "relu"),
+        ),
+        ("fused_layout_transform_nn_batch_flatten", ("layout_transform", "batch_flatten")),
+        ("fused_nn_contrib_dense_pack_add", ("dense", "add")),
+        ("fused_nn_global_avg_pool2d", ("global_avg_pool2d",)),
+    ],
+)
 def test_fused_names_spell_their_ops(kernel, ops):
     assert M.fused_ops(kernel) == ops
 
 
 def test_legacy_command_on_the_seeds(tmp_path):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "relaytrace.cli", "legacy", *map(str, args)],
-                              capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [sys.executable, "-m", "relaytrace.cli", "legacy", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
-    done = run("--relay-ir", SEEDS / "000_2b560fab08d05a69.txt", "--report", SEEDS / "000_2b560fab08d05a69.txt",
-               "--autotvm-tasks", SEEDS / "000_2b560fab08d05a69.txt", "--out", tmp_path / "o")
+    done = run(
+        "--relay-ir",
+        SEEDS / "000_2b560fab08d05a69.txt",
+        "--report",
+        SEEDS / "000_2b560fab08d05a69.txt",
+        "--autotvm-tasks",
+        SEEDS / "000_2b560fab08d05a69.txt",
+        "--out",
+        tmp_path / "o",
+    )
     assert done.returncode == 0, done.stderr
     assert "AutoTVM tasks -> Relay ops" in done.stdout and "one of:" in done.stdout
     assert (tmp_path / "o" / "matches.json").is_file()
@@ -151,7 +172,7 @@ def test_answers_never_come_from_a_row_or_record_read_wrong(tmp_path):
     lines = SEED2.splitlines()
     row = next(i for i, line in enumerate(lines) if line.startswith("fused_") and "Duration" not in line)
     name = lines[row].split()[0]
-    lines[row] = f"{name} 150.00" + lines[row][len(name) + 7:]  # the name ran into the next column
+    lines[row] = f"{name} 150.00" + lines[row][len(name) + 7 :]  # the name ran into the next column
     reports, issues = parse_reports("\n".join(lines), "paste")
     assert all(not r.name.startswith(name + " ") for report in reports for r in report.rows)
     assert any(i.line == row + 1 and "a name with a space" in i.message for i in issues)
@@ -164,8 +185,12 @@ def test_answers_never_come_from_a_row_or_record_read_wrong(tmp_path):
     assert records == () and "a shape must be a flat list" in issues[0].message
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "relaytrace.cli", "legacy", *map(str, args)],
-                              capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [sys.executable, "-m", "relaytrace.cli", "legacy", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     (tmp_path / "empty.txt").write_text("\n  \n")
     done = run("--report", tmp_path / "empty.txt")

@@ -122,8 +122,13 @@ def test_lineages_of_schemas_1_to_3_still_load_and_a_bad_history_is_named(builds
     table = history["changes"]
     assert len(table) < sum(len(v) for v in history["by_origin"].values())  # shared steps
     v2 = flat_v2(data)
-    v1 = {**v2, "schema": "relaytrace.lineage/1", "history": {
-        oid: [dict(zip(Change._fields, table[i])) for i in indices] for oid, indices in history["by_origin"].items()}}
+    v1 = {
+        **v2,
+        "schema": "relaytrace.lineage/1",
+        "history": {
+            oid: [dict(zip(Change._fields, table[i])) for i in indices] for oid, indices in history["by_origin"].items()
+        },
+    }
     later = ("work", "memory", "params", "kv_cache", "offloads")  # new in /4, /5 and within /5
     v3 = {**data, "schema": "relaytrace.lineage/3", "build": {k: v for k, v in data["build"].items() if k not in later}}
     unworked = attrs.evolve(lineage, build=attrs.evolve(lineage.build, work={}, memory={}, params={}))
@@ -131,8 +136,10 @@ def test_lineages_of_schemas_1_to_3_still_load_and_a_bad_history_is_named(builds
         (tmp_path / name).write_text(json.dumps(old))
         assert Lineage.load(tmp_path / name) == unworked
     oid = next(iter(history["by_origin"]))
-    for bad, message in (({**history, "by_origin": {oid: [len(table)]}}, rf"by_origin\['{oid}'\]"),
-                         ({**history, "changes": [[1, "P"]]}, r"history_by_origin.changes\[0\] must be a list of 5")):
+    for bad, message in (
+        ({**history, "by_origin": {oid: [len(table)]}}, rf"by_origin\['{oid}'\]"),
+        ({**history, "changes": [[1, "P"]]}, r"history_by_origin.changes\[0\] must be a list of 5"),
+    ):
         journal = {**data["journal"], "history_by_origin": bad}
         (tmp_path / "bad.json").write_text(json.dumps({**data, "journal": journal}))
         with pytest.raises(LineageFormatError, match=message):

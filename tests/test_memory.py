@@ -123,8 +123,19 @@ def test_the_memory_command_reads_a_saved_run_at_other_lengths_and_compares_two(
     factory = tmp_path / "dec.py"
     factory.write_text("from relaytrace.zoo.nn_decoder import decoder\n\ndef make():\n    return decoder(layers=2)\n")
     for name, seq in (("a", 16), ("b", 64)):
-        done = _cli("--quiet", "profile", f"{factory}:make", "--entry", "prefill", "--input-shape",
-                    f"tokens:1x{seq}", "--repeat", "1", "--out", tmp_path / name)
+        done = _cli(
+            "--quiet",
+            "profile",
+            f"{factory}:make",
+            "--entry",
+            "prefill",
+            "--input-shape",
+            f"tokens:1x{seq}",
+            "--repeat",
+            "1",
+            "--out",
+            tmp_path / name,
+        )
         assert done.returncode == 0, done.stderr
         assert (tmp_path / name / "memory.csv").read_text().startswith("kind,name,bytes")
     shown = _cli("memory", tmp_path / "a", "--at", "seq_len=64").stdout
@@ -141,8 +152,9 @@ def test_the_memory_command_reads_a_saved_run_at_other_lengths_and_compares_two(
 
 def _cli(*args):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, "-m", "relaytrace.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "relaytrace.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 @pytest.mark.slow
@@ -154,8 +166,9 @@ def test_resnet50_peak_its_layers_and_weights_apart_from_activations():
     executable, lineage = relaytrace.build(from_torch(module, (example,)), "llvm")
     report = make_report(lineage, relaytrace.profile(executable, lineage, [example.numpy()], repeat=1))
     m = report.memory
-    params = sum(p.numel() for p in module.parameters()) + sum(b.numel() for n, b in module.named_buffers()
-                                                               if "running" in n)
+    params = sum(p.numel() for p in module.parameters()) + sum(
+        b.numel() for n, b in module.named_buffers() if "running" in n
+    )
     assert m.weights == pytest.approx(4 * params, rel=0.01)  # batch norm folded or not, every weight once
     assert [c.verdict for c in m.checks[:3]] == [Verdict.AGREES] * 3
     assert m.peak < m.planned < m.peak * 10

@@ -14,9 +14,12 @@ from relaytrace.zoo.nn_decoder import decoder
 
 def _inputs(lineage, entry, seq):
     rng = np.random.default_rng(0)
-    return [np.zeros((1, seq), dtype) if dtype.startswith("int")
-            else rng.standard_normal([d if isinstance(d, int) else seq for d in shape]).astype(dtype)
-            for _, shape, dtype in lineage.build.entries[entry]]
+    return [
+        np.zeros((1, seq), dtype)
+        if dtype.startswith("int")
+        else rng.standard_normal([d if isinstance(d, int) else seq for d in shape]).astype(dtype)
+        for _, shape, dtype in lineage.build.entries[entry]
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +81,10 @@ def test_a_module_called_twice_is_two_layers_and_the_users_module_is_left_as_it_
     imported = from_nn(module, {"forward": {"x": nn.spec.Tensor([2, 8], "float32")}})
     assert module.fc.forward is mine
     _, lineage = relaytrace.build(imported, "llvm")
-    assert {(o.layer, o.short_op) for o in lineage.origins.values() if o.kind == OP and o.short_op == "matmul"} == \
-        {("fc", "matmul"), ("fc@1", "matmul")}
+    assert {(o.layer, o.short_op) for o in lineage.origins.values() if o.kind == OP and o.short_op == "matmul"} == {
+        ("fc", "matmul"),
+        ("fc@1", "matmul"),
+    }
     assert all(o.id.startswith("forward:") for o in lineage.origins.values() if o.kind == OP)
 
 

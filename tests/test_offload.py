@@ -31,9 +31,13 @@ from .fixtures.relax_modules import CallsPacked, TwoEntries
 FIXTURES = Path(__file__).parent / "fixtures"
 BATCH, WIDTH, HIDDEN, CLASSES = 8, 16, 32, 4
 # layer -> (its Linear's M, N, K, and whether a relu runs in the same library call)
-LINEARS = {"layers.0.up": (BATCH, HIDDEN, WIDTH, True), "layers.0.down": (BATCH, WIDTH, HIDDEN, False),
-           "layers.1.up": (BATCH, HIDDEN, WIDTH, True), "layers.1.down": (BATCH, WIDTH, HIDDEN, False),
-           "head": (BATCH, CLASSES, WIDTH, False)}
+LINEARS = {
+    "layers.0.up": (BATCH, HIDDEN, WIDTH, True),
+    "layers.0.down": (BATCH, WIDTH, HIDDEN, False),
+    "layers.1.up": (BATCH, HIDDEN, WIDTH, True),
+    "layers.1.down": (BATCH, WIDTH, HIDDEN, False),
+    "head": (BATCH, CLASSES, WIDTH, False),
+}
 
 
 def _mlp_build(merge: bool, target: str = "llvm"):
@@ -44,8 +48,7 @@ def _mlp_build(merge: bool, target: str = "llvm"):
     imported = from_nn(MLP(WIDTH, HIDDEN, CLASSES), {entry: {"x": nn.spec.Tensor((BATCH, WIDTH), "float32")}})
     executable, lineage = relaytrace.build(imported, target, pipeline=offload_pipeline(merge, target), model="mlp")
     rng = np.random.default_rng(0)
-    inputs = [rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
-              for p in imported.mod[entry].params]
+    inputs = [rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32") for p in imported.mod[entry].params]
     return imported, executable, lineage, inputs
 
 
@@ -184,8 +187,9 @@ def test_the_cli_profiles_a_model_through_a_pipeline_its_file_registers(tmp_path
     from tests.fuzz import run_cli
 
     out = tmp_path / "out"
-    code, text, err = run_cli(["profile", f"{FIXTURES}/offload.py:mlp", "--pipeline", "cublas_offload",
-                               "--repeat", "1", "--out", out])
+    code, text, err = run_cli(
+        ["profile", f"{FIXTURES}/offload.py:mlp", "--pipeline", "cublas_offload", "--repeat", "1", "--out", out]
+    )
     assert code == 0, err
     assert "library calls:" in text and "verified against the compiled IR: 7 of 7 call sites" in text
     lineage = Lineage.load(out / "lineage.json")
@@ -223,7 +227,9 @@ def test_registered_functions_called_by_name_are_profiled_library_calls():
     executable, lineage = relaytrace.build(CallsPacked, "llvm")
     calls = {layer: lineage.kernels_of(layer) for layer in ("y", "t")}
     assert {layer: [(s.kernel, s.library) for s in sites] for layer, sites in calls.items()} == {
-        "y": [("my.double", "packed")], "t": [("my.triple", "packed")]}
+        "y": [("my.double", "packed")],
+        "t": [("my.triple", "packed")],
+    }
     assert lineage.builtins == () and lineage.eliminated() == {}
     assert lineage.coverage().complete and lineage.verification.ok
     x = np.arange(4, dtype="float32")
@@ -234,8 +240,9 @@ def test_registered_functions_called_by_name_are_profiled_library_calls():
         report = make_report(lineage, prof)
         assert sum(r.us for r in report.layers) == pytest.approx(prof.kernel_us, rel=1e-9)
         times = prof.by_site()
-        assert report.categories.library_us == pytest.approx(sum(times[s.key] for s in _library_sites(lineage)),
-                                                             rel=1e-9)
+        assert report.categories.library_us == pytest.approx(
+            sum(times[s.key] for s in _library_sites(lineage)), rel=1e-9
+        )
     # their work is not known from their ops: said for each call, not guessed
     for name in ("my.double", "my.triple"):
         work = lineage.build.work[name]
@@ -290,17 +297,23 @@ def test_an_nn_decoder_with_its_linears_dispatched_to_the_codegen_is_counted_at_
     for entry in ("prefill", "decode"):
         sites = lineage.for_entry(entry)
         for layer in [f"layers.{i}.{name}" for i in range(2) for name in linears] + ["lm_head"]:
-            assert [(s.library, lineage.origins[s.anchor].layer) for s in sites.kernels_of(layer)
-                    if s.anchor and lineage.origins[s.anchor].layer == layer] == [("cublas", layer)]
+            assert [
+                (s.library, lineage.origins[s.anchor].layer)
+                for s in sites.kernels_of(layer)
+                if s.anchor and lineage.origins[s.anchor].layer == layer
+            ] == [("cublas", layer)]
     rng = np.random.default_rng(0)
-    weights = [0.1 * rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
-               for p in imported.mod["decode"].params[1:]]
+    weights = [
+        0.1 * rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32")
+        for p in imported.mod["decode"].params[1:]
+    ]
     offloaded, reference = relax.VirtualMachine(executable, tvm.cpu()), relax.VirtualMachine(plain, tvm.cpu())
     for entry, n in (("prefill", 8), ("prefill", 16), ("decode", 1)):
         inputs = [rng.integers(0, 256, (1, n)).astype("int32"), *weights]
         args = [tvm.runtime.tensor(a) for a in inputs]
-        np.testing.assert_allclose(offloaded[entry](*args).numpy(), reference[entry](*args).numpy(),
-                                   rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            offloaded[entry](*args).numpy(), reference[entry](*args).numpy(), rtol=1e-4, atol=1e-4
+        )
         report = make_report(lineage, relaytrace.profile(executable, lineage, inputs, repeat=1, entry=entry))
         assert sum(r.us for r in report.layers) == pytest.approx(report.profile.kernel_us, rel=1e-9)
         assert report.roofline.layer("layers.0.self_attn.qkv_proj").flops == 2 * n * 192 * 64

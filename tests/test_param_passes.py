@@ -19,8 +19,11 @@ from relaytrace.frontends.nn import from_nn
 from relaytrace.model.origin import OP
 from relaytrace.zoo.mlc_llama import llama
 
-LINEARS = {f"model.layers.{i}.{name}" for i in range(2)
-           for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")} | {"lm_head"}
+LINEARS = {
+    f"model.layers.{i}.{name}"
+    for i in range(2)
+    for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+} | {"lm_head"}
 
 
 def _build(param_mode: str, *passes):
@@ -55,8 +58,9 @@ def bundled_lifted():
 
 def _ops_run(lineage) -> set[str]:
     """The model ops some kernel call or VM builtin runs."""
-    return {o for site in lineage.call_sites for o in site.origin_ids} | \
-        {o for b in lineage.builtins for o in b.origins}
+    return {o for site in lineage.call_sites for o in site.origin_ids} | {
+        o for b in lineage.builtins for o in b.origins
+    }
 
 
 @pytest.mark.parametrize("build", ["lifted", "bundled_lifted"])
@@ -87,8 +91,9 @@ def test_transform_functions_are_entries_billed_to_their_linears(build, request)
         assert sorted(o.layer for o in ops) == sorted(LINEARS)
         assert {o.op for o in ops} == {"relax.permute_dims"} and {o.function for o in ops} == {entry}
         checks = {c.position: c for c in lineage.verification.sites}
-        assert all(checks[s.position].status == "verified" and "transform-params" in checks[s.position].shared
-                   for s in sites)
+        assert all(
+            checks[s.position].status == "verified" and "transform-params" in checks[s.position].shared for s in sites
+        )
     # the entries themselves keep their matmuls, by layer
     decode_layers = {lineage.origins[o].layer for s in lineage.for_entry("decode").call_sites for o in s.origin_ids}
     assert LINEARS <= decode_layers

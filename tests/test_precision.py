@@ -22,8 +22,9 @@ def _relax_model():
     @I.ir_module
     class Model:
         @R.function
-        def main(x: R.Tensor((1, 4, 8, 8), "float32"), w: R.Tensor((8, 4, 3, 3), "float32"),
-                 m: R.Tensor((64, 16), "float32")):
+        def main(
+            x: R.Tensor((1, 4, 8, 8), "float32"), w: R.Tensor((8, 4, 3, 3), "float32"), m: R.Tensor((64, 16), "float32")
+        ):
             with R.dataflow():
                 c = R.nn.conv2d(x, w, padding=1)
                 r = R.reshape(c, (8, 64))
@@ -73,14 +74,20 @@ def test_resnet18_in_float16_names_every_sites_dtype_its_casts_and_the_layers_le
     from relaytrace.frontends.torch import from_torch
 
     module, example = zoo.get("resnet18")
-    executable, lineage = relaytrace.build(from_torch(module, (example,), name="resnet18"), "llvm",
-                                           mixed_precision="float32")
+    executable, lineage = relaytrace.build(
+        from_torch(module, (example,), name="resnet18"), "llvm", mixed_precision="float32"
+    )
     report = make_report(lineage, relaytrace.profile(executable, lineage, [example.numpy()], repeat=1))
     p = report.precision
     assert len(p.sites) == len(lineage.call_sites) and all(s.dtypes.compute for s in p.sites.values())
-    convs = [(k, s) for k, s in p.sites.items()
-             if any(lineage.origins[o].short_op == "conv2d" for o in next(c for c in lineage.call_sites
-                                                                           if c.key == k).origin_ids)]
+    convs = [
+        (k, s)
+        for k, s in p.sites.items()
+        if any(
+            lineage.origins[o].short_op == "conv2d"
+            for o in next(c for c in lineage.call_sites if c.key == k).origin_ids
+        )
+    ]
     assert len(convs) == 20
     for key, site in convs:  # the TIR casts float16 inputs up and multiplies and accumulates in float32
         assert (site.dtypes.compute, site.dtypes.accumulate, site.dtypes.inputs) == (F32, F32, (F16,)), key

@@ -54,25 +54,28 @@ def test_partial_reads_agree_with_full_reads_after_every_pass(case):
                 if b.__chandle__() in kept:
                     assert position not in part.changed
                 else:  # a binding written in full reads as in the full read
-                    assert reader.value(part, position) == reader.value(full, position)
-                    assert reader.call(part, position) == reader.call(full, position)
+                    assert part.value(position) == full.value(position)
+                    assert part.call(position) == full.call(position)
             partial += part.partial
     # fused groups, lowered calls, kept bindings and rebuilt functions were all seen
     assert compared > 50 and partial > 5 and rebuilt > 10
 
 
 def test_a_view_reads_calls_as_the_tracker_needs_them():
-    mains = [m["main"] for m in _modules_of_a_build(resnet_style(blocks=2), relax.get_default_pipeline)
-             if "main" in [gv.name_hint for gv in m.functions]]
+    mains = [
+        m["main"]
+        for m in _modules_of_a_build(resnet_style(blocks=2), relax.get_default_pipeline)
+        if "main" in [gv.name_hint for gv in m.functions]
+    ]
     d = reader.read(mains[-1])  # main as the VM will run it
-    callees = [reader.callee_of(d, i) for i in range(len(d.vars))]
+    callees = [d.callee(i) for i in range(len(d.vars))]
     kernels = [c for c in callees if c and c.startswith("fused_")]
     assert kernels, callees
     for position, callee in enumerate(callees):
-        record = reader.call(d, position)
+        record = d.call(position)
         assert (record is None) == (callee is None) == (not d.is_call(position))
         if record is None:
-            assert reader.value(d, position).kind != reader.CALL
+            assert d.value(position).kind != reader.CALL
             continue
         assert record.callee == callee and record.handles == tuple(a.handle for a in record.atoms)
         assert all(not a.field for a in record.arguments()) and len(record.arguments()) <= len(record.atoms)
@@ -106,8 +109,14 @@ def test_verification_reads_what_the_tracker_read(monkeypatch):
 
     calls = []
     plain_read = reader.read
-    monkeypatch.setattr(reader, "read", lambda func, old=None, types=False, decoded=None: calls.append(
-        (func.__chandle__(), old.__chandle__() if old is not None else 0)) or plain_read(func, old, types, decoded))
+    monkeypatch.setattr(
+        reader,
+        "read",
+        lambda func, old=None, types=False, decoded=None: (
+            calls.append((func.__chandle__(), old.__chandle__() if old is not None else 0))
+            or plain_read(func, old, types, decoded)
+        ),
+    )
     _, lineage = relaytrace.build(resnet_style(blocks=2), "llvm")
     assert lineage.verification.ok
     assert any(old for _, old in calls) and len(calls) == len(set(calls))

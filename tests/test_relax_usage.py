@@ -31,8 +31,10 @@ def test_two_entries_with_a_symbolic_dim_are_traced_and_profiled_at_any_size():
     assert lineage.coverage().complete, lineage.coverage()
     assert set(lineage.build.entries) == {"main", "decode"}
     assert lineage.build.entries["main"][0] == ("x", ("n", 64), "float32")
-    ops = {entry: {lineage.origins[o].short_op for s in lineage.call_sites if s.function == entry for o in s.origin_ids}
-           for entry in lineage.build.entries}
+    ops = {
+        entry: {lineage.origins[o].short_op for s in lineage.call_sites if s.function == entry for o in s.origin_ids}
+        for entry in lineage.build.entries
+    }
     assert {"matmul", "relu", "add"} <= ops["main"] and "sigmoid" not in ops["main"]
     assert {"matmul", "sigmoid"} <= ops["decode"] and "relu" not in ops["decode"]
     # VMShapeLower's shape function sizes main's output: inserted, serving the matmul's kernel
@@ -79,13 +81,14 @@ def test_a_subfunction_called_twice_runs_its_ops_at_each_call():
     executable, lineage = relaytrace.build(CallsBlockTwice, "llvm")
     assert lineage.coverage().complete, lineage.coverage()
     assert list(lineage.build.entries) == ["main"] and lineage.subfunctions == ("block",)
-    matmul_sites = [s for s in lineage.call_sites
-                    if any(lineage.origins[o].short_op == "matmul" for o in s.origin_ids)]
+    matmul_sites = [s for s in lineage.call_sites if any(lineage.origins[o].short_op == "matmul" for o in s.origin_ids)]
     assert [s.scope for s in matmul_sites] == ["block#0", "block#1"]
     assert [s.position for s in matmul_sites] == sorted(s.position for s in matmul_sites)
     for site in matmul_sites:
-        assert {lineage.origins[o].layer for o in site.origin_ids if lineage.origins[o].kind == OP} == \
-            {"block.proj", "block.act"}
+        assert {lineage.origins[o].layer for o in site.origin_ids if lineage.origins[o].kind == OP} == {
+            "block.proj",
+            "block.act",
+        }
         assert lineage.check(site).status == "verified"
     prof = relaytrace.profile(executable, lineage, _inputs(0, (4, 64), (64, 64)), repeat=2)
     report = _assert_layers_sum_to_kernels(lineage, prof)
@@ -108,8 +111,7 @@ def test_a_torch_model_with_a_dynamic_batch_is_built_once_and_profiled_at_each_b
     torch.manual_seed(0)
     module = TwoLayer()
     batch = torch.export.Dim("batch", min=1, max=64)
-    imported = from_torch(module, (torch.randn(2, 16),), name="two_layer",
-                          dynamic_shapes={"x": {0: batch}})
+    imported = from_torch(module, (torch.randn(2, 16),), name="two_layer", dynamic_shapes={"x": {0: batch}})
     executable, lineage = relaytrace.build(imported, "llvm")
     assert lineage.coverage().complete, lineage.coverage()
     ((name, shape, _),) = lineage.build.entries["main"]
@@ -129,7 +131,9 @@ def test_a_module_without_main_and_an_open_shape_matched_inside():
     prof = relaytrace.profile(executable, lineage, _inputs(0, (3, 16), (3, 16)), repeat=1)
     assert prof.entry == "forward"
     assert {r.layer for r in _assert_layers_sum_to_kernels(lineage, prof).layers} - {"forward.shape_func"} == {
-        "forward.s", "forward.t"}
+        "forward.s",
+        "forward.t",
+    }
     with pytest.raises(RelaytraceError, match="failed to run on these inputs"):  # the match_cast refuses n=4
         relaytrace.profile(executable, lineage, _inputs(0, (3, 16), (4, 16)), repeat=1)
 

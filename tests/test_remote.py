@@ -21,8 +21,9 @@ TINY = f"{FIXTURES / 'tiny_model.py'}:make"
 
 def run(*args):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, "-m", "relaytrace.cli", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "relaytrace.cli", *map(str, args)], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +33,9 @@ def devices():
     from tvm.rpc import server, tracker
 
     pool = tracker.Tracker(host="127.0.0.1", port=9590, port_end=9690, silent=True)
-    pooled = server.Server(host="127.0.0.1", port=9700, port_end=9800, key="tiny",
-                           tracker_addr=("127.0.0.1", pool.port), silent=True)
+    pooled = server.Server(
+        host="127.0.0.1", port=9700, port_end=9800, key="tiny", tracker_addr=("127.0.0.1", pool.port), silent=True
+    )
     board = server.Server(host="127.0.0.1", port=9900, port_end=9990, silent=True)
     time.sleep(1.0)
     yield pool, board
@@ -55,14 +57,26 @@ def _check_outputs(out):
 
 def test_profile_through_a_tracker_and_through_one_server(devices, tmp_path):
     pool, board = devices
-    done = run("--quiet", "profile", TINY, "--tracker", f"127.0.0.1:{pool.port}", "--key", "tiny", "--repeat", "2",
-               "--out", tmp_path / "tracker")
+    done = run(
+        "--quiet",
+        "profile",
+        TINY,
+        "--tracker",
+        f"127.0.0.1:{pool.port}",
+        "--key",
+        "tiny",
+        "--repeat",
+        "2",
+        "--out",
+        tmp_path / "tracker",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     prof = _check_outputs(tmp_path / "tracker")
     assert prof.remote == f"tracker 127.0.0.1:{pool.port} key tiny"
     assert f"on tracker 127.0.0.1:{pool.port}" in done.stdout
-    done = run("--quiet", "profile", TINY, "--rpc", f"127.0.0.1:{board.port}", "--repeat", "2",
-               "--out", tmp_path / "rpc")
+    done = run(
+        "--quiet", "profile", TINY, "--rpc", f"127.0.0.1:{board.port}", "--repeat", "2", "--out", tmp_path / "rpc"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert _check_outputs(tmp_path / "rpc").remote == f"rpc 127.0.0.1:{board.port}"
     assert json.loads((tmp_path / "rpc" / "profile.json").read_text())["remote"] == f"rpc 127.0.0.1:{board.port}"
@@ -81,8 +95,9 @@ def test_remote_and_local_isolated_times_agree_per_site(devices, tmp_path, monke
     loaded = load(TINY)
     executable, lineage = relaytrace.build(loaded.model, "llvm")
     here = relaytrace.profile(executable, lineage, list(loaded.inputs), mode="isolated", repeat=5)
-    there = relaytrace.profile(executable, lineage, list(loaded.inputs), repeat=5,
-                               remote=RemoteDevice(rpc=f"127.0.0.1:{board.port}"))
+    there = relaytrace.profile(
+        executable, lineage, list(loaded.inputs), repeat=5, remote=RemoteDevice(rpc=f"127.0.0.1:{board.port}")
+    )
     local, remote = here.by_site(), there.by_site()
     assert set(local) == set(remote)
     for site, us in local.items():
@@ -113,10 +128,25 @@ def test_a_server_killed_mid_run_is_a_one_line_error_and_the_directory_is_not_cr
     from tvm.rpc import server
 
     board = server.Server(host="127.0.0.1", port=10000, port_end=10090, silent=True)
-    proc = subprocess.Popen([sys.executable, "-m", "relaytrace.cli", "profile", TINY, "--rpc",
-                             f"127.0.0.1:{board.port}", "--repeat", "20000", "--out", str(tmp_path / "d")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "relaytrace.cli",
+            "profile",
+            TINY,
+            "--rpc",
+            f"127.0.0.1:{board.port}",
+            "--repeat",
+            "20000",
+            "--out",
+            str(tmp_path / "d"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+    )
     deadline = time.time() + 300
     seen = ""
     while time.time() < deadline and "remote isolated" not in seen:
@@ -192,11 +222,17 @@ def test_a_build_that_cannot_run_here_is_timed_on_arguments_from_its_ir(devices,
     executable, lineage = relaytrace.build(loaded.model, "llvm")
     here = relaytrace.profile(executable, lineage, list(loaded.inputs), mode="isolated", repeat=5)
     monkeypatch.setattr(relaytrace.profiling.remote, "local_device", lambda target: None)
-    there = relaytrace.profile(executable, lineage, list(loaded.inputs), repeat=5,
-                               remote=relaytrace.RemoteDevice(rpc=f"127.0.0.1:{board.port}"))
+    there = relaytrace.profile(
+        executable,
+        lineage,
+        list(loaded.inputs),
+        repeat=5,
+        remote=relaytrace.RemoteDevice(rpc=f"127.0.0.1:{board.port}"),
+    )
     assert there.arguments == "the compiled IR" and "arguments of the compiled IR's shapes" in there.summary()
-    assert there.args == {label: attrs.evolve(info, addresses=()) for label, info in here.args.items()
-                          if label in there.args}  # a remote run records no addresses
+    assert there.args == {
+        label: attrs.evolve(info, addresses=()) for label, info in here.args.items() if label in there.args
+    }  # a remote run records no addresses
     local, remote = here.by_site(), there.by_site()
     assert set(local) == set(remote) and len(remote) == len(lineage.call_sites)
     for site, us in local.items():
@@ -217,19 +253,31 @@ def test_site_arguments_from_the_ir_are_the_shapes_a_run_gives_each_site():
     from_ir, arrays = site_arguments(lineage)
     assert len(from_ir) == len(lineage.call_sites) > 20
     assert {site: attrs.evolve(captured.arg(site), addresses=()) for site in from_ir} == from_ir
-    assert all(a.shape == shape
-               for (_, _, xs), info in zip(arrays, from_ir.values()) for a, shape in zip(xs, info.shapes))
+    assert all(
+        a.shape == shape for (_, _, xs), info in zip(arrays, from_ir.values()) for a, shape in zip(xs, info.shapes)
+    )
 
 
 @pytest.mark.slow
 def test_missing_cross_compiler_and_kernel_timeout_are_one_line_errors(devices, tmp_path):
     _, board = devices
-    done = run("profile", TINY, "--target", AARCH64, "--rpc", f"127.0.0.1:{board.port}", "--cc", "no-such-g++",
-               "--out", tmp_path / "a")
+    done = run(
+        "profile",
+        TINY,
+        "--target",
+        AARCH64,
+        "--rpc",
+        f"127.0.0.1:{board.port}",
+        "--cc",
+        "no-such-g++",
+        "--out",
+        tmp_path / "a",
+    )
     assert done.returncode == 1 and "linked with no-such-g++, which is not installed" in done.stderr
     assert "building" not in done.stderr  # said before the build
-    done = run("profile", TINY, "--rpc", f"127.0.0.1:{board.port}", "--kernel-timeout", "0.000001",
-               "--out", tmp_path / "b")
+    done = run(
+        "profile", TINY, "--rpc", f"127.0.0.1:{board.port}", "--kernel-timeout", "0.000001", "--out", tmp_path / "b"
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     assert "did not finish on rpc" in done.stderr.strip().splitlines()[-1]
     done = run("profile", TINY, "--kernel-timeout", "5", "--out", tmp_path / "c")
@@ -266,7 +314,7 @@ def test_tuning_measures_on_the_trackers_devices_and_the_tuned_build_is_profiled
     tracker = ["--tracker", f"127.0.0.1:{pool.port}", "--key", "tiny"]
     db = tmp_path / "db"
     done = run("tasks", TINY, "--tune", "1", "--db", db, *tracker)
-    assert done.returncode == 2 and 'needs their core count in the target' in done.stderr
+    assert done.returncode == 2 and "needs their core count in the target" in done.stderr
     target = ["--target", '{"kind": "llvm", "num-cores": 2}']
     done = run("tasks", TINY, "--tune", "1", "--db", db, *tracker, *target, "--out", tmp_path / "tuned.json")
     assert done.returncode == 0, done.stderr[-3000:]

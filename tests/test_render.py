@@ -77,8 +77,7 @@ def test_chrome_trace_has_required_fields_for_every_call(small_profiled):
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
     assert names == {f"{prof.entry} kernels", f"{prof.entry} VM builtins"}
     anchored = [e for e in kernel_events if e["args"]["layer"]]
-    assert anchored and all(e["args"]["module"].split(" / ")[-1] == e["args"]["layer"].split("@")[0]
-                            for e in anchored)
+    assert anchored and all(e["args"]["module"].split(" / ")[-1] == e["args"]["layer"].split("@")[0] for e in anchored)
     json.dumps(trace)
 
 
@@ -120,18 +119,29 @@ def _browser():
     return sync_playwright()
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed and could not be "
-                                              "(run: apt-get install chromium); the HTML report was not "
-                                              "exercised in a browser")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="Debian's chromium is not installed and could not be "
+    "(run: apt-get install chromium); the HTML report was not "
+    "exercised in a browser",
+)
 def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
     lineage, prof = small_profiled
     page_path = tmp_path / "report.html"
     page_path.write_text(html_report(make_report(lineage, prof)))
     assert "http://" not in page_path.read_text().replace("http://www.w3.org", "")
     with _browser() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         page = browser.new_page()
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -140,8 +150,9 @@ def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
         assert page.locator("#layers tbody tr").count() == len(make_report(lineage, prof).layers)
         assert page.locator("#kernels tbody tr").count() == len(lineage.kernels)
         layers = {o.layer for o in lineage.origins.values() if o.kind == "op"}
-        assert sorted(page.locator("#graph g.gnode").evaluate_all("gs => gs.map(g => g.dataset.key)")) \
-            == sorted(layers)  # a small model: every layer its own node
+        assert sorted(page.locator("#graph g.gnode").evaluate_all("gs => gs.map(g => g.dataset.key)")) == sorted(
+            layers
+        )  # a small model: every layer its own node
         row = page.locator("#layers tbody tr", has_text="layer1_conv2_conv").first
         row.click()
         highlighted = page.locator("#kernels tbody tr.hl").all_inner_texts()
@@ -152,8 +163,9 @@ def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
         assert any("fc" in t for t in page.locator("#layers tbody tr.hl").all_inner_texts())
         page.fill("#search", "layer2_conv1")
         assert page.locator("#layers tbody tr:visible").count() == 1
-        assert sorted(page.locator("#graph g.found").evaluate_all("gs => gs.map(g => g.dataset.key)")) \
-            == sorted(layer for layer in layers if "layer2_conv1" in layer)
+        assert sorted(page.locator("#graph g.found").evaluate_all("gs => gs.map(g => g.dataset.key)")) == sorted(
+            layer for layer in layers if "layer2_conv1" in layer
+        )
         page.fill("#search", "")
         box = page.locator("#graph").get_attribute("viewBox")
         page.locator("#graph").hover()
@@ -166,8 +178,12 @@ def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
         page.locator("#layers th", has_text="time (ms)").click()
         times = [float(t) for t in page.locator("#layers tbody tr td:nth-child(2)").all_inner_texts()]
         assert times == sorted(times)
-        assert page.locator("p.good", has_text=f"{len(lineage.call_sites)} of {len(lineage.call_sites)} call sites "
-                                              "verified").count() == 1
+        assert (
+            page.locator(
+                "p.good", has_text=f"{len(lineage.call_sites)} of {len(lineage.call_sites)} call sites verified"
+            ).count()
+            == 1
+        )
         assert page.locator("#checks").count() == 0  # nothing to list
         convs = [s for s in lineage.call_sites if s.anchor and lineage.origins[s.anchor].short_op == "conv2d"]
         broken = attrs.evolve(move_origin(lineage, convs[0].anchor, convs[1]), verification=None)
@@ -179,8 +195,9 @@ def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
         suspect = cov.suspect
         assert page.locator("p.bad", has_text=f"{len(suspect)} suspect").count() == 1
         checked = [*suspect, *(f"layer {layer}" for layer in (*cov.suspect_layers, *cov.unverified_layers))]
-        assert cov.suspect_layers and sorted(page.locator("#checks tbody tr td:first-child").all_inner_texts()) \
-            == sorted(checked)
+        assert cov.suspect_layers and sorted(
+            page.locator("#checks tbody tr td:first-child").all_inner_texts()
+        ) == sorted(checked)
         assert page.locator("#layers tbody tr", has_text="suspect").count() >= 1
         browser.close()
 
@@ -225,9 +242,17 @@ def test_a_click_on_each_kind_of_row_shows_its_detail(small_profiled, tmp_path):
 
 
 def _open(pw, path, errors):
-    browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
-        "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"])
+    browser = pw.chromium.launch(
+        executable_path=CHROMIUM,
+        args=[
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ],
+    )
     page = browser.new_page(viewport={"width": 1500, "height": 1200})
     page.on("pageerror", lambda e: errors.append(str(e)))
     import time
@@ -247,9 +272,12 @@ def _decoder_report(layers: int):
 
     module, spec = decoder(layers=layers)
     executable, lineage = relaytrace.build(from_nn(module, spec, name=f"decoder{layers}"), "llvm")
-    params = [np.random.default_rng(0).standard_normal(shape).astype(dtype) if "float" in dtype
-              else np.zeros(shape if "seq_len" not in shape else (1, 32), dtype)
-              for _, shape, dtype in lineage.build.entries["prefill"]]
+    params = [
+        np.random.default_rng(0).standard_normal(shape).astype(dtype)
+        if "float" in dtype
+        else np.zeros(shape if "seq_len" not in shape else (1, 32), dtype)
+        for _, shape, dtype in lineage.build.entries["prefill"]
+    ]
     return make_report(lineage, relaytrace.profile(executable, lineage, params, entry="prefill", repeat=2))
 
 
@@ -286,8 +314,9 @@ def test_the_reports_overview_opens_fast_and_answers_clicks(model, tmp_path, req
         assert pane.locator("h3", has_text=f"layer {layer}").count() == 1
         shown = pane.locator("a[data-site]").all_inner_texts()
         # the sites that run the layer's ops or serve them, as the lineage says, in run order
-        expected = [s.label for s in report.lineage.call_sites
-                    if s.label in {x.label for x in report.lineage.kernels_of(layer)}]
+        expected = [
+            s.label for s in report.lineage.call_sites if s.label in {x.label for x in report.lineage.kernels_of(layer)}
+        ]
         assert shown == expected and shown
         assert pane.locator("td", has_text="float32[").count() >= 1  # the ops' shapes
         first = report.lineage.call_sites[0].label
@@ -306,7 +335,8 @@ def test_the_reports_overview_opens_fast_and_answers_clicks(model, tmp_path, req
         page.select_option("#depth", "0")  # every layer
         assert page.locator("#graph g.gnode").count() == len(layers)
         assert sorted(page.locator("#graph g.found").evaluate_all("gs => gs.map(g => g.dataset.key)")) == sorted(
-            x for x in layers if layer in x)
+            x for x in layers if layer in x
+        )
         page.screenshot(path=str(tmp_path / f"{model}.png"))
         browser.close()
     assert errors == []
@@ -345,15 +375,21 @@ def test_the_memory_chart_has_a_point_per_kernel_call_and_says_what_is_live_at_t
 
     report = _decoder_report(2)
     memory = report.memory
-    other = next(i for i in range(len(memory.steps))  # a step where other values are live than at the peak
-                 if {v.block for v in live_at(memory, i)} != {v.block for v in memory.at_peak})
+    other = next(
+        i
+        for i in range(len(memory.steps))  # a step where other values are live than at the peak
+        if {v.block for v in live_at(memory, i)} != {v.block for v in memory.at_peak}
+    )
     page_path = tmp_path / "report.html"
     page_path.write_text(html_report(report))
     errors: list[str] = []
 
     def rows(page, table: int) -> list[list[str]]:
-        return page.locator(f"#memstep table >> nth={table}").locator("tbody tr").evaluate_all(
-            "trs => trs.map(tr => Array.from(tr.cells, td => td.textContent))")
+        return (
+            page.locator(f"#memstep table >> nth={table}")
+            .locator("tbody tr")
+            .evaluate_all("trs => trs.map(tr => Array.from(tr.cells, td => td.textContent))")
+        )
 
     with _browser() as pw:
         browser, page, _ = _open(pw, page_path, errors)
@@ -364,25 +400,42 @@ def test_the_memory_chart_has_a_point_per_kernel_call_and_says_what_is_live_at_t
         assert [r[0] for r in rows(page, 1)][:3] == [r.layer for r in memory.layers[:3]]  # by bytes at the peak
         page.locator(f'#memchart circle[data-step="{other}"]').hover()
         assert page.locator("#memhover").text_content() == (
-            f"step {other + 1}: {memory.steps[other]}, {size(memory.live[other])} live")
+            f"step {other + 1}: {memory.steps[other]}, {size(memory.live[other])} live"
+        )
         page.locator(f'#memchart circle[data-step="{other}"]').dispatch_event("click")
-        assert page.locator("#memstep p.memhead").text_content().startswith(
-            f"step {other + 1} of {len(memory.steps)}, {memory.steps[other]}: {size(memory.live[other])} live")
+        assert (
+            page.locator("#memstep p.memhead")
+            .text_content()
+            .startswith(
+                f"step {other + 1} of {len(memory.steps)}, {memory.steps[other]}: {size(memory.live[other])} live"
+            )
+        )
         expected = live_at(memory, other)
+
         def shown(v):
             shape = " ".join(("x".join(map(str, v.shape)), v.dtype)).strip()
             return f"kept for {shape}" if v.idle else f"{shape} ({size(v.value_bytes)})"
 
-        assert rows(page, 0) == [[v.block, size(v.bytes), shown(v), v.layer,
-                                  v.site + (" (returned)" if v.returned else ""), "idle" if v.idle else ""]
-                                 for v in expected]
+        assert rows(page, 0) == [
+            [
+                v.block,
+                size(v.bytes),
+                shown(v),
+                v.layer,
+                v.site + (" (returned)" if v.returned else ""),
+                "idle" if v.idle else "",
+            ]
+            for v in expected
+        ]
         assert page.locator("#memchart circle.picked").get_attribute("data-step") == str(other)
         layer = next(v.layer for v in expected if v.layer in {r.layer for r in report.layers})  # a row of its own
         page.locator(f'#memstep a[data-layer="{layer}"]').first.click()
         assert page.locator("#detail h3").text_content() == f"layer {layer}"
         assert page.locator("#layers tbody tr.pick td:first-child").text_content() == layer
-        for memoryless, says in ((None, "No memory plan"), (attrs.evolve(memory, known=False, why="give seq_len"),
-                                                            "not known at these sizes: give seq_len")):
+        for memoryless, says in (
+            (None, "No memory plan"),
+            (attrs.evolve(memory, known=False, why="give seq_len"), "not known at these sizes: give seq_len"),
+        ):
             page_path.write_text(html_report(attrs.evolve(report, memory=memoryless)))
             page.goto(page_path.as_uri())
             page.wait_for_selector("body[data-ready]")
@@ -401,8 +454,15 @@ def test_the_advice_section_lists_each_finding_and_its_layers_open_their_pane(sm
     lineage, prof = small_profiled
     report = make_report(lineage, prof)
     slowest = report.layers[0]
-    finding = Finding("far-below-roofline", f"{slowest.layer} is slow", (slowest.layer,), (), ("evidence",),
-                      slowest.us / 2, Change("schedule it", "relaytrace tasks DIR --tune N --db DIR"))
+    finding = Finding(
+        "far-below-roofline",
+        f"{slowest.layer} is slow",
+        (slowest.layer,),
+        (),
+        ("evidence",),
+        slowest.us / 2,
+        Change("schedule it", "relaytrace tasks DIR --tune N --db DIR"),
+    )
     report = attrs.evolve(report, advice=(*report.advice, finding))
     page_path = tmp_path / "report.html"
     page_path.write_text(html_report(report))

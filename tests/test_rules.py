@@ -101,8 +101,9 @@ def test_args_rule_takes_an_implementation_swap_not_another_op():
     bb = relax.BlockBuilder(before)
     impl = bb.add_func(before[before.get_global_var("relu")].with_attr("global_symbol", "relu_impl"), "relu_impl")
     after = bb.get()
-    after["main"] = _module(x, lambda bb, x: bb.emit(
-        relax.call_tir(impl, [x], T((1, 4, 8, 8), "float32")), name_hint="swapped"))["main"]
+    after["main"] = _module(
+        x, lambda bb, x: bb.emit(relax.call_tir(impl, [x], T((1, 4, 8, 8), "float32")), name_hint="swapped")
+    )["main"]
     t = follow(before, after)
     (binding,) = ir.bindings(after["main"])[:1]
     assert origins(t, binding.var) == ("act/relu",)
@@ -118,6 +119,7 @@ def _two_slices(axis_a, axis_b, begin, end):
         a = bb.emit(R.strided_slice(x, axis_a, begin[0], end[0]), name_hint="first")
         b = bb.emit(R.strided_slice(x, axis_b, begin[1], end[1]), name_hint="second")
         return bb.emit(R.add(a, b), name_hint="sum")
+
     return emit
 
 
@@ -143,8 +145,9 @@ def test_inputs_rule_declines_a_tie():
     t = follow(before, after)
     first, second = ir.bindings(after["main"])[:2]
     assert "inputs" not in rules(t)
-    assert {origins(t, first.var), origins(t, second.var)}.isdisjoint({("first/strided_slice",),
-                                                                       ("second/strided_slice",)})
+    assert {origins(t, first.var), origins(t, second.var)}.isdisjoint(
+        {("first/strided_slice",), ("second/strided_slice",)}
+    )
     assert set(t.log.events[-1].unresolved) >= {o for v in (first.var, second.var) for o in origins(t, v)}
 
 
@@ -156,8 +159,9 @@ def test_a_var_that_named_a_value_and_now_calls_an_op_is_not_that_value():
     out_after = out  # the same Var object, rebound
 
     def function(value):
-        body = relax.SeqExpr([relax.DataflowBlock([relax.VarBinding(y, R.nn.relu(x)), relax.VarBinding(out, value)])],
-                             out)
+        body = relax.SeqExpr(
+            [relax.DataflowBlock([relax.VarBinding(y, R.nn.relu(x)), relax.VarBinding(out, value)])], out
+        )
         return tvm.IRModule({"main": relax.Function([x], body, T((1, 4, 8, 8), "float32"))})
 
     before = function(y)
@@ -190,20 +194,47 @@ def test_a_tuple_literals_field_is_the_value_it_holds():
     pair = relax.Var("pair", relax.TupleType([T((1, 4, 8, 8), "float32"), T((1, 4, 8, 8), "float32")]))
     first = relax.Var("first", T((1, 4, 8, 8), "float32"))
     out = relax.Var("out", T((1, 4, 8, 8), "float32"))
-    before = tvm.IRModule({"main": relax.Function([x], relax.SeqExpr([relax.DataflowBlock([
-        relax.VarBinding(a, R.nn.relu(x)), relax.VarBinding(pair, relax.Tuple([a, x])),
-        relax.VarBinding(first, relax.TupleGetItem(pair, 0)), relax.VarBinding(out, R.sigmoid(first))])], out),
-        T((1, 4, 8, 8), "float32"))})
+    before = tvm.IRModule(
+        {
+            "main": relax.Function(
+                [x],
+                relax.SeqExpr(
+                    [
+                        relax.DataflowBlock(
+                            [
+                                relax.VarBinding(a, R.nn.relu(x)),
+                                relax.VarBinding(pair, relax.Tuple([a, x])),
+                                relax.VarBinding(first, relax.TupleGetItem(pair, 0)),
+                                relax.VarBinding(out, R.sigmoid(first)),
+                            ]
+                        )
+                    ],
+                    out,
+                ),
+                T((1, 4, 8, 8), "float32"),
+            )
+        }
+    )
     out2 = relax.Var("out2", T((1, 4, 8, 8), "float32"))
-    after = tvm.IRModule({"main": relax.Function([x], relax.SeqExpr([relax.DataflowBlock([
-        relax.VarBinding(a, R.nn.relu(x)), relax.VarBinding(out2, R.sigmoid(a))])], out2),
-        T((1, 4, 8, 8), "float32"))})  # CanonicalizeBindings: sigmoid(pair[0]) is sigmoid(a)
+    after = tvm.IRModule(
+        {
+            "main": relax.Function(
+                [x],
+                relax.SeqExpr(
+                    [relax.DataflowBlock([relax.VarBinding(a, R.nn.relu(x)), relax.VarBinding(out2, R.sigmoid(a))])],
+                    out2,
+                ),
+                T((1, 4, 8, 8), "float32"),
+            )
+        }
+    )  # CanonicalizeBindings: sigmoid(pair[0]) is sigmoid(a)
     t = follow(before, after)
     assert origins(t, out2) == ("out/sigmoid",)
     assert rules(t) == {"identity": 1, "value": 1}
 
 
 # -- replay of fused groups with symbolic shapes ------------------------------
+
 
 def _symbolic_module(params, emit):
     """A one-function module over ``params``: ``emit(bb, *params)`` adds the bindings
@@ -224,8 +255,11 @@ def _fused(mod):
 
 def _group_calls(t, after) -> list:
     """The origins each call of a fused group in ``after``'s main carries, in order."""
-    return [origins(t, b.var) for b in ir.bindings(after["main"])
-            if ir.is_call(b.value) and isinstance(b.value.op, relax.GlobalVar) and ir.is_primitive(after[b.value.op])]
+    return [
+        origins(t, b.var)
+        for b in ir.bindings(after["main"])
+        if ir.is_call(b.value) and isinstance(b.value.op, relax.GlobalVar) and ir.is_primitive(after[b.value.op])
+    ]
 
 
 def test_replay_reads_past_a_symbolic_dim_passed_as_a_var():
@@ -234,8 +268,11 @@ def test_replay_reads_past_a_symbolic_dim_passed_as_a_var():
     that var is bound nowhere. It is no input the replay failed to follow: the scale
     multiply that reads it is matched with the matmul (it was lost before)."""
     n = tvm.tirx.Var("n", "int64")
-    params = [relax.Var("x", T((n, 4), "float32")), relax.Var("y", T((1, 4), "float32")),
-              relax.Var("w", T((4, 4), "float32"))]
+    params = [
+        relax.Var("x", T((n, 4), "float32")),
+        relax.Var("y", T((1, 4), "float32")),
+        relax.Var("w", T((4, 4), "float32")),
+    ]
 
     def emit(bb, x, y, w):
         cat = bb.emit(R.concat([x, y], axis=0), name_hint="cat")
@@ -273,7 +310,8 @@ def test_replay_gives_equal_values_to_the_group_the_rest_of_its_body_agrees_with
     t = follow(before, after, "FuseOps")
     assert sorted(_group_calls(t, after)) == [
         ("bias_col/expand_dims", "bias_pos/arange", "biased/add"),
-        ("pos/arange", "pos_col/expand_dims", "proj/matmul", "scaled/multiply")]
+        ("pos/arange", "pos_col/expand_dims", "proj/matmul", "scaled/multiply"),
+    ]
     assert rules(t).get("replay") == 2 and not t.log.events[-1].eliminated
 
 
@@ -284,12 +322,36 @@ def test_replay_keeps_program_order_between_groups_that_compute_equal_values():
     params = [relax.Var("x", T((n, 4), "float32")), relax.Var("w", T((4, 4), "float32"))]
 
     def emit(bb, x, w):
-        first = bb.emit(R.matmul(bb.emit(R.add(bb.emit(R.expand_dims(bb.emit(
-            R.arange(0, n, 1, "float32"), name_hint="a0"), [1]), name_hint="e0"), x), name_hint="s0"), w),
-            name_hint="m0")
-        second = bb.emit(R.matmul(bb.emit(R.add(bb.emit(R.expand_dims(bb.emit(
-            R.arange(0, n, 1, "float32"), name_hint="a1"), [1]), name_hint="e1"), x), name_hint="s1"), w),
-            name_hint="m1")
+        first = bb.emit(
+            R.matmul(
+                bb.emit(
+                    R.add(
+                        bb.emit(
+                            R.expand_dims(bb.emit(R.arange(0, n, 1, "float32"), name_hint="a0"), [1]), name_hint="e0"
+                        ),
+                        x,
+                    ),
+                    name_hint="s0",
+                ),
+                w,
+            ),
+            name_hint="m0",
+        )
+        second = bb.emit(
+            R.matmul(
+                bb.emit(
+                    R.add(
+                        bb.emit(
+                            R.expand_dims(bb.emit(R.arange(0, n, 1, "float32"), name_hint="a1"), [1]), name_hint="e1"
+                        ),
+                        x,
+                    ),
+                    name_hint="s1",
+                ),
+                w,
+            ),
+            name_hint="m1",
+        )
         return bb.emit(R.add(first, second), name_hint="both")
 
     before, after = _fused(_symbolic_module(params, emit))
@@ -309,8 +371,7 @@ def test_identity_exceptions_are_listed_and_a_folded_op_is_gone():
     before = _module(x, lambda bb, x: bb.emit(R.add(bb.emit(R.nn.relu(x), name_hint="act"), x), name_hint="out"))
     old = before["main"]
     act_binding, out_binding = ir.bindings(old)[:2]
-    block = relax.DataflowBlock([relax.VarBinding(act_binding.var, _const((4,))), out_binding]
-                                + ir.bindings(old)[2:])
+    block = relax.DataflowBlock([relax.VarBinding(act_binding.var, _const((4,))), out_binding] + ir.bindings(old)[2:])
     after = tvm.IRModule({"main": relax.Function(old.params, relax.SeqExpr([block], old.body.body), old.ret_ty)})
     folded = follow(before, after)
     assert origins(folded, act_binding.var) == () and "act/relu" in folded.log.eliminated
@@ -323,8 +384,10 @@ def test_identity_exceptions_are_listed_and_a_folded_op_is_gone():
 def _conv_norm(bb, x, weight):
     """conv2d(x, weight) -> batch_norm -> its first field -> relu."""
     conv = bb.emit(R.nn.conv2d(x, weight), name_hint="conv")
-    norm = bb.emit(R.nn.batch_norm(conv, _const((4,), 2.0), _const((4,), 0.1), _const((4,), 0.0), _const((4,), 1.0),
-                                   axis=1), name_hint="norm")
+    norm = bb.emit(
+        R.nn.batch_norm(conv, _const((4,), 2.0), _const((4,), 0.1), _const((4,), 0.0), _const((4,), 1.0), axis=1),
+        name_hint="norm",
+    )
     return bb.emit(R.nn.relu(bb.emit(relax.TupleGetItem(norm, 0), name_hint="normed")), name_hint="act")
 
 
@@ -334,9 +397,13 @@ def test_constants_rewritten_follows_a_batch_norm_folded_into_its_conv():
     before = _module(x, lambda bb, x: _conv_norm(bb, x, weight))
     after = relax.transform.FoldBatchnormToConv2D()(before)  # conv2d(x, W * s) + b, the norm gone
     t = follow(before, after, "FoldBatchnormToConv2D")
-    made = {b.value.op.name: b.var for b in ir.bindings(after["main"]) if isinstance(b.value, relax.Call)
-            and b.value.op.name in ("relax.nn.conv2d", "relax.add", "relax.nn.relu")
-            and (b.value.op.name != "relax.add" or b.value.args[0].ty.ndim == 4)}
+    made = {
+        b.value.op.name: b.var
+        for b in ir.bindings(after["main"])
+        if isinstance(b.value, relax.Call)
+        and b.value.op.name in ("relax.nn.conv2d", "relax.add", "relax.nn.relu")
+        and (b.value.op.name != "relax.add" or b.value.args[0].ty.ndim == 4)
+    }
     assert origins(t, made["relax.nn.conv2d"]) == ("conv/conv2d",)
     assert origins(t, made["relax.add"]) == ("norm/batch_norm",)  # the bias add takes the norm's place
     assert origins(t, made["relax.nn.relu"]) == ("act/relu",)

@@ -37,15 +37,23 @@ class LogitsOf(torch.nn.Module):
 
 
 def _gpt2(attn):
-    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64,
-                                     attn_implementation=attn)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64, attn_implementation=attn
+    )
     return transformers.GPT2LMHeadModel(config)
 
 
 def _llama(attn):
-    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
-                                      max_position_embeddings=64, attn_implementation=attn)
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=64,
+        attn_implementation=attn,
+    )
     return transformers.LlamaForCausalLM(config)
 
 
@@ -55,8 +63,12 @@ def _torch_build(make, attn):
     torch.manual_seed(0)
     module = LogitsOf(make(attn).eval())
     seq = torch.export.Dim("seq", min=2, max=32)
-    imported = from_torch(module, (torch.randint(0, 128, (1, 8)),), name=f"{make.__name__[1:]}_{attn}",
-                          dynamic_shapes={"input_ids": {1: seq}})
+    imported = from_torch(
+        module,
+        (torch.randint(0, 128, (1, 8)),),
+        name=f"{make.__name__[1:]}_{attn}",
+        dynamic_shapes={"input_ids": {1: seq}},
+    )
     return module, relaytrace.build(imported, "llvm", pipeline="fused")
 
 
@@ -69,8 +81,12 @@ def _assert_verified(lineage):
 
 def _ops_at_sites(lineage) -> set[tuple[str, str]]:
     """(layer, op) of every model op that runs at a kernel call site."""
-    return {(lineage.origins[o].layer, lineage.origins[o].short_op)
-            for s in lineage.call_sites for o in s.origin_ids if lineage.origins[o].kind == OP}
+    return {
+        (lineage.origins[o].layer, lineage.origins[o].short_op)
+        for s in lineage.call_sites
+        for o in s.origin_ids
+        if lineage.origins[o].kind == OP
+    }
 
 
 def _assert_attributed_at_every_site(executable, lineage, inputs):
@@ -93,6 +109,7 @@ def _assert_runs_like_torch(module, executable, lineage, length):
 
 
 # -- transformers decoders, symbolic sequence length ----------------------------
+
 
 @pytest.mark.slow  # 10-30 s each, most of it torch.export
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
@@ -129,6 +146,7 @@ def test_llama_with_a_symbolic_length_verifies_and_is_attributed_at_two_lengths(
 
 # -- tvm.relax.frontend.nn decode steps, symbolic past length --------------------
 
+
 def _nn_decode_step():
     """shared/repros/nn_decode_symbolic.py: q @ concat(past_k, k)^T * 0.25, ``past``
     symbolic; its scale multiply was "not explained by any origin"."""
@@ -152,8 +170,9 @@ def _nn_decode_step():
         def step(self, x: nn.Tensor, past_k: nn.Tensor):
             return self.attn(x, past_k)
 
-    return Model(), {"step": {"x": nn.spec.Tensor([1, 1, 16], "float32"),
-                              "past_k": nn.spec.Tensor([1, 1, "past", 16], "float32")}}
+    return Model(), {
+        "step": {"x": nn.spec.Tensor([1, 1, 16], "float32"), "past_k": nn.spec.Tensor([1, 1, "past", 16], "float32")}
+    }
 
 
 def _nn_two_layer_decoder():
@@ -181,8 +200,9 @@ def _nn_two_layer_decoder():
             v = op.concat([past_v, heads(self.v_proj(x))], dim=2)
             scores = op.matmul(heads(self.q_proj(x)), op.permute_dims(k, [0, 1, 3, 2])) / math.sqrt(self.head_dim)
             shape = (b, self.heads, s, k.shape[2])
-            seen = op.less_equal(op.broadcast_to(op.arange(0, k.shape[2], dtype="float32"), shape),
-                                 op.full(shape, 1e9, "float32"))
+            seen = op.less_equal(
+                op.broadcast_to(op.arange(0, k.shape[2], dtype="float32"), shape), op.full(shape, 1e9, "float32")
+            )
             scores = scores + op.where(seen, op.full(shape, 0.0, "float32"), op.full(shape, -1e4, "float32"))
             att = op.matmul(op.softmax(scores, axis=-1), v)
             return self.o_proj(op.reshape(op.permute_dims(att, [0, 2, 1, 3]), (b, s, h)))
@@ -196,15 +216,18 @@ def _nn_two_layer_decoder():
             x = x + self.layers[0](self.norm(x), past_k0, past_v0)
             return x + self.layers[1](x, past_k1, past_v1)
 
-    past = {name: nn.spec.Tensor([1, 2, "past", 16], "float32")
-            for name in ("past_k0", "past_v0", "past_k1", "past_v1")}
+    past = {
+        name: nn.spec.Tensor([1, 2, "past", 16], "float32") for name in ("past_k0", "past_v0", "past_k1", "past_v1")
+    }
     return Decoder(), {"step": {"x": nn.spec.Tensor([1, 1, 32], "float32"), **past}}
 
 
 def _nn_inputs(lineage, past):
     rng = np.random.default_rng(past)
-    return [rng.standard_normal([d if isinstance(d, int) else past for d in shape]).astype(dtype)
-            for _, shape, dtype in lineage.build.entries["step"]]
+    return [
+        rng.standard_normal([d if isinstance(d, int) else past for d in shape]).astype(dtype)
+        for _, shape, dtype in lineage.build.entries["step"]
+    ]
 
 
 def test_the_nn_decode_repro_verifies_with_its_scale_at_the_matmuls_kernel():

@@ -50,8 +50,9 @@ def _fits(tables, capsys, argv, least: int = 1):
         assert text in out or argv[0] == "profile"  # profile's summary is printed, its tables in it
         key = _unwrapped(rows)
         if key is not None:  # a column to tell rows by: each cell read back whole
-            assert [["".join(c.split()) for c in r] for r in cells(text, key=key)] \
-                == [["".join(c.split()) for c in r] for r in rows], text
+            assert [["".join(c.split()) for c in r] for r in cells(text, key=key)] == [
+                ["".join(c.split()) for c in r] for r in rows
+            ], text
     return out
 
 
@@ -84,8 +85,9 @@ def test_llama_tables_fit_100_columns(tmp_path, tables, capsys):
     idle = out.split("(run as VM builtins or folded): ")[1].splitlines()[0].split(", ")  # tasks that became no kernel
     assert idle and not set(idle) & set(ran) and set(idle) <= set(rows)
     assert max(i for i, r in enumerate(rows) if r in ran) < min(map(rows.index, idle))  # after those that did
-    _every_command(tmp_path, tables, capsys, f"{HF}:llama", "m.model.layers.0.self_attn",
-                   "m.model.layers.0.mlp.gate_proj")
+    _every_command(
+        tmp_path, tables, capsys, f"{HF}:llama", "m.model.layers.0.self_attn", "m.model.layers.0.mlp.gate_proj"
+    )
 
 
 @pytest.mark.slow

@@ -35,8 +35,12 @@ def test_fused_kernels_hold_one_anchor_op_and_the_elementwise_ops_that_read_it(b
     pool, mean or matmul as its anchor and only adds and relus that read a value of the
     same site, and there are as many sites as such ops: no elementwise op runs alone."""
     _, lineage = builds["fused"]
-    reads = {b.var.name: {a.name for a in b.value.args if isinstance(a, relax.Var)}
-             for block in resnet_mod["main"].body.blocks for b in block.bindings if isinstance(b.value, relax.Call)}
+    reads = {
+        b.var.name: {a.name for a in b.value.args if isinstance(a, relax.Var)}
+        for block in resnet_mod["main"].body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call)
+    }
     for site in lineage.call_sites:
         origins = [lineage.origins[o] for o in site.origin_ids]
         layers = {o.layer for o in origins}
@@ -184,8 +188,14 @@ def test_trace_without_a_build_says_what_to_do():
 def _followed_after_the_build(handle, recording):
     from relaytrace.tracking.follow import follow
 
-    return follow(recording, handle.layer_of, model=handle.model, target=handle.lineage.build.target,
-                  pipeline=handle.pipeline, program=handle.program)
+    return follow(
+        recording,
+        handle.layer_of,
+        model=handle.model,
+        target=handle.lineage.build.target,
+        pipeline=handle.pipeline,
+        program=handle.program,
+    )
 
 
 def test_the_lineage_followed_during_code_generation_is_the_one_after_the_build(resnet_mod):

@@ -50,8 +50,10 @@ def _site_of(lineage, layer, op):
     return site
 
 
-@pytest.fixture(scope="module", params=["gpt2", "llama", pytest.param("bert", marks=pytest.mark.slow),
-                                        pytest.param("vit", marks=pytest.mark.slow)])
+@pytest.fixture(
+    scope="module",
+    params=["gpt2", "llama", pytest.param("bert", marks=pytest.mark.slow), pytest.param("vit", marks=pytest.mark.slow)],
+)
 def built(request):
     module, example = hf_models.MODELS[request.param]()
     _, lineage = relaytrace.build(from_torch(module, (example,), name=request.param), "llvm")
@@ -95,8 +97,12 @@ def test_onnx_exports_of_transformers_verify_with_the_same_layers(name, tmp_path
     _, lineage = relaytrace.build(from_onnx(path), "llvm")
     v = lineage.verification
     assert v.ok, (v.summary(), v.problems, [c for c in v.sites if c.status != VERIFIED][:3])
-    expected = {"llama": "m.model.embed_tokens", "gpt2": "m.transformer.wte", "bert": "m.embeddings.LayerNorm",
-                "vit": "m.embeddings.patch_embeddings.projection"}[name]
+    expected = {
+        "llama": "m.model.embed_tokens",
+        "gpt2": "m.transformer.wte",
+        "bert": "m.embeddings.LayerNorm",
+        "vit": "m.embeddings.patch_embeddings.projection",
+    }[name]
     assert expected in lineage.layers()
     assert not [layer for layer in lineage.layers() if "dropout" in layer]
 
@@ -114,8 +120,7 @@ def test_a_layer_moved_to_the_next_node_is_flagged():
     right = from_torch(module, (example,))
     labels = list(dict.fromkeys(right.layers.values()))
     shifted = {label: labels[min(i + 1, len(labels) - 1)] for i, label in enumerate(labels)}
-    wrong = ImportedModel(right.mod, "shifted", {h: shifted[v] for h, v in right.layers.items()},
-                          program=right.program)
+    wrong = ImportedModel(right.mod, "shifted", {h: shifted[v] for h, v in right.layers.items()}, program=right.program)
     _, lineage = relaytrace.build(wrong, "llvm")
     v = lineage.verification
     assert not v.ok

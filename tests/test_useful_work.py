@@ -50,8 +50,7 @@ def run():
     args = (torch.randn(*X), torch.randn(*Z))
     with FlopCounterMode(display=False) as counter:
         module(*args)
-    torch_flops = {name.removeprefix("Block."): sum(ops.values())
-                   for name, ops in counter.get_flop_counts().items()}
+    torch_flops = {name.removeprefix("Block."): sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
     executable, lineage = relaytrace.build(from_torch(module, args), "llvm", pipeline="fused")
     profile = relaytrace.profile(executable, lineage, [a.numpy() for a in args], repeat=1)
     return lineage, profile, torch_flops
@@ -70,8 +69,9 @@ def _bias(n, c, h, w):
 def test_useful_flops_are_torchs_and_executed_the_tirs_with_the_dilations_zeros_named(run, reports):
     _, _, torch_flops = run
     assert torch_flops["up"] == 2 * 32 * 16 * 2 * 2 * (1 * 16 * 16 + 2 * 8 * 12)  # 2·N·Cin·Cout·K²·Hin·Win, both calls
-    sites = sorted((r for r in reports["anchor"].roofline.sites.values() if "conv2d_transpose" in r.name),
-                   key=lambda r: r.flops)
+    sites = sorted(
+        (r for r in reports["anchor"].roofline.sites.values() if "conv2d_transpose" in r.name), key=lambda r: r.flops
+    )
     assert len(sites) == 2
     for roof, (n, _, h, w) in zip(sites, sorted((X, Z), key=lambda s: s[0] * s[2] * s[3])):
         assert roof.useful == 2 * n * 32 * 16 * 4 * h * w + _bias(n, 16, 2 * h, 2 * w)
@@ -131,8 +131,12 @@ def test_the_figures_and_the_policy_are_in_the_csv_the_table_and_the_cli(run, re
     assert "billed by the anchor policy" in (tmp_path / "out" / "explorer-time.json").read_text()
     assert json.loads((tmp_path / "out" / "trace.json").read_text())["otherData"]["policy"] == "anchor"
     html = tmp_path / "report.html"
-    assert cli.main(["--quiet", "render", str(tmp_path / "out"), "--format", "html", "--policy", "split",
-                     "--out", str(html)]) == 0
+    assert (
+        cli.main(
+            ["--quiet", "render", str(tmp_path / "out"), "--format", "html", "--policy", "split", "--out", str(html)]
+        )
+        == 0
+    )
     page = html.read_text()
     assert "attribution policy split" in page and "split policy bills" in page and "useful_gflop" in page
     assert "4,210,688 FLOPs executed, 1,064,960 useful (3.95x: zeros from dilation" in page  # up's first call site

@@ -71,8 +71,9 @@ def test_a_dim_the_user_named_is_named_so_in_every_output(mixer, tmp_path, capsy
     assert "seq" in shapes and not any(TORCH_SYMBOL.fullmatch(str(d)) for d in shapes)
     out = tmp_path / "out"
     model = f"{FIXTURE}:make"
-    assert cli.main(["--quiet", "profile", model, "--input-shape", "tokens:1x9", "--repeat", "1",
-                     "--out", str(out)]) == 0
+    assert (
+        cli.main(["--quiet", "profile", model, "--input-shape", "tokens:1x9", "--repeat", "1", "--out", str(out)]) == 0
+    )
     printed = capsys.readouterr().out
     for name in ("lineage.json", "report.html", "layers.svg"):
         text = (out / name).read_text()
@@ -81,8 +82,9 @@ def test_a_dim_the_user_named_is_named_so_in_every_output(mixer, tmp_path, capsy
         assert not TORCH_SYMBOL.search(path.read_text()), path.name
     assert not TORCH_SYMBOL.search(printed)
     layers = {row.split(",")[0] for row in (out / "layers.csv").read_text().splitlines()[1:]}
-    named = {n.name for n in graph.nodes} | {path for n in graph.nodes
-                                             for path, _ in (n.meta.get("nn_module_stack") or {}).values()}
+    named = {n.name for n in graph.nodes} | {
+        path for n in graph.nodes for path, _ in (n.meta.get("nn_module_stack") or {}).values()
+    }
     assert layers <= named and layers & _root_layers(lineage, graph), layers - named
     assert json.loads((out / "profile.json").read_text())["inputs"] == [["tokens", [1, 9], "int64"]]
     assert cli.main(["profile", model, "--input-shape", "tokens:2x9", "--out", str(tmp_path / "bad")]) == 1
@@ -101,8 +103,11 @@ def test_the_compare_summary_counts_each_kind_of_row_as_what_it_is(mixer):
     tokens = np.random.default_rng(0).integers(0, 32, (1, 9))
     result = compare(executable, lineage, module, [tokens], dynamic_shapes=dynamic)
     eliminated = set(lineage.journal.eliminated_by)
-    folded = {layer for layer in lineage.layers()
-              if all(o.id in eliminated for o in lineage.origins.values() if o.kind == OP and o.layer == layer)}
+    folded = {
+        layer
+        for layer in lineage.layers()
+        if all(o.id in eliminated for o in lineage.origins.values() if o.kind == OP and o.layer == layer)
+    }
     assert folded and {e.layer for e in result.layers if e.status == NO_OUTPUT} == folded
     counts = result.counts()
     first = result.summary().splitlines()[0]

@@ -77,8 +77,11 @@ def test_gpt_onnx_puts_qk_matmul_in_its_fused_kernel(tmp_path):
         qk = f"h.{block}.attn/matmul"  # the attention's first MatMul (named by torch module path)
         (site,) = lineage.kernels_of(qk)
         assert site.anchor == qk
-        assert {lineage.origins[o].op for o in site.origin_ids} == _computes(lineage, site) \
+        assert (
+            {lineage.origins[o].op for o in site.origin_ids}
+            == _computes(lineage, site)
             == {"relax.matmul", "relax.multiply", "relax.where"}
+        )
         assert {lineage.origins[o].layer for o in site.origin_ids} == {f"h.{block}.attn"}
     assert all(p not in ("FuseOps", "FuseTIR") for p in lineage.journal.eliminated_by.values())
     assert lineage.unresolved() == ()
@@ -209,8 +212,10 @@ def test_generated_token_model_layers_are_checked_against_torch_export():
     assert len(residual) == 2  # both residual adds, written in the block's forward
 
     dropout = next(n.name for n in program.graph.nodes if n.name.startswith("dropout"))
-    moved = dict(origins, **{o.id: attrs.evolve(o, layer="embed_dropout", node=dropout)
-                             for o in origins.values() if o.node == take.node})  # the embedding's ops
+    moved = dict(
+        origins,
+        **{o.id: attrs.evolve(o, layer="embed_dropout", node=dropout) for o in origins.values() if o.node == take.node},
+    )  # the embedding's ops
     problems = layer_problems(module, moved.values(), "torch", program)
     assert "Embedding embed_tokens is no layer" in problems
     assert any(p.startswith("layer embed_dropout is a Dropout") for p in problems)
@@ -220,8 +225,9 @@ def test_generated_token_model_layers_are_checked_against_torch_export():
     add = residual[0]
     moved = dict(origins, **{add.id: attrs.evolve(add, layer="layers.0.post_attention_rmsnorm")})
     problems = layer_problems(module, moved.values(), "torch", program)
-    assert problems == [f"{add.id} ({add.op}) is in layers.0.post_attention_rmsnorm; torch.export "
-                        f"puts its node {add.node} in layers.0"]
+    assert problems == [
+        f"{add.id} ({add.op}) is in layers.0.post_attention_rmsnorm; torch.export puts its node {add.node} in layers.0"
+    ]
 
 
 def test_static_arange_verifies_in_the_unfused_pipeline():
@@ -283,12 +289,14 @@ def test_an_op_legalized_into_two_primfuncs_is_one_op_in_both(resnet_mod):
 
     def relu_in_two(bb, call):
         neg = bb.emit_te(topi.negative, call.args[0], primfunc_name_hint="relu_neg")
-        return bb.call_te(lambda a: topi.maximum(topi.negative(a), tvm.tirx.const(0, "float32")), neg,
-                          primfunc_name_hint="relu_max")
+        return bb.call_te(
+            lambda a: topi.maximum(topi.negative(a), tvm.tirx.const(0, "float32")), neg, primfunc_name_hint="relu_max"
+        )
 
     target = tvm.target.Target("llvm")
-    pipeline = tvm.transform.Sequential([relax.transform.LegalizeOps({"relax.nn.relu": relu_in_two}),
-                                         relax.get_default_pipeline(target)])
+    pipeline = tvm.transform.Sequential(
+        [relax.transform.LegalizeOps({"relax.nn.relu": relu_in_two}), relax.get_default_pipeline(target)]
+    )
     _, lineage = relaytrace.build(resnet_mod, target, pipeline=pipeline)
     assert lineage.unresolved() == () and lineage.verification.ok and lineage.coverage().complete
     relus = [o for o in lineage.origins.values() if o.op == "relax.nn.relu"]
@@ -299,8 +307,11 @@ def test_an_op_legalized_into_two_primfuncs_is_one_op_in_both(resnet_mod):
         # the verdict rests on the lowered-part fact, which the tracker relies on too: it says so
         assert lineage.check(site).shared == ("lowered-part",) and members[0].shared == ("lowered-part",)
     assert any(c.rule == "part" for relu in relus for c in lineage.history(relu.id))
-    assert all(not lineage.check(s).shared for s in lineage.call_sites if not any(
-        o.op == "relax.nn.relu" for o in lineage.origins_of(s.kernel, s.call)))
+    assert all(
+        not lineage.check(s).shared
+        for s in lineage.call_sites
+        if not any(o.op == "relax.nn.relu" for o in lineage.origins_of(s.kernel, s.call))
+    )
 
 
 def test_noop_owner_repro_bills_each_op_to_the_module_that_wrote_it(tmp_path):
@@ -370,15 +381,19 @@ def _drop_scale():
     class Drop(relax.PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if (call.op == tvm.ir.Op.get("relax.multiply") and ir.kind(call.args[0]) == "var"
-                    and ir.kind(call.args[1]) == "const"):
+            if (
+                call.op == tvm.ir.Op.get("relax.multiply")
+                and ir.kind(call.args[0]) == "var"
+                and ir.kind(call.args[1]) == "const"
+            ):
                 return call.args[0]
             return call
 
     @tvm.transform.module_pass(opt_level=0, name="DropScale")
     def drop_scale(mod, ctx):
-        functions = {gv: Drop(mod).visit_expr(f) if isinstance(f, relax.Function) else f
-                     for gv, f in mod.functions_items()}
+        functions = {
+            gv: Drop(mod).visit_expr(f) if isinstance(f, relax.Function) else f for gv, f in mod.functions_items()
+        }
         return tvm.IRModule(functions, attrs=mod.attrs)
 
     return drop_scale
@@ -400,7 +415,9 @@ def test_a_layer_whose_ops_a_pass_eliminated_unexplained_is_not_verified():
     _, plain = relaytrace.build(_lifted_and_folded(), target, model="plain")
     assert plain.verification.ok
     assert {o: plain.journal.explained.get(o) for o in plain.journal.eliminated_by} == {
-        "c/multiply": FOLDED, "d/exp": DEAD}
+        "c/multiply": FOLDED,
+        "d/exp": DEAD,
+    }
     dropping = tvm.transform.Sequential([_drop_scale(), relax.get_default_pipeline(target)])
     _, lineage = relaytrace.build(_lifted_and_folded(), target, pipeline=dropping, model="dropped")
     checks = lineage.verification.by_layer()

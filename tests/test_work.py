@@ -40,8 +40,9 @@ class Linear(nn.Module):
 def _site_flops(module, args, op, dynamic_shapes=None, runs=None):
     """FLOPs of the one call site whose anchor op is ``op``, at the shapes each run of
     ``runs`` (input arrays; default ``args``) gave it, from a real build and profile."""
-    executable, lineage = relaytrace.build(from_torch(module, args, dynamic_shapes=dynamic_shapes), "llvm",
-                                           pipeline="unfused")
+    executable, lineage = relaytrace.build(
+        from_torch(module, args, dynamic_shapes=dynamic_shapes), "llvm", pipeline="unfused"
+    )
     out = []
     for inputs in runs or [args]:
         prof = relaytrace.profile(executable, lineage, [a.numpy() for a in inputs], repeat=1)
@@ -82,8 +83,13 @@ def test_batch_matmul_flops(b, m, k, n):
 def test_a_symbolic_length_is_bound_by_each_run():
     seq = torch.export.Dim("seq", min=2, max=64)
     example = (torch.randn(8, 32), torch.randn(32, 16))
-    works = _site_flops(Matmul(), example, "matmul", dynamic_shapes={"a": {0: seq}, "b": None},
-                        runs=[(torch.randn(n, 32), torch.randn(32, 16)) for n in (8, 40)])
+    works = _site_flops(
+        Matmul(),
+        example,
+        "matmul",
+        dynamic_shapes={"a": {0: seq}, "b": None},
+        runs=[(torch.randn(n, 32), torch.randn(32, 16)) for n in (8, 40)],
+    )
     assert [w.flops for w in works] == [2 * 8 * 32 * 16, 2 * 40 * 32 * 16]
 
 
@@ -99,9 +105,11 @@ def test_the_count_agrees_with_tvms_estimate_where_that_is_right_and_says_where_
         func = te.create_prim_func([*placeholders, make(*placeholders)])
         return count(func), estimate_tir_flops(tvm.IRModule({"main": func}))
 
-    for make, shapes in ((lambda x, w: topi.nn.conv2d_nchw(x, w, 1, 1, 1), [(1, 8, 16, 16), (16, 8, 3, 3)]),
-                         (lambda a, b: topi.nn.matmul(a, b), [(32, 64), (64, 48)]),
-                         (lambda x: topi.nn.relu(x), [(32, 64)])):
+    for make, shapes in (
+        (lambda x, w: topi.nn.conv2d_nchw(x, w, 1, 1, 1), [(1, 8, 16, 16), (16, 8, 3, 3)]),
+        (lambda a, b: topi.nn.matmul(a, b), [(32, 64), (64, 48)]),
+        (lambda x: topi.nn.relu(x), [(32, 64)]),
+    ):
         ours, theirs = both(make, *shapes)
         assert evaluate(ours.flops, {}) == theirs
     ours, theirs = both(lambda x: topi.nn.softmax(x), (32, 64))  # max, subtract, sum, divide; exp apart
@@ -146,9 +154,14 @@ def test_a_decoders_work_follows_its_symbolic_length_and_decode_is_memory_bound(
     peaks = given(100.0, 10.0)
 
     def report(entry, length):
-        arrays = [np.zeros((1, length), dtype) if "int" in dtype else
-                  np.random.default_rng(0).standard_normal([d if isinstance(d, int) else length for d in shape])
-                  .astype(dtype) for _, shape, dtype in lineage.build.entries[entry]]
+        arrays = [
+            np.zeros((1, length), dtype)
+            if "int" in dtype
+            else np.random.default_rng(0)
+            .standard_normal([d if isinstance(d, int) else length for d in shape])
+            .astype(dtype)
+            for _, shape, dtype in lineage.build.entries[entry]
+        ]
         prof = relaytrace.profile(executable, lineage, arrays, entry=entry, repeat=1, peaks=peaks)
         return make_report(lineage, prof).roofline
 

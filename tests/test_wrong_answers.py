@@ -23,11 +23,19 @@ def _edited(tmp_path, name, saved, edit):
 
 # 1. a profile without an end-to-end run
 
+
 def _profile():
     from relaytrace.model.profile import CallRecord, Profile
 
-    return Profile(model="m", target="llvm", device="cpu(0)", mode="timeline", repeat=1,
-                   records=(CallRecord("k", 0, 0, 0.0, 5.0, "kernel"),), e2e_us=(10.0,))
+    return Profile(
+        model="m",
+        target="llvm",
+        device="cpu(0)",
+        mode="timeline",
+        repeat=1,
+        records=(CallRecord("k", 0, 0, 0.0, 5.0, "kernel"),),
+        e2e_us=(10.0,),
+    )
 
 
 def test_a_profile_without_end_to_end_runs_is_refused_not_shown_as_zero(tmp_path):
@@ -42,11 +50,20 @@ def test_a_profile_without_end_to_end_runs_is_refused_not_shown_as_zero(tmp_path
 
 # 2. impossible numbers in compare.json
 
+
 def _comparison():
     from relaytrace.model.numerics import Comparison, LayerError
 
-    layer = LayerError(layer="conv1", status="within", site="k#0", shape=(1, 4), max_abs=0.1, max_rel=0.01,
-                       tolerance_ratio=0.5, cosine=0.99)
+    layer = LayerError(
+        layer="conv1",
+        status="within",
+        site="k#0",
+        shape=(1, 4),
+        max_abs=0.1,
+        max_rel=0.01,
+        tolerance_ratio=0.5,
+        cosine=0.99,
+    )
     return Comparison("m", "main", 1e-4, 1e-4, "as built", (layer,))
 
 
@@ -75,6 +92,7 @@ def test_a_layer_with_no_relative_error_or_cosine_is_shown_as_such():
 
 # 3. data-flow edges naming origins the lineage does not have
 
+
 def test_edges_naming_an_unknown_origin_are_refused(tmp_path):
     from relaytrace.model.build_facts import BuildFacts
     from relaytrace.model.lineage import Lineage
@@ -90,9 +108,17 @@ def test_edges_naming_an_unknown_origin_are_refused(tmp_path):
 
 # 4. profile(number=0, repeat=0)
 
-@pytest.mark.parametrize("options, name", [({"number": 0}, "number"), ({"number": -2}, "number"),
-                                           ({"repeat": 0}, "repeat"), ({"number": 1.5}, "number"),
-                                           ({"repeat": np.int64(3), "number": 0}, "number")])
+
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"number": 0}, "number"),
+        ({"number": -2}, "number"),
+        ({"repeat": 0}, "repeat"),
+        ({"number": 1.5}, "number"),
+        ({"repeat": np.int64(3), "number": 0}, "number"),
+    ],
+)
 def test_profile_refuses_counts_below_one_before_any_work(options, name):
     from relaytrace.profiling.vm import profile
 
@@ -102,6 +128,7 @@ def test_profile_refuses_counts_below_one_before_any_work(options, name):
 
 
 # 5. a number too long for Python's int-string limit
+
 
 def test_a_number_of_thousands_of_digits_is_a_format_error_naming_the_file(tmp_path):
     from relaytrace.model.jsonio import read_json
@@ -118,13 +145,17 @@ def test_a_number_of_thousands_of_digits_is_a_format_error_naming_the_file(tmp_p
 
 # 6. an input shape of the wrong rank
 
+
 def test_a_shape_of_another_rank_than_the_input_is_refused():
     from relaytrace.model.shapes import check_rank
 
     check_rank("x", (1, 3, 224, 224), (2, 3, 64, 64), "m")
     check_rank("x", ("...",), (2,), "m")
-    with pytest.raises(UsageError, match=r"the shape 1x3 given for input x of m has rank 2, but x has rank 4 "
-                                         r"\(nx3x224x224\): give 4 dims, e.g. --input-shape x:1x3x224x224$"):
+    with pytest.raises(
+        UsageError,
+        match=r"the shape 1x3 given for input x of m has rank 2, but x has rank 4 "
+        r"\(nx3x224x224\): give 4 dims, e.g. --input-shape x:1x3x224x224$",
+    ):
         check_rank("x", ("n", 3, 224, 224), (1, 3), "m")
 
 
@@ -134,13 +165,19 @@ def test_an_onnx_input_shape_of_the_wrong_rank_is_refused_naming_the_input(tmp_p
 
     from relaytrace.frontends.loader import load
 
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])],
+    )
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph), str(path))
-    with pytest.raises(UsageError, match="input x of ONNX model .* has rank 2, but x has rank 4 "
-                                         r"\(1x3x8x8\): give 4 dims"):
+    with pytest.raises(
+        UsageError,
+        match="input x of ONNX model .* has rank 2, but x has rank 4 "
+        r"\(1x3x8x8\): give 4 dims",
+    ):
         load(str(path), shapes=[("x", (1, 3))], with_inputs=False)
     code, _, err = run_cli(["profile", path, "--input-shape", "x:1x3", "--out", tmp_path / "out"])
     assert code == 2 and "has rank 2, but x has rank 4" in err.strip().splitlines()[-1], err
@@ -149,11 +186,18 @@ def test_an_onnx_input_shape_of_the_wrong_rank_is_refused_naming_the_input(tmp_p
 
 # 7. a factory that calls sys.exit
 
-@pytest.mark.parametrize("source, words", [
-    ("import sys\ndef make():\n    sys.exit(3)\n", "the factory make in {path} called sys.exit(3): a factory returns"),
-    ("import sys\ndef make():\n    sys.exit()\n", "the factory make in {path} called sys.exit():"),
-    ("import sys\nsys.exit('bye')\n", "{path} called sys.exit('bye') while relaytrace imported it"),
-])
+
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        (
+            "import sys\ndef make():\n    sys.exit(3)\n",
+            "the factory make in {path} called sys.exit(3): a factory returns",
+        ),
+        ("import sys\ndef make():\n    sys.exit()\n", "the factory make in {path} called sys.exit():"),
+        ("import sys\nsys.exit('bye')\n", "{path} called sys.exit('bye') while relaytrace imported it"),
+    ],
+)
 def test_a_factory_calling_sys_exit_is_one_line_and_exit_code_1(tmp_path, source, words):
     from relaytrace.frontends.loader import load
 
@@ -170,9 +214,11 @@ def test_a_factory_calling_sys_exit_is_one_line_and_exit_code_1(tmp_path, source
 
 # 8. write errors name the file asked for, not a staging name
 
+
 def _names(line: str, path) -> bool:
     """The CLI's line for an OS error names ``path`` (then maybe a hint), no temporary."""
     return (line.endswith(f": {path}") or f": {path} (" in line) and ".tmp" not in line
+
 
 def test_a_failed_write_names_the_file_asked_for_not_its_temporary(tmp_path):
     from relaytrace.model.jsonio import write_atomic

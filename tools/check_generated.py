@@ -47,8 +47,11 @@ def main(argv=None) -> int:
     parser.add_argument("--show", type=int, default=3, help="reasons shown per bad build")
     parser.add_argument("--pipelines", default="unfused,fused,nhwc", help="of unfused, fused, nhwc (default all)")
     parser.add_argument("--frontends", default="torch,onnx", help="of torch, onnx (default both)")
-    parser.add_argument("--progress", action="store_true",
-                        help="also one line per model (its kind, sites, seconds): a long sweep's log reads as it runs")
+    parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="also one line per model (its kind, sites, seconds): a long sweep's log reads as it runs",
+    )
     args = parser.parse_args(argv)
     seeds = _seeds(args.seeds)
     start = time.perf_counter()
@@ -61,9 +64,12 @@ def main(argv=None) -> int:
                 from relaytrace.zoo.generated import token_model
 
                 built = [c for c in checks if not c.skipped]
-                print(f"seed {seed} ({'token' if token_model(seed) else 'image'} model): {len(built)} builds, "
-                      f"{sum(c.sites for c in built)} sites, {sum(c.verified for c in built)} verified, "
-                      f"{sum(not c.ok for c in built)} not clean; {sum(c.seconds for c in checks):.0f} s", flush=True)
+                print(
+                    f"seed {seed} ({'token' if token_model(seed) else 'image'} model): {len(built)} builds, "
+                    f"{sum(c.sites for c in built)} sites, {sum(c.verified for c in built)} verified, "
+                    f"{sum(not c.ok for c in built)} not clean; {sum(c.seconds for c in checks):.0f} s",
+                    flush=True,
+                )
             if crash:
                 totals["crashed"] += 1
                 print(f"seed {seed}: CRASHED {crash}", flush=True)
@@ -79,15 +85,20 @@ def main(argv=None) -> int:
                 totals["unverified"] += len(c.unverified)
                 if not c.ok:
                     totals["bad"] += 1
-                    print(f"seed {seed} {c.frontend} {c.pipeline}: {len(c.suspect)} suspect, "
-                          f"{len(c.unverified)} unverified, {len(c.problems)} problems", flush=True)
-                    for line in (c.problems + c.suspect + c.unverified)[:args.show]:
+                    print(
+                        f"seed {seed} {c.frontend} {c.pipeline}: {len(c.suspect)} suspect, "
+                        f"{len(c.unverified)} unverified, {len(c.problems)} problems",
+                        flush=True,
+                    )
+                    for line in (c.problems + c.suspect + c.unverified)[: args.show]:
                         print(f"    {line}", flush=True)
     seconds = time.perf_counter() - start
-    print(f"{totals['models']} models ({totals['crashed']} crashed), {totals['builds']} builds "
-          f"({totals['bad']} not clean, {totals['skipped']} skipped: TVM cannot build them), "
-          f"{totals['sites']} call sites: {totals['verified']} verified, "
-          f"{totals['suspect']} suspect, {totals['unverified']} unverified; {seconds:.0f} s")
+    print(
+        f"{totals['models']} models ({totals['crashed']} crashed), {totals['builds']} builds "
+        f"({totals['bad']} not clean, {totals['skipped']} skipped: TVM cannot build them), "
+        f"{totals['sites']} call sites: {totals['verified']} verified, "
+        f"{totals['suspect']} suspect, {totals['unverified']} unverified; {seconds:.0f} s"
+    )
     return 1 if totals["bad"] or totals["crashed"] else 0
 
 

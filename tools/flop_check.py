@@ -57,7 +57,9 @@ def _zoo(name, image):
 
 
 MODELS = {
-    "resnet18": _zoo("resnet18", 64), "mobilenet_v2": _zoo("mobilenet_v2", 64), "vgg16": _zoo("vgg16", 32),
+    "resnet18": _zoo("resnet18", 64),
+    "mobilenet_v2": _zoo("mobilenet_v2", 64),
+    "vgg16": _zoo("vgg16", 32),
     "unet": lambda: (UNet().eval(), torch.randn(1, 3, 32, 32)),
     **{name: make for name, make in hf_models.MODELS.items()},
     "mistral": hf_models.mistral,
@@ -70,8 +72,11 @@ def torch_counts(module, example) -> dict[str, float]:
     with FlopCounterMode(display=False) as counter:
         module(example)
     root = type(module).__name__
-    total = {name.removeprefix(root).removeprefix("."): float(sum(ops.values()))
-             for name, ops in counter.get_flop_counts().items() if name != "Global"}
+    total = {
+        name.removeprefix(root).removeprefix("."): float(sum(ops.values()))
+        for name, ops in counter.get_flop_counts().items()
+        if name != "Global"
+    }
     own = dict(total)
     for path, flops in total.items():
         if path:  # its parent: the nearest enclosing module torch lists (a ModuleList runs no forward)

@@ -34,6 +34,7 @@ def main() -> None:
             start = torch.cuda.Event(enable_timing=True)
             start.record()
             pending.append((name, start))
+
         return hook
 
     def post(name):
@@ -42,6 +43,7 @@ def main() -> None:
             end.record()
             started = next(i for i in range(len(pending) - 1, -1, -1) if pending[i][0] == name and len(pending[i]) == 2)
             pending[started] = (name, pending[started][1], end)
+
         return hook
 
     with torch.inference_mode():
@@ -69,9 +71,17 @@ def main() -> None:
                 times[name].append(us)
         for h in handles:
             h.remove()
-    print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                      "e2e_us": statistics.median(e2e),
-                      "modules": {n: statistics.median(t) for n, t in times.items() if t}}, indent=1))
+    print(
+        json.dumps(
+            {
+                "device": torch.cuda.get_device_name(),
+                "torch": torch.__version__,
+                "e2e_us": statistics.median(e2e),
+                "modules": {n: statistics.median(t) for n, t in times.items() if t},
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,7 @@ def main() -> int:
         (OUT / "decoder24_report.html").write_text(html_report(_decoder_report()))
         _screenshots()
         return 0
-    for name, layout in (("resnet50", None), ("resnet50", NHWC),
-                         ("mobilenet_v2", None)):
+    for name, layout in (("resnet50", None), ("resnet50", NHWC), ("mobilenet_v2", None)):
         tag, report = _zoo_report(name, layout)
         lineage, prof = report.lineage, report.profile
         G.render(G.layer_graph(lineage, report, collapse=2), OUT / f"{tag}_layers_depth2.png", overwrite=True)
@@ -74,10 +73,18 @@ def _comparison() -> None:
     from relaytrace.render.diff_graph import error_graph
 
     module, example = zoo.get("resnet18")
-    executable, lineage = relaytrace.build(from_torch(module, (example,), name="resnet18"), "llvm",
-                                           mixed_precision="float16")
-    result = compare(executable, lineage, module, [example.numpy()], atol=1e-2, rtol=1e-2,
-                     precision="float16, accumulating in float16")
+    executable, lineage = relaytrace.build(
+        from_torch(module, (example,), name="resnet18"), "llvm", mixed_precision="float16"
+    )
+    result = compare(
+        executable,
+        lineage,
+        module,
+        [example.numpy()],
+        atol=1e-2,
+        rtol=1e-2,
+        precision="float16, accumulating in float16",
+    )
     G.render(error_graph(lineage, result), OUT / "resnet18_fp16_errors.svg", overwrite=True)
     print(result.summary())
     executable, lineage = relaytrace.build(from_torch(module, (example,), name="resnet18"), "llvm")
@@ -93,9 +100,12 @@ def _decoder_report():
 
     module, spec = decoder(layers=24)
     executable, lineage = relaytrace.build(from_nn(module, spec, name="decoder24"), "llvm")
-    params = [np.random.default_rng(0).standard_normal(shape).astype(dtype) if "float" in dtype
-              else np.zeros(shape if "seq_len" not in shape else (1, 32), dtype)
-              for _, shape, dtype in lineage.build.entries["prefill"]]
+    params = [
+        np.random.default_rng(0).standard_normal(shape).astype(dtype)
+        if "float" in dtype
+        else np.zeros(shape if "seq_len" not in shape else (1, 32), dtype)
+        for _, shape, dtype in lineage.build.entries["prefill"]
+    ]
     return make_report(lineage, relaytrace.profile(executable, lineage, params, entry="prefill", repeat=2))
 
 
@@ -111,21 +121,31 @@ def _llm_decode() -> None:
     from relaytrace.zoo.mlc_llama import llama
 
     executable, lineage = relaytrace.build(from_nn(*llama(layers=4), name="llama4"), "llvm")
-    report = make_report(lineage, relaytrace.profile(executable, lineage, [], entry="decode",
-                                                     serving=Serving(context=256), repeat=5))
+    report = make_report(
+        lineage, relaytrace.profile(executable, lineage, [], entry="decode", serving=Serving(context=256), repeat=5)
+    )
     (OUT / "llama4_decode_report.html").write_text(html_report(report))
     print("llama4 decode", report.profile.summary())
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
+        browser = pw.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.goto((OUT / "llama4_decode_report.html").as_uri())
         page.wait_for_selector("body[data-ready]")
         page.fill("#search", "batch_decode_paged_kv")
         page.locator("#kernels tbody tr").first.click()
-        page.evaluate("document.getElementById('kernels').previousElementSibling.previousElementSibling"
-                      ".scrollIntoView()")
+        page.evaluate(
+            "document.getElementById('kernels').previousElementSibling.previousElementSibling.scrollIntoView()"
+        )
         page.screenshot(path=str(OUT / "report_llm_decode_kernels.png"))
         browser.close()
 
@@ -141,9 +161,17 @@ def _screenshots() -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", "--no-first-run"])
+        browser = pw.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.goto((OUT / "decoder24_report.html").as_uri())
         page.wait_for_selector("body[data-ready]")
@@ -163,24 +191,32 @@ def _screenshots() -> None:
         page.fill("#search", "layer3.1.conv2")
         page.locator('#graph g.gnode[data-key="layer3.1.conv2"]').click()
         page.screenshot(path=str(OUT / "report_graph_resnet50.png"))
-        for report, layer, name in (("resnet50_report.html", "layer3.1.conv2", "report_roofline_resnet50.png"),
-                                    ("decoder24_report.html", None, "report_roofline_decoder24.png")):
+        for report, layer, name in (
+            ("resnet50_report.html", "layer3.1.conv2", "report_roofline_resnet50.png"),
+            ("decoder24_report.html", None, "report_roofline_decoder24.png"),
+        ):
             page.goto((OUT / report).as_uri())
             page.wait_for_selector("body[data-ready]")
             page.locator("#roofline").scroll_into_view_if_needed()
-            dot = (page.locator(f'#roofline circle[data-layer="{layer}"]') if layer else
-                   page.locator("#roofline circle").first)  # drawn largest (slowest) first
+            dot = (
+                page.locator(f'#roofline circle[data-layer="{layer}"]')
+                if layer
+                else page.locator("#roofline circle").first
+            )  # drawn largest (slowest) first
             dot.dispatch_event("click")
             page.locator("#roofline").scroll_into_view_if_needed()
             page.screenshot(path=str(OUT / name))
         page.goto((OUT / "resnet50_report.html").as_uri())  # the Kernels table, its slowest kernel clicked
         page.wait_for_selector("body[data-ready]")
         page.locator("#kernels tbody tr").first.click()
-        page.evaluate("document.getElementById('kernels').previousElementSibling.previousElementSibling"
-                      ".scrollIntoView()")  # the section's heading at the top, the pane (sticky) beside it
+        page.evaluate(
+            "document.getElementById('kernels').previousElementSibling.previousElementSibling.scrollIntoView()"
+        )  # the section's heading at the top, the pane (sticky) beside it
         page.screenshot(path=str(OUT / "report_kernels_resnet50.png"))
-        for report, step, name in (("decoder24_report.html", None, "report_memory_decoder.png"),
-                                   ("resnet50_report.html", MEMORY_STEP, "report_memory_resnet50.png")):
+        for report, step, name in (
+            ("decoder24_report.html", None, "report_memory_decoder.png"),
+            ("resnet50_report.html", MEMORY_STEP, "report_memory_resnet50.png"),
+        ):
             page.goto((OUT / report).as_uri())
             page.wait_for_selector("body[data-ready]")
             if step is not None:
@@ -199,7 +235,8 @@ def _section(page, box: str, before: int) -> dict:
         "(m, n) => { let a = m; for (let i = 0; i < n; i++) a = a.previousElementSibling; "
         "a = a.getBoundingClientRect(); const b = m.getBoundingClientRect(); "
         "return {x: a.left - 8, y: a.top + scrollY - 8, width: b.width + 16, height: b.bottom - a.top + 16}; }",
-        before)
+        before,
+    )
 
 
 if __name__ == "__main__":

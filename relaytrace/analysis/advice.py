@@ -72,8 +72,7 @@ class AdviceRule(Protocol):
 
     name: str
 
-    def find(self, report) -> tuple[Finding, ...]:
-        ...
+    def find(self, report) -> tuple[Finding, ...]: ...
 
     def left(self, finding: Finding, before, after) -> str:
         """What of ``finding`` the rebuild with its change (``after``, a Lineage; ``before``
@@ -112,23 +111,44 @@ class SeparateBatchNorm:
         us = sum(report.site_us.get(s.label, 0.0) for s in norms)
         if us < SHARE * _e2e(report):
             return ()
-        layers = tuple(dict.fromkeys(lineage.origins[o].layer for s in norms for o in s.origin_ids
-                                     if lineage.origins[o].short_op == "batch_norm"))
-        return (Finding(
-            self.name, f"{len(norms)} batch norm(s) run as kernels of their own after their conv",
-            layers, tuple(s.label for s in norms),
-            (f"{len(norms)} call sites ({', '.join(s.label for s in norms[:3])}{' ...' if len(norms) > 3 else ''}) "
-             f"run a batch norm fed by a conv's kernel: {us / 1e3:.3f} ms per run, "
-             f"{100 * us / _e2e(report):.1f}% of the end-to-end time",),
-            us, Change("fold each batch norm into the conv before it",
-                       "relax.transform.FoldBatchnormToConv2D() before the pipeline (relaytrace: --fold-batch-norm)",
-                       FOLD_BATCH_NORM)),)
+        layers = tuple(
+            dict.fromkeys(
+                lineage.origins[o].layer
+                for s in norms
+                for o in s.origin_ids
+                if lineage.origins[o].short_op == "batch_norm"
+            )
+        )
+        return (
+            Finding(
+                self.name,
+                f"{len(norms)} batch norm(s) run as kernels of their own after their conv",
+                layers,
+                tuple(s.label for s in norms),
+                (
+                    f"{len(norms)} call sites ({', '.join(s.label for s in norms[:3])}"
+                    f"{' ...' if len(norms) > 3 else ''}) "
+                    f"run a batch norm fed by a conv's kernel: {us / 1e3:.3f} ms per run, "
+                    f"{100 * us / _e2e(report):.1f}% of the end-to-end time",
+                ),
+                us,
+                Change(
+                    "fold each batch norm into the conv before it",
+                    "relax.transform.FoldBatchnormToConv2D() before the pipeline (relaytrace: --fold-batch-norm)",
+                    FOLD_BATCH_NORM,
+                ),
+            ),
+        )
 
     def left(self, finding: Finding, before, after) -> str:
         """The finding's norms still in a kernel without a conv."""
-        alone = dict.fromkeys(after.origins[o].layer for s in after.call_sites if not _has_op(after, s, "conv2d")
-                              for o in s.origin_ids if after.origins[o].short_op == "batch_norm"
-                              and after.origins[o].layer in finding.layers)
+        alone = dict.fromkeys(
+            after.origins[o].layer
+            for s in after.call_sites
+            if not _has_op(after, s, "conv2d")
+            for o in s.origin_ids
+            if after.origins[o].short_op == "batch_norm" and after.origins[o].layer in finding.layers
+        )
         return f"batch norm(s) {', '.join(list(alone)[:3])} still run without their conv" if alone else ""
 
 
@@ -142,12 +162,20 @@ class InsertedOverhead:
 
     name = "inserted-overhead"
     CHANGES = {
-        "ConvertLayout": Change("build in the model's own layout (NCHW), or convert only the ops that gain",
-                                "drop relax.transform.ConvertLayout (relaytrace: --layout NCHW)", LAYOUT_NCHW),
-        "ToMixedPrecision": Change("compute in float32, or cast fewer ops (the ops it keeps in float32 need casts)",
-                                   "drop relax.transform.ToMixedPrecision (relaytrace: --precision fp32)", FLOAT32),
-        "AlterOpImpl": Change("keep the default operator implementation for these ops",
-                              "drop relax.transform.AlterOpImpl from the pipeline"),
+        "ConvertLayout": Change(
+            "build in the model's own layout (NCHW), or convert only the ops that gain",
+            "drop relax.transform.ConvertLayout (relaytrace: --layout NCHW)",
+            LAYOUT_NCHW,
+        ),
+        "ToMixedPrecision": Change(
+            "compute in float32, or cast fewer ops (the ops it keeps in float32 need casts)",
+            "drop relax.transform.ToMixedPrecision (relaytrace: --precision fp32)",
+            FLOAT32,
+        ),
+        "AlterOpImpl": Change(
+            "keep the default operator implementation for these ops",
+            "drop relax.transform.AlterOpImpl from the pipeline",
+        ),
     }
 
     def find(self, report) -> tuple[Finding, ...]:
@@ -172,22 +200,33 @@ class InsertedOverhead:
                 continue
             worst = sorted(layers[pass_name].items(), key=lambda kv: -kv[1])
             change = self.CHANGES.get(pass_name, Change(f"build without {pass_name}", f"drop {pass_name}"))
-            out.append(Finding(
-                self.name, f"ops {pass_name} inserted take {spent / 1e3:.3f} ms per run",
-                tuple(name for name, _ in worst), tuple(sites[pass_name]),
-                (f"{len(sites[pass_name])} call sites run ops {pass_name} inserted; their time "
-                 f"({report.policy} policy): {spent / 1e3:.3f} ms per run, {100 * spent / _e2e(report):.1f}% of the "
-                 "end-to-end time (those fused into another op's kernel are billed with it)",
-                 "most for: " + ", ".join(f"{name} ({t / 1e3:.3f} ms)" for name, t in worst[:3])),
-                spent, change))
+            out.append(
+                Finding(
+                    self.name,
+                    f"ops {pass_name} inserted take {spent / 1e3:.3f} ms per run",
+                    tuple(name for name, _ in worst),
+                    tuple(sites[pass_name]),
+                    (
+                        f"{len(sites[pass_name])} call sites run ops {pass_name} inserted; their time "
+                        f"({report.policy} policy): {spent / 1e3:.3f} ms per run, "
+                        f"{100 * spent / _e2e(report):.1f}% of the "
+                        "end-to-end time (those fused into another op's kernel are billed with it)",
+                        "most for: " + ", ".join(f"{name} ({t / 1e3:.3f} ms)" for name, t in worst[:3]),
+                    ),
+                    spent,
+                    change,
+                )
+            )
         return tuple(out)
 
     def left(self, finding: Finding, before, after) -> str:
         """Sites of the rebuild still running ops the finding's pass inserted."""
         pass_name = next((p for p, change in self.CHANGES.items() if change == finding.change), "")
-        sites = [s.label for s in after.call_sites
-                 if any(after.origins[o].kind == INSERTED and after.origins[o].pass_name == pass_name
-                        for o in s.origin_ids)]
+        sites = [
+            s.label
+            for s in after.call_sites
+            if any(after.origins[o].kind == INSERTED and after.origins[o].pass_name == pass_name for o in s.origin_ids)
+        ]
         return f"{len(sites)} call site(s) still run ops {pass_name} inserted" if sites else ""
 
 
@@ -210,12 +249,17 @@ class UntunedKernels:
         us = sum(k.us for k in rows)
         total = sum(k.us for k in report.kernels) or 1.0
         rows.sort(key=lambda k: -k.us)
-        return (Finding(
-            self.name, f"{len(rows)} kernel(s) had no tuning record: {100 * us / total:.1f}% of the kernel time",
-            tuple(dict.fromkeys(layer for k in rows for layer in k.layers)),
-            tuple(s.label for s in lineage.call_sites if s.kernel not in tuned and not s.library),
-            tuple(f"{k.name}: {k.us / 1e3:.3f} ms ({k.percent:.1f}%), {k.count} call(s)" for k in rows[:5]),
-            0.0, Change("tune these tasks into the database", "relaytrace tasks DIR --tune N --db DIR")),)
+        return (
+            Finding(
+                self.name,
+                f"{len(rows)} kernel(s) had no tuning record: {100 * us / total:.1f}% of the kernel time",
+                tuple(dict.fromkeys(layer for k in rows for layer in k.layers)),
+                tuple(s.label for s in lineage.call_sites if s.kernel not in tuned and not s.library),
+                tuple(f"{k.name}: {k.us / 1e3:.3f} ms ({k.percent:.1f}%), {k.count} call(s)" for k in rows[:5]),
+                0.0,
+                Change("tune these tasks into the database", "relaytrace tasks DIR --tune N --db DIR"),
+            ),
+        )
 
     def left(self, finding: Finding, before, after) -> str:
         """Tuning is not rebuilt: nothing to check."""
@@ -233,20 +277,38 @@ class FarBelowRoofline:
     def find(self, report) -> tuple[Finding, ...]:
         if report.roofline.peaks is None:
             return ()
-        slow = [r for r in report.roofline.layers if r.efficiency is not None and r.efficiency < FAR_BELOW
-                and r.wasted_us is not None and r.wasted_us >= SHARE * _e2e(report)]
+        slow = [
+            r
+            for r in report.roofline.layers
+            if r.efficiency is not None
+            and r.efficiency < FAR_BELOW
+            and r.wasted_us is not None
+            and r.wasted_us >= SHARE * _e2e(report)
+        ]
         if not slow:
             return ()
         wasted = sum(r.wasted_us for r in slow)
         cpu = _target_kind(report.lineage.build.target) == "llvm"
-        return (Finding(
-            self.name, f"{len(slow)} layer(s) under {FAR_BELOW:.0%} of their roofline bound",
-            tuple(r.name for r in slow), (),
-            tuple(f"{r.name}: {r.efficiency:.1%} efficient, {r.bound_by}-bound, {r.wasted_us / 1e3:.3f} ms above "
-                  "the bound" for r in slow[:5]),
-            wasted, Change("schedule these kernels (tune them), and build for this CPU's instructions",
-                           "relaytrace tasks DIR --tune N --db DIR; --target with -mcpu (see the GENERIC CODE line)")
-            if cpu else Change("schedule these kernels (tune them)", "relaytrace tasks DIR --tune N --db DIR")),)
+        return (
+            Finding(
+                self.name,
+                f"{len(slow)} layer(s) under {FAR_BELOW:.0%} of their roofline bound",
+                tuple(r.name for r in slow),
+                (),
+                tuple(
+                    f"{r.name}: {r.efficiency:.1%} efficient, {r.bound_by}-bound, {r.wasted_us / 1e3:.3f} ms above "
+                    "the bound"
+                    for r in slow[:5]
+                ),
+                wasted,
+                Change(
+                    "schedule these kernels (tune them), and build for this CPU's instructions",
+                    "relaytrace tasks DIR --tune N --db DIR; --target with -mcpu (see the GENERIC CODE line)",
+                )
+                if cpu
+                else Change("schedule these kernels (tune them)", "relaytrace tasks DIR --tune N --db DIR"),
+            ),
+        )
 
     def left(self, finding: Finding, before, after) -> str:
         """Tuning is not rebuilt: nothing to check."""
@@ -273,30 +335,50 @@ class VmOverhead:
         build = report.lineage.build
         kind = _target_kind(build.target)
         if build.options.pipeline != "fused":
-            change = Change("fuse the ops into fewer kernels", "relax.get_default_pipeline (relaytrace: "
-                            "--pipeline fused)", FUSED)
+            change = Change(
+                "fuse the ops into fewer kernels", "relax.get_default_pipeline (relaytrace: --pipeline fused)", FUSED
+            )
         elif kind == "cuda":
-            change = Change("capture the kernel launches in CUDA graphs",
-                            "relax.transform.RewriteCUDAGraph (PassContext config relax.backend.use_cuda_graph=True)")
+            change = Change(
+                "capture the kernel launches in CUDA graphs",
+                "relax.transform.RewriteCUDAGraph (PassContext config relax.backend.use_cuda_graph=True)",
+            )
         else:
             return ()
-        return (Finding(
-            self.name, f"{len(tiny)} kernel calls under {TINY_US:g} µs and a {gap / 1e3:.3f} ms dispatch gap",
-            (), tuple(tiny),
-            (f"dispatch gap {gap / 1e3:.3f} ms per run ({100 * gap / _e2e(report):.1f}% of the end-to-end time), "
-             f"VM builtins {profile.builtin_us / 1e3:.3f} ms; {len(tiny)} calls under {TINY_US:g} µs take "
-             f"{tiny_us / 1e3:.3f} ms of their own compute, which the change keeps",
-             f"the change is for this build's target ({kind or build.target})"),
-            gap, change),)
+        return (
+            Finding(
+                self.name,
+                f"{len(tiny)} kernel calls under {TINY_US:g} µs and a {gap / 1e3:.3f} ms dispatch gap",
+                (),
+                tuple(tiny),
+                (
+                    f"dispatch gap {gap / 1e3:.3f} ms per run "
+                    f"({100 * gap / _e2e(report):.1f}% of the end-to-end time), "
+                    f"VM builtins {profile.builtin_us / 1e3:.3f} ms; {len(tiny)} calls under {TINY_US:g} µs take "
+                    f"{tiny_us / 1e3:.3f} ms of their own compute, which the change keeps",
+                    f"the change is for this build's target ({kind or build.target})",
+                ),
+                gap,
+                change,
+            ),
+        )
 
     def left(self, finding: Finding, before, after) -> str:
         """The rebuild makes no fewer kernel calls than the build as it was."""
-        return (f"{len(after.call_sites)} kernel calls, no fewer than before ({len(before.call_sites)})"
-                if len(after.call_sites) >= len(before.call_sites) else "")
+        return (
+            f"{len(after.call_sites)} kernel calls, no fewer than before ({len(before.call_sites)})"
+            if len(after.call_sites) >= len(before.call_sites)
+            else ""
+        )
 
 
-RULES: tuple[AdviceRule, ...] = (SeparateBatchNorm(), InsertedOverhead(), UntunedKernels(), FarBelowRoofline(),
-                           VmOverhead())
+RULES: tuple[AdviceRule, ...] = (
+    SeparateBatchNorm(),
+    InsertedOverhead(),
+    UntunedKernels(),
+    FarBelowRoofline(),
+    VmOverhead(),
+)
 
 
 def advise(report, rules: tuple[AdviceRule, ...] = RULES) -> tuple[Finding, ...]:
@@ -370,8 +452,9 @@ def _has_op(lineage, site, op: str) -> bool:
 
 def _only_conv(lineage, site) -> bool:
     """Whether the model's ops ``site`` runs are convs alone (ops a pass inserted aside)."""
-    ops = [lineage.origins[o].short_op for o in site.origin_ids
-           if o in lineage.origins and lineage.origins[o].kind == OP]
+    ops = [
+        lineage.origins[o].short_op for o in site.origin_ids if o in lineage.origins and lineage.origins[o].kind == OP
+    ]
     return bool(ops) and set(ops) == {"conv2d"}
 
 

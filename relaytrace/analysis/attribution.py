@@ -145,10 +145,16 @@ class Categories:
     def rows(self):
         """(category, us, percent of end-to-end) for each category, in table order."""
         total = self.e2e_us or 1.0
-        return [(name, us, 100.0 * us / total) for name, us in (
-            ("compute", self.compute_us), ("inserted layout/casts/shapes", self.inserted_us),
-            ("unresolved ops", self.unresolved_us),
-            ("VM builtins", self.builtin_us), ("unexplained gap", self.gap_us))]
+        return [
+            (name, us, 100.0 * us / total)
+            for name, us in (
+                ("compute", self.compute_us),
+                ("inserted layout/casts/shapes", self.inserted_us),
+                ("unresolved ops", self.unresolved_us),
+                ("VM builtins", self.builtin_us),
+                ("unexplained gap", self.gap_us),
+            )
+        ]
 
 
 def check_match(lineage: Lineage, profile: Profile) -> None:
@@ -244,8 +250,10 @@ def _by_work(lineage: Lineage, site, us: float, profile: Profile) -> list[Share]
         if origin.kind == OP:
             result.append(Share(site.key, origin.layer, origin.id, origin.short_op, Category.COMPUTE, part))
         elif origin.kind == UNRESOLVED:  # billed to the layers it sits among, but not as inserted
-            result.extend(attrs.evolve(share, category=Category.UNRESOLVED)
-                          for share in _inserted_shares(lineage, site, origin, part))
+            result.extend(
+                attrs.evolve(share, category=Category.UNRESOLVED)
+                for share in _inserted_shares(lineage, site, origin, part)
+            )
         else:
             result.extend(_inserted_shares(lineage, site, origin, part))
     return result
@@ -261,18 +269,20 @@ class Policy:
     bill: Callable[[Lineage, Any, float, Profile], list[Share]]
 
 
-POLICIES: dict[str, Policy] = {p.name: p for p in (
-    Policy("anchor", "a fused kernel's time to its anchor op's layer", _by_anchor),
-    Policy("split", "a fused kernel's time over its ops by their members' roofline bounds", _by_work),
-)}
+POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("anchor", "a fused kernel's time to its anchor op's layer", _by_anchor),
+        Policy("split", "a fused kernel's time over its ops by their members' roofline bounds", _by_work),
+    )
+}
 
 
 def _inserted_shares(lineage, site, origin, us):
     """An inserted op's time, split evenly over the layers it serves (``billed_layers``:
     a shape function of the whole entry has a row of its own)."""
     served = billed_layers(origin, lineage.origins)
-    return [Share(site.key, layer, origin.id, origin.short_op, Category.INSERTED, us / len(served))
-            for layer in served]
+    return [Share(site.key, layer, origin.id, origin.short_op, Category.INSERTED, us / len(served)) for layer in served]
 
 
 def by_layer(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[LayerRow, ...]:
@@ -291,8 +301,16 @@ def layers_from(parts: tuple[Share, ...]) -> tuple[LayerRow, ...]:
         row["kernels"][s.site] = None
         row["status"].add(s.status)
     result = [
-        LayerRow(layer, sum(r[c] for c in Category), 100.0 * sum(r[c] for c in Category) / total,
-                 r[Category.COMPUTE], r[Category.INSERTED], tuple(r["ops"]), tuple(r["kernels"]), worst(r["status"]))
+        LayerRow(
+            layer,
+            sum(r[c] for c in Category),
+            100.0 * sum(r[c] for c in Category) / total,
+            r[Category.COMPUTE],
+            r[Category.INSERTED],
+            tuple(r["ops"]),
+            tuple(r["kernels"]),
+            worst(r["status"]),
+        )
         for layer, r in rows.items()
     ]
     return tuple(sorted(result, key=lambda r: -r.us))
@@ -312,8 +330,15 @@ def edges_between(lineage: Lineage, group_of: dict[str, str]) -> tuple[tuple[str
     group, e.g. its layer or module prefix), sorted, each once; an edge inside a group
     and one from or to an origin in no group are left out. The one way the layer
     graphs (graphviz, the HTML report, diff and error graphs) draw layer-to-layer edges."""
-    return tuple(sorted({(group_of[a], group_of[b]) for a, b in lineage.edges
-                         if a in group_of and b in group_of and group_of[a] != group_of[b]}))
+    return tuple(
+        sorted(
+            {
+                (group_of[a], group_of[b])
+                for a, b in lineage.edges
+                if a in group_of and b in group_of and group_of[a] != group_of[b]
+            }
+        )
+    )
 
 
 def layer_of_ops(lineage: Lineage) -> dict[str, str]:
@@ -363,8 +388,10 @@ def op_types_from(lineage: Lineage, parts: tuple[Share, ...]) -> tuple[OpTypeRow
         key = op_type_of(o)
         counts[key].add(o.id)
         layers[key].add(o.layer)
-    rows = [OpTypeRow(op, us.get(op, 0.0), 100.0 * us.get(op, 0.0) / total, len(counts[op]), len(layers[op]))
-            for op in counts]
+    rows = [
+        OpTypeRow(op, us.get(op, 0.0), 100.0 * us.get(op, 0.0) / total, len(counts[op]), len(layers[op]))
+        for op in counts
+    ]
     return tuple(sorted(rows, key=lambda r: (-r.us, r.op)))
 
 
@@ -381,12 +408,30 @@ def by_kernel(lineage: Lineage, profile: Profile) -> tuple[KernelRow, ...]:
         us = sum(spread[s.key].median_us for s in sites)
         arg = profile.arg(sites[0].key)
         shapes = ", ".join(f"{d}{list(s)}" for s, d in zip(arg.shapes, arg.dtypes)) if arg else ""
-        layers = tuple(dict.fromkeys(lineage.origins[r.origin].layer for s in sites for r in s.roles
-                                     if r.role == ANCHOR or lineage.origins[r.origin].kind == OP))
-        rows.append(KernelRow(name, us, 100.0 * us / total, len(sites), profile.device, shapes, layers,
-                              worst(checks[s.position].status for s in sites), name in lineage.build.tuned,
-                              sum(spread[s.key].min_us for s in sites),
-                              sum(spread[s.key].max_us for s in sites), sites[0].library))
+        layers = tuple(
+            dict.fromkeys(
+                lineage.origins[r.origin].layer
+                for s in sites
+                for r in s.roles
+                if r.role == ANCHOR or lineage.origins[r.origin].kind == OP
+            )
+        )
+        rows.append(
+            KernelRow(
+                name,
+                us,
+                100.0 * us / total,
+                len(sites),
+                profile.device,
+                shapes,
+                layers,
+                worst(checks[s.position].status for s in sites),
+                name in lineage.build.tuned,
+                sum(spread[s.key].min_us for s in sites),
+                sum(spread[s.key].max_us for s in sites),
+                sites[0].library,
+            )
+        )
     return tuple(sorted(rows + _cache_rows(lineage, profile, total), key=lambda r: -r.us))
 
 
@@ -397,10 +442,22 @@ def _cache_rows(lineage: Lineage, profile: Profile, kernel_total: float) -> list
     by_name: dict[str, list[Share]] = defaultdict(list)
     for share in cache_shares(lineage, profile):
         by_name[share.key.kernel].append(share)
-    return [KernelRow(name, sum(s.us for s in parts), 100.0 * sum(s.us for s in parts) / kernel_total, len(parts),
-                      profile.device, "", tuple(dict.fromkeys(s.layer for s in parts)), worst(s.status for s in parts),
-                      False, sum(spread[s.key].min_us for s in parts), sum(spread[s.key].max_us for s in parts))
-            for name, parts in by_name.items()]
+    return [
+        KernelRow(
+            name,
+            sum(s.us for s in parts),
+            100.0 * sum(s.us for s in parts) / kernel_total,
+            len(parts),
+            profile.device,
+            "",
+            tuple(dict.fromkeys(s.layer for s in parts)),
+            worst(s.status for s in parts),
+            False,
+            sum(spread[s.key].min_us for s in parts),
+            sum(spread[s.key].max_us for s in parts),
+        )
+        for name, parts in by_name.items()
+    ]
 
 
 def by_category(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Categories:
@@ -421,8 +478,15 @@ def categories_from(parts: tuple[Share, ...], profile: Profile, lineage: Lineage
     ins = sum(inserted.values())
     e2e = profile.e2e_median_us
     library = lineage.library_calls if lineage is not None else {}
-    return Categories(compute, ins, builtin, e2e - compute - ins - unresolved - builtin, e2e,
-                      tuple(sorted(inserted.items(), key=lambda kv: -kv[1])), unresolved,
-                      sum(s.us for s in parts if s.status == SUSPECT),
-                      sum(s.us for s in parts if s.status == UNVERIFIED),
-                      sum(s.us for s in parts if s.kernel in library))
+    return Categories(
+        compute,
+        ins,
+        builtin,
+        e2e - compute - ins - unresolved - builtin,
+        e2e,
+        tuple(sorted(inserted.items(), key=lambda kv: -kv[1])),
+        unresolved,
+        sum(s.us for s in parts if s.status == SUSPECT),
+        sum(s.us for s in parts if s.status == UNVERIFIED),
+        sum(s.us for s in parts if s.kernel in library),
+    )

@@ -28,9 +28,19 @@ from ..model.sitekey import Calls, SiteKey
 from .layer_outputs import layer_outputs
 
 
-def compare(executable, lineage: Lineage, reference, inputs, atol: float | None = None, rtol: float | None = None,
-            entry: str | None = None, precision: str | None = None, device=None, progress=None,
-            dynamic_shapes=None) -> Comparison:
+def compare(
+    executable,
+    lineage: Lineage,
+    reference,
+    inputs,
+    atol: float | None = None,
+    rtol: float | None = None,
+    entry: str | None = None,
+    precision: str | None = None,
+    device=None,
+    progress=None,
+    dynamic_shapes=None,
+) -> Comparison:
     """Every layer of ``lineage``'s entry (default ``main``) compared: the compiled
     ``executable`` against ``reference``, the torch module or ONNX model (or path) it
     was imported from, both run on ``inputs`` (arrays or tensors, in the entry's
@@ -48,8 +58,12 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float | None 
 
     accumulate = lineage.build.accumulate
     default_atol, default_rtol, why = default_tolerance(accumulate)
-    tolerance = {(True, True): why, (False, False): "given", (False, True): f"atol given, rtol {why}",
-                 (True, False): f"rtol given, atol {why}"}[(atol is None, rtol is None)]
+    tolerance = {
+        (True, True): why,
+        (False, False): "given",
+        (False, True): f"atol given, rtol {why}",
+        (True, False): f"rtol given, atol {why}",
+    }[(atol is None, rtol is None)]
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
     if precision is None:
@@ -87,7 +101,7 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float | None 
             site = pending.pop()  # calls nest (a Relax subfunction holds kernel calls): last in, first out
             for p in by_site.get(site, ()):
                 tensors = [a for a in call_args if hasattr(a, "shape")]
-                got = [t.numpy() for t in tensors[-p.outputs:]] if len(tensors) >= p.outputs else []
+                got = [t.numpy() for t in tensors[-p.outputs :]] if len(tensors) >= p.outputs else []
                 results[p.layer] = _judge(p, got, saved[p.node], atol, rtol)
                 uses[p.node] -= 1
                 if not uses[p.node]:  # two layers may be read from one node (one through data movement)
@@ -104,12 +118,28 @@ def compare(executable, lineage: Lineage, reference, inputs, atol: float | None 
         finally:
             vm.set_instrument(lambda *_: relax.VMInstrumentReturnKind.NO_OP)
         say(f"{len(results)} layer outputs compared")
-    layers = tuple(results.get(p.layer) or LayerError(
-        p.layer, p.status or NOT_COMPARABLE, p.site,
-        p.note or (f"the reference has no tensor for node {p.node!r}" if not saved.get(p.node)
-                   else f"{p.site} did not run")) for p in plan)
-    return Comparison(model=lineage.build.model, entry=entry, atol=atol, rtol=rtol, precision=precision, layers=layers,
-                      tolerance=tolerance)
+    layers = tuple(
+        results.get(p.layer)
+        or LayerError(
+            p.layer,
+            p.status or NOT_COMPARABLE,
+            p.site,
+            p.note
+            or (
+                f"the reference has no tensor for node {p.node!r}" if not saved.get(p.node) else f"{p.site} did not run"
+            ),
+        )
+        for p in plan
+    )
+    return Comparison(
+        model=lineage.build.model,
+        entry=entry,
+        atol=atol,
+        rtol=rtol,
+        precision=precision,
+        layers=layers,
+        tolerance=tolerance,
+    )
 
 
 def _judge(p, got: list, ref_paths: list[str], atol: float, rtol: float) -> LayerError:
@@ -126,14 +156,23 @@ def _judge(p, got: list, ref_paths: list[str], atol: float, rtol: float) -> Laye
         note = _joined(note, f"{len(ref)} of the kernel's {len(got)} outputs: what the framework's op returns")
         got = picked
     if [g.shape for g in got] != [r.shape for r in ref]:
-        return LayerError(p.layer, NOT_COMPARABLE, p.site, f"{p.site} wrote shapes {[list(g.shape) for g in got]}, "
-                                                           f"the reference {[list(r.shape) for r in ref]}")
+        return LayerError(
+            p.layer,
+            NOT_COMPARABLE,
+            p.site,
+            f"{p.site} wrote shapes {[list(g.shape) for g in got]}, the reference {[list(r.shape) for r in ref]}",
+        )
     if len(ref) == 1:
         return attrs.evolve(error_of(p.layer, p.site, got[0], ref[0], atol, rtol), note=note, route=p.route)
-    error = error_of(p.layer, p.site, np.concatenate([g.ravel() for g in got]),
-                     np.concatenate([r.ravel() for r in ref]), atol, rtol)
-    return attrs.evolve(error, shape=ref[0].shape, route=p.route,
-                        note=_joined(note, f"{len(ref)} outputs compared together (shape: the first's)"))
+    error = error_of(
+        p.layer, p.site, np.concatenate([g.ravel() for g in got]), np.concatenate([r.ravel() for r in ref]), atol, rtol
+    )
+    return attrs.evolve(
+        error,
+        shape=ref[0].shape,
+        route=p.route,
+        note=_joined(note, f"{len(ref)} outputs compared together (shape: the first's)"),
+    )
 
 
 def _by_shape(got: list, ref: list) -> list | None:
@@ -141,8 +180,8 @@ def _by_shape(got: list, ref: list) -> list | None:
     first ones when their shapes agree, else the one output of each reference tensor's
     shape (a fused kernel may write an op's outputs in another order); None when that
     is ambiguous."""
-    if [g.shape for g in got[:len(ref)]] == [r.shape for r in ref]:
-        return got[:len(ref)]
+    if [g.shape for g in got[: len(ref)]] == [r.shape for r in ref]:
+        return got[: len(ref)]
     picked = []
     for r in ref:
         same = [g for g in got if g.shape == r.shape]
@@ -184,8 +223,9 @@ def _onnx_outputs(model, arrays, wanted: set[str], folder: Path) -> dict[str, li
     return saved
 
 
-def _torch_outputs(module, arrays, wanted: set[str], folder: Path, program=None,
-                   dynamic_shapes=None) -> dict[str, list[str]]:
+def _torch_outputs(
+    module, arrays, wanted: set[str], folder: Path, program=None, dynamic_shapes=None
+) -> dict[str, list[str]]:
     """Run ``module`` (exported as ``torch.export.export`` gives it with ``dynamic_shapes``,
     the program whose node names the lineage keeps) on ``arrays`` and save the value of
     each node in ``wanted`` to ``folder``: node name -> the .npy paths of its tensors (a
@@ -195,8 +235,9 @@ def _torch_outputs(module, arrays, wanted: set[str], folder: Path, program=None,
     import torch
 
     if not isinstance(module, torch.nn.Module):
-        raise RelaytraceError(f"the reference must be the torch module the build was imported from, not "
-                              f"{type(module).__name__}")
+        raise RelaytraceError(
+            f"the reference must be the torch module the build was imported from, not {type(module).__name__}"
+        )
     args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays)
     try:
         exported = torch.export.export(module.eval(), args, dynamic_shapes=dynamic_shapes).module()
@@ -209,15 +250,17 @@ def _torch_outputs(module, arrays, wanted: set[str], folder: Path, program=None,
             raise RelaytraceError(
                 f"the reference exports to another program than the build was imported from ({len(strays)} of its "
                 f"nodes, e.g. {strays[0]!r}, are not in it): export both alike (give compare the dynamic_shapes "
-                "the model was imported with; the CLI takes them from the factory)")
+                "the model was imported with; the CLI takes them from the factory)"
+            )
     saved: dict[str, list[str]] = {}
 
     class Keeper(torch.fx.Interpreter):
         def run_node(self, node):
             value = super().run_node(node)
             if node.name in wanted:
-                tensors = [v for v in (value if isinstance(value, (tuple, list)) else [value])
-                           if isinstance(v, torch.Tensor)]
+                tensors = [
+                    v for v in (value if isinstance(value, (tuple, list)) else [value]) if isinstance(v, torch.Tensor)
+                ]
                 saved[node.name] = []
                 for tensor in tensors:
                     path = folder / f"{len(saved)}-{len(saved[node.name])}.npy"

@@ -53,8 +53,9 @@ class LayerDiff:
         return self.b_us / self.a_us
 
 
-def same_model(lineage_a, lineage_b, why: str = "for one model through two frontends (torch and ONNX), "
-               "compare --by-layer") -> None:
+def same_model(
+    lineage_a, lineage_b, why: str = "for one model through two frontends (torch and ONNX), compare --by-layer"
+) -> None:
     """Refuses two lineages whose model ops differ (by origin id), naming some on each
     side, and ``why`` (what to do instead, or why one model is needed)."""
     ids_a = {o.id for o in lineage_a.origins.values() if o.kind == OP}
@@ -68,8 +69,9 @@ def same_model(lineage_a, lineage_b, why: str = "for one model through two front
         )
 
 
-def compare(lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor",
-            by_layer: bool = False) -> tuple[LayerDiff, ...]:
+def compare(
+    lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor", by_layer: bool = False
+) -> tuple[LayerDiff, ...]:
     """Per layer of A then B: the time on each side (None: no time there). By origin
     ids (one model, two builds; refused otherwise), or ``by_layer`` name."""
     if by_layer:
@@ -81,12 +83,17 @@ def compare(lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor",
     layers = list(dict.fromkeys(list(lineage_a.layers()) + list(a) + list(lineage_b.layers()) + list(b)))
     ops_a, ops_b = _layer_ops(lineage_a), _layer_ops(lineage_b)
     rows = (
-        LayerDiff(layer, a[layer].us if layer in a else None, b[layer].us if layer in b else None,
-                  _kernels(lineage_a, layer), _kernels(lineage_b, layer),
-                  _match(ops_a.get(layer), ops_b.get(layer)) if by_layer else "",
-                  "" if layer in a else absent(lineage_a, layer, "A"),
-                  "" if layer in b else absent(lineage_b, layer, "B"),
-                  spread_a.get(layer, 0.0) + spread_b.get(layer, 0.0))
+        LayerDiff(
+            layer,
+            a[layer].us if layer in a else None,
+            b[layer].us if layer in b else None,
+            _kernels(lineage_a, layer),
+            _kernels(lineage_b, layer),
+            _match(ops_a.get(layer), ops_b.get(layer)) if by_layer else "",
+            "" if layer in a else absent(lineage_a, layer, "A"),
+            "" if layer in b else absent(lineage_b, layer, "B"),
+            spread_a.get(layer, 0.0) + spread_b.get(layer, 0.0),
+        )
         for layer in layers
     )
     return tuple(sorted(rows, key=lambda r: -abs(r.change_us)))
@@ -130,13 +137,19 @@ def totals(rows: tuple[LayerDiff, ...]) -> tuple[float, float]:
 def match_summary(rows: tuple[LayerDiff, ...]) -> str:
     """One line on how ``compare(..., by_layer=True)`` matched the layers (names as
     ``terminal`` shows them)."""
-    found = {m: [r.layer for r in rows if r.match == m]
-             for m in ("same ops", "different ops", "only in A", "only in B")}
+    found = {
+        m: [r.layer for r in rows if r.match == m] for m in ("same ops", "different ops", "only in A", "only in B")
+    }
     both = len(found["same ops"]) + len(found["different ops"])
-    only = [f"{len(v)} {k} ({', '.join(map(terminal, v[:5]))}{' ...' if len(v) > 5 else ''})"
-            for k, v in found.items() if k.startswith("only") and v]
-    return (f"matched by layer name: {both} layers on both sides ({len(found['same ops'])} with the same ops, "
-            f"{len(found['different ops'])} with different ops)" + "".join(f"; {o}" for o in only))
+    only = [
+        f"{len(v)} {k} ({', '.join(map(terminal, v[:5]))}{' ...' if len(v) > 5 else ''})"
+        for k, v in found.items()
+        if k.startswith("only") and v
+    ]
+    return (
+        f"matched by layer name: {both} layers on both sides ({len(found['same ops'])} with the same ops, "
+        f"{len(found['different ops'])} with different ops)" + "".join(f"; {o}" for o in only)
+    )
 
 
 def _layer_ops(lineage) -> dict[str, Counter]:
@@ -158,8 +171,10 @@ def _match(ops_a, ops_b) -> str:
 
 def _some_common_layer(lineage_a, lineage_b) -> None:
     if not set(lineage_a.layers()) & set(lineage_b.layers()):
-        raise RelaytraceError(f"{lineage_a.build.model!r} and {lineage_b.build.model!r} have no layer name in common: "
-                              "nothing to compare by layer")
+        raise RelaytraceError(
+            f"{lineage_a.build.model!r} and {lineage_b.build.model!r} have no layer name in common: "
+            "nothing to compare by layer"
+        )
 
 
 def _kernels(lineage, layer) -> tuple[str, ...]:
@@ -195,11 +210,13 @@ def _reference_rows(path: Path) -> dict[str, float]:
             if "layer" not in fields or not units:
                 raise FileFormatError(f"{path}: needs columns 'layer' and 'time_us' or 'time_ms' (found {fields})")
             if len(units) > 1:
-                raise FileFormatError(f"{path}: has both time_us and time_ms: keep one, so that it is clear which "
-                                      "times count")
+                raise FileFormatError(
+                    f"{path}: has both time_us and time_ms: keep one, so that it is clear which times count"
+                )
             if twice:
-                raise FileFormatError(f"{path}: has the column{'s' if len(twice) > 1 else ''} {', '.join(twice)} "
-                                      "twice: keep one of each")
+                raise FileFormatError(
+                    f"{path}: has the column{'s' if len(twice) > 1 else ''} {', '.join(twice)} twice: keep one of each"
+                )
             unit = units[0]
             out: dict[str, float] = {}
             lines: dict[str, int] = {}  # layer -> the line it is first listed on
@@ -210,12 +227,15 @@ def _reference_rows(path: Path) -> dict[str, float]:
                     if not 0 <= value < float("inf"):
                         raise ValueError
                 except (TypeError, ValueError):
-                    raise FileFormatError(f"{path}:{line}: {unit} {row[unit]!r} is not a time "
-                                          "(a number from 0)") from None
+                    raise FileFormatError(
+                        f"{path}:{line}: {unit} {row[unit]!r} is not a time (a number from 0)"
+                    ) from None
                 layer = csv_value(row["layer"] or "")
                 if layer in lines:
-                    raise FileFormatError(f"{path}:{line}: layer {layer!r} is listed again (first on line "
-                                          f"{lines[layer]}): give each layer once")
+                    raise FileFormatError(
+                        f"{path}:{line}: layer {layer!r} is listed again (first on line "
+                        f"{lines[layer]}): give each layer once"
+                    )
                 lines[layer], out[layer] = line, value * (1e3 if unit == "time_ms" else 1.0)
         except csv.Error as exc:  # a cell over the csv module's field limit (128 KiB): the record after line_num
             raise FileFormatError(f"{path}:{reader.line_num + 1}: not a CSV table of layer times ({exc})") from None
@@ -228,10 +248,18 @@ def compare_reference(lineage, profile, reference: dict[str, float], policy: str
     rows, spread = _timed(lineage, profile, policy)
     ours = {layer: r.us for layer, r in rows.items()}
     layers = list(dict.fromkeys(list(ours) + [layer for layer in lineage.layers() if layer not in ours]))
-    rows = tuple(LayerDiff(layer, ours.get(layer), reference.get(layer), _kernels(lineage, layer), (),
-                           absent_a="" if layer in ours else absent(lineage, layer, "A"),
-                           absent_b="" if layer in reference else "not in the reference",
-                           spread_us=spread.get(layer, 0.0))
-                 for layer in layers)
+    rows = tuple(
+        LayerDiff(
+            layer,
+            ours.get(layer),
+            reference.get(layer),
+            _kernels(lineage, layer),
+            (),
+            absent_a="" if layer in ours else absent(lineage, layer, "A"),
+            absent_b="" if layer in reference else "not in the reference",
+            spread_us=spread.get(layer, 0.0),
+        )
+        for layer in layers
+    )
     unknown = tuple(layer for layer in reference if layer not in set(layers))
     return rows, unknown

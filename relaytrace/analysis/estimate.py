@@ -29,8 +29,13 @@ from ..model.work import KernelWork, cache_work, concrete, work_at
 from .roofline import lower_bound
 
 
-def estimated_profile(lineage: Lineage, peaks: Peaks, entry: str | None = None,
-                      shapes: dict[str, tuple[int, ...]] | None = None, context: int | None = None) -> Profile:
+def estimated_profile(
+    lineage: Lineage,
+    peaks: Peaks,
+    entry: str | None = None,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    context: int | None = None,
+) -> Profile:
     """The ``ESTIMATE`` profile of ``entry`` (default main, or the only one) on the device
     of ``peaks``: one run in which each kernel site takes its roofline bound at the
     shapes its IR gives it, symbolic dims bound by ``shapes`` (input name -> concrete
@@ -52,8 +57,10 @@ def estimated_profile(lineage: Lineage, peaks: Peaks, entry: str | None = None,
         elif all(isinstance(d, int) for d in shape):
             concrete.append((tuple(shape), dtype))
         else:
-            raise UsageError(f"input {name!r} has symbolic dims {list(shape)}: give its size with --input-shape "
-                             f"{name}:{'x'.join(str(d) if isinstance(d, int) else '8' for d in shape)}")
+            raise UsageError(
+                f"input {name!r} has symbolic dims {list(shape)}: give its size with --input-shape "
+                f"{name}:{'x'.join(str(d) if isinstance(d, int) else '8' for d in shape)}"
+            )
     values = bind(signature, concrete, lineage.build.model)
     records, args, start = [], {}, 0.0
     for site in lineage.call_sites:
@@ -78,10 +85,21 @@ def estimated_profile(lineage: Lineage, peaks: Peaks, entry: str | None = None,
         start += sum(r.duration_us for r in calls)
     elif context is not None:
         raise UsageError(f"--context is for an entry that takes a KV cache; {entry} takes none")
-    return Profile(model=lineage.build.model, target=lineage.build.target, device=peaks.device, mode=ESTIMATE,
-                   repeat=1, records=tuple(records), args=args, e2e_us=(start,), entry=entry,
-                   inputs=tuple((name, shape, dtype) for (name, _, dtype), (shape, _) in zip(signature, concrete)),
-                   arguments=FROM_IR, peaks=peaks, step=step)
+    return Profile(
+        model=lineage.build.model,
+        target=lineage.build.target,
+        device=peaks.device,
+        mode=ESTIMATE,
+        repeat=1,
+        records=tuple(records),
+        args=args,
+        e2e_us=(start,),
+        entry=entry,
+        inputs=tuple((name, shape, dtype) for (name, _, dtype), (shape, _) in zip(signature, concrete)),
+        arguments=FROM_IR,
+        peaks=peaks,
+        step=step,
+    )
 
 
 def cache_calls(lineage: Lineage, peaks: Peaks, tokens: int, context: int, start: float = 0.0) -> list[CallRecord]:
@@ -95,8 +113,11 @@ def cache_calls(lineage: Lineage, peaks: Peaks, tokens: int, context: int, start
     cache = lineage.build.kv_cache
     if cache is None:
         return []
-    roles = [APPEND, PAGED_DECODE] if tokens == 1 and context else \
-        [RAGGED_PREFILL, APPEND] + ([PAGED_PREFILL] if context else [])
+    roles = (
+        [APPEND, PAGED_DECODE]
+        if tokens == 1 and context
+        else [RAGGED_PREFILL, APPEND] + ([PAGED_PREFILL] if context else [])
+    )
     names = [k for role in roles for k in cache.kernels if kernel_role(cache, k) == role]
     counts: dict[str, int] = {}
     records = []
@@ -109,7 +130,6 @@ def cache_calls(lineage: Lineage, peaks: Peaks, tokens: int, context: int, start
             records.append(CallRecord(name, k, 0, start, us, CACHE, f"{site.name}#{j}"))
             start += us
     return records
-
 
 
 def _shapes(arguments, kernel_work: KernelWork | None, values: dict[str, int]) -> tuple[tuple, ...]:
@@ -126,6 +146,8 @@ def _shapes(arguments, kernel_work: KernelWork | None, values: dict[str, int]) -
         for (dims, _), shape in zip(params, found):
             if shape is not None and len(dims) == len(shape):
                 env.update((d, n) for d, n in zip(dims, shape) if isinstance(d, str) and d.isidentifier())
-        found = [shape if shape is not None or len(own) != len(dims) else concrete(own, env)
-                 for (dims, _), (own, _), shape in zip(arguments, params, found)]
+        found = [
+            shape if shape is not None or len(own) != len(dims) else concrete(own, env)
+            for (dims, _), (own, _), shape in zip(arguments, params, found)
+        ]
     return tuple(shape if shape is not None else tuple(dims) for shape, (dims, _) in zip(found, arguments))

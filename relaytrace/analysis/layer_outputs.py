@@ -69,8 +69,10 @@ def layer_outputs(lineage: Lineage, entry: str = "main") -> tuple[LayerOutput, .
     the entry calls are not layers here: their values are not compared."""
     lineage = lineage.for_entry(entry)
     last: dict[str, object] = {}
-    for o in sorted((o for o in lineage.origins.values() if o.kind == OP and o.function == entry),
-                    key=lambda o: (not _dead(lineage, o), o.index)):
+    for o in sorted(
+        (o for o in lineage.origins.values() if o.kind == OP and o.function == entry),
+        key=lambda o: (not _dead(lineage, o), o.index),
+    ):
         last[o.layer] = o  # the latest live op, or the latest of a layer all dead
     sites_of: dict[str, list] = {}
     for s in lineage.call_sites:
@@ -120,8 +122,11 @@ def _output(look: _Lookup, layer, op) -> LayerOutput:
     lineage = look.lineage
     base = dict(layer=layer, origin=op.id, node=op.node, site="", kernel="", call=0, position=-1)
     if op.id in lineage.journal.eliminated_by:
-        return LayerOutput(**base, status=NO_OUTPUT,
-                           note=f"its last op ({op.short_op}) was eliminated by {lineage.journal.eliminated_by[op.id]}")
+        return LayerOutput(
+            **base,
+            status=NO_OUTPUT,
+            note=f"its last op ({op.short_op}) was eliminated by {lineage.journal.eliminated_by[op.id]}",
+        )
     read = _read(look, base, op)
     if not read.status:
         return read
@@ -135,10 +140,15 @@ def _output(look: _Lookup, layer, op) -> LayerOutput:
         if not before.status and before.outputs == 1:
             what = f"its {value.short_op}" if value.layer == layer else f"the {value.short_op} of {value.layer}"
             ops = ", ".join(reversed(moved))
-            return attrs.evolve(before, node=op.node, reshaped=True, route=MOVED,
-                                note=f"its last op{'s' if len(moved) > 1 else ''} ({ops}) only reshape"
-                                     f"{'' if len(moved) > 1 else 's'} {what}, which {before.site} writes: "
-                                     "compared element for element")
+            return attrs.evolve(
+                before,
+                node=op.node,
+                reshaped=True,
+                route=MOVED,
+                note=f"its last op{'s' if len(moved) > 1 else ''} ({ops}) only reshape"
+                f"{'' if len(moved) > 1 else 's'} {what}, which {before.site} writes: "
+                "compared element for element",
+            )
     return read
 
 
@@ -149,13 +159,23 @@ def _read(look: _Lookup, base: dict, op, moved_after: bool = True) -> LayerOutpu
     sites = look.sites_of.get(op.id, [])
     builtin = look.builtin.get(op.id)
     if not sites:
-        return LayerOutput(**base, status=NOT_COMPARABLE if builtin else NO_OUTPUT,
-                           note=f"its last op ({op.short_op}) runs as the VM builtin {builtin}: not compared"
-                           if builtin else f"its last op ({op.short_op}) runs in no kernel")
+        return LayerOutput(
+            **base,
+            status=NOT_COMPARABLE if builtin else NO_OUTPUT,
+            note=f"its last op ({op.short_op}) runs as the VM builtin {builtin}: not compared"
+            if builtin
+            else f"its last op ({op.short_op}) runs in no kernel",
+        )
     site = max(sites, key=lambda s: s.position)
     base = {**base, "site": site.label, "kernel": site.kernel, "call": site.call, "position": site.position}
-    after = sorted((lineage.origins[o] for o in site.origin_ids
-                    if lineage.origins[o].kind == OP and lineage.origins[o].index > op.index), key=lambda o: o.index)
+    after = sorted(
+        (
+            lineage.origins[o]
+            for o in site.origin_ids
+            if lineage.origins[o].kind == OP and lineage.origins[o].index > op.index
+        ),
+        key=lambda o: o.index,
+    )
     if after and not (moved_after and all(map(_moves, after))):
         return LayerOutput(**base, status=FUSED, note=f"kept inside {site.label}", host=after[-1].id)
     ops = ", ".join(dict.fromkeys(o.short_op for o in after))
@@ -163,8 +183,11 @@ def _read(look: _Lookup, base: dict, op, moved_after: bool = True) -> LayerOutpu
     written = movers[-1] if movers else op  # the value the kernel writes, reshaped by the ops after it
     reshaped = written is not (after[-1] if after else op)
     if movers and look.last_of_node.get(written.node) != written.id:
-        return LayerOutput(**base, status=NOT_COMPARABLE,
-                           note=f"{site.label} writes it after {ops}, a value the source program does not hold")
+        return LayerOutput(
+            **base,
+            status=NOT_COMPARABLE,
+            note=f"{site.label} writes it after {ops}, a value the source program does not hold",
+        )
     k = 1 if reshaped else max(len(written.output_shapes), 1)
     why = _not_comparable(lineage, op, written, site, k, check_shapes=not reshaped)
     if why:
@@ -172,11 +195,21 @@ def _read(look: _Lookup, base: dict, op, moved_after: bool = True) -> LayerOutpu
     if not after:
         return LayerOutput(**base, outputs=k, route=DIRECT)
     if written is op:
-        return LayerOutput(**base, outputs=1, route=MOVED, reshaped=True,
-                           note=f"{site.label} writes it after {ops}: compared element for element")
-    return LayerOutput(**{**base, "node": written.node}, outputs=k, route=MOVED, reshaped=reshaped,
-                       note=f"{site.label} writes it after {ops}: compared with the reference after them "
-                            f"({written.layer}'s {written.short_op})")
+        return LayerOutput(
+            **base,
+            outputs=1,
+            route=MOVED,
+            reshaped=True,
+            note=f"{site.label} writes it after {ops}: compared element for element",
+        )
+    return LayerOutput(
+        **{**base, "node": written.node},
+        outputs=k,
+        route=MOVED,
+        reshaped=reshaped,
+        note=f"{site.label} writes it after {ops}: compared with the reference after them "
+        f"({written.layer}'s {written.short_op})",
+    )
 
 
 def _not_comparable(lineage, op, written, site, k: int, check_shapes: bool = True) -> str:
@@ -189,18 +222,25 @@ def _not_comparable(lineage, op, written, site, k: int, check_shapes: bool = Tru
         return "its op names no node of a source program (not imported from torch or ONNX)"
     if any(c.pass_name == "ConvertLayout" for c in lineage.journal.history_by_origin.get(op.id, ())):
         return f"ConvertLayout changed its op's layout: {site.label} writes it in another"
-    moved = [lineage.origins[o].short_op for o in site.origin_ids
-             if lineage.origins[o].kind != OP and lineage.origins[o].short_op != "astype"]
+    moved = [
+        lineage.origins[o].short_op
+        for o in site.origin_ids
+        if lineage.origins[o].kind != OP and lineage.origins[o].short_op != "astype"
+    ]
     if moved:
-        return (f"{site.label} also runs inserted {', '.join(dict.fromkeys(moved))}: what it writes may be laid "
-                "out otherwise")
+        return (
+            f"{site.label} also runs inserted {', '.join(dict.fromkeys(moved))}: what it writes may be laid "
+            "out otherwise"
+        )
     if not check_shapes:
         return ""
     shapes = [tuple(shape) for shape, _ in site.arguments[-k:]] if len(site.arguments) >= k else []
     wanted = [tuple(shape) for shape in written.output_shapes]
     if shapes and wanted and all(map(_known, shapes + wanted)) and sorted(shapes) != sorted(wanted):
-        return (f"{site.label} writes shapes {[list(x) for x in shapes]}, the op's {k} output(s) are "
-                f"{[list(x) for x in wanted]}")
+        return (
+            f"{site.label} writes shapes {[list(x) for x in shapes]}, the op's {k} output(s) are "
+            f"{[list(x) for x in wanted]}"
+        )
     return ""
 
 
@@ -216,8 +256,11 @@ def _reshapes(origin) -> bool:
     flatten, squeeze, unsqueeze), or a broadcast to the shape the input has."""
     if origin.short_op in RESHAPES:
         return True
-    return origin.short_op == "broadcast_to" and bool(origin.input_shapes) and \
-        tuple(origin.input_shapes[0]) == tuple(origin.output_shapes[0] if origin.output_shapes else ())
+    return (
+        origin.short_op == "broadcast_to"
+        and bool(origin.input_shapes)
+        and tuple(origin.input_shapes[0]) == tuple(origin.output_shapes[0] if origin.output_shapes else ())
+    )
 
 
 def _dead(lineage, origin) -> bool:

@@ -220,8 +220,9 @@ def profiled_memory(lineage: Lineage, profile, dims: Mapping[str, int] | None = 
     return attrs.evolve(found, kv_pages=pages, kv_cache=sum(_bytes(shape, dtype, {}) for shape, dtype in pages))
 
 
-def memory_at(lineage: Lineage, entry: str, dims: Mapping[str, int],
-              run: Mapping[str, tuple[int, ...]] | None = None) -> Memory | None:
+def memory_at(
+    lineage: Lineage, entry: str, dims: Mapping[str, int], run: Mapping[str, tuple[int, ...]] | None = None
+) -> Memory | None:
     """``entry``'s memory (``Memory``) with its symbolic dims at ``dims``; None when the
     lineage has no plan of it (a lineage saved before plans were read, a build without
     the VM's memory passes). A size that does not evaluate at ``dims`` gives a ``Memory``
@@ -237,8 +238,13 @@ def memory_at(lineage: Lineage, entry: str, dims: Mapping[str, int],
         weights = [(w, _bytes(w.shape, w.dtype, env)) for w in plan.weights]
         inputs = sum(_bytes(shape, dtype, env) for _, shape, dtype in plan.inputs)
     except KeyError as exc:
-        return Memory(entry, env, plan.steps, known=False,
-                      why=f"a size depends on {exc.args[0]}, which no input gave: give its value")
+        return Memory(
+            entry,
+            env,
+            plan.steps,
+            known=False,
+            why=f"a size depends on {exc.args[0]}, which no input gave: give its value",
+        )
     live = [0.0] * len(plan.steps)
     for block, size in zip(plan.blocks, sizes):
         for step in range(max(block.start, 0), min(block.end, len(live) - 1) + 1):
@@ -253,9 +259,26 @@ def memory_at(lineage: Lineage, entry: str, dims: Mapping[str, int],
     returned = sum(size for block, size in zip(plan.blocks, sizes) if block.returned)
     planned = sum(sizes)
     return Memory(
-        entry, env, plan.steps, tuple(live), live[peak_step] if peak_step >= 0 else 0.0, peak_step, formula,
-        at_peak, lives, layers, planned, len(plan.blocks), sum(b for _, b in weights), inputs, returned, plan.unplanned,
-        _checks(plan, planned) + (_run_checks(plan, sizes, run) if run else ()), _notes(plan), spans=spans)
+        entry,
+        env,
+        plan.steps,
+        tuple(live),
+        live[peak_step] if peak_step >= 0 else 0.0,
+        peak_step,
+        formula,
+        at_peak,
+        lives,
+        layers,
+        planned,
+        len(plan.blocks),
+        sum(b for _, b in weights),
+        inputs,
+        returned,
+        plan.unplanned,
+        _checks(plan, planned) + (_run_checks(plan, sizes, run) if run else ()),
+        _notes(plan),
+        spans=spans,
+    )
 
 
 def live_at(memory: Memory, step: int) -> tuple[LiveValue, ...]:
@@ -321,8 +344,20 @@ def _live(spans, lifetimes, step: int) -> tuple[LiveValue, ...]:
         if value is None:
             out.append(LiveValue(span.block, span.bytes, (), "", "", NO_SITE, span.returned, True, sized_for=sized_for))
         else:
-            out.append(LiveValue(span.block, span.bytes, value.shape, value.dtype, value.site, value.layer,
-                                 span.returned, not now, value.own if now else 0.0, sized_for))
+            out.append(
+                LiveValue(
+                    span.block,
+                    span.bytes,
+                    value.shape,
+                    value.dtype,
+                    value.site,
+                    value.layer,
+                    span.returned,
+                    not now,
+                    value.own if now else 0.0,
+                    sized_for,
+                )
+            )
     return tuple(sorted(out, key=lambda v: -v.bytes))
 
 
@@ -345,15 +380,38 @@ def _lifetimes(plan: MemoryPlan, sizes, weights, peak_step: int, layer_of, ancho
     for block, size in zip(plan.blocks, sizes):
         live = _held_at(block, peak_step) if block.start <= peak_step <= block.end else None
         for held in block.tensors:
-            out.append(Lifetime(ValueKind.ACTIVATION, block.name, size, concrete(held.shape, env) or held.shape,
-                                held.dtype, held.site, layer_of.get(held.site, NO_SITE), held.first, held.last,
-                                held is live, _own(held, env)))
+            out.append(
+                Lifetime(
+                    ValueKind.ACTIVATION,
+                    block.name,
+                    size,
+                    concrete(held.shape, env) or held.shape,
+                    held.dtype,
+                    held.site,
+                    layer_of.get(held.site, NO_SITE),
+                    held.first,
+                    held.last,
+                    held is live,
+                    _own(held, env),
+                )
+            )
     steps = {label: i for i, label in enumerate(plan.steps)}
     for w, size in weights:
         where = [steps[s] for s in w.sites if s in steps]
         site = w.sites[0] if w.sites else ""
-        out.append(Lifetime(ValueKind.WEIGHT, w.name, size, w.shape, w.dtype, site, anchor_of.get(site, NO_SITE),
-                            min(where, default=-1), max(where, default=-1)))
+        out.append(
+            Lifetime(
+                ValueKind.WEIGHT,
+                w.name,
+                size,
+                w.shape,
+                w.dtype,
+                site,
+                anchor_of.get(site, NO_SITE),
+                min(where, default=-1),
+                max(where, default=-1),
+            )
+        )
     for name, shape, dtype in plan.inputs:
         out.append(Lifetime(ValueKind.INPUT, name, _bytes(shape, dtype, env), shape, dtype, "", "", -1, -1))
     return tuple(out)
@@ -390,14 +448,25 @@ def _sum_polys(polys) -> Poly:
 def _checks(plan: MemoryPlan, planned: float) -> tuple[Check, ...]:
     """The plan held against TVM's own figure of the same program."""
     if plan.tvm is None:
-        return (Check(TVM_SAYS, Verdict.NOT_CHECKED,
-                      f"{TVM_SAYS} gives no figure for this entry (a symbolic size): not checked"),)
+        return (
+            Check(
+                TVM_SAYS,
+                Verdict.NOT_CHECKED,
+                f"{TVM_SAYS} gives no figure for this entry (a symbolic size): not checked",
+            ),
+        )
     count, gb = plan.tvm
     ours = planned / 2**30
     agrees = count == len(plan.blocks) and abs(ours - gb) <= max(abs(gb), 1e-12) * 1e-3
     verdict = Verdict.AGREES if agrees else Verdict.DIFFERS
-    return (Check(TVM_SAYS, verdict, f"{TVM_SAYS}: {count} allocations, {gb:.4g} GB; the plan read here: "
-                                     f"{len(plan.blocks)} blocks, {ours:.4g} GB: {'agrees' if agrees else 'DIFFERS'}"),)
+    return (
+        Check(
+            TVM_SAYS,
+            verdict,
+            f"{TVM_SAYS}: {count} allocations, {gb:.4g} GB; the plan read here: "
+            f"{len(plan.blocks)} blocks, {ours:.4g} GB: {'agrees' if agrees else 'DIFFERS'}",
+        ),
+    )
 
 
 RUN = "a run"  # what ``_run_checks`` hold the plan against: where a run put each value
@@ -416,9 +485,15 @@ def _run_checks(plan: MemoryPlan, sizes, run: Mapping[str, tuple[int, ...]]) -> 
             if addresses is not None and 0 <= held.argument < len(addresses):
                 base.setdefault(i, set()).add(addresses[held.argument])
     if not base:
-        return (Check(RUN, Verdict.NOT_CHECKED, "a run: no address of a planned value was recorded (a profile "
-                                                "made before relaytrace recorded them, or on a remote device): "
-                                                "not checked"),)
+        return (
+            Check(
+                RUN,
+                Verdict.NOT_CHECKED,
+                "a run: no address of a planned value was recorded (a profile "
+                "made before relaytrace recorded them, or on a remote device): "
+                "not checked",
+            ),
+        )
     split = [plan.blocks[i].name for i, found in base.items() if len(found) > 1]
     placed = {i: min(found) for i, found in base.items()}
     overlap = _overlap(plan, sizes, placed)
@@ -428,22 +503,34 @@ def _run_checks(plan: MemoryPlan, sizes, run: Mapping[str, tuple[int, ...]]) -> 
         spanned += max(0.0, stop - max(start, end))
         end = max(end, stop)
     found = f"a run: the values of {len(base)} of {len(plan.blocks)} blocks were found at their writers' addresses; "
-    return (Check(RUN, Verdict.DIFFERS, found + f"DIFFERS: the values of {', '.join(split[:3])} were at different "
-                                                "addresses") if split else
-            Check(RUN, Verdict.AGREES, found + "each block's values at one address: agrees"),
-            Check(RUN, Verdict.DIFFERS, f"a run: {overlap}") if overlap else
-            Check(RUN, Verdict.AGREES, "a run: no two blocks the plan has live at one step overlapped: agrees"),
-            Check(RUN, Verdict.MEASURED, f"a run: the blocks spanned {spanned:.0f} bytes at "
-                                         f"{len(set(placed.values()))} distinct addresses (the VM's allocator gives a "
-                                         "freed block's memory to a later one)"))
+    return (
+        Check(
+            RUN, Verdict.DIFFERS, found + f"DIFFERS: the values of {', '.join(split[:3])} were at different addresses"
+        )
+        if split
+        else Check(RUN, Verdict.AGREES, found + "each block's values at one address: agrees"),
+        Check(RUN, Verdict.DIFFERS, f"a run: {overlap}")
+        if overlap
+        else Check(RUN, Verdict.AGREES, "a run: no two blocks the plan has live at one step overlapped: agrees"),
+        Check(
+            RUN,
+            Verdict.MEASURED,
+            f"a run: the blocks spanned {spanned:.0f} bytes at "
+            f"{len(set(placed.values()))} distinct addresses (the VM's allocator gives a "
+            "freed block's memory to a later one)",
+        ),
+    )
 
 
 def _overlap(plan: MemoryPlan, sizes, placed: Mapping[int, int]) -> str:
     """The first step at which two blocks the plan has live both sat on the same memory
     in the run ("" when none did): the plan's lifetimes would be wrong there."""
     for step in range(len(plan.steps)):
-        live = sorted((placed[i], placed[i] + sizes[i], plan.blocks[i].name) for i in placed
-                      if plan.blocks[i].start <= step <= plan.blocks[i].end)
+        live = sorted(
+            (placed[i], placed[i] + sizes[i], plan.blocks[i].name)
+            for i in placed
+            if plan.blocks[i].start <= step <= plan.blocks[i].end
+        )
         for (_, end, a), (start, _, b) in zip(live, live[1:]):
             if start < end:
                 return f"DIFFERS: {a} and {b} are both live at {plan.steps[step]} but sat on the same memory"
@@ -453,6 +540,8 @@ def _overlap(plan: MemoryPlan, sizes, placed: Mapping[int, int]) -> str:
 def _notes(plan: MemoryPlan) -> tuple[str, ...]:
     notes = list(plan.notes)
     if plan.unplanned:
-        notes.append(f"{len(plan.unplanned)} value(s) made at run time outside the plan (by VM builtins) are not "
-                     "counted: " + ", ".join(sorted({what for what, _, _ in plan.unplanned})))
+        notes.append(
+            f"{len(plan.unplanned)} value(s) made at run time outside the plan (by VM builtins) are not "
+            "counted: " + ", ".join(sorted({what for what, _, _ in plan.unplanned}))
+        )
     return tuple(notes)

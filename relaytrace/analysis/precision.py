@@ -179,8 +179,13 @@ def precision(lineage: Lineage, parts: Iterable[Share], site_us: dict[SiteKey, f
         figures = site_dtypes(lineage, site)
         ops[site.key] = op_dtypes(lineage, site, figures)
         cast_ids = tuple(o for o in site.origin_ids if is_cast(lineage.origins[o]))
-        sites[site.key] = SitePrecision(site.label, figures, site_us.get(site.key, 0.0), cast_ids,
-                                        bool(cast_ids) and len(cast_ids) == len(site.origin_ids))
+        sites[site.key] = SitePrecision(
+            site.label,
+            figures,
+            site_us.get(site.key, 0.0),
+            cast_ids,
+            bool(cast_ids) and len(cast_ids) == len(site.origin_ids),
+        )
     total = sum(s.us for s in parts)
     by: dict[str, float] = defaultdict(float)
     for s in parts:
@@ -195,13 +200,26 @@ def precision(lineage: Lineage, parts: Iterable[Share], site_us: dict[SiteKey, f
     layers = _layers(lineage, parts, ops, casts, mixed)
     cast_us = sum(c.us for c in casts)
     accumulate = lineage.build.accumulate
-    build = (f"float16 through ToMixedPrecision, accumulating in {accumulate}" if accumulate
-             else "mixed, as imported" if mixed else "float32")
-    return Precision(build, mixed, sites, layers, casts,
-                     tuple(sorted(((d, us, _percent(us, total)) for d, us in by.items()), key=lambda r: (-r[1], r[0]))),
-                     cast_us, _percent(cast_us, total),
-                     tuple(sorted(o for o, origin in lineage.origins.items()
-                                  if is_cast(origin) and o in lineage.journal.eliminated_by)))
+    build = (
+        f"float16 through ToMixedPrecision, accumulating in {accumulate}"
+        if accumulate
+        else "mixed, as imported"
+        if mixed
+        else "float32"
+    )
+    return Precision(
+        build,
+        mixed,
+        sites,
+        layers,
+        casts,
+        tuple(sorted(((d, us, _percent(us, total)) for d, us in by.items()), key=lambda r: (-r[1], r[0]))),
+        cast_us,
+        _percent(cast_us, total),
+        tuple(
+            sorted(o for o, origin in lineage.origins.items() if is_cast(origin) and o in lineage.journal.eliminated_by)
+        ),
+    )
 
 
 def site_dtypes(lineage: Lineage, site: CallSite) -> Dtypes:
@@ -237,8 +255,9 @@ def op_dtypes(lineage: Lineage, site: CallSite, figures: Dtypes) -> dict[str, Dt
     return out
 
 
-def _casts(lineage: Lineage, parts: tuple[Share, ...],
-           ops: dict[SiteKey, dict[str, Dtypes]]) -> tuple[CastPrecision, ...]:
+def _casts(
+    lineage: Lineage, parts: tuple[Share, ...], ops: dict[SiteKey, dict[str, Dtypes]]
+) -> tuple[CastPrecision, ...]:
     """Every cast of the lineage's sites, with the time ``parts`` bill it, most first."""
     billed: dict[str, float] = defaultdict(float)
     for s in parts:
@@ -257,14 +276,29 @@ def _casts(lineage: Lineage, parts: tuple[Share, ...],
         origin, dtypes = lineage.origins[oid], entry["dtypes"]
         source = origin.input_dtypes[0] if origin.input_dtypes else (dtypes.inputs[0] if dtypes.inputs else None)
         target = origin.output_dtypes[0] if origin.output_dtypes else dtypes.storage or None
-        out.append(CastPrecision(oid, origin.layer, origin.serves, MODEL if origin.kind == OP else
-                                 origin.pass_name or "a pass", source, target, tuple(entry["sites"]),
-                                 entry["fused"], billed.get(oid, 0.0)))
+        out.append(
+            CastPrecision(
+                oid,
+                origin.layer,
+                origin.serves,
+                MODEL if origin.kind == OP else origin.pass_name or "a pass",
+                source,
+                target,
+                tuple(entry["sites"]),
+                entry["fused"],
+                billed.get(oid, 0.0),
+            )
+        )
     return tuple(sorted(out, key=lambda c: (-c.us, c.origin)))
 
 
-def _layers(lineage: Lineage, parts: tuple[Share, ...], ops: dict[SiteKey, dict[str, Dtypes]],
-            casts: tuple[CastPrecision, ...], mixed: bool) -> tuple[LayerPrecision, ...]:
+def _layers(
+    lineage: Lineage,
+    parts: tuple[Share, ...],
+    ops: dict[SiteKey, dict[str, Dtypes]],
+    casts: tuple[CastPrecision, ...],
+    mixed: bool,
+) -> tuple[LayerPrecision, ...]:
     """Each layer with an op in a kernel: its ops' dtypes and time; in a ``mixed``
     build, whether none of its ops touches a half dtype (left in float32), and why."""
     us: dict[str, float] = defaultdict(float)
@@ -297,9 +331,18 @@ def _layers(lineage: Lineage, parts: tuple[Share, ...], ops: dict[SiteKey, dict[
         found = [d for o in computing for d in of_origin[o]]
         left = mixed and bool(computing) and all(o in kept for o in computing)
         why = "; ".join(dict.fromkeys(reasons.why(o) for o in computing)) if left else ""
-        rows.append(LayerPrecision(layer, tuple(compute), _floats(x for d in found for x in d.inputs),
-                                   tuple(dict.fromkeys(d.accumulate for d in found if d.accumulate)),
-                                   us.get(layer, 0.0), cast_us.get(layer, 0.0), left, why))
+        rows.append(
+            LayerPrecision(
+                layer,
+                tuple(compute),
+                _floats(x for d in found for x in d.inputs),
+                tuple(dict.fromkeys(d.accumulate for d in found if d.accumulate)),
+                us.get(layer, 0.0),
+                cast_us.get(layer, 0.0),
+                left,
+                why,
+            )
+        )
     return tuple(sorted(rows, key=lambda r: (-r.us, r.layer)))
 
 
@@ -322,8 +365,10 @@ class _Reasons:
             return own
         root = self._root(oid)
         if root is None:
-            return f"{origin.short_op} follows its inputs (policy follow), which are float32: the model's inputs or " \
-                   "constants"
+            return (
+                f"{origin.short_op} follows its inputs (policy follow), which are float32: the model's inputs or "
+                "constants"
+            )
         src = self.lineage.origins[root]
         return f"{origin.short_op} follows its inputs (policy follow), float32 from {src.layer}: {self._own(src)}"
 
@@ -331,8 +376,10 @@ class _Reasons:
         """The reason of an op that does not follow its inputs (None for one that does)."""
         op = origin.short_op
         if origin.input_dtypes and not _floats(origin.input_dtypes):
-            return f"{op} reads integers only ({', '.join(dict.fromkeys(origin.input_dtypes))}); ToMixedPrecision " \
-                   "converts float32"
+            return (
+                f"{op} reads integers only ({', '.join(dict.fromkeys(origin.input_dtypes))}); ToMixedPrecision "
+                "converts float32"
+            )
         if is_cast(origin) and origin.kind == OP:
             return f"the model casts to {origin.output_dtypes[0] if origin.output_dtypes else 'float32'} itself"
         for p in self.producers.get(origin.id, ()):

@@ -57,13 +57,18 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
     times = profile.by_site(KERNEL)
     site_us = {s.key: times[s.key] for s in lineage.call_sites}
     report = Report(
-        lineage=lineage, profile=profile, policy=policy, shares=parts,
-        layers=attribution.layers_from(parts), kernels=attribution.by_kernel(lineage, profile),
+        lineage=lineage,
+        profile=profile,
+        policy=policy,
+        shares=parts,
+        layers=attribution.layers_from(parts),
+        kernels=attribution.by_kernel(lineage, profile),
         op_types=attribution.op_types_from(lineage, parts),
         categories=attribution.categories_from(parts, profile, lineage),
         coverage=lineage.coverage(),
         site_us={s.label: times[s.key] for s in lineage.call_sites},
-        build_lineage=build_lineage, roofline=roofline(lineage, profile, parts, policy),
+        build_lineage=build_lineage,
+        roofline=roofline(lineage, profile, parts, policy),
         precision=precision(lineage, parts, site_us),
         memory=profiled_memory(build_lineage, profile),
     )

@@ -136,8 +136,9 @@ def site_roofs(lineage: Lineage, profile: Profile, peaks: Peaks | None) -> dict[
     return {key: roof for key, (roof, _) in site_work(lineage, profile, peaks).items()}
 
 
-def site_work(lineage: Lineage, profile: Profile,
-              peaks: Peaks | None) -> dict[SiteKey, tuple[Roof, tuple[OpWork, ...]]]:
+def site_work(
+    lineage: Lineage, profile: Profile, peaks: Peaks | None
+) -> dict[SiteKey, tuple[Roof, tuple[OpWork, ...]]]:
     """Each call site's ``Roof`` and its ops' parts of its work (``work_split.op_works``;
     none for a KV-cache kernel call, which runs no op of its own)."""
     times = profile.by_site(KERNEL)
@@ -152,15 +153,45 @@ def site_work(lineage: Lineage, profile: Profile,
         ops = op_works(lineage, site, arg, work.flops, work.transcendentals)
         useful = _total(o.useful for o in ops)
         excess = _excess(work.flops, useful, (o.excess for o in ops))
-        out[site.key] = (Roof(site.label, times.get(site.key, 0.0), work.flops, work.transcendentals, work.bytes,
-                              bound, by, notes, dtype, useful, excess), ops)
+        out[site.key] = (
+            Roof(
+                site.label,
+                times.get(site.key, 0.0),
+                work.flops,
+                work.transcendentals,
+                work.bytes,
+                bound,
+                by,
+                notes,
+                dtype,
+                useful,
+                excess,
+            ),
+            ops,
+        )
     cache = lineage.build.kv_cache
     for key, us in profile.by_site(CACHE).items():
-        work = cache_work(cache, key.kernel, *profile.step) if cache and len(profile.step) == 2 else \
-            Work(None, None, None, "the profile does not say the step's tokens and context")
+        work = (
+            cache_work(cache, key.kernel, *profile.step)
+            if cache and len(profile.step) == 2
+            else Work(None, None, None, "the profile does not say the step's tokens and context")
+        )
         bound, by = lower_bound(work.flops, work.bytes, peaks, "float32")
-        out[key] = (Roof(key.label, us, work.flops, work.transcendentals, work.bytes, bound, by,
-                         (work.why,) if work.why else (), "float32", work.flops), ())
+        out[key] = (
+            Roof(
+                key.label,
+                us,
+                work.flops,
+                work.transcendentals,
+                work.bytes,
+                bound,
+                by,
+                (work.why,) if work.why else (),
+                "float32",
+                work.flops,
+            ),
+            (),
+        )
     return out
 
 
@@ -176,11 +207,13 @@ def _excess(flops: float | None, useful: float | None, reasons) -> tuple[str, ..
     if flops is None or useful is None or flops <= useful * (1 + EXCESS):
         return ()
     return tuple(dict.fromkeys(r for r in reasons if r)) or (
-        "executed beyond useful, in no single op: the kernel's count exceeds its ops' own",)
+        "executed beyond useful, in no single op: the kernel's count exceeds its ops' own",
+    )
 
 
-def lower_bound(flops: float | None, moved: float | None, peaks: Peaks | None,
-                dtype: str) -> tuple[float | None, str | None]:
+def lower_bound(
+    flops: float | None, moved: float | None, peaks: Peaks | None, dtype: str
+) -> tuple[float | None, str | None]:
     """``peaks.bound`` of a site's figures, (None, None) when one is unknown."""
     if peaks is None or flops is None or moved is None:
         return None, None
@@ -209,17 +242,36 @@ def roofline(lineage: Lineage, profile: Profile, parts: tuple[Share, ...], polic
         origin = origins[origin_id]
         return (origin.layer,) if origin.kind == OP else billed_layers(origin, origins)
 
-    rolled = {name: _roll_up(parts, work, key, owner) for name, key, owner in (
-        ("layer", lambda s: s.layer, layers_of),
-        ("op", lambda s: s.op if s.category == Category.COMPUTE else f"{s.op} ({s.category})",
-         lambda key, o: (op_type_of(origins[o]),)),
-        ("kernel", lambda s: s.kernel, lambda key, o: (owners[key].kernel,)))}
-    return Roofline(peaks, sites, rolled["layer"], rolled["op"], rolled["kernel"],
-                    sum(r.flops is not None for r in sites.values()), tuple(over), policy)
+    rolled = {
+        name: _roll_up(parts, work, key, owner)
+        for name, key, owner in (
+            ("layer", lambda s: s.layer, layers_of),
+            (
+                "op",
+                lambda s: s.op if s.category == Category.COMPUTE else f"{s.op} ({s.category})",
+                lambda key, o: (op_type_of(origins[o]),),
+            ),
+            ("kernel", lambda s: s.kernel, lambda key, o: (owners[key].kernel,)),
+        )
+    }
+    return Roofline(
+        peaks,
+        sites,
+        rolled["layer"],
+        rolled["op"],
+        rolled["kernel"],
+        sum(r.flops is not None for r in sites.values()),
+        tuple(over),
+        policy,
+    )
 
 
-def _roll_up(parts: tuple[Share, ...], work: dict[SiteKey, tuple[Roof, tuple[OpWork, ...]]],
-             key: Callable[[Share], str], owners: Callable[[SiteKey, str], tuple[str, ...]]) -> tuple[Roof, ...]:
+def _roll_up(
+    parts: tuple[Share, ...],
+    work: dict[SiteKey, tuple[Roof, tuple[OpWork, ...]]],
+    key: Callable[[Share], str],
+    owners: Callable[[SiteKey, str], tuple[str, ...]],
+) -> tuple[Roof, ...]:
     """Sites' figures summed by name: the time, bytes and bound by ``key`` of the shares
     billing them, each share taking the part of its site's figures its time is of the
     site's (an equal part of a site that took no time); the FLOPs, transcendental calls
@@ -232,9 +284,23 @@ def _roll_up(parts: tuple[Share, ...], work: dict[SiteKey, tuple[Roof, tuple[OpW
     sums: dict[str, dict] = {}
 
     def acc(name):
-        return sums.setdefault(name, {"us": 0.0, "flops": 0.0, "trans": 0.0, "useful": 0.0, "bytes": 0.0,
-                                      "bound": 0.0, "timed": False, "compute": 0.0, "memory": 0.0, "notes": {},
-                                      "dtypes": defaultdict(float), "excess": {}})
+        return sums.setdefault(
+            name,
+            {
+                "us": 0.0,
+                "flops": 0.0,
+                "trans": 0.0,
+                "useful": 0.0,
+                "bytes": 0.0,
+                "bound": 0.0,
+                "timed": False,
+                "compute": 0.0,
+                "memory": 0.0,
+                "notes": {},
+                "dtypes": defaultdict(float),
+                "excess": {},
+            },
+        )
 
     def add(a, figures, share: float):
         for field, value in figures:
@@ -271,9 +337,26 @@ def _roll_up(parts: tuple[Share, ...], work: dict[SiteKey, tuple[Roof, tuple[OpW
         flops, useful = a["flops"], a["useful"]
         if not a["timed"]:
             a["notes"][UNTIMED] = None
-        by = None if a["bound"] is None or not a["timed"] else \
-            COMPUTE_BOUND if a["compute"] >= a["memory"] else MEMORY_BOUND
-        rows.append(Roof(name, a["us"], flops, a["trans"], a["bytes"], a["bound"], by,
-                         tuple(a["notes"]), max(a["dtypes"], key=a["dtypes"].__getitem__, default="float32"), useful,
-                         _excess(flops, useful, a["excess"])))
+        by = (
+            None
+            if a["bound"] is None or not a["timed"]
+            else COMPUTE_BOUND
+            if a["compute"] >= a["memory"]
+            else MEMORY_BOUND
+        )
+        rows.append(
+            Roof(
+                name,
+                a["us"],
+                flops,
+                a["trans"],
+                a["bytes"],
+                a["bound"],
+                by,
+                tuple(a["notes"]),
+                max(a["dtypes"], key=a["dtypes"].__getitem__, default="float32"),
+                useful,
+                _excess(flops, useful, a["excess"]),
+            )
+        )
     return tuple(sorted(rows, key=lambda r: (-(r.wasted_us or 0.0), -r.us, r.name)))

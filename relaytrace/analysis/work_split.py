@@ -51,8 +51,9 @@ class OpWork:
     excess: str = ""
 
 
-def work_weights(lineage: Lineage, site: CallSite, origins: list, arg: ArgInfo | None,
-                 peaks: Peaks | None) -> list[float] | None:
+def work_weights(
+    lineage: Lineage, site: CallSite, origins: list, arg: ArgInfo | None, peaks: Peaks | None
+) -> list[float] | None:
     """Each of ``origins`` (the site's, in order) its member's bound at the call's
     shapes (``arg``), or None when one cannot be weighed so (or none weighs anything:
     a call on empty tensors)."""
@@ -65,8 +66,9 @@ def work_weights(lineage: Lineage, site: CallSite, origins: list, arg: ArgInfo |
     return known if len(known) == len(weights) and sum(known) > 0 else None
 
 
-def op_works(lineage: Lineage, site: CallSite, arg: ArgInfo | None, flops: float | None,
-             transcendentals: float | None) -> tuple[OpWork, ...]:
+def op_works(
+    lineage: Lineage, site: CallSite, arg: ArgInfo | None, flops: float | None, transcendentals: float | None
+) -> tuple[OpWork, ...]:
     """Each origin of ``site`` (in order) its ``OpWork``: the site's executed ``flops``
     and ``transcendentals`` cut by each op's member's own count at the call's shapes
     (``arg``), else by the ops' useful FLOPs, else by ``ops.estimated_flops``; so the
@@ -77,8 +79,13 @@ def op_works(lineage: Lineage, site: CallSite, arg: ArgInfo | None, flops: float
     useful = [_useful(o, env) for o in origins]
     asked_all = [u for u in useful if u is not None]
     own = _own_counts(lineage, site, origins, arg)
-    by_flops = [f for f, _ in own] if own and sum(f for f, _ in own) > 0 else \
-        asked_all if len(asked_all) == len(useful) and sum(asked_all) > 0 else [estimated_flops(o) for o in origins]
+    by_flops = (
+        [f for f, _ in own]
+        if own and sum(f for f, _ in own) > 0
+        else asked_all
+        if len(asked_all) == len(useful) and sum(asked_all) > 0
+        else [estimated_flops(o) for o in origins]
+    )
     by_trans = [t for _, t in own] if own and sum(t for _, t in own) > 0 else by_flops
     out = []
     for origin, asked, wf, wt in zip(origins, useful, by_flops, by_trans):

@@ -33,23 +33,36 @@ Modules:
 from __future__ import annotations
 
 from . import (
-                                 advise,
-                                 bundle,
-                                 compare,
-                                 demo,
-                                 diff,
-                                 estimate,
-                                 legacy,
-                                 memory,
-                                 peaks,
-                                 profile,
-                                 query,
-                                 render,
-                                 report,
-                                 tasks,
+    advise,
+    bundle,
+    compare,
+    demo,
+    diff,
+    estimate,
+    legacy,
+    memory,
+    peaks,
+    profile,
+    query,
+    render,
+    report,
+    tasks,
 )
 from .base import Command
 
-COMMANDS: tuple[Command, ...] = (demo.COMMAND, profile.COMMAND, bundle.COMMAND, report.COMMAND, compare.COMMAND,
-                                 estimate.COMMAND, peaks.COMMAND, render.COMMAND, query.COMMAND, diff.COMMAND,
-                                 memory.COMMAND, advise.COMMAND, tasks.COMMAND, legacy.COMMAND)
+COMMANDS: tuple[Command, ...] = (
+    demo.COMMAND,
+    profile.COMMAND,
+    bundle.COMMAND,
+    report.COMMAND,
+    compare.COMMAND,
+    estimate.COMMAND,
+    peaks.COMMAND,
+    render.COMMAND,
+    query.COMMAND,
+    diff.COMMAND,
+    memory.COMMAND,
+    advise.COMMAND,
+    tasks.COMMAND,
+    legacy.COMMAND,
+)

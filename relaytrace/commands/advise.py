@@ -15,8 +15,11 @@ from .shared import at_least
 def add_arguments(p) -> None:
     """`relaytrace advise`'s arguments and options (docs/cli.md#advise)."""
     p.add_argument("dir", metavar="DIR", help="an output DIR of `relaytrace profile`")
-    p.add_argument("--verify", action="store_true",
-                   help="rebuild with each change relaytrace can make (alone), profile it as DIR was, diff by layer")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="rebuild with each change relaytrace can make (alone), profile it as DIR was, diff by layer",
+    )
     p.add_argument("--repeat", type=at_least(1), metavar="N", help="profiled runs of each rebuild (default: DIR's)")
     p.add_argument("--top", type=at_least(1), default=5, metavar="N", help="layers shown per measured change")
 
@@ -39,22 +42,31 @@ def run(args) -> int:
 
 
 def _finding_text(i: int, finding, e2e_us: float) -> str:
-    saving = (f"estimated saving {finding.saving_us / 1e3:.3f} ms per run "
-              f"({100 * finding.saving_us / (e2e_us or 1):.1f}% of the end-to-end time)"
-              if finding.saving_us else "saving not estimated")
+    saving = (
+        f"estimated saving {finding.saving_us / 1e3:.3f} ms per run "
+        f"({100 * finding.saving_us / (e2e_us or 1):.1f}% of the end-to-end time)"
+        if finding.saving_us
+        else "saving not estimated"
+    )
     lines = [f"{i}. {terminal(finding.title)} [{finding.rule}]: {saving}"]
     lines += [f"   - {terminal(e)}" for e in finding.evidence]
     if finding.layers:
         more = f" and {len(finding.layers) - 6} more" if len(finding.layers) > 6 else ""
         lines.append(f"   layers: {', '.join(terminal(n) for n in finding.layers[:6])}{more}")
-    lines.append(f"   change: {finding.change.what}: {finding.change.how}"
-                 + ("" if finding.change.rebuild else " (not rebuilt by --verify)"))
+    lines.append(
+        f"   change: {finding.change.what}: {finding.change.how}"
+        + ("" if finding.change.rebuild else " (not rebuilt by --verify)")
+    )
     return "\n".join(lines) + "\n"
 
 
 # how each change relaytrace can make is made: the run.json field and its value
-_CHANGES = {"fold-batch-norm": ("fold_batch_norm", True), "layout NCHW": ("layout", "NCHW"),
-            "pipeline fused": ("pipeline", "fused"), "precision fp32": ("precision", "fp32")}
+_CHANGES = {
+    "fold-batch-norm": ("fold_batch_norm", True),
+    "layout NCHW": ("layout", "NCHW"),
+    "pipeline fused": ("pipeline", "fused"),
+    "precision fp32": ("precision", "fp32"),
+}
 
 
 def _verify(args, report) -> None:
@@ -87,8 +99,14 @@ def _verify(args, report) -> None:
     loaded = load(info.model, shapes=[parse_shape(s) for s in info.input_shapes], dtype=info.dtype, entry=info.entry)
 
     def options(run):
-        return args_of(run, entry=report.profile.entry, repeat=args.repeat or report.profile.repeat, device=None,
-                       peak_gflops=None, peak_gbps=None)
+        return args_of(
+            run,
+            entry=report.profile.entry,
+            repeat=args.repeat or report.profile.repeat,
+            device=None,
+            peak_gflops=None,
+            peak_gbps=None,
+        )
 
     say("verifying: rebuilding DIR's model as it was, to measure beside each change")
     as_was = options(info)
@@ -117,12 +135,13 @@ def _measured_change(args, finding, change: str, base, changed) -> None:
     from ..render.table import format_table
 
     (lineage_a, profile_a, again), (lineage_b, profile_b) = base, changed
-    measured = Measured(profile_a.e2e_us + again.e2e_us, profile_b.e2e_us,
-                        not_applied(finding, lineage_a, lineage_b))
+    measured = Measured(profile_a.e2e_us + again.e2e_us, profile_b.e2e_us, not_applied(finding, lineage_a, lineage_b))
     a_ms, b_ms = statistics.median(measured.before_us) / 1e3, profile_b.e2e_median_us / 1e3
-    echo(f"{finding.rule} with {change}: end to end {a_ms:.3f} -> {b_ms:.3f} ms (each built and profiled now, "
-         f"{len(measured.before_us)} runs around {len(profile_b.e2e_us)}): {measured.verdict()} "
-         f"(estimated {finding.saving_us / 1e3:.3f} ms)")
+    echo(
+        f"{finding.rule} with {change}: end to end {a_ms:.3f} -> {b_ms:.3f} ms (each built and profiled now, "
+        f"{len(measured.before_us)} runs around {len(profile_b.e2e_us)}): {measured.verdict()} "
+        f"(estimated {finding.saving_us / 1e3:.3f} ms)"
+    )
     if measured.not_applied:
         echo()
         return
@@ -130,15 +149,27 @@ def _measured_change(args, finding, change: str, base, changed) -> None:
     named = [r for r in rows if r.layer in set(finding.layers)]
     if named:
         inside = sum(r.b_us is None and r.absent_b.startswith("fused into") for r in named)
-        echo(f"its {len(named)} layer(s): {sum(r.a_us or 0 for r in named) / 1e3:.3f} -> "
-             f"{sum(r.b_us or 0 for r in named) / 1e3:.3f} ms"
-             + (f"; {inside} now run inside another layer's kernel, billed to it" if inside else ""))
-    top = [r for r in rows if r.a_us is not None or r.b_us is not None][:args.top]
+        echo(
+            f"its {len(named)} layer(s): {sum(r.a_us or 0 for r in named) / 1e3:.3f} -> "
+            f"{sum(r.b_us or 0 for r in named) / 1e3:.3f} ms"
+            + (f"; {inside} now run inside another layer's kernel, billed to it" if inside else "")
+        )
+    top = [r for r in rows if r.a_us is not None or r.b_us is not None][: args.top]
     echo(f"the {len(top)} layers that changed most (~: within the runs' scatter):")
-    echo(format_table(["layer", "before (ms)", "after (ms)", "after / before"],
-                      [[r.layer, _ms(r.a_us, r.absent_a), _ms(r.b_us, r.absent_b),
-                        "-" if r.ratio is None else f"{r.ratio:.3f}" + (" ~" if r.within_noise else "")]
-                       for r in top]))
+    echo(
+        format_table(
+            ["layer", "before (ms)", "after (ms)", "after / before"],
+            [
+                [
+                    r.layer,
+                    _ms(r.a_us, r.absent_a),
+                    _ms(r.b_us, r.absent_b),
+                    "-" if r.ratio is None else f"{r.ratio:.3f}" + (" ~" if r.within_noise else ""),
+                ]
+                for r in top
+            ],
+        )
+    )
     unverified = len(lineage_b.coverage().unverified) + len(lineage_b.coverage().suspect)
     if unverified:
         echo(f"({unverified} call site(s) of the rebuild are not verified: their layers' times are not sure)")
@@ -149,5 +180,6 @@ def _ms(us, why: str) -> str:
     return why if us is None else f"{us / 1e3:.3f}"
 
 
-COMMAND = Command("advise", "what to change in a build, with its evidence and saving (--verify: measured)",
-                  add_arguments, run)
+COMMAND = Command(
+    "advise", "what to change in a build, with its evidence and saving (--verify: measured)", add_arguments, run
+)

@@ -40,8 +40,10 @@ def run(args) -> int:
 
     shapes = [parse_shape(s) for s in args.input_shape]
     if args.dtype and not shapes:
-        raise UsageError("--dtype is the dtype of inputs given with --input-shape NAME:DIMS (without their own); "
-                         "give the shapes too, e.g. --input-shape x:1x3x224x224 --dtype float16")
+        raise UsageError(
+            "--dtype is the dtype of inputs given with --input-shape NAME:DIMS (without their own); "
+            "give the shapes too, e.g. --input-shape x:1x3x224x224 --dtype float16"
+        )
     out = Path(args.out)
     if out.exists():
         raise FileExistsError(f"{out} exists: bundle into a new directory")
@@ -53,14 +55,28 @@ def run(args) -> int:
     executable, lineage, _ = build_traced(loaded.model, args, say, elsewhere=True)
     spec = str(Path(args.model).resolve()) if args.model.endswith(".onnx") else absolute_factory(args.model)
     entry = lineage.entry(args.entry)
-    write_bundle(executable, lineage, loaded.inputs, out, entry=entry, run=RunSpec.from_args(args, spec), say=say,
-                 serving=serving(args, lineage, entry))
-    echo(f"bundle of {terminal(lineage.build.model)} ({lineage.entry(args.entry)}, {device}) written to {out}/: "
-         f"copy it to the host, run `python {out}/run.py` there (needs numpy and tvm_ffi "
-         "(pip install apache-tvm-ffi), no tvm), bring back its profile.json and run `relaytrace report "
-         f"{out}`")
+    write_bundle(
+        executable,
+        lineage,
+        loaded.inputs,
+        out,
+        entry=entry,
+        run=RunSpec.from_args(args, spec),
+        say=say,
+        serving=serving(args, lineage, entry),
+    )
+    echo(
+        f"bundle of {terminal(lineage.build.model)} ({lineage.entry(args.entry)}, {device}) written to {out}/: "
+        f"copy it to the host, run `python {out}/run.py` there (needs numpy and tvm_ffi "
+        "(pip install apache-tvm-ffi), no tvm), bring back its profile.json and run `relaytrace report "
+        f"{out}`"
+    )
     return 0
 
 
-COMMAND = Command("bundle", "build a model and write a directory that profiles it on a host with only TVM's runtime",
-                  add_arguments, run)
+COMMAND = Command(
+    "bundle",
+    "build a model and write a directory that profiles it on a host with only TVM's runtime",
+    add_arguments,
+    run,
+)

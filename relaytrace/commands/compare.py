@@ -11,23 +11,46 @@ from .shared import add_input_shape_option, add_pipeline_options, at_least, chec
 
 def add_arguments(p) -> None:
     """`relaytrace compare`'s arguments and options (docs/cli.md#compare)."""
-    p.add_argument("model", metavar="MODEL", help="an .onnx file or path/to/file.py:factory returning a torch "
-                                                  "module, its inputs [and dynamic_shapes]")
+    p.add_argument(
+        "model",
+        metavar="MODEL",
+        help="an .onnx file or path/to/file.py:factory returning a torch module, its inputs [and dynamic_shapes]",
+    )
     add_input_shape_option(p)
     p.add_argument("--target", default="llvm", help="TVM target of this machine (default llvm)")
     add_pipeline_options(p)
-    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
-                   help="fp16: build through relax.transform.ToMixedPrecision (default fp32: as imported)")
-    p.add_argument("--accumulate", choices=["float32", "float16"],
-                   help="with --precision fp16: the dtype conv and matmul accumulate in (default float32)")
-    p.add_argument("--atol", type=at_least(0, float, strict=False), metavar="A",
-                   help="absolute tolerance (default from the precision: 1e-4 for fp32, 1e-2 for fp16 accumulating "
-                        "in float32, 5e-2 in float16)")
-    p.add_argument("--rtol", type=at_least(0, float, strict=False), metavar="R",
-                   help="relative tolerance (default as --atol): beyond when |got - ref| > A + R |ref| anywhere")
-    p.add_argument("--observe", action="append", default=[], metavar="LAYER[,LAYER]",
-                   help="layers whose value the build keeps inside a kernel (fused): rebuild with their values "
-                        "written out and compare them there (repeatable)")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16"],
+        default="fp32",
+        help="fp16: build through relax.transform.ToMixedPrecision (default fp32: as imported)",
+    )
+    p.add_argument(
+        "--accumulate",
+        choices=["float32", "float16"],
+        help="with --precision fp16: the dtype conv and matmul accumulate in (default float32)",
+    )
+    p.add_argument(
+        "--atol",
+        type=at_least(0, float, strict=False),
+        metavar="A",
+        help="absolute tolerance (default from the precision: 1e-4 for fp32, 1e-2 for fp16 accumulating "
+        "in float32, 5e-2 in float16)",
+    )
+    p.add_argument(
+        "--rtol",
+        type=at_least(0, float, strict=False),
+        metavar="R",
+        help="relative tolerance (default as --atol): beyond when |got - ref| > A + R |ref| anywhere",
+    )
+    p.add_argument(
+        "--observe",
+        action="append",
+        default=[],
+        metavar="LAYER[,LAYER]",
+        help="layers whose value the build keeps inside a kernel (fused): rebuild with their values "
+        "written out and compare them there (repeatable)",
+    )
     p.add_argument("--observe-all", action="store_true", help="--observe every layer the build fuses away")
     p.add_argument("--out", help="output DIR: lineage.json, compare.json, compare.csv, errors.svg")
     p.add_argument("--force", action="store_true", help="replace an existing DIR")
@@ -49,17 +72,21 @@ def run(args) -> int:
     say = progress(args)
     check_target(args.target)
     if not runs_here(args.target):
-        raise UsageError(f"compare runs the build here, and a build for {target_name(args.target)} does not run "
-                         "on this machine: compare with a target of this machine (llvm)")
+        raise UsageError(
+            f"compare runs the build here, and a build for {target_name(args.target)} does not run "
+            "on this machine: compare with a target of this machine (llvm)"
+        )
     if args.accumulate and args.precision != "fp16":
         raise UsageError("--accumulate applies to --precision fp16")
     out = prepare_out_dir(args.out, args.force) if args.out else None
     say(f"importing {args.model}")
     loaded = load(args.model, shapes=[parse_shape(x) for x in args.input_shape])
     if loaded.source is None:
-        raise UsageError(f"compare runs the model in its own framework, and {args.model} gives only a TVM model (an "
-                         "ImportedModel, an nn module or a Relax IRModule): compare an .onnx file or a factory "
-                         "returning (torch module, example inputs[, dynamic_shapes])")
+        raise UsageError(
+            f"compare runs the model in its own framework, and {args.model} gives only a TVM model (an "
+            "ImportedModel, an nn module or a Relax IRModule): compare an .onnx file or a factory "
+            "returning (torch module, example inputs[, dynamic_shapes])"
+        )
     named = [name for given in args.observe for name in given.split(",") if name]
     if named and args.observe_all:
         raise UsageError("--observe names layers and --observe-all takes every fused one: give one of them")
@@ -67,19 +94,45 @@ def run(args) -> int:
     accumulate = (args.accumulate or "float32") if args.precision == "fp16" else None
     precision = f"float16, accumulating in {accumulate}" if accumulate else "float32 as built"
     say(f"building {loaded.model.name} ({args.pipeline}, {args.layout}, {precision}) for {args.target}")
-    executable, lineage = build(loaded.model, args.target, pipeline=args.pipeline,
-                                convert_layout=NHWC if args.layout == "NHWC" else None,
-                                progress=say.passes, mixed_precision=accumulate)
-    comparison = compare(executable, lineage, loaded.source, list(loaded.inputs), atol=args.atol, rtol=args.rtol,
-                         progress=say, dynamic_shapes=loaded.dynamic_shapes)
+    executable, lineage = build(
+        loaded.model,
+        args.target,
+        pipeline=args.pipeline,
+        convert_layout=NHWC if args.layout == "NHWC" else None,
+        progress=say.passes,
+        mixed_precision=accumulate,
+    )
+    comparison = compare(
+        executable,
+        lineage,
+        loaded.source,
+        list(loaded.inputs),
+        atol=args.atol,
+        rtol=args.rtol,
+        progress=say,
+        dynamic_shapes=loaded.dynamic_shapes,
+    )
     wanted = [e.layer for e in comparison.layers if e.status == FUSED] if args.observe_all else named
     if wanted:
         say(f"rebuilding with the values of {len(wanted)} layer(s) written out: {', '.join(wanted)}")
-        kept_executable, kept = build(observed(loaded.model, wanted), args.target, pipeline=args.pipeline,
-                                      convert_layout=NHWC if args.layout == "NHWC" else None,
-                                      progress=say.passes, mixed_precision=accumulate)
-        again = compare(kept_executable, kept, loaded.source, list(loaded.inputs), atol=comparison.atol,
-                        rtol=comparison.rtol, progress=say, dynamic_shapes=loaded.dynamic_shapes)
+        kept_executable, kept = build(
+            observed(loaded.model, wanted),
+            args.target,
+            pipeline=args.pipeline,
+            convert_layout=NHWC if args.layout == "NHWC" else None,
+            progress=say.passes,
+            mixed_precision=accumulate,
+        )
+        again = compare(
+            kept_executable,
+            kept,
+            loaded.source,
+            list(loaded.inputs),
+            atol=comparison.atol,
+            rtol=comparison.rtol,
+            progress=say,
+            dynamic_shapes=loaded.dynamic_shapes,
+        )
         comparison = with_observed(comparison, again, wanted)
     echo(comparison_table(comparison))
     echo()

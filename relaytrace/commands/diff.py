@@ -15,8 +15,11 @@ def add_arguments(p) -> None:
     p.add_argument("a", metavar="A", help="output DIR or profile.json")
     p.add_argument("b", metavar="B", nargs="?", help="output DIR or profile.json")
     p.add_argument("--reference", metavar="layers.csv", help="external per-layer times (layer,time_us)")
-    p.add_argument("--by-layer", action="store_true",
-                   help="match layers by name, not by op: one model through two frontends (torch and ONNX)")
+    p.add_argument(
+        "--by-layer",
+        action="store_true",
+        help="match layers by name, not by op: one model through two frontends (torch and ONNX)",
+    )
     p.add_argument("--out", metavar="diff.svg", help="also draw the layer graph coloured by speedup")
     p.add_argument("--force", action="store_true")
 
@@ -38,30 +41,46 @@ def run(args) -> int:
         lineage_b, profile_b = load_pair(args.b)
         rows, unknown = diff.compare(lineage_a, profile_a, lineage_b, profile_b, by_layer=args.by_layer), ()
         headers = ["layer", "A (ms)", "B (ms)", "B / A", "noise (ms)", "kernel calls A -> B"] + (
-            ["match"] if args.by_layer else [])
+            ["match"] if args.by_layer else []
+        )
 
     def ms(us, why):
         return why if us is None else f"{us / 1e3:.3f}"
 
-    table = [[r.layer, ms(r.a_us, r.absent_a), ms(r.b_us, r.absent_b),
-              "-" if r.ratio is None else f"{r.ratio:.3f}" + (" ~" if r.within_noise else ""),
-              f"±{r.spread_us / 1e3:.3g}" if r.spread_us else "-",
-              " ".join(r.kernels_a) + ("" if args.reference else " -> " + " ".join(r.kernels_b))]
-             + ([r.match] if args.by_layer and not args.reference else []) for r in rows]
+    table = [
+        [
+            r.layer,
+            ms(r.a_us, r.absent_a),
+            ms(r.b_us, r.absent_b),
+            "-" if r.ratio is None else f"{r.ratio:.3f}" + (" ~" if r.within_noise else ""),
+            f"±{r.spread_us / 1e3:.3g}" if r.spread_us else "-",
+            " ".join(r.kernels_a) + ("" if args.reference else " -> " + " ".join(r.kernels_b)),
+        ]
+        + ([r.match] if args.by_layer and not args.reference else [])
+        for r in rows
+    ]
     echo(format_table(headers, table))
     total_a, total_b = diff.totals(rows)
-    echo(f"\ntotal: A {total_a / 1e3:.3f} ms, {'reference' if args.reference else 'B'} {total_b / 1e3:.3f} ms"
-         + (f", B / A {total_b / total_a:.3f}" if total_a else "") + " (rows sorted by the size of the change)")
+    echo(
+        f"\ntotal: A {total_a / 1e3:.3f} ms, {'reference' if args.reference else 'B'} {total_b / 1e3:.3f} ms"
+        + (f", B / A {total_b / total_a:.3f}" if total_a else "")
+        + " (rows sorted by the size of the change)"
+    )
     noise = [r.layer for r in rows if r.within_noise]
-    echo(f"{len(noise)} layer(s) marked ~ changed by no more than their runs scatter (noise: max - min over "
-         "runs): that change may be noise" if noise else
-         "noise: how far each layer's time scatters over the runs (max - min); '-': one run, nothing to tell by")
+    echo(
+        f"{len(noise)} layer(s) marked ~ changed by no more than their runs scatter (noise: max - min over "
+        "runs): that change may be noise"
+        if noise
+        else "noise: how far each layer's time scatters over the runs (max - min); '-': one run, nothing to tell by"
+    )
     if args.by_layer and not args.reference:
         echo("\n" + diff.match_summary(rows))
     missing = [r.layer for r in rows if r.b_us is None]
     if args.reference and missing:
-        echo(f"\n{len(missing)} layer(s) missing from the reference: {', '.join(map(terminal, missing[:10]))}"
-             f"{' ...' if len(missing) > 10 else ''}")
+        echo(
+            f"\n{len(missing)} layer(s) missing from the reference: {', '.join(map(terminal, missing[:10]))}"
+            f"{' ...' if len(missing) > 10 else ''}"
+        )
     if unknown:
         echo(f"\n{len(unknown)} reference layer(s) not in the model: {', '.join(map(terminal, unknown[:10]))}")
     if args.out and not args.reference:

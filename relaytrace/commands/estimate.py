@@ -52,25 +52,32 @@ def run(args) -> int:
 
     peaks = given_peaks(args)
     if peaks is None:
-        raise UsageError("an estimate needs the device's peaks: --device NAME (relaytrace peaks --list) or "
-                         "--peak-gflops G --peak-gbps B")
+        raise UsageError(
+            "an estimate needs the device's peaks: --device NAME (relaytrace peaks --list) or "
+            "--peak-gflops G --peak-gbps B"
+        )
     check_target(args.target)
     shapes = [parse_shape(s) for s in args.input_shape]
     out = prepare_out_dir(args.out, args.force) if args.out else None
     say = progress(args)
     say(f"importing {args.model}")
-    model = args.model if args.model.startswith("demo:") else (
-        str(Path(args.model).resolve()) if args.model.endswith(".onnx") else absolute_factory(args.model))
+    model = (
+        args.model
+        if args.model.startswith("demo:")
+        else (str(Path(args.model).resolve()) if args.model.endswith(".onnx") else absolute_factory(args.model))
+    )
     loaded = load(model, entry=args.entry, shapes=shapes, dtype=args.dtype, with_inputs=False)
     say(f"building for {args.target} (traced, not run)")
     _, lineage = build(loaded.model, args.target, pipeline=args.pipeline, progress=say.passes)
     given = {name: dims for name, dims, _ in shapes}
-    profile = estimated_profile(lineage, peaks, args.entry, {**served_shapes(lineage, args.entry, args.tokens, given),
-                                                             **given}, args.context)
+    profile = estimated_profile(
+        lineage, peaks, args.entry, {**served_shapes(lineage, args.entry, args.tokens, given), **given}, args.context
+    )
     report = make_report(lineage, profile, policy=args.policy)
     if out is not None:
-        write_outputs(out, report, attrs.evolve(RunSpec.from_args(args, model), estimate=peaks.device),
-                      overwrite=args.force)
+        write_outputs(
+            out, report, attrs.evolve(RunSpec.from_args(args, model), estimate=peaks.device), overwrite=args.force
+        )
         print_summary(report, out, args.top)
         return 0
     echo(terminal(profile.summary()))
@@ -94,5 +101,6 @@ def served_shapes(lineage, entry: str | None, tokens: int | None, given: dict) -
     return {first.name: tuple(d if isinstance(d, int) else tokens or 32 for d in first.shape)}
 
 
-COMMAND = Command("estimate", "a build's least time per layer on a named device, without running it", add_arguments,
-                  run)
+COMMAND = Command(
+    "estimate", "a build's least time per layer on a named device, without running it", add_arguments, run
+)

@@ -13,8 +13,11 @@ def add_arguments(p) -> None:
     p.add_argument("--autotvm-tasks", metavar="FILE", help="printed AutoTVM task listing")
     p.add_argument("--autotvm-log", metavar="FILE", help="AutoTVM tuning log (JSON lines)")
     p.add_argument("--workloads", metavar="FILE", help="listed workload tuples to match log records to")
-    p.add_argument("--repeats-from", metavar="ZOO_MODEL",
-                   help="count workload repeats in a zoo model (e.g. resnet50_v1) when there is no Relay IR")
+    p.add_argument(
+        "--repeats-from",
+        metavar="ZOO_MODEL",
+        help="count workload repeats in a zoo model (e.g. resnet50_v1) when there is no Relay IR",
+    )
     p.add_argument("--out", metavar="DIR", help="also write matches.json into DIR")
     p.add_argument("--force", action="store_true")
 

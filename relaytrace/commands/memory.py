@@ -17,8 +17,13 @@ def add_arguments(p) -> None:
     p.add_argument("a", metavar="DIR", help="output DIR (or its lineage.json)")
     p.add_argument("b", metavar="B", nargs="?", help="a second output DIR: compare peaks and per-layer memory")
     p.add_argument("--entry", metavar="NAME", help="entry function (default: the one profiled, else main)")
-    p.add_argument("--at", action="append", default=[], metavar="DIM=N",
-                   help="a symbolic dim's value (default: the profiled run's); repeat for more")
+    p.add_argument(
+        "--at",
+        action="append",
+        default=[],
+        metavar="DIM=N",
+        help="a symbolic dim's value (default: the profiled run's); repeat for more",
+    )
     p.add_argument("--top", type=at_least(1), default=10, metavar="N", help="rows per table (default 10)")
 
 
@@ -81,12 +86,18 @@ def _memory(loaded, entry: str | None, dims: dict[str, int]):
 
     lineage, profile = loaded
     name = choose_entry(tuple(lineage.build.entries), entry or (profile.entry if profile is not None else None))
-    known = {d for _, shape, _ in lineage.build.entries.get(name, ()) for d in shape
-             if isinstance(d, str) and d.isidentifier()}
+    known = {
+        d
+        for _, shape, _ in lineage.build.entries.get(name, ())
+        for d in shape
+        if isinstance(d, str) and d.isidentifier()
+    }
     unknown = sorted(set(dims) - known)
     if unknown:
-        raise UsageError(f"--at {unknown[0]}: {name} has no symbolic dim of that name (its dims: "
-                         f"{', '.join(sorted(known)) or 'none, all static'})")
+        raise UsageError(
+            f"--at {unknown[0]}: {name} has no symbolic dim of that name (its dims: "
+            f"{', '.join(sorted(known)) or 'none, all static'})"
+        )
     if profile is not None and profile.entry == name:
         return profiled_memory(lineage, profile, dims)
     return memory_at(lineage, name, dims)
@@ -117,10 +128,21 @@ def _side_by_side(a, b, top: int) -> str:
     rows_a = {r.layer: r for r in a.layers}
     rows_b = {r.layer: r for r in b.layers}
     names = sorted(set(rows_a) | set(rows_b), key=lambda n: -abs(_at_peak(rows_b, n) - _at_peak(rows_a, n)))
-    rows = [[n, size(_at_peak(rows_a, n)), size(_at_peak(rows_b, n)),
-             size(_field(rows_a, n, "weights")), size(_field(rows_b, n, "weights"))] for n in names[:top]]
-    lines += ["", f"top {top} layers by the change of their memory at the peak:",
-              format_table(["layer", "A at peak", "B at peak", "A weights", "B weights"], rows)]
+    rows = [
+        [
+            n,
+            size(_at_peak(rows_a, n)),
+            size(_at_peak(rows_b, n)),
+            size(_field(rows_a, n, "weights")),
+            size(_field(rows_b, n, "weights")),
+        ]
+        for n in names[:top]
+    ]
+    lines += [
+        "",
+        f"top {top} layers by the change of their memory at the peak:",
+        format_table(["layer", "A at peak", "B at peak", "A weights", "B weights"], rows),
+    ]
     return "\n".join(lines)
 
 
@@ -133,5 +155,6 @@ def _field(rows, name: str, field: str) -> float:
     return getattr(row, field) if row is not None else 0.0
 
 
-COMMAND = Command("memory", "what a build holds in memory at its peak, and for whom (or two builds compared)",
-                  add_arguments, run)
+COMMAND = Command(
+    "memory", "what a build holds in memory at its peak, and for whom (or two builds compared)", add_arguments, run
+)

@@ -30,5 +30,6 @@ def run(args) -> int:
     return 0
 
 
-COMMAND = Command("peaks", "this machine's measured peak GFLOP/s and GB/s (cached), or the named devices'",
-                  add_arguments, run)
+COMMAND = Command(
+    "peaks", "this machine's measured peak GFLOP/s and GB/s (cached), or the named devices'", add_arguments, run
+)

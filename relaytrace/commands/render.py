@@ -16,12 +16,18 @@ def add_arguments(p) -> None:
     p.add_argument("--profile", metavar="profile.json")
     p.add_argument("--format", choices=["svg", "png", "pdf", "dot", "html"], default="svg")
     p.add_argument("--graph", choices=["layers", "kernels"], default="layers")
-    p.add_argument("--compare", metavar="compare.json",
-                   help="html: show each layer's numerical error from `relaytrace compare --out` (default: a "
-                        "compare.json beside the lineage)")
-    p.add_argument("--collapse", type=at_least(0), metavar="N",
-                   help="group layers by module prefix depth N (0: every op; default: every op up to 400, "
-                        "else grouped)")
+    p.add_argument(
+        "--compare",
+        metavar="compare.json",
+        help="html: show each layer's numerical error from `relaytrace compare --out` (default: a "
+        "compare.json beside the lineage)",
+    )
+    p.add_argument(
+        "--collapse",
+        type=at_least(0),
+        metavar="N",
+        help="group layers by module prefix depth N (0: every op; default: every op up to 400, else grouped)",
+    )
     p.add_argument("--out", help="output file (default: beside the lineage)")
     p.add_argument("--force", action="store_true", help="replace an existing file")
     add_policy_option(p)
@@ -39,18 +45,26 @@ def run(args) -> int:
 
     suffixes = (f".{args.format}",) + ((".htm",) if args.format == "html" else ())
     if args.out and Path(args.out).suffix.lower() not in suffixes:
-        raise UsageError(f"--out {args.out} does not end in .{args.format}, the --format it would be written in: "
-                         f"name it ...{'.' + args.format} or give the --format its suffix says")
+        raise UsageError(
+            f"--out {args.out} does not end in .{args.format}, the --format it would be written in: "
+            f"name it ...{'.' + args.format} or give the --format its suffix says"
+        )
     if args.compare and args.format != "html":
-        raise UsageError("--compare shows each layer's error in the HTML report (--format html); the layer graph "
-                         "coloured by error is errors.svg, written by `relaytrace compare --out DIR`")
+        raise UsageError(
+            "--compare shows each layer's error in the HTML report (--format html); the layer graph "
+            "coloured by error is errors.svg, written by `relaytrace compare --out DIR`"
+        )
     if args.format == "html" and args.graph != "layers":
-        raise UsageError("the HTML report holds the layer graph and every table: --graph applies to svg, png, pdf "
-                         "and dot")
+        raise UsageError(
+            "the HTML report holds the layer graph and every table: --graph applies to svg, png, pdf and dot"
+        )
     source = Path(args.source)
     lineage_path = source / "lineage.json" if source.is_dir() else source
-    profile_path = Path(args.profile) if args.profile else (
-        lineage_path.with_name("profile.json") if lineage_path.with_name("profile.json").is_file() else None)
+    profile_path = (
+        Path(args.profile)
+        if args.profile
+        else (lineage_path.with_name("profile.json") if lineage_path.with_name("profile.json").is_file() else None)
+    )
     lineage = Lineage.load(lineage_path)
     report = make_report(lineage, Profile.load(profile_path), policy=args.policy) if profile_path else None
     beside = lineage_path.with_name("compare.json")
@@ -64,8 +78,11 @@ def run(args) -> int:
             raise UsageError("the HTML report needs a profile: pass --profile profile.json")
         write_atomic(out, html_report(report, comparison), overwrite=args.force)
     else:
-        graph = (graphviz.layer_graph(lineage, report, collapse=args.collapse) if args.graph == "layers"
-                 else graphviz.kernel_graph(lineage, report))
+        graph = (
+            graphviz.layer_graph(lineage, report, collapse=args.collapse)
+            if args.graph == "layers"
+            else graphviz.kernel_graph(lineage, report)
+        )
         graphviz.render(graph, out, args.format, overwrite=args.force)
     echo(out)
     return 0
@@ -81,9 +98,11 @@ def _comparison(path, lineage):
     comparison = Comparison.load(path)
     unknown = [e.layer for e in comparison.layers if e.layer not in set(lineage.layers())]
     if comparison.model != lineage.build.model or unknown:
-        raise RelaytraceError(f"{path} compares {comparison.model!r}, not this lineage's model {lineage.build.model!r}"
-                              + (f" (layers {', '.join(unknown[:3])} are not in it)" if unknown else "")
-                              + ": pass the compare.json of the same model")
+        raise RelaytraceError(
+            f"{path} compares {comparison.model!r}, not this lineage's model {lineage.build.model!r}"
+            + (f" (layers {', '.join(unknown[:3])} are not in it)" if unknown else "")
+            + ": pass the compare.json of the same model"
+        )
     return comparison
 
 

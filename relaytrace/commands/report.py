@@ -34,26 +34,28 @@ def run(args) -> int:
 
     source = Path(args.dir)
     if not (source / MANIFEST).is_file():
-        raise RelaytraceError(f"{source} is not a bundle (no {MANIFEST}): give the DIR `relaytrace bundle --out` "
-                              "wrote")
+        raise RelaytraceError(f"{source} is not a bundle (no {MANIFEST}): give the DIR `relaytrace bundle --out` wrote")
     if not (source / "profile.json").is_file():
-        raise FileNotFoundError(f"{source / 'profile.json'} is missing: run `python {source / RUNNER}` where the "
-                                "bundle was copied and bring its profile.json back into the DIR")
+        raise FileNotFoundError(
+            f"{source / 'profile.json'} is missing: run `python {source / RUNNER}` where the "
+            "bundle was copied and bring its profile.json back into the DIR"
+        )
     peaks = given_peaks(args)
     out = prepare_out_dir(args.out or source / "report", args.force)
     lineage, profile = load_pair(source)
     if peaks is not None:  # given here, they replace what the runner measured (run.py --no-peaks measures none)
         profile = attrs.evolve(profile, peaks=peaks)
     if profile.model != lineage.build.model or profile.target != lineage.build.target:
-        raise RelaytraceError(f"{source / 'profile.json'} is of {profile.model} for {profile.target}, not this "
-                              "bundle's build: run this bundle's run.py again")
+        raise RelaytraceError(
+            f"{source / 'profile.json'} is of {profile.model} for {profile.target}, not this "
+            "bundle's build: run this bundle's run.py again"
+        )
     recorded = json.loads((source / MANIFEST).read_text()).get("run")
-    run = (RunSpec.from_json(recorded, f"{source / MANIFEST}: run") if recorded else RunSpec(lineage.build.model))
+    run = RunSpec.from_json(recorded, f"{source / MANIFEST}: run") if recorded else RunSpec(lineage.build.model)
     report = make_report(lineage, profile, policy=args.policy)
     write_outputs(out, report, attrs.evolve(run, policy=args.policy), overwrite=args.force)
     print_summary(report, out)
     return 0
 
 
-COMMAND = Command("report", "write every output of a bundle's profile (after `python DIR/run.py`)", add_arguments,
-                  run)
+COMMAND = Command("report", "write every output of a bundle's profile (after `python DIR/run.py`)", add_arguments, run)

@@ -43,16 +43,26 @@ def build_traced(model, args, say, elsewhere: bool = False):
         say(f"checking {remote.describe()}")
         remote.connect()
     elif not elsewhere and not runs_here(args.target):
-        raise UsageError(f"a build for {target_name(args.target)} does not run on this machine: profile it on its "
-                         "device with --rpc HOST:PORT or --tracker HOST:PORT --key KEY (docs/remote.md)")
+        raise UsageError(
+            f"a build for {target_name(args.target)} does not run on this machine: profile it on its "
+            "device with --rpc HOST:PORT or --tracker HOST:PORT --key KEY (docs/remote.md)"
+        )
     fp16 = getattr(args, "precision", "fp32") == "fp16"
-    say(f"building {getattr(model, 'name', 'model')} ({args.pipeline}, {args.layout}"
-        f"{', float16 accumulating in float32' if fp16 else ''}) for {args.target}")
-    executable, lineage = build(model, args.target, pipeline=args.pipeline, model=getattr(args, "name", None),
-                                convert_layout=NHWC if args.layout == "NHWC" else None,
-                                progress=say.passes, database=getattr(args, "db", None),
-                                mixed_precision="float32" if fp16 else None,
-                                fold_batch_norm=getattr(args, "fold_batch_norm", False))
+    say(
+        f"building {getattr(model, 'name', 'model')} ({args.pipeline}, {args.layout}"
+        f"{', float16 accumulating in float32' if fp16 else ''}) for {args.target}"
+    )
+    executable, lineage = build(
+        model,
+        args.target,
+        pipeline=args.pipeline,
+        model=getattr(args, "name", None),
+        convert_layout=NHWC if args.layout == "NHWC" else None,
+        progress=say.passes,
+        database=getattr(args, "db", None),
+        mixed_precision="float32" if fp16 else None,
+        fold_batch_norm=getattr(args, "fold_batch_norm", False),
+    )
     return executable, lineage, remote
 
 
@@ -65,8 +75,18 @@ def profile_built(built, args, say, inputs):
     entry = lineage.entry(args.entry)
     mode = "isolated" if remote is not None else args.mode or "timeline"
     say(f"profiling {entry} ({mode}{', on ' + remote.describe() if remote else ''}, {args.repeat} run(s))")
-    return profile(executable, lineage, list(inputs), repeat=args.repeat, mode=mode, progress=say, entry=entry,
-                   remote=remote, peaks=given_peaks(args), serving=serving(args, lineage, entry))
+    return profile(
+        executable,
+        lineage,
+        list(inputs),
+        repeat=args.repeat,
+        mode=mode,
+        progress=say,
+        entry=entry,
+        remote=remote,
+        peaks=given_peaks(args),
+        serving=serving(args, lineage, entry),
+    )
 
 
 def serving(args, lineage, entry: str):
@@ -100,8 +120,11 @@ def given_peaks(args):
     none is given (then they are measured where the profile runs)."""
     from ..model.peaks import given, named
 
-    name, gflops, gbps = getattr(args, "device", None), getattr(args, "peak_gflops", None), \
-        getattr(args, "peak_gbps", None)
+    name, gflops, gbps = (
+        getattr(args, "device", None),
+        getattr(args, "peak_gflops", None),
+        getattr(args, "peak_gbps", None),
+    )
     if name is not None and (gflops is not None or gbps is not None):
         raise UsageError("give --device NAME or --peak-gflops and --peak-gbps, not both")
     if (gflops is None) != (gbps is None):
@@ -119,8 +142,10 @@ def check_target(text: str):
     try:
         return tvm.target.Target(text)
     except Exception as exc:  # TVM's parser: ValueError, TVMError, ...
-        raise UsageError(f"--target {text!r} is not a TVM target ({describe(exc, 160)}): give a kind (llvm, "
-                         'cuda) or JSON such as \'{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}\'') from None
+        raise UsageError(
+            f"--target {text!r} is not a TVM target ({describe(exc, 160)}): give a kind (llvm, "
+            'cuda) or JSON such as \'{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}\''
+        ) from None
 
 
 def remote_device(args):
@@ -206,8 +231,19 @@ def args_of(spec, **profiling) -> argparse.Namespace:
 
     fields = attrs.asdict(spec)
     fields["input_shape"] = list(fields.pop("input_shapes"))
-    return argparse.Namespace(**{**fields, "rpc": None, "tracker": None, "key": None, "cc": None,
-                                 "kernel_timeout": None, "mode": None, "name": None, **profiling})
+    return argparse.Namespace(
+        **{
+            **fields,
+            "rpc": None,
+            "tracker": None,
+            "key": None,
+            "cc": None,
+            "kernel_timeout": None,
+            "mode": None,
+            "name": None,
+            **profiling,
+        }
+    )
 
 
 def absolute_factory(spec: str) -> str:
@@ -222,6 +258,7 @@ def absolute_factory(spec: str) -> str:
 def at_least(low, kind=int, strict: bool = True, most: float = float("inf")):
     """An argparse type: a number of ``kind`` no smaller than ``low`` (above it for
     floats, unless not ``strict``) and no larger than ``most``; a float is finite."""
+
     def parse(text):
         try:
             value = kind(text)
@@ -244,12 +281,20 @@ def at_least(low, kind=int, strict: bool = True, most: float = float("inf")):
 
 def add_pipeline_options(p, layout: bool = True) -> None:
     """``--pipeline`` (and ``--layout``), as every command that builds takes them."""
-    p.add_argument("--pipeline", default="fused", metavar="fused|unfused|NAME",
-                   help="fused (default), unfused, or a pipeline the model's file registers with "
-                        "tvm.relax.register_pipeline (a BYOC flow)")
+    p.add_argument(
+        "--pipeline",
+        default="fused",
+        metavar="fused|unfused|NAME",
+        help="fused (default), unfused, or a pipeline the model's file registers with "
+        "tvm.relax.register_pipeline (a BYOC flow)",
+    )
     if layout:
-        p.add_argument("--layout", choices=["NCHW", "NHWC"], default="NCHW",
-                       help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline")
+        p.add_argument(
+            "--layout",
+            choices=["NCHW", "NHWC"],
+            default="NCHW",
+            help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline",
+        )
 
 
 def add_build_options(p, profiling: bool = True) -> None:
@@ -257,24 +302,42 @@ def add_build_options(p, profiling: bool = True) -> None:
     ``profiling`` (``bundle``), the build options alone."""
     p.add_argument("--target", default="llvm", help="TVM target (default llvm)")
     add_pipeline_options(p)
-    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
-                   help="fp16: build through relax.transform.ToMixedPrecision, accumulating in float32 "
-                        "(default fp32: as imported)")
-    p.add_argument("--fold-batch-norm", action="store_true",
-                   help="fold each batch norm into the conv before it (relax.transform.FoldBatchnormToConv2D)")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16"],
+        default="fp32",
+        help="fp16: build through relax.transform.ToMixedPrecision, accumulating in float32 "
+        "(default fp32: as imported)",
+    )
+    p.add_argument(
+        "--fold-batch-norm",
+        action="store_true",
+        help="fold each batch norm into the conv before it (relax.transform.FoldBatchnormToConv2D)",
+    )
     p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
     if not profiling:
         p.set_defaults(rpc=None, tracker=None, key=None, cc=None, kernel_timeout=None, mode=None)
         return
-    p.add_argument("--mode", choices=["timeline", "isolated"], default=None,
-                   help="timeline (default here) or isolated (the only mode on a remote device)")
+    p.add_argument(
+        "--mode",
+        choices=["timeline", "isolated"],
+        default=None,
+        help="timeline (default here) or isolated (the only mode on a remote device)",
+    )
     p.add_argument("--rpc", metavar="HOST:PORT", help="profile on the device of this TVM RPC server")
     p.add_argument("--tracker", metavar="HOST:PORT", help="profile on a device from this TVM RPC tracker's pool")
     p.add_argument("--key", metavar="KEY", help="the device key (needed with --tracker; a server's own key with --rpc)")
-    p.add_argument("--cc", metavar="COMPILER",
-                   help="links the build for a remote device (default: MTRIPLE-g++ for a target of another CPU)")
-    p.add_argument("--kernel-timeout", type=at_least(0, float, most=LONGEST_WAIT_S), metavar="S",
-                   help="seconds one call site may take on a remote device (default 120, at most a day)")
+    p.add_argument(
+        "--cc",
+        metavar="COMPILER",
+        help="links the build for a remote device (default: MTRIPLE-g++ for a target of another CPU)",
+    )
+    p.add_argument(
+        "--kernel-timeout",
+        type=at_least(0, float, most=LONGEST_WAIT_S),
+        metavar="S",
+        help="seconds one call site may take on a remote device (default 120, at most a day)",
+    )
     p.add_argument("--repeat", type=at_least(1), default=3, help="profiled runs (default 3)")
     add_serving_options(p)
     add_peak_options(p)
@@ -283,11 +346,19 @@ def add_build_options(p, profiling: bool = True) -> None:
 
 def add_serving_options(p) -> None:
     """``--tokens`` and ``--context``: how an entry that takes a KV cache is served (``serving``)."""
-    p.add_argument("--tokens", type=at_least(1), metavar="N",
-                   help="an entry that takes a KV cache (an LLM's prefill): the tokens one step runs (default 32)")
-    p.add_argument("--context", type=at_least(0), metavar="L",
-                   help="an entry that takes a KV cache: the tokens already in the cache before each step "
-                        "(default 32 for a decode, 0 for a prefill)")
+    p.add_argument(
+        "--tokens",
+        type=at_least(1),
+        metavar="N",
+        help="an entry that takes a KV cache (an LLM's prefill): the tokens one step runs (default 32)",
+    )
+    p.add_argument(
+        "--context",
+        type=at_least(0),
+        metavar="L",
+        help="an entry that takes a KV cache: the tokens already in the cache before each step "
+        "(default 32 for a decode, 0 for a prefill)",
+    )
 
 
 def add_policy_option(p) -> None:
@@ -295,10 +366,15 @@ def add_policy_option(p) -> None:
     (``attribution.POLICIES``); every output states it."""
     from ..analysis.attribution import POLICIES
 
-    p.add_argument("--policy", choices=list(POLICIES), default=next(iter(POLICIES)),
-                   help="how a kernel's time is billed to layers: " + "; ".join(
-                       f"{p.name}: {p.about}" for p in POLICIES.values()) + " (the first is the default); each "
-                       "layer's FLOPs are its own ops' under any")
+    p.add_argument(
+        "--policy",
+        choices=list(POLICIES),
+        default=next(iter(POLICIES)),
+        help="how a kernel's time is billed to layers: "
+        + "; ".join(f"{p.name}: {p.about}" for p in POLICIES.values())
+        + " (the first is the default); each "
+        "layer's FLOPs are its own ops' under any",
+    )
 
 
 def add_model_options(p) -> None:
@@ -327,5 +403,10 @@ class _InputShapes(argparse.Action):
 
 def add_input_shape_option(p) -> None:
     """``--input-shape NAME:DIMS[:DTYPE]`` (``_InputShapes``)."""
-    p.add_argument("--input-shape", action=_InputShapes, default=[], metavar="NAME:1x3x224x224[:DTYPE]",
-                   help="an input's size, and dtype (repeatable, once per input); needed for symbolic dims")
+    p.add_argument(
+        "--input-shape",
+        action=_InputShapes,
+        default=[],
+        metavar="NAME:1x3x224x224[:DTYPE]",
+        help="an input's size, and dtype (repeatable, once per input); needed for symbolic dims",
+    )

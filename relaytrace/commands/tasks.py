@@ -44,14 +44,18 @@ def run(args) -> int:
     if Path(spec).is_dir():  # an output DIR: rebuild the model it was made from, as it was made
         info = RunSpec.load(spec)
         if info.pipeline != "fused" or info.layout != "NCHW" or info.precision != "fp32":
-            raise UsageError(f"{spec} was built {info.pipeline} with layout {info.layout} in {info.precision}; tasks "
-                             "are those of the fused NCHW fp32 build: profile the model that way, or pass the model "
-                             "itself")
+            raise UsageError(
+                f"{spec} was built {info.pipeline} with layout {info.layout} in {info.precision}; tasks "
+                "are those of the fused NCHW fp32 build: profile the model that way, or pass the model "
+                "itself"
+            )
         spec, shapes, dtype, target = info.model, info.input_shapes, info.dtype, args.target or info.target
     target_text = target
     if remote is not None and "num-cores" not in check_target(target).attrs:
-        raise UsageError("tuning on a tracker's devices needs their core count in the target: give --target as JSON "
-                         'with "num-cores", e.g. \'{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "num-cores": 4}\'')
+        raise UsageError(
+            "tuning on a tracker's devices needs their core count in the target: give --target as JSON "
+            'with "num-cores", e.g. \'{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "num-cores": 4}\''
+        )
     target = tasks.tuning_target(check_target(target)) if args.tune else check_target(target)
     loaded = load(spec, shapes=[parse_shape(s) for s in shapes], dtype=dtype, with_inputs=False)
     mod = loaded.model.mod
@@ -65,15 +69,21 @@ def run(args) -> int:
         say("rebuilding with the tuned schedules")
         _, tuned = build(loaded.model, target, progress=say.passes, database=args.db)
         cov = tuned.coverage()
-        echo(f"tuned build: {cov.attributed_sites}/{cov.call_sites} kernel call sites attributed"
-             f"{'' if cov.complete else ' (INCOMPLETE)'}; {len(tuned.build.tuned)} of {len(tuned.kernels)} kernels "
-             f"took a tuned schedule")
+        echo(
+            f"tuned build: {cov.attributed_sites}/{cov.call_sites} kernel call sites attributed"
+            f"{'' if cov.complete else ' (INCOMPLETE)'}; {len(tuned.build.tuned)} of {len(tuned.kernels)} kernels "
+            f"took a tuned schedule"
+        )
         failed = tasks.failed_tasks(args.db)
         if failed:
-            echo(f"{failed} task(s) kept the default schedule: every candidate failed to build or run "
-                 f"(MetaSchedule's logs: {Path(args.db) / 'logs'})")
-        echo(f"tuning database written to {args.db}; profile the tuned build with:\n"
-             f"  {_profile_command(spec, shapes, dtype, target_text, args.db, remote)}")
+            echo(
+                f"{failed} task(s) kept the default schedule: every candidate failed to build or run "
+                f"(MetaSchedule's logs: {Path(args.db) / 'logs'})"
+            )
+        echo(
+            f"tuning database written to {args.db}; profile the tuned build with:\n"
+            f"  {_profile_command(spec, shapes, dtype, target_text, args.db, remote)}"
+        )
         if args.out:
             tuned.save(args.out, overwrite=args.force)
             echo(f"tuned lineage written to {args.out}")
@@ -98,8 +108,10 @@ def _task_totals(rows, call_sites: int) -> str:
     if relation != "=":
         text += " (MetaSchedule's task weights and the lineage's call sites disagree)"
     if idle:
-        text += (f"\n{len(idle)} task(s) became no kernel of this build (run as VM builtins or folded): "
-                 f"{', '.join(map(terminal, idle[:8]))}{' ...' if len(idle) > 8 else ''}")
+        text += (
+            f"\n{len(idle)} task(s) became no kernel of this build (run as VM builtins or folded): "
+            f"{', '.join(map(terminal, idle[:8]))}{' ...' if len(idle) > 8 else ''}"
+        )
     return text
 
 

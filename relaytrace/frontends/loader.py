@@ -76,8 +76,17 @@ class Frontend:
     what: str
 
 
-def load(source, example_args=None, shapes=(), dtype: str | None = None, name: str | None = None,
-         seed: int = 0, with_inputs: bool = True, entry: str | None = None, dynamic_shapes=None) -> LoadedModel:
+def load(
+    source,
+    example_args=None,
+    shapes=(),
+    dtype: str | None = None,
+    name: str | None = None,
+    seed: int = 0,
+    with_inputs: bool = True,
+    entry: str | None = None,
+    dynamic_shapes=None,
+) -> LoadedModel:
     """The model ``source`` names (see the module docstring). ``shapes`` (``(input
     name, shape)`` or ``(input name, shape, dtype)``) fix an ONNX model's input shapes
     and size the random inputs of any model (of a torch module only with
@@ -88,8 +97,9 @@ def load(source, example_args=None, shapes=(), dtype: str | None = None, name: s
     The first of ``FRONTENDS`` that accepts ``source`` loads it."""
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
-    request = Request(example_args, shapes, dtype, name, seed, with_inputs, entry, dynamic_shapes,
-                      given_shapes(shapes, dtype))
+    request = Request(
+        example_args, shapes, dtype, name, seed, with_inputs, entry, dynamic_shapes, given_shapes(shapes, dtype)
+    )
     for frontend in FRONTENDS:
         if frontend.accepts(source):
             return frontend.load(source, request)
@@ -110,8 +120,9 @@ def _load_nn(source, request: Request) -> LoadedModel:  # tvm.relax.frontend.nn:
     from .nn import from_nn
 
     if not isinstance(request.example_args, dict):
-        raise RelaytraceError("a tvm.relax.frontend.nn module needs its export spec: "
-                              "{method: {argument: nn.spec.Tensor(shape, dtype)}}")
+        raise RelaytraceError(
+            "a tvm.relax.frontend.nn module needs its export spec: {method: {argument: nn.spec.Tensor(shape, dtype)}}"
+        )
     return request.loaded(from_nn(source, request.example_args, name=request.name))
 
 
@@ -123,9 +134,11 @@ def _load_torch(source, request: Request) -> LoadedModel:
     if request.entry not in (None, "main"):
         raise UsageError("a torch model runs through main: --entry does not apply")
     if request.given and request.dynamic_shapes is None:
-        raise UsageError("a torch model exported without dynamic_shapes runs at its example inputs' sizes: "
-                         "--input-shape and --dtype do not apply (return (module, example inputs, "
-                         "dynamic_shapes) from the factory to run it at other sizes)")
+        raise UsageError(
+            "a torch model exported without dynamic_shapes runs at its example inputs' sizes: "
+            "--input-shape and --dtype do not apply (return (module, example inputs, "
+            "dynamic_shapes) from the factory to run it at other sizes)"
+        )
     example = request.example_args if isinstance(request.example_args, tuple) else (request.example_args,)
     imported = from_torch(source, example, name=request.name, dynamic_shapes=request.dynamic_shapes)
     return request.loaded(imported, source, tuple(e.detach().numpy() for e in example))
@@ -139,12 +152,20 @@ def _is_ir_module(obj) -> bool:
 
 FRONTENDS: tuple[Frontend, ...] = (
     Frontend("imported", lambda s: isinstance(s, ImportedModel), lambda s, r: r.loaded(s), "an ImportedModel"),
-    Frontend("demo", lambda s: isinstance(s, str) and s.startswith("demo:"),
-             lambda s, r: _demo(s[len("demo:"):], r.name, r.seed, r.with_inputs), "demo:NAME"),
-    Frontend("factory", lambda s: isinstance(s, str) and not s.endswith(".onnx"),
-             lambda s, r: _factory(s, r.name, shapes=r.shapes, dtype=r.dtype, seed=r.seed,
-                                   with_inputs=r.with_inputs, entry=r.entry),
-             "path/to/file.py:factory"),
+    Frontend(
+        "demo",
+        lambda s: isinstance(s, str) and s.startswith("demo:"),
+        lambda s, r: _demo(s[len("demo:") :], r.name, r.seed, r.with_inputs),
+        "demo:NAME",
+    ),
+    Frontend(
+        "factory",
+        lambda s: isinstance(s, str) and not s.endswith(".onnx"),
+        lambda s, r: _factory(
+            s, r.name, shapes=r.shapes, dtype=r.dtype, seed=r.seed, with_inputs=r.with_inputs, entry=r.entry
+        ),
+        "path/to/file.py:factory",
+    ),
     Frontend("onnx", lambda s: _is_onnx(s), _load_onnx, "an ONNX model or .onnx path"),
     Frontend("nn", lambda s: _is_nn_module(s), _load_nn, "a tvm.relax.frontend.nn module (with its export spec)"),
     Frontend("torch", lambda s: _is_torch_module(s), _load_torch, "a torch.nn.Module (with example inputs)"),
@@ -167,8 +188,10 @@ def _demo(demo: str, name: str | None, seed: int, with_inputs: bool) -> LoadedMo
     return load(module, (example,), name=name or demo)
 
 
-FACTORY_RESULTS = ("(torch module, example inputs), (torch module, example inputs, dynamic_shapes), "
-                   "(nn module, spec), a tvm.IRModule (TVMScript) or an ImportedModel (from_torch, from_onnx, from_nn)")
+FACTORY_RESULTS = (
+    "(torch module, example inputs), (torch module, example inputs, dynamic_shapes), "
+    "(nn module, spec), a tvm.IRModule (TVMScript) or an ImportedModel (from_torch, from_onnx, from_nn)"
+)
 
 
 def _factory(spec: str, name: str | None, **options) -> LoadedModel:
@@ -192,8 +215,10 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
         try:
             loader.loader.exec_module(module)
         except SystemExit as exc:
-            raise RelaytraceError(f"{path} called {_exit_call(exc)} while relaytrace imported it: keep a script's "
-                                  "own run under `if __name__ == \"__main__\":`") from None
+            raise RelaytraceError(
+                f"{path} called {_exit_call(exc)} while relaytrace imported it: keep a script's "
+                'own run under `if __name__ == "__main__":`'
+            ) from None
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001 - the file's own failure, said as its own
@@ -203,8 +228,10 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
         try:
             made = _call_factory(getattr(module, factory), f"{path}:{factory}")
         except SystemExit as exc:
-            raise RelaytraceError(f"the factory {factory} in {path} called {_exit_call(exc)}: a factory returns "
-                                  f"{FACTORY_RESULTS}, it does not exit") from None
+            raise RelaytraceError(
+                f"the factory {factory} in {path} called {_exit_call(exc)}: a factory returns "
+                f"{FACTORY_RESULTS}, it does not exit"
+            ) from None
     finally:
         sys.path.remove(folder)
         sys.modules.pop(loader.name, None)
@@ -215,8 +242,9 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
         return load(made, name=name or model_name(path, factory), **options)
     if isinstance(made, tuple) and len(made) == 3 and _is_torch_module(made[0]):
         made_module, example, dynamic_shapes = made
-        return load(made_module, example, name=name or model_name(path, factory), dynamic_shapes=dynamic_shapes,
-                    **options)
+        return load(
+            made_module, example, name=name or model_name(path, factory), dynamic_shapes=dynamic_shapes, **options
+        )
     if not (isinstance(made, tuple) and len(made) == 2):
         raise RelaytraceError(f"{factory}() must return {FACTORY_RESULTS}, not {_kind(made)}")
     made_module, example = made
@@ -224,8 +252,24 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
 
 
 # factory names that say nothing of the model: such a factory's model is named by its file
-GENERIC_FACTORIES = frozenset({"make", "build", "create", "get", "load", "model", "main", "factory", "make_model",
-                               "build_model", "create_model", "get_model", "load_model", "model_fn"})
+GENERIC_FACTORIES = frozenset(
+    {
+        "make",
+        "build",
+        "create",
+        "get",
+        "load",
+        "model",
+        "main",
+        "factory",
+        "make_model",
+        "build_model",
+        "create_model",
+        "get_model",
+        "load_model",
+        "model_fn",
+    }
+)
 
 
 def model_name(path: str, factory: str) -> str:
@@ -277,8 +321,10 @@ def _back_to(directory: str, path: str) -> None:
     try:
         os.chdir(directory)
     except OSError as exc:
-        raise RelaytraceError(f"{path} changed the working directory, and {directory} cannot be entered again "
-                              f"({describe(exc)}): run relaytrace with absolute paths") from None
+        raise RelaytraceError(
+            f"{path} changed the working directory, and {directory} cannot be entered again "
+            f"({describe(exc)}): run relaytrace with absolute paths"
+        ) from None
 
 
 def given_shapes(shapes, dtype: str | None) -> dict[str, tuple[tuple[int, ...], str | None]]:
@@ -288,8 +334,10 @@ def given_shapes(shapes, dtype: str | None) -> dict[str, tuple[tuple[int, ...], 
     for item in shapes:
         name, shape, *rest = item
         if name in out:
-            raise UsageError(f"input {name} is given a shape twice ({'x'.join(map(str, out[name][0]))} and "
-                             f"{'x'.join(map(str, shape))}): give each input once")
+            raise UsageError(
+                f"input {name} is given a shape twice ({'x'.join(map(str, out[name][0]))} and "
+                f"{'x'.join(map(str, shape))}): give each input once"
+            )
         out[name] = (tuple(shape), (rest[0] if rest and rest[0] else None) or dtype)
     return out
 
@@ -323,17 +371,28 @@ def _inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = 
         symbolic = [str(d) for d in size if not isinstance(d, int)]  # "?" and "...": open shapes too
         if symbolic:
             example = "x".join(str(d) if isinstance(d, int) else "1" for d in size)
-            raise UsageError(f"input {pname} of {imported.name} has symbolic dims ({', '.join(symbolic)}): "
-                             f"give its size, e.g. --input-shape {pname}:{example}")
+            raise UsageError(
+                f"input {pname} of {imported.name} has symbolic dims ({', '.join(symbolic)}): "
+                f"give its size, e.g. --input-shape {pname}:{example}"
+            )
         chosen.append((tuple(size), dtype or declared))
     bind(signature, chosen, imported.name)
     import numpy as np  # here: the CLI's reading commands import this module, and need no numpy
 
     rng = np.random.default_rng(seed)
-    return tuple(grouped(params, [
-        examples[pname] if pname in examples and pname not in given
-        else rng.standard_normal(shape).astype(dtype) if np.issubdtype(np.dtype(dtype), np.floating)
-        else np.zeros(shape, dtype) for (pname, _, _), (shape, dtype) in zip(signature, chosen)]))
+    return tuple(
+        grouped(
+            params,
+            [
+                examples[pname]
+                if pname in examples and pname not in given
+                else rng.standard_normal(shape).astype(dtype)
+                if np.issubdtype(np.dtype(dtype), np.floating)
+                else np.zeros(shape, dtype)
+                for (pname, _, _), (shape, dtype) in zip(signature, chosen)
+            ],
+        )
+    )
 
 
 def _is_nn_module(obj) -> bool:

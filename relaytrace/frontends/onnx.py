@@ -48,8 +48,9 @@ def from_onnx(model_or_path, shape_dict=None, name: str | None = None, layer_nam
             warnings.filterwarnings("ignore", message="Renaming name", category=UserWarning)
             mod = importer.from_onnx(model.graph, opset)
     except Exception as exc:
-        raise RelaytraceError(f"TVM could not import ONNX model {label}: {describe(exc)}"
-                              f"{_symbolic_hint(model, shape_dict or {})}") from exc
+        raise RelaytraceError(
+            f"TVM could not import ONNX model {label}: {describe(exc)}{_symbolic_hint(model, shape_dict or {})}"
+        ) from exc
     layers, nodes = _assign(mod, importer.records)
     return ImportedModel(mod=mod, name=label, layers=layers, program=Program(ONNX, nodes))
 
@@ -70,8 +71,10 @@ def _check_fixed_dims(name: str, declared: tuple, given: tuple, what: str) -> No
     for axis, (fixed, size) in enumerate(zip(declared, given)):
         if isinstance(fixed, int) and fixed > 0 and fixed != size:
             dims = "x".join(str(d) for d in declared)
-            raise UsageError(f"input {name} of {what} fixes dim {axis} at {fixed} ({dims}); the shape given has "
-                             f"{size}: size only its symbolic dims, or export the model with that dim dynamic")
+            raise UsageError(
+                f"input {name} of {what} fixes dim {axis} at {fixed} ({dims}); the shape given has "
+                f"{size}: size only its symbolic dims, or export the model with that dim dynamic"
+            )
 
 
 def _check_zero_dims(inputs: list, declared: dict, given: dict, what: str) -> None:
@@ -81,8 +84,10 @@ def _check_zero_dims(inputs: list, declared: dict, given: dict, what: str) -> No
         dims = declared.get(name)
         if name not in given and dims and 0 in dims:
             example = "x".join("1" if d == 0 or not isinstance(d, int) else str(d) for d in dims)
-            raise UsageError(f"input {name} of {what} declares a dim of 0 ({'x'.join(map(str, dims))}: an unknown "
-                             f"size to TVM, not an empty tensor): give its size, e.g. --input-shape {name}:{example}")
+            raise UsageError(
+                f"input {name} of {what} declares a dim of 0 ({'x'.join(map(str, dims))}: an unknown "
+                f"size to TVM, not an empty tensor): give its size, e.g. --input-shape {name}:{example}"
+            )
 
 
 def _symbolic_hint(model, shape_dict: dict) -> str:
@@ -140,7 +145,7 @@ def layer_names(nodes, torch_names: bool, parameters=frozenset()) -> list[str]:
             continue
         if module not in calls:
             calls[module] = 0
-        elif module != previous[:len(module)]:  # entered again after another module
+        elif module != previous[: len(module)]:  # entered again after another module
             calls[module] += 1
         previous = module
         out.append(layer_name(module[-1], calls[module]))
@@ -163,8 +168,7 @@ def _legacy_layers(nodes, parameters) -> dict[str, str]:
         path = paths.get(node.name)
         if path:
             first.setdefault(path, index)
-            uses.setdefault(path, set()).update(
-                name.rpartition(".")[0] for name in node.input if name in parameters)
+            uses.setdefault(path, set()).update(name.rpartition(".")[0] for name in node.input if name in parameters)
     out = {}
     for name, path in paths.items():
         head, call = _numbered(path)
@@ -210,8 +214,15 @@ def _recording_importer(shape_dict, torch_names: bool):
         def _convert_operator(self, op_name, inputs, attrs, opset):
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
             k = len(self.records)
-            self.records.append((self._names[k], self._types[k], ONNX_SOURCE + self._node_names[k],
-                                 onnx_node_id(self._node_names[k], k), sym))
+            self.records.append(
+                (
+                    self._names[k],
+                    self._types[k],
+                    ONNX_SOURCE + self._node_names[k],
+                    onnx_node_id(self._node_names[k], k),
+                    sym,
+                )
+            )
             return sym
 
     return RecordingImporter(shape_dict or {}, {}, keep_params_in_input=False, sanitize=True)
@@ -232,7 +243,7 @@ def _assign(mod, records) -> tuple[dict[int, tuple[str, str, str, str]], tuple[S
     nodes = []
     for layer, op_type, where, value, sym in records:
         made = False
-        for expr in (sym.fields[:] if ir.is_tuple(sym) else [sym]):
+        for expr in sym.fields[:] if ir.is_tuple(sym) else [sym]:
             index = by_var.get(expr.__chandle__()) if ir.is_var(expr) else by_value.get(expr.__chandle__())
             if index is not None and index not in owner:
                 owner[index] = (layer, op_type, where, value)
@@ -271,8 +282,9 @@ def _var_args(value, ir):
         yield value
 
 
-def export_torch_to_onnx(module, example_args, path, opset: int = 17, fold_batch_norm: bool = True,
-                         dynamic_shapes=None) -> str:
+def export_torch_to_onnx(
+    module, example_args, path, opset: int = 17, fold_batch_norm: bool = True, dynamic_shapes=None
+) -> str:
     """Write an ONNX file from a torch module (legacy exporter, no network), atomically.
     ``fold_batch_norm=False`` keeps each BatchNorm a node of its own (training mode
     PRESERVE, no constant folding), so every torch layer has its ONNX counterpart.
@@ -307,10 +319,15 @@ def _dynamic_axes(module, example_args, dynamic_shapes) -> dict:
     names = [p for p in inspect.signature(module.forward).parameters][:count]
     unknown = [n for n in dynamic_shapes if n not in names]
     if unknown:
-        raise UsageError(f"dynamic_shapes names {', '.join(map(repr, unknown))}, which forward does not take "
-                         f"(its inputs: {', '.join(names)})")
-    axes = {name: {int(d): getattr(dim, "__name__", None) or str(dim) for d, dim in dims.items()}
-            for name, dims in dynamic_shapes.items() if dims}
+        raise UsageError(
+            f"dynamic_shapes names {', '.join(map(repr, unknown))}, which forward does not take "
+            f"(its inputs: {', '.join(names)})"
+        )
+    axes = {
+        name: {int(d): getattr(dim, "__name__", None) or str(dim) for d, dim in dims.items()}
+        for name, dims in dynamic_shapes.items()
+        if dims
+    }
     return {"input_names": names, "dynamic_axes": axes}
 
 
@@ -326,7 +343,7 @@ def scope_path(onnx_name: str) -> str:
     path, prev = "", None
     for seg in scopes:
         if prev is not None and seg.startswith(prev + "."):
-            path += seg[len(prev):]  # "conv.0" under "conv": one level down
+            path += seg[len(prev) :]  # "conv.0" under "conv": one level down
         else:
             path = f"{path}.{seg}" if path else seg
         prev = seg

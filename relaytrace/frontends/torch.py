@@ -42,19 +42,24 @@ def from_torch(module, example_args, name: str | None = None, dynamic_shapes=Non
         original = torch.export.export(module.eval(), example_args, dynamic_shapes=dynamic_shapes)
         exported = original.run_decompositions()
     except Exception as exc:
-        raise RelaytraceError(f"torch.export could not export {label} ({type(module).__name__}): "
-                              f"{describe(exc)}") from exc
+        raise RelaytraceError(
+            f"torch.export could not export {label} ({type(module).__name__}): {describe(exc)}"
+        ) from exc
 
     importer = _recording_importer(_dim_names(original))
     try:
         with torch.no_grad():
             mod = importer.from_exported_program(
-                exported, keep_params_as_input=False, unwrap_unit_return_tuple=True,
-                no_bind_return_tuple=False, custom_convert_map=None,
+                exported,
+                keep_params_as_input=False,
+                unwrap_unit_return_tuple=True,
+                no_bind_return_tuple=False,
+                custom_convert_map=None,
             )
     except Exception as exc:  # an op TVM's importer lacks, dtypes it cannot mix
-        raise RelaytraceError(f"TVM's torch importer could not import {label} ({type(module).__name__}): "
-                              f"{describe(exc)}") from exc
+        raise RelaytraceError(
+            f"TVM's torch importer could not import {label} ({type(module).__name__}): {describe(exc)}"
+        ) from exc
     layers, nodes = _assign(mod, importer.order, original.graph, _root_layers(original.graph))
     return ImportedModel(mod=mod, name=label, layers=layers, program=Program(TORCH, nodes))
 
@@ -129,8 +134,11 @@ def _user_frames(node, torch_dir: str) -> list[str]:
     package, or the relative ``torch/...`` paths of the passes it runs), outermost
     first, each ``file:line``."""
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
-    return [f"{path}:{line}" for path, line in frames
-            if not (path.startswith(torch_dir) or path.startswith(f"torch{os.sep}"))]
+    return [
+        f"{path}:{line}"
+        for path, line in frames
+        if not (path.startswith(torch_dir) or path.startswith(f"torch{os.sep}"))
+    ]
 
 
 def _where(node, torch_dir: str) -> str:
@@ -158,8 +166,9 @@ def _source_op(node) -> str:
     return str(getattr(target, "__name__", target)).split(".")[0]
 
 
-def _assign(mod, order, graph, root_layers: dict[str, str]) -> tuple[dict[int, tuple[str, str, str, str]],
-                                                                     tuple[SourceNode, ...]]:
+def _assign(
+    mod, order, graph, root_layers: dict[str, str]
+) -> tuple[dict[int, tuple[str, str, str, str]], tuple[SourceNode, ...]]:
     """Bindings of main up to each node's result var belong to that node: its layer
     (``_layer``, by ``root_layers`` for an op of the root module's forward),
     source op, where in the user's code it was made and its node in ``graph``. A var
@@ -198,16 +207,18 @@ def _assign(mod, order, graph, root_layers: dict[str, str]) -> tuple[dict[int, t
     bound = {b.var.name for b in bindings if ir.is_call(b.value) or ir.is_tuple_get_item(b.value)}
     in_graph = {n.name for n in graph.nodes}
     exported = {node: _exported_name(node, graph, in_graph) for node in made}  # every node a var belongs to
-    program = tuple(SourceNode(exported[node], _source_op(node), _layer(node, exported[node], root_layers),
-                               bool(bound.intersection(names)))
-                    for node, names in made.items())
+    program = tuple(
+        SourceNode(
+            exported[node], _source_op(node), _layer(node, exported[node], root_layers), bool(bound.intersection(names))
+        )
+        for node, names in made.items()
+    )
     for binding in bindings:
         pending.append(binding.var)
         node = boundary.get(binding.var.name)
         if node is None:
             continue
-        label = (_layer(node, exported[node], root_layers), _source_op(node), _where(node, torch_dir),
-                 exported[node])
+        label = (_layer(node, exported[node], root_layers), _source_op(node), _where(node, torch_dir), exported[node])
         for var in pending:
             layers[var.__chandle__()] = label
         pending = []
@@ -232,8 +243,13 @@ def _recording_importer(dim_names: dict[str, str]):
 
         def _process_derived_symbol(self, symbol, torch_symbol_to_relax_var):
             if isinstance(symbol, sympy.Basic):
-                symbol = symbol.xreplace({s: sympy.Symbol(dim_names[str(s)], integer=True, positive=True)
-                                          for s in symbol.free_symbols if str(s) in dim_names})
+                symbol = symbol.xreplace(
+                    {
+                        s: sympy.Symbol(dim_names[str(s)], integer=True, positive=True)
+                        for s in symbol.free_symbols
+                        if str(s) in dim_names
+                    }
+                )
             return super()._process_derived_symbol(symbol, torch_symbol_to_relax_var)
 
         def _translate_fx_graph(self, graph_module, nodes, inputs_vars, custom_ops=None):

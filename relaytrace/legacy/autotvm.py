@@ -27,7 +27,7 @@ _WORKLOAD = re.compile(r"^\(\s*'(\w+)'\s*,\s*\(([^)]*)\)\s*,\s*\(([^)]*)\)\s*,\s
 class Workload:
     """What identifies a convolution or dense workload across artifacts."""
 
-    op: str          # conv2d | depthwise_conv2d | dense
+    op: str  # conv2d | depthwise_conv2d | dense
     data: Shape
     weight: Shape
     strides: Shape = ()
@@ -53,7 +53,7 @@ class Task:
 
     index: int
     total: int
-    name: str             # conv2d_NCHWc.x86
+    name: str  # conv2d_NCHWc.x86
     space: int | None
     workload: Workload
     line: int
@@ -100,13 +100,14 @@ def parse_tasks(text: str, source: str = "autotvm-tasks") -> tuple[tuple[Task, .
             issues.append(Issue(source, i + 1, f"task {m.group(1)} listed again; the first listing is kept"))
             continue
         seen.add(m.group(1))
-        tensors = [t for nxt in lines[i + 1:i + 3] for t in _TENSOR.findall(nxt)]
+        tensors = [t for nxt in lines[i + 1 : i + 3] for t in _TENSOR.findall(nxt)]
         if len(tensors) < 2:
             issues.append(Issue(source, i + 1, f"task {m.group(3)} lacks its data/weight tensor lines"))
             continue
         workload = Workload(op_of(m.group(3)), shape(tensors[0][0]), shape(tensors[1][0]))
-        tasks.append(Task(int(m.group(1)), int(m.group(2)), m.group(3),
-                          int(m.group(4)) if m.group(4) else None, workload, i + 1))
+        tasks.append(
+            Task(int(m.group(1)), int(m.group(2)), m.group(3), int(m.group(4)) if m.group(4) else None, workload, i + 1)
+        )
     if not tasks:
         issues.append(Issue(source, 0, "no AutoTVM task lines ('[Kernel i/n] name ...') found"))
     return tuple(tasks), tuple(issues)
@@ -126,13 +127,23 @@ def parse_log(text: str, source: str = "autotvm-log") -> tuple[tuple[LogRecord, 
             target, task, args = data["i"][0], data["i"][1], data["i"][2]
             costs, error_no = data["r"][0], int(data["r"][1])
             data_t, weight_t = args[0], args[1]
-            if not isinstance(target, str) or not isinstance(task, str) or not isinstance(costs, list) or \
-                    not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c)
-                            and 0 <= c < 1e6 for c in costs):
+            if (
+                not isinstance(target, str)
+                or not isinstance(task, str)
+                or not isinstance(costs, list)
+                or not all(
+                    isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and 0 <= c < 1e6
+                    for c in costs
+                )
+            ):
                 raise ValueError("target and task must be strings, costs a list of seconds")
-            workload = Workload(op_of(task), _flat(data_t[1]), _flat(weight_t[1]),
-                                _flat(args[2]) if len(args) > 2 and isinstance(args[2], list) else (),
-                                _flat(args[3]) if len(args) > 3 and isinstance(args[3], list) else ())
+            workload = Workload(
+                op_of(task),
+                _flat(data_t[1]),
+                _flat(weight_t[1]),
+                _flat(args[2]) if len(args) > 2 and isinstance(args[2], list) else (),
+                _flat(args[3]) if len(args) > 3 and isinstance(args[3], list) else (),
+            )
         except json.JSONDecodeError as exc:
             issues.append(Issue(source, number, f"not a JSON record (column {exc.colno}): {exc.msg}"))
             continue
@@ -149,14 +160,16 @@ def parse_log(text: str, source: str = "autotvm-log") -> tuple[tuple[LogRecord, 
 def _flat(value) -> tuple:
     """A shape or an attribute list of a record: a list of numbers and strings; anything
     else (a nested list, an object) is a ValueError the caller reports."""
-    if not isinstance(value, list) or not all(isinstance(v, (int, float, str)) and not isinstance(v, bool)
-                                              for v in value):
+    if not isinstance(value, list) or not all(
+        isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in value
+    ):
         raise ValueError(f"a shape must be a flat list of numbers, not {json.dumps(value)[:40]}")
     return tuple(value)
 
 
-def parse_workload_lists(text: str,
-                         source: str = "workloads") -> tuple[dict[str, tuple[Workload, ...]], tuple[Issue, ...]]:
+def parse_workload_lists(
+    text: str, source: str = "workloads"
+) -> tuple[dict[str, tuple[Workload, ...]], tuple[Issue, ...]]:
     """Workload tuples, ``('conv2d', (1, 3, 224, 224, 'float32'), (64, 3, 7, 7, 'float32'),
     (2, 2), (3, 3), 'NCHW', 'float32')``, grouped under the line that introduces them
     (``Resnet-50 workload:``)."""
@@ -166,8 +179,9 @@ def parse_workload_lists(text: str,
         stripped = line.strip()
         m = _WORKLOAD.match(stripped)
         if m:
-            groups.setdefault(title, []).append(Workload(op_of(m.group(1)), shape(m.group(2)), shape(m.group(3)),
-                                                         shape(m.group(4)), shape(m.group(5))))
+            groups.setdefault(title, []).append(
+                Workload(op_of(m.group(1)), shape(m.group(2)), shape(m.group(3)), shape(m.group(4)), shape(m.group(5)))
+            )
         elif stripped.endswith(":") and len(stripped) < 60:
             title = stripped[:-1].strip()
     issues = () if groups else (Issue(source, 0, "no workload tuples found"),)

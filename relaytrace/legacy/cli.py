@@ -32,8 +32,10 @@ def run(args) -> int:
     if not any((args.relay_ir, args.report, args.autotvm_tasks, args.autotvm_log)):
         raise UsageError("give at least one of --relay-ir, --report, --autotvm-tasks, --autotvm-log")
     out_dir = legacy_out(prepare_out_dir(args.out, args.force)) if args.out is not None else None
-    texts = {k: _read(getattr(args, k), k.replace("_", "-"))
-             for k in ("relay_ir", "report", "autotvm_tasks", "autotvm_log", "workloads")}
+    texts = {
+        k: _read(getattr(args, k), k.replace("_", "-"))
+        for k in ("relay_ir", "report", "autotvm_tasks", "autotvm_log", "workloads")
+    }
     issues, result = [], {}
     graph = None
     if texts["relay_ir"]:
@@ -46,15 +48,26 @@ def run(args) -> int:
         result["reports"] = []
         for report in reports:
             pure, mixed, total = match.layout_transform_share(report)
-            echo(f"\nreport at line {report.line} ({report.kind}, {len(report.rows)} kernels, "
-                 f"total {total / 1e3:.3f} ms): layout_transform kernels {percent(pure, total)} "
-                 f"of the time; kernels containing a layout_transform {percent(mixed, total)}")
-            echo(summary.matches_table(match.match_rows(report.rows, graph)) if graph else
-                 "  (give --relay-ir to match kernels to Relay ops)")
+            echo(
+                f"\nreport at line {report.line} ({report.kind}, {len(report.rows)} kernels, "
+                f"total {total / 1e3:.3f} ms): layout_transform kernels {percent(pure, total)} "
+                f"of the time; kernels containing a layout_transform {percent(mixed, total)}"
+            )
+            echo(
+                summary.matches_table(match.match_rows(report.rows, graph))
+                if graph
+                else "  (give --relay-ir to match kernels to Relay ops)"
+            )
             shares = summary.op_type_shares(report)
             echo("op-type shares: " + ", ".join(f"{op} {pct:.2f}%" for op, _, pct in shares))
-            entry = {"line": report.line, "kind": report.kind, "total_us": total, "layout_transform_us": pure,
-                     "with_layout_transform_us": mixed, "op_types": {op: us for op, us, _ in shares}}
+            entry = {
+                "line": report.line,
+                "kind": report.kind,
+                "total_us": total,
+                "layout_transform_us": pure,
+                "with_layout_transform_us": mixed,
+                "op_types": {op: us for op, us, _ in shares},
+            }
             if graph:
                 entry["layers_us"] = summary.layer_times(match.match_rows(report.rows, graph))
             result["reports"].append(entry)
@@ -73,7 +86,7 @@ def run(args) -> int:
         issues += found
         lists, found = parse_workload_lists(texts["workloads"] or texts["autotvm_log"])
         workloads = next(iter(lists.values()), ())
-        repeats = (match.repeats_in_graph(graph) if graph else _zoo_repeats(args.repeats_from))
+        repeats = match.repeats_in_graph(graph) if graph else _zoo_repeats(args.repeats_from)
         matched = match.match_log(records, workloads, repeats)
         echo(f"\ntuning log: {len(records)} records")
         echo(summary.log_table(matched, workloads))
@@ -83,10 +96,14 @@ def run(args) -> int:
             echo(f"total conv2d/dense time weighted by repeats: {total * 1e3:.2f} ms ({unweighted})")
             result["log_weighted_total_ms"] = total * 1e3
         else:  # how often each workload runs is not known
-            how = ("no workload of the log was found in " + ("the Relay IR" if graph else args.repeats_from)
-                   if graph or args.repeats_from else "give --relay-ir or --repeats-from ZOO_MODEL")
-            echo(f"total conv2d/dense time weighted by repeats: unknown, the repeats are not known ({how}); "
-                 f"{unweighted}")
+            how = (
+                "no workload of the log was found in " + ("the Relay IR" if graph else args.repeats_from)
+                if graph or args.repeats_from
+                else "give --relay-ir or --repeats-from ZOO_MODEL"
+            )
+            echo(
+                f"total conv2d/dense time weighted by repeats: unknown, the repeats are not known ({how}); {unweighted}"
+            )
             result["log_weighted_total_ms"] = None
     if issues:
         echo(f"\n{len(issues)} line(s) could not be read fully:")

@@ -20,16 +20,53 @@ from .common import Shape, unpack, unpack_kernel
 from .relay_ir import RelayGraph, RelayOp
 from .reports import ReportRow
 
-ANCHORS = ("conv2d", "dense", "max_pool2d", "avg_pool2d", "global_avg_pool2d", "softmax", "batch_flatten",
-           "batch_matmul", "matmul")
+ANCHORS = (
+    "conv2d",
+    "dense",
+    "max_pool2d",
+    "avg_pool2d",
+    "global_avg_pool2d",
+    "softmax",
+    "batch_flatten",
+    "batch_matmul",
+    "matmul",
+)
 ELEMENTWISE = ("add", "relu", "multiply", "subtract", "clip", "sigmoid", "tanh", "divide")
-_CANON = {"bias_add": "add", "contrib_conv2d_NCHWc": "conv2d", "contrib_dense_pack": "dense",
-          "contrib_depthwise_conv2d_NCHWc": "conv2d", "depthwise_conv2d_nchw": "conv2d"}
-_VOCAB = ("nn_contrib_depthwise_conv2d_NCHWc", "nn_contrib_conv2d_NCHWc", "nn_contrib_dense_pack",
-          "nn_global_avg_pool2d", "nn_batch_flatten", "nn_max_pool2d", "nn_avg_pool2d", "nn_batch_matmul",
-          "layout_transform", "nn_bias_add", "nn_conv2d", "nn_dense", "nn_softmax", "nn_relu", "nn_pad",
-          "multiply", "subtract", "divide", "add", "clip", "sigmoid", "tanh", "concatenate", "reshape",
-          "squeeze", "transpose")
+_CANON = {
+    "bias_add": "add",
+    "contrib_conv2d_NCHWc": "conv2d",
+    "contrib_dense_pack": "dense",
+    "contrib_depthwise_conv2d_NCHWc": "conv2d",
+    "depthwise_conv2d_nchw": "conv2d",
+}
+_VOCAB = (
+    "nn_contrib_depthwise_conv2d_NCHWc",
+    "nn_contrib_conv2d_NCHWc",
+    "nn_contrib_dense_pack",
+    "nn_global_avg_pool2d",
+    "nn_batch_flatten",
+    "nn_max_pool2d",
+    "nn_avg_pool2d",
+    "nn_batch_matmul",
+    "layout_transform",
+    "nn_bias_add",
+    "nn_conv2d",
+    "nn_dense",
+    "nn_softmax",
+    "nn_relu",
+    "nn_pad",
+    "multiply",
+    "subtract",
+    "divide",
+    "add",
+    "clip",
+    "sigmoid",
+    "tanh",
+    "concatenate",
+    "reshape",
+    "squeeze",
+    "transpose",
+)
 
 
 def canonical(op: str) -> str:
@@ -53,7 +90,7 @@ def fused_ops(function: str) -> tuple[str, ...]:
             ops.append(canonical(head))
             continue
         ops.append(canonical(word))
-        rest = rest[len(word) + 1:]
+        rest = rest[len(word) + 1 :]
     return tuple(ops)
 
 
@@ -120,14 +157,27 @@ def chains(graph: RelayGraph) -> tuple[Chain, ...]:
     for op in graph.ops:
         name = canonical(op.op)
         last = out[-1][-1] if out else None
-        extends = (name in ELEMENTWISE and last is not None and last.var and op.inputs
-                   and op.inputs[0] == last.var and uses[last.var] == 1)
+        extends = (
+            name in ELEMENTWISE
+            and last is not None
+            and last.var
+            and op.inputs
+            and op.inputs[0] == last.var
+            and uses[last.var] == 1
+        )
         if extends:
             out[-1].append(op)
         else:
             out.append([op])
-    return tuple(Chain(i, tuple(ops), graph.shape_of(ops[0].inputs[0]) if ops[0].inputs else None,
-                       ops[0].weights[0] if ops[0].weights else None) for i, ops in enumerate(out))
+    return tuple(
+        Chain(
+            i,
+            tuple(ops),
+            graph.shape_of(ops[0].inputs[0]) if ops[0].inputs else None,
+            ops[0].weights[0] if ops[0].weights else None,
+        )
+        for i, ops in enumerate(out)
+    )
 
 
 @define(frozen=True)
@@ -137,11 +187,11 @@ class RowMatch:
     evidence that decided (``basis``)."""
 
     row: ReportRow
-    ops: tuple[str, ...]                 # from the fused name
-    matched: tuple[Chain, ...]           # decided
-    candidates: tuple[Chain, ...]        # when undecided: every chain that fits
+    ops: tuple[str, ...]  # from the fused name
+    matched: tuple[Chain, ...]  # decided
+    candidates: tuple[Chain, ...]  # when undecided: every chain that fits
     basis: str
-    likely: Chain | None = None          # undecided, but time ~ FLOPs suggests this one
+    likely: Chain | None = None  # undecided, but time ~ FLOPs suggests this one
 
     @property
     def decided(self) -> bool:
@@ -185,8 +235,15 @@ def match_rows(rows, graph: RelayGraph) -> tuple[RowMatch, ...]:
             results.append(RowMatch(row, ops, tuple(sized[0]), (), "op sequence, shape and call count"))
         elif len(sized) == 1:
             chosen = _by_order(row, rows, sized[0])
-            results.append(RowMatch(row, ops, chosen, () if row.count > 1 else tuple(sized[0]),
-                                    "op sequence, shape and call count" + ("" if row.count > 1 else "; call by order")))
+            results.append(
+                RowMatch(
+                    row,
+                    ops,
+                    chosen,
+                    () if row.count > 1 else tuple(sized[0]),
+                    "op sequence, shape and call count" + ("" if row.count > 1 else "; call by order"),
+                )
+            )
         else:
             results.append(RowMatch(row, ops, (), tuple(fits), "ambiguous" if fits else "no Relay op fits"))
     return _likely(results)
@@ -225,7 +282,7 @@ class TaskMatch:
     layers its schedule serves."""
 
     task: Task
-    chains: tuple[Chain, ...]   # every layer the task's schedule serves (its repeats)
+    chains: tuple[Chain, ...]  # every layer the task's schedule serves (its repeats)
 
 
 def match_tasks(tasks, graph: RelayGraph) -> tuple[TaskMatch, ...]:
@@ -235,8 +292,11 @@ def match_tasks(tasks, graph: RelayGraph) -> tuple[TaskMatch, ...]:
     out = []
     for task in tasks:
         w = task.workload
-        hits = tuple(c for c in all_chains if c.workload() is not None and c.workload().op == w.op
-                     and c.data == w.data and c.weight == w.weight)
+        hits = tuple(
+            c
+            for c in all_chains
+            if c.workload() is not None and c.workload().op == w.op and c.data == w.data and c.weight == w.weight
+        )
         out.append(TaskMatch(task, hits))
     return tuple(out)
 
@@ -247,16 +307,20 @@ class LogMatch:
     when not listed), and how many layers of the model run that workload."""
 
     record: LogRecord
-    workload_index: int | None   # position in the listed workloads
-    repeats: int                 # how many layers of the model run this workload
+    workload_index: int | None  # position in the listed workloads
+    repeats: int  # how many layers of the model run this workload
 
 
 def match_log(records, workloads, repeats: Counter) -> tuple[LogMatch, ...]:
     """Each record to the position of its workload among ``workloads`` (None when not
     listed) and its count in ``repeats`` (0 when absent), both by ``Workload.key``."""
     keys = [w.key() for w in workloads]
-    return tuple(LogMatch(r, keys.index(r.workload.key()) if r.workload.key() in keys else None,
-                          repeats.get(r.workload.key(), 0)) for r in records)
+    return tuple(
+        LogMatch(
+            r, keys.index(r.workload.key()) if r.workload.key() in keys else None, repeats.get(r.workload.key(), 0)
+        )
+        for r in records
+    )
 
 
 def repeats_in_graph(graph: RelayGraph) -> Counter:
@@ -279,8 +343,9 @@ def repeats_in_torch(module, example) -> Counter:
             w = Workload("dense", data, tuple(mod.weight.shape))
         seen[w.key()] += 1
 
-    handles = [m.register_forward_hook(hook) for m in module.modules()
-               if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    handles = [
+        m.register_forward_hook(hook) for m in module.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))
+    ]
     with torch.no_grad():
         module(example)
     for h in handles:

@@ -28,11 +28,11 @@ class RelayOp:
     """One binding of printed Relay IR: its op, the vars it references, the shapes of its
     constant arguments, its attributes, its output shape and dtype, and its line."""
 
-    index: int          # position among ops, in program order
-    var: str            # "%3" ("" for the returned expression)
-    op: str             # "nn.conv2d"
-    inputs: tuple[str, ...]      # referenced vars ("%2", "%data")
-    weights: tuple[Shape, ...]   # constant argument shapes
+    index: int  # position among ops, in program order
+    var: str  # "%3" ("" for the returned expression)
+    op: str  # "nn.conv2d"
+    inputs: tuple[str, ...]  # referenced vars ("%2", "%data")
+    weights: tuple[Shape, ...]  # constant argument shapes
     attrs: dict = field(factory=dict, eq=False)
     out_shape: Shape = ()
     dtype: str = ""
@@ -94,9 +94,9 @@ def _binding(line: str) -> tuple[str | None, str, str, str, str] | None:
     close = line.find("*/", last.end())
     if close < 0:
         return None
-    trailing = line[close + 2:].lstrip()
+    trailing = line[close + 2 :].lstrip()
     trailing = trailing[1:] if trailing.startswith(";") else trailing
-    return head.group(1), head.group(2), line[head.end():last.start()], line[last.end():close].strip(), trailing
+    return head.group(1), head.group(2), line[head.end() : last.start()], line[last.end() : close].strip(), trailing
 
 
 def parse_relay_ir(text: str, source: str = "relay-ir") -> RelayGraph:
@@ -137,14 +137,23 @@ def parse_relay_ir(text: str, source: str = "relay-ir") -> RelayGraph:
         tensors = _TENSOR.findall(ty)
         weights = tuple(shape(dims) for dims in _CONST.findall(body))
         plain = _CONST.sub("", body)
-        refs = tuple(aliases.get(f"%{r}", f"%{r}") for r in _REF.findall(plain.split("=", 1)[0] if "=" in plain
-                                                                          else plain))
+        refs = tuple(
+            aliases.get(f"%{r}", f"%{r}") for r in _REF.findall(plain.split("=", 1)[0] if "=" in plain else plain)
+        )
         attrs = {k: v.strip() for k, v in _ATTR.findall(plain)}
-        ops.append(RelayOp(
-            index=len(ops), var=f"%{var}" if var else "", op=op, inputs=refs, weights=weights, attrs=attrs,
-            out_shape=shape(tensors[0][0]) if tensors else (), dtype=tensors[0][1] if tensors else "",
-            line=number,
-        ))
+        ops.append(
+            RelayOp(
+                index=len(ops),
+                var=f"%{var}" if var else "",
+                op=op,
+                inputs=refs,
+                weights=weights,
+                attrs=attrs,
+                out_shape=shape(tensors[0][0]) if tensors else (),
+                dtype=tensors[0][1] if tensors else "",
+                line=number,
+            )
+        )
     if not ops:
         issues.append(Issue(source, 0, "no Relay bindings found"))
     return RelayGraph(inputs, tuple(ops), tuple(issues))

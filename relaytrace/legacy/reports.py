@@ -25,8 +25,8 @@ class ReportRow:
     duration, percent (None when not printed), call count, output and argument shapes,
     its cells by column, and its line."""
 
-    name: str            # the kernel (node) name
-    function: str        # the fused function it runs (debug runtime "Ops"; else the name)
+    name: str  # the kernel (node) name
+    function: str  # the fused function it runs (debug runtime "Ops"; else the name)
     duration_us: float
     percent: float | None
     count: int
@@ -41,8 +41,8 @@ class Report:
     """One profiler table as read: its kind, header line and rows, the ``Sum`` and
     ``Total`` it printed (None when absent), and the issues met reading it."""
 
-    kind: str            # "table" (profiler_vm / debug_executor) | "debug_runtime"
-    line: int            # where its header stands
+    kind: str  # "table" (profiler_vm / debug_executor) | "debug_runtime"
+    line: int  # where its header stands
     rows: tuple[ReportRow, ...]
     sum_us: float | None
     total_us: float | None
@@ -72,8 +72,11 @@ def parse_reports(text: str, source: str = "report") -> tuple[tuple[Report, ...]
         reports.append(report)
         issues.extend(report.issues)
     if not reports:
-        issues.append(Issue(source, 0, "no profiler report found (no 'Name ... Duration (us)' or "
-                                       "'Node Name ... Time(us)' header)"))
+        issues.append(
+            Issue(
+                source, 0, "no profiler report found (no 'Name ... Duration (us)' or 'Node Name ... Time(us)' header)"
+            )
+        )
     return tuple(reports), tuple(issues)
 
 
@@ -92,7 +95,7 @@ def _column(cell, columns) -> tuple[str, bool]:
 def _continues(lines, i: int) -> bool:
     """Whether the table goes on after the blank line at ``i``: the next text is a row
     or a Sum/Total line of it, not a new table or prose."""
-    nxt = next((line for line in lines[i + 1:i + 4] if line.strip()), "")
+    nxt = next((line for line in lines[i + 1 : i + 4] if line.strip()), "")
     cells = _cells(nxt)
     if len(cells) < 2 or "Duration (us)" in nxt:
         return False
@@ -109,8 +112,14 @@ def _table(lines, at, source):
     sum_us = total_us = None
     if "Duration (us)" not in [c[0] for c in columns[1:]]:
         end = next((j for j in range(at + 1, len(lines)) if not lines[j].strip()), len(lines))
-        issues.append(Issue(source, at + 1, "the report's columns are separated by single spaces (collapsed by a "
-                                            "paste?): re-paste it with its spacing; its table was not read"))
+        issues.append(
+            Issue(
+                source,
+                at + 1,
+                "the report's columns are separated by single spaces (collapsed by a "
+                "paste?): re-paste it with its spacing; its table was not read",
+            )
+        )
         return Report("table", at + 1, (), None, None, tuple(issues)), end
     i = at + 1
     while i < len(lines):
@@ -130,16 +139,27 @@ def _table(lines, at, source):
         cells = _cells(line)
         first = cells[0][0]
         if " " in first and first not in ("Sum", "Total"):  # a kernel's name has no space: columns ran together
-            issues.append(Issue(source, i + 1, f"row {stripped[:70]!r} has a name with a space ({first!r}): "
-                                                "its columns ran together (a misaligned paste?); row not read"))
+            issues.append(
+                Issue(
+                    source,
+                    i + 1,
+                    f"row {stripped[:70]!r} has a name with a space ({first!r}): "
+                    "its columns ran together (a misaligned paste?); row not read",
+                )
+            )
             i += 1
             continue
         placed = [(c, *_column(c, columns[1:])) for c in cells[1:]]
         values = {name: c[0] for c, name, _ in placed}
         astray = [c[0] for c, _, overlaps in placed if not overlaps]
         if astray and first not in ("Sum", "Total"):
-            issues.append(Issue(source, i + 1, f"cell {astray[0]!r} stands under no column (a misaligned row?): "
-                                                "read under the nearest"))
+            issues.append(
+                Issue(
+                    source,
+                    i + 1,
+                    f"cell {astray[0]!r} stands under no column (a misaligned row?): read under the nearest",
+                )
+            )
         if first in ("Sum", "Total"):
             try:
                 value = number(values.get("Duration (us)", "nan"))
@@ -164,8 +184,11 @@ def _table(lines, at, source):
             i += 1
             continue
         shapes = tuple(shape(s) for s in re.findall(r"\[([\d,\s]*)\]", values.get("Argument Shapes", "")))
-        rows.append(ReportRow(first, _function(first), duration, percent, count,
-                              shapes[-1] if shapes else (), shapes, values, i + 1))
+        rows.append(
+            ReportRow(
+                first, _function(first), duration, percent, count, shapes[-1] if shapes else (), shapes, values, i + 1
+            )
+        )
         i += 1
     if total_us is None:
         issues.append(Issue(source, i, f"report at line {at + 1} has no Total line (truncated paste?)"))
@@ -174,7 +197,7 @@ def _table(lines, at, source):
 
 def _function(name: str) -> str:
     """Graph-executor kernels carry a ``tvmgen_default_`` prefix; the VM's do not."""
-    return name[len("tvmgen_default_"):] if name.startswith("tvmgen_default_") else name
+    return name[len("tvmgen_default_") :] if name.startswith("tvmgen_default_") else name
 
 
 def _old_table(lines, at, source):

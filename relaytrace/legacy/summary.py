@@ -53,8 +53,15 @@ def tasks_table(task_matches) -> str:
     their Relay ops."""
     return format_table(
         ["task", "workload (data, weight)", "repeats", "Relay ops"],
-        [[f"{t.task.index} {t.task.name}", f"{list(t.task.workload.data)} x {list(t.task.workload.weight)}",
-          len(t.chains), ", ".join(c.label for c in t.chains) or "no op fits"] for t in task_matches],
+        [
+            [
+                f"{t.task.index} {t.task.name}",
+                f"{list(t.task.workload.data)} x {list(t.task.workload.weight)}",
+                len(t.chains),
+                ", ".join(c.label for c in t.chains) or "no op fits",
+            ]
+            for t in task_matches
+        ],
     )
 
 
@@ -67,6 +74,14 @@ def log_table(log_matches, workloads) -> str:
         listed = f"#{m.workload_index}" if m.workload_index is not None else "not listed"
         cost = "failed" if m.record.cost_s is None else f"{m.record.cost_s * 1e3:.3f}"
         weighted = "-" if m.record.cost_s is None else f"{m.record.cost_s * m.repeats * 1e3:.3f}"
-        rows.append([m.record.line, f"{list(w.data)} x {list(w.weight)} s{list(w.strides)} p{list(w.padding)}",
-                     listed, m.repeats, cost, weighted])
+        rows.append(
+            [
+                m.record.line,
+                f"{list(w.data)} x {list(w.weight)} s{list(w.strides)} p{list(w.padding)}",
+                listed,
+                m.repeats,
+                cost,
+                weighted,
+            ]
+        )
     return format_table(["log line", "workload", "listed as", "repeats", "cost (ms)", "x repeats (ms)"], rows)

@@ -99,7 +99,7 @@ def grouped(params: tuple[Param, ...], flat: list) -> list:
     out, i = [], 0
     for p in params:
         n = len(p.tensors)
-        out.append(flat[i] if p.kind == ParamKind.TENSOR else list(flat[i:i + n]))
+        out.append(flat[i] if p.kind == ParamKind.TENSOR else list(flat[i : i + n]))
         i += n
     return out
 

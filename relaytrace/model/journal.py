@@ -55,14 +55,14 @@ def _history(data, where: str) -> dict[str, tuple[Change, ...]]:
     changes = []
     for i, row in enumerate(rows):
         if not isinstance(row, list) or len(row) != len(Change._fields):
-            raise FileFormatError(f"{where}.changes[{i}] must be a list of {len(Change._fields)} items "
-                                  f"({', '.join(Change._fields)})")
+            raise FileFormatError(
+                f"{where}.changes[{i}] must be a list of {len(Change._fields)} items ({', '.join(Change._fields)})"
+            )
         changes.append(make_record(Change, dict(zip(Change._fields, row)), f"{where}.changes[{i}]"))
     out = {}
     for oid, indices in items_of(data, "by_origin", dict, where).items():
         if not isinstance(indices, list) or not all(type(i) is int and 0 <= i < len(changes) for i in indices):
-            raise FileFormatError(f"{where}.by_origin[{oid!r}] must list indices of changes (0 to "
-                                  f"{len(changes) - 1})")
+            raise FileFormatError(f"{where}.by_origin[{oid!r}] must list indices of changes (0 to {len(changes) - 1})")
         out[oid] = tuple(changes[i] for i in indices)
     return out
 

@@ -37,8 +37,9 @@ class LineageIndex:
     checks: dict[int, SiteCheck]  # position -> the verdict of the site there
 
 
-def index_of(kernels: Mapping[str, tuple[CallSite, ...]], origins: Mapping[str, Origin],
-             verification: Verification | None) -> LineageIndex:
+def index_of(
+    kernels: Mapping[str, tuple[CallSite, ...]], origins: Mapping[str, Origin], verification: Verification | None
+) -> LineageIndex:
     """The index of a lineage's ``kernels``, ``origins`` and ``verification``. A lineage
     without a verification counts every site as unverified."""
     sites = tuple(sorted((s for listed in kernels.values() for s in listed), key=lambda s: s.position))
@@ -58,7 +59,8 @@ def index_of(kernels: Mapping[str, tuple[CallSite, ...]], origins: Mapping[str, 
     else:
         checks = verification.by_position()
     return LineageIndex(
-        call_sites=sites, by_label={s.label: s for s in sites},
+        call_sites=sites,
+        by_label={s.label: s for s in sites},
         sites_of_origin={oid: tuple(positions) for oid, positions in of_origin.items()},
         at_position={s.position: s for s in sites},
         ops_of_layer={layer: frozenset(ids) for layer, ids in layers.items()},
@@ -71,8 +73,11 @@ def entry_bookkeeping(origin: Origin, origins: Mapping[str, Origin]) -> bool:
     """Whether ``origin`` is a shape function sizing the allocations of ops of more than
     one layer (VMShapeLower makes one per entry that sizes nearly all of them): it
     serves the entry, not a layer, so no layer lists it among its kernel calls."""
-    return (origin.kind != OP and is_shape_computation(origin.op)
-            and len({origins[s].layer for s in origin.serves if s in origins}) > 1)
+    return (
+        origin.kind != OP
+        and is_shape_computation(origin.op)
+        and len({origins[s].layer for s in origin.serves if s in origins}) > 1
+    )
 
 
 def billed_layers(origin: Origin, origins: Mapping[str, Origin]) -> tuple[str, ...]:

@@ -42,8 +42,13 @@ from .jsonio import make_record
 SCHEMA = "relaytrace.lineage/6"
 
 _BUILD = ("model", "target", "pipeline", "entries", "calls", "tuned", "shape_consumers", "kernel_members")
-_JOURNAL = {"events": "events", "history": "history_by_origin", "eliminated": "eliminated_by",
-            "degraded": "degraded", "explained": "explained"}  # /2 name -> Journal field
+_JOURNAL = {
+    "events": "events",
+    "history": "history_by_origin",
+    "eliminated": "eliminated_by",
+    "degraded": "degraded",
+    "explained": "explained",
+}  # /2 name -> Journal field
 
 
 def _v1_to_v2(data: dict, where: str) -> dict:
@@ -99,9 +104,9 @@ def _v5_to_v6(data: dict, where: str) -> dict:
     options: dict = {"pipeline": head}
     for part in parts:
         if part.startswith("tuned(") and part.endswith(")"):
-            options["database"] = part[len("tuned("):-1]
+            options["database"] = part[len("tuned(") : -1]
         elif part.startswith("convert_layout(") and part.endswith(")"):
-            layouts = _layouts(part[len("convert_layout("):-1])
+            layouts = _layouts(part[len("convert_layout(") : -1])
             if layouts is None:
                 options["pipeline"] += f"+{part}"
             else:
@@ -125,8 +130,9 @@ def _layouts(text: str) -> dict | None:
         value = ast.literal_eval("{" + re.sub(r"([\w.]+)=", r"'\1': ", text) + "}")
     except (ValueError, SyntaxError):
         return None
-    if isinstance(value, dict) and all(isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
-                                       for v in value.values()):
+    if isinstance(value, dict) and all(
+        isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v) for v in value.values()
+    ):
         return {op: list(layouts) for op, layouts in value.items()}
     return None
 
@@ -145,9 +151,14 @@ def _onnx_node_ids(data: dict) -> dict:
     origins = data.get("origins")
     if not isinstance(origins, list):
         return data
-    named = {o["node"]: o["source"][len(_ONNX_SOURCE):] for o in origins
-             if _onnx_value(o) and isinstance(o.get("source"), str) and o["source"].startswith(_ONNX_SOURCE)
-             and len(o["source"]) > len(_ONNX_SOURCE)}
+    named = {
+        o["node"]: o["source"][len(_ONNX_SOURCE) :]
+        for o in origins
+        if _onnx_value(o)
+        and isinstance(o.get("source"), str)
+        and o["source"].startswith(_ONNX_SOURCE)
+        and len(o["source"]) > len(_ONNX_SOURCE)
+    }
     program = data.get("program")
     nodes = program.get("nodes") if isinstance(program, dict) else None
     if isinstance(nodes, list):

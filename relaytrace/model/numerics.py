@@ -22,6 +22,8 @@ from .names import Name
 
 SCHEMA = "relaytrace.compare/2"  # /2 added each layer's route; /1 files load (no route known)
 _MIGRATIONS = {"relaytrace.compare/1": lambda data, where: {**data, "schema": SCHEMA}}  # /2 only added fields
+
+
 class Outcome(Name):
     """A layer's comparison: inside the tolerance or beyond it, or why it was not
     compared (its output is fused into a later kernel, never written, or not
@@ -122,34 +124,45 @@ class Comparison:
         kept = sum(1 for e in self.layers if e.compared and e.route == OBSERVED)
         given = "" if self.tolerance == "given" else f", {self.tolerance}"
         skipped = [f"{c[status]} {what}" for status, what in _SKIPPED if c[status]]
-        lines = [f"{c[WITHIN] + c[BEYOND]} of {len(self.layers)} layers compared (atol {self.atol:g}, rtol "
-                 f"{self.rtol:g}{given}; {self.precision}): {c[WITHIN]} within, {c[BEYOND]} beyond"
-                 f"{_routes(moved, kept)}" + (f"; not compared: {', '.join(skipped)}" if skipped else "")]
+        lines = [
+            f"{c[WITHIN] + c[BEYOND]} of {len(self.layers)} layers compared (atol {self.atol:g}, rtol "
+            f"{self.rtol:g}{given}; {self.precision}): {c[WITHIN]} within, {c[BEYOND]} beyond"
+            f"{_routes(moved, kept)}" + (f"; not compared: {', '.join(skipped)}" if skipped else "")
+        ]
         first = self.first_beyond
-        lines.append(f"first layer beyond the tolerance: {first.layer} (max abs error {_num(first.max_abs)}, "
-                     f"in {first.site})" if first else "no layer beyond the tolerance")
+        lines.append(
+            f"first layer beyond the tolerance: {first.layer} (max abs error {_num(first.max_abs)}, in {first.site})"
+            if first
+            else "no layer beyond the tolerance"
+        )
         worst = self.worst()
         if len(worst) > 1 or (worst and worst[0] is not first):
             lines.append("farthest beyond it: " + ", ".join(f"{e.layer} (x{_num(e.tolerance_ratio)})" for e in worst))
         if self.first_nan:
             e = self.first_nan
-            lines.append(f"first layer with NaN/Inf in its compiled output: {e.layer} ({e.nan} NaN, {e.inf} Inf, "
-                         f"in {e.site}; the reference has {e.reference_nan})")
+            lines.append(
+                f"first layer with NaN/Inf in its compiled output: {e.layer} ({e.nan} NaN, {e.inf} Inf, "
+                f"in {e.site}; the reference has {e.reference_nan})"
+            )
         return "\n".join(lines)
 
     def to_json(self) -> dict:
         """The comparison as plain JSON data, as ``save`` writes it."""
         first, nan = self.first_beyond, self.first_nan
-        return {"schema": self.schema, **encode(self),
-                "first_beyond": first.layer if first else None,  # derived, for scripts
-                "first_nan": nan.layer if nan else None}
+        return {
+            "schema": self.schema,
+            **encode(self),
+            "first_beyond": first.layer if first else None,  # derived, for scripts
+            "first_nan": nan.layer if nan else None,
+        }
 
     @classmethod
     def from_json(cls, data, where: str = "compare") -> Comparison:
         """The comparison a JSON object holds, every field checked (a
         ``FileFormatError`` naming it otherwise)."""
-        data = migrate(data, _MIGRATIONS, SCHEMA, "compare", where,
-                       made_by="`relaytrace compare --out DIR` (or Comparison.save)")
+        data = migrate(
+            data, _MIGRATIONS, SCHEMA, "compare", where, made_by="`relaytrace compare --out DIR` (or Comparison.save)"
+        )
         comparison = decode(cls, {k: v for k, v in data.items() if k not in _DERIVED}, where)
         _check_ranges(comparison, where)
         return comparison
@@ -186,12 +199,25 @@ def with_observed(comparison: Comparison, observed: Comparison, layers) -> Compa
         elif seen.compared:
             how = "keeps it inside" if e.status == FUSED else "writes it, not comparably, in"
             held = f" (this build {how} {e.site})" if e.site else ""
-            out.append(attrs.evolve(seen, route=OBSERVED, note="; ".join(n for n in (
-                seen.note, f"read from {seen.site} of a rebuild that writes it out{held}: the two differ in that "
-                           "kernel only") if n)))
+            out.append(
+                attrs.evolve(
+                    seen,
+                    route=OBSERVED,
+                    note="; ".join(
+                        n
+                        for n in (
+                            seen.note,
+                            f"read from {seen.site} of a rebuild that writes it out{held}: the two differ in that "
+                            "kernel only",
+                        )
+                        if n
+                    ),
+                )
+            )
         else:
-            out.append(attrs.evolve(e, note=f"{e.note}; the rebuild that keeps it could not compare it either: "
-                                            f"{seen.note}"))
+            out.append(
+                attrs.evolve(e, note=f"{e.note}; the rebuild that keeps it could not compare it either: {seen.note}")
+            )
     return attrs.evolve(comparison, layers=tuple(out))
 
 
@@ -222,21 +248,29 @@ def _check_ranges(comparison: Comparison, where: str) -> None:
         fields += [(f"layers[{i}].shape", min(e.shape, default=0))]
     for name, value in fields:
         if value is not None and value < 0:
-            raise FileFormatError(f"{where}: {name} must be at least 0, not {value!r}: the file was edited or is "
-                                  "corrupt; run `relaytrace compare` again")
+            raise FileFormatError(
+                f"{where}: {name} must be at least 0, not {value!r}: the file was edited or is "
+                "corrupt; run `relaytrace compare` again"
+            )
     seen: set[str] = set()
     for i, e in enumerate(layers):
         if e.layer in seen:
-            raise FileFormatError(f"{where}: layers[{i}] is layer {e.layer!r} again: each layer is compared once; "
-                                  "the file was edited or is corrupt; run `relaytrace compare` again")
+            raise FileFormatError(
+                f"{where}: layers[{i}] is layer {e.layer!r} again: each layer is compared once; "
+                "the file was edited or is corrupt; run `relaytrace compare` again"
+            )
         seen.add(e.layer)
         if e.status == WITHIN and e.tolerance_ratio is not None and e.tolerance_ratio > 1:
-            raise FileFormatError(f"{where}: layers[{i}] is within tolerance at a tolerance ratio of "
-                                  f"{e.tolerance_ratio:g}: above 1 is beyond it; the file was edited or is corrupt; "
-                                  "run `relaytrace compare` again")
+            raise FileFormatError(
+                f"{where}: layers[{i}] is within tolerance at a tolerance ratio of "
+                f"{e.tolerance_ratio:g}: above 1 is beyond it; the file was edited or is corrupt; "
+                "run `relaytrace compare` again"
+            )
         if e.cosine is not None and not -1 - 1e-6 <= e.cosine <= 1 + 1e-6:
-            raise FileFormatError(f"{where}: layers[{i}].cosine must be from -1 to 1, not {e.cosine!r}: the file "
-                                  "was edited or is corrupt; run `relaytrace compare` again")
+            raise FileFormatError(
+                f"{where}: layers[{i}].cosine must be from -1 to 1, not {e.cosine!r}: the file "
+                "was edited or is corrupt; run `relaytrace compare` again"
+            )
 
 
 def _farness(e: LayerError) -> float:
@@ -247,9 +281,11 @@ def _farness(e: LayerError) -> float:
 
 
 # each reason a layer was not compared, as the summary counts it (those with none are left out)
-_SKIPPED = ((FUSED, "fused into a kernel that does not write them out"),
-            (NO_OUTPUT, "with no output (the last op eliminated by a pass, or run in no kernel)"),
-            (NOT_COMPARABLE, "not comparable with the reference's value"))
+_SKIPPED = (
+    (FUSED, "fused into a kernel that does not write them out"),
+    (NO_OUTPUT, "with no output (the last op eliminated by a pass, or run in no kernel)"),
+    (NOT_COMPARABLE, "not comparable with the reference's value"),
+)
 
 
 def _routes(moved: int, kept: int) -> str:
@@ -284,12 +320,18 @@ def error_of(layer: str, site: str, got: np.ndarray, ref: np.ndarray, atol: floa
     scale = float(np.abs(ref[both]).max()) if both.any() else 0.0
     worst = float(ratio[both].max()) if both.any() else None
     return LayerError(
-        layer=layer, status=BEYOND if beyond else WITHIN, site=site, shape=tuple(int(d) for d in ref.shape),
+        layer=layer,
+        status=BEYOND if beyond else WITHIN,
+        site=site,
+        shape=tuple(int(d) for d in ref.shape),
         max_abs=max_abs,
         max_rel=None if max_abs is None or (scale == 0 and max_abs > 0) else (max_abs / scale if scale else 0.0),
         tolerance_ratio=worst if worst is None or np.isfinite(worst) else None,
         cosine=_cosine(got[both], ref[both]) if max_abs is not None else None,
-        nan=nan, inf=inf, reference_nan=reference_nan)
+        nan=nan,
+        inf=inf,
+        reference_nan=reference_nan,
+    )
 
 
 def _cosine(got: np.ndarray, ref: np.ndarray) -> float:

@@ -13,16 +13,37 @@ from functools import cache, lru_cache
 
 # Ops that only move, reshape or recast data. A pass may insert them (ConvertLayout,
 # AlterOpImpl, mixed precision); they are "inserted", not "unresolved".
-DATA_MOVEMENT_OPS = frozenset({
-    "relax.permute_dims", "relax.layout_transform", "relax.reshape", "relax.astype", "relax.squeeze",
-    "relax.expand_dims", "relax.flatten", "relax.broadcast_to", "relax.wrap_param", "relax.builtin.copy",
-    "vm.builtin.reshape", "vm.builtin.copy",
-})
+DATA_MOVEMENT_OPS = frozenset(
+    {
+        "relax.permute_dims",
+        "relax.layout_transform",
+        "relax.reshape",
+        "relax.astype",
+        "relax.squeeze",
+        "relax.expand_dims",
+        "relax.flatten",
+        "relax.broadcast_to",
+        "relax.wrap_param",
+        "relax.builtin.copy",
+        "vm.builtin.reshape",
+        "vm.builtin.copy",
+    }
+)
 # the PrimFuncs LegalizeOps makes of them, by compute name (``transpose16`` -> transpose)
-DATA_MOVEMENT_PRIMFUNCS = frozenset({
-    "transpose", "layout_transform", "te_layout_transform", "reshape", "cast", "squeeze", "expand_dims",
-    "flatten", "broadcast_to", "copy",
-})
+DATA_MOVEMENT_PRIMFUNCS = frozenset(
+    {
+        "transpose",
+        "layout_transform",
+        "te_layout_transform",
+        "reshape",
+        "cast",
+        "squeeze",
+        "expand_dims",
+        "flatten",
+        "broadcast_to",
+        "copy",
+    }
+)
 
 # PrimFuncs VMShapeLower makes to compute symbolic shapes (sizes of allocations, shapes
 # of outputs) on the host, by name without the number: "inserted", serving the op
@@ -36,10 +57,19 @@ PRIM_VALUE_PRIMFUNCS = frozenset({"compute_symbolic_expr"})
 
 # Calls that manage memory, shapes and checks: the VM's bookkeeping, not model ops.
 BOOKKEEPING_PREFIXES = (
-    "relax.builtin.alloc", "relax.memory.", "relax.vm.alloc", "relax.vm.kill",
-    "relax.null_value", "relax.shape_of", "relax.builtin.stop_lift_params",
-    "vm.builtin.check_", "vm.builtin.match_", "vm.builtin.make_", "vm.builtin.alloc",
-    "vm.builtin.null_value", "vm.builtin.shape_of",
+    "relax.builtin.alloc",
+    "relax.memory.",
+    "relax.vm.alloc",
+    "relax.vm.kill",
+    "relax.null_value",
+    "relax.shape_of",
+    "relax.builtin.stop_lift_params",
+    "vm.builtin.check_",
+    "vm.builtin.match_",
+    "vm.builtin.make_",
+    "vm.builtin.alloc",
+    "vm.builtin.null_value",
+    "vm.builtin.shape_of",
 )
 
 # Higher ranks win the anchor of a fused kernel: the op people would name it by.

@@ -68,8 +68,12 @@ class Peaks:
     def line(self) -> str:
         """One line for the terminal: the figures and how they were found."""
         rates = ", ".join(f"{dtype} {g:,.1f} GFLOP/s" for dtype, g in self.gflops.items())
-        native = (f"; built for this CPU's own instructions ({self.native_mcpu or 'its mcpu'}) float32 reaches "
-                  f"{self.native_gflops:,.1f} GFLOP/s" if self.native_gflops else "")
+        native = (
+            f"; built for this CPU's own instructions ({self.native_mcpu or 'its mcpu'}) float32 reaches "
+            f"{self.native_gflops:,.1f} GFLOP/s"
+            if self.native_gflops
+            else ""
+        )
         return f"peaks ({self.source}, {self.device}): {rates}, {self.gbps:,.1f} GB/s ({self.method}){native}"
 
 
@@ -93,8 +97,9 @@ def given(gflops: float, gbps: float, device: str = "") -> Peaks:
     """Peaks a user gives (a spec sheet): both within ``RATES``, else a one-line error."""
     low, high = RATES
     if not (low <= gflops <= high and low <= gbps <= high):
-        raise RelaytraceError(f"peaks must be from {low:g} to {high:g} (got {gflops} GFLOP/s, {gbps} GB/s): give the "
-                              "device's figures")
+        raise RelaytraceError(
+            f"peaks must be from {low:g} to {high:g} (got {gflops} GFLOP/s, {gbps} GB/s): give the device's figures"
+        )
     return Peaks({"float32": float(gflops)}, float(gbps), GIVEN, "given by the user", device or "the device")
 
 
@@ -113,29 +118,62 @@ class Device:
 
 
 # Dense (not sparse) peak rates from the vendors' data sheets; float16 on tensor cores.
-DEVICES = {d.name: d for d in (
-    Device("nvidia-a100-sxm4-80gb", {"float32": 19_500.0, "float16": 312_000.0}, 2_039.0,
-           "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5 TFLOPS, FP16 tensor 312 TFLOPS, HBM2e 2,039 GB/s"),
-    Device("nvidia-h100-sxm5", {"float32": 67_000.0, "float16": 989_000.0}, 3_350.0,
-           "NVIDIA H100 Tensor Core GPU datasheet (2023): FP32 67 TFLOPS, FP16 tensor 989 TFLOPS, HBM3 3.35 TB/s"),
-    Device("nvidia-l4", {"float32": 30_300.0, "float16": 121_000.0}, 300.0,
-           "NVIDIA L4 datasheet (2023): FP32 30.3 TFLOPS, FP16 tensor 121 TFLOPS, GDDR6 300 GB/s"),
-    Device("nvidia-t4", {"float32": 8_100.0, "float16": 65_000.0}, 320.0,
-           "NVIDIA T4 datasheet (2019): FP32 8.1 TFLOPS, FP16 tensor 65 TFLOPS, GDDR6 320 GB/s"),
-    Device("nvidia-rtx-4090", {"float32": 82_600.0, "float16": 165_200.0}, 1_008.0,
-           "NVIDIA Ada Lovelace architecture whitepaper (2023), RTX 4090: FP32 82.6 TFLOPS, "
-           "FP16 tensor 165.2 TFLOPS (FP32 accumulate), GDDR6X 1,008 GB/s"),
-    Device("nvidia-jetson-orin-agx-64gb", {"float32": 5_300.0}, 204.8,
-           "NVIDIA Jetson AGX Orin series datasheet (2023): GPU FP32 5.3 TFLOPS, LPDDR5 204.8 GB/s"),
-    Device("apple-m2", {"float32": 3_600.0}, 100.0,
-           "Apple M2 announcement (June 2022): GPU 3.6 TFLOPS, 100 GB/s unified memory"),
-)}
+DEVICES = {
+    d.name: d
+    for d in (
+        Device(
+            "nvidia-a100-sxm4-80gb",
+            {"float32": 19_500.0, "float16": 312_000.0},
+            2_039.0,
+            "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5 TFLOPS, FP16 tensor 312 TFLOPS, HBM2e 2,039 GB/s",
+        ),
+        Device(
+            "nvidia-h100-sxm5",
+            {"float32": 67_000.0, "float16": 989_000.0},
+            3_350.0,
+            "NVIDIA H100 Tensor Core GPU datasheet (2023): FP32 67 TFLOPS, FP16 tensor 989 TFLOPS, HBM3 3.35 TB/s",
+        ),
+        Device(
+            "nvidia-l4",
+            {"float32": 30_300.0, "float16": 121_000.0},
+            300.0,
+            "NVIDIA L4 datasheet (2023): FP32 30.3 TFLOPS, FP16 tensor 121 TFLOPS, GDDR6 300 GB/s",
+        ),
+        Device(
+            "nvidia-t4",
+            {"float32": 8_100.0, "float16": 65_000.0},
+            320.0,
+            "NVIDIA T4 datasheet (2019): FP32 8.1 TFLOPS, FP16 tensor 65 TFLOPS, GDDR6 320 GB/s",
+        ),
+        Device(
+            "nvidia-rtx-4090",
+            {"float32": 82_600.0, "float16": 165_200.0},
+            1_008.0,
+            "NVIDIA Ada Lovelace architecture whitepaper (2023), RTX 4090: FP32 82.6 TFLOPS, "
+            "FP16 tensor 165.2 TFLOPS (FP32 accumulate), GDDR6X 1,008 GB/s",
+        ),
+        Device(
+            "nvidia-jetson-orin-agx-64gb",
+            {"float32": 5_300.0},
+            204.8,
+            "NVIDIA Jetson AGX Orin series datasheet (2023): GPU FP32 5.3 TFLOPS, LPDDR5 204.8 GB/s",
+        ),
+        Device(
+            "apple-m2",
+            {"float32": 3_600.0},
+            100.0,
+            "Apple M2 announcement (June 2022): GPU 3.6 TFLOPS, 100 GB/s unified memory",
+        ),
+    )
+}
 
 
 def named(name: str) -> Peaks:
     """The peaks of a device of ``DEVICES``; an unknown name is a one-line error listing them."""
     device = DEVICES.get(name)
     if device is None:
-        raise RelaytraceError(f"unknown device {name!r}: use one of {', '.join(DEVICES)}, or give its peaks "
-                              "with --peak-gflops and --peak-gbps")
+        raise RelaytraceError(
+            f"unknown device {name!r}: use one of {', '.join(DEVICES)}, or give its peaks "
+            "with --peak-gflops and --peak-gbps"
+        )
     return device.peaks()

@@ -15,8 +15,10 @@ from .sitekey import SiteKey
 
 SCHEMA = "relaytrace.profile/3"  # /2 added peaks, /3 each argument's address; older files load without them
 # /2 added peaks, /3 each argument's address: an older file's data is the same under /3
-_MIGRATIONS = {"relaytrace.profile/1": lambda data, where: {**data, "schema": "relaytrace.profile/2"},
-               "relaytrace.profile/2": lambda data, where: {**data, "schema": SCHEMA}}
+_MIGRATIONS = {
+    "relaytrace.profile/1": lambda data, where: {**data, "schema": "relaytrace.profile/2"},
+    "relaytrace.profile/2": lambda data, where: {**data, "schema": SCHEMA},
+}
 
 
 class Mode(Name):
@@ -39,6 +41,8 @@ class Arguments(Name):
 
 TIMELINE, ESTIMATE = Mode.TIMELINE, Mode.ESTIMATE
 LOCAL_RUN, FROM_IR = Arguments.LOCAL_RUN, Arguments.FROM_IR
+
+
 class CallKind(Name):
     """What a recorded call ran: a kernel (a PrimFunc) the VM called, a VM builtin, or a
     KV-cache kernel (a PrimFunc the KV cache's runtime called inside a builtin)."""
@@ -110,9 +114,12 @@ def _records(rows, where: str) -> tuple[CallRecord, ...]:
 
 
 # a profile holds a record per call per run: each saved as a row, not an object
-RECORDS = Codec(lambda records: [[r.name, r.call, r.run, r.start_us, r.duration_us, r.kind] + ([r.within] if r.within
-                                                                                            else []) for r in records],
-                _records)
+RECORDS = Codec(
+    lambda records: [
+        [r.name, r.call, r.run, r.start_us, r.duration_us, r.kind] + ([r.within] if r.within else []) for r in records
+    ],
+    _records,
+)
 
 
 @define(frozen=True)
@@ -170,8 +177,11 @@ class Profile:
 
     def noisy_sites(self) -> dict[SiteKey, SiteTime]:
         """Sites whose slowest run took over twice their median, and 50 us more."""
-        return {site: t for site, t in self.site_times().items() if t.max_us > 2 * t.median_us and
-                t.max_us - t.median_us > 50}
+        return {
+            site: t
+            for site, t in self.site_times().items()
+            if t.max_us > 2 * t.median_us and t.max_us - t.median_us > 50
+        }
 
     @property
     def kernel_us(self) -> float:
@@ -225,26 +235,36 @@ class Profile:
         noisy = self.noisy_sites()
         if noisy:
             site, t = max(noisy.items(), key=lambda kv: kv[1].max_us - kv[1].median_us)
-            out.append(f"NOISY: {len(noisy)} call site(s) took over twice their median in some run ({site.label}: "
-                       f"median {t.median_us:.1f} us, {t.min_us:.1f} to {t.max_us:.1f}); figures are medians "
-                       "over runs; more --repeat steadies them")
+            out.append(
+                f"NOISY: {len(noisy)} call site(s) took over twice their median in some run ({site.label}: "
+                f"median {t.median_us:.1f} us, {t.min_us:.1f} to {t.max_us:.1f}); figures are medians "
+                "over runs; more --repeat steadies them"
+            )
         timed, calls, e2e = self.timed_run_us, self.calls_per_run_us, self.e2e_median_us
-        runs = (f"the timed runs took {timed / 1e3:.3f} ms each (median; {(timed - calls) / 1e3:.3f} ms of it VM "
-                f"dispatch and the instrument between calls), the untimed end-to-end runs {e2e / 1e3:.3f} ms")
+        runs = (
+            f"the timed runs took {timed / 1e3:.3f} ms each (median; {(timed - calls) / 1e3:.3f} ms of it VM "
+            f"dispatch and the instrument between calls), the untimed end-to-end runs {e2e / 1e3:.3f} ms"
+        )
         if self.e2e_us and self.kernel_us + self.builtin_us > e2e:
             if self.mode != TIMELINE:
                 why = "sites timed alone run warm, without the waits of a real run"
             elif timed > e2e:
                 why = f"{runs}: the runs differ (variance between runs, and each timed call is stamped), not the calls"
             else:
-                why = (f"{runs}: each site's median comes from its own runs, and their sum exceeds what any one "
-                       "timed run took")
-            out.append(f"OVER END TO END: kernels + VM builtins ({(self.kernel_us + self.builtin_us) / 1e3:.3f} ms) "
-                       f"exceed the end-to-end median ({e2e / 1e3:.3f} ms), so the gap is negative: {why}")
+                why = (
+                    f"{runs}: each site's median comes from its own runs, and their sum exceeds what any one "
+                    "timed run took"
+                )
+            out.append(
+                f"OVER END TO END: kernels + VM builtins ({(self.kernel_us + self.builtin_us) / 1e3:.3f} ms) "
+                f"exceed the end-to-end median ({e2e / 1e3:.3f} ms), so the gap is negative: {why}"
+            )
         elif self.e2e_us and timed and e2e - timed > max(self.gap_us / 2, e2e / 100):
-            out.append(f"BETWEEN RUNS: most of the unexplained gap ({self.gap_us / 1e3:.3f} ms) is between runs, "
-                       f"not inside one: {runs}; the rest is variance between separate runs, not time the "
-                       "attribution missed")
+            out.append(
+                f"BETWEEN RUNS: most of the unexplained gap ({self.gap_us / 1e3:.3f} ms) is between runs, "
+                f"not inside one: {runs}; the rest is variance between separate runs, not time the "
+                "attribution missed"
+            )
         return tuple(out)
 
     def summary(self) -> str:
@@ -252,12 +272,16 @@ class Profile:
         estimate says it is one)."""
         if self.mode == ESTIMATE:
             peaks = self.peaks
-            return (f"ESTIMATE, not a measurement: kernels at least {self.kernel_us / 1e3:.3f} ms on {self.device} "
-                    f"(each kernel's roofline lower bound from {peaks.source if peaks else 'no'} peaks; VM builtins "
-                    "and dispatch not estimated)")
-        rest = (f"VM builtins {self.builtin_us / 1e3:.3f} ms + unexplained gap {self.gap_us / 1e3:.3f} ms"
-                if self.mode == TIMELINE else
-                f"VM builtins and dispatch (not timed apart in isolated mode) {self.gap_us / 1e3:.3f} ms")
+            return (
+                f"ESTIMATE, not a measurement: kernels at least {self.kernel_us / 1e3:.3f} ms on {self.device} "
+                f"(each kernel's roofline lower bound from {peaks.source if peaks else 'no'} peaks; VM builtins "
+                "and dispatch not estimated)"
+            )
+        rest = (
+            f"VM builtins {self.builtin_us / 1e3:.3f} ms + unexplained gap {self.gap_us / 1e3:.3f} ms"
+            if self.mode == TIMELINE
+            else f"VM builtins and dispatch (not timed apart in isolated mode) {self.gap_us / 1e3:.3f} ms"
+        )
         return (
             f"kernels {self.kernel_us / 1e3:.3f} ms + {rest} = end-to-end median {self.e2e_median_us / 1e3:.3f} ms "
             f"({self.mode}{', on ' + self.remote if self.remote else ''}{self._argument_note}, {self.runs} run(s))"
@@ -274,9 +298,11 @@ class Profile:
         tokens, context = self.step
         figure = "time to first token" if not context else f"time per output token at context {context}"
         kernels = sum(self.by_site(CACHE).values())
-        return (f"\nserved step through the KV cache: {tokens} token(s) after {context}: {figure} "
-                f"{self.e2e_median_us / 1e3:.3f} ms (begin/end_forward included); the KV cache's kernels "
-                f"{kernels / 1e3:.3f} ms of it, billed to the attention layers that ran them")
+        return (
+            f"\nserved step through the KV cache: {tokens} token(s) after {context}: {figure} "
+            f"{self.e2e_median_us / 1e3:.3f} ms (begin/end_forward included); the KV cache's kernels "
+            f"{kernels / 1e3:.3f} ms of it, billed to the attention layers that ran them"
+        )
 
     @property
     def _argument_note(self) -> str:
@@ -284,9 +310,11 @@ class Profile:
 
     def to_json(self) -> dict:
         """The profile as plain JSON data, with each site's medians (``site_times``)."""
-        return {"schema": self.schema, **encode(self),
-                "site_times": {site.in_entry: [t.median_us, t.min_us, t.max_us]
-                               for site, t in self.site_times().items()}}  # derived: median, min, max
+        return {
+            "schema": self.schema,
+            **encode(self),
+            "site_times": {site.in_entry: [t.median_us, t.min_us, t.max_us] for site, t in self.site_times().items()},
+        }  # derived: median, min, max
 
     @classmethod
     def from_json(cls, data, where: str = "profile") -> Profile:
@@ -296,22 +324,30 @@ class Profile:
         data = migrate(data, _MIGRATIONS, SCHEMA, "profile", where)
         profile = decode(cls, {k: v for k, v in data.items() if k != "site_times"}, where)
         if not profile.e2e_us:
-            raise FileFormatError(f"{where}: e2e_us is empty, so the profile has no end-to-end time to share out; "
-                                  "profile the model again (`relaytrace profile`)")
+            raise FileFormatError(
+                f"{where}: e2e_us is empty, so the profile has no end-to-end time to share out; "
+                "profile the model again (`relaytrace profile`)"
+            )
         if not 1 <= profile.repeat <= MAX_RUNS or any(not 0 < t <= MAX_US for t in profile.e2e_us):
-            raise FileFormatError(f"{where}: repeat must be 1 to {MAX_RUNS:g} and each e2e_us above 0 and at most "
-                                  f"{MAX_US:g} (a run takes time); the file was edited or is corrupt")
+            raise FileFormatError(
+                f"{where}: repeat must be 1 to {MAX_RUNS:g} and each e2e_us above 0 and at most "
+                f"{MAX_US:g} (a run takes time); the file was edited or is corrupt"
+            )
         if profile.records and profile.runs != profile.repeat:
-            raise FileFormatError(f"{where}: repeat is {profile.repeat} but the records hold {profile.runs} run(s); "
-                                  "the file was edited or is corrupt")
+            raise FileFormatError(
+                f"{where}: repeat is {profile.repeat} but the records hold {profile.runs} run(s); "
+                "the file was edited or is corrupt"
+            )
         overlap = _overlap(profile.records)
         if overlap:
-            raise FileFormatError(f"{where}: {overlap}: calls of one run follow one another; the file was edited "
-                                  "or is corrupt")
+            raise FileFormatError(
+                f"{where}: {overlap}: calls of one run follow one another; the file was edited or is corrupt"
+            )
         wrong = problem(profile.peaks) if profile.peaks is not None else ""
         if wrong:
-            raise FileFormatError(f"{where}: {wrong}; profile again, or give the peaks with --peak-gflops and "
-                                  "--peak-gbps")
+            raise FileFormatError(
+                f"{where}: {wrong}; profile again, or give the peaks with --peak-gflops and --peak-gbps"
+            )
         return profile
 
     def save(self, path, overwrite: bool = False):
@@ -326,7 +362,7 @@ class Profile:
 
 
 MAX_US = 1e12  # a call or run over 11 days is a corrupt file, not a measurement
-MAX_RUNS = 10 ** 6  # more runs than any profile makes
+MAX_RUNS = 10**6  # more runs than any profile makes
 
 
 def _overlap(records) -> str:
@@ -340,6 +376,8 @@ def _overlap(records) -> str:
         calls.sort(key=lambda r: r.start_us)
         for a, b in zip(calls, calls[1:]):
             if b.start_us < a.start_us + a.duration_us - 1e-3 - 1e-9 * abs(a.start_us):
-                return (f"in run {run}, {b.name}#{b.call} starts at {b.start_us:g} us, inside {a.name}#{a.call} "
-                        f"({a.start_us:g} to {a.start_us + a.duration_us:g} us)")
+                return (
+                    f"in run {run}, {b.name}#{b.call} starts at {b.start_us:g} us, inside {a.name}#{a.call} "
+                    f"({a.start_us:g} to {a.start_us + a.duration_us:g} us)"
+                )
     return ""

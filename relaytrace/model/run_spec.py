@@ -63,8 +63,11 @@ class RunSpec:
     def from_args(cls, args, model: str) -> RunSpec:
         """The record of a command's parsed options (``args``) for ``model``; an option
         the command does not take keeps its default."""
-        given = {f.name: getattr(args, f.name.replace("input_shapes", "input_shape"), None)
-                 for f in attrs.fields(cls) if f.name != "model"}
+        given = {
+            f.name: getattr(args, f.name.replace("input_shapes", "input_shape"), None)
+            for f in attrs.fields(cls)
+            if f.name != "model"
+        }
         return cls(model, **{k: v for k, v in given.items() if v is not None})
 
     def with_change(self, option: str, value) -> RunSpec:
@@ -82,13 +85,16 @@ class RunSpec:
     def from_json(cls, data, where: str) -> RunSpec:
         check(data, dict, where)
         if "model" not in data:
-            raise FileFormatError(f"{where} has no field 'model': pass the model itself "
-                                  "(an .onnx file or file.py:factory)")
+            raise FileFormatError(
+                f"{where} has no field 'model': pass the model itself (an .onnx file or file.py:factory)"
+            )
         spec = decode(cls, data, where)
         for name, allowed in (("layout", LAYOUTS), ("precision", PRECISIONS)):
             if getattr(spec, name) not in allowed:
-                raise FileFormatError(f"{where}: {name} must be one of {', '.join(allowed)}, not "
-                                      f"{getattr(spec, name)!r}; the file was edited or is corrupt")
+                raise FileFormatError(
+                    f"{where}: {name} must be one of {', '.join(allowed)}, not "
+                    f"{getattr(spec, name)!r}; the file was edited or is corrupt"
+                )
         return spec
 
     @classmethod

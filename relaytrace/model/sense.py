@@ -16,7 +16,7 @@ from ..errors import FileFormatError
 from .work import LIMIT, Poly, itemsize
 
 _REDO = "the file was edited or is corrupt; trace the build again"
-MAX_BYTES = 2 ** 60  # a memory block beyond an exbibyte is no device's
+MAX_BYTES = 2**60  # a memory block beyond an exbibyte is no device's
 
 
 def check_facts(build, where: str) -> None:
@@ -43,15 +43,19 @@ def check_steps(lineage, where: str) -> None:
         labels = iter(s.label for s in sorted(lineage.call_sites, key=lambda s: s.position) if s.function == entry)
         for i, step in enumerate(plan.steps):
             if step not in labels:  # consumes the sites up to it: the steps must come in their order
-                raise FileFormatError(f"{where}: build.memory[{entry!r}].steps[{i}] {step!r} is no call site of "
-                                      f"{entry} after the one before it; {_REDO}")
+                raise FileFormatError(
+                    f"{where}: build.memory[{entry!r}].steps[{i}] {step!r} is no call site of "
+                    f"{entry} after the one before it; {_REDO}"
+                )
 
 
 def _check_poly(poly: Poly | None, where: str, limit: float = LIMIT) -> None:
     for coef, atoms in poly or ():
         if abs(coef) > limit or (not atoms and coef < 0):
-            raise FileFormatError(f"{where} has the term {coef}{'*' if atoms else ''}{'*'.join(atoms)}: a count "
-                                  f"is at least 0 and at most {limit:g}; {_REDO}")
+            raise FileFormatError(
+                f"{where} has the term {coef}{'*' if atoms else ''}{'*'.join(atoms)}: a count "
+                f"is at least 0 and at most {limit:g}; {_REDO}"
+            )
 
 
 def _check_plan(plan, where: str) -> None:
@@ -74,8 +78,11 @@ def _check_plan(plan, where: str) -> None:
         if stray:
             raise FileFormatError(f"{there}.sites name {stray[0]!r}, none of the plan's steps; {_REDO}")
     for i, (name, shape, dtype) in enumerate(plan.inputs + plan.unplanned):
-        _check_tensor(shape, dtype, f"{where}.inputs[{i}] ({name!r})" if i < len(plan.inputs)
-                      else f"{where}.unplanned[{i - len(plan.inputs)}]")
+        _check_tensor(
+            shape,
+            dtype,
+            f"{where}.inputs[{i}] ({name!r})" if i < len(plan.inputs) else f"{where}.unplanned[{i - len(plan.inputs)}]",
+        )
 
 
 def _check_lifetime(first: int, last: int, steps: int, where: str) -> None:
@@ -83,23 +90,25 @@ def _check_lifetime(first: int, last: int, steps: int, where: str) -> None:
     allocation (``steps`` when none is) to the last step at or before the end (-1 when
     none is), so ``last`` is ``first - 1`` when no step falls between them."""
     if not (0 <= first <= steps and -1 <= last < steps and last >= first - 1):
-        raise FileFormatError(f"{where} is live from step {first} to {last}: in a plan of {steps} steps a "
-                              f"lifetime starts at 0 to {steps} and ends at -1 to {steps - 1}, not before "
-                              f"the step before its start; {_REDO}")
+        raise FileFormatError(
+            f"{where} is live from step {first} to {last}: in a plan of {steps} steps a "
+            f"lifetime starts at 0 to {steps} and ends at -1 to {steps - 1}, not before "
+            f"the step before its start; {_REDO}"
+        )
 
 
 def _check_tensor(shape, dtype: str, where: str) -> None:
     if itemsize(dtype) is None:
-        raise FileFormatError(f"{where}.dtype {dtype!r} is not a dtype TVM has (float32, float16, int64, ...); "
-                              f"{_REDO}")
+        raise FileFormatError(f"{where}.dtype {dtype!r} is not a dtype TVM has (float32, float16, int64, ...); {_REDO}")
     _check_dims(shape, where)
 
 
 def _check_dims(shape, where: str) -> None:
     """Each dim a size from 0 to ``LIMIT`` or a symbolic dim's name or expression."""
     if any(not isinstance(d, (int, str)) or isinstance(d, bool) for d in shape):
-        raise FileFormatError(f"{where}.shape {list(shape)} has a dim that is neither a size nor a symbolic dim; "
-                              f"{_REDO}")
+        raise FileFormatError(
+            f"{where}.shape {list(shape)} has a dim that is neither a size nor a symbolic dim; {_REDO}"
+        )
     if any(isinstance(d, int) and not 0 <= d <= LIMIT for d in shape):
         raise FileFormatError(f"{where}.shape {list(shape)} has a dim below 0 or beyond {LIMIT:g}; {_REDO}")
 
@@ -115,14 +124,19 @@ def profile_mismatches(lineage, profile) -> list[str]:
     from .shapes import ANY_RANK, bind
 
     params = lineage.build.params.get(profile.entry)
-    declared = {n: (n, s, d) for n, s, d in (signature(params) if params else
-                                                lineage.build.entries.get(profile.entry, ()))}
-    problems = [f"input {n!r}: the entry {profile.entry} takes no such input" for n, _, _ in profile.inputs
-                if n not in declared]
+    declared = {
+        n: (n, s, d) for n, s, d in (signature(params) if params else lineage.build.entries.get(profile.entry, ()))
+    }
+    problems = [
+        f"input {n!r}: the entry {profile.entry} takes no such input" for n, _, _ in profile.inputs if n not in declared
+    ]
     if profile.inputs and not problems:
         try:
-            bind(tuple(declared[n] for n, _, _ in profile.inputs), [(tuple(s), d) for _, s, d in profile.inputs],
-                 f"{lineage.build.model}.{profile.entry}")
+            bind(
+                tuple(declared[n] for n, _, _ in profile.inputs),
+                [(tuple(s), d) for _, s, d in profile.inputs],
+                f"{lineage.build.model}.{profile.entry}",
+            )
         except RelaytraceError as exc:
             problems.append(str(exc))
     for site in lineage.call_sites:
@@ -130,15 +144,20 @@ def profile_mismatches(lineage, profile) -> list[str]:
         if ran is None or not site.arguments:
             continue
         if len(ran.shapes) != len(site.arguments):
-            problems.append(f"{site.label} ran with {len(ran.shapes)} argument(s), the lineage's has "
-                            f"{len(site.arguments)}")
+            problems.append(
+                f"{site.label} ran with {len(ran.shapes)} argument(s), the lineage's has {len(site.arguments)}"
+            )
             continue
         for i, ((shape, dtype), got, got_dtype) in enumerate(zip(site.arguments, ran.shapes, ran.dtypes)):
             if tuple(shape) == (ANY_RANK,):
                 continue
-            if dtype != got_dtype or len(shape) != len(got) or any(
-                    isinstance(d, int) and d != g for d, g in zip(shape, got)):
-                problems.append(f"{site.label} argument {i} ran as {got_dtype}{list(got)}, compiled as "
-                                f"{dtype}{list(shape)}")
+            if (
+                dtype != got_dtype
+                or len(shape) != len(got)
+                or any(isinstance(d, int) and d != g for d, g in zip(shape, got))
+            ):
+                problems.append(
+                    f"{site.label} argument {i} ran as {got_dtype}{list(got)}, compiled as {dtype}{list(shape)}"
+                )
                 break
     return problems

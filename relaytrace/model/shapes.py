@@ -20,8 +20,13 @@ UNKNOWN_DIM, ANY_RANK = "?", "..."  # a dim of any size; a shape of any rank
 Signature = tuple[tuple[str, tuple, str], ...]  # (name, shape, dtype) per input
 
 MAX_DIM_TEXT = 1000  # a dim's expression longer than this is not one TVM wrote
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-        ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
 
 
 def bind(signature: Signature, given: list[tuple[tuple[int, ...], str]], what: str) -> dict[str, int]:
@@ -48,8 +53,10 @@ def bind(signature: Signature, given: list[tuple[tuple[int, ...], str]], what: s
                 continue
             elif str(dim).isidentifier():
                 if dim in values and values[dim] != value:
-                    raise RelaytraceError(f"symbol {dim} is {values[dim]} in {where[dim]} but {value} in "
-                                          f"input {i} ({name}) dim {axis} of {what}: one value per symbol")
+                    raise RelaytraceError(
+                        f"symbol {dim} is {values[dim]} in {where[dim]} but {value} in "
+                        f"input {i} ({name}) dim {axis} of {what}: one value per symbol"
+                    )
                 values.setdefault(dim, value)
                 where.setdefault(dim, f"input {i} ({name}) dim {axis}")
             else:
@@ -57,8 +64,10 @@ def bind(signature: Signature, given: list[tuple[tuple[int, ...], str]], what: s
     for i, name, axis, dim, value in later:
         expected = evaluate_dim(dim, values)
         if expected is not None and expected != value:
-            raise RelaytraceError(f"input {i} ({name}) dim {axis} of {what} must be {dim} = {expected} "
-                                  f"(with {', '.join(f'{k}={v}' for k, v in sorted(values.items()))}), got {value}")
+            raise RelaytraceError(
+                f"input {i} ({name}) dim {axis} of {what} must be {dim} = {expected} "
+                f"(with {', '.join(f'{k}={v}' for k, v in sorted(values.items()))}), got {value}"
+            )
     return values
 
 
@@ -71,9 +80,11 @@ def check_rank(name: str, declared: tuple, given: tuple, what: str) -> None:
         return
     dims = "x".join(str(d) for d in declared)
     example = "x".join(str(d) if isinstance(d, int) else "1" for d in declared)
-    raise UsageError(f"the shape {'x'.join(str(d) for d in given) or '(none)'} given for input {name} of {what} has "
-                     f"rank {len(given)}, but {name} has rank {len(declared)} ({dims}): give {len(declared)} dims, "
-                     f"e.g. --input-shape {name}:{example}")
+    raise UsageError(
+        f"the shape {'x'.join(str(d) for d in given) or '(none)'} given for input {name} of {what} has "
+        f"rank {len(given)}, but {name} has rank {len(declared)} ({dims}): give {len(declared)} dims, "
+        f"e.g. --input-shape {name}:{example}"
+    )
 
 
 def evaluate_dim(text: str, values: Mapping[str, int]) -> int | None:
@@ -90,16 +101,25 @@ def evaluate_dim(text: str, values: Mapping[str, int]) -> int | None:
     def value(node):
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
             return node.value
-        if isinstance(node, ast.Call) and len(node.args) == 1 and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in ("int64", "int32"):  # TVM prints constants as T.int64(2)
+        if (
+            isinstance(node, ast.Call)
+            and len(node.args) == 1
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("int64", "int32")
+        ):  # TVM prints constants as T.int64(2)
             return value(node.args[0])
         if isinstance(node, ast.Name) and node.id in values:
             return values[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             left, right = value(node.left), value(node.right)
             return None if left is None or right is None else _OPS[type(node.op)](left, right)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max") \
-                and node.args and not node.keywords:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("min", "max")
+            and node.args
+            and not node.keywords
+        ):
             args = [value(a) for a in node.args]
             return None if None in args else (min if node.func.id == "min" else max)(args)
         return None
@@ -116,6 +136,7 @@ def match_input_names(given: Mapping[str, object], names: list[str], what: str) 
     every character that is no letter, digit or ``_`` made ``_``) both find it. A name
     matching none is a UsageError listing ``names`` (``what`` is the model); so is one
     input given under both spellings."""
+
     def plain(text: str) -> str:
         return re.sub(r"\W", "_", text)
 

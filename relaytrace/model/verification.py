@@ -110,18 +110,24 @@ class Verification:
     @property
     def ok(self) -> bool:
         """True when every site and layer is verified and no invariant is broken."""
-        return (not self.problems and all(s.status == VERIFIED for s in self.sites)
-                and all(c.status == VERIFIED for c in self.layers))
+        return (
+            not self.problems
+            and all(s.status == VERIFIED for s in self.sites)
+            and all(c.status == VERIFIED for c in self.layers)
+        )
 
     def summary(self) -> str:
         """One line: the counts of each verdict, sites and layers."""
         layers = sum(1 for c in self.layers if c.status == VERIFIED)
-        return (f"{self.count(VERIFIED)} verified, {self.count(SUSPECT)} suspect, "
-                f"{self.count(UNVERIFIED)} unverified call sites; {layers} of {len(self.layers)} layers verified; "
-                f"{len(self.problems)} other problems")
+        return (
+            f"{self.count(VERIFIED)} verified, {self.count(SUSPECT)} suspect, "
+            f"{self.count(UNVERIFIED)} unverified call sites; {layers} of {len(self.layers)} layers verified; "
+            f"{len(self.problems)} other problems"
+        )
 
 
 # -- the check (pure) -----------------------------------------------------------
+
 
 def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> Verification:
     """Check every kernel call site of ``lineage`` against ``members`` (kernel ->
@@ -148,8 +154,11 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
     checks = []
     for site in sites:
         if site.kernel not in members:
-            checks.append(SiteCheck(site.position, UNVERIFIED,
-                                    (f"kernel {site.kernel} was not seen being made by any recorded pass",)))
+            checks.append(
+                SiteCheck(
+                    site.position, UNVERIFIED, (f"kernel {site.kernel} was not seen being made by any recorded pass",)
+                )
+            )
             continue
         reasons, unknown = _account(site, members[site.kernel], origins)
         for oid in site.origin_ids:
@@ -179,8 +188,11 @@ def verify(lineage, members: Mapping[str, tuple[Member, ...]] | None = None) -> 
         if pass_name in FUSION_PASSES and origins[oid].kind == OP and not is_data_movement(origins[oid].op)
     ]
     eliminated = lineage.journal.eliminated_by
-    problems += [f"{oid} is reported eliminated by {eliminated[oid]} but runs at "
-                 f"{', '.join(s.label for s in running[oid])}" for oid in eliminated if oid in running]
+    problems += [
+        f"{oid} is reported eliminated by {eliminated[oid]} but runs at {', '.join(s.label for s in running[oid])}"
+        for oid in eliminated
+        if oid in running
+    ]
     at_sites = {oid for site in sites for oid in site.origin_ids}
     problems += [why for oid, why in program.wrong.items() if oid not in at_sites]
     problems += [missing_reason(node) for node in program.missing]
@@ -201,10 +213,10 @@ def _layer_checks(lineage, checks: list[SiteCheck], program) -> tuple[LayerCheck
         check = status[site.position]
         if check.status == VERIFIED:
             continue
-        for layer in dict.fromkeys(lineage.origins[o].layer for o in site.origin_ids
-                                   if lineage.origins[o].kind == OP):
+        for layer in dict.fromkeys(lineage.origins[o].layer for o in site.origin_ids if lineage.origins[o].kind == OP):
             (wrong if check.status == SUSPECT else unknown).setdefault(layer, []).append(
-                f"its ops run at {site.label}, which is {check.status}")
+                f"its ops run at {site.label}, which is {check.status}"
+            )
     for oid, why in program.wrong.items():
         wrong.setdefault(lineage.origins[oid].layer, []).append(why)
     for oid, why in program.unknown.items():
@@ -217,7 +229,8 @@ def _layer_checks(lineage, checks: list[SiteCheck], program) -> tuple[LayerCheck
         if origin.kind == OP and oid not in journal.explained:
             unknown.setdefault(origin.layer, []).append(
                 f"its op {oid} was eliminated by {pass_name}, which neither folded it (its value was made of more "
-                "than constants) nor dropped it as dead code (its value was used), and it runs at no site")
+                "than constants) nor dropped it as dead code (its value was used), and it runs at no site"
+            )
     layers = dict.fromkeys(o.layer for o in lineage.origins.values() if o.kind == OP)
     layers.update(dict.fromkeys(node.layer for node in program.missing))
     out = []
@@ -247,19 +260,29 @@ def _account(site, kernel_members: tuple[Member, ...], origins) -> tuple[list[st
         if not m.ops:
             unknown.append(f"member {m.prim_func}: no recorded pass shows which op it computes")
         elif m.part and not any(origin.op in m.ops for origin in claimants):
-            reasons.append(f"member {m.prim_func} (a part of {'/'.join(_short(o) for o in m.ops)}) is not "
-                           f"explained by any origin at this site")
+            reasons.append(
+                f"member {m.prim_func} (a part of {'/'.join(_short(o) for o in m.ops)}) is not "
+                f"explained by any origin at this site"
+            )
     match = matching(known, claimants)
     for i, m in enumerate(known):
         if i not in match:
-            reasons.append(f"member {m.prim_func} ({'/'.join(_short(o) for o in m.ops)}) is not explained "
-                           f"by any origin at this site")
+            reasons.append(
+                f"member {m.prim_func} ({'/'.join(_short(o) for o in m.ops)}) is not explained "
+                f"by any origin at this site"
+            )
     matched = set(match.values())
     for j, origin in enumerate(claimants):
-        if j not in matched and origin.kind != UNRESOLVED and all(m.ops for m in kernel_members) \
-                and not any(m.part and origin.op in m.ops for m in kernel_members):
-            reasons.append(f"{origin.id} ({origin.short_op}) is attributed here, but the kernel computes "
-                           f"no {origin.short_op} for it")
+        if (
+            j not in matched
+            and origin.kind != UNRESOLVED
+            and all(m.ops for m in kernel_members)
+            and not any(m.part and origin.op in m.ops for m in kernel_members)
+        ):
+            reasons.append(
+                f"{origin.id} ({origin.short_op}) is attributed here, but the kernel computes "
+                f"no {origin.short_op} for it"
+            )
     return reasons, unknown
 
 
@@ -348,8 +371,10 @@ def _shape_claims(site, lineage, where) -> tuple[list[str], list[str]]:
         for served in origin.serves:
             for other in where.get((served, _frame(site)), ()):
                 if other.kernel not in consumers:
-                    reasons.append(f"{oid} is said to size {served}, which runs at {other.label}; {site.kernel} "
-                                   f"sizes only {', '.join(consumers) or 'nothing'}")
+                    reasons.append(
+                        f"{oid} is said to size {served}, which runs at {other.label}; {site.kernel} "
+                        f"sizes only {', '.join(consumers) or 'nothing'}"
+                    )
     return reasons, unknown
 
 
@@ -362,12 +387,17 @@ def _foreign_ops(site, origins) -> tuple[list[str], tuple[str, ...]]:
     ``LiftTransformParams`` moves there (a fact the tracker relies on too: the verdict
     names it, ``TRANSFORM_PARAMS``). The reasons, and the facts relied on."""
     running = site.scope.rsplit("/", 1)[-1].rpartition("#")[0] if site.scope else site.function
-    lifted_from = running[:-len(TRANSFORM_SUFFIX)] if running.endswith(TRANSFORM_SUFFIX) else None
+    lifted_from = running[: -len(TRANSFORM_SUFFIX)] if running.endswith(TRANSFORM_SUFFIX) else None
     others = [origins[oid] for oid in site.origin_ids if origins[oid].function != running]
     lifted = [o for o in others if o.kind == OP and o.function == lifted_from]
-    return ([f"{o.id} is an {'' if o.kind == OP else o.kind + ' '}op of {o.function}, but this site runs in "
-             f"{running}" for o in others if not (o.kind == OP and o.function == lifted_from)],
-            (TRANSFORM_PARAMS,) if lifted else ())
+    return (
+        [
+            f"{o.id} is an {'' if o.kind == OP else o.kind + ' '}op of {o.function}, but this site runs in {running}"
+            for o in others
+            if not (o.kind == OP and o.function == lifted_from)
+        ],
+        (TRANSFORM_PARAMS,) if lifted else (),
+    )
 
 
 def _frame(site) -> tuple[str, str]:

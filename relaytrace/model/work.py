@@ -20,17 +20,41 @@ from .shapes import evaluate_dim
 Term = tuple[int, tuple[str, ...]]  # coefficient, atoms multiplied
 Poly = tuple[Term, ...]
 
-_ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int16": 2, "uint16": 2,
-             "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8,
-             "float64": 8}
+_ITEMSIZE = {
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int16": 2,
+    "uint16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+}
 
 
 BEFORE_SCHEDULE, SCHEDULED = "before scheduling", "as scheduled"
 FROM_OPS = "from its ops"  # a library call's work: its ops' at their shapes (its code is not TVM's)
 _MATMULS = ("relax.matmul", "relax.linear")
-_ELEMENTWISE = frozenset({  # one float operation per output element
-    "relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
-    "relax.nn.relu", "relax.negative", "relax.abs"})
+_ELEMENTWISE = frozenset(
+    {  # one float operation per output element
+        "relax.add",
+        "relax.subtract",
+        "relax.multiply",
+        "relax.divide",
+        "relax.maximum",
+        "relax.minimum",
+        "relax.nn.relu",
+        "relax.negative",
+        "relax.abs",
+    }
+)
 LIMIT = 1e30  # a count beyond this (or a negative one) read from a file is not a count
 
 
@@ -72,8 +96,10 @@ class Work:
 
 _CONVS = frozenset({"relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"})
 _CONV_TRANSPOSES = frozenset({"relax.nn.conv1d_transpose", "relax.nn.conv2d_transpose", "relax.nn.conv3d_transpose"})
-DILATION = ("zeros from dilation: TVM dilates a transposed conv's input with zeros and runs a dense conv over it, "
-            "multiplying the zeros")
+DILATION = (
+    "zeros from dilation: TVM dilates a transposed conv's input with zeros and runs a dense conv over it, "
+    "multiplying the zeros"
+)
 PADDING = "padding: its TIR computes over padded or out-of-range elements the op does not ask for"
 RECOMPUTED = "recomputation: its TIR computes more than the op asks (a value computed again, or padding)"
 
@@ -128,13 +154,29 @@ def library_work(ops, params) -> KernelWork:
             terms.extend(flops)
     dtype = next((o.output_dtypes[0] for o in ops if o.output_dtypes), "float32")
     if unknown:
-        return KernelWork(params, None, None, FROM_OPS, (
-            f"a library call: its FLOPs are counted from its ops, and relaytrace has no count for "
-            f"{', '.join(sorted(set(unknown)))}",), dtype)
-    return KernelWork(params, _merged(terms), (), FROM_OPS, ("a library call: counted from its ops at their shapes "
-                                                             "(2·M·N·K a matmul, 2·out·Cin·K² a conv, one per "
-                                                             "element an element-wise op)",),
-                      dtype)
+        return KernelWork(
+            params,
+            None,
+            None,
+            FROM_OPS,
+            (
+                f"a library call: its FLOPs are counted from its ops, and relaytrace has no count for "
+                f"{', '.join(sorted(set(unknown)))}",
+            ),
+            dtype,
+        )
+    return KernelWork(
+        params,
+        _merged(terms),
+        (),
+        FROM_OPS,
+        (
+            "a library call: counted from its ops at their shapes "
+            "(2·M·N·K a matmul, 2·out·Cin·K² a conv, one per "
+            "element an element-wise op)",
+        ),
+        dtype,
+    )
 
 
 def _product(factors) -> Term:
@@ -230,8 +272,13 @@ def work_at(work: KernelWork | None, shapes, dtypes) -> Work:
         return Work(None, None, None, "no argument shapes were recorded for it")
     unsized = next((shape for shape in shapes if any(type(d) is not int for d in shape)), None)
     if unsized is not None:
-        return Work(None, None, None, f"an argument of shape {list(unsized)} is sized only at run time (not by "
-                    "the inputs' sizes): left out of the bound")
+        return Work(
+            None,
+            None,
+            None,
+            f"an argument of shape {list(unsized)} is sized only at run time (not by "
+            "the inputs' sizes): left out of the bound",
+        )
     if work is None:
         return Work(None, None, moved, "the build did not count this kernel's work")
     if work.flops is None or work.transcendentals is None:
@@ -294,6 +341,9 @@ def cache_work(cache, kernel: str, tokens: int, context: int, itemsize: int = 4)
         return Work(None, None, None, "a KV-cache kernel relaytrace has no formula for")
     if role == APPEND:
         return Work(0, 0, 2 * 2 * tokens * hkv * d * itemsize)
-    pairs, keys = {RAGGED_PREFILL: (tokens * (tokens + 1) // 2, tokens), PAGED_PREFILL: (tokens * context, context),
-                   PAGED_DECODE: (context + 1, context + 1)}[role]
+    pairs, keys = {
+        RAGGED_PREFILL: (tokens * (tokens + 1) // 2, tokens),
+        PAGED_PREFILL: (tokens * context, context),
+        PAGED_DECODE: (context + 1, context + 1),
+    }[role]
     return Work(4 * h * d * pairs, h * pairs, (2 * tokens * h * d + 2 * keys * hkv * d) * itemsize)

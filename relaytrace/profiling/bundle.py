@@ -51,12 +51,22 @@ def device_of(target_text: str) -> str:
         return "cpu"
     if kind == "cuda":
         return "cuda"
-    raise UsageError(f"a bundle runs on a CPU (llvm) or an NVIDIA GPU (cuda), not {target_name(target_text)}: "
-                     "profile that build over RPC instead (docs/remote.md)")
+    raise UsageError(
+        f"a bundle runs on a CPU (llvm) or an NVIDIA GPU (cuda), not {target_name(target_text)}: "
+        "profile that build over RPC instead (docs/remote.md)"
+    )
 
 
-def write_bundle(executable, lineage: Lineage, inputs, out: Path, entry: str | None = None,
-                 run: RunSpec | None = None, say=None, serving: Serving | None = None) -> Path:
+def write_bundle(
+    executable,
+    lineage: Lineage,
+    inputs,
+    out: Path,
+    entry: str | None = None,
+    run: RunSpec | None = None,
+    say=None,
+    serving: Serving | None = None,
+) -> Path:
     """Write the bundle of ``executable`` (``lineage`` its build's) into the new
     directory ``out``, whole or not at all (written beside it, then renamed): see the
     module docstring. ``inputs``: the entry's, as ``profile`` takes them (checked
@@ -90,12 +100,21 @@ def write_bundle(executable, lineage: Lineage, inputs, out: Path, entry: str | N
         params = _save_inputs(staging, lineage, entry, arrays)
         template = _profile(lineage, entry, arrays, "", "timeline", 1, [], {}, [])
         manifest = {
-            "schema": runner.BUNDLE_SCHEMA, "library": LIBRARY, "runtime": runtime, "device": device, "entry": entry,
-            "inputs": params, "kernels": {k: len(sites) for k, sites in view.kernels.items()},
-            "library_calls": sorted(view.library_calls), "subfunctions": list(view.subfunctions),
-            "builtins": sorted({b.name for b in view.builtins}), "layers": _site_layers(view),
-            "profile": {"schema": template.schema, **encode(template)}, "run": run.to_json() if run else None,
-            "tvm_ffi": metadata.version("apache-tvm-ffi"), "peaks": {"library": PEAKS, **peak_kernels},
+            "schema": runner.BUNDLE_SCHEMA,
+            "library": LIBRARY,
+            "runtime": runtime,
+            "device": device,
+            "entry": entry,
+            "inputs": params,
+            "kernels": {k: len(sites) for k, sites in view.kernels.items()},
+            "library_calls": sorted(view.library_calls),
+            "subfunctions": list(view.subfunctions),
+            "builtins": sorted({b.name for b in view.builtins}),
+            "layers": _site_layers(view),
+            "profile": {"schema": template.schema, **encode(template)},
+            "run": run.to_json() if run else None,
+            "tvm_ffi": metadata.version("apache-tvm-ffi"),
+            "peaks": {"library": PEAKS, **peak_kernels},
             "serve": served,
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -121,8 +140,10 @@ def _copy_runtime(out: Path, device: str) -> list[str]:
     (out / "lib").mkdir()
     for path in files:
         if not path.is_file():
-            raise RelaytraceError(f"{path} is missing from the installed apache-tvm: reinstall it "
-                                  "(pip install --force-reinstall apache-tvm)")
+            raise RelaytraceError(
+                f"{path} is missing from the installed apache-tvm: reinstall it "
+                "(pip install --force-reinstall apache-tvm)"
+            )
         shutil.copyfile(path, out / "lib" / path.name)
     return [f"lib/{p.name}" for p in files]
 
@@ -141,9 +162,11 @@ def _cudart() -> Path:
         for lib in ("lib", "lib64"):
             if (Path(root) / lib / CUDART).is_file():
                 return Path(root) / lib / CUDART
-    raise RelaytraceError(f"{CUDART} (the CUDA runtime TVM's CUDA library needs on the host) was not found in "
-                          "CUDA_HOME or /usr/local/cuda*: set CUDA_HOME to a CUDA 13 toolkit, or pip install "
-                          "nvidia-cuda-runtime")
+    raise RelaytraceError(
+        f"{CUDART} (the CUDA runtime TVM's CUDA library needs on the host) was not found in "
+        "CUDA_HOME or /usr/local/cuda*: set CUDA_HOME to a CUDA 13 toolkit, or pip install "
+        "nvidia-cuda-runtime"
+    )
 
 
 def _save_inputs(out: Path, lineage: Lineage, entry: str, arrays) -> list[dict]:
@@ -155,12 +178,13 @@ def _save_inputs(out: Path, lineage: Lineage, entry: str, arrays) -> list[dict]:
     saved, n = [], 0
     for i, value in enumerate(arrays):
         files = []
-        for array in (value if isinstance(value, list) else [value]):
+        for array in value if isinstance(value, list) else [value]:
             np.save(out / "inputs" / f"{n}.npy", np.asarray(array), allow_pickle=False)
             files.append(f"inputs/{n}.npy")
             n += 1
-        saved.append({"name": names[i] if i < len(names) else f"input{i}", "files": files,
-                      "tuple": isinstance(value, list)})
+        saved.append(
+            {"name": names[i] if i < len(names) else f"input{i}", "files": files, "tuple": isinstance(value, list)}
+        )
     return saved
 
 

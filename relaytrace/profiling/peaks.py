@@ -63,8 +63,9 @@ def _fma_kernel(dtype: str, steps: int, lanes: int):
             for _ in range(steps):
                 for u in T.unroll(ACCUMULATORS):
                     for lane in T.vectorized(lanes):
-                        acc[u, lane] = T.call_intrin(dtype, "tirx.fma", acc[u, lane], T.Cast(dtype, 0.999),
-                                                     T.Cast(dtype, 0.001))
+                        acc[u, lane] = T.call_intrin(
+                            dtype, "tirx.fma", acc[u, lane], T.Cast(dtype, 0.999), T.Cast(dtype, 0.001)
+                        )
             for u in T.unroll(ACCUMULATORS):
                 for lane in T.vectorized(lanes):
                     out[p, u, lane] = acc[u, lane]
@@ -151,31 +152,53 @@ def fixed_kernels(kind: str) -> tuple[PeakKernel, ...]:
     fixed size (no probe where they run): FMA chains per dtype and lane width, and the
     copy, counted as read + write."""
     if kind == "cuda":
-        fmas = [PeakKernel(_gpu_fma_kernel(dtype, GPU_STEPS, lanes), dtype,
-                           (GPU_BLOCKS, GPU_THREADS, ACCUMULATORS, lanes),
-                           flops=2.0 * GPU_BLOCKS * GPU_THREADS * ACCUMULATORS * lanes * GPU_STEPS)
-                for dtype, lanes in GPU_LANES.items()]
+        fmas = [
+            PeakKernel(
+                _gpu_fma_kernel(dtype, GPU_STEPS, lanes),
+                dtype,
+                (GPU_BLOCKS, GPU_THREADS, ACCUMULATORS, lanes),
+                flops=2.0 * GPU_BLOCKS * GPU_THREADS * ACCUMULATORS * lanes * GPU_STEPS,
+            )
+            for dtype, lanes in GPU_LANES.items()
+        ]
         return (*fmas, PeakKernel(_gpu_copy_kernel(), "float32", (GPU_COPY_ELEMENTS,), bytes=8.0 * GPU_COPY_ELEMENTS))
-    fmas = [PeakKernel(_fma_kernel(dtype, REMOTE_STEPS, lanes), dtype, (CHUNKS, ACCUMULATORS, lanes),
-                       flops=_fma_flops(REMOTE_STEPS, lanes)) for dtype in DTYPES for lanes in LANE_WIDTHS]
+    fmas = [
+        PeakKernel(
+            _fma_kernel(dtype, REMOTE_STEPS, lanes),
+            dtype,
+            (CHUNKS, ACCUMULATORS, lanes),
+            flops=_fma_flops(REMOTE_STEPS, lanes),
+        )
+        for dtype in DTYPES
+        for lanes in LANE_WIDTHS
+    ]
     return (*fmas, PeakKernel(_copy_kernel(), "float32", (COPY_ELEMENTS,), bytes=8.0 * COPY_ELEMENTS))
 
 
 def _spec(kernel: PeakKernel) -> dict:
     """A peak kernel as JSON: what ``runner.peak_rates`` and a bundle's manifest read."""
-    return {"name": kernel.name, "dtype": kernel.dtype, "shape": list(kernel.shape), "flops": kernel.flops,
-            "bytes": kernel.bytes}
+    return {
+        "name": kernel.name,
+        "dtype": kernel.dtype,
+        "shape": list(kernel.shape),
+        "flops": kernel.flops,
+        "bytes": kernel.bytes,
+    }
 
 
 def fixed_method(kind: str) -> str:
     """How ``fixed_kernels(kind)`` measure, in words a reader can check."""
     if kind == "cuda":
-        return (f"best of 5 time_evaluator runs: {GPU_BLOCKS}x{GPU_THREADS} threads each with {ACCUMULATORS} FMA "
-                f"chains x {GPU_STEPS} steps (float32; float16 as half2); a copy of "
-                f"{GPU_COPY_ELEMENTS * 4 >> 20} MiB counted as read + write")
-    return (f"best of 5 time_evaluator runs: {CHUNKS}x{ACCUMULATORS} vector FMA chains of "
-            f"{'/'.join(map(str, LANE_WIDTHS))} lanes (the best) x {REMOTE_STEPS} steps per dtype; a parallel copy "
-            f"of {COPY_ELEMENTS * 4 >> 20} MiB counted as read + write")
+        return (
+            f"best of 5 time_evaluator runs: {GPU_BLOCKS}x{GPU_THREADS} threads each with {ACCUMULATORS} FMA "
+            f"chains x {GPU_STEPS} steps (float32; float16 as half2); a copy of "
+            f"{GPU_COPY_ELEMENTS * 4 >> 20} MiB counted as read + write"
+        )
+    return (
+        f"best of 5 time_evaluator runs: {CHUNKS}x{ACCUMULATORS} vector FMA chains of "
+        f"{'/'.join(map(str, LANE_WIDTHS))} lanes (the best) x {REMOTE_STEPS} steps per dtype; a parallel copy "
+        f"of {COPY_ELEMENTS * 4 >> 20} MiB counted as read + write"
+    )
 
 
 def _best_seconds(func, target, arrays, number: int) -> float:
@@ -229,12 +252,17 @@ def measure(target_text: str, refresh: bool = False, progress=None) -> Peaks:
     cached otherwise (a cache that cannot be written is left alone)."""
     target = tvm.target.Target(target_text)
     if target.kind.name != "llvm":
-        raise RelaytraceError(f"peaks are measured on this machine's CPU, not for a {target.kind.name} target: "
-                              "give a GPU's to profile or estimate with --peak-gflops and --peak-gbps, or name one "
-                              "with --device (relaytrace peaks --list)")
+        raise RelaytraceError(
+            f"peaks are measured on this machine's CPU, not for a {target.kind.name} target: "
+            "give a GPU's to profile or estimate with --peak-gflops and --peak-gbps, or name one "
+            "with --device (relaytrace peaks --list)"
+        )
     say = progress or (lambda message: None)
-    return _cached(f"{CACHE_VERSION} | {target} | {device_name()} | {_threads()} threads", refresh,
-                   lambda: _measure_here(target, say))
+    return _cached(
+        f"{CACHE_VERSION} | {target} | {device_name()} | {_threads()} threads",
+        refresh,
+        lambda: _measure_here(target, say),
+    )
 
 
 def _measure_here(target, say) -> Peaks:
@@ -247,11 +275,13 @@ def _measure_here(target, say) -> Peaks:
     data = np.ones(COPY_ELEMENTS, "float32")
     seconds = _best_seconds(_copy_kernel(), target, [data, np.zeros_like(data)], number=3)
     gbps = 2.0 * data.nbytes / seconds / 1e9
-    method = (f"TVM kernels built for {_built_for(target)}, best of 5 time_evaluator runs: "
-              f"{CHUNKS}x{ACCUMULATORS} vector FMA chains of {'/'.join(map(str, LANE_WIDTHS))} lanes (the best) "
-              "per dtype, sized to about "
-              f"{TIMED_SECONDS * 1e3:.0f} ms; "
-              f"a parallel copy of {data.nbytes >> 20} MiB counted as read + write")
+    method = (
+        f"TVM kernels built for {_built_for(target)}, best of 5 time_evaluator runs: "
+        f"{CHUNKS}x{ACCUMULATORS} vector FMA chains of {'/'.join(map(str, LANE_WIDTHS))} lanes (the best) "
+        "per dtype, sized to about "
+        f"{TIMED_SECONDS * 1e3:.0f} ms; "
+        f"a parallel copy of {data.nbytes >> 20} MiB counted as read + write"
+    )
     return Peaks(gflops, gbps, MEASURED, method, device_name(), native, _host_cpu() if native else "")
 
 
@@ -263,8 +293,9 @@ def measure_remote(target_text: str, device, refresh: bool = False, progress=Non
     target."""
     target = tvm.target.Target(target_text)
     say = progress or (lambda message: None)
-    return _cached(f"{CACHE_VERSION} | {target} | {device.describe()}", refresh,
-                   lambda: _measure_there(target_text, device, say))
+    return _cached(
+        f"{CACHE_VERSION} | {target} | {device.describe()}", refresh, lambda: _measure_there(target_text, device, say)
+    )
 
 
 def _measure_there(target_text: str, device, say) -> Peaks:
@@ -278,8 +309,10 @@ def _measure_there(target_text: str, device, say) -> Peaks:
     bb = relax.BlockBuilder()
     params = [relax.Var(f"x{i}", relax.TensorType(k.shape, k.dtype)) for i, k in enumerate(kernels)]
     with bb.function("main", params):
-        outs = [bb.emit(relax.call_tir(bb.add_func(k.func, k.name), [x], relax.TensorType(k.shape, k.dtype)))
-                for k, x in zip(kernels, params)]
+        outs = [
+            bb.emit(relax.call_tir(bb.add_func(k.func, k.name), [x], relax.TensorType(k.shape, k.dtype)))
+            for k, x in zip(kernels, params)
+        ]
         bb.emit_func_output(relax.Tuple(outs))
     executable = tvm.compile(bb.get(), target=target)
     library = next(lib for lib in executable.mod.imports if lib.implements_function("copy", True))

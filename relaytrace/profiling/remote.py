@@ -56,8 +56,12 @@ class RemoteDevice:
     compiler: str | None = None
 
     def __attrs_post_init__(self):
-        for name, give in (("rpc", "'HOST:PORT'"), ("tracker", "'HOST:PORT'"), ("key", "the device key, a str"),
-                           ("compiler", "a compiler command, a str")):
+        for name, give in (
+            ("rpc", "'HOST:PORT'"),
+            ("tracker", "'HOST:PORT'"),
+            ("key", "the device key, a str"),
+            ("compiler", "a compiler command, a str"),
+        ):
             expect(f"RemoteDevice({name}=)", getattr(self, name), (str, None), give)
         for name in ("wait_s", "timeout_s", "kernel_timeout_s"):  # a thread waits at most threading.TIMEOUT_MAX
             expect_number(f"RemoteDevice({name}=)", getattr(self, name), 0, LONGEST_WAIT_S, whole=False, above=True)
@@ -77,12 +81,19 @@ class RemoteDevice:
 
         host, port = address(self.rpc or self.tracker)
         if self.rpc:
-            return _bounded(lambda: rpc.connect(host, port, key=self.key or "", session_timeout=self.timeout_s),
-                            self.wait_s, f"no RPC server answered at {self.rpc}")
-        tracker = _bounded(lambda: rpc.connect_tracker(host, port), self.wait_s,
-                           f"no RPC tracker answered at {self.tracker}")
-        return _bounded(lambda: tracker.request(self.key, priority=1, session_timeout=self.timeout_s),
-                        self.wait_s, f"the tracker at {self.tracker} had no free device with key {self.key!r}")
+            return _bounded(
+                lambda: rpc.connect(host, port, key=self.key or "", session_timeout=self.timeout_s),
+                self.wait_s,
+                f"no RPC server answered at {self.rpc}",
+            )
+        tracker = _bounded(
+            lambda: rpc.connect_tracker(host, port), self.wait_s, f"no RPC tracker answered at {self.tracker}"
+        )
+        return _bounded(
+            lambda: tracker.request(self.key, priority=1, session_timeout=self.timeout_s),
+            self.wait_s,
+            f"the tracker at {self.tracker} had no free device with key {self.key!r}",
+        )
 
 
 def _host_arch() -> str:
@@ -146,8 +157,10 @@ def exporter(target_text: str, compiler: str | None):
     compiler = compiler or f"{triple}-g++"
     if shutil.which(compiler) is None:
         hint = f"sudo apt-get install g++-{triple}" if compiler == f"{triple}-g++" else "install it"
-        raise RelaytraceError(f"the build for {triple or host.kind.name} is linked with {compiler}, which is not "
-                              f"installed: {hint}, or name another compiler with --cc")
+        raise RelaytraceError(
+            f"the build for {triple or host.kind.name} is linked with {compiler}, which is not "
+            f"installed: {hint}, or name another compiler with --cc"
+        )
     return cc.cross_compiler(compiler)
 
 
@@ -183,8 +196,18 @@ def _bounded(call, seconds: float, failure: str, late: str | None = None):
     raise StoppedAnswering(f"{late or failure} within {seconds:g} s")
 
 
-def run_remote(executable, kernel_library, target_text: str, entry: str, args, captured, device: RemoteDevice,
-               repeat: int, number: int, say):
+def run_remote(
+    executable,
+    kernel_library,
+    target_text: str,
+    entry: str,
+    args,
+    captured,
+    device: RemoteDevice,
+    repeat: int,
+    number: int,
+    say,
+):
     """(per-site timings, end-to-end seconds, device name) measured on ``device``:
     ``captured`` is ``[(kernel, call, argument arrays)]``, ``args`` the entry's inputs
     (numpy arrays), ``target_text`` the build's target."""
@@ -299,49 +322,79 @@ def _step(device: RemoteDevice, what: str, call, failure: str | None = None):
     stops answering (a stopped process, a cut link) never hangs a run, and Ctrl-C ends
     it while it waits. An error says ``failure`` (default: the run failed while
     ``what``), or, when time ran out, that the device stopped answering then."""
-    return _bounded(call, device.wait_s, failure or f"the remote run on {device.describe()} failed {what}",
-                    f"{device.describe()} stopped answering while {what}")
+    return _bounded(
+        call,
+        device.wait_s,
+        failure or f"the remote run on {device.describe()} failed {what}",
+        f"{device.describe()} stopped answering while {what}",
+    )
 
 
-def _time_there(session, dev, kind: str, entry: str, args, captured, device: RemoteDevice, repeat: int, number: int,
-                say, held: _Held):
+def _time_there(
+    session,
+    dev,
+    kind: str,
+    entry: str,
+    args,
+    captured,
+    device: RemoteDevice,
+    repeat: int,
+    number: int,
+    say,
+    held: _Held,
+):
     """(site timings, end-to-end seconds, device name), every step bounded. Each remote
     object made is added to ``held``; a site's arguments and timer are freed after it
     (a model's every argument at once could fill a board), the build by the caller."""
     from tvm import relax
 
     if not _step(device, f"finding its {kind} device", lambda: dev.exist):
-        raise RelaytraceError(f"{device.describe()} has no {kind} device, which this build's target needs: "
-                              "profile it on a device of its kind, or build for this one's (--target)")
+        raise RelaytraceError(
+            f"{device.describe()} has no {kind} device, which this build's target needs: "
+            "profile it on a device of its kind, or build for this one's (--target)"
+        )
     refused = f"{device.describe()} cannot load this build (is --target the device's own target?)"
     # each remote object held as soon as it is made: one Python let go of would be freed by
     # Python, waiting for the device with the interpreter lock held
     loaded = held.add(_step(device, "loading the build", functools.partial(session.load_module, "vm.so"), refused))
-    vm = held.add(_step(device, "loading the build", functools.partial(relax.VirtualMachine, loaded, dev),
-                        refused)).module
+    vm = held.add(
+        _step(device, "loading the build", functools.partial(relax.VirtualMachine, loaded, dev), refused)
+    ).module
     kernels = held.add(_step(device, "loading the build", lambda: session.load_module("kernels.so"), refused))
     sites = []
     for i, (name, call, arrays) in enumerate(captured):
         say(f"remote isolated {i + 1}/{len(captured)}: {name}#{call}")
         held.open()
-        remote_args = held.add(_step(device, f"sending the arguments of {name}#{call}",
-                                     functools.partial(_tensors, arrays, dev)))
-        timer = held.add(_step(device, f"preparing the timing of {name}#{call}",
-                               functools.partial(_timer, kernels, name, dev, number, repeat)))
-        results = _bounded(functools.partial(_timed, timer, remote_args, repeat), device.kernel_timeout_s,
-                           f"the remote run on {device.describe()} failed at {name}#{call}",
-                           f"kernel {name}#{call} did not finish on {device.describe()} (--kernel-timeout)")
+        remote_args = held.add(
+            _step(device, f"sending the arguments of {name}#{call}", functools.partial(_tensors, arrays, dev))
+        )
+        timer = held.add(
+            _step(
+                device,
+                f"preparing the timing of {name}#{call}",
+                functools.partial(_timer, kernels, name, dev, number, repeat),
+            )
+        )
+        results = _bounded(
+            functools.partial(_timed, timer, remote_args, repeat),
+            device.kernel_timeout_s,
+            f"the remote run on {device.describe()} failed at {name}#{call}",
+            f"kernel {name}#{call} did not finish on {device.describe()} (--kernel-timeout)",
+        )
         sites.append((name, call, results))
         del remote_args, timer
         _step(device, f"releasing the arguments of {name}#{call}", functools.partial(_free, held.detach()))
     say("remote end-to-end timing")
     inputs = held.add(_step(device, f"sending the inputs of {entry}", functools.partial(_tensors, args, dev)))
-    timer = held.add(_step(device, f"preparing the timing of {entry}",
-                           functools.partial(_timer, vm, entry, dev, 1, max(repeat, 3))))
-    e2e = _bounded(functools.partial(_timed, timer, inputs, max(repeat, 3)),
-                   device.kernel_timeout_s * max(len(captured), 1),
-                   f"the remote run on {device.describe()} failed timing {entry} end to end",
-                   f"{entry} did not finish on {device.describe()} (--kernel-timeout, per call site)")
+    timer = held.add(
+        _step(device, f"preparing the timing of {entry}", functools.partial(_timer, vm, entry, dev, 1, max(repeat, 3)))
+    )
+    e2e = _bounded(
+        functools.partial(_timed, timer, inputs, max(repeat, 3)),
+        device.kernel_timeout_s * max(len(captured), 1),
+        f"the remote run on {device.describe()} failed timing {entry} end to end",
+        f"{entry} did not finish on {device.describe()} (--kernel-timeout, per call site)",
+    )
     return sites, e2e, f"remote {kind}(0)"  # str() of a remote device is an RPC table index
 
 
@@ -351,8 +404,9 @@ def _timer(module, name: str, dev, number: int, repeat: int):
     in a Python closure, which ``_Held`` could not own."""
     from tvm.runtime import _ffi_api
 
-    return _ffi_api.RPCTimeEvaluator(module, name, dev.dlpack_device_type(), dev.index, number, repeat,
-                                     0, 100, 0, 1, 0, "")
+    return _ffi_api.RPCTimeEvaluator(
+        module, name, dev.dlpack_device_type(), dev.index, number, repeat, 0, 100, 0, 1, 0, ""
+    )
 
 
 def _tensors(arrays, dev) -> list:

@@ -57,6 +57,7 @@ def numbering():
         call = made.get(name, 0)
         made[name] = call + 1
         return call
+
     return number
 
 
@@ -85,8 +86,19 @@ def pair(stamps, run: int, t0: int, kernels, skip=frozenset(), cache=frozenset()
     return rows
 
 
-def timeline_run(set_instrument, call, sync, run: int, kernels, skip=frozenset(), cache=frozenset(), server=None,
-                 sync_each: bool = False, ranges=None, events=None) -> list[tuple]:
+def timeline_run(
+    set_instrument,
+    call,
+    sync,
+    run: int,
+    kernels,
+    skip=frozenset(),
+    cache=frozenset(),
+    server=None,
+    sync_each: bool = False,
+    ranges=None,
+    events=None,
+) -> list[tuple]:
     """One run (``call()``) stamped call by call through ``set_instrument`` (the VM's),
     ``sync()`` after it; rows as ``pair`` makes them. ``server``: an object whose
     ``sink`` is given the stamp list while the run lasts (``serve.Server``: its KV-cache
@@ -120,12 +132,14 @@ def timeline_run(set_instrument, call, sync, run: int, kernels, skip=frozenset()
                 pop()
             return NO_OP
     elif sync_each:
+
         def stamp(func, name, before, ret, *call_args):
             if not before:
                 sync()
             append((clock(), name, before))
             return NO_OP
     else:
+
         def stamp(func, name, before, ret, *call_args):
             append((clock(), name, before))  # the hot path: a record, nothing else
             return NO_OP
@@ -164,8 +178,11 @@ def capture(set_instrument, call, skip, kernels, copy=None) -> tuple[dict, list]
         if before and name not in skip:
             k = number(name)
             tensors = [a for a in call_args if hasattr(a, "shape")]
-            info[(name, k)] = (tuple(tuple(int(d) for d in a.shape) for a in tensors),
-                               tuple(str(a.dtype) for a in tensors), tuple(int(a.data_ptr()) for a in tensors))
+            info[(name, k)] = (
+                tuple(tuple(int(d) for d in a.shape) for a in tensors),
+                tuple(str(a.dtype) for a in tensors),
+                tuple(int(a.data_ptr()) for a in tensors),
+            )
             if copy is not None and name in kernels:
                 captured.append((name, k, [copy(a) for a in tensors]))
         return NO_OP
@@ -191,10 +208,12 @@ def ran_counts(sites, builtins) -> dict[str, int]:
 def count_mismatches(expected: dict[str, int], ran: dict[str, int], subfunctions=()) -> list[str]:
     """How ``ran`` (kernel -> calls seen in a run) differs from ``expected`` (kernel ->
     its call sites in the lineage): the evidence that a lineage belongs to another build."""
-    problems = [f"{k}: {n} call site(s) in the lineage, {ran.get(k, 0)} ran" for k, n in expected.items()
-                if ran.get(k, 0) != n]
-    return problems + [f"{k}: ran, but is not in the lineage" for k in ran
-                       if k not in expected and k not in subfunctions]
+    problems = [
+        f"{k}: {n} call site(s) in the lineage, {ran.get(k, 0)} ran" for k, n in expected.items() if ran.get(k, 0) != n
+    ]
+    return problems + [
+        f"{k}: ran, but is not in the lineage" for k in ran if k not in expected and k not in subfunctions
+    ]
 
 
 def clocked(func, sync, repeat: int, number: int):
@@ -307,9 +326,10 @@ class CudaEvents:
         """Each mark's nanoseconds after the first; the marks are then reused."""
         ms = ctypes.c_float()
         out = []
-        for event in self._events[:self._used]:
-            self._check(self._lib.cudaEventElapsedTime(ctypes.byref(ms), self._events[0], event),
-                        "cudaEventElapsedTime")
+        for event in self._events[: self._used]:
+            self._check(
+                self._lib.cudaEventElapsedTime(ctypes.byref(ms), self._events[0], event), "cudaEventElapsedTime"
+            )
             out.append(int(ms.value * 1e6))
         self._used = 0
         return out
@@ -369,8 +389,10 @@ class Server:
         self.tokens, self.context = spec["tokens"], spec["context"]
         self.cache = self._create(spec["cache"], set_instrument, self.tokens + self.context + DECODE_MARGIN, timed)
         self.inputs, self.args = self._arguments(spec["params"], self.tokens, seed)
-        self._builtin = {name: ffi.get_global_func(f"vm.builtin.kv_state_{name}")
-                         for name in ("add_sequence", "remove_sequence", "begin_forward", "end_forward", "popn")}
+        self._builtin = {
+            name: ffi.get_global_func(f"vm.builtin.kv_state_{name}")
+            for name in ("add_sequence", "remove_sequence", "begin_forward", "end_forward", "popn")
+        }
         self._builtin["add_sequence"](self.cache, 0)
         if self.context:
             prefill = spec["prefill"]
@@ -425,12 +447,15 @@ class Server:
             return arg
 
         if "args" not in seen:
-            raise BundleError(f"{cache['entry']} did not call {cache['builtin']}: the lineage is not of this "
-                              "executable")
+            raise BundleError(
+                f"{cache['entry']} did not call {cache['builtin']}: the lineage is not of this executable"
+            )
         args = [wrap(a) for a in seen["args"]]
         if next(names, None) is not None:
-            raise BundleError(f"{cache['builtin']} was given fewer kernels than the lineage names: the lineage is not "
-                             "of this executable")
+            raise BundleError(
+                f"{cache['builtin']} was given fewer kernels than the lineage names: the lineage is not "
+                "of this executable"
+            )
         return self.ffi.get_global_func(cache["builtin"])(*args)
 
     def _timed(self, kernel, name: str, append: str | None):
@@ -455,6 +480,7 @@ class Server:
             finally:
                 sync()
                 sink.append((clock(), name, False))
+
         return timed
 
     def _arguments(self, params: list, length: int, seed: int):
@@ -468,8 +494,10 @@ class Server:
             if p["kind"] == "object":
                 args.append(_CACHE)
                 continue
-            arrays = [_random(rng, tuple(d if isinstance(d, int) else length for d in shape), dtype)
-                      for shape, dtype in p["tensors"]]
+            arrays = [
+                _random(rng, tuple(d if isinstance(d, int) else length for d in shape), dtype)
+                for shape, dtype in p["tensors"]
+            ]
             if p["kind"] == "tensor":
                 inputs.append((p["name"], arrays[0]))
                 args.append(self._tensor(arrays[0]))
@@ -530,23 +558,29 @@ def load_runtime(bundle: Path, manifest: dict, device: str):
     try:
         import tvm_ffi
     except ImportError as exc:
-        raise BundleError(f"tvm_ffi cannot be imported ({exc}): pip install apache-tvm-ffi=="
-                          f"{manifest.get('tvm_ffi', '?')}") from None
+        raise BundleError(
+            f"tvm_ffi cannot be imported ({exc}): pip install apache-tvm-ffi=={manifest.get('tvm_ffi', '?')}"
+        ) from None
     for name in manifest["runtime"]:
         if device == "cpu" and "cuda" in name:
             continue
         try:
             ctypes.CDLL(str(bundle / name), ctypes.RTLD_GLOBAL)
         except OSError as exc:
-            raise BundleError(f"cannot load {name}: {exc}" + (" (the CUDA runtime needs the NVIDIA driver's "
-                                                              "libcuda.so.1)" if "cuda" in name else "")) from None
+            raise BundleError(
+                f"cannot load {name}: {exc}"
+                + (" (the CUDA runtime needs the NVIDIA driver's libcuda.so.1)" if "cuda" in name else "")
+            ) from None
     return tvm_ffi
 
 
 def check_library(library, manifest: dict) -> list[str]:
     """The compiled kernels of the lineage that the exported library does not hold."""
-    return [k for k in manifest["kernels"] if k not in manifest["library_calls"]
-            and not library.implements_function(k, True)]
+    return [
+        k
+        for k in manifest["kernels"]
+        if k not in manifest["library_calls"] and not library.implements_function(k, True)
+    ]
 
 
 def _inputs(bundle: Path, manifest: dict, runtime: Runtime, ffi) -> list:
@@ -586,8 +620,9 @@ def measure_peaks(bundle: Path, manifest: dict, runtime: Runtime, ffi, say) -> d
     spec = manifest["peaks"]
     say(f"measuring the peak rates of {runtime.kind} ({len(spec['kernels'])} kernels)")
     library = ffi.load_module(str(bundle / spec["library"]))
-    module = next((lib for lib in library.imports if lib.implements_function(spec["kernels"][0]["name"], True)),
-                  library)
+    module = next(
+        (lib for lib in library.imports if lib.implements_function(spec["kernels"][0]["name"], True)), library
+    )
     best: dict[str, float] = {}
     for kernel in spec["kernels"]:
         array = np.ones(kernel["shape"], kernel["dtype"])
@@ -595,31 +630,53 @@ def measure_peaks(bundle: Path, manifest: dict, runtime: Runtime, ffi, say) -> d
         best[kernel["name"]] = min(runtime.time_evaluator(module, kernel["name"], 3, 5)(*args))
     gflops, gbps = peak_rates(spec["kernels"], best)
     where = f"{runtime.device} of {platform.node() or 'an unnamed host'} (a bundle's run.py)"
-    return {"gflops": gflops, "gbps": gbps, "source": "measured", "device": where,
-            "method": f"TVM kernels built for {spec['built_for']}, run on {where}, {spec['method']}"}
+    return {
+        "gflops": gflops,
+        "gbps": gbps,
+        "source": "measured",
+        "device": where,
+        "method": f"TVM kernels built for {spec['built_for']}, run on {where}, {spec['method']}",
+    }
 
 
-def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, device: str | None, nvtx: bool,
-               say, events: bool = False, peaks: bool = True) -> dict:
+def run_bundle(
+    bundle: Path,
+    mode: str,
+    repeat: int,
+    warmup: int,
+    number: int,
+    device: str | None,
+    nvtx: bool,
+    say,
+    events: bool = False,
+    peaks: bool = True,
+) -> dict:
     """Profile the bundle's entry here as ``profiling.vm.profile`` does: the profile's
     JSON (the bundle's template filled in)."""
     manifest = json.loads((bundle / "bundle.json").read_text())
     if manifest.get("schema") != BUNDLE_SCHEMA:
-        raise BundleError(f"{bundle / 'bundle.json'} is not a relaytrace bundle of this runner ({BUNDLE_SCHEMA}): "
-                          "bundle the model again")
+        raise BundleError(
+            f"{bundle / 'bundle.json'} is not a relaytrace bundle of this runner ({BUNDLE_SCHEMA}): "
+            "bundle the model again"
+        )
     device = device or manifest["device"]
     if device != manifest["device"]:
-        raise BundleError(f"this bundle was built for {manifest['device']}, not {device}: bundle a build for "
-                          f"{device} (relaytrace bundle --target ...)")
+        raise BundleError(
+            f"this bundle was built for {manifest['device']}, not {device}: bundle a build for "
+            f"{device} (relaytrace bundle --target ...)"
+        )
     ffi = load_runtime(bundle, manifest, device)
     say(f"loading {manifest['library']} on {device}")
     library = ffi.load_module(str(bundle / manifest["library"]))
     missing = check_library(library, manifest)
     if missing:
-        raise BundleError(f"the lineage does not belong to this library: {len(missing)} of its kernels are not "
-                          f"compiled in it ({', '.join(missing[:6])}); bundle the model again")
-    kernel_lib = next((lib for lib in library.imports if any(lib.implements_function(k, True)
-                                                             for k in manifest["kernels"])), library)
+        raise BundleError(
+            f"the lineage does not belong to this library: {len(missing)} of its kernels are not "
+            f"compiled in it ({', '.join(missing[:6])}); bundle the model again"
+        )
+    kernel_lib = next(
+        (lib for lib in library.imports if any(lib.implements_function(k, True) for k in manifest["kernels"])), library
+    )
     vm = library["vm_load_executable"]()
     vm["vm_initialization"](DEVICE_TYPES[device], 0, POOLED, *(() if device == "cpu" else (1, 0, POOLED)))
     runtime = Runtime(ffi, device)
@@ -628,8 +685,10 @@ def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, d
     spec, server, cache = manifest.get("serve"), None, frozenset()
     if spec:  # an entry that takes a KV cache: served through the cache the build's create entry makes
         if mode != "timeline" or events:
-            raise BundleError(f"{manifest['entry']} takes a KV cache: it is profiled in timeline mode, its cache's "
-                              "kernels timed with a synchronisation around each (not --mode isolated, not --events)")
+            raise BundleError(
+                f"{manifest['entry']} takes a KV cache: it is profiled in timeline mode, its cache's "
+                "kernels timed with a synchronisation around each (not --mode isolated, not --events)"
+            )
         server = Server(vm, set_instrument, ffi, spec, runtime.tensor, runtime.sync if device != "cpu" else _no_op)
         cache = frozenset(spec["cache"]["kernels"])
         say(f"serving {manifest['entry']}: {server.tokens} token(s) after a context of {server.context}")
@@ -651,8 +710,10 @@ def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, d
     timer = None
     if events:
         if device == "cpu" or mode != "timeline" or nvtx:
-            raise BundleError("--events times a timeline run on a GPU, without --nvtx (whose calls would sit between "
-                              "the events): give --device cuda and --mode timeline, and --nvtx in another run")
+            raise BundleError(
+                "--events times a timeline run on a GPU, without --nvtx (whose calls would sit between "
+                "the events): give --device cuda and --mode timeline, and --nvtx in another run"
+            )
         timer = CudaEvents.find()
         if timer is None:
             raise BundleError("--events needs the CUDA runtime library (libcudart.so.13), which did not load")
@@ -660,20 +721,40 @@ def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, d
     ranges = None
     if nvtx:
         ranges = Nvtx.find(manifest["layers"])
-        say("NVTX ranges per call site" if ranges else "--nvtx: no libnvToolsExt found (set RELAYTRACE_NVTX to its "
-            "path, or pip install nvidia-nvtx-cu12); running without ranges")
+        say(
+            "NVTX ranges per call site"
+            if ranges
+            else "--nvtx: no libnvToolsExt found (set RELAYTRACE_NVTX to its "
+            "path, or pip install nvidia-nvtx-cu12); running without ranges"
+        )
     if mode == "timeline":
         rows = []
         for run in range(repeat):
             say(f"timeline run {run + 1}/{repeat}")
-            rows.extend(timeline_run(set_instrument, call, runtime.sync, run, kernels, skip, cache, server,
-                                     sync_each=sync_each, ranges=ranges, events=timer))
+            rows.extend(
+                timeline_run(
+                    set_instrument,
+                    call,
+                    runtime.sync,
+                    run,
+                    kernels,
+                    skip,
+                    cache,
+                    server,
+                    sync_each=sync_each,
+                    ranges=ranges,
+                    events=timer,
+                )
+            )
     else:
-        externals = {name: clocked(_external(library, ffi, name), runtime.sync, repeat, number)
-                     for name in manifest["library_calls"]}
+        externals = {
+            name: clocked(_external(library, ffi, name), runtime.sync, repeat, number)
+            for name in manifest["library_calls"]
+        }
 
         def timer_of(name):
             return externals[name] if name in externals else runtime.time_evaluator(kernel_lib, name, number, repeat)
+
         rows = site_rows(isolated(captured, timer_of, say), repeat)
     say("end-to-end timing")
     e2e = []
@@ -683,34 +764,57 @@ def run_bundle(bundle: Path, mode: str, repeat: int, warmup: int, number: int, d
         runtime.sync()
         e2e.append((time.perf_counter() - start) * 1e6)
     measured = {"peaks": measure_peaks(bundle, manifest, runtime, ffi, say)} if peaks else {}
-    how = ("each call timed by CUDA events around it" if timer is not None else
-           "each call timed with a device synchronisation after it" if sync_each and mode == "timeline" else
-           "each call timed by the clock around it" if mode == "timeline" else "each site timed alone")
+    how = (
+        "each call timed by CUDA events around it"
+        if timer is not None
+        else "each call timed with a device synchronisation after it"
+        if sync_each and mode == "timeline"
+        else "each call timed by the clock around it"
+        if mode == "timeline"
+        else "each site timed alone"
+    )
     if server is not None:
-        measured.update(step=[server.tokens, server.context],
-                        inputs=[[name, list(a.shape), str(a.dtype)] for name, a in server.inputs],
-                        kv_pages=[[list(shape), dtype] for shape, dtype in server.pages.values()])
-    return {**manifest["profile"], "device": str(runtime.device), "mode": mode, "repeat": repeat,
-            "records": [list(r[:6]) + ([r[6]] if r[6] else []) for r in rows],
-            "args": {f"{n}#{k}": {"shapes": s, "dtypes": d, "addresses": a} for (n, k), (s, d, a) in info.items()},
-            "e2e_us": e2e, "remote": f"host {platform.node() or '(unnamed)'} (a bundle's run.py; {how})", **measured}
+        measured.update(
+            step=[server.tokens, server.context],
+            inputs=[[name, list(a.shape), str(a.dtype)] for name, a in server.inputs],
+            kv_pages=[[list(shape), dtype] for shape, dtype in server.pages.values()],
+        )
+    return {
+        **manifest["profile"],
+        "device": str(runtime.device),
+        "mode": mode,
+        "repeat": repeat,
+        "records": [list(r[:6]) + ([r[6]] if r[6] else []) for r in rows],
+        "args": {f"{n}#{k}": {"shapes": s, "dtypes": d, "addresses": a} for (n, k), (s, d, a) in info.items()},
+        "e2e_us": e2e,
+        "remote": f"host {platform.node() or '(unnamed)'} (a bundle's run.py; {how})",
+        **measured,
+    }
 
 
 def main(argv=None) -> int:
     """``python run.py [--mode timeline|isolated] [--repeat N] [--device cpu|cuda]
     [--nvtx]``: profile the bundle beside this file into its ``profile.json``."""
-    p = argparse.ArgumentParser(description="profile the relaytrace bundle beside this file into its profile.json; "
-                                            "read it back with `relaytrace report DIR`")
+    p = argparse.ArgumentParser(
+        description="profile the relaytrace bundle beside this file into its profile.json; "
+        "read it back with `relaytrace report DIR`"
+    )
     p.add_argument("--mode", choices=["timeline", "isolated"], default="timeline")
     p.add_argument("--repeat", type=int, default=3, help="timed runs (default 3)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs first, the capturing run among them")
     p.add_argument("--number", type=int, default=3, help="isolated: calls averaged per timing (default 3)")
     p.add_argument("--device", choices=sorted(DEVICE_TYPES), help="default: the device the bundle was built for")
     p.add_argument("--nvtx", action="store_true", help="an NVTX range per call, named after its layer and site")
-    p.add_argument("--events", action="store_true",
-                   help="cuda timeline: time each call by CUDA events (default: a synchronisation after each call)")
-    p.add_argument("--no-peaks", action="store_true",
-                   help="do not measure the device's peak rates (the roofline then needs them given to report)")
+    p.add_argument(
+        "--events",
+        action="store_true",
+        help="cuda timeline: time each call by CUDA events (default: a synchronisation after each call)",
+    )
+    p.add_argument(
+        "--no-peaks",
+        action="store_true",
+        help="do not measure the device's peak rates (the roofline then needs them given to report)",
+    )
     p.add_argument("--bundle", default=str(Path(__file__).resolve().parent), help="the bundle DIR (default: here)")
     p.add_argument("--out", help="where to write the profile (default: DIR/profile.json)")
     args = p.parse_args(argv)
@@ -722,8 +826,18 @@ def main(argv=None) -> int:
         print(f"run.py: {message}", file=sys.stderr, flush=True)
 
     try:
-        data = run_bundle(bundle, args.mode, args.repeat, args.warmup, args.number, args.device, args.nvtx, say,
-                          args.events, not args.no_peaks)
+        data = run_bundle(
+            bundle,
+            args.mode,
+            args.repeat,
+            args.warmup,
+            args.number,
+            args.device,
+            args.nvtx,
+            say,
+            args.events,
+            not args.no_peaks,
+        )
     except (BundleError, OSError, KeyError) as exc:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 1

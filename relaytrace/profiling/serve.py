@@ -43,15 +43,24 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
     no prefill to fill it is a one-line error."""
     facts = lineage.build.kv_cache
     if facts is None:
-        raise RelaytraceError(f"{entry} takes a KV cache, but the build has no entry that makes one "
-                              "(a call of vm.builtin.*_kv_cache_create): relaytrace cannot serve it")
+        raise RelaytraceError(
+            f"{entry} takes a KV cache, but the build has no entry that makes one "
+            "(a call of vm.builtin.*_kv_cache_create): relaytrace cannot serve it"
+        )
     params = lineage.build.params[entry]
     prefill = _prefill_entry(lineage) if serving.context else None
     return {
-        "entry": entry, "params": _params(params), "tokens": _length(params, serving), "context": serving.context,
+        "entry": entry,
+        "params": _params(params),
+        "tokens": _length(params, serving),
+        "context": serving.context,
         "page_size": serving.page_size,
-        "cache": {"entry": facts.entry, "builtin": facts.builtin, "kernels": list(facts.kernels),
-                  "append": next((k for k in facts.kernels if kernel_role(facts, k) == APPEND), None)},
+        "cache": {
+            "entry": facts.entry,
+            "builtin": facts.builtin,
+            "kernels": list(facts.kernels),
+            "append": next((k for k in facts.kernels if kernel_role(facts, k) == APPEND), None),
+        },
         "prefill": {"entry": prefill, "params": _params(lineage.build.params[prefill])} if prefill else None,
     }
 
@@ -67,11 +76,13 @@ def Server(vm, lineage, entry: str, serving: Serving, device, seed: int = 0, tim
     spec = served_spec(lineage, entry, serving)
     sync = (lambda: None) if device.dlpack_device_type() == 1 else device.sync  # 1: kDLCPU
     try:
-        return runner.Server(vm, vm.set_instrument, tvm_ffi, spec, lambda a: tvm.runtime.tensor(a, device), sync,
-                             seed, timed)
+        return runner.Server(
+            vm, vm.set_instrument, tvm_ffi, spec, lambda a: tvm.runtime.tensor(a, device), sync, seed, timed
+        )
     except Exception as exc:
-        raise RelaytraceError(f"{entry} could not be served through the KV cache {spec['cache']['entry']} makes: "
-                              f"{describe(exc)}") from exc
+        raise RelaytraceError(
+            f"{entry} could not be served through the KV cache {spec['cache']['entry']} makes: {describe(exc)}"
+        ) from exc
 
 
 def _params(params) -> list[dict]:
@@ -80,10 +91,13 @@ def _params(params) -> list[dict]:
     out = []
     for p in params:
         if p.kind not in (ParamKind.TENSOR, ParamKind.TUPLE, ParamKind.OBJECT):
-            raise UsageError(f"{p.name} is a {p.kind} parameter: relaytrace serves entries that take tensors, "
-                             "tuples of them and a KV cache")
-        out.append({"name": p.name, "kind": str(p.kind.value),
-                    "tensors": [[list(t.shape), t.dtype] for t in p.tensors]})
+            raise UsageError(
+                f"{p.name} is a {p.kind} parameter: relaytrace serves entries that take tensors, "
+                "tuples of them and a KV cache"
+            )
+        out.append(
+            {"name": p.name, "kind": str(p.kind.value), "tensors": [[list(t.shape), t.dtype] for t in p.tensors]}
+        )
     return out
 
 
@@ -93,8 +107,10 @@ def _prefill_entry(lineage) -> str:
     for name, params in lineage.build.params.items():
         if cache_param(params) is not None and of_any_length(params):
             return name
-    raise RelaytraceError("the build has no entry that takes a KV cache and any number of tokens (a prefill): "
-                          "a context cannot be filled; profile with context 0")
+    raise RelaytraceError(
+        "the build has no entry that takes a KV cache and any number of tokens (a prefill): "
+        "a context cannot be filled; profile with context 0"
+    )
 
 
 def _length(params, serving: Serving) -> int:

@@ -39,8 +39,10 @@ def tuning_target(spec):
 def _stages(target):
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    return (cpu.library_dispatch_passes(target) + cpu.legalize_passes(target),
-            cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target))
+    return (
+        cpu.library_dispatch_passes(target) + cpu.legalize_passes(target),
+        cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target),
+    )
 
 
 def fused_module(mod, target):
@@ -84,9 +86,17 @@ def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=
         where = f", measured on {remote.describe()}" if remote is not None else ""
         progress(f"tuning {tasks} task(s), {trials_per_task} trial(s) each{where}, database in {work_dir}")
     database = ms.relax_integration.tune_relax(
-        fused, {}, target, work_dir, max_trials_global=trials_per_task * tasks,
-        max_trials_per_task=trials_per_task, num_trials_per_iter=min(trials_per_task, 64),
-        cost_model="random", seed=0, builder=builder, runner=runner,
+        fused,
+        {},
+        target,
+        work_dir,
+        max_trials_global=trials_per_task * tasks,
+        max_trials_per_task=trials_per_task,
+        num_trials_per_iter=min(trials_per_task, 64),
+        cost_model="random",
+        seed=0,
+        builder=builder,
+        runner=runner,
     )
     return tuned_pipeline(target, database)
 
@@ -107,8 +117,10 @@ def fleet_runner(remote):
     import tvm.s_tir.meta_schedule as ms
 
     if remote.tracker is None:
-        raise RelaytraceError("MetaSchedule measures candidates on a tracker's devices: give --tracker HOST:PORT "
-                              "--key KEY (register the board's server with a tracker, docs/remote.md)")
+        raise RelaytraceError(
+            "MetaSchedule measures candidates on a tracker's devices: give --tracker HOST:PORT "
+            "--key KEY (register the board's server with a tracker, docs/remote.md)"
+        )
     import math
 
     from .remote import address
@@ -116,8 +128,12 @@ def fleet_runner(remote):
     remote.connect()  # a free device with the key, within the wait
     host, port = address(remote.tracker)
     # MetaSchedule bounds each candidate's whole session (upload, run, time) by this
-    config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=remote.key,
-                                 session_timeout_sec=max(1, math.ceil(remote.kernel_timeout_s)))
+    config = ms.runner.RPCConfig(
+        tracker_host=host,
+        tracker_port=port,
+        tracker_key=remote.key,
+        session_timeout_sec=max(1, math.ceil(remote.kernel_timeout_s)),
+    )
     return ms.runner.RPCRunner(rpc_config=config, max_workers=1)
 
 
@@ -129,8 +145,9 @@ def open_database(work_dir):
 
     files = [Path(work_dir) / f for f in ("database_workload.json", "database_tuning_record.json")]
     if not all(f.is_file() for f in files):
-        raise RelaytraceError(f"no MetaSchedule database in {work_dir}: make one with "
-                              f"`relaytrace tasks MODEL --tune N --db {work_dir}`")
+        raise RelaytraceError(
+            f"no MetaSchedule database in {work_dir}: make one with `relaytrace tasks MODEL --tune N --db {work_dir}`"
+        )
     return ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
 
 

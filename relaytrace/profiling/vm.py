@@ -29,9 +29,21 @@ from . import runner
 from .serve import Server, Serving, takes_cache
 
 
-def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, repeat: int = 5,
-            mode: str = "timeline", number: int = 3, progress=None, entry: str | None = None,
-            remote=None, peaks=None, serving: Serving | None = None) -> Profile:
+def profile(
+    executable,
+    lineage: Lineage,
+    inputs,
+    device=None,
+    warmup: int = 1,
+    repeat: int = 5,
+    mode: str = "timeline",
+    number: int = 3,
+    progress=None,
+    entry: str | None = None,
+    remote=None,
+    peaks=None,
+    serving: Serving | None = None,
+) -> Profile:
     """Run the entry function ``entry`` (default ``main``, or the only one) on
     ``inputs`` and time every call; see the module docstring for the modes. Inputs
     may take any sizes the entry's symbolic dims allow; the profile records them.
@@ -52,13 +64,18 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     _check_arguments(executable, lineage, warmup, repeat, number, progress, entry, remote, peaks, serving)
     if serving is not None or (entry is not None and takes_cache(lineage, entry)):
         if list(inputs):
-            raise UsageError(f"{entry} takes a KV cache: it is profiled as served, on inputs relaytrace makes "
-                             "(seeded random embeddings and weights); pass no inputs ([])")
+            raise UsageError(
+                f"{entry} takes a KV cache: it is profiled as served, on inputs relaytrace makes "
+                "(seeded random embeddings and weights); pass no inputs ([])"
+            )
         if remote is not None:
-            raise UsageError(f"{entry} takes a KV cache: it is profiled as served on this machine only (the cache's "
-                             "kernels are timed inside the builtin that runs them, in this process)")
-        return _served_profile(executable, lineage, lineage.entry(entry), device, warmup, repeat, mode, progress,
-                               peaks, serving)
+            raise UsageError(
+                f"{entry} takes a KV cache: it is profiled as served on this machine only (the cache's "
+                "kernels are timed inside the builtin that runs them, in this process)"
+            )
+        return _served_profile(
+            executable, lineage, lineage.entry(entry), device, warmup, repeat, mode, progress, peaks, serving
+        )
     if remote is not None:
         mode = "isolated"
     if mode not in ("timeline", "isolated"):
@@ -88,16 +105,17 @@ def profile(executable, lineage: Lineage, inputs, device=None, warmup: int = 1, 
     vm = _vm(executable, device)
     function = vm[entry]
     externals = {name: _external(executable, name) for name in lineage.library_calls} if mode == "isolated" else {}
-    found = _local_runs(vm, lambda: function(*args), lineage, device, warmup, repeat, mode, (library, externals),
-                        number, say)
+    found = _local_runs(
+        vm, lambda: function(*args), lineage, device, warmup, repeat, mode, (library, externals), number, say
+    )
     e2e = vm.time_evaluator(entry, device, number=1, repeat=max(repeat, 3))(*args).results
-    return attrs.evolve(_profile(lineage, entry, arrays, str(device), mode, repeat, *found, e2e),
-                        peaks=_local_peaks(lineage, peaks, say))
+    return attrs.evolve(
+        _profile(lineage, entry, arrays, str(device), mode, repeat, *found, e2e),
+        peaks=_local_peaks(lineage, peaks, say),
+    )
 
 
-
-def _check_arguments(executable, lineage, warmup, repeat, number, progress, entry, remote, peaks,
-                     serving) -> None:
+def _check_arguments(executable, lineage, warmup, repeat, number, progress, entry, remote, peaks, serving) -> None:
     """``profile``'s arguments, each of its type and range, or a ``UsageError`` naming it;
     the options first, so that each is refused without a look at the model."""
     from ..model.peaks import Peaks
@@ -154,8 +172,10 @@ def _local_peaks(lineage, peaks, say):
 def _served_profile(executable, lineage, entry, device, warmup, repeat, mode, progress, peaks, serving):
     """``profile`` of an entry that takes a KV cache, run as served (``serve.Server``)."""
     if mode != "timeline":
-        raise UsageError(f"{entry} takes a KV cache: it is profiled in timeline mode, where the cache's own kernels "
-                         "are timed inside the builtin that runs them")
+        raise UsageError(
+            f"{entry} takes a KV cache: it is profiled in timeline mode, where the cache's own kernels "
+            "are timed inside the builtin that runs them"
+        )
     say = progress or (lambda message: None)
     lineage = lineage.for_entry(entry)
     library = _kernel_library(executable, lineage)
@@ -165,8 +185,9 @@ def _served_profile(executable, lineage, entry, device, warmup, repeat, mode, pr
     vm = _vm(executable, device)
     server = Server(vm, lineage, entry, serving or default, device)
     say(f"serving {entry}: {server.tokens} token(s) after a context of {server.context}")
-    records, arg_info = _local_runs(vm, server.step, lineage, device, warmup, repeat, mode, (library, {}), 1, say,
-                                    server)
+    records, arg_info = _local_runs(
+        vm, server.step, lineage, device, warmup, repeat, mode, (library, {}), 1, say, server
+    )
     e2e = []
     for _ in range(max(repeat, 3)):
         start = time.perf_counter()
@@ -175,9 +196,13 @@ def _served_profile(executable, lineage, entry, device, warmup, repeat, mode, pr
         e2e.append(time.perf_counter() - start)
     arrays = [a for _, a in server.inputs]
     found = _profile(lineage, entry, arrays, str(device), mode, repeat, records, arg_info, e2e)
-    return attrs.evolve(found, peaks=_local_peaks(lineage, peaks, say), step=(server.tokens, server.context),
-                        inputs=tuple((n, tuple(a.shape), str(a.dtype)) for n, a in server.inputs),
-                        kv_pages=tuple(server.pages.values()))
+    return attrs.evolve(
+        found,
+        peaks=_local_peaks(lineage, peaks, say),
+        step=(server.tokens, server.context),
+        inputs=tuple((n, tuple(a.shape), str(a.dtype)) for n, a in server.inputs),
+        kv_pages=tuple(server.pages.values()),
+    )
 
 
 def device_here(target_text: str):
@@ -189,7 +214,8 @@ def device_here(target_text: str):
         raise RelaytraceError(
             f"a build for {target_name(target_text)} does not run on this machine: profile it on its device with "
             "--rpc HOST:PORT or --tracker HOST:PORT --key KEY (API: remote=relaytrace.RemoteDevice(...), or "
-            "device= for a device of this machine)")
+            "device= for a device of this machine)"
+        )
     return device
 
 
@@ -211,27 +237,42 @@ def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat,
         raise RelaytraceError(
             f"{len(lineage.library_calls)} library call(s) ({', '.join(sorted(lineage.library_calls)[:3])}) are timed "
             "in a local profile only: a remote one sends the device the kernels TVM compiled, not external "
-            "functions; profile on the machine that runs them")
+            "functions; profile on the machine that runs them"
+        )
 
     device = local_device(lineage.build.target)
     if device is not None:
         say("capturing each site's arguments in a local run")
-        vm = _vm(executable, device, " (a remote profile of a build for this machine captures each site's "
-                                     "arguments in one local run)")
+        vm = _vm(
+            executable,
+            device,
+            " (a remote profile of a build for this machine captures each site's arguments in one local run)",
+        )
         args = [_on_device(a, device) for a in arrays]
         function = vm[entry]
-        arg_info, captured = _capture(vm, lambda: function(*args), lineage, frozenset(lineage.subfunctions),
-                                      copy=True)
+        arg_info, captured = _capture(vm, lambda: function(*args), lineage, frozenset(lineage.subfunctions), copy=True)
         _check_names(lineage, arg_info)
         captured = [(name, k, [t.numpy() for t in tensors]) for name, k, tensors in captured]
         source = LOCAL_RUN
     else:
         arg_info, captured = site_arguments(lineage)
         source = FROM_IR
-    timings, e2e, where = run_remote(executable, library, lineage.build.target, entry, arrays, captured, remote, repeat,
-                                     number, say)
-    return _profile(lineage, entry, arrays, where, "isolated", repeat, _site_records(timings, repeat), arg_info,
-                    e2e, remote.describe(), source)
+    timings, e2e, where = run_remote(
+        executable, library, lineage.build.target, entry, arrays, captured, remote, repeat, number, say
+    )
+    return _profile(
+        lineage,
+        entry,
+        arrays,
+        where,
+        "isolated",
+        repeat,
+        _site_records(timings, repeat),
+        arg_info,
+        e2e,
+        remote.describe(),
+        source,
+    )
 
 
 def site_arguments(lineage: Lineage, seed: int = 0):
@@ -243,13 +284,16 @@ def site_arguments(lineage: Lineage, seed: int = 0):
     info, captured = {}, []
     for site in lineage.call_sites:
         if not site.arguments:
-            raise RelaytraceError(f"the lineage has no argument shapes for {site.label} (made before relaytrace "
-                                  "recorded them): rebuild it")
+            raise RelaytraceError(
+                f"the lineage has no argument shapes for {site.label} (made before relaytrace "
+                "recorded them): rebuild it"
+            )
         open_dims = [shape for shape, _ in site.arguments if any(not isinstance(d, int) for d in shape)]
         if open_dims:
             raise RelaytraceError(
                 f"{site.label} takes arguments whose shapes are known only at run time {open_dims[0]}: only a run "
-                "sizes them; profile a build with static shapes, or on a machine that runs its target")
+                "sizes them; profile a build with static shapes, or on a machine that runs its target"
+            )
         arrays = [_values(rng, shape, dtype, site.label) for shape, dtype in site.arguments]
         info[site.key] = ArgInfo(tuple(s for s, _ in site.arguments), tuple(d for _, d in site.arguments))
         captured.append((site.kernel, site.call, arrays))
@@ -265,17 +309,35 @@ def _values(rng, shape, dtype: str, where: str) -> np.ndarray:
     return np.zeros(shape, dtype) if kind in "iub" else rng.standard_normal(shape).astype(dtype)
 
 
-def _profile(lineage, entry, arrays, device: str, mode, repeat, records, arg_info, e2e_s, remote: str = "",
-             arguments: str = LOCAL_RUN) -> Profile:
+def _profile(
+    lineage,
+    entry,
+    arrays,
+    device: str,
+    mode,
+    repeat,
+    records,
+    arg_info,
+    e2e_s,
+    remote: str = "",
+    arguments: str = LOCAL_RUN,
+) -> Profile:
     params = lineage.build.params.get(entry)
     tensors = signature(params) if params else lineage.build.entries.get(entry) or ()
     arrays = [a for value in arrays for a in (value if isinstance(value, list) else [value])]
     return Profile(
-        model=lineage.build.model, target=lineage.build.target, device=device, mode=mode, repeat=repeat,
-        records=tuple(records), args={site.in_entry: a for site, a in arg_info.items()},
-        e2e_us=tuple(t * 1e6 for t in e2e_s), entry=entry,
+        model=lineage.build.model,
+        target=lineage.build.target,
+        device=device,
+        mode=mode,
+        repeat=repeat,
+        records=tuple(records),
+        args={site.in_entry: a for site, a in arg_info.items()},
+        e2e_us=tuple(t * 1e6 for t in e2e_s),
+        entry=entry,
         inputs=tuple((name, tuple(a.shape), str(a.dtype)) for (name, _, _), a in zip(tensors, arrays)),
-        remote=remote, arguments=arguments,
+        remote=remote,
+        arguments=arguments,
     )
 
 
@@ -295,20 +357,25 @@ def check_inputs(lineage: Lineage, inputs, entry: str | None = None) -> list:
             bind(lineage.build.entries[entry], [(tuple(a.shape), str(a.dtype)) for a in arrays], what)
         return arrays
     if len(inputs) != len(params):
-        raise RelaytraceError(f"{what} takes {len(params)} input(s) ({', '.join(_said(p) for p in params)}), "
-                              f"got {len(inputs)}")
+        raise RelaytraceError(
+            f"{what} takes {len(params)} input(s) ({', '.join(_said(p) for p in params)}), got {len(inputs)}"
+        )
     flat = []
     for param, value in zip(params, inputs):
         if param.kind == ParamKind.TUPLE:
             if not isinstance(value, (list, tuple)) or len(value) != len(param.tensors):
-                raise RelaytraceError(f"{what}: {param.name} is a tuple of {len(param.tensors)} tensors: give it as "
-                                      f"a list of {len(param.tensors)} arrays")
+                raise RelaytraceError(
+                    f"{what}: {param.name} is a tuple of {len(param.tensors)} tensors: give it as "
+                    f"a list of {len(param.tensors)} arrays"
+                )
             flat.extend(_array(v) for v in value)
         elif param.kind == ParamKind.TENSOR:
             flat.append(_array(value))
         else:
-            raise RelaytraceError(f"{what}: {param.name} is a {param.kind}, which relaytrace cannot give it; an entry "
-                                  "that takes a KV cache is profiled as served (profile(..., entry=...) makes it)")
+            raise RelaytraceError(
+                f"{what}: {param.name} is a {param.kind}, which relaytrace cannot give it; an entry "
+                "that takes a KV cache is profiled as served (profile(..., entry=...) makes it)"
+            )
     bind(signature(params), [(tuple(a.shape), str(a.dtype)) for a in flat], what)
     return grouped(params, flat)
 
@@ -318,14 +385,18 @@ def _array(value) -> np.ndarray:
 
 
 def _said(param) -> str:
-    return f"{param.name}: a tuple of {len(param.tensors)} tensors" if param.kind == ParamKind.TUPLE else \
-        f"{param.name}: a {param.kind}"
+    return (
+        f"{param.name}: a tuple of {len(param.tensors)} tensors"
+        if param.kind == ParamKind.TUPLE
+        else f"{param.name}: a {param.kind}"
+    )
 
 
 def _on_device(value, device):
     """An input on ``device``: a tensor, or a tuple parameter's list of them."""
-    return [tvm.runtime.tensor(v, device) for v in value] if isinstance(value, list) else \
-        tvm.runtime.tensor(value, device)
+    return (
+        [tvm.runtime.tensor(v, device) for v in value] if isinstance(value, list) else tvm.runtime.tensor(value, device)
+    )
 
 
 def _kernel_library(executable, lineage: Lineage):
@@ -373,14 +444,17 @@ def _timeline_run(vm, call, run: int, lineage, device, skip: frozenset, server=N
     """One timeline run (``runner.timeline_run``) as records; a ``server``'s KV-cache
     kernels are records of their own."""
     cache = frozenset(lineage.build.kv_cache.kernels) if server is not None and lineage.build.kv_cache else frozenset()
-    return _records(runner.timeline_run(vm.set_instrument, call, device.sync, run, lineage.kernels, skip, cache,
-                                        server))
+    return _records(
+        runner.timeline_run(vm.set_instrument, call, device.sync, run, lineage.kernels, skip, cache, server)
+    )
 
 
 def _records(rows) -> list[CallRecord]:
     """``runner``'s rows as ``CallRecord``s."""
-    return [CallRecord(name, k, run, start, duration, CallKind(kind), within)
-            for name, k, run, start, duration, kind, within in rows]
+    return [
+        CallRecord(name, k, run, start, duration, CallKind(kind), within)
+        for name, k, run, start, duration, kind, within in rows
+    ]
 
 
 def _isolated(library, captured, device, repeat, number, say, externals=None) -> list[CallRecord]:

@@ -29,11 +29,25 @@ def chrome_trace(report) -> dict:
     lanes = ((1, "kernels"), (2, "VM builtins")) + (((3, "KV-cache kernels"),) if billed else ())
     events = []
     for run in range(profile.runs):
-        events.append({"name": "process_name", "ph": "M", "pid": run + 1, "tid": 0,
-                       "args": {"name": f"{lineage.build.model}.{profile.entry} run {run} ({profile.mode})"}})
+        events.append(
+            {
+                "name": "process_name",
+                "ph": "M",
+                "pid": run + 1,
+                "tid": 0,
+                "args": {"name": f"{lineage.build.model}.{profile.entry} run {run} ({profile.mode})"},
+            }
+        )
         for tid, label in lanes:
-            events.append({"name": "thread_name", "ph": "M", "pid": run + 1, "tid": tid,
-                           "args": {"name": f"{profile.entry} {label}"}})
+            events.append(
+                {
+                    "name": "thread_name",
+                    "ph": "M",
+                    "pid": run + 1,
+                    "tid": tid,
+                    "args": {"name": f"{profile.entry} {label}"},
+                }
+            )
     for r in profile.records:
         key = profile.key(r)
         arg = profile.arg(key)
@@ -43,14 +57,30 @@ def chrome_trace(report) -> dict:
             args.update(_site_args(lineage, site))
         if r.within:  # a KV-cache kernel: the builtin call it ran inside (whose slice leaves its time out)
             args.update(within=r.within, layer=billed.get(key, ""))
-        events.append({
-            "name": r.name, "cat": "library" if r.name in lineage.library_calls else r.kind, "ph": "X",
-            "ts": r.start_us, "dur": r.duration_us, "pid": r.run + 1, "tid": _LANES[r.kind], "args": args,
-        })
+        events.append(
+            {
+                "name": r.name,
+                "cat": "library" if r.name in lineage.library_calls else r.kind,
+                "ph": "X",
+                "ts": r.start_us,
+                "dur": r.duration_us,
+                "pid": r.run + 1,
+                "tid": _LANES[r.kind],
+                "args": args,
+            }
+        )
     events.extend(_flows(lineage, profile, sites))
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"model": lineage.build.model, "entry": profile.entry, "target": lineage.build.target,
-                          "device": profile.device, "policy": report.policy}}
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "model": lineage.build.model,
+            "entry": profile.entry,
+            "target": lineage.build.target,
+            "device": profile.device,
+            "policy": report.policy,
+        },
+    }
 
 
 def _site_args(lineage, site) -> dict:
@@ -61,8 +91,7 @@ def _site_args(lineage, site) -> dict:
         "layer": anchor,
         "module": " / ".join(module_prefix(anchor, d) for d in range(1, depth + 1)),
         "origins": {role.origin: role.role for role in site.roles},
-        "source": list(dict.fromkeys(lineage.origins[o].source for o in site.origin_ids
-                                     if lineage.origins[o].source)),
+        "source": list(dict.fromkeys(lineage.origins[o].source for o in site.origin_ids if lineage.origins[o].source)),
     }
 
 
@@ -79,11 +108,11 @@ def _flows(lineage, profile, sites) -> list[dict]:
         site = sites.get(profile.key(r))
         if site is None:
             continue
-        served = {x for o in site.origin_ids if lineage.origins[o].kind == INSERTED
-                  for x in lineage.origins[o].serves}
+        served = {x for o in site.origin_ids if lineage.origins[o].kind == INSERTED for x in lineage.origins[o].serves}
         targets = set().union(*(runs_op.get(x, set()) for x in served)) - {site.key}
-        later = next((t for t in islice(kernel_calls, i + 1, None) if t.run == r.run and profile.key(t) in targets),
-                     None)
+        later = next(
+            (t for t in islice(kernel_calls, i + 1, None) if t.run == r.run and profile.key(t) in targets), None
+        )
         if later is None:
             continue
         flow += 1

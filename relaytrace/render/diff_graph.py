@@ -54,9 +54,13 @@ def error_graph(lineage, comparison):
         step = sum(ratio >= limit for limit in (0.01, 0.1, 1, 10))
         return text, {"fillcolor": _ERROR[step], "fontcolor": "white" if step >= 3 else "black"}
 
-    return _layers(lineage, "errors",
-                   f"{lineage.build.model}: each layer's output against the reference (atol {comparison.atol:g}, rtol "
-                   f"{comparison.rtol:g}; darker: closer to the tolerance; red: beyond)", describe)
+    return _layers(
+        lineage,
+        "errors",
+        f"{lineage.build.model}: each layer's output against the reference (atol {comparison.atol:g}, rtol "
+        f"{comparison.rtol:g}; darker: closer to the tolerance; red: beyond)",
+        describe,
+    )
 
 
 def _layers(lineage, name: str, title: str, describe):
@@ -64,9 +68,11 @@ def _layers(lineage, name: str, title: str, describe):
     and the dataflow edges between layers; labels through ``graphviz._label``."""
     layer_of = attribution.layer_of_ops(lineage)
     node = _node_names(dict.fromkeys(layer_of.values()))
-    g = graphviz.Digraph(name, graph_attr={"label": _label(title), "labelloc": "t", "fontname": "Helvetica"},
-                         node_attr={"shape": "box", "style": "rounded,filled", "fontname": "Helvetica",
-                                    "fontsize": "10"})
+    g = graphviz.Digraph(
+        name,
+        graph_attr={"label": _label(title), "labelloc": "t", "fontname": "Helvetica"},
+        node_attr={"shape": "box", "style": "rounded,filled", "fontname": "Helvetica", "fontsize": "10"},
+    )
     for layer, dot_name in node.items():
         text, attrs = describe(layer)
         g.node(dot_name, _label(layer, text), **attrs)
@@ -81,7 +87,8 @@ def _legend(graph) -> None:
     with graph.subgraph(name="cluster_legend") as legend:
         legend.attr(label="B / A (green: B faster)", fontsize="10", style="rounded")
         for i, ratio in enumerate(ratios):
-            legend.node(f"legend{i}", "no time on a side" if ratio is None else f"x{ratio:.2f}", fontsize="9",
-                        **_fill(ratio))
+            legend.node(
+                f"legend{i}", "no time on a side" if ratio is None else f"x{ratio:.2f}", fontsize="9", **_fill(ratio)
+            )
             if i:
                 legend.edge(f"legend{i - 1}", f"legend{i}", style="invis")

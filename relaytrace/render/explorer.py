@@ -75,15 +75,21 @@ def node_data(report) -> dict[str, dict]:
 
     name = f"{lineage.build.model}.{report.profile.entry}"
     return {
-        FILES[0]: {"name": f"{name}: time (us per run, billed by the {report.policy} policy)",
-                   "results": {n: {"value": round(us, 3)} for n, us in time.items()},
-                   "gradient": _GRADIENT},
-        FILES[1]: {"name": f"{name}: kernel call sites",
-                   "results": {n: {"value": " ".join(s)} for n, s in sites.items() if s}},
+        FILES[0]: {
+            "name": f"{name}: time (us per run, billed by the {report.policy} policy)",
+            "results": {n: {"value": round(us, 3)} for n, us in time.items()},
+            "gradient": _GRADIENT,
+        },
+        FILES[1]: {
+            "name": f"{name}: kernel call sites",
+            "results": {n: {"value": " ".join(s)} for n, s in sites.items() if s},
+        },
         FILES[2]: {"name": f"{name}: category", "results": {n: {"value": category(n)} for n in time}},
-        FILES[3]: {"name": f"{name}: roofline efficiency (% of the lower bound's speed)",
-                   "results": {n: {"value": round(100 * e, 2)} for n, e in _efficiency(report, node_of).items()},
-                   "gradient": _GRADIENT[::-1]},
+        FILES[3]: {
+            "name": f"{name}: roofline efficiency (% of the lower bound's speed)",
+            "results": {n: {"value": round(100 * e, 2)} for n, e in _efficiency(report, node_of).items()},
+            "gradient": _GRADIENT[::-1],
+        },
     }
 
 
@@ -91,8 +97,9 @@ def _efficiency(report, node_of: dict[str, str]) -> dict[str, float]:
     """node -> its layer's roofline efficiency, for layers that have one."""
     roofs = {r.name: r.efficiency for r in report.roofline.layers if r.efficiency is not None}
     lineage = report.lineage
-    return {node: roofs[lineage.origins[oid].layer] for oid, node in node_of.items()
-            if lineage.origins[oid].layer in roofs}
+    return {
+        node: roofs[lineage.origins[oid].layer] for oid, node in node_of.items() if lineage.origins[oid].layer in roofs
+    }
 
 
 def _served_node(lineage, share, node_of) -> str:

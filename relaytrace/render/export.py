@@ -8,9 +8,22 @@ import io
 from ..model.codec import encode
 from .safe_text import csv_cell
 
-ROOF_COLUMNS = ["flops", "useful_flops", "executed_over_useful", "excess", "transcendentals", "bytes", "gflops_per_s",
-                "model_gflops_per_s", "gbytes_per_s", "flops_per_byte", "bound_us", "bound_by", "efficiency",
-                "above_bound_us"]
+ROOF_COLUMNS = [
+    "flops",
+    "useful_flops",
+    "executed_over_useful",
+    "excess",
+    "transcendentals",
+    "bytes",
+    "gflops_per_s",
+    "model_gflops_per_s",
+    "gbytes_per_s",
+    "flops_per_byte",
+    "bound_us",
+    "bound_by",
+    "efficiency",
+    "above_bound_us",
+]
 
 
 def roof_cells(roof) -> list[str]:
@@ -24,11 +37,22 @@ def roof_cells(roof) -> list[str]:
     def number(value, digits=".6g"):
         return "" if value is None else format(value, digits)
 
-    return [number(roof.flops, ".0f"), number(roof.useful, ".0f"), number(roof.executed_ratio, ".4g"),
-            "; ".join(roof.excess), number(roof.transcendentals, ".0f"), number(roof.bytes, ".0f"),
-            number(roof.gflops_s), number(roof.model_gflops_s), number(roof.gbytes_s), number(roof.intensity),
-            number(roof.bound_us, ".3f"),
-            roof.bound_by or "", number(roof.efficiency, ".4f"), number(roof.wasted_us, ".3f")]
+    return [
+        number(roof.flops, ".0f"),
+        number(roof.useful, ".0f"),
+        number(roof.executed_ratio, ".4g"),
+        "; ".join(roof.excess),
+        number(roof.transcendentals, ".0f"),
+        number(roof.bytes, ".0f"),
+        number(roof.gflops_s),
+        number(roof.model_gflops_s),
+        number(roof.gbytes_s),
+        number(roof.intensity),
+        number(roof.bound_us, ".3f"),
+        roof.bound_by or "",
+        number(roof.efficiency, ".4f"),
+        number(roof.wasted_us, ".3f"),
+    ]
 
 
 def layers_csv(report) -> str:
@@ -40,11 +64,39 @@ def layers_csv(report) -> str:
     rows, sources = report.layers, report.lineage.sources()
     roofs = {r.name: r for r in report.roofline.layers}
     precision = report.precision
-    return csv_text(["layer", "time_us", "percent", "compute_us", "inserted_us", "ops", "kernel_calls", "verification",
-                 "source", *ROOF_COLUMNS, "precision", "policy"],
-                [[r.layer, f"{r.us:.3f}", f"{r.percent:.4f}", f"{r.compute_us:.3f}", f"{r.inserted_us:.3f}",
-                  " ".join(r.ops), " ".join(r.kernels), r.status, " ".join(sources.get(r.layer, ())),
-                  *roof_cells(roofs.get(r.layer)), _dtype(precision.layer(r.layer)), report.policy] for r in rows])
+    return csv_text(
+        [
+            "layer",
+            "time_us",
+            "percent",
+            "compute_us",
+            "inserted_us",
+            "ops",
+            "kernel_calls",
+            "verification",
+            "source",
+            *ROOF_COLUMNS,
+            "precision",
+            "policy",
+        ],
+        [
+            [
+                r.layer,
+                f"{r.us:.3f}",
+                f"{r.percent:.4f}",
+                f"{r.compute_us:.3f}",
+                f"{r.inserted_us:.3f}",
+                " ".join(r.ops),
+                " ".join(r.kernels),
+                r.status,
+                " ".join(sources.get(r.layer, ())),
+                *roof_cells(roofs.get(r.layer)),
+                _dtype(precision.layer(r.layer)),
+                report.policy,
+            ]
+            for r in rows
+        ],
+    )
 
 
 def _dtype(layer) -> str:
@@ -59,11 +111,43 @@ def kernels_csv(report) -> str:
     TVM compiled; every cell through ``safe_text.csv_cell``."""
     rows = report.kernels
     roofs = {r.name: r for r in report.roofline.kernels}
-    return csv_text(["name", "duration_us", "percent", "count", "device", "argument_shapes", "layers", "verification",
-                 "tuned", "min_us", "max_us", *ROOF_COLUMNS, "precision", "library"],
-                [[r.name, f"{r.us:.3f}", f"{r.percent:.4f}", r.count, r.device, r.shapes, " ".join(r.layers),
-                  r.status, "yes" if r.tuned else "", f"{r.min_us:.3f}", f"{r.max_us:.3f}",
-                  *roof_cells(roofs.get(r.name)), report.precision.kernel_dtype(r.name), r.library] for r in rows])
+    return csv_text(
+        [
+            "name",
+            "duration_us",
+            "percent",
+            "count",
+            "device",
+            "argument_shapes",
+            "layers",
+            "verification",
+            "tuned",
+            "min_us",
+            "max_us",
+            *ROOF_COLUMNS,
+            "precision",
+            "library",
+        ],
+        [
+            [
+                r.name,
+                f"{r.us:.3f}",
+                f"{r.percent:.4f}",
+                r.count,
+                r.device,
+                r.shapes,
+                " ".join(r.layers),
+                r.status,
+                "yes" if r.tuned else "",
+                f"{r.min_us:.3f}",
+                f"{r.max_us:.3f}",
+                *roof_cells(roofs.get(r.name)),
+                report.precision.kernel_dtype(r.name),
+                r.library,
+            ]
+            for r in rows
+        ],
+    )
 
 
 def comparison_csv(comparison) -> str:
@@ -92,24 +176,52 @@ def attribution_json(report, depth: int = 1) -> dict:
     return {
         "model": lineage.build.model,
         "policy": report.policy,
-        "summary": {"kernel_us": profile.kernel_us, "builtin_us": profile.builtin_us,
-                    "e2e_median_us": profile.e2e_median_us, "gap_us": profile.gap_us},
+        "summary": {
+            "kernel_us": profile.kernel_us,
+            "builtin_us": profile.builtin_us,
+            "e2e_median_us": profile.e2e_median_us,
+            "gap_us": profile.gap_us,
+        },
         "categories": {name: us for name, us, _ in cats.rows()},
         "verification": {"suspect_us": cats.suspect_us, "unverified_us": cats.unverified_us},
         "library_us": cats.library_us,
         "inserted_by_layer": dict(cats.inserted_by_layer),
-        "layers": [{"layer": r.layer, "us": r.us, "percent": r.percent, "compute_us": r.compute_us,
-                    "inserted_us": r.inserted_us, "ops": r.ops, "kernel_calls": r.kernels,
-                    "verification": r.status} for r in report.layers],
+        "layers": [
+            {
+                "layer": r.layer,
+                "us": r.us,
+                "percent": r.percent,
+                "compute_us": r.compute_us,
+                "inserted_us": r.inserted_us,
+                "ops": r.ops,
+                "kernel_calls": r.kernels,
+                "verification": r.status,
+            }
+            for r in report.layers
+        ],
         "modules": [{"module": k, "us": us, "percent": p} for k, us, p in report.modules(depth)],
-        "op_types": [{"op": r.op, "us": r.us, "percent": r.percent, "count": r.count, "layers": r.layers}
-                     for r in report.op_types],
-        "kernels": [{"name": r.name, "us": r.us, "percent": r.percent, "count": r.count, "device": r.device,
-                     "argument_shapes": r.shapes, "layers": r.layers, "verification": r.status,
-                     "library": r.library} for r in report.kernels],
-        "roofline": {"peaks": None if report.roofline.peaks is None else encode(report.roofline.peaks),
-                     "layers": [{"layer": r.name, **dict(zip(ROOF_COLUMNS, roof_cells(r)))}
-                                for r in report.roofline.layers]},
+        "op_types": [
+            {"op": r.op, "us": r.us, "percent": r.percent, "count": r.count, "layers": r.layers}
+            for r in report.op_types
+        ],
+        "kernels": [
+            {
+                "name": r.name,
+                "us": r.us,
+                "percent": r.percent,
+                "count": r.count,
+                "device": r.device,
+                "argument_shapes": r.shapes,
+                "layers": r.layers,
+                "verification": r.status,
+                "library": r.library,
+            }
+            for r in report.kernels
+        ],
+        "roofline": {
+            "peaks": None if report.roofline.peaks is None else encode(report.roofline.peaks),
+            "layers": [{"layer": r.name, **dict(zip(ROOF_COLUMNS, roof_cells(r)))} for r in report.roofline.layers],
+        },
         "precision": precision_json(report.precision),
     }
 
@@ -119,16 +231,49 @@ def precision_json(precision) -> dict:
     to the layer it serves), each layer's dtypes and, in a float16 build, whether it is
     left in float32 and why; each call site's dtypes."""
     return {
-        "build": precision.build, "mixed": precision.mixed,
+        "build": precision.build,
+        "mixed": precision.mixed,
         "by_dtype": [{"dtype": d, "us": us, "percent": p} for d, us, p in precision.by_dtype],
-        "cast_us": precision.cast_us, "cast_percent": precision.cast_percent, "folded_casts": list(precision.folded),
-        "casts": [{"origin": c.origin, "layer": c.layer, "serves": list(c.serves), "inserted_by": c.by,
-                   "from": c.source, "to": c.target, "sites": list(c.sites), "fused": c.fused, "us": c.us}
-                  for c in precision.casts],
-        "layers": [{"layer": r.layer, "precision": r.dtype, "compute": list(r.compute), "inputs": list(r.inputs),
-                    "accumulate": list(r.accumulate), "us": r.us, "cast_us": r.cast_us, "float32": r.float32,
-                    "why": r.why} for r in precision.layers],
-        "sites": [{"site": s.label, "compute": s.dtypes.compute, "accumulate": s.dtypes.accumulate,
-                   "inputs": list(s.dtypes.inputs), "storage": s.dtypes.storage, "casts_only": s.casts_only}
-                  for s in precision.sites.values()],
+        "cast_us": precision.cast_us,
+        "cast_percent": precision.cast_percent,
+        "folded_casts": list(precision.folded),
+        "casts": [
+            {
+                "origin": c.origin,
+                "layer": c.layer,
+                "serves": list(c.serves),
+                "inserted_by": c.by,
+                "from": c.source,
+                "to": c.target,
+                "sites": list(c.sites),
+                "fused": c.fused,
+                "us": c.us,
+            }
+            for c in precision.casts
+        ],
+        "layers": [
+            {
+                "layer": r.layer,
+                "precision": r.dtype,
+                "compute": list(r.compute),
+                "inputs": list(r.inputs),
+                "accumulate": list(r.accumulate),
+                "us": r.us,
+                "cast_us": r.cast_us,
+                "float32": r.float32,
+                "why": r.why,
+            }
+            for r in precision.layers
+        ],
+        "sites": [
+            {
+                "site": s.label,
+                "compute": s.dtypes.compute,
+                "accumulate": s.dtypes.accumulate,
+                "inputs": list(s.dtypes.inputs),
+                "storage": s.dtypes.storage,
+                "casts_only": s.casts_only,
+            }
+            for s in precision.sites.values()
+        ],
     }

@@ -74,8 +74,14 @@ def _legend(graph, hottest_us: float, policy: str | None = None) -> None:
         for i in range(len(_SCALE)):
             name = f"legend{i}"
             pct = int(100 * i / (len(_SCALE) - 1))
-            legend.node(name, f"{pct}% ({hottest_us * i / (len(_SCALE) - 1) / 1e3:.2f} ms)",
-                        shape="box", style="filled", fontsize="9", **_fill(i / (len(_SCALE) - 1)))
+            legend.node(
+                name,
+                f"{pct}% ({hottest_us * i / (len(_SCALE) - 1) / 1e3:.2f} ms)",
+                shape="box",
+                style="filled",
+                fontsize="9",
+                **_fill(i / (len(_SCALE) - 1)),
+            )
             if previous:
                 legend.edge(previous, name, style="invis")
             previous = name
@@ -108,8 +114,10 @@ def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
     note: tuple[str, ...] = ()
     if collapse is None and default_collapse(lineage):
         collapse = default_collapse(lineage)
-        note = (f"(grouped by module depth {collapse}: the model has more than {MAX_OPS} ops; "
-                f"render --collapse N for another depth, 0 for every op)",)
+        note = (
+            f"(grouped by module depth {collapse}: the model has more than {MAX_OPS} ops; "
+            f"render --collapse N for another depth, 0 for every op)",
+        )
     if collapse:
         return _collapsed_graph(lineage, report, collapse, note)
     site_us = _site_times(report)
@@ -117,27 +125,52 @@ def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
     total = sum(site_us.values()) or 1.0
     hottest = max(op_us.values(), default=0.0) or 1.0
     builtin = {o: b.name for b in lineage.builtins for o in b.origins}
-    g = graphviz.Digraph("layers", graph_attr={"rankdir": "TB", "fontname": "Helvetica", "fontsize": "11",
-                                               "label": _label(f"{lineage.build.model}: layers and kernels"),
-                                               "labelloc": "t"},
-                         node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
-                                    "style": "rounded,filled", "fillcolor": "white"})
+    g = graphviz.Digraph(
+        "layers",
+        graph_attr={
+            "rankdir": "TB",
+            "fontname": "Helvetica",
+            "fontsize": "11",
+            "label": _label(f"{lineage.build.model}: layers and kernels"),
+            "labelloc": "t",
+        },
+        node_attr={
+            "fontname": "Helvetica",
+            "fontsize": "10",
+            "shape": "box",
+            "style": "rounded,filled",
+            "fillcolor": "white",
+        },
+    )
     placed: set[str] = set()
     node = _node_names(lineage.origins)
     for site in lineage.call_sites:
         us = site_us.get(site.label)
         timing = (f"{us / 1e3:.3f} ms ({100 * us / total:.1f}%)",) if us is not None else ()
         with g.subgraph(name=f"cluster_{site.position}") as cluster:
-            cluster.attr(label=_label(site.label, *timing), style="rounded", color="#4a6fa5", fontsize="10",
-                         id=_label(f"site:{site.label}"))
+            cluster.attr(
+                label=_label(site.label, *timing),
+                style="rounded",
+                color="#4a6fa5",
+                fontsize="10",
+                id=_label(f"site:{site.label}"),
+            )
             for oid in site.origin_ids:
                 if oid not in placed:
                     placed.add(oid)
                     _origin_node(cluster, node[oid], lineage.origins[oid], op_us, hottest, report is not None)
     for origin in lineage.origins.values():
         if origin.id not in placed and (origin.kind == OP or origin.id in lineage.journal.eliminated_by):
-            _origin_node(g, node[origin.id], origin, op_us, hottest, report is not None,
-                         eliminated=lineage.journal.eliminated_by.get(origin.id), builtin=builtin.get(origin.id))
+            _origin_node(
+                g,
+                node[origin.id],
+                origin,
+                op_us,
+                hottest,
+                report is not None,
+                eliminated=lineage.journal.eliminated_by.get(origin.id),
+                builtin=builtin.get(origin.id),
+            )
             placed.add(origin.id)
     for a, b in lineage.edges:
         if a in placed and b in placed:
@@ -157,8 +190,9 @@ def _node_names(items) -> dict[str, str]:
     return {name: f"n{i}" for i, name in enumerate(items)}
 
 
-def _origin_node(graph, name, origin, op_us, hottest, timed: bool, eliminated: str | None = None,
-                 builtin: str | None = None) -> None:
+def _origin_node(
+    graph, name, origin, op_us, hottest, timed: bool, eliminated: str | None = None, builtin: str | None = None
+) -> None:
     label = [origin.layer, f"{origin.short_op} {_shape(origin)}"]
     attrs = {"id": _label(f"origin:{origin.id}"), "tooltip": _label(origin.id)}
     if eliminated:
@@ -192,16 +226,32 @@ def _collapsed_graph(lineage, report, depth, note: tuple[str, ...] = ()):
         for oid in site.origin_ids:
             if oid in group_of:
                 kernels[group_of[oid]].add(site.kernel)
-    g = graphviz.Digraph("layers", graph_attr={"rankdir": "TB", "labelloc": "t", "fontname": "Helvetica",
-                                               "label": _label(f"{lineage.build.model} (depth {depth})", *note)},
-                         node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
-                                    "style": "rounded,filled", "fillcolor": "white"})
+    g = graphviz.Digraph(
+        "layers",
+        graph_attr={
+            "rankdir": "TB",
+            "labelloc": "t",
+            "fontname": "Helvetica",
+            "label": _label(f"{lineage.build.model} (depth {depth})", *note),
+        },
+        node_attr={
+            "fontname": "Helvetica",
+            "fontsize": "10",
+            "shape": "box",
+            "style": "rounded,filled",
+            "fillcolor": "white",
+        },
+    )
     node = _node_names(dict.fromkeys(group_of.values()))
     for group in node:
         us = group_us.get(group)
         timing = (f"{us / 1e3:.3f} ms",) if us is not None else ()
-        g.node(node[group], _label(group, f"{len(members[group])} layers, {len(kernels[group])} kernels", *timing),
-               id=_label(f"group:{group}"), **(_fill(us / hottest) if us is not None else {}))
+        g.node(
+            node[group],
+            _label(group, f"{len(members[group])} layers, {len(kernels[group])} kernels", *timing),
+            id=_label(f"group:{group}"),
+            **(_fill(us / hottest) if us is not None else {}),
+        )
     for a, b in attribution.edges_between(lineage, group_of):
         g.edge(node[a], node[b])
     if report is not None:
@@ -215,11 +265,22 @@ def kernel_graph(lineage: Lineage, report=None):
     site_us = _site_times(report)
     hottest = max(site_us.values(), default=0.0) or 1.0
     total = sum(site_us.values()) or 1.0
-    g = graphviz.Digraph("kernels",
-                         graph_attr={"rankdir": "TB", "label": _label(f"{lineage.build.model}: kernel call sites"),
-                                     "labelloc": "t", "fontname": "Helvetica"},
-                         node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box",
-                                    "style": "rounded,filled", "fillcolor": "white"})
+    g = graphviz.Digraph(
+        "kernels",
+        graph_attr={
+            "rankdir": "TB",
+            "label": _label(f"{lineage.build.model}: kernel call sites"),
+            "labelloc": "t",
+            "fontname": "Helvetica",
+        },
+        node_attr={
+            "fontname": "Helvetica",
+            "fontsize": "10",
+            "shape": "box",
+            "style": "rounded,filled",
+            "fillcolor": "white",
+        },
+    )
     by_position = {}
     node = _node_names(s.label for s in lineage.call_sites)
     for site in lineage.call_sites:
@@ -229,9 +290,13 @@ def kernel_graph(lineage: Lineage, report=None):
         us = site_us.get(site.label)
         timing = (f"{us / 1e3:.3f} ms ({100 * us / total:.1f}%)",) if us is not None else ()
         library = (f"library {site.library}",) if site.library else ()
-        g.node(node[site.label], _label(site.label, *library, shown, *timing), id=_label(f"site:{site.label}"),
-               **(_fill(us / hottest) if us is not None else {}),
-               **({"style": "rounded,filled,dashed"} if library else {}))
+        g.node(
+            node[site.label],
+            _label(site.label, *library, shown, *timing),
+            id=_label(f"site:{site.label}"),
+            **(_fill(us / hottest) if us is not None else {}),
+            **({"style": "rounded,filled,dashed"} if library else {}),
+        )
     for a, b in lineage.site_edges:
         g.edge(node[by_position[a].label], node[by_position[b].label])
     if report is not None:

@@ -11,8 +11,20 @@ from .export import csv_text
 from .safe_text import terminal
 from .table import format_table
 
-CSV_HEADERS = ["kind", "name", "bytes", "shape", "dtype", "site", "layer", "first_step", "last_step", "first_site",
-               "last_site", "live_at_peak"]
+CSV_HEADERS = [
+    "kind",
+    "name",
+    "bytes",
+    "shape",
+    "dtype",
+    "site",
+    "layer",
+    "first_step",
+    "last_step",
+    "first_site",
+    "last_site",
+    "live_at_peak",
+]
 
 
 def size(n: float) -> str:
@@ -39,15 +51,25 @@ def memory_line(memory) -> str:
     if not memory.known:
         return f"memory ({terminal(memory.entry)}): not known at these sizes: {memory.why}"
     tvm = next((c.verdict for c in memory.checks if c.against == TVM_SAYS), None)
-    agrees = ("; TVM's own estimate agrees" if tvm == Verdict.AGREES else
-              "; TVM's own estimate differs (relaytrace memory DIR)" if tvm == Verdict.DIFFERS else "")
+    agrees = (
+        "; TVM's own estimate agrees"
+        if tvm == Verdict.AGREES
+        else "; TVM's own estimate differs (relaytrace memory DIR)"
+        if tvm == Verdict.DIFFERS
+        else ""
+    )
     where = f" at {terminal(memory.peak_site)}" if memory.peak_site else ""
-    cache = (f"; KV cache {size(memory.kv_cache)} ({len(memory.kv_pages)} page tensors of "
-             f"{'x'.join(map(str, memory.kv_pages[0][0]))} {memory.kv_pages[0][1]}, as the run allocated them)"
-             if memory.kv_pages else "")
-    return (f"memory ({terminal(memory.entry)}): peak {size(memory.peak)} of activations{where}; "
-            f"{memory.blocks} planned blocks, {size(memory.planned)} in all; weights {size(memory.weights)}, "
-            f"inputs {size(memory.inputs)}{cache}{agrees}")
+    cache = (
+        f"; KV cache {size(memory.kv_cache)} ({len(memory.kv_pages)} page tensors of "
+        f"{'x'.join(map(str, memory.kv_pages[0][0]))} {memory.kv_pages[0][1]}, as the run allocated them)"
+        if memory.kv_pages
+        else ""
+    )
+    return (
+        f"memory ({terminal(memory.entry)}): peak {size(memory.peak)} of activations{where}; "
+        f"{memory.blocks} planned blocks, {size(memory.planned)} in all; weights {size(memory.weights)}, "
+        f"inputs {size(memory.inputs)}{cache}{agrees}"
+    )
 
 
 def memory_summary(memory, top: int = 10) -> str:
@@ -61,17 +83,23 @@ def memory_summary(memory, top: int = 10) -> str:
         dims = ", ".join(f"{terminal(k)}={v}" for k, v in sorted(memory.dims.items()))
         lines.append(f"at {dims}; the peak as a formula: {terminal(formula(memory.peak_formula))} bytes")
     if memory.at_peak:
-        lines += ["", f"live at the peak ({terminal(memory.peak_site)}, step {memory.peak_step + 1} of "
-                  f"{len(memory.steps)}):"]
-        rows = [[v.block, size(v.bytes), _value(v), v.layer, v.site + (" (returned)" if v.returned else ""),
-                 v.sized_for] for v in memory.at_peak[:top]]
+        lines += [
+            "",
+            f"live at the peak ({terminal(memory.peak_site)}, step {memory.peak_step + 1} of {len(memory.steps)}):",
+        ]
+        rows = [
+            [v.block, size(v.bytes), _value(v), v.layer, v.site + (" (returned)" if v.returned else ""), v.sized_for]
+            for v in memory.at_peak[:top]
+        ]
         lines.append(format_table(["block", "bytes", "value", "layer", "written by", "block sized for"], rows))
         if len(memory.at_peak) > top:
             lines.append(f"... and {len(memory.at_peak) - top} more")
         idle = [v for v in memory.at_peak if v.idle]
         if idle:
-            lines.append(f"{len(idle)} block(s), {size(sum(v.bytes for v in idle))}, are idle at the peak: the plan "
-                         "keeps a block from its first value to its last, and these wait for their next")
+            lines.append(
+                f"{len(idle)} block(s), {size(sum(v.bytes for v in idle))}, are idle at the peak: the plan "
+                "keeps a block from its first value to its last, and these wait for their next"
+            )
     if memory.layers:
         lines += ["", f"top {top} layers by memory at the peak:"]
         rows = [[r.layer, size(r.at_peak), size(r.activations), size(r.weights)] for r in memory.layers[:top]]
@@ -100,7 +128,21 @@ def memory_csv(report) -> str:
     def site(step: int) -> str:
         return memory.steps[step] if 0 <= step < len(memory.steps) else ""
 
-    rows = [[v.kind, v.name, f"{v.bytes:.0f}", "x".join(map(str, v.shape)), v.dtype, v.site, v.layer,
-             v.first if v.first >= 0 else "", v.last if v.last >= 0 else "", site(v.first), site(v.last),
-             "yes" if v.at_peak else ""] for v in memory.lifetimes]
+    rows = [
+        [
+            v.kind,
+            v.name,
+            f"{v.bytes:.0f}",
+            "x".join(map(str, v.shape)),
+            v.dtype,
+            v.site,
+            v.layer,
+            v.first if v.first >= 0 else "",
+            v.last if v.last >= 0 else "",
+            site(v.first),
+            site(v.last),
+            "yes" if v.at_peak else "",
+        ]
+        for v in memory.lifetimes
+    ]
     return csv_text(CSV_HEADERS, rows)

@@ -25,8 +25,9 @@ import unicodedata
 # bidirectional formatting (they reorder the text shown after them: "Trojan source"),
 # line and paragraph separators (line breaks to some terminals and editors), the two
 # noncharacters XML 1.0 forbids
-_INVISIBLE = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-                       "\u2028\u2029\ufffe\uffff")
+_INVISIBLE = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029\ufffe\uffff"
+)
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")  # OWASP's CSV injection list: a cell starting so is a formula
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
@@ -88,5 +89,11 @@ def dot_text(text: str) -> str:
     ``<...>`` one). Not for record-shaped nodes (relaytrace draws none), whose labels
     would need ``{ } |`` escaped too, nor for graph or node IDs, which are no
     escStrings (relaytrace's are its own: ``n0``, ``cluster_3``)."""
-    return (terminal(text).replace("\\", "\\\\").replace("&", "&amp;").replace('"', "&quot;")
-            .replace("<", "&lt;").replace(">", "&gt;"))
+    return (
+        terminal(text)
+        .replace("\\", "\\\\")
+        .replace("&", "&amp;")
+        .replace('"', "&quot;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+    )

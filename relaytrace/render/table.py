@@ -125,10 +125,14 @@ def format_table(headers, rows, wrap: int = WRAP, width: int | None = None) -> s
     heads = [terminal(str(h)) for h in headers]
     texts = [[terminal(str(c)) for c in r] for r in rows]
     columns = range(len(heads))
-    natural = [max([len(h)] + [len(r[i]) if " " not in r[i] else min(len(r[i]), max(wrap, _rigid(r[i])))
-                                for r in texts]) for i, h in enumerate(heads)]
-    least = [max([min(len(h), max(_rigid(h), 6))] + [min(len(r[i]), max(min(_rigid(r[i]), RIGID), 8)) for r in texts])
-             for i, h in enumerate(heads)]
+    natural = [
+        max([len(h)] + [len(r[i]) if " " not in r[i] else min(len(r[i]), max(wrap, _rigid(r[i]))) for r in texts])
+        for i, h in enumerate(heads)
+    ]
+    least = [
+        max([min(len(h), max(_rigid(h), 6))] + [min(len(r[i]), max(min(_rigid(r[i]), RIGID), 8)) for r in texts])
+        for i, h in enumerate(heads)
+    ]
     budget = None if width is None else width - 2 * (len(heads) - 1)
     if budget is not None and heads:  # the row's name (a layer, a kernel) keeps up to KEY_SHARE of the width
         least[0] = max(least[0], min(natural[0], int(budget * KEY_SHARE), budget - sum(least[1:])))
@@ -170,14 +174,17 @@ def coverage_summary(lineage: Lineage, cov: Coverage | None = None) -> str:
     if lineage.inserted():
         lines.append(f"inserted by passes: {len(lineage.inserted())} ops")
     if len(lineage.build.entries) > 1 or lineage.subfunctions:
-        lines.append(f"entry functions: {_names(lineage.build.entries)}"
-                     + (f"; Relax subfunctions called: {_names(lineage.subfunctions)}"
-                        if lineage.subfunctions else ""))
+        lines.append(
+            f"entry functions: {_names(lineage.build.entries)}"
+            + (f"; Relax subfunctions called: {_names(lineage.subfunctions)}" if lineage.subfunctions else "")
+        )
     build = lineage.build
     if build.kv_cache is not None:
-        lines.append(f"KV cache made by {terminal(build.kv_cache.entry)}: {len(build.kv_cache.kernels)} kernels that "
-                     "run inside its builtins, not at call sites of their own; a profile of an entry that takes it "
-                     "times them and bills each to the attention layer whose builtin ran it")
+        lines.append(
+            f"KV cache made by {terminal(build.kv_cache.entry)}: {len(build.kv_cache.kernels)} kernels that "
+            "run inside its builtins, not at call sites of their own; a profile of an entry that takes it "
+            "times them and bills each to the attention layer whose builtin ran it"
+        )
     if build.tuned or build.options.database:
         lines.append(f"tuned schedules (MetaSchedule database): {len(build.tuned)} of {len(lineage.kernels)} kernels")
     lines.append(f"verified against the compiled IR: {cov.verified_sites} of {cov.call_sites} call sites")
@@ -187,15 +194,19 @@ def coverage_summary(lineage: Lineage, cov: Coverage | None = None) -> str:
     by_layer = lineage.verification.by_layer() if lineage.verification is not None else {}
     for word, layers in (("SUSPECT LAYERS", cov.suspect_layers), ("UNVERIFIED LAYERS", cov.unverified_layers)):
         if layers:
-            lines.append(f"{word}: {len(layers)} ({_names(layers, 5)}{', ...' if len(layers) > 5 else ''}); "
-                         f"{terminal(layers[0])}: {terminal(by_layer[layers[0]].reasons[0])}")
+            lines.append(
+                f"{word}: {len(layers)} ({_names(layers, 5)}{', ...' if len(layers) > 5 else ''}); "
+                f"{terminal(layers[0])}: {terminal(by_layer[layers[0]].reasons[0])}"
+            )
     checks = lineage.site_checks()
     by_label = {site.label: checks[site.position] for site in lineage.call_sites}
     for word, labels in (("SUSPECT", cov.suspect), ("UNVERIFIED", cov.unverified)):
         if labels:
             first = by_label[labels[0]]
-            lines.append(f"{word}: {len(labels)} call sites ({_names(labels, 5)}"
-                         f"{', ...' if len(labels) > 5 else ''}); {terminal(labels[0])}: {terminal(first.reasons[0])}")
+            lines.append(
+                f"{word}: {len(labels)} call sites ({_names(labels, 5)}"
+                f"{', ...' if len(labels) > 5 else ''}); {terminal(labels[0])}: {terminal(first.reasons[0])}"
+            )
     for problem in cov.problems[:5]:
         lines.append(f"SUSPECT LINEAGE: {terminal(problem)}")
     if cov.unresolved:
@@ -216,15 +227,27 @@ def layer_table(rows, top: int | None = None) -> str:
     shown = rows[:top] if top else rows
     return format_table(
         ["layer", "time (ms)", "%", "inserted (ms)", "ops", "kernel calls", "verification"],
-        [[r.layer, _ms(r.us), f"{r.percent:.2f}", _ms(r.inserted_us), ", ".join(r.ops), ", ".join(r.kernels),
-          r.status] for r in shown],
+        [
+            [
+                r.layer,
+                _ms(r.us),
+                f"{r.percent:.2f}",
+                _ms(r.inserted_us),
+                ", ".join(r.ops),
+                ", ".join(r.kernels),
+                r.status,
+            ]
+            for r in shown
+        ],
     )
 
 
 def op_type_table(rows) -> str:
     """The terminal table of ``OpTypeRow``s."""
-    return format_table(["op type", "time (ms)", "%", "count", "layers"],
-                        [[r.op, _ms(r.us), f"{r.percent:.2f}", r.count, r.layers] for r in rows])
+    return format_table(
+        ["op type", "time (ms)", "%", "count", "layers"],
+        [[r.op, _ms(r.us), f"{r.percent:.2f}", r.count, r.layers] for r in rows],
+    )
 
 
 def kernel_table(rows) -> str:
@@ -232,9 +255,18 @@ def kernel_table(rows) -> str:
     library call's name says what runs it (``name [library cublas]``)."""
     return format_table(
         ["Name", "Duration (us)", "Percent", "Count", "Device", "Argument Shapes", "Layers"],
-        [[r.name + (f" [library {r.library}]" if r.library else ""), f"{r.us:.2f}", f"{r.percent:.2f}", r.count,
-          r.device, r.shapes, ", ".join(r.layers)]
-         for r in rows],
+        [
+            [
+                r.name + (f" [library {r.library}]" if r.library else ""),
+                f"{r.us:.2f}",
+                f"{r.percent:.2f}",
+                r.count,
+                r.device,
+                r.shapes,
+                ", ".join(r.layers),
+            ]
+            for r in rows
+        ],
     )
 
 
@@ -245,12 +277,16 @@ def category_table(categories) -> str:
     text = format_table(["category", "time (ms)", "% of end-to-end"], rows)
     for word, us in (("SUSPECT", categories.suspect_us), ("UNVERIFIED", categories.unverified_us)):
         if us:
-            text += (f"\n{word}: {_ms(us)} ms ({100 * us / (categories.e2e_us or 1):.1f}%) ran at call sites "
-                     f"whose attribution is {word.lower()}")
+            text += (
+                f"\n{word}: {_ms(us)} ms ({100 * us / (categories.e2e_us or 1):.1f}%) ran at call sites "
+                f"whose attribution is {word.lower()}"
+            )
     if categories.library_us:
         us = categories.library_us
-        text += (f"\nlibrary calls: {_ms(us)} ms ({100 * us / (categories.e2e_us or 1):.1f}%) of the compute ran in "
-                 "external functions (offloaded groups, registered functions), not in kernels TVM compiled")
+        text += (
+            f"\nlibrary calls: {_ms(us)} ms ({100 * us / (categories.e2e_us or 1):.1f}%) of the compute ran in "
+            "external functions (offloaded groups, registered functions), not in kernels TVM compiled"
+        )
     if categories.inserted_by_layer:
         caused = ", ".join(f"{terminal(layer)} ({_ms(us)} ms)" for layer, us in categories.inserted_by_layer[:8])
         text += f"\ninserted layout transforms/casts are caused by: {caused}"
@@ -260,15 +296,36 @@ def category_table(categories) -> str:
 def roofline_rows(roofs, top: int | None = None, first: str = "layer") -> tuple[list[str], list[list[str]]]:
     """Headers and one row per ``roofline.Roof`` (the ``top`` first, or all), as the
     terminal shows them (``roofline_summary``)."""
-    headers = [first, "time (ms)", "above bound (ms)", "efficiency", "bound by", "GFLOP", "useful GFLOP", "GFLOP/s",
-               "model GFLOP/s", "GB/s", "FLOP/byte"]
+    headers = [
+        first,
+        "time (ms)",
+        "above bound (ms)",
+        "efficiency",
+        "bound by",
+        "GFLOP",
+        "useful GFLOP",
+        "GFLOP/s",
+        "model GFLOP/s",
+        "GB/s",
+        "FLOP/byte",
+    ]
     shown = roofs[:top] if top else roofs
-    rows = [[r.name, figure(r.us / 1e3, ".4g"), figure(None if r.wasted_us is None else r.wasted_us / 1e3, ".4g"),
-             figure(None if r.efficiency is None else 100 * r.efficiency, ".1f") + ("%" if r.efficiency else ""),
-             r.bound_by or "", figure(None if r.flops is None else r.flops / 1e9),
-             figure(None if r.useful is None else r.useful / 1e9) + ("*" if r.excess else ""),
-             figure(r.gflops_s), figure(r.model_gflops_s), figure(r.gbytes_s), figure(r.intensity)]
-            for r in shown]
+    rows = [
+        [
+            r.name,
+            figure(r.us / 1e3, ".4g"),
+            figure(None if r.wasted_us is None else r.wasted_us / 1e3, ".4g"),
+            figure(None if r.efficiency is None else 100 * r.efficiency, ".1f") + ("%" if r.efficiency else ""),
+            r.bound_by or "",
+            figure(None if r.flops is None else r.flops / 1e9),
+            figure(None if r.useful is None else r.useful / 1e9) + ("*" if r.excess else ""),
+            figure(r.gflops_s),
+            figure(r.model_gflops_s),
+            figure(r.gbytes_s),
+            figure(r.intensity),
+        ]
+        for r in shown
+    ]
     return headers, rows
 
 
@@ -281,44 +338,64 @@ def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
     time without peaks; for an ``estimate``, by the bound, which is its time), with any
     site above a ceiling said."""
     peaks = roofline.peaks
-    head = (terminal(peaks.line()) if peaks is not None else
-            "no peak rates for this device (give --peak-gflops and --peak-gbps, or --device NAME): rates without a "
-            "bound")
+    head = (
+        terminal(peaks.line())
+        if peaks is not None
+        else "no peak rates for this device (give --peak-gflops and --peak-gbps, or --device NAME): rates without a "
+        "bound"
+    )
     headers, rows = roofline_rows(roofline.layers, top)
     if estimate:
-        headers, rows = ["layer", "bound (ms)", "bound by", "GFLOP", "useful GFLOP", "FLOP/byte", "MB moved"], \
-            [[*(row[i] for i in ESTIMATE_COLUMNS), figure(None if r.bytes is None else r.bytes / 1e6)]
-             for row, r in zip(rows, roofline.layers)]
+        headers, rows = (
+            ["layer", "bound (ms)", "bound by", "GFLOP", "useful GFLOP", "FLOP/byte", "MB moved"],
+            [
+                [*(row[i] for i in ESTIMATE_COLUMNS), figure(None if r.bytes is None else r.bytes / 1e6)]
+                for row, r in zip(rows, roofline.layers)
+            ],
+        )
         title = f"top {top} layers by their lower bound"
     else:
         headers, rows = [headers[i] for i in MEASURED_COLUMNS], [[row[i] for i in MEASURED_COLUMNS] for row in rows]
         title = f"top {top} layers by time above the roofline bound" if peaks else f"top {top} layers' rates"
-    title += (f" (time billed by the {roofline.policy} policy; GFLOP: executed, as the TIR counts them; useful "
-              "GFLOP: what each layer's own ops ask; model GFLOP/s: useful over time):")
+    title += (
+        f" (time billed by the {roofline.policy} policy; GFLOP: executed, as the TIR counts them; useful "
+        "GFLOP: what each layer's own ops ask; model GFLOP/s: useful over time):"
+    )
     lines = [head, title, format_table(headers, rows)]
     beyond = [r for r in roofline.layers if r.excess]
     if beyond:
-        lines.append(f"* EXECUTED BEYOND USEFUL: {len(beyond)} layer(s); " + "; ".join(
-            f"{terminal(r.name)} executes {r.executed_ratio:.2f}x the FLOPs it asks ({', '.join(r.excess)})"
-            for r in beyond[:5]))
+        lines.append(
+            f"* EXECUTED BEYOND USEFUL: {len(beyond)} layer(s); "
+            + "; ".join(
+                f"{terminal(r.name)} executes {r.executed_ratio:.2f}x the FLOPs it asks ({', '.join(r.excess)})"
+                for r in beyond[:5]
+            )
+        )
     sites = len(roofline.sites)
     if roofline.counted < sites:
         lines.append(f"work counted at {roofline.counted} of {sites} call sites (the others: no FLOPs, no bound)")
     if roofline.over_ceiling and not estimate:
         label, why = roofline.over_ceiling[0]
         lines.append(f"ABOVE A CEILING: {len(roofline.over_ceiling)} call site(s); {terminal(label)}: {why}")
-    heavy = [r for r in roofline.layers[:top] if r.transcendentals and r.flops is not None
-             and r.transcendentals * 4 >= r.flops]
+    heavy = [
+        r
+        for r in roofline.layers[:top]
+        if r.transcendentals and r.flops is not None and r.transcendentals * 4 >= r.flops
+    ]
     if heavy:
-        lines.append("TRANSCENDENTAL-HEAVY (their exp/erf/sqrt/tanh calls are not in the bound, which is then "
-                     "low): " + ", ".join(f"{terminal(r.name)} ({r.transcendentals:,.0f} calls)" for r in heavy[:5]))
+        lines.append(
+            "TRANSCENDENTAL-HEAVY (their exp/erf/sqrt/tanh calls are not in the bound, which is then "
+            "low): " + ", ".join(f"{terminal(r.name)} ({r.transcendentals:,.0f} calls)" for r in heavy[:5])
+        )
     if peaks is not None and peaks.native_gflops and peaks.native_gflops > 2 * peaks.gflops["float32"]:
-        lines.append(f"GENERIC CODE: the target names no CPU, so the ceiling above is generic code's; the same FMA "
-                     f"kernel built for this CPU ({terminal(peaks.native_mcpu or 'its mcpu')}) reaches "
-                     f"{peaks.native_gflops:,.1f} GFLOP/s ({peaks.native_gflops / peaks.gflops['float32']:.1f}x). A "
-                     "kernel far below its ceiling is held back by its schedule, not the instruction set: building "
-                     f"with --target '{{\"kind\": \"llvm\", \"mcpu\": \"{terminal(peaks.native_mcpu or 'MCPU')}\"}}' "
-                     "raises the ceiling, and may not speed up untuned kernels (measure it; relaytrace tasks --tune)")
+        lines.append(
+            f"GENERIC CODE: the target names no CPU, so the ceiling above is generic code's; the same FMA "
+            f"kernel built for this CPU ({terminal(peaks.native_mcpu or 'its mcpu')}) reaches "
+            f"{peaks.native_gflops:,.1f} GFLOP/s ({peaks.native_gflops / peaks.gflops['float32']:.1f}x). A "
+            "kernel far below its ceiling is held back by its schedule, not the instruction set: building "
+            f'with --target \'{{"kind": "llvm", "mcpu": "{terminal(peaks.native_mcpu or "MCPU")}"}}\' '
+            "raises the ceiling, and may not speed up untuned kernels (measure it; relaytrace tasks --tune)"
+        )
     return "\n".join(lines)
 
 
@@ -331,12 +408,35 @@ def figure(value, digits: str = ".3g") -> str:
 def comparison_rows(comparison) -> tuple[list[str], list[list[str]]]:
     """Headers and one row per layer of a ``Comparison`` in run order: the terminal
     table and the CSV show the same cells."""
-    headers = ["layer", "status", "max abs", "max rel", "tol ratio", "cosine", "NaN/Inf", "shape", "call site",
-               "read", "note"]
-    rows = [[e.layer, e.status.upper() if e.status == "beyond" else e.status, figure(e.max_abs),
-             figure(e.max_rel), figure(e.tolerance_ratio), figure(e.cosine, ".6f"),
-             f"{e.nan}/{e.inf}" + (f" (ref {e.reference_nan})" if e.reference_nan else "") if e.compared else "",
-             "x".join(map(str, e.shape)), e.site, e.route or "", e.note] for e in comparison.layers]
+    headers = [
+        "layer",
+        "status",
+        "max abs",
+        "max rel",
+        "tol ratio",
+        "cosine",
+        "NaN/Inf",
+        "shape",
+        "call site",
+        "read",
+        "note",
+    ]
+    rows = [
+        [
+            e.layer,
+            e.status.upper() if e.status == "beyond" else e.status,
+            figure(e.max_abs),
+            figure(e.max_rel),
+            figure(e.tolerance_ratio),
+            figure(e.cosine, ".6f"),
+            f"{e.nan}/{e.inf}" + (f" (ref {e.reference_nan})" if e.reference_nan else "") if e.compared else "",
+            "x".join(map(str, e.shape)),
+            e.site,
+            e.route or "",
+            e.note,
+        ]
+        for e in comparison.layers
+    ]
     return headers, rows
 
 
@@ -350,15 +450,22 @@ def precision_summary(precision, top: int = 5) -> str:
     compute dtype, the casts' time and share and who inserted them, and the ``top``
     layers left in float32 by time, each with why."""
     shares = ", ".join(f"{terminal(d)} {us / 1e3:,.3f} ms ({p:.2f}%)" for d, us, p in precision.by_dtype)
-    by = ", ".join(f"{n} by {terminal(who)}" for who, n in
-                   sorted(Counter(c.by for c in precision.casts).items(), key=lambda x: -x[1]))
-    lines = [f"precision: {terminal(precision.build)}; time by compute dtype: {shares or 'none'}",
-             f"casts: {len(precision.casts)} ({by or 'none'}), {precision.cast_us / 1e3:,.3f} ms, "
-             f"{precision.cast_percent:.2f}% of kernel time"
-             + (f"; {len(precision.folded)} more folded away at build time" if precision.folded else "")]
+    by = ", ".join(
+        f"{n} by {terminal(who)}"
+        for who, n in sorted(Counter(c.by for c in precision.casts).items(), key=lambda x: -x[1])
+    )
+    lines = [
+        f"precision: {terminal(precision.build)}; time by compute dtype: {shares or 'none'}",
+        f"casts: {len(precision.casts)} ({by or 'none'}), {precision.cast_us / 1e3:,.3f} ms, "
+        f"{precision.cast_percent:.2f}% of kernel time"
+        + (f"; {len(precision.folded)} more folded away at build time" if precision.folded else ""),
+    ]
     kept = precision.float32_layers
     if kept:
         lines.append(f"left in float32: {len(kept)} layer(s), {sum(r.us for r in kept) / 1e3:,.3f} ms; top {top}:")
-        lines.append(format_table(["layer", "time (ms)", "why"], [[r.layer, f"{r.us / 1e3:.3f}", r.why]
-                                                                    for r in kept[:top]], wrap=100))
+        lines.append(
+            format_table(
+                ["layer", "time (ms)", "why"], [[r.layer, f"{r.us / 1e3:.3f}", r.why] for r in kept[:top]], wrap=100
+            )
+        )
     return "\n".join(lines)

@@ -28,8 +28,14 @@ def verification_csv(report) -> str:
     for layer in lineage.layers():
         check = checks.get(layer)
         sites = " ".join(f"{s.label}:{site_checks[s.position].status}" for s in lineage.kernels_of(layer))
-        reasons = ("; ".join(check.reasons) if check is not None else "the lineage holds no verification"
-                   if lineage.verification is None else "its verification gives layers no verdict (an older lineage)")
-        rows.append([layer, check.status if check is not None else UNVERIFIED, f"{time.get(layer, 0.0):.3f}",
-                     sites, reasons])
+        reasons = (
+            "; ".join(check.reasons)
+            if check is not None
+            else "the lineage holds no verification"
+            if lineage.verification is None
+            else "its verification gives layers no verdict (an older lineage)"
+        )
+        rows.append(
+            [layer, check.status if check is not None else UNVERIFIED, f"{time.get(layer, 0.0):.3f}", sites, reasons]
+        )
     return csv_text(HEADERS, rows)

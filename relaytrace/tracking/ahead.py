@@ -58,8 +58,9 @@ class FollowAhead:
         leaves the follow to ``result``'s caller."""
         if self._thread is not None:
             return
-        snapshot = self._snapshot = attrs.evolve(recording, passes=list(recording.passes),
-                                                 degraded=list(recording.degraded), running=list(recording.running))
+        snapshot = self._snapshot = attrs.evolve(
+            recording, passes=list(recording.passes), degraded=list(recording.degraded), running=list(recording.running)
+        )
         thread = threading.Thread(target=self._run, args=(snapshot,), name="relaytrace-follow", daemon=True)
         try:
             thread.start()
@@ -96,7 +97,7 @@ class FollowAhead:
             return None
         if len(lineage.journal.degraded) != len(snap.degraded):  # a fault on the thread: follow again, here
             return None
-        if any(record.functions for record in recording.passes[len(snap.passes):]):
+        if any(record.functions for record in recording.passes[len(snap.passes) :]):
             return None
         return lineage
 

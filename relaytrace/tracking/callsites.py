@@ -61,16 +61,26 @@ class _Sites:
             origin_ids = tokens.origins[tok] if tok is not None else ()
             # an argument's own token first: an inserted layout change shares its input's
             # canonical token, but its site is the one that feeds this call
-            picked = (raw if raw in producer else src
-                      for raw, src in zip(tokens.arguments(made, False), tokens.arguments(made)))
+            picked = (
+                raw if raw in producer else src
+                for raw, src in zip(tokens.arguments(made, False), tokens.arguments(made))
+            )
             sources = {producer[t] for t in picked if t is not None and t in producer}
             self.present.update(origin_ids)
             position = self.position
             library = "" if gv else self.library(callee) if origin_ids and is_external_call(callee) else None
             made_by: int | None
             if library is not None:  # a kernel, or a library call computing model ops
-                site = CallSite(callee, calls.key(callee).call, position, roles_for(origin_ids, tracker.origins),
-                                entry, scope, d.argument_types(index), library)
+                site = CallSite(
+                    callee,
+                    calls.key(callee).call,
+                    position,
+                    roles_for(origin_ids, tracker.origins),
+                    entry,
+                    scope,
+                    d.argument_types(index),
+                    library,
+                )
                 self.kernels.setdefault(callee, []).append(site)
                 self.edges.update((src, position) for src in sources if src != position)
                 made_by = position
@@ -83,8 +93,16 @@ class _Sites:
             self.position += 1
 
 
-def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str | BuildOptions, degraded=(), entries=None,
-                 members=None, offloads=None) -> Lineage:
+def lineage_from(
+    tracker: Tracker,
+    model: str,
+    target: str,
+    pipeline: str | BuildOptions,
+    degraded=(),
+    entries=None,
+    members=None,
+    offloads=None,
+) -> Lineage:
     """The lineage the tracker's state describes, with ``members`` (kernel -> its
     PrimFuncs, read from the recorded IR; ``truth.kernel_members``) to verify it
     against (``follow`` does, once the rest of the IR's facts are in). ``entries``:
@@ -119,7 +137,9 @@ def lineage_from(tracker: Tracker, model: str, target: str, pipeline: str | Buil
                 history[oid] = list(changes)
     entries = entries if entries is not None else {}
     build = BuildFacts(
-        model=model, target=target, options=pipeline,
+        model=model,
+        target=target,
+        options=pipeline,
         entries={name: entries.get(name, ()) for name in names},
         calls={entry: tuple(sorted(called)) for entry, called in sorted(found.calls.items())},
         kernel_members=dict(sorted((members or {}).items())),

@@ -15,8 +15,10 @@ CACHE_CREATE = "_kv_cache_create"  # the suffix of the builtins that make a KV c
 
 def entry_params(functions: dict) -> dict[str, tuple[Param, ...]]:
     """entry function -> its parameters as that module takes them."""
-    return {name: tuple(_param(p.name, ir.expr_type(p)) for p in ir.items(functions[name].params))
-            for name in ir.entry_functions(functions)}
+    return {
+        name: tuple(_param(p.name, ir.expr_type(p)) for p in ir.items(functions[name].params))
+        for name in ir.entry_functions(functions)
+    }
 
 
 def _param(name: str, ty) -> Param:
@@ -24,8 +26,11 @@ def _param(name: str, ty) -> Param:
         ((shape, dtype),) = ir.tensor_types(ty)
         return Param(name, ParamKind.TENSOR, (Tensor(name, shape, dtype),))
     if isinstance(ty, relax.TupleType):
-        return Param(name, ParamKind.TUPLE, tuple(Tensor(f"{name}[{i}]", shape, dtype)
-                                                  for i, (shape, dtype) in enumerate(ir.tensor_types(ty))))
+        return Param(
+            name,
+            ParamKind.TUPLE,
+            tuple(Tensor(f"{name}[{i}]", shape, dtype) for i, (shape, dtype) in enumerate(ir.tensor_types(ty))),
+        )
     if isinstance(ty, relax.ShapeType):
         return Param(name, ParamKind.SHAPE)
     if isinstance(ty, tvm.ir.PrimType):

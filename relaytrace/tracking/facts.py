@@ -21,8 +21,7 @@ FOLDED_NORM = "folded-norm"
 NORM, CONV = "relax.nn.batch_norm", "relax.nn.conv2d"
 
 
-def folds_a_norm(callee: str, first_callee: str | None, weight_from_constants: bool,
-                 rest_from_constants: bool) -> bool:
+def folds_a_norm(callee: str, first_callee: str | None, weight_from_constants: bool, rest_from_constants: bool) -> bool:
     """An add of constants alone (``rest_from_constants``) to a conv2d whose weight is
     computed from constants alone (``weight_from_constants``; a model's conv has a
     constant weight) is what ``FoldBatchnormToConv2D`` writes in place of a batch norm
@@ -39,8 +38,9 @@ def reused_for_layout(old_moves_data: bool, new_callee: str) -> bool:
     return is_data_movement(new_callee) and not old_moves_data
 
 
-def lowered_parts(candidates: Sequence[K], consumers: Mapping[K, Collection[K]],
-                  is_whole: Callable[[K], bool]) -> dict[K, K]:
+def lowered_parts(
+    candidates: Sequence[K], consumers: Mapping[K, Collection[K]], is_whole: Callable[[K], bool]
+) -> dict[K, K]:
     """Which new PrimFunc calls are parts of an op a pass lowered into several
     (``LegalizeOps(customize_legalize_map=...)``): a candidate (a new PrimFunc call
     that does not only move data, in binding order) whose only consumer is a whole

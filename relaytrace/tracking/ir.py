@@ -12,14 +12,16 @@ from tvm.ir import StringImm
 from tvm.ir import expr as _expr
 from tvm.ir.op import Op
 
-CONSTANT_TYPES = tuple(
-    t for t in (getattr(_expr, "Constant", None), getattr(_expr, "GenericConst", None)) if t
-)
+CONSTANT_TYPES = tuple(t for t in (getattr(_expr, "Constant", None), getattr(_expr, "GenericConst", None)) if t)
 
-CALL_TIR_OPS = frozenset({
-    "relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad",
-    "relax.call_dps_packed",
-})
+CALL_TIR_OPS = frozenset(
+    {
+        "relax.call_tir",
+        "relax.call_tir_inplace",
+        "relax.call_tir_with_grad",
+        "relax.call_dps_packed",
+    }
+)
 PACKED_OPS = frozenset({"relax.call_packed", "relax.call_builtin_with_ctx", "relax.call_pure_packed"})
 
 
@@ -112,8 +114,14 @@ def called_function(call, bindings_before) -> relax.Function | None:
     if isinstance(op, relax.Function):
         return op
     if isinstance(op, relax.Var):
-        return next((b.value for b in bindings_before
-                     if b is not None and b.var.same_as(op) and isinstance(b.value, relax.Function)), None)
+        return next(
+            (
+                b.value
+                for b in bindings_before
+                if b is not None and b.var.same_as(op) and isinstance(b.value, relax.Function)
+            ),
+            None,
+        )
     return None
 
 
@@ -137,17 +145,22 @@ _KINDS: dict[type, str] = {}
 
 
 def kind(expr) -> str:
-    """"var", "const", "tuple", "item", "call" or "other"; memoised by type, since
+    """ "var", "const", "tuple", "item", "call" or "other"; memoised by type, since
     isinstance against TVM's classes is slow on the per-binding path."""
     t = type(expr)
     found = _KINDS.get(t)
     if found is None:
         found = _KINDS[t] = (
-            "var" if isinstance(expr, _expr.Var)
-            else "const" if isinstance(expr, CONSTANT_TYPES)
-            else "tuple" if isinstance(expr, _expr.Tuple)
-            else "item" if isinstance(expr, _expr.TupleGetItem)
-            else "call" if isinstance(expr, _expr.Call)
+            "var"
+            if isinstance(expr, _expr.Var)
+            else "const"
+            if isinstance(expr, CONSTANT_TYPES)
+            else "tuple"
+            if isinstance(expr, _expr.Tuple)
+            else "item"
+            if isinstance(expr, _expr.TupleGetItem)
+            else "call"
+            if isinstance(expr, _expr.Call)
             else "other"
         )
     return found
@@ -175,7 +188,7 @@ def is_call(expr) -> bool:
 
 def callee_category(expr) -> tuple[str, str]:
     """("op" | "global" | "extern" | "other", name) of a call's callee; what is no
-    callee goes by its type's name. """
+    callee goes by its type's name."""
     if isinstance(expr, Op):
         return "op", expr.name
     if isinstance(expr, relax.GlobalVar):

@@ -96,8 +96,10 @@ class _Walk:
         bounds = func.attrs.get("tir_var_upper_bound") if func.attrs is not None else None
         if bounds:
             listed = ", ".join(f"{k}<={int(v)}" for k, v in sorted((str(k), v) for k, v in bounds.items()))
-            self.notes.append(f"TVM planned the blocks at the upper bound of each dim it knows one of ({listed}): "
-                              "the blocks it sized so keep those sizes whatever the run's")
+            self.notes.append(
+                f"TVM planned the blocks at the upper bound of each dim it knows one of ({listed}): "
+                "the blocks it sized so keep those sizes whatever the run's"
+            )
         inputs = int(func.attrs["num_input"]) if func.attrs is not None and "num_input" in func.attrs else None
         for i, param in enumerate(ir.items(func.params)):
             if inputs is None or i < inputs:
@@ -225,15 +227,38 @@ class _Walk:
     def plan(self, entry: str, tvm_figure) -> MemoryPlan:
         positions = [p for p, _ in self.steps]
         blocks = tuple(
-            Block(b.name, b.size, _first_after(positions, b.alloc), _last_before(positions, b.last),
-                  tuple(Held(t.shape, t.dtype, t.site, _first_after(positions, t.alloc),
-                             _last_before(positions, max(t.uses, default=t.alloc)), t.argument) for t in b.tensors),
-                  b.returned)
-            for b in self.blocks)
+            Block(
+                b.name,
+                b.size,
+                _first_after(positions, b.alloc),
+                _last_before(positions, b.last),
+                tuple(
+                    Held(
+                        t.shape,
+                        t.dtype,
+                        t.site,
+                        _first_after(positions, t.alloc),
+                        _last_before(positions, max(t.uses, default=t.alloc)),
+                        t.argument,
+                    )
+                    for t in b.tensors
+                ),
+                b.returned,
+            )
+            for b in self.blocks
+        )
         distinct = {id(w): w for w in self.weights.values()}.values()  # a field is keyed by the vars taking it too
         weights = tuple(Weight(name, shape, dtype, tuple(sites)) for name, shape, dtype, sites in distinct)
-        return MemoryPlan(entry, tuple(label for _, label in self.steps), blocks, weights, tuple(self.inputs),
-                          tuple(self.unplanned), tvm_figure, tuple(self.notes))
+        return MemoryPlan(
+            entry,
+            tuple(label for _, label in self.steps),
+            blocks,
+            weights,
+            tuple(self.inputs),
+            tuple(self.unplanned),
+            tvm_figure,
+            tuple(self.notes),
+        )
 
 
 def _atoms(expr) -> list:
@@ -278,8 +303,10 @@ def _last_before(positions: list[int], pos: int) -> int:
     return bisect_right(positions, pos) - 1
 
 
-_ESTIMATE = re.compile(r"With memory planning, there are (\d+) constant-size memory allocation\(s\) "
-                       r"with total size ([0-9.e+-]+) GB")
+_ESTIMATE = re.compile(
+    r"With memory planning, there are (\d+) constant-size memory allocation\(s\) "
+    r"with total size ([0-9.e+-]+) GB"
+)
 
 
 def _tvm_estimate(func) -> tuple[int, float] | None:

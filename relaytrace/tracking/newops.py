@@ -25,6 +25,7 @@ from .tokens import Tokens
 
 IDENTITY, PART, NEW = "identity", "part", "new"
 
+
 class Rewrite(NamedTuple):
     """One binding a pass wrote into a function, as the walk accounted for it: its
     token, its position, the rule that explained it (``IDENTITY``, a rule's name,
@@ -47,8 +48,15 @@ class NewOps:
     minted: dict[int, Origin]  # token of an inserted or unresolved binding -> its new origin
 
 
-def classify(new: list[tuple[int, str]], changes: Changes, d: reader.FunctionView, tokens: Tokens,
-             origins: dict[str, Origin], fname: str, pass_name: str) -> NewOps:
+def classify(
+    new: list[tuple[int, str]],
+    changes: Changes,
+    d: reader.FunctionView,
+    tokens: Tokens,
+    origins: dict[str, Origin],
+    fname: str,
+    pass_name: str,
+) -> NewOps:
     """Judge the bindings of ``new`` ((token, callee), in binding order) that a pass
     wrote into function ``fname`` (view ``d``; ``changes`` all it wrote). Reads
     ``tokens`` and ``origins``; changes neither."""
@@ -67,13 +75,24 @@ def classify(new: list[tuple[int, str]], changes: Changes, d: reader.FunctionVie
         # whom a shape function serves is read from the IR's heap slots after the build (``follow``)
         shapes = ops.is_shape_computation(callee)
         serves = [] if shapes else _serves(tok, pending, rewritten, uses, args_of, origins_of, origins, set())
-        kind = INSERTED if (ops.is_data_movement(callee) or ops.is_shape_computation(callee)
-                            or tok in constant) else UNRESOLVED
+        kind = (
+            INSERTED
+            if (ops.is_data_movement(callee) or ops.is_shape_computation(callee) or tok in constant)
+            else UNRESOLVED
+        )
         layer = origins[serves[0]].layer if serves else f"{fname}.{ops.short_op(callee)}"
         oid = _fresh_id(f"{kind}:{pass_name}:{ops.short_op(callee)}@{serves[0] if serves else fname}", taken)
         taken.add(oid)
-        minted[tok] = Origin(id=oid, layer=layer, op=callee, function=fname, index=-1,
-                             kind=kind, pass_name=pass_name, serves=tuple(serves))
+        minted[tok] = Origin(
+            id=oid,
+            layer=layer,
+            op=callee,
+            function=fname,
+            index=-1,
+            kind=kind,
+            pass_name=pass_name,
+            serves=tuple(serves),
+        )
     return NewOps(parts, minted)
 
 
@@ -96,8 +115,9 @@ def _of_constants(changes: Changes, d, tokens: Tokens, pending: set[int]) -> set
     found: set[int] = set()
     for tok, position, _, _ in changes:
         made = d.call(position) if tok in pending else None
-        if made is not None and all(tokens.of_handle.get(a.handle) in found for a in made.atoms
-                                    if a.kind == reader.VAR):
+        if made is not None and all(
+            tokens.of_handle.get(a.handle) in found for a in made.atoms if a.kind == reader.VAR
+        ):
             found.add(tok)
     return found
 
@@ -105,8 +125,9 @@ def _of_constants(changes: Changes, d, tokens: Tokens, pending: set[int]) -> set
 def _parts_of_lowered_ops(new, changes: Changes, uses) -> dict[int, int]:
     """The new PrimFunc calls that are parts of an op this pass lowered in place
     (``facts.lowered_parts``)."""
-    lowered = {tok for tok, _, rule, callee in changes
-               if rule == IDENTITY and callee is not None and ops.is_prim_func(callee)}
+    lowered = {
+        tok for tok, _, rule, callee in changes if rule == IDENTITY and callee is not None and ops.is_prim_func(callee)
+    }
     candidates = [tok for tok, callee in new if ops.is_prim_func(callee) and not ops.is_data_movement(callee)]
     return facts.lowered_parts(candidates, uses, lowered.__contains__)
 

@@ -75,12 +75,23 @@ def assign_origins(functions: dict, layer_of: LayerNamer | None = None, read=rea
                 edges.add((src, oid))
             out_shapes, out_dtypes = d.shapes_and_dtypes(d.var_types[index])
             # positional: a keyword call costs twice the construction, once per op
-            origins[oid] = Origin(oid, layer, callee, fname, index, in_shapes, in_dtypes, out_shapes, out_dtypes,
-                                  source_op=source_op, source=where, node=node)
+            origins[oid] = Origin(
+                oid,
+                layer,
+                callee,
+                fname,
+                index,
+                in_shapes,
+                in_dtypes,
+                out_shapes,
+                out_dtypes,
+                source_op=source_op,
+                source=where,
+                node=node,
+            )
             by_var[handle] = oid
             producers[handle] = frozenset((oid,))
-    return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), functions=functions,
-                       views=views)
+    return OriginTable(origins=origins, by_var=by_var, edges=tuple(sorted(edges)), functions=functions, views=views)
 
 
 _NONE: frozenset[str] = frozenset()

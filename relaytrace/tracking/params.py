@@ -29,7 +29,7 @@ def weight_params(func) -> list:
     attrs = func.attrs
     if attrs is None or "num_input" not in attrs:
         return []
-    return ir.items(func.params)[int(attrs["num_input"]):]
+    return ir.items(func.params)[int(attrs["num_input"]) :]
 
 
 def transform_sources(before: dict, changed: list[str]) -> dict[str, str]:
@@ -38,7 +38,7 @@ def transform_sources(before: dict, changed: list[str]) -> dict[str, str]:
     function ``X`` whose weights it transforms."""
     out = {}
     for name in changed:
-        source = name[:-len(TRANSFORM_SUFFIX)] if name.endswith(TRANSFORM_SUFFIX) else ""
+        source = name[: -len(TRANSFORM_SUFFIX)] if name.endswith(TRANSFORM_SUFFIX) else ""
         if source and name not in before and source in before:
             out[name] = source
     return out

@@ -30,20 +30,34 @@ class PassLog:
                 if explained and oid in explained:
                     self.explained[oid] = explained[oid]
 
-    def record(self, index: int, pass_name: str, fname: str, changes: Changes, minted: Iterable[Origin],
-               eliminated: list[str], merged: list[tuple[str, ...]], explained: dict[str, str] | None = None) -> None:
+    def record(
+        self,
+        index: int,
+        pass_name: str,
+        fname: str,
+        changes: Changes,
+        minted: Iterable[Origin],
+        eliminated: list[str],
+        merged: list[tuple[str, ...]],
+        explained: dict[str, str] | None = None,
+    ) -> None:
         """One pass over one function: what it wrote (``changes``), the origins made for
         bindings no rule explains, the origins gone (those the function bears out in
         ``explained``), the tokens new in it that carry several origins (``merged``)."""
         minted = list(minted)
         self.eliminate(eliminated, pass_name, explained)
-        self.events.append(PassEvent(
-            index=index, pass_name=pass_name, function=fname,
-            rules=tuple(sorted(Counter(change.rule for change in changes).items())),
-            inserted=tuple(o.id for o in minted if o.kind == INSERTED),
-            unresolved=tuple(o.id for o in minted if o.kind == UNRESOLVED),
-            eliminated=tuple(eliminated), merged=tuple(merged),
-        ))
+        self.events.append(
+            PassEvent(
+                index=index,
+                pass_name=pass_name,
+                function=fname,
+                rules=tuple(sorted(Counter(change.rule for change in changes).items())),
+                inserted=tuple(o.id for o in minted if o.kind == INSERTED),
+                unresolved=tuple(o.id for o in minted if o.kind == UNRESOLVED),
+                eliminated=tuple(eliminated),
+                merged=tuple(merged),
+            )
+        )
         history, made = self.changes, {}  # type: ignore[var-annotated]  # (callee, rule) -> Change
         for tok, _, rule, callee in changes:
             if callee is not None:

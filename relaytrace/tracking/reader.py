@@ -295,6 +295,7 @@ def _node(d: FunctionView, e) -> Node:
 
 # -- reading a function ---------------------------------------------------------
 
+
 @overload
 def read(func: Any, old: None = None, types: bool = False, decoded: Decoded | None = None) -> FunctionView: ...
 @overload
@@ -317,8 +318,11 @@ def read(func, old=None, types=False, decoded=None):
         before = shared.bindings_of.get(old.__chandle__())
         if before is None:
             before = [b.__chandle__() for b in ir.bindings(old)]
-        if handles == before and _handles(params) == _handles(ir.items(old.params)) \
-                and _handles([out]) == _handles([ir.function_output(old)]):
+        if (
+            handles == before
+            and _handles(params) == _handles(ir.items(old.params))
+            and _handles([out]) == _handles([ir.function_output(old)])
+        ):
             return None
         known = set(before)
     kept = [h in known for h in handles] if known else [False] * len(binds)
@@ -331,13 +335,20 @@ def read(func, old=None, types=False, decoded=None):
             var_of[h] = b.var.__chandle__()
     cache = _Cache(types, None if types else shared)
     return FunctionView(
-        params=tuple(_handles(params)), param_names=tuple(p.name for p in params),
+        params=tuple(_handles(params)),
+        param_names=tuple(p.name for p in params),
         param_types=tuple(_type(cache, p) for p in params),
         vars=[var_of[h] for h in handles],
         values=[0 if v is None else v.__chandle__() for v in value_objects],
         kinds=[-1 if v is None else _KINDS.get(ir.kind(v), OTHER) for v in value_objects],
-        changed=changed, var_types=[_type(cache, b.var) for b in binds] if types else [TYPES_NOT_ASKED] * len(binds),
-        types=cache.table, bindings=written, value_objects=value_objects, output=out, cache=cache)
+        changed=changed,
+        var_types=[_type(cache, b.var) for b in binds] if types else [TYPES_NOT_ASKED] * len(binds),
+        types=cache.table,
+        bindings=written,
+        value_objects=value_objects,
+        output=out,
+        cache=cache,
+    )
 
 
 class SharedReads:
@@ -355,8 +366,7 @@ class SharedReads:
         key = (func.__chandle__(), old.__chandle__() if old is not None else 0, types)
         if key not in self._views:
             typed = (key[0], key[1], True)
-            self._views[key] = self._views[typed] if typed in self._views \
-                else read(func, old, types, self._decoded)
+            self._views[key] = self._views[typed] if typed in self._views else read(func, old, types, self._decoded)
         return self._views[key]
 
 

@@ -108,7 +108,8 @@ class Recorder:
         if not any(f.__chandle__() in last for f in functions.values()):
             self.recording.degraded.append(
                 f"another module entered the traced block at pass {pass_name} (two builds in one trace()?): "
-                "the lineage is of the first build only; trace each build in its own block")
+                "the lineage is of the first build only; trace each build in its own block"
+            )
 
     def run_after_pass(self, mod, info):
         """TVM's hook after a pass: it is popped off ``running`` and counted, ``progress``

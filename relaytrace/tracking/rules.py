@@ -109,6 +109,7 @@ class IdentityException(Protocol):
 
 # -- identity's exceptions ------------------------------------------------------
 
+
 class AliasNowCalls:
     """A var that named another binding's value now calls something of its own
     (ConvertLayout's permute into the output var)."""
@@ -128,8 +129,7 @@ class FoldedToConstant:
 
     def breaks(self, walk, position, var, token):
         """True when ``var``, not bound to another value, now binds a constant."""
-        return var not in walk.aliases and not walk.d.is_call(position) \
-            and walk.d.value(position).kind == CONST
+        return var not in walk.aliases and not walk.d.is_call(position) and walk.d.value(position).kind == CONST
 
 
 class ReusedForLayout:
@@ -212,8 +212,15 @@ class Replay:
         return Found(made_of=tuple(matched), carries=carries)
 
 
-def _replay(steps: tuple[Step, ...], env: dict, keys, claimed: set[int], start: int = 0,
-            taken: frozenset[int] = frozenset(), trial: bool = False) -> list[int]:
+def _replay(
+    steps: tuple[Step, ...],
+    env: dict,
+    keys,
+    claimed: set[int],
+    start: int = 0,
+    taken: frozenset[int] = frozenset(),
+    trial: bool = False,
+) -> list[int]:
     """Match a recipe's steps from ``start`` on by value key, their var arguments
     resolved through ``env`` (param and step var handles -> tokens; filled in place);
     return the tokens matched, none in ``claimed`` or ``taken``, each once.
@@ -241,12 +248,18 @@ def _replay(steps: tuple[Step, ...], env: dict, keys, claimed: set[int], start: 
                     continue
                 tok = resolved[0] if item is None else keys.item(resolved[0], item)
             else:
-                fits = [t for t in keys.table.get((callee, tuple(resolved)), ())
-                        if t not in claimed and t not in taken and t not in matched]
+                fits = [
+                    t
+                    for t in keys.table.get((callee, tuple(resolved)), ())
+                    if t not in claimed and t not in taken and t not in matched
+                ]
                 if not fits:
                     continue
-                tok = fits[0] if len(fits) == 1 or trial else \
-                    _best_fit(fits, steps, at, env, keys, claimed, taken.union(matched))
+                tok = (
+                    fits[0]
+                    if len(fits) == 1 or trial
+                    else _best_fit(fits, steps, at, env, keys, claimed, taken.union(matched))
+                )
                 matched.append(tok)
             env[var] = tok
     return matched
@@ -310,9 +323,11 @@ class SameInputs:
         callee, args = binding.key
         index = walk.old_index()
         present = walk.present()
-        found = [(sum(a == b for a, b in zip(old_args, args)), tok)
-                 for tok, old_args in index.by_inputs.get((callee, walk.tokens.var_inputs(binding.call)), ())
-                 if tok not in walk.claimed and index.tok_var[tok][0] not in present]
+        found = [
+            (sum(a == b for a, b in zip(old_args, args)), tok)
+            for tok, old_args in index.by_inputs.get((callee, walk.tokens.var_inputs(binding.call)), ())
+            if tok not in walk.claimed and index.tok_var[tok][0] not in present
+        ]
         if not found:
             return None
         best = max(score for score, _ in found)
@@ -351,21 +366,34 @@ class ConstantsRewritten:
         def dropped(tok):
             return tok not in walk.claimed and index.tok_var[tok][0] not in present
 
-        same = [(len(used.intersection(args)), tok) for tok, args in index.by_inputs.get((binding.key[0], inputs), ())
-                if dropped(tok)]
+        same = [
+            (len(used.intersection(args)), tok)
+            for tok, args in index.by_inputs.get((binding.key[0], inputs), ())
+            if dropped(tok)
+        ]
         if same:
             best = max(score for score, _ in same)
             winners = [tok for score, tok in same if score == best]
             return Found(winners[0]) if len(winners) == 1 else None
-        other = [tok for (callee, ins), found in index.by_inputs.items() if ins == inputs and callee != binding.key[0]
-                 for tok, _ in found if dropped(tok)]
+        other = [
+            tok
+            for (callee, ins), found in index.by_inputs.items()
+            if ins == inputs and callee != binding.key[0]
+            for tok, _ in found
+            if dropped(tok)
+        ]
         if len(other) != 1:
             return None
         return Found(walk.keys.item(other[0], 0) if walk.keys.has_items(other[0]) else other[0])
 
 
-DEFAULT_RULES: tuple[TrackingRule, ...] = (ValueKey(), Replay(), ImplementationSwap(), SameInputs(),
-                                           ConstantsRewritten())
+DEFAULT_RULES: tuple[TrackingRule, ...] = (
+    ValueKey(),
+    Replay(),
+    ImplementationSwap(),
+    SameInputs(),
+    ConstantsRewritten(),
+)
 
 
 def read_recipe(func, read, tokens) -> Recipe | None:
@@ -393,8 +421,9 @@ def _steps(d, read, tokens, steps: list[Step], depth: int = 0) -> None:
     for position, var in enumerate(d.vars):
         made = d.call(position)
         if made is not None:
-            refs = [_ref(tokens, a.kind, a.handle, bound) for a in made.atoms
-                    if a.kind != TUPLE]  # a tuple argument is read through its fields
+            refs = [
+                _ref(tokens, a.kind, a.handle, bound) for a in made.atoms if a.kind != TUPLE
+            ]  # a tuple argument is read through its fields
             inner = d.local_function(position) if depth < 8 else None
             if inner is None:
                 steps.append(Step(var, made.callee, tuple(r for r in refs if r is not None), None))

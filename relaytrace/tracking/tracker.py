@@ -176,8 +176,9 @@ class Walk:
 class Tracker:
     """Follows origins from pass to pass; fed, pass by pass, the functions each one left."""
 
-    def __init__(self, table: OriginTable, read=reader.read, rules=DEFAULT_RULES,
-                 identity_exceptions=IDENTITY_EXCEPTIONS):
+    def __init__(
+        self, table: OriginTable, read=reader.read, rules=DEFAULT_RULES, identity_exceptions=IDENTITY_EXCEPTIONS
+    ):
         self.read = read  # of each function a pass changed: ``reader.read``
         self.rules = tuple(rules)  # tried in order on each binding whose Var is new
         self.identity_exceptions = tuple(identity_exceptions)  # asked of each var that survived with a new value
@@ -263,13 +264,28 @@ class Tracker:
         if d is None:
             d = self.read(func, old.func if old is not None else None)
             if d is None:  # the same bindings in a rebuilt function: no binding to account for
-                state = FunctionState(func=func, view=old.view, tokens=old.tokens, origins=old.origins,
-                                      bookkeeping=old.bookkeeping, index=old._index)
+                state = FunctionState(
+                    func=func,
+                    view=old.view,
+                    tokens=old.tokens,
+                    origins=old.origins,
+                    bookkeeping=old.bookkeeping,
+                    index=old._index,
+                )
                 self._log(fname, pass_name, Walk(func=func, d=old.view, old=old), old, state)
                 return state
-        walk = Walk(func=func, d=d, old=old, functions=functions, tokens=self.tokens, keys=self.keys,
-                    aliases=self._aliases, read=self.read, recipes=self.recipes,
-                    others={name: state for name, state in self._funcs.items() if name != fname})
+        walk = Walk(
+            func=func,
+            d=d,
+            old=old,
+            functions=functions,
+            tokens=self.tokens,
+            keys=self.keys,
+            aliases=self._aliases,
+            read=self.read,
+            recipes=self.recipes,
+            others={name: state for name, state in self._funcs.items() if name != fname},
+        )
         for handle, name in zip(d.params, d.param_names):
             self._param_token(fname, handle, name)
         of_handle, var_value = self.tokens.of_handle, self._var_value
@@ -278,8 +294,11 @@ class Tracker:
         # change the tokens of vars bound before them, so these can be read first.
         toks = [of_handle.get(var) for var in d.vars]
         if d.partial:
-            walk.bookkeeping = {var for var, tok, value in zip(d.vars, toks, d.values)
-                                if not value and tok is None and var in old.bookkeeping}
+            walk.bookkeeping = {
+                var
+                for var, tok, value in zip(d.vars, toks, d.values)
+                if not value and tok is None and var in old.bookkeeping
+            }
         for position in d.changed:
             handle = d.vars[position]
             tok = of_handle.get(handle)
@@ -421,8 +440,10 @@ class Tracker:
             self.origins[origin.id] = origin
             self.tokens.origins[tok] = (origin.id,)
         if verdict.parts:
-            walk.changes = [Rewrite(tok, at, newops.PART if tok in verdict.parts else rule, callee)
-                            for tok, at, rule, callee in walk.changes]
+            walk.changes = [
+                Rewrite(tok, at, newops.PART if tok in verdict.parts else rule, callee)
+                for tok, at, rule, callee in walk.changes
+            ]
         return list(verdict.minted.values())
 
     def _log(self, fname, pass_name, walk: Walk, old, state, minted=()) -> None:
@@ -432,14 +453,18 @@ class Tracker:
         if old is None or state.tokens != old.tokens:
             eliminated = sorted(old.origins - state.origins) if old is not None else []
             old_tokens = set(old.tokens) if old is not None else set()
-            merged = [self.tokens.origins[tok] for tok in state.tokens
-                      if tok not in old_tokens and len(self.tokens.origins[tok]) > 1]
+            merged = [
+                self.tokens.origins[tok]
+                for tok in state.tokens
+                if tok not in old_tokens and len(self.tokens.origins[tok]) > 1
+            ]
             if eliminated:
                 explained = self._explained(old, state, set(eliminated), walk.rebound)
         self.log.record(self._pass_index, pass_name, fname, walk.changes, minted, eliminated, merged, explained)
 
-    def _explained(self, old: FunctionState, state: FunctionState, eliminated: set[str],
-                   rebound: dict[int, int]) -> dict[str, str]:
+    def _explained(
+        self, old: FunctionState, state: FunctionState, eliminated: set[str], rebound: dict[int, int]
+    ) -> dict[str, str]:
         """The origins of ``eliminated`` whose every binding the pass removed the
         function before it (``old``) shows folded or dead (``eliminations``), and how;
         ``rebound``: the tokens the pass's vars held before an identity exception."""
@@ -451,7 +476,9 @@ class Tracker:
             for oid in self.tokens.origins[tok]:
                 if oid in eliminated:
                     verdicts.setdefault(oid, set()).add(verdict)
-        return {oid: sorted(v for v in found if v is not None)[0] for oid, found in verdicts.items() if None not in found}
+        return {
+            oid: sorted(v for v in found if v is not None)[0] for oid, found in verdicts.items() if None not in found
+        }
 
 
 def changed_functions(before: dict, functions: dict) -> tuple[dict, list[str]]:
@@ -462,8 +489,9 @@ def changed_functions(before: dict, functions: dict) -> tuple[dict, list[str]]:
     return model, [name for name, func in model.items() if name not in before or not before[name].same_as(func)]
 
 
-def eliminations(d: reader.FunctionView, token_of: Callable[[int], int | None], gone: set[int],
-                 kept: set[int]) -> dict[int, str | None]:
+def eliminations(
+    d: reader.FunctionView, token_of: Callable[[int], int | None], gone: set[int], kept: set[int]
+) -> dict[int, str | None]:
     """How each token of ``gone`` bound in ``d`` (the whole function as the pass before
     left it; ``token_of``: a var handle's token there) could go: ``FOLDED`` when its
     binding is computed from constants alone (every var it reads is bound so too: no

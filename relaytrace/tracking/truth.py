@@ -54,25 +54,35 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
     last = next((r.module for r in reversed(passes) if ir.model_functions(r.functions)), None)
     if last is not None:  # the shape functions VMShapeLower made and the prim values ComputePrimValue made
         # (explicit tables) compute what their name says
-        named.update({name: name for name in _prim_func_names(last)
-                      if is_shape_computation(name) or is_prim_value_computation(name)})
+        named.update(
+            {
+                name: name
+                for name in _prim_func_names(last)
+                if is_shape_computation(name) or is_prim_value_computation(name)
+            }
+        )
     for prim, op in named.items():
         prim_ops.setdefault(prim, set()).add(op)
     out: dict[str, tuple[Member, ...]] = {}
     parts = computes.parts
 
     def member(prim: str) -> Member:
-        shared = ((facts.LOWERED_PART,) * (prim in parts) + (facts.LAYOUT_REUSE,) * (prim in computes.reused)
-                  + (facts.FOLDED_NORM,) * (facts.NORM in prim_ops.get(prim, ())
-                                            and "relax.add" in prim_ops.get(prim, ())))
+        shared = (
+            (facts.LOWERED_PART,) * (prim in parts)
+            + (facts.LAYOUT_REUSE,) * (prim in computes.reused)
+            + (facts.FOLDED_NORM,) * (facts.NORM in prim_ops.get(prim, ()) and "relax.add" in prim_ops.get(prim, ()))
+        )
         return Member(prim, tuple(sorted(prim_ops.get(prim, ()))), prim in parts, shared)
 
     for name, func in groups.items():
         d = read(func)
         calls = (d.call(position) for position in range(len(d.vars)))
         # a PrimFunc computes what the evidence says; a Relax op left in a group, itself
-        out[name] = tuple(member(c.callee) if c.global_var else Member(c.callee, (c.callee,))
-                          for c in calls if c is not None and not is_bookkeeping(c.callee))
+        out[name] = tuple(
+            member(c.callee) if c.global_var else Member(c.callee, (c.callee,))
+            for c in calls
+            if c is not None and not is_bookkeeping(c.callee)
+        )
     for prim in prim_ops:
         out.setdefault(prim, (member(prim),))
     for name, func in offloaded.items():
@@ -138,8 +148,11 @@ def tuned_kernels(passes: Sequence[PassRecord], pass_name: str = "MetaScheduleAp
     for before, after in zip(passes, passes[1:]):
         if after.pass_name == pass_name:
             old = {gv.name_hint: f for gv, f in before.module.functions.items() if not isinstance(f, ir.relax.Function)}
-            tuned.update(gv.name_hint for gv, f in after.module.functions.items()
-                         if gv.name_hint in old and not old[gv.name_hint].same_as(f))
+            tuned.update(
+                gv.name_hint
+                for gv, f in after.module.functions.items()
+                if gv.name_hint in old and not old[gv.name_hint].same_as(f)
+            )
     return tuple(sorted(tuned))
 
 
@@ -180,8 +193,9 @@ def shape_consumers(passes: Sequence[PassRecord], read=reader.read) -> dict[str,
                 ints = d.integer_arguments(position)[2:]
                 found = {writer[v] for k, v in zip(ints[0::2], ints[1::2]) if k == 1 and v in writer}
             else:
-                found = set().union(*(reaches.get(a.handle, set()) for a in d.call(position).arguments()
-                                      if a.kind == reader.VAR))
+                found = set().union(
+                    *(reaches.get(a.handle, set()) for a in d.call(position).arguments() if a.kind == reader.VAR)
+                )
             if not found:
                 continue
             if name in prims:  # a kernel writing into such an allocation
@@ -202,7 +216,7 @@ def _stored_slots(stmt) -> set[int]:
     for attr in ("seq", "body", "then_case", "else_case"):
         child = getattr(stmt, attr, None)
         if child is not None:
-            for part in (list(child) if attr == "seq" else [child]):
+            for part in list(child) if attr == "seq" else [child]:
                 out |= _stored_slots(part)
     return out
 
@@ -233,9 +247,11 @@ def _folds_a_norm(made, made_at: dict) -> bool:
         # thousands of adds would be walked back, each add, beyond the interpreter's recursion limit)
     weight = first.arguments()[1] if first is not None and len(first.arguments()) > 1 else None
     return facts.folds_a_norm(
-        made.callee, first.callee if first is not None else None,
+        made.callee,
+        first.callee if first is not None else None,
         weight is not None and weight.kind == reader.VAR and _from_constants(weight.handle, made_at),
-        all(a.kind != reader.VAR or _from_constants(a.handle, made_at) for a in args[1:]))
+        all(a.kind != reader.VAR or _from_constants(a.handle, made_at) for a in args[1:]),
+    )
 
 
 def _from_constants(var: int, made_at: dict, seen: frozenset = frozenset()) -> bool:
@@ -318,10 +334,13 @@ class _Computes:
         def prim_func_call(var) -> bool:
             return var in calls and bool(calls[var].global_var) and calls[var].callee not in functions
 
-        candidates = [var for var in calls if var not in old and prim_func_call(var)
-                      and not self.prim_ops.get(calls[var].callee)]
-        wholes = lambda var: prim_func_call(var) and bool(now.get(var)) and (  # noqa: E731
-            var in old or calls[var].callee in self.parts)
+        candidates = [
+            var for var in calls if var not in old and prim_func_call(var) and not self.prim_ops.get(calls[var].callee)
+        ]
+
+        def wholes(var) -> bool:
+            return prim_func_call(var) and bool(now.get(var)) and (var in old or calls[var].callee in self.parts)
+
         for var, whole in facts.lowered_parts(candidates, consumers, wholes).items():
             self.prim_ops.setdefault(calls[var].callee, set()).update(now[whole])
             self.parts.add(calls[var].callee)

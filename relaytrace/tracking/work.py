@@ -24,16 +24,42 @@ from ..model.work import BEFORE_SCHEDULE, SCHEDULED, KernelWork, Poly
 from . import ir
 
 # by the name after TVM's namespace (``tirx.exp`` in TVM 0.27, ``tir.exp`` before)
-_TRANSCENDENTAL = frozenset({
-    "exp", "exp2", "exp10", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow",
-    "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh", "atanh",
-})
+_TRANSCENDENTAL = frozenset(
+    {
+        "exp",
+        "exp2",
+        "exp10",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "sqrt",
+        "rsqrt",
+        "tanh",
+        "sigmoid",
+        "erf",
+        "pow",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "atan2",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
+    }
+)
 _ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod, tirx.Min, tirx.Max)
 _COMPARE = (tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE)
 
 
-def kernel_works(passes: Sequence, kernels: Iterable[str],
-                 members: Mapping[str, Sequence[Member]] | None = None) -> dict[str, KernelWork]:
+def kernel_works(
+    passes: Sequence, kernels: Iterable[str], members: Mapping[str, Sequence[Member]] | None = None
+) -> dict[str, KernelWork]:
     """PrimFunc name -> its ``KernelWork``, for the ``kernels`` that are PrimFuncs of the
     build, and for the member PrimFuncs of each fused kernel (``members``: kernel ->
     its ``Member``s) as they were before FuseTIR merged them (what splits a fused
@@ -74,8 +100,9 @@ def _unscheduled_module(passes: Sequence):
     if grouped:
         last = modules[grouped[-1]].module
         return (modules[grouped[-1] + 1].module if grouped[-1] + 1 < len(modules) else None), last
-    return next((r.module for r in modules if any(isinstance(f, tirx.PrimFunc) for f in r.module.functions.values())),
-                None), None
+    return next(
+        (r.module for r in modules if any(isinstance(f, tirx.PrimFunc) for f in r.module.functions.values())), None
+    ), None
 
 
 def _prim_funcs(module) -> dict:
@@ -115,8 +142,15 @@ def count(func, source: str = BEFORE_SCHEDULE) -> KernelWork:
         return KernelWork(_params(func), None, None, source, (f"not counted: {exc}",))
     dtype = max(walk.dtypes, key=walk.dtypes.__getitem__, default="float32")
     accumulate = max(walk.accumulate, key=walk.accumulate.__getitem__, default=None)
-    return KernelWork(_params(func), _sorted(walk.flops), _sorted(walk.trans), source, tuple(dict.fromkeys(walk.notes)),
-                      dtype, accumulate)
+    return KernelWork(
+        _params(func),
+        _sorted(walk.flops),
+        _sorted(walk.trans),
+        source,
+        tuple(dict.fromkeys(walk.notes)),
+        dtype,
+        accumulate,
+    )
 
 
 class _Unread(Exception):
@@ -124,8 +158,17 @@ class _Unread(Exception):
     read back, a call into a library whose work the TIR does not show."""
 
 
-_LIBRARY_CALLS = frozenset({"tvm_call_packed", "tvm_call_cpacked", "call_extern", "call_pure_extern",
-                            "tvm_call_packed_lowered", "tvm_call_cpacked_lowered", "tvm_call_trace_packed"})
+_LIBRARY_CALLS = frozenset(
+    {
+        "tvm_call_packed",
+        "tvm_call_cpacked",
+        "call_extern",
+        "call_pure_extern",
+        "tvm_call_packed_lowered",
+        "tvm_call_cpacked_lowered",
+        "tvm_call_trace_packed",
+    }
+)
 
 
 class _Walk:
@@ -301,8 +344,15 @@ def _name(var) -> str:
     return var.name
 
 
-_TEXT = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*", tirx.FloorDiv: "//", tirx.FloorMod: "%", tirx.Div: "//",
-         tirx.Mod: "%"}
+_TEXT = {
+    tirx.Add: "+",
+    tirx.Sub: "-",
+    tirx.Mul: "*",
+    tirx.FloorDiv: "//",
+    tirx.FloorMod: "%",
+    tirx.Div: "//",
+    tirx.Mod: "%",
+}
 
 
 def _text(e) -> str:

@@ -29,8 +29,19 @@ import random
 
 from ..errors import require
 
-IMAGE_BLOCKS = ("conv", "dwconv", "grouped", "deconv", "ln2d", "ln_permute", "gate", "residual",
-                "split_cat", "pool", "twice")
+IMAGE_BLOCKS = (
+    "conv",
+    "dwconv",
+    "grouped",
+    "deconv",
+    "ln2d",
+    "ln_permute",
+    "gate",
+    "residual",
+    "split_cat",
+    "pool",
+    "twice",
+)
 
 
 # A token model draws one value of each of these per model, from the seed's RNG.
@@ -289,7 +300,7 @@ def generate_tokens(seed: int, blocks: int | None = None, **override):
 
     def rotate_half(x):
         x1 = x[..., : x.shape[-1] // 2]
-        x2 = x[..., x.shape[-1] // 2:]
+        x2 = x[..., x.shape[-1] // 2 :]
         return torch.cat((-x2, x1), dim=-1)
 
     def apply_rotary_pos_emb(q, k, cos, sin):
@@ -315,16 +326,20 @@ def generate_tokens(seed: int, blocks: int | None = None, **override):
                 self.v_proj = nn.Linear(d, kv_heads * head_dim, bias=bias)
             self.o_proj = nn.Linear(heads * head_dim, d, bias=bias)
             self.attn_dropout = nn.Dropout(p)
-            self.scaling = head_dim ** -0.5
+            self.scaling = head_dim**-0.5
             if kinds["mask"] == "where" and kinds["attention"] == "eager":  # GPT-2's causal buffer
-                self.register_buffer("bias", torch.tril(torch.ones(tokens, tokens, dtype=torch.bool))
-                                     .view(1, 1, tokens, tokens), persistent=False)
+                self.register_buffer(
+                    "bias",
+                    torch.tril(torch.ones(tokens, tokens, dtype=torch.bool)).view(1, 1, tokens, tokens),
+                    persistent=False,
+                )
 
         def forward(self, hidden_states, attention_mask, position_embeddings):
             b, t, _ = hidden_states.shape
             if kinds["qkv"] == "fused":
                 q, k, v = self.qkv_proj(hidden_states).split(
-                    [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=2)
+                    [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=2
+                )
             else:
                 q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
             q = q.view(b, t, -1, head_dim).transpose(1, 2)
@@ -334,8 +349,14 @@ def generate_tokens(seed: int, blocks: int | None = None, **override):
                 q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
             k, v = repeat_kv(k, heads // kv_heads), repeat_kv(v, heads // kv_heads)
             if kinds["attention"] == "sdpa":
-                out = F.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(),
-                                                     attn_mask=attention_mask, dropout_p=0.0, scale=self.scaling)
+                out = F.scaled_dot_product_attention(
+                    q.contiguous(),
+                    k.contiguous(),
+                    v.contiguous(),
+                    attn_mask=attention_mask,
+                    dropout_p=0.0,
+                    scale=self.scaling,
+                )
             else:
                 weights = torch.matmul(q, k.transpose(2, 3)) * self.scaling
                 if attention_mask is not None:
@@ -452,8 +473,9 @@ def generate_tokens(seed: int, blocks: int | None = None, **override):
                 attention_mask = mask[None, None, :, :].expand(b, 1, t, t)
             elif kinds["mask"] == "where" and kinds["attention"] == "sdpa":
                 above = torch.arange(t)[None, :] > torch.arange(t)[:, None]
-                attention_mask = torch.where(above, torch.full((), min_value, dtype=dtype),
-                                             torch.zeros((), dtype=dtype))[None, None]
+                attention_mask = torch.where(
+                    above, torch.full((), min_value, dtype=dtype), torch.zeros((), dtype=dtype)
+                )[None, None]
             elif kinds["mask"] == "padding":  # BERT's extended attention mask of an all-ones mask
                 ones = torch.ones_like(input_ids)
                 attention_mask = (1.0 - ones[:, None, None, :].to(dtype)) * min_value

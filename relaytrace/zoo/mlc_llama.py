@@ -37,7 +37,7 @@ class LlamaAttention(nn.Module):
         """Attention of ``x`` (batch, seq, hidden) over the cache's sequence: same shape."""
         batch, seq, _ = x.shape
         qkv = op.reshape(self.qkv_proj(x), (batch, seq, self.q_heads + 2 * self.kv_heads, self.head_dim))
-        out = cache.attention_with_fused_qkv(layer_id, qkv, self.q_heads, sm_scale=self.head_dim ** -0.5)
+        out = cache.attention_with_fused_qkv(layer_id, qkv, self.q_heads, sm_scale=self.head_dim**-0.5)
         return self.o_proj(op.reshape(out, (batch, seq, self.q_heads * self.head_dim)))
 
 
@@ -75,8 +75,16 @@ class LlamaModel(nn.Module):
 class LlamaForCausalLM(nn.Module):
     """The served model: ``model`` and ``lm_head``, with MLC-LLM's entries."""
 
-    def __init__(self, vocab: int = 256, hidden: int = 64, q_heads: int = 4, kv_heads: int = 2,
-                 inner: int = 128, layers: int = 2, target: str = "llvm"):
+    def __init__(
+        self,
+        vocab: int = 256,
+        hidden: int = 64,
+        q_heads: int = 4,
+        kv_heads: int = 2,
+        inner: int = 128,
+        layers: int = 2,
+        target: str = "llvm",
+    ):
         self.model = LlamaModel(vocab, hidden, q_heads, kv_heads, inner, layers)
         self.lm_head = nn.Linear(hidden, vocab, bias=False)
         self.hidden, self.vocab, self.layers = hidden, vocab, layers
@@ -89,6 +97,7 @@ class LlamaForCausalLM(nn.Module):
 
     def prefill(self, input_embed: nn.Tensor, paged_kv_cache: PagedKVCache):
         """Logits (1, 1, vocab) of the last of ``input_embed``'s tokens, and the cache."""
+
         def last(x: te.Tensor):
             b, s, d = x.shape
             return te.compute((b, 1, d), lambda i, _, k: x[i, s - 1, k], name="index")
@@ -100,23 +109,38 @@ class LlamaForCausalLM(nn.Module):
         """Logits (1, 1, vocab) of one token, and the cache."""
         return self.lm_head(self.model(input_embed, paged_kv_cache)), paged_kv_cache
 
-    def create_paged_kv_cache(self, max_batch_size, max_total_seq_len, prefill_chunk_size, page_size,
-                              support_sliding_window) -> PagedKVCache:
+    def create_paged_kv_cache(
+        self, max_batch_size, max_total_seq_len, prefill_chunk_size, page_size, support_sliding_window
+    ) -> PagedKVCache:
         """The paged KV cache with TIR kernels for this model's target."""
         from tvm import relax
         from tvm.target import Target
 
         return TIRPagedKVCache(
-            attn_kind="mha", max_batch_size=max_batch_size, max_total_seq_len=max_total_seq_len,
-            prefill_chunk_size=prefill_chunk_size, page_size=page_size,
+            attn_kind="mha",
+            max_batch_size=max_batch_size,
+            max_total_seq_len=max_total_seq_len,
+            prefill_chunk_size=prefill_chunk_size,
+            page_size=page_size,
             support_sliding_window=support_sliding_window,
-            layer_partition=relax.ShapeExpr([0, self.layers]), num_hidden_layers=self.layers,
-            num_attention_heads=self.q_heads, num_key_value_heads=self.kv_heads,
-            qk_head_dim=self.head_dim, v_head_dim=self.head_dim,
-            mla_original_qk_head_dim=0, mla_original_v_head_dim=0,
-            rope_mode=RopeMode.NORMAL, rope_scale=1, rope_theta=10000, rope_scaling={},
-            rope_ext_factors=relax.prim_value(0), rotary_dim=self.head_dim,
-            enable_disaggregation=False, dtype="float32", target=Target(self.target))
+            layer_partition=relax.ShapeExpr([0, self.layers]),
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.q_heads,
+            num_key_value_heads=self.kv_heads,
+            qk_head_dim=self.head_dim,
+            v_head_dim=self.head_dim,
+            mla_original_qk_head_dim=0,
+            mla_original_v_head_dim=0,
+            rope_mode=RopeMode.NORMAL,
+            rope_scale=1,
+            rope_theta=10000,
+            rope_scaling={},
+            rope_ext_factors=relax.prim_value(0),
+            rotary_dim=self.head_dim,
+            enable_disaggregation=False,
+            dtype="float32",
+            target=Target(self.target),
+        )
 
 
 def llama(layers: int = 2, param_mode: ParamMode = "packed", target: str = "llvm", hidden: int = 64):
@@ -127,13 +151,23 @@ def llama(layers: int = 2, param_mode: ParamMode = "packed", target: str = "llvm
     mode = {"param_mode": param_mode, "effect_mode": "none"}
     spec = {
         "embed": {"input_ids": nn.spec.Tensor(["seq_len"], "int32"), "$": mode},
-        "prefill": {"input_embed": nn.spec.Tensor([1, "seq_len", hidden], "float32"),
-                    "paged_kv_cache": nn.spec.Object(object_type=PagedKVCache), "$": mode},
-        "decode": {"input_embed": nn.spec.Tensor([1, 1, hidden], "float32"),
-                   "paged_kv_cache": nn.spec.Object(object_type=PagedKVCache), "$": mode},
+        "prefill": {
+            "input_embed": nn.spec.Tensor([1, "seq_len", hidden], "float32"),
+            "paged_kv_cache": nn.spec.Object(object_type=PagedKVCache),
+            "$": mode,
+        },
+        "decode": {
+            "input_embed": nn.spec.Tensor([1, 1, hidden], "float32"),
+            "paged_kv_cache": nn.spec.Object(object_type=PagedKVCache),
+            "$": mode,
+        },
         "create_paged_kv_cache": {
-            "max_batch_size": int, "max_total_seq_len": int, "prefill_chunk_size": int,
-            "page_size": int, "support_sliding_window": int,
-            "$": {"param_mode": "none", "effect_mode": "none"}},
+            "max_batch_size": int,
+            "max_total_seq_len": int,
+            "prefill_chunk_size": int,
+            "page_size": int,
+            "support_sliding_window": int,
+            "$": {"param_mode": "none", "effect_mode": "none"},
+        },
     }
     return model, spec

@@ -147,8 +147,12 @@ class VGG(nn.Module):
         self.features = nn.Sequential(*layers)
         self.avgpool = nn.AdaptiveAvgPool2d((7, 7))
         self.classifier = nn.Sequential(
-            nn.Linear(512 * 7 * 7, 4096), nn.ReLU(True), nn.Dropout(),
-            nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(),
+            nn.Linear(512 * 7 * 7, 4096),
+            nn.ReLU(True),
+            nn.Dropout(),
+            nn.Linear(4096, 4096),
+            nn.ReLU(True),
+            nn.Dropout(),
             nn.Linear(4096, num_classes),
         )
 
@@ -168,8 +172,10 @@ class Conv2dNormActivation(nn.Sequential):
     to keep the size at stride 1, BatchNorm, and ReLU6 unless ``activation`` is false."""
 
     def __init__(self, cin, cout, kernel=3, stride=1, groups=1, activation=True):
-        layers = [nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
-                  nn.BatchNorm2d(cout)]
+        layers = [
+            nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+            nn.BatchNorm2d(cout),
+        ]
         if activation:
             layers.append(nn.ReLU6(inplace=True))
         super().__init__(*layers)
@@ -185,8 +191,11 @@ class InvertedResidual(nn.Module):
         hidden = int(round(cin * expand_ratio))
         self.use_res_connect = stride == 1 and cin == cout
         layers = [] if expand_ratio == 1 else [Conv2dNormActivation(cin, hidden, 1)]
-        layers += [Conv2dNormActivation(hidden, hidden, 3, stride, groups=hidden),
-                   nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+        layers += [
+            Conv2dNormActivation(hidden, hidden, 3, stride, groups=hidden),
+            nn.Conv2d(hidden, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+        ]
         self.conv = nn.Sequential(*layers)
 
     def forward(self, x):
@@ -201,8 +210,15 @@ class MobileNetV2(nn.Module):
 
     def __init__(self, num_classes=1000):
         super().__init__()
-        settings = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2],
-                    [6, 96, 3, 1], [6, 160, 3, 2], [6, 320, 1, 1]]
+        settings = [
+            [1, 16, 1, 1],
+            [6, 24, 2, 2],
+            [6, 32, 3, 2],
+            [6, 64, 4, 2],
+            [6, 96, 3, 1],
+            [6, 160, 3, 2],
+            [6, 320, 1, 1],
+        ]
         features = [Conv2dNormActivation(3, 32, stride=2)]
         channels = 32
         for t, c, n, s in settings:

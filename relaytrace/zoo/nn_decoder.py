@@ -27,8 +27,9 @@ class Attention(nn.Module):
         batch, seq, hidden = x.shape
         qkv = op.reshape(self.qkv_proj(x), (batch, seq, 3, self.heads, self.head_dim))
         q, k, v = op.split(qkv, 3, axis=2)
-        q, k, v = (op.permute_dims(op.reshape(t, (batch, seq, self.heads, self.head_dim)), [0, 2, 1, 3])
-                   for t in (q, k, v))
+        q, k, v = (
+            op.permute_dims(op.reshape(t, (batch, seq, self.heads, self.head_dim)), [0, 2, 1, 3]) for t in (q, k, v)
+        )
         scores = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * (1.0 / math.sqrt(self.head_dim))
         att = op.matmul(op.softmax(scores, axis=-1), v)
         return self.o_proj(op.reshape(op.permute_dims(att, [0, 2, 1, 3]), (batch, seq, hidden)))

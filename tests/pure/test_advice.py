@@ -15,24 +15,31 @@ from .test_by_hand import lineage, profile
 from .test_roofline import measured, worked
 
 
-def _timed(sites, us: dict, origins, e2e: float, pipeline="fused", tuned=(), edges=(), builtin_us=0.0,
-           target="llvm"):
+def _timed(sites, us: dict, origins, e2e: float, pipeline="fused", tuned=(), edges=(), builtin_us=0.0, target="llvm"):
     build = BuildFacts("hand", target, pipeline, entries={"main": (("x", (1,), "float32"),)}, tuned=tuned)
-    lin = Lineage(build, origins, {k: tuple(s for s in sites if s.kernel == k) for k in {s.kernel for s in sites}},
-                  site_edges=edges)
+    lin = Lineage(
+        build,
+        origins,
+        {k: tuple(s for s in sites if s.kernel == k) for k in {s.kernel for s in sites}},
+        site_edges=edges,
+    )
     records = [CallRecord(s.kernel, s.call, 0, 0.0, us[s.label], KERNEL) for s in sites]
     if builtin_us:
         records.append(CallRecord("vm.builtin.reshape", 0, 0, 0.0, builtin_us, BUILTIN))
     return make_report(lin, Profile("hand", "llvm", "cpu(0)", "timeline", 1, tuple(records), e2e_us=(e2e,)))
 
 
-CONV_BN = {"c": Origin("c", "conv1", "relax.nn.conv2d", "main", 0), "b": Origin("b", "bn1", "relax.nn.batch_norm",
-                                                                                     "main", 1)}
+CONV_BN = {
+    "c": Origin("c", "conv1", "relax.nn.conv2d", "main", 0),
+    "b": Origin("b", "bn1", "relax.nn.batch_norm", "main", 1),
+}
 
 
 def test_a_batch_norm_after_its_conv_is_told_to_fold_and_one_fused_with_it_is_not():
-    sites = (CallSite("conv2d", 0, 0, (Role("c", "anchor"),)),
-             CallSite("fused_batch_norm", 0, 1, (Role("b", "anchor"),)))
+    sites = (
+        CallSite("conv2d", 0, 0, (Role("c", "anchor"),)),
+        CallSite("fused_batch_norm", 0, 1, (Role("b", "anchor"),)),
+    )
     report = _timed(sites, {"conv2d#0": 900.0, "fused_batch_norm#0": 100.0}, CONV_BN, 1000.0, edges=((0, 1),))
     (found,) = A.SeparateBatchNorm().find(report)
     assert found.layers == ("bn1",) and found.sites == ("fused_batch_norm#0",) and found.saving_us == 100.0
@@ -47,10 +54,11 @@ def test_a_batch_norm_after_a_convs_bias_add_is_not_told_to_fold_which_would_not
     """conv -> add (the conv's bias) -> batch_norm: FoldBatchnormToConv2D matches conv2d ->
     batch_norm only, so the fold would leave the build as it was."""
     origins = {**CONV_BN, "a": Origin("a", "conv1", "relax.add", "main", 2)}
-    sites = (CallSite("fused_conv2d_add", 0, 0, (Role("c", "anchor"), Role("a", "fused"))),
-             CallSite("fused_batch_norm", 0, 1, (Role("b", "anchor"),)))
-    report = _timed(sites, {"fused_conv2d_add#0": 900.0, "fused_batch_norm#0": 100.0}, origins, 1000.0,
-                    edges=((0, 1),))
+    sites = (
+        CallSite("fused_conv2d_add", 0, 0, (Role("c", "anchor"), Role("a", "fused"))),
+        CallSite("fused_batch_norm", 0, 1, (Role("b", "anchor"),)),
+    )
+    report = _timed(sites, {"fused_conv2d_add#0": 900.0, "fused_batch_norm#0": 100.0}, origins, 1000.0, edges=((0, 1),))
     assert A.SeparateBatchNorm().find(report) == ()
 
 
@@ -60,8 +68,13 @@ def test_inserted_layout_transforms_are_billed_to_their_pass_with_the_layers_tha
     assert found.title.startswith("ops ConvertLayout inserted take 0.010 ms")
     assert set(found.layers) == {"conv1", "fc"} and found.sites == ("layout_transform#0",)
     assert found.saving_us == 10.0 and found.change.rebuild == A.LAYOUT_NCHW
-    clean = attrs.evolve(lineage(), origins={**lineage().origins, "t1": attrs.evolve(
-        lineage().origins["t1"], kind="op", layer="conv1", pass_name="")})
+    clean = attrs.evolve(
+        lineage(),
+        origins={
+            **lineage().origins,
+            "t1": attrs.evolve(lineage().origins["t1"], kind="op", layer="conv1", pass_name=""),
+        },
+    )
     assert A.InsertedOverhead().find(make_report(clean, profile())) == ()
 
 
@@ -101,17 +114,22 @@ def test_many_tiny_calls_are_told_to_fuse_or_graph_for_the_target_saving_only_th
 
 def test_a_measured_difference_is_a_saving_only_beyond_the_runs_scatter_and_never_when_not_applied():
     assert A.Measured((100.0, 102.0, 104.0), (99.0, 101.0, 103.0)).verdict() == (
-        "no measurable change (+0.001 ms, within the runs' scatter 0.008 ms)")
+        "no measurable change (+0.001 ms, within the runs' scatter 0.008 ms)"
+    )
     assert A.Measured((100.0, 102.0, 104.0), (50.0, 51.0, 53.0)).verdict() == (
-        "measured saving 0.051 ms (beyond the runs' scatter 0.007 ms)")
+        "measured saving 0.051 ms (beyond the runs' scatter 0.007 ms)"
+    )
     assert A.Measured((100.0, 102.0, 104.0), (150.0, 151.0, 152.0)).verdict().startswith("measured slowdown 0.049 ms")
     assert A.Measured((100.0, 102.0, 104.0), (50.0, 51.0, 53.0), "the rebuild's kernels are the same").verdict() == (
-        "did not apply: the rebuild's kernels are the same, so it saves nothing")
+        "did not apply: the rebuild's kernels are the same, so it saves nothing"
+    )
 
 
 def test_a_change_applied_only_where_the_rebuild_moved_the_findings_ops():
-    sites = (CallSite("conv2d", 0, 0, (Role("c", "anchor"),)),
-             CallSite("fused_batch_norm", 0, 1, (Role("b", "anchor"),)))
+    sites = (
+        CallSite("conv2d", 0, 0, (Role("c", "anchor"),)),
+        CallSite("fused_batch_norm", 0, 1, (Role("b", "anchor"),)),
+    )
     report = _timed(sites, {"conv2d#0": 900.0, "fused_batch_norm#0": 100.0}, CONV_BN, 1000.0, edges=((0, 1),))
     (found,) = A.SeparateBatchNorm().find(report)
     before = report.lineage
@@ -127,5 +145,10 @@ def test_a_change_applied_only_where_the_rebuild_moved_the_findings_ops():
 def test_the_report_lists_every_rules_findings_largest_saving_first():
     report = make_report(lineage(), profile())
     assert report.advice == A.advise(report) and [f.rule for f in report.advice] == ["inserted-overhead"]
-    assert {type(r).__name__ for r in A.RULES} == {"SeparateBatchNorm", "InsertedOverhead", "UntunedKernels",
-                                                   "FarBelowRoofline", "VmOverhead"}
+    assert {type(r).__name__ for r in A.RULES} == {
+        "SeparateBatchNorm",
+        "InsertedOverhead",
+        "UntunedKernels",
+        "FarBelowRoofline",
+        "VmOverhead",
+    }

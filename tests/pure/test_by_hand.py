@@ -18,8 +18,16 @@ ORIGINS = {
     "o1": Origin("o1", "conv1", "relax.nn.conv2d", "main", 0),
     "o2": Origin("o2", "relu", "relax.nn.relu", "main", 1),
     "o3": Origin("o3", "fc", "relax.matmul", "main", 2),
-    "t1": Origin("t1", "conv1", "relax.layout_transform", "main", 3, kind=INSERTED, pass_name="ConvertLayout",
-                 serves=("o1", "o3")),
+    "t1": Origin(
+        "t1",
+        "conv1",
+        "relax.layout_transform",
+        "main",
+        3,
+        kind=INSERTED,
+        pass_name="ConvertLayout",
+        serves=("o1", "o3"),
+    ),
 }
 SITES = (
     CallSite("fused_conv2d_relu", 0, 0, (Role("o1", "anchor"), Role("o2", "fused"))),
@@ -79,8 +87,9 @@ def test_a_lineage_and_a_profile_come_back_equal_from_their_files(tmp_path):
 
 
 def test_a_profile_of_another_build_is_refused_and_a_hiccup_is_named_not_counted():
-    other = attrs.evolve(profile(), records=tuple(attrs.evolve(r, name="other") if r.name == "matmul" else r
-                                                  for r in profile().records))
+    other = attrs.evolve(
+        profile(), records=tuple(attrs.evolve(r, name="other") if r.name == "matmul" else r for r in profile().records)
+    )
     with pytest.raises(RelaytraceError):
         make_report(lineage(), other)
     noisy = profile(hiccup=4000.0)
@@ -104,9 +113,12 @@ def test_an_entrys_view_is_made_once_and_holds_that_entrys_sites_only():
     site = CallSite("matmul", 0, 3, (Role("d1", "anchor"),), function="decode")
     one = lineage()
     entries = {**one.build.entries, "decode": (("y", (1, 8), "float32"),)}
-    two = attrs.evolve(one, origins={**ORIGINS, "d1": decode},
-                       kernels={**{s.kernel: (s,) for s in SITES}, "matmul": (SITES[2], site)},
-                       build=attrs.evolve(one.build, entries=entries))
+    two = attrs.evolve(
+        one,
+        origins={**ORIGINS, "d1": decode},
+        kernels={**{s.kernel: (s,) for s in SITES}, "matmul": (SITES[2], site)},
+        build=attrs.evolve(one.build, entries=entries),
+    )
     view = two.for_entry("decode")
     assert two.for_entry("decode") is view and two.for_entry("main") is not view
     assert [s.label for s in view.call_sites] == ["decode:matmul#0"] and set(view.origins) == {"d1"}

@@ -56,8 +56,11 @@ def test_a_command_added_as_the_docs_show_runs_through_main(tmp_path):
     path = lineage().save(tmp_path / "lineage.json")
     code, out, err = _run(["layers", path], COMMANDS + (LAYERS,))
     assert code == 0, err
-    assert out.splitlines() == ["conv1: fused_conv2d_relu#0, layout_transform#0", "relu: fused_conv2d_relu#0",
-                                "fc: layout_transform#0, matmul#0"]  # the transform serves both
+    assert out.splitlines() == [
+        "conv1: fused_conv2d_relu#0, layout_transform#0",
+        "relu: fused_conv2d_relu#0",
+        "fc: layout_transform#0, matmul#0",
+    ]  # the transform serves both
     code, _, err = _run(["layers", tmp_path / "missing.json"], COMMANDS + (LAYERS,))
     assert code == 1 and err.strip().startswith("relaytrace: error:") and "\n" not in err.strip(), err
 

@@ -18,9 +18,15 @@ def _origin(oid, layer, op, source_op, node, index=0):
 
 EMB = _origin("emb/take", "emb", "take", "embedding", "embedding")
 ADD = _origin("add_1/add", "add_1", "add", "add", "add_1", 1)
-PROGRAM = Program(TORCH, (SourceNode("embedding", "embedding", "emb", True),
-                          SourceNode("to", "_to_copy", "norm", False),
-                          SourceNode("add_1", "add", "add_1", True), SourceNode("dropout", "clone", "drop", False)))
+PROGRAM = Program(
+    TORCH,
+    (
+        SourceNode("embedding", "embedding", "emb", True),
+        SourceNode("to", "_to_copy", "norm", False),
+        SourceNode("add_1", "add", "add_1", True),
+        SourceNode("dropout", "clone", "drop", False),
+    ),
+)
 
 
 def test_a_right_mapping_passes():
@@ -64,8 +70,12 @@ def test_verification_gives_each_layer_a_verdict_and_suspects_the_site():
     site = CallSite("take", 0, 0, (Role(took.id, "anchor"),))
     site2 = CallSite("add", 0, 1, (Role(ADD.id, "anchor"),))
     members = {"take": (Member("take", ("relax.take",)),), "add": (Member("add", ("relax.add",)),)}
-    lineage = Lineage(BuildFacts("m", "llvm", "fused", kernel_members=members), {o.id: o for o in (took, ADD)},
-                      {"take": (site,), "add": (site2,)}, program=PROGRAM)
+    lineage = Lineage(
+        BuildFacts("m", "llvm", "fused", kernel_members=members),
+        {o.id: o for o in (took, ADD)},
+        {"take": (site,), "add": (site2,)},
+        program=PROGRAM,
+    )
     v = verify(lineage)
     lineage = attrs.evolve(lineage, verification=v)
     assert [c.status for c in v.sites] == [SUSPECT, VERIFIED]

@@ -53,7 +53,7 @@ def imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = package.split(".") if package else []
-                base = parts[:len(parts) - node.level + 1]
+                base = parts[: len(parts) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
                 names = [_submodule(target, a.name) for a in node.names]
             elif (node.module or "").startswith("relaytrace"):
@@ -62,8 +62,11 @@ def imports(path: Path) -> list[tuple[int, str]]:
                 continue
             found += [(node.lineno, n) for n in names]
         elif isinstance(node, ast.Import):
-            found += [(node.lineno, a.name.removeprefix("relaytrace").lstrip("."))
-                      for a in node.names if a.name.split(".")[0] == "relaytrace"]
+            found += [
+                (node.lineno, a.name.removeprefix("relaytrace").lstrip("."))
+                for a in node.names
+                if a.name.split(".")[0] == "relaytrace"
+            ]
     return found
 
 
@@ -82,8 +85,11 @@ def _module(path: Path) -> str:
 def upward(module: str, found: list[tuple[int, str]]) -> list[str]:
     """The imports among ``found`` ((line, target) of ``module``) that go to a higher stage."""
     mine = stage_of(module)
-    return [f"{module}:{line}: {STAGES[mine][0]} imports {target or 'relaytrace'} ({STAGES[stage_of(target)][0]})"
-            for line, target in found if stage_of(target) > mine]
+    return [
+        f"{module}:{line}: {STAGES[mine][0]} imports {target or 'relaytrace'} ({STAGES[stage_of(target)][0]})"
+        for line, target in found
+        if stage_of(target) > mine
+    ]
 
 
 def test_every_module_imports_only_its_own_stage_or_lower():
@@ -99,7 +105,8 @@ def test_the_check_sees_an_upward_import():
     assert stage_of("render.safe_text") == 0 and stage_of("render.outputs") == stage_of("render")
     assert stage_of("") == len(STAGES) - 1  # the package's own __init__: the top
     assert upward("model.lineage", [(3, "render.html"), (4, "errors")]) == [
-        "model.lineage:3: model imports render.html (render)"]
+        "model.lineage:3: model imports render.html (render)"
+    ]
     assert upward("render.html", [(1, "model.origin"), (2, "render.safe_text")]) == []
     with pytest.raises(KeyError):
         stage_of("newmodule")  # a module no stage lists is an error, not the top stage

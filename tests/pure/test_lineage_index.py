@@ -18,9 +18,18 @@ from relaytrace.model.verification import SUSPECT, VERIFIED, SiteCheck, Verifica
 def _lineage(seed: int) -> Lineage:
     rng = random.Random(seed)
     ops = [Origin(f"L{i % 7}/op{i}", f"L{i % 7}", "relax.add", "main", i) for i in range(rng.randint(3, 30))]
-    inserted = [Origin(f"ins{i}", "", "relax.layout_transform", "main", 100 + i, kind=INSERTED,
-                       serves=tuple(o.id for o in rng.sample(ops, rng.randint(0, 3))))
-                for i in range(rng.randint(0, 5))]
+    inserted = [
+        Origin(
+            f"ins{i}",
+            "",
+            "relax.layout_transform",
+            "main",
+            100 + i,
+            kind=INSERTED,
+            serves=tuple(o.id for o in rng.sample(ops, rng.randint(0, 3))),
+        )
+        for i in range(rng.randint(0, 5))
+    ]
     origins = {o.id: o for o in ops + inserted}
     kernels: dict[str, list[CallSite]] = {}
     positions = list(range(rng.randint(1, 40)))
@@ -31,16 +40,24 @@ def _lineage(seed: int) -> Lineage:
         chosen = rng.sample(list(origins), rng.randint(0, 3))
         call = sum(1 for s in kernels.get(kernel, ()) if s.function == entry)
         kernels.setdefault(kernel, []).append(
-            CallSite(kernel, call, position, tuple(Role(o, "fused") for o in chosen), entry))
+            CallSite(kernel, call, position, tuple(Role(o, "fused") for o in chosen), entry)
+        )
     sites = [s for v in kernels.values() for s in v]
     verification = Verification(tuple(SiteCheck(s.position, rng.choice((VERIFIED, SUSPECT)), ()) for s in sites), ())
-    return Lineage(BuildFacts("m", "llvm", "fused", entries={"main": (), "decode": ()}), origins,
-                   {k: tuple(v) for k, v in kernels.items()}, verification=verification)
+    return Lineage(
+        BuildFacts("m", "llvm", "fused", entries={"main": (), "decode": ()}),
+        origins,
+        {k: tuple(v) for k, v in kernels.items()},
+        verification=verification,
+    )
 
 
 def _scan_kernels_of(lineage: Lineage, name: str) -> list[str]:
-    ids = {name} if name in lineage.origins else {o.id for o in lineage.origins.values()
-                                                   if o.layer == name and o.kind == OP}
+    ids = (
+        {name}
+        if name in lineage.origins
+        else {o.id for o in lineage.origins.values() if o.layer == name and o.kind == OP}
+    )
     wanted = ids | {o.id for o in lineage.origins.values() if set(o.serves) & ids}
     sites = sorted((s for v in lineage.kernels.values() for s in v), key=lambda s: s.position)
     return [s.label for s in sites if wanted & set(s.origin_ids)]

@@ -21,7 +21,8 @@ CONV, LAYOUT, FC = "fused_conv2d_relu#0", "layout_transform#0", "matmul#0"
 # and writes the output into c; block a is reused for nothing; block d is idle between
 # its values (written at step 0, read at 0, written again at 2).
 PLAN = MemoryPlan(
-    "main", (CONV, LAYOUT, FC),
+    "main",
+    (CONV, LAYOUT, FC),
     blocks=(
         Block("a", ((4, ("n",)),), 0, 1, (Held((1, "n"), "float32", CONV, 0, 1),)),
         Block("b", ((2048, ()),), 1, 2, (Held((1, 8, 8, 8), "float32", LAYOUT, 1, 2),)),
@@ -111,30 +112,47 @@ def test_the_terminal_shows_the_peak_its_formula_and_the_idle_blocks():
 def test_a_runs_addresses_confirm_the_plan_or_say_where_they_differ():
     # block a at 1000, b at 5000, c at 9000, d at 20000 (its two values at one address)
     run = {CONV: (0, 0, 1000, 20000), LAYOUT: (1000, 5000), FC: (5000, 0, 9000, 20000)}
-    plan = attrs.evolve(PLAN, blocks=tuple(
-        attrs.evolve(b, tensors=tuple(attrs.evolve(h, argument={"a": 2, "b": 1, "c": 2, "d": 3}[b.name])
-                                      for h in b.tensors)) for b in PLAN.blocks))
+    plan = attrs.evolve(
+        PLAN,
+        blocks=tuple(
+            attrs.evolve(
+                b, tensors=tuple(attrs.evolve(h, argument={"a": 2, "b": 1, "c": 2, "d": 3}[b.name]) for h in b.tensors)
+            )
+            for b in PLAN.blocks
+        ),
+    )
     good = memory_at(planned(plan), "main", {"n": 100}, run).checks
     assert [c.verdict for c in good[1:]] == [Verdict.AGREES, Verdict.AGREES, Verdict.MEASURED]
     assert good[1].text.endswith("each block's values at one address: agrees")
     assert good[2].text.endswith("overlapped: agrees") and "spanned 2804 bytes at 4 distinct addresses" in good[3].text
     clash = dict(run, **{LAYOUT: (1000, 1200)})  # b on a's memory while both are live
-    assert "DIFFERS: a and b are both live at layout_transform#0" in memory_at(planned(plan), "main", {"n": 100},
-                                                                              clash).checks[2].text
+    assert (
+        "DIFFERS: a and b are both live at layout_transform#0"
+        in memory_at(planned(plan), "main", {"n": 100}, clash).checks[2].text
+    )
     moved = dict(run, **{FC: (5000, 0, 9000, 30000)})  # d's second value elsewhere
-    assert "DIFFERS: the values of d were at different addresses" in memory_at(planned(plan), "main", {"n": 100},
-                                                                               moved).checks[1].text
+    assert (
+        "DIFFERS: the values of d were at different addresses"
+        in memory_at(planned(plan), "main", {"n": 100}, moved).checks[1].text
+    )
     assert memory_at(planned(), "main", {"n": 100}, {CONV: (1,)}).checks[1].verdict == Verdict.NOT_CHECKED
 
 
 def test_what_is_live_at_any_step_adds_up_to_its_live_bytes_and_at_the_peak_is_at_peak():
     m = memory_at(planned(), "main", {"n": 100})
     assert [(s.block, s.bytes, s.start, s.end, s.returned) for s in m.spans] == [
-        ("a", 400, 0, 1, False), ("b", 2048, 1, 2, False), ("c", 256, 2, 2, True), ("d", 100, 0, 2, False)]
+        ("a", 400, 0, 1, False),
+        ("b", 2048, 1, 2, False),
+        ("c", 256, 2, 2, True),
+        ("d", 100, 0, 2, False),
+    ]
     for step, live in enumerate(m.live):
         assert sum(v.bytes for v in live_at(m, step)) == live
     assert live_at(m, m.peak_step) == m.at_peak
     assert [(v.block, v.site, v.shape, v.idle, v.value_bytes) for v in live_at(m, 2)] == [
-        ("b", LAYOUT, (1, 8, 8, 8), False, 2048), ("c", FC, (4, 16), False, 256), ("d", FC, (25,), False, 100)]
+        ("b", LAYOUT, (1, 8, 8, 8), False, 2048),
+        ("c", FC, (4, 16), False, 256),
+        ("d", FC, (25,), False, 100),
+    ]
     assert live_at(m, -1) == live_at(m, 3) == ()
     assert {v.block: v.sized_for for v in m.at_peak} == {"a": "relu", "b": "conv1", "d": "relu"}  # d: its first

@@ -29,14 +29,21 @@ def _with(origins: dict, sites: tuple):
 
 
 def _profile(sites, us: float = 10.0) -> Profile:
-    return Profile("hand", "llvm", "cpu(0)", "timeline", 1,
-                   tuple(CallRecord(s.kernel, 0, 0, 20.0 * i, us, KERNEL) for i, s in enumerate(sites)),
-                   e2e_us=(200.0,))
+    return Profile(
+        "hand",
+        "llvm",
+        "cpu(0)",
+        "timeline",
+        1,
+        tuple(CallRecord(s.kernel, 0, 0, 20.0 * i, us, KERNEL) for i, s in enumerate(sites)),
+        e2e_us=(200.0,),
+    )
 
 
 def test_a_shape_function_of_the_entry_is_its_own_row_and_no_layers_kernel_call():
-    shape = Origin("s1", "conv1", "shape_func", "main", 4, kind=INSERTED, pass_name="VMShapeLower",
-                   serves=("o1", "o2", "o3"))
+    shape = Origin(
+        "s1", "conv1", "shape_func", "main", 4, kind=INSERTED, pass_name="VMShapeLower", serves=("o1", "o2", "o3")
+    )
     sites = SITES + (CallSite("shape_func", 0, 3, (Role("s1", "inserted"),)),)
     lin = _with({"s1": shape}, sites)
     assert billed_layers(shape, lin.origins) == ("main.shape_func",)
@@ -59,17 +66,24 @@ def test_an_unresolved_op_is_said_unresolved_not_named_by_its_kernel():
 
 def test_a_history_is_grouped_by_op_with_the_pass_that_ended_each():
     lin = lineage()
-    history = {"o1": (Change(5, "LegalizeOps", "main", "conv2d", "identity"),
-                      Change(9, "FuseOps", "main", "fused_conv2d_relu", "replay"),
-                      Change(11, "FuseTIR", "main", "fused_conv2d_relu", "identity")),
-               "o3": (Change(5, "LegalizeOps", "main", "matmul", "identity"),)}
-    lin = attrs.evolve(lin, journal=attrs.evolve(lin.journal, history_by_origin=history,
-                                                 eliminated_by={"o3": "FoldConstant"}))
+    history = {
+        "o1": (
+            Change(5, "LegalizeOps", "main", "conv2d", "identity"),
+            Change(9, "FuseOps", "main", "fused_conv2d_relu", "replay"),
+            Change(11, "FuseTIR", "main", "fused_conv2d_relu", "identity"),
+        ),
+        "o3": (Change(5, "LegalizeOps", "main", "matmul", "identity"),),
+    }
+    lin = attrs.evolve(
+        lin, journal=attrs.evolve(lin.journal, history_by_origin=history, eliminated_by={"o3": "FoldConstant"})
+    )
     (conv,) = histories(lin, "conv1")
     assert conv["kernel_calls"] == ["fused_conv2d_relu#0"] and conv["eliminated_by"] is None
-    assert history_rows(conv) == [["o1", "#5 LegalizeOps", "conv2d"],
-                                  ["", "#9 FuseOps (replay), #11 FuseTIR", "fused_conv2d_relu"],
-                                  ["", "END: runs in", "fused_conv2d_relu#0"]]
+    assert history_rows(conv) == [
+        ["o1", "#5 LegalizeOps", "conv2d"],
+        ["", "#9 FuseOps (replay), #11 FuseTIR", "fused_conv2d_relu"],
+        ["", "END: runs in", "fused_conv2d_relu#0"],
+    ]
     (fc,) = histories(lin, "fc")
     assert history_rows(fc)[-1] == ["", "END: eliminated by FoldConstant", ""]
 

@@ -22,12 +22,15 @@ def _write(staging):
     (staging / "lineage.json").write_text("new")
 
 
-@pytest.mark.parametrize("layout", [
-    "rendered-data/a.csv",  # a directory named like a rendered output
-    "trace.json/thesis.txt",  # an output's name taken by a directory of the user's
-    "notes.txt",
-    "rendered-notes.txt",  # rendered- but no name `relaytrace render` writes
-])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "rendered-data/a.csv",  # a directory named like a rendered output
+        "trace.json/thesis.txt",  # an output's name taken by a directory of the user's
+        "notes.txt",
+        "rendered-notes.txt",  # rendered- but no name `relaytrace render` writes
+    ],
+)
 def test_force_refuses_a_directory_holding_anything_relaytrace_did_not_write(tmp_path, layout):
     out = _outputs(tmp_path / "d", "lineage.json", "profile.json")
     user = out / layout
@@ -163,8 +166,11 @@ def test_a_run_killed_at_any_write_step_loses_nothing_and_the_next_run_says_or_c
             break  # the run finished before this step: every step was tried
         steps += 1
         names = sorted(p.name for p in out.iterdir()) if out.is_dir() else None
-        assert names in (["lineage.json", "profile.json"], ["layers.csv", "lineage.json", "profile.json",
-                                                             "report.html", "trace.json"], None), names
+        assert names in (
+            ["lineage.json", "profile.json"],
+            ["layers.csv", "lineage.json", "profile.json", "report.html", "trace.json"],
+            None,
+        ), names
         if names is not None:
             assert {(out / n).read_text() for n in names} in ({"ours"}, {"new"})
         for stale in root.glob(".d.relaytrace-*"):  # as if the run was killed ten minutes ago
@@ -183,8 +189,10 @@ def test_a_run_killed_at_any_write_step_loses_nothing_and_the_next_run_says_or_c
 
 def test_a_users_directory_named_like_a_leftover_is_left_alone(tmp_path):
     out = _outputs(tmp_path / "results", "lineage.json")
-    backups = [_outputs(tmp_path / ".results.old-20240315", "thesis.txt"),
-               _outputs(tmp_path / ".results.relaytrace-20240315", "notes.txt")]
+    backups = [
+        _outputs(tmp_path / ".results.old-20240315", "thesis.txt"),
+        _outputs(tmp_path / ".results.relaytrace-20240315", "notes.txt"),
+    ]
     for backup in backups:
         os.utime(backup, (time.time() - 3600, time.time() - 3600))
     prepare_out_dir(out, force=True)

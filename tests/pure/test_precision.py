@@ -41,22 +41,40 @@ ORIGINS = {
 EDGES = (("conv", "bn"), ("bn", "relu"), ("relu", "soft"), ("mc", "add"), ("soft", "add"))
 SITES = (
     CallSite("cast", 0, 0, (Role("c0", "inserted"),), arguments=((X, F32), (X, F16))),
-    CallSite("fused_conv2d_cast1", 0, 1, (Role("conv", "anchor"), Role("c1", "inserted")),
-             arguments=((X, F16), (W, F16), (Y, F32))),
-    CallSite("fused_batch_norm_relu", 0, 2, (Role("bn", "anchor"), Role("relu", "fused")),
-             arguments=((Y, F32), ((4,), F32), (Y, F32))),
+    CallSite(
+        "fused_conv2d_cast1",
+        0,
+        1,
+        (Role("conv", "anchor"), Role("c1", "inserted")),
+        arguments=((X, F16), (W, F16), (Y, F32)),
+    ),
+    CallSite(
+        "fused_batch_norm_relu",
+        0,
+        2,
+        (Role("bn", "anchor"), Role("relu", "fused")),
+        arguments=((Y, F32), ((4,), F32), (Y, F32)),
+    ),
     CallSite("softmax", 0, 3, (Role("soft", "anchor"),), arguments=((Y, F32), (Y, F32))),
     CallSite("take", 0, 4, (Role("idx", "anchor"),), arguments=(((8,), "int64"), ((2,), "int64"), ((2,), "int64"))),
     CallSite("cast9", 0, 5, (Role("mc", "anchor"),), arguments=((Y, F16), (Y, F32))),
     CallSite("add", 0, 6, (Role("add", "anchor"),), arguments=((Y, F32), (Y, F32), (Y, F32))),
 )
-MEDIANS = {"cast": 5.0, "fused_conv2d_cast1": 100.0, "fused_batch_norm_relu": 20.0, "softmax": 10.0, "take": 1.0,
-           "cast9": 4.0, "add": 2.0}
+MEDIANS = {
+    "cast": 5.0,
+    "fused_conv2d_cast1": 100.0,
+    "fused_batch_norm_relu": 20.0,
+    "softmax": 10.0,
+    "take": 1.0,
+    "cast9": 4.0,
+    "add": 2.0,
+}
 POLY = ((256, ()),)
 WORK = {
     "cast": KernelWork(((X, F32), (X, F16)), ()),
-    "fused_conv2d_cast1": KernelWork(((X, F16), (W, F16), (Y, F32)), ((2 * 256 * 36, ()),), (), dtype=F32,
-                                     accumulate=F32),
+    "fused_conv2d_cast1": KernelWork(
+        ((X, F16), (W, F16), (Y, F32)), ((2 * 256 * 36, ()),), (), dtype=F32, accumulate=F32
+    ),
     "conv2d": KernelWork(((X, F16), (W, F16), (Y, F32)), ((2 * 256 * 36, ()),), (), dtype=F32, accumulate=F32),
     "cast1": KernelWork(((Y, F32), (Y, F16)), ()),
     "fused_batch_norm_relu": KernelWork(((Y, F32), ((4,), F32), (Y, F32)), POLY, ()),
@@ -71,13 +89,28 @@ MEMBERS = {
     "fused_conv2d_cast1": (Member("conv2d", ("relax.nn.conv2d",)), Member("cast1", ("relax.astype",))),
     "fused_batch_norm_relu": (Member("batch_norm", ("relax.nn.batch_norm",)), Member("relu", ("relax.nn.relu",))),
 }
-POLICIES = {"relax.nn.conv2d": "always", "relax.nn.batch_norm": "never", "relax.nn.relu": "follow",
-            "relax.nn.softmax": "never", "relax.take": "follow", "relax.astype": "follow", "relax.add": "follow"}
+POLICIES = {
+    "relax.nn.conv2d": "always",
+    "relax.nn.batch_norm": "never",
+    "relax.nn.relu": "follow",
+    "relax.nn.softmax": "never",
+    "relax.take": "follow",
+    "relax.astype": "follow",
+    "relax.add": "follow",
+}
 
 
 def lineage(accumulate=F32, policies=POLICIES) -> Lineage:
-    build = BuildFacts("hand16", "llvm", "fused", entries={"main": (("x", X, F32),)}, kernel_members=MEMBERS,
-                       accumulate=accumulate, policies=dict(policies), work=WORK)
+    build = BuildFacts(
+        "hand16",
+        "llvm",
+        "fused",
+        entries={"main": (("x", X, F32),)},
+        kernel_members=MEMBERS,
+        accumulate=accumulate,
+        policies=dict(policies),
+        work=WORK,
+    )
     return Lineage(build, dict(ORIGINS), {s.kernel: (s,) for s in SITES}, edges=EDGES)
 
 
@@ -144,11 +177,20 @@ def test_the_layers_left_in_float32_and_why():
 
 def test_a_float32_build_has_no_layer_left_and_says_so():
     lin = lineage(accumulate=None)
-    lin = attrs.evolve(lin, kernels={k: tuple(attrs.evolve(s, arguments=tuple((sh, F32 if d == F16 else d)
-                                                                           for sh, d in s.arguments)) for s in v)
-                                     for k, v in lin.kernels.items()},
-                       build=attrs.evolve(lin.build, work={k: attrs.evolve(w, params=tuple(
-                           (sh, F32 if d == F16 else d) for sh, d in w.params)) for k, w in WORK.items()}))
+    lin = attrs.evolve(
+        lin,
+        kernels={
+            k: tuple(attrs.evolve(s, arguments=tuple((sh, F32 if d == F16 else d) for sh, d in s.arguments)) for s in v)
+            for k, v in lin.kernels.items()
+        },
+        build=attrs.evolve(
+            lin.build,
+            work={
+                k: attrs.evolve(w, params=tuple((sh, F32 if d == F16 else d) for sh, d in w.params))
+                for k, w in WORK.items()
+            },
+        ),
+    )
     p = make_report(lin, profile()).precision
     assert not p.mixed and p.build == "float32" and not p.float32_layers
 

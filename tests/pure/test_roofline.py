@@ -17,13 +17,17 @@ from relaytrace.model.work import KernelWork, bind, evaluate, tensor_bytes, work
 
 from .test_by_hand import SITES, lineage, profile
 
-CONV = KernelWork((((1, 3, 8, 8), "float32"), ((8, 3, 3, 3), "float32"), ((1, 8, 8, 8), "float32")),
-                  ((2 * 8 * 64 * 27 + 2 * 8 * 64, ()),))
+CONV = KernelWork(
+    (((1, 3, 8, 8), "float32"), ((8, 3, 3, 3), "float32"), ((1, 8, 8, 8), "float32")),
+    ((2 * 8 * 64 * 27 + 2 * 8 * 64, ()),),
+)
 LAYOUT = KernelWork((((1, 8, 8, 8), "float32"), ((1, 8, 8, 8), "float32")), ())
 MATMUL = KernelWork(((("n", 64), "float32"), ((64, 16), "float32"), (("n", 16), "float32")), ((2048, ("n",)),))
-ARGS = {"fused_conv2d_relu#0": ArgInfo(((1, 3, 8, 8), (8, 3, 3, 3), (1, 8, 8, 8)), ("float32",) * 3),
-        "layout_transform#0": ArgInfo(((1, 8, 8, 8), (1, 8, 8, 8)), ("float32",) * 2),
-        "matmul#0": ArgInfo(((4, 64), (64, 16), (4, 16)), ("float32",) * 3)}
+ARGS = {
+    "fused_conv2d_relu#0": ArgInfo(((1, 3, 8, 8), (8, 3, 3, 3), (1, 8, 8, 8)), ("float32",) * 3),
+    "layout_transform#0": ArgInfo(((1, 8, 8, 8), (1, 8, 8, 8)), ("float32",) * 2),
+    "matmul#0": ArgInfo(((4, 64), (64, 16), (4, 16)), ("float32",) * 3),
+}
 PEAKS = Peaks({"float32": 10.0}, 2.0, "given", "by hand", "a toy")  # 10 GFLOP/s = 1e4 FLOPs/us, 2 GB/s = 2e3 B/us
 
 
@@ -96,8 +100,12 @@ def test_rates_without_peaks_have_no_bound_and_a_site_above_a_ceiling_is_named()
     slow_memory = Peaks({"float32": 1e6}, 0.01, "measured", "by hand", "a toy")
     over = dict(make_report(worked(), measured(slow_memory)).roofline.over_ceiling)
     assert "stayed in cache" in over["fused_conv2d_relu#0"]
-    fp16 = attrs.evolve(worked(), build=attrs.evolve(worked().build, work={
-        **worked().build.work, "matmul": attrs.evolve(MATMUL, dtype="float16")}))
+    fp16 = attrs.evolve(
+        worked(),
+        build=attrs.evolve(
+            worked().build, work={**worked().build.work, "matmul": attrs.evolve(MATMUL, dtype="float16")}
+        ),
+    )
     fast = Peaks({"float32": 1e-3, "float16": 1e6}, 1e6, "given", "by hand", "a toy")  # float32 far too slow
     over = dict(make_report(fp16, measured(fast)).roofline.over_ceiling)
     assert "matmul#0" not in over and "count or the timer" in over["fused_conv2d_relu#0"]  # held to its dtype's
@@ -106,10 +114,16 @@ def test_rates_without_peaks_have_no_bound_and_a_site_above_a_ceiling_is_named()
 def test_an_estimate_is_each_sites_bound_at_the_ir_shapes_and_says_it_is_one():
     lin = worked()
     shapes = {s.kernel: tuple(zip(ARGS[s.label].shapes, ARGS[s.label].dtypes)) for s in SITES}
-    sites = tuple(attrs.evolve(s, arguments=tuple((tuple("n" if (d == 4 and s.kernel == "matmul" and i != 1) else d
-                                                               for d in shape), dtype)
-                                                         for i, (shape, dtype) in enumerate(shapes[s.kernel])))
-                  for s in SITES)
+    sites = tuple(
+        attrs.evolve(
+            s,
+            arguments=tuple(
+                (tuple("n" if (d == 4 and s.kernel == "matmul" and i != 1) else d for d in shape), dtype)
+                for i, (shape, dtype) in enumerate(shapes[s.kernel])
+            ),
+        )
+        for s in SITES
+    )
     build = attrs.evolve(lin.build, entries={"main": (("x", ("n", 64), "float32"),)})
     lin = attrs.evolve(lin, build=build, kernels={s.kernel: (s,) for s in sites})
     with pytest.raises(UsageError, match="--input-shape x:8x64"):
@@ -163,8 +177,9 @@ def test_split_cuts_a_fused_kernel_by_its_members_bounds():
     assert sum(shares.values()) == pytest.approx(100.0)
     # without the members' work the split falls back to the ops' estimated FLOPs
     bare = attrs.evolve(lin, build=attrs.evolve(lin.build, work={}))
-    fallback = {s.op: s.us for s in make_report(bare, measured(), policy="split").shares
-                if s.site == "fused_conv2d_relu#0"}
+    fallback = {
+        s.op: s.us for s in make_report(bare, measured(), policy="split").shares if s.site == "fused_conv2d_relu#0"
+    }
     assert fallback["conv2d"] / fallback["relu"] != pytest.approx(conv_us / relu_us)
 
 
@@ -207,8 +222,10 @@ def test_each_layer_gets_its_own_ops_part_of_a_fused_kernels_flops_under_either_
     members = {"fused_conv2d_relu": (Member("conv2d", ("relax.nn.conv2d",)), Member("relu", ("relax.nn.relu",)))}
     relu = KernelWork((((1, 8, 8, 8), "float32"), ((1, 8, 8, 8), "float32")), ((512, ()),))
     conv = attrs.evolve(CONV, flops=((2 * 8 * 64 * 27, ()),))
-    lin = attrs.evolve(lin, build=attrs.evolve(lin.build, kernel_members=members,
-                                               work={**lin.build.work, "conv2d": conv, "relu": relu}))
+    lin = attrs.evolve(
+        lin,
+        build=attrs.evolve(lin.build, kernel_members=members, work={**lin.build.work, "conv2d": conv, "relu": relu}),
+    )
     kernel = 2 * 8 * 64 * 27 + 2 * 8 * 64  # the fused kernel's count: its parts are cut in its members' proportions
     for policy in ("anchor", "split"):
         roof = make_report(lin, measured(), policy=policy).roofline

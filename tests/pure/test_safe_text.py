@@ -13,36 +13,54 @@ from relaytrace.render import safe_text as S
 
 from ..fixtures.hostile import HOSTILE_NAMES, INPUT_NAME, MODEL_NAME
 
-NAMES = HOSTILE_NAMES + (MODEL_NAME, INPUT_NAME, "\ud800lone surrogate", "non\ufffechar", "c1\x85\x9bnext",
-                         "sep\u2028line", "del\x7f", "\u2067isolate\u2069", "'=already quoted", "''+twice")
+NAMES = HOSTILE_NAMES + (
+    MODEL_NAME,
+    INPUT_NAME,
+    "\ud800lone surrogate",
+    "non\ufffechar",
+    "c1\x85\x9bnext",
+    "sep\u2028line",
+    "del\x7f",
+    "\u2067isolate\u2069",
+    "'=already quoted",
+    "''+twice",
+)
 FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _controls(text: str) -> list[str]:
-    return [c for c in text if unicodedata.category(c) in ("Cc", "Cs") or c in "\u2028\u2029\ufffe\uffff"
-            or unicodedata.bidirectional(c) in ("LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI")]
+    return [
+        c
+        for c in text
+        if unicodedata.category(c) in ("Cc", "Cs")
+        or c in "\u2028\u2029\ufffe\uffff"
+        or unicodedata.bidirectional(c) in ("LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI")
+    ]
 
 
-@pytest.mark.parametrize("name, shown", [
-    ("red\x1b[31mALERT\x1b[0m", "red\\x1b[31mALERT\\x1b[0m"),
-    ("title\x1b]0;pwned\x07", "title\\x1b]0;pwned\\x07"),
-    ("bell\x07and\x08back", "bell\\x07and\\x08back"),
-    ("nul\x00byte", "nul\\x00byte"),
-    ("\tTAB=1", "\\x09TAB=1"),
-    ("line\nbreak\r", "line\\x0abreak\\x0d"),
-    ("c1\x85\x9bnext", "c1\\x85\\x9bnext"),
-    ("del\x7f", "del\\x7f"),
-    ("\u202eRTL override", "\\u202eRTL override"),
-    ("\u2067isolate\u2069", "\\u2067isolate\\u2069"),
-    ("sep\u2028line", "sep\\u2028line"),
-    ("\ud800lone surrogate", "\\ud800lone surrogate"),
-    ("non\ufffechar", "non\\ufffechar"),
-    ("emoji 🔥 ünïcödé", "emoji 🔥 ünïcödé"),  # ordinary Unicode as it is
-    ("back\\slash{brace}|pipe", "back\\slash{brace}|pipe"),
-    ('k<img src=x onerror="alert(1)">', 'k<img src=x onerror="alert(1)">'),
-    ("=cmd|' /C calc'!A0", "=cmd|' /C calc'!A0"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    "name, shown",
+    [
+        ("red\x1b[31mALERT\x1b[0m", "red\\x1b[31mALERT\\x1b[0m"),
+        ("title\x1b]0;pwned\x07", "title\\x1b]0;pwned\\x07"),
+        ("bell\x07and\x08back", "bell\\x07and\\x08back"),
+        ("nul\x00byte", "nul\\x00byte"),
+        ("\tTAB=1", "\\x09TAB=1"),
+        ("line\nbreak\r", "line\\x0abreak\\x0d"),
+        ("c1\x85\x9bnext", "c1\\x85\\x9bnext"),
+        ("del\x7f", "del\\x7f"),
+        ("\u202eRTL override", "\\u202eRTL override"),
+        ("\u2067isolate\u2069", "\\u2067isolate\\u2069"),
+        ("sep\u2028line", "sep\\u2028line"),
+        ("\ud800lone surrogate", "\\ud800lone surrogate"),
+        ("non\ufffechar", "non\\ufffechar"),
+        ("emoji 🔥 ünïcödé", "emoji 🔥 ünïcödé"),  # ordinary Unicode as it is
+        ("back\\slash{brace}|pipe", "back\\slash{brace}|pipe"),
+        ('k<img src=x onerror="alert(1)">', 'k<img src=x onerror="alert(1)">'),
+        ("=cmd|' /C calc'!A0", "=cmd|' /C calc'!A0"),
+        ("", ""),
+    ],
+)
 def test_terminal_escapes_control_characters_and_keeps_the_rest(name, shown):
     assert S.terminal(name) == shown
 

@@ -19,23 +19,40 @@ from relaytrace.model.verification import Member, verify
 from ..lineage_files import flat_v2, v5_label
 from .test_by_hand import lineage as hand_lineage
 
-HISTORY = {"o1": (Change(0, "FuseOps", "main", "fused_conv2d_relu", "fuse"),
-                  Change(1, "FuseTIR", "main", "fused_conv2d_relu", "fuse")),
-           "o2": (Change(0, "FuseOps", "main", "fused_conv2d_relu", "fuse"),)}
+HISTORY = {
+    "o1": (
+        Change(0, "FuseOps", "main", "fused_conv2d_relu", "fuse"),
+        Change(1, "FuseTIR", "main", "fused_conv2d_relu", "fuse"),
+    ),
+    "o2": (Change(0, "FuseOps", "main", "fused_conv2d_relu", "fuse"),),
+}
 
 
 def full() -> Lineage:
     base = hand_lineage()
-    members = {"fused_conv2d_relu": (Member("fused_conv2d_relu", ("relax.nn.conv2d", "relax.nn.relu")),),
-               "layout_transform": (Member("layout_transform", ("relax.layout_transform",), shared=("layout",)),),
-               "matmul": (Member("matmul", ("relax.matmul",)),)}
+    members = {
+        "fused_conv2d_relu": (Member("fused_conv2d_relu", ("relax.nn.conv2d", "relax.nn.relu")),),
+        "layout_transform": (Member("layout_transform", ("relax.layout_transform",), shared=("layout",)),),
+        "matmul": (Member("matmul", ("relax.matmul",)),),
+    }
     lineage = attrs.evolve(
-        base, build=attrs.evolve(base.build, kernel_members=members, tuned=("matmul",),
-                                 calls={"main": ()}, shape_consumers={"shape_func": ("matmul",)}),
+        base,
+        build=attrs.evolve(
+            base.build,
+            kernel_members=members,
+            tuned=("matmul",),
+            calls={"main": ()},
+            shape_consumers={"shape_func": ("matmul",)},
+        ),
         builtins=(BuiltinSite("vm.builtin.reshape", 3, ("o3",)),),
-        journal=Journal(events=(PassEvent(0, "FuseOps", "main", (("fuse", 2),), merged=(("o1", "o2"),)),),
-                        history_by_origin=HISTORY, eliminated_by={}, degraded=()),
-        program=Program("torch", (SourceNode("conv1", "aten.conv2d", "conv1", True),)))
+        journal=Journal(
+            events=(PassEvent(0, "FuseOps", "main", (("fuse", 2),), merged=(("o1", "o2"),)),),
+            history_by_origin=HISTORY,
+            eliminated_by={},
+            degraded=(),
+        ),
+        program=Program("torch", (SourceNode("conv1", "aten.conv2d", "conv1", True),)),
+    )
     return attrs.evolve(lineage, verification=verify(lineage))
 
 
@@ -43,8 +60,18 @@ def test_a_lineage_comes_back_equal_with_its_records_as_records():
     lineage = full()
     data = json.loads(json.dumps(lineage.to_json()))
     assert data["schema"] == SCHEMA and list(data)[0] == "schema"
-    assert set(data) == {"schema", "build", "origins", "kernels", "builtins", "edges", "site_edges", "journal",
-                         "verification", "program"}
+    assert set(data) == {
+        "schema",
+        "build",
+        "origins",
+        "kernels",
+        "builtins",
+        "edges",
+        "site_edges",
+        "journal",
+        "verification",
+        "program",
+    }
     back = Lineage.from_json(data)
     assert back == lineage
     assert all(type(r) is Role for s in back.call_sites for r in s.roles)
@@ -58,9 +85,13 @@ def test_files_of_schemas_1_and_2_migrate_to_the_same_lineage_and_are_not_change
     data = json.loads(json.dumps(lineage.to_json()))
     v2 = flat_v2(data)
     table = data["journal"]["history_by_origin"]
-    v1 = {**v2, "schema": "relaytrace.lineage/1",
-          "history": {o: [dict(zip(Change._fields, table["changes"][i])) for i in ids]
-                      for o, ids in table["by_origin"].items()}}
+    v1 = {
+        **v2,
+        "schema": "relaytrace.lineage/1",
+        "history": {
+            o: [dict(zip(Change._fields, table["changes"][i])) for i in ids] for o, ids in table["by_origin"].items()
+        },
+    }
     v1_inputs = {**{k: v for k, v in v1.items() if k != "entries"}, "inputs": v1["entries"]["main"]}  # before entries
     for old in (v2, v1, v1_inputs):
         kept = json.dumps(old)
@@ -69,20 +100,27 @@ def test_files_of_schemas_1_and_2_migrate_to_the_same_lineage_and_are_not_change
     assert migrate(v2, "f")["build"]["model"] == "hand"
 
 
-@pytest.mark.parametrize("options", [
-    BuildOptions("fused", "/runs/db", {"relax.nn.conv2d": ("NHWC", "OHWI")}, "float32", True),
-    BuildOptions("unfused", convert_layout={"relax.nn.conv2d": ("NHWC", "default"),
-                                            "relax.nn.max_pool2d": ("NHWC",)}),
-    BuildOptions("my+pipeline+with_plus"),  # a user's pipeline whose name holds a plus
-    BuildOptions("fused", mixed_precision="float16"),
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        BuildOptions("fused", "/runs/db", {"relax.nn.conv2d": ("NHWC", "OHWI")}, "float32", True),
+        BuildOptions(
+            "unfused", convert_layout={"relax.nn.conv2d": ("NHWC", "default"), "relax.nn.max_pool2d": ("NHWC",)}
+        ),
+        BuildOptions("my+pipeline+with_plus"),  # a user's pipeline whose name holds a plus
+        BuildOptions("fused", mixed_precision="float16"),
+    ],
+)
 def test_a_schema_5_label_is_read_apart_into_the_build_options_it_said(options):
     """/5 wrote the options as one string (``fused+tuned(DB)+...``), which advice and the
     tables read with ``in``; /6 holds them as fields, and a /5 file migrates to them."""
     data = json.loads(json.dumps(full().to_json()))
     data["build"]["options"] = encode(options)
-    v5 = {**data, "schema": "relaytrace.lineage/5",
-          "build": {**{k: v for k, v in data["build"].items() if k != "options"}, "pipeline": v5_label(options)}}
+    v5 = {
+        **data,
+        "schema": "relaytrace.lineage/5",
+        "build": {**{k: v for k, v in data["build"].items() if k != "options"}, "pipeline": v5_label(options)},
+    }
     assert Lineage.from_json(v5).build.options == options
     assert Lineage.from_json(data).build.pipeline == options.label
 
@@ -90,23 +128,42 @@ def test_a_schema_5_label_is_read_apart_into_the_build_options_it_said(options):
 def test_a_schema_5_label_of_layouts_given_as_a_tuple_is_read_too():
     """``build(convert_layout=)`` took tuples, and /5 printed them as tuples."""
     data = json.loads(json.dumps(full().to_json()))
-    v5 = {**data, "schema": "relaytrace.lineage/5", "build": {
-        **{k: v for k, v in data["build"].items() if k != "options"},
-        "pipeline": "fused+convert_layout(relax.nn.conv2d=('NHWC', 'OHWI'))"}}
+    v5 = {
+        **data,
+        "schema": "relaytrace.lineage/5",
+        "build": {
+            **{k: v for k, v in data["build"].items() if k != "options"},
+            "pipeline": "fused+convert_layout(relax.nn.conv2d=('NHWC', 'OHWI'))",
+        },
+    }
     expected = BuildOptions("fused", convert_layout={"relax.nn.conv2d": ("NHWC", "OHWI")})
     assert Lineage.from_json(v5).build.options == expected
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d: d["build"].pop("target"), "f.json: build has no field 'target'"),
-    (lambda d: d["build"].update(tuned="matmul"), r"f.json: build.tuned must be a list"),
-    (lambda d: d["kernels"]["matmul"][0]["roles"][0].update(role="boss"),
-     r"f.json: kernels\['matmul'\]\[0\].roles\[0\].role must be one of anchor, fused, inserted, unresolved"),
-    (lambda d: d["journal"].update(extra=1), "f.json: journal has an unknown field 'extra'"),
-    (lambda d: d["verification"]["sites"][0].update(status="fine"), r"verification.sites\[0\].status must be one of"),
-    (lambda d: d["build"]["kernel_members"]["matmul"].append(3), r"kernel_members\['matmul'\]\[1\] must be an object"),
-    (lambda d: d.update(schema="relaytrace.lineage/9"), "not a relaytrace lineage of schema 'relaytrace.lineage/6'"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d["build"].pop("target"), "f.json: build has no field 'target'"),
+        (lambda d: d["build"].update(tuned="matmul"), r"f.json: build.tuned must be a list"),
+        (
+            lambda d: d["kernels"]["matmul"][0]["roles"][0].update(role="boss"),
+            r"f.json: kernels\['matmul'\]\[0\].roles\[0\].role must be one of anchor, fused, inserted, unresolved",
+        ),
+        (lambda d: d["journal"].update(extra=1), "f.json: journal has an unknown field 'extra'"),
+        (
+            lambda d: d["verification"]["sites"][0].update(status="fine"),
+            r"verification.sites\[0\].status must be one of",
+        ),
+        (
+            lambda d: d["build"]["kernel_members"]["matmul"].append(3),
+            r"kernel_members\['matmul'\]\[1\] must be an object",
+        ),
+        (
+            lambda d: d.update(schema="relaytrace.lineage/9"),
+            "not a relaytrace lineage of schema 'relaytrace.lineage/6'",
+        ),
+    ],
+)
 def test_a_broken_field_is_named_by_its_path(edit, message):
     data = json.loads(json.dumps(full().to_json()))
     edit(data)
@@ -116,8 +173,12 @@ def test_a_broken_field_is_named_by_its_path(edit, message):
 
 def test_the_generic_codec_reads_what_it_writes_for_each_record_alone():
     lineage = full()
-    for kind, value in ((Journal, lineage.journal), (type(lineage.build), lineage.build),
-                        (type(lineage.verification), lineage.verification), (Program, lineage.program)):
+    for kind, value in (
+        (Journal, lineage.journal),
+        (type(lineage.build), lineage.build),
+        (type(lineage.verification), lineage.verification),
+        (Program, lineage.program),
+    ):
         assert decode(kind, json.loads(json.dumps(encode(value))), "x") == value
 
 
@@ -127,12 +188,20 @@ def test_a_schema_2_onnx_lineage_names_its_nodes_by_id():
     from relaytrace.model.frontend import ONNX
     from relaytrace.model.origin import Origin
 
-    origins = {"c": Origin("c", "conv", "relax.nn.conv2d", "main", 0, source="onnx node /conv/Conv", node="/conv/Conv"),
-               "r": Origin("r", "relu", "relax.nn.relu", "main", 1, source="onnx node ", node="<node_1>")}
+    origins = {
+        "c": Origin("c", "conv", "relax.nn.conv2d", "main", 0, source="onnx node /conv/Conv", node="/conv/Conv"),
+        "r": Origin("r", "relu", "relax.nn.relu", "main", 1, source="onnx node ", node="<node_1>"),
+    }
     base = hand_lineage()
-    lineage = attrs.evolve(base, origins=origins, kernels={}, edges=(),
-                           program=Program(ONNX, (SourceNode("/conv/Conv", "Conv", "conv", True),
-                                                  SourceNode("<node_1>", "Relu", "relu", True))))
+    lineage = attrs.evolve(
+        base,
+        origins=origins,
+        kernels={},
+        edges=(),
+        program=Program(
+            ONNX, (SourceNode("/conv/Conv", "Conv", "conv", True), SourceNode("<node_1>", "Relu", "relu", True))
+        ),
+    )
     v2 = flat_v2(json.loads(json.dumps(lineage.to_json())))
     outputs = {"/conv/Conv": "onnx:conv_out", "<node_1>": "onnx:relu_out"}
     v2["origins"] = [{**o, "node": outputs[o["node"]]} for o in v2["origins"]]
@@ -144,15 +213,38 @@ def test_a_schema_2_onnx_lineage_names_its_nodes_by_id():
 def test_a_comparison_of_schema_1_loads_without_routes():
     from relaytrace.model.numerics import BEYOND, DIRECT, MOVED, WITHIN, Comparison, LayerError
 
-    layers = (LayerError("conv", WITHIN, "conv2d#0", shape=(1, 8), max_abs=1e-6, max_rel=1e-6, tolerance_ratio=0.01,
-                         cosine=1.0, route=DIRECT),
-              LayerError("fc", BEYOND, "matmul#0", shape=(1, 4), max_abs=0.5, max_rel=0.1, tolerance_ratio=50.0,
-                         cosine=0.9, route=MOVED))
+    layers = (
+        LayerError(
+            "conv",
+            WITHIN,
+            "conv2d#0",
+            shape=(1, 8),
+            max_abs=1e-6,
+            max_rel=1e-6,
+            tolerance_ratio=0.01,
+            cosine=1.0,
+            route=DIRECT,
+        ),
+        LayerError(
+            "fc",
+            BEYOND,
+            "matmul#0",
+            shape=(1, 4),
+            max_abs=0.5,
+            max_rel=0.1,
+            tolerance_ratio=50.0,
+            cosine=0.9,
+            route=MOVED,
+        ),
+    )
     comparison = Comparison("m", "main", 1e-4, 1e-4, "float32 as built", layers, tolerance="the default for float32")
     data = json.loads(json.dumps(comparison.to_json()))
     assert Comparison.from_json(data) == comparison and data["first_beyond"] == "fc"
-    old = {**data, "schema": "relaytrace.compare/1", "layers": [{k: v for k, v in e.items() if k != "route"}
-                                                               for e in data["layers"]]}
+    old = {
+        **data,
+        "schema": "relaytrace.compare/1",
+        "layers": [{k: v for k, v in e.items() if k != "route"} for e in data["layers"]],
+    }
     old.pop("tolerance")
     back = Comparison.from_json(old)
     assert [e.route for e in back.layers] == [None, None] and back.tolerance == "given"
@@ -170,11 +262,15 @@ def test_odd_files_are_refused_as_files_and_old_keys_are_read():
         with pytest.raises(LineageFormatError, match="not a relaytrace lineage"):
             Lineage.from_json({**data, "schema": schema}, "f.json")
     v1 = {**flat_v2(data), "schema": "relaytrace.lineage/1", "subfunctions": []}
-    v1["history"] = {o: [dict(zip(Change._fields, data["journal"]["history_by_origin"]["changes"][i])) for i in ids]
-                     for o, ids in data["journal"]["history_by_origin"]["by_origin"].items()}
+    v1["history"] = {
+        o: [dict(zip(Change._fields, data["journal"]["history_by_origin"]["changes"][i])) for i in ids]
+        for o, ids in data["journal"]["history_by_origin"]["by_origin"].items()
+    }
     assert Lineage.from_json(v1) == full()
-    origins = {"c": Origin("c", "conv", "relax.nn.conv2d", "main", 0, source="onnx node /conv/Conv", node="/conv/Conv"),
-               "r": Origin("r", "relu", "relax.nn.relu", "main", 1, source="onnx node ", node="")}
+    origins = {
+        "c": Origin("c", "conv", "relax.nn.conv2d", "main", 0, source="onnx node /conv/Conv", node="/conv/Conv"),
+        "r": Origin("r", "relu", "relax.nn.relu", "main", 1, source="onnx node ", node=""),
+    }
     bare = attrs.evolve(hand_lineage(), origins=origins, kernels={}, edges=(), program=None)
     v2 = flat_v2(json.loads(json.dumps(bare.to_json())))
     v2["origins"] = [{**o, "node": "onnx:" + o["id"]} for o in v2["origins"]]
@@ -187,15 +283,26 @@ def test_odd_files_are_refused_as_files_and_old_keys_are_read():
 def test_a_route_loads_as_a_member_and_observing_leaves_compared_layers_alone():
     from relaytrace.model.numerics import DIRECT, FUSED, OBSERVED, WITHIN, Comparison, LayerError, with_observed
 
-    built = (LayerError("conv", WITHIN, "conv2d#0", max_abs=1e-6, max_rel=1e-6, tolerance_ratio=0.01, cosine=1.0,
-                        route=DIRECT),
-             LayerError("bn", FUSED, "fused_bn_relu#0", note="kept inside fused_bn_relu#0"))
+    built = (
+        LayerError(
+            "conv", WITHIN, "conv2d#0", max_abs=1e-6, max_rel=1e-6, tolerance_ratio=0.01, cosine=1.0, route=DIRECT
+        ),
+        LayerError("bn", FUSED, "fused_bn_relu#0", note="kept inside fused_bn_relu#0"),
+    )
     comparison = Comparison("m", "main", 1e-4, 1e-4, "float32 as built", built)
     back = Comparison.from_json(json.loads(json.dumps(comparison.to_json())))
     assert back.layers[0].route is DIRECT
-    rebuilt = Comparison("m", "main", 1e-4, 1e-4, "float32 as built", (
-        LayerError("conv", WITHIN, "conv2d#0", max_abs=2e-6, max_rel=2e-6, tolerance_ratio=0.02, cosine=1.0),
-        LayerError("bn", WITHIN, "batch_norm#0", max_abs=1e-6, max_rel=1e-6, tolerance_ratio=0.01, cosine=1.0)))
+    rebuilt = Comparison(
+        "m",
+        "main",
+        1e-4,
+        1e-4,
+        "float32 as built",
+        (
+            LayerError("conv", WITHIN, "conv2d#0", max_abs=2e-6, max_rel=2e-6, tolerance_ratio=0.02, cosine=1.0),
+            LayerError("bn", WITHIN, "batch_norm#0", max_abs=1e-6, max_rel=1e-6, tolerance_ratio=0.01, cosine=1.0),
+        ),
+    )
     merged = with_observed(comparison, rebuilt, ["conv", "bn"])
     assert merged.layers[0] == built[0]  # compared in the build itself: its own figures
     assert merged.layers[1].route is OBSERVED and "keeps it inside fused_bn_relu#0" in merged.layers[1].note

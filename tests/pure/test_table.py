@@ -5,8 +5,10 @@ import pytest
 
 from relaytrace.render import table as T
 
-KERNEL = ("fused_reshape4_reshape5_transpose3_multiply5_strided_slice2_strided_slice3_tir_negative1_concatenate2_"
-          "multiply5_add3_expand_dims6_broadcast_to_reshape6_transpose4_broadcast_to2_reshape8#0")
+KERNEL = (
+    "fused_reshape4_reshape5_transpose3_multiply5_strided_slice2_strided_slice3_tir_negative1_concatenate2_"
+    "multiply5_add3_expand_dims6_broadcast_to_reshape6_transpose4_broadcast_to2_reshape8#0"
+)
 
 
 def cells(text: str, key: int = 1) -> list[list[str]]:
@@ -20,7 +22,7 @@ def cells(text: str, key: int = 1) -> list[list[str]]:
         spans.append((at, at + len(dashes)))
         at += len(dashes) + 2
     rows: list[list[str]] = []
-    for line in lines[rule + 1:]:
+    for line in lines[rule + 1 :]:
         parts = [line[a:b].rstrip() for a, b in spans]
         if parts[key] or not rows:
             rows.append(parts)
@@ -33,9 +35,11 @@ def cells(text: str, key: int = 1) -> list[list[str]]:
 
 
 def test_a_table_fits_the_width_and_every_name_is_whole_again():
-    rows = [["reshape2", "11", "none (VM builtin or folded)", ""],
-            [KERNEL, "2", "same", "m.model.layers.0.self_attn, m.model.layers.1.self_attn"],
-            ["matmul4", "5", "same", ", ".join(f"m.model.layers.{i}.mlp.up_proj" for i in range(6))]]
+    rows = [
+        ["reshape2", "11", "none (VM builtin or folded)", ""],
+        [KERNEL, "2", "same", "m.model.layers.0.self_attn, m.model.layers.1.self_attn"],
+        ["matmul4", "5", "same", ", ".join(f"m.model.layers.{i}.mlp.up_proj" for i in range(6))],
+    ]
     for width in (100, 80, 60):
         text = T.format_table(["task", "weight", "kernel", "layers"], rows, width=width)
         assert max(map(len, text.splitlines())) <= width, text
@@ -57,8 +61,10 @@ def test_names_break_after_underscores_and_dots_never_inside_a_number():
 def test_column_widths_narrow_the_widest_first():
     assert T.column_widths([10, 200, 8], [4, 8, 8], 100) == [10, 82, 8]
     assert T.column_widths([10, 20], [4, 8], 100) == [10, 20]  # fits: untouched
-    assert T.column_widths([50, 50, 9], [10, 10, 9], 60) == [25, 26, 9] or \
-        sum(T.column_widths([50, 50, 9], [10, 10, 9], 60)) == 60
+    assert (
+        T.column_widths([50, 50, 9], [10, 10, 9], 60) == [25, 26, 9]
+        or sum(T.column_widths([50, 50, 9], [10, 10, 9], 60)) == 60
+    )
     assert T.column_widths([50, 50], [40, 40], 60) == [40, 40]  # never below the least: wider than asked
 
 
