@@ -376,7 +376,6 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
 
 def load_pair(path):
     """(Lineage, Profile) saved in an output DIR, or a profile.json beside its lineage."""
-    from .model.lineage import Lineage
     from .model.profile import Profile
 
     path = Path(path)
@@ -389,4 +388,15 @@ def load_pair(path):
     for p in (lineage, profile):
         if not p.is_file():
             raise FileNotFoundError(f"missing {p} (run `relaytrace profile ... --out DIR` first)")
-    return Lineage.load(lineage), Profile.load(profile)
+    return load_lineage(lineage), Profile.load(profile)
+
+
+def load_lineage(path: Path):
+    """The lineage saved at ``path`` with the code saved beside it (``code.json``), when
+    there is one: a run of an earlier version has none, and its report no Code section."""
+    from .model.code import Code
+    from .model.lineage import Lineage
+
+    lineage = Lineage.load(path)
+    code = Path(path).with_name("code.json")
+    return lineage.with_code(Code.load(code)) if code.is_file() else lineage

@@ -21,6 +21,13 @@ def test_a_gpu_build_of_a_zoo_model_has_a_complete_verified_lineage(target):
     anchored = {lineage.origins[s.anchor].layer for s in lineage.call_sites if s.anchor}
     assert convs <= anchored  # every convolution anchors a GPU kernel of its own
     assert "cuda" in lineage.build.target
+    # the code: every block as FuseTIR left it verified, and every block DLight's schedules
+    # made named after the block (or the buffer) it came from
+    from tests.test_code import assert_every_block_mapped_and_verified
+
+    assert_every_block_mapped_and_verified(lineage)
+    scheduled = [k for k in lineage.code.kernels.values() if k.built]
+    assert scheduled and all(b.source for k in scheduled for b in k.built_blocks)
 
 
 def test_an_estimate_of_a_cuda_build_counts_the_work_of_the_cpu_build():

@@ -35,12 +35,21 @@ def test_each_entry_is_recorded_as_compiled_with_every_parameter_and_its_kind(bu
     _, lineage = built
     params = lineage.build.params
     assert [(p.name, p.kind) for p in params["prefill"]] == [
-        ("input_embed", ParamKind.TENSOR), ("paged_kv_cache", ParamKind.OBJECT), ("packed_params", ParamKind.TUPLE)]
+        ("input_embed", ParamKind.TENSOR),
+        ("paged_kv_cache", ParamKind.OBJECT),
+        ("packed_params", ParamKind.TUPLE),
+    ]
     packed = params["decode"][2].tensors
     # every weight, field by field: the embedding, six per block, the final norm, the head
     assert len(packed) == 1 + 6 * BLOCKS + 1 + 1
-    block = [(HIDDEN,), ((Q_HEADS + 2 * KV_HEADS) * HEAD_DIM, HIDDEN), (HIDDEN, Q_HEADS * HEAD_DIM), (HIDDEN,),
-             (2 * INNER, HIDDEN), (HIDDEN, INNER)]  # norm, qkv_proj, o_proj, norm, gate_up_proj, down_proj
+    block = [
+        (HIDDEN,),
+        ((Q_HEADS + 2 * KV_HEADS) * HEAD_DIM, HIDDEN),
+        (HIDDEN, Q_HEADS * HEAD_DIM),
+        (HIDDEN,),
+        (2 * INNER, HIDDEN),
+        (HIDDEN, INNER),
+    ]  # norm, qkv_proj, o_proj, norm, gate_up_proj, down_proj
     assert sorted(t.shape for t in packed) == sorted([(VOCAB, HIDDEN)] + block * BLOCKS + [(HIDDEN,), (VOCAB, HIDDEN)])
     assert {p.kind for p in params["create_paged_kv_cache"]} == {ParamKind.SHAPE}
     assert params["prefill"][0].tensors[0].shape == (1, "seq_len", HIDDEN)
@@ -153,8 +162,24 @@ def test_the_cli_profiles_a_decode_of_an_mlc_style_llm(tmp_path, capsys):
 
     (tmp_path / "llm.py").write_text(FACTORY)
     out = tmp_path / "decode"
-    assert cli.main(["--quiet", "profile", f"{tmp_path / 'llm.py'}:make", "--entry", "decode", "--context", "24",
-                     "--repeat", "2", "--out", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "--quiet",
+                "profile",
+                f"{tmp_path / 'llm.py'}:make",
+                "--entry",
+                "decode",
+                "--context",
+                "24",
+                "--repeat",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "time per output token at context 24" in printed and "KV cache made by create_paged_kv_cache" in printed
     attention = {row["name"]: row for row in _csv(out / "kernels.csv")}["batch_decode_paged_kv_cpu"]
@@ -188,8 +213,12 @@ def test_the_cli_takes_a_factory_that_returns_a_tvmscript_module(tmp_path):
     from relaytrace import cli
 
     (tmp_path / "script.py").write_text(TVMSCRIPT)
-    assert cli.main(["--quiet", "profile", f"{tmp_path / 'script.py'}:make", "--repeat", "1",
-                     "--out", str(tmp_path / "out")]) == 0
+    assert (
+        cli.main(
+            ["--quiet", "profile", f"{tmp_path / 'script.py'}:make", "--repeat", "1", "--out", str(tmp_path / "out")]
+        )
+        == 0
+    )
     kernels = _csv(tmp_path / "out" / "kernels.csv")
     assert [sorted(row["layers"].split(" ")) for row in kernels] == [["y", "z"]]  # matmul and relu, one kernel
 
@@ -204,8 +233,11 @@ def test_an_entry_with_packed_parameters_takes_them_as_one_list_and_says_so_when
     assert len(inputs) == 2 and len(inputs[1]) == 1 + 6 * BLOCKS + 2  # the ids, and every weight in one list
     prof = relaytrace.profile(executable, lineage, list(inputs), entry="embed", repeat=1)
     assert prof.inputs[0] == ("input_ids", (7,), "int32") and len(prof.inputs) == 1 + len(inputs[1])
-    with pytest.raises(RelaytraceError, match=r"takes 2 input\(s\) \(input_ids: a tensor, packed_params: a tuple of "
-                                              r"15 tensors\), got 1"):
+    with pytest.raises(
+        RelaytraceError,
+        match=r"takes 2 input\(s\) \(input_ids: a tensor, packed_params: a tuple of "
+        r"15 tensors\), got 1",
+    ):
         relaytrace.profile(executable, lineage, [inputs[0]], entry="embed", repeat=1)
     with pytest.raises(RelaytraceError, match="packed_params is a tuple of 15 tensors: give it as a list of 15"):
         relaytrace.profile(executable, lineage, [inputs[0], inputs[1][:3]], entry="embed", repeat=1)
@@ -218,7 +250,8 @@ def test_query_says_which_builtins_of_a_layer_run_the_kv_cache_kernels(built, tm
 
     _, lineage = built
     assert cache_builtins(lineage, "model.layers.1.self_attn") == [
-        f"{entry}:vm.builtin.attention_kv_cache_attention_with_fused_qkv" for entry in ("decode", "prefill")]
+        f"{entry}:vm.builtin.attention_kv_cache_attention_with_fused_qkv" for entry in ("decode", "prefill")
+    ]
     assert cache_builtins(lineage, "model.layers.1.mlp") == []
 
 
@@ -239,11 +272,15 @@ def test_an_llm_with_its_matmuls_dispatched_to_a_blas_codegen_is_verified_and_se
     from .fixtures.offload import offload_pipeline, register_codegen
 
     register_codegen()
-    executable, lineage = relaytrace.build(from_nn(*llama(layers=BLOCKS), name="llama"), "llvm",
-                                           pipeline=offload_pipeline(merge=False))
+    executable, lineage = relaytrace.build(
+        from_nn(*llama(layers=BLOCKS), name="llama"), "llvm", pipeline=offload_pipeline(merge=False)
+    )
     assert lineage.verification.ok and lineage.coverage().complete, lineage.verification.summary()
-    linears = {f"model.layers.{i}.{name}" for i in range(BLOCKS)
-               for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")}
+    linears = {
+        f"model.layers.{i}.{name}"
+        for i in range(BLOCKS)
+        for name in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+    }
     for entry in ("prefill", "decode"):
         offloaded = {lineage.origins[s.anchor].layer for s in lineage.call_sites if s.library and s.function == entry}
         assert offloaded == linears | {"lm_head"}
@@ -252,3 +289,32 @@ def test_an_llm_with_its_matmuls_dispatched_to_a_blas_codegen_is_verified_and_se
     assert billed == {f"model.layers.{i}.self_attn" for i in range(BLOCKS)}
     assert report.categories.library_us > 0
     assert sum(r.us for r in report.layers) == pytest.approx(report.profile.kernel_us)
+
+
+def test_every_block_of_every_kernel_and_of_the_kv_cache_kernels_is_mapped_and_verified(built):
+    from tests.test_code import assert_every_block_mapped_and_verified
+
+    _, lineage = built
+    assert_every_block_mapped_and_verified(lineage)
+    cache = lineage.build.kv_cache
+    assert cache is not None and set(cache.kernels) <= set(lineage.code.kernels)
+    q_proj = next(o.layer for o in lineage.origins.values() if o.layer.endswith("qkv_proj"))
+    (site, *_) = lineage.code_of(q_proj).sites
+    assert site.line and site.blocks
+
+
+def test_an_attention_layers_code_holds_the_kv_cache_kernels_its_builtin_runs(built):
+    from relaytrace.model.entry import PAGED_DECODE, RAGGED_PREFILL, kernel_role
+
+    _, lineage = built
+    cache = lineage.build.kv_cache
+    attention = "model.layers.1.self_attn"
+    runs = [s for s in lineage.code_of(attention).sites if s.kernel in cache.kernels]
+    roles = {f: {kernel_role(cache, s.kernel) for s in runs if s.function == f} for f in ("prefill", "decode")}
+    assert RAGGED_PREFILL in roles["prefill"] and PAGED_DECODE not in roles["prefill"]
+    assert PAGED_DECODE in roles["decode"] and RAGGED_PREFILL not in roles["decode"]
+    for site in runs:  # the builtin's own line, every block of the kernel, verified
+        line = lineage.code.functions[site.function].text.splitlines()[site.line - 1]
+        assert "attention_kv_cache" in line
+        assert site.blocks == tuple(range(len(lineage.code.kernels[site.kernel].blocks)))
+        assert all(c.status == "verified" for c in site.checks)

@@ -31,6 +31,12 @@ def main() -> int:
     if sys.argv[1:] == ["--llm"]:
         _llm_decode()
         return 0
+    if sys.argv[1:] == ["--code"]:
+        for name, layout in (("resnet50", None), ("resnet50", NHWC)):
+            tag, report = _zoo_report(name, layout)
+            (OUT / f"{tag}_report.html").write_text(html_report(report))
+        _code_screenshots()
+        return 0
     if sys.argv[1:] == ["--memory"]:
         (OUT / "resnet50_report.html").write_text(html_report(_zoo_report("resnet50", None)[1]))
         (OUT / "decoder24_report.html").write_text(html_report(_decoder_report()))
@@ -52,6 +58,7 @@ def main() -> int:
     print("decoder24", decoder.profile.summary())
     print(roofline_summary(decoder.roofline))
     _screenshots()
+    _code_screenshots()
     return 0
 
 
@@ -228,13 +235,40 @@ def _screenshots() -> None:
         browser.close()
 
 
+def _code_screenshots() -> None:
+    """The code viewer of zoo ResNet-50 with ``layer3.1.conv2`` clicked (its Relax call and
+    its kernel's conv blocks lit), and of the NHWC build with a block of a layout
+    transform ConvertLayout inserted clicked (its op and the layer it serves named)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.goto((OUT / "resnet50_report.html").as_uri())
+        page.wait_for_selector("body[data-code-ready]")
+        page.locator('#code-layers li[data-layer="layer3.1.conv2"]').click()
+        page.screenshot(path=str(OUT / "report_code_resnet50_conv.png"), full_page=True, clip=_section(page, "code", 4))
+        page.goto((OUT / "resnet50_nhwc_report.html").as_uri())
+        page.wait_for_selector("body[data-code-ready]")
+        served = page.evaluate(
+            "data.code.sites.flatMap(([, s]) => Object.values(s.blocks)).find(o => o.kind === 'inserted').layer"
+        )  # the layer served by the first layout transform that runs in a kernel's blocks
+        page.locator(f'#code-layers li[data-layer="{served}"]').click()
+        page.locator("#code-tir span.inserted").first.click()
+        page.screenshot(
+            path=str(OUT / "report_code_resnet50_nhwc_block.png"), full_page=True, clip=_section(page, "code", 4)
+        )
+        browser.close()
+
+
 def _section(page, box: str, before: int) -> dict:
     """The clip of a report section in the page: from its heading (``before`` elements
     before the box ``#box``) to the box's end."""
     return page.locator(f"#{box}").evaluate(
         "(m, n) => { let a = m; for (let i = 0; i < n; i++) a = a.previousElementSibling; "
         "a = a.getBoundingClientRect(); const b = m.getBoundingClientRect(); "
-        "return {x: a.left - 8, y: a.top + scrollY - 8, width: b.width + 16, height: b.bottom - a.top + 16}; }",
+        "return {x: a.left + scrollX - 8, y: a.top + scrollY - 8, width: b.width + 16, "
+        "height: b.bottom - a.top + 16}; }",
         before,
     )
 

@@ -30,7 +30,7 @@ from ..model.memory import Block, Held, MemoryPlan
 from ..model.names import Name
 from ..model.origin import OP
 from ..model.sitekey import SiteKey
-from ..model.work import LIMIT, Poly, concrete, evaluate, itemsize
+from ..model.work import LIMIT, Poly, concrete, evaluate, itemsize, normal, tensor_bytes
 
 NO_SITE = "(no kernel)"  # the layer of a value no kernel call writes
 TVM_SAYS = "relax.analysis.estimate_memory_usage"
@@ -255,7 +255,7 @@ def memory_at(
     lives = _lifetimes(plan, sizes, weights, peak_step, layer_of, anchor_of, env)
     at_peak = _live(spans, lives, peak_step) if peak_step >= 0 else ()
     layers = _layers(plan, weights, at_peak, layer_of, anchor_of, env)
-    formula = _sum_polys(b.bytes for b in plan.blocks if b.start <= peak_step <= b.end)
+    formula = normal(term for b in plan.blocks if b.start <= peak_step <= b.end for term in b.bytes)
     returned = sum(size for block, size in zip(plan.blocks, sizes) if block.returned)
     planned = sum(sizes)
     return Memory(
@@ -296,13 +296,14 @@ def _size(poly: Poly, env: Mapping[str, int]) -> float:
 
 def _bytes(shape, dtype: str, env: Mapping[str, int]) -> float:
     dims = concrete(shape, env)
-    size = itemsize(dtype)
     if dims is None:
         raise KeyError(next((str(d) for d in shape if not isinstance(d, int)), "a dim"))
-    total = float(size or 0)
-    for d in dims:
-        total *= d
-    return total
+    if itemsize(dtype) is None:
+        return 0.0  # a dtype of no known size (an opaque handle) is counted as none
+    found = tensor_bytes((dims,), (dtype,))
+    if found is None:
+        raise KeyError(f"a size out of range ({dims} of {dtype})")
+    return found
 
 
 def _layers_of_sites(lineage: Lineage, entry: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -435,14 +436,6 @@ def _layers(plan: MemoryPlan, weights, at_peak, layer_of, anchor_of, env) -> tup
     names = dict.fromkeys([*peak, *written, *weight])
     rows = [LayerMemory(n, weight.get(n, 0.0), written.get(n, 0.0), peak.get(n, 0.0)) for n in names]
     return tuple(sorted(rows, key=lambda r: (-r.at_peak, -r.weights, -r.activations, r.layer)))
-
-
-def _sum_polys(polys) -> Poly:
-    sums: dict[tuple, int] = defaultdict(int)
-    for poly in polys:
-        for coef, atoms in poly:
-            sums[atoms] += coef
-    return tuple(sorted(((c, a) for a, c in sums.items() if c), key=lambda t: (len(t[1]), t[1])))
 
 
 def _checks(plan: MemoryPlan, planned: float) -> tuple[Check, ...]:

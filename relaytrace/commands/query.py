@@ -19,6 +19,7 @@ def add_arguments(p) -> None:
     which.add_argument("--kernel", metavar="[ENTRY:]NAME[#CALL]")
     which.add_argument("--layer", metavar="NAME")
     which.add_argument("--history", metavar="LAYER")
+    which.add_argument("--code", metavar="LAYER", help="the layer's Relax calls and its kernels' TIR, blocks marked")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -28,36 +29,69 @@ def run(args) -> int:
     from ..model.lineage import Lineage
     from ..render.table import format_table
 
-    lineage = Lineage.load(Path(args.lineage) / "lineage.json" if Path(args.lineage).is_dir() else args.lineage)
-    if args.kernel:
+    path = Path(args.lineage) / "lineage.json" if Path(args.lineage).is_dir() else Path(args.lineage)
+    lineage = Lineage.load(path)
+    if args.code:
+        result, text = _code(lineage, path.parent / "code.json", args.code)
+    elif args.kernel:
         sites = _sites(lineage, args.kernel)
-        result = [{"site": s.label, "library": s.library, "verification": lineage.check(s).status,
-                   "reasons": list(lineage.check(s).reasons), "shared": list(lineage.check(s).shared), "origins": [
-            {"origin": r.origin, "role": r.role, "layer": lineage.origins[r.origin].layer,
-             "op": lineage.origins[r.origin].short_op, "source": lineage.origins[r.origin].source}
-            for r in s.roles]} for s in sites]
-        text = "\n".join(f"{terminal(s['site'])}: {s['verification'].upper()}"
-                         + (f" (library call: {terminal(s['library'])})" if s["library"] else "") + "\n" + "".join(
-            f"  ! {terminal(reason)}\n" for reason in s["reasons"]) + "".join(
-            f"  (rests on a fact the tracker relies on too: {terminal(fact)})\n" for fact in s["shared"]) + "\n".join(
-            f"  {o['role']:<10} {terminal(o['layer'])}  ({terminal(o['op'])}, {terminal(o['origin'])})"
-            + (f"  at {terminal(o['source'])}" if o["source"] else "") for o in s["origins"]) for s in result)
+        result = [
+            {
+                "site": s.label,
+                "library": s.library,
+                "verification": lineage.check(s).status,
+                "reasons": list(lineage.check(s).reasons),
+                "shared": list(lineage.check(s).shared),
+                "origins": [
+                    {
+                        "origin": r.origin,
+                        "role": r.role,
+                        "layer": lineage.origins[r.origin].layer,
+                        "op": lineage.origins[r.origin].short_op,
+                        "source": lineage.origins[r.origin].source,
+                    }
+                    for r in s.roles
+                ],
+            }
+            for s in sites
+        ]
+        text = "\n".join(
+            f"{terminal(s['site'])}: {s['verification'].upper()}"
+            + (f" (library call: {terminal(s['library'])})" if s["library"] else "")
+            + "\n"
+            + "".join(f"  ! {terminal(reason)}\n" for reason in s["reasons"])
+            + "".join(f"  (rests on a fact the tracker relies on too: {terminal(fact)})\n" for fact in s["shared"])
+            + "\n".join(
+                f"  {o['role']:<10} {terminal(o['layer'])}  ({terminal(o['op'])}, {terminal(o['origin'])})"
+                + (f"  at {terminal(o['source'])}" if o["source"] else "")
+                for o in s["origins"]
+            )
+            for s in result
+        )
     elif args.layer:
         sites = lineage.kernels_of(args.layer)
         verdict = lineage.verification.by_layer().get(args.layer) if lineage.verification is not None else None
-        result = {"layer": args.layer, "kernel_calls": [s.label for s in sites],
-                  "source": list(lineage.sources().get(args.layer, ())),
-                  "verification": verdict.status if verdict else "unverified",
-                  "reasons": list(verdict.reasons) if verdict else ["this lineage has no layer verdicts"]}
-        text = (f"{terminal(args.layer)} runs in: " + (", ".join(map(terminal, result["kernel_calls"])) or "no kernel")
-                + f"\nverification: {result['verification'].upper()}"
-                + "".join(f"\n  ! {terminal(r)}" for r in result["reasons"]))
+        result = {
+            "layer": args.layer,
+            "kernel_calls": [s.label for s in sites],
+            "source": list(lineage.sources().get(args.layer, ())),
+            "verification": verdict.status if verdict else "unverified",
+            "reasons": list(verdict.reasons) if verdict else ["this lineage has no layer verdicts"],
+        }
+        text = (
+            f"{terminal(args.layer)} runs in: "
+            + (", ".join(map(terminal, result["kernel_calls"])) or "no kernel")
+            + f"\nverification: {result['verification'].upper()}"
+            + "".join(f"\n  ! {terminal(r)}" for r in result["reasons"])
+        )
         cache = cache_builtins(lineage, args.layer)
         if cache:
             result["kv_cache"] = {"builtins": cache, "kernels": list(lineage.build.kv_cache.kernels)}
-            text += (f"\nand inside {', '.join(map(terminal, cache))}: the KV cache's kernels "
-                     f"({', '.join(map(terminal, lineage.build.kv_cache.kernels))}); a served profile times those "
-                     "that ran and bills them to this layer")
+            text += (
+                f"\nand inside {', '.join(map(terminal, cache))}: the KV cache's kernels "
+                f"({', '.join(map(terminal, lineage.build.kv_cache.kernels))}); a served profile times those "
+                "that ran and bills them to this layer"
+            )
         if result["source"]:
             text += "\nmade at: " + ", ".join(map(terminal, result["source"]))
         gone = [f"{o} (eliminated by {p})" for o, p in lineage.eliminated().items() if o in lineage.resolve(args.layer)]
@@ -67,12 +101,54 @@ def run(args) -> int:
     else:
         result = histories(lineage, args.history)
         gone = sum(1 for h in result if h["eliminated_by"])
-        text = (f"history of {terminal(args.history)}: {len(result)} op(s)"
-                + (f", {gone} eliminated" if gone else "") + ", each with the passes that rewrote it and its end\n"
-                + format_table(["op", "passes (rule where not identity)", "carried by"],
-                               [row for h in result for row in history_rows(h)]))
+        text = (
+            f"history of {terminal(args.history)}: {len(result)} op(s)"
+            + (f", {gone} eliminated" if gone else "")
+            + ", each with the passes that rewrote it and its end\n"
+            + format_table(
+                ["op", "passes (rule where not identity)", "carried by"],
+                [row for h in result for row in history_rows(h)],
+            )
+        )
     echo(json.dumps(result, indent=1) if args.json else text)
     return 0
+
+
+def _code(lineage, path: Path, layer: str) -> tuple[dict, str]:
+    """``--code``: the layer's code (``Lineage.code_of``) as JSON and as text."""
+    from ..model.code import Code
+    from ..render.provenance import layer_text
+
+    if not path.is_file():
+        raise UsageError(
+            f"no code.json beside {path.parent / 'lineage.json'}: profile the model with this version of "
+            "relaytrace (it saves the code with the lineage)"
+        )
+    lineage = lineage.with_code(Code.load(path))
+    found = lineage.code_of(layer)
+    result = {
+        "layer": found.layer,
+        "origins": list(found.origins),
+        "sites": [
+            {
+                "site": s.label,
+                "kernel": s.kernel,
+                "function": s.function,
+                "relax_line": s.line,
+                "blocks": [
+                    {
+                        "index": i,
+                        "name": lineage.code.kernels[s.kernel].blocks[i].name,
+                        "status": str(s.checks[i].status),
+                        "reasons": list(s.checks[i].reasons),
+                    }
+                    for i in s.blocks
+                ],
+            }
+            for s in found.sites
+        ],
+    }
+    return result, layer_text(lineage, layer)
 
 
 def cache_builtins(lineage, layer: str) -> list[str]:
@@ -84,8 +160,11 @@ def cache_builtins(lineage, layer: str) -> list[str]:
     if lineage.build.kv_cache is None:
         return []
     ops = lineage.resolve(layer)
-    return list(dict.fromkeys(f"{b.function}:{b.name}" for b in lineage.builtins
-                              if runs_attention(b.name) and set(b.origins) & ops))
+    return list(
+        dict.fromkeys(
+            f"{b.function}:{b.name}" for b in lineage.builtins if runs_attention(b.name) and set(b.origins) & ops
+        )
+    )
 
 
 def histories(lineage, name: str) -> list[dict]:
@@ -102,13 +181,27 @@ def histories(lineage, name: str) -> list[dict]:
     out = []
     for oid in sorted(lineage.resolve(name), key=lambda o: (lineage.origins[o].function, lineage.origins[o].index, o)):
         origin = lineage.origins[oid]
-        out.append({"origin": oid, "op": origin.short_op, "layer": origin.layer, "changes": [
-            {"pass_index": c.index, "pass": c.pass_name, "function": c.function, "callee": c.callee, "rule": c.rule,
-             "offloaded": _offloaded(lineage, c.callee)}
-            for c in lineage.journal.history_by_origin.get(oid, ())],
-            "eliminated_by": lineage.eliminated().get(oid),
-            "kernel_calls": [index.at_position[p].label for p in index.sites_of_origin.get(oid, ())],
-            "builtins": builtins.get(oid, [])})
+        out.append(
+            {
+                "origin": oid,
+                "op": origin.short_op,
+                "layer": origin.layer,
+                "changes": [
+                    {
+                        "pass_index": c.index,
+                        "pass": c.pass_name,
+                        "function": c.function,
+                        "callee": c.callee,
+                        "rule": c.rule,
+                        "offloaded": _offloaded(lineage, c.callee),
+                    }
+                    for c in lineage.journal.history_by_origin.get(oid, ())
+                ],
+                "eliminated_by": lineage.eliminated().get(oid),
+                "kernel_calls": [index.at_position[p].label for p in index.sites_of_origin.get(oid, ())],
+                "builtins": builtins.get(oid, []),
+            }
+        )
     return out
 
 
@@ -123,7 +216,7 @@ def history_rows(h: dict) -> list[list[str]]:
     the passes that left it in one callee together (``#2191 FuseOps (replay), #2199
     FuseTIRInner``, a rule named where it is not identity), then how it ended."""
     origin = h["origin"]
-    own = origin[len(h["layer"]) + 1:] if origin.startswith(h["layer"] + "/") else origin
+    own = origin[len(h["layer"]) + 1 :] if origin.startswith(h["layer"] + "/") else origin
     rows: list[list[str]] = []
     for c in h["changes"]:
         step = f"#{c['pass_index']} {c['pass']}" + (f" ({c['rule']})" if c["rule"] != "identity" else "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import RelaytraceError, UsageError
-from ..jobs import echo
+from ..jobs import echo, load_lineage
 from .base import Command
 from .shared import add_policy_option, at_least
 
@@ -38,7 +38,6 @@ def run(args) -> int:
     report) beside its outputs."""
     from ..analysis.report import make_report
     from ..model.jsonio import write_atomic
-    from ..model.lineage import Lineage
     from ..model.profile import Profile
     from ..render import graphviz
     from ..render.html import html_report
@@ -65,7 +64,7 @@ def run(args) -> int:
         if args.profile
         else (lineage_path.with_name("profile.json") if lineage_path.with_name("profile.json").is_file() else None)
     )
-    lineage = Lineage.load(lineage_path)
+    lineage = load_lineage(lineage_path)
     report = make_report(lineage, Profile.load(profile_path), policy=args.policy) if profile_path else None
     beside = lineage_path.with_name("compare.json")
     comparison = _comparison(args.compare or (beside if args.format == "html" and beside.is_file() else None), lineage)

@@ -6,6 +6,8 @@ on any machine.
 Modules:
 
 - ``build_facts``: what a build was
+- ``code``: the code a build made (Relax program, kernels' TIR) linked by origin down to
+  TIR blocks, and the blocks' verdicts
 - ``codec``: records to JSON and back, driven by their annotations
 - ``entry``: an entry function as the VM runs it
 - ``frontend``: the frontend's own program, as evidence for the layers the lineage names

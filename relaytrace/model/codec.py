@@ -49,13 +49,20 @@ def codec_field(codec: Codec, **kwargs):
     return attrs.field(metadata={"codec": codec}, **kwargs)
 
 
+def apart_field(**kwargs):
+    """An attrs field (default None) that its record's file leaves out: it is saved in a
+    file of its own, and a record read back has it None."""
+    return attrs.field(default=None, eq=False, repr=False, metadata={"apart": True}, **kwargs)
+
+
 def encode(value):
     """A record, Enum, tuple, dict or scalar as plain JSON data: a record as an object of
-    its fields (an attrs field with ``init=False`` is no saved state and is left out)."""
+    its fields (an attrs field with ``init=False`` is no saved state, and one made with
+    ``apart_field`` is saved in a file of its own: both are left out)."""
     if attrs.has(type(value)):
         out = {}
         for f in attrs.fields(type(value)):
-            if f.init:
+            if f.init and not f.metadata.get("apart"):
                 codec = f.metadata.get("codec")
                 item = getattr(value, f.name)
                 out[f.name] = codec.encode(item) if codec is not None else encode(item)
@@ -100,7 +107,8 @@ def _nests_records(kind) -> bool:
     """Whether a value of ``kind`` holds a record or a codec field somewhere below it."""
     if _is_record(kind):
         return any(_nests_records(k) or _is_record(k) for k, _ in record_fields(kind).values()) or (
-            attrs.has(kind) and any("codec" in f.metadata for f in attrs.fields(kind)))
+            attrs.has(kind) and any("codec" in f.metadata for f in attrs.fields(kind))
+        )
     return any(_is_record(a) or _nests_records(a) for a in typing.get_args(kind) if a is not Ellipsis)
 
 
@@ -124,6 +132,7 @@ def _decoder(kind) -> Decoder:
                     raise _Invalid
                 check(v, kind, where)
             return make(v)
+
         return plain
     if origin in (typing.Union, types.UnionType):
         options = [a for a in args if a is not type(None)]
@@ -140,6 +149,7 @@ def _decoder(kind) -> Decoder:
             if where is None:
                 return tuple([item(x, None) for x in v])
             return tuple(item(x, f"{where}[{i}]") for i, x in enumerate(v))
+
         return items
     if origin is dict:
         item = _decoder(args[1])
@@ -150,6 +160,7 @@ def _decoder(kind) -> Decoder:
             if where is None:
                 return {k: item(x, None) for k, x in v.items()}
             return {k: item(x, f"{where}[{k!r}]") for k, x in v.items()}
+
         return entries
     raise TypeError(f"cannot decode {kind}")
 
@@ -188,4 +199,5 @@ def _record_decoder(cls) -> Decoder:
         if where is None:
             return cls(**{name: readers[name](x, None if name not in codecs else "") for name, x in v.items()})
         return cls(**{name: readers[name](x, member(where, name)) for name, x in v.items()})
+
     return record

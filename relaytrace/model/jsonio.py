@@ -29,8 +29,9 @@ def check_schema(data, schema: str, what: str, where: str = "", made_by: str = "
         )
 
 
-def migrate(data, migrations: Mapping[str, Callable[[dict, str], dict]], schema: str, what: str, where: str,
-            made_by: str = ""):
+def migrate(
+    data, migrations: Mapping[str, Callable[[dict, str], dict]], schema: str, what: str, where: str, made_by: str = ""
+):
     """``data`` (a saved file's JSON) as ``schema``'s, through each of ``migrations``
     (an older schema -> the pure function that makes its data the next one's) from its
     version on; ``data`` itself is not changed. One table per format: the lineage's,
@@ -68,8 +69,9 @@ def name_fields(cls) -> dict[str, Callable[[object], object]]:
     annotated with one (or with one or None: None stays None)."""
     found = _NAME_FIELDS.get(cls)
     if found is None:
-        found = _NAME_FIELDS[cls] = {name: reader for name, (kind, _) in record_fields(cls).items()
-                                     if (reader := enum_reader(kind)) is not None}
+        found = _NAME_FIELDS[cls] = {
+            name: reader for name, (kind, _) in record_fields(cls).items() if (reader := enum_reader(kind)) is not None
+        }
     return found
 
 
@@ -83,8 +85,13 @@ def enum_reader(kind) -> Callable[[object], object] | None:
     if origin is dict and len(args) == 2 and isinstance(args[1], type) and issubclass(args[1], Enum):
         values = args[1]
         return lambda v: {key: values(item) for key, item in v.items()}  # type: ignore[attr-defined]
-    if origin is tuple and len(args) == 2 and args[1] is Ellipsis and isinstance(args[0], type) \
-            and issubclass(args[0], Enum):
+    if (
+        origin is tuple
+        and len(args) == 2
+        and args[1] is Ellipsis
+        and isinstance(args[0], type)
+        and issubclass(args[0], Enum)
+    ):
         items = args[0]
         return lambda v: tuple(items(item) for item in v)  # type: ignore[attr-defined]
     options = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else ()
@@ -135,8 +142,7 @@ def _explain(value, kind, where: str) -> None:
         raise FileFormatError(f"{where} must be {names}, not {_json_kind(value)}")
     if isinstance(kind, type) and issubclass(kind, Enum):
         if not isinstance(value, str) or value not in _values(kind):
-            raise FileFormatError(f"{where} must be one of {', '.join(m.value for m in kind)}, "
-                                  f"not {_json_kind(value)}")
+            raise FileFormatError(f"{where} must be one of {', '.join(m.value for m in kind)}, not {_json_kind(value)}")
         return
     if kind is type(None):
         ok = value is None
@@ -175,6 +181,7 @@ def _explain(value, kind, where: str) -> None:
 # Checking a lineage of an LLM asks hundreds of thousands of values their type: each
 # annotation is turned once into a predicate (``is_valid``), and the slow walk that
 # names what is wrong (``_explain``) runs only on a value the predicate refused.
+
 
 @functools.cache
 def is_valid(kind):
@@ -237,8 +244,15 @@ def _values(kind: type[Enum]) -> frozenset:
     return frozenset(m.value for m in kind)
 
 
-_KIND_NAMES = {float: "a finite number", int: "an integer", str: "a string", bool: "true or false",
-               type(None): "null", tuple: "a list", dict: "an object"}
+_KIND_NAMES = {
+    float: "a finite number",
+    int: "an integer",
+    str: "a string",
+    bool: "true or false",
+    type(None): "null",
+    tuple: "a list",
+    dict: "an object",
+}
 
 
 def items_of(data, key: str, kind, where: str):
@@ -264,8 +278,14 @@ def _json_kind(value) -> str:
         return "true/false"
     if isinstance(value, float) and not math.isfinite(value):
         return f"{value}"
-    kinds = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object",
-             type(None): "null"}
+    kinds = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        list: "a list",
+        dict: "an object",
+        type(None): "null",
+    }
     text = kinds.get(type(value), type(value).__name__)
     return f"{text} {value!r}" if isinstance(value, (str, int, float)) and len(repr(value)) < 40 else text
 
@@ -283,7 +303,11 @@ def record_fields(cls) -> dict[str, tuple[object, bool]]:
         else:
             import attrs
 
-            found = {f.name: (hints.get(f.name), f.default is attrs.NOTHING) for f in attrs.fields(cls) if f.init}
+            found = {
+                f.name: (hints.get(f.name), f.default is attrs.NOTHING)
+                for f in attrs.fields(cls)
+                if f.init and not f.metadata.get("apart")
+            }
         _FIELDS[cls] = found
     return _FIELDS[cls]
 
@@ -366,15 +390,20 @@ def read_json(path, what: str):
             json.dumps(data, ensure_ascii=False).encode("utf-8")
         return data
     except UnicodeEncodeError:
-        raise FileFormatError(f"{path} holds a lone surrogate escape (\\ud800 to \\udfff not in a pair) in a "
-                              f"string: no name can be written so; was it edited or corrupted?") from None
+        raise FileFormatError(
+            f"{path} holds a lone surrogate escape (\\ud800 to \\udfff not in a pair) in a "
+            f"string: no name can be written so; was it edited or corrupted?"
+        ) from None
     except UnicodeDecodeError:
         raise FileFormatError(f"{path} is not a UTF-8 text file: is it a relaytrace {what} file?") from None
     except json.JSONDecodeError as exc:
-        raise FileFormatError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}; "
-                              "was it cut short or edited?") from None
+        raise FileFormatError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}; was it cut short or edited?"
+        ) from None
     except RecursionError:
         raise FileFormatError(f"{path} nests too deep to be a relaytrace {what} file") from None
     except ValueError:  # Python's limit on int-string conversion: no figure relaytrace writes is that long
-        raise FileFormatError(f"{path} holds a number too long (thousands of digits) to be in a relaytrace "
-                              f"{what} file: was it edited or corrupted?") from None
+        raise FileFormatError(
+            f"{path} holds a number too long (thousands of digits) to be in a relaytrace "
+            f"{what} file: was it edited or corrupted?"
+        ) from None

@@ -14,7 +14,8 @@ from attrs import define, field
 
 from ..errors import FileFormatError, UnknownNameError, UsageError, expect, expect_number
 from .build_facts import BuildFacts
-from .codec import Codec, codec_field, decode, encode
+from .code import Code, LayerCode, layer_code, require
+from .codec import Codec, apart_field, codec_field, decode, encode
 from .frontend import Program
 from .journal import Change, Journal
 from .jsonio import read_json, write_json
@@ -148,9 +149,16 @@ class Coverage:
     def complete(self) -> bool:
         """Every site attributed and confirmed by the IR, every layer confirmed, every
         op accounted for, the build followed to its end."""
-        return (self.attributed_sites == self.call_sites and not self.unaccounted
-                and not self.suspect and not self.unverified and not self.problems and not self.degraded
-                and not self.suspect_layers and not self.unverified_layers)
+        return (
+            self.attributed_sites == self.call_sites
+            and not self.unaccounted
+            and not self.suspect
+            and not self.unverified
+            and not self.problems
+            and not self.degraded
+            and not self.suspect_layers
+            and not self.unverified_layers
+        )
 
 
 def _origins(data, where: str) -> dict[str, Origin]:
@@ -158,8 +166,10 @@ def _origins(data, where: str) -> dict[str, Origin]:
     held = {o.id: o for o in found}
     if len(held) != len(found):
         twice = next(o.id for i, o in enumerate(found) if any(p.id == o.id for p in found[:i]))
-        raise FileFormatError(f"{where} holds origin {twice!r} twice: an id names one op; the file was edited or "
-                              "is corrupt; trace the build again")
+        raise FileFormatError(
+            f"{where} holds origin {twice!r} twice: an id names one op; the file was edited or "
+            "is corrupt; trace the build again"
+        )
     return held
 
 
@@ -188,6 +198,7 @@ class Lineage:
     journal: Journal = field(factory=Journal)
     verification: Verification | None = None  # ``verify()`` of this lineage, made by the build
     program: Program | None = None  # what the frontend translated: the evidence for the layers (``model.frontend``)
+    code: Code | None = apart_field()  # the code the build made (``model.code``): code.json, not lineage.json
     schema: str = SCHEMA
     _index: LineageIndex | None = field(default=None, init=False, eq=False, repr=False)
     _entry_views: dict = field(factory=dict, init=False, eq=False, repr=False)  # entry -> ``for_entry``'s lineage
@@ -246,24 +257,33 @@ class Lineage:
         verification = self.verification
         if verification is not None:  # the same verdicts, on what this entry's run holds
             layers = {self.origins[o].layer for o in keep}
-            verification = Verification(tuple(c for c in verification.sites if c.position in positions),
-                                        verification.problems,
-                                        tuple(c for c in verification.layers if c.layer in layers))
+            verification = Verification(
+                tuple(c for c in verification.sites if c.position in positions),
+                verification.problems,
+                tuple(c for c in verification.layers if c.layer in layers),
+            )
         build, journal = self.build, self.journal
         return attrs.evolve(
-            self, origins={k: o for k, o in self.origins.items() if k in keep}, kernels=kernels, builtins=builtins,
+            self,
+            origins={k: o for k, o in self.origins.items() if k in keep},
+            kernels=kernels,
+            builtins=builtins,
             edges=tuple(e for e in self.edges if e[0] in keep and e[1] in keep),
             site_edges=tuple(e for e in self.site_edges if e[0] in positions and e[1] in positions),
             build=attrs.evolve(
-                build, entries={entry: build.entries[entry]},
+                build,
+                entries={entry: build.entries[entry]},
                 calls={entry: build.calls[entry]} if entry in build.calls else {},
                 tuned=tuple(k for k in build.tuned if k in kernels),
-                kernel_members={k: v for k, v in build.kernel_members.items() if k in kernels}),
+                kernel_members={k: v for k, v in build.kernel_members.items() if k in kernels},
+            ),
             journal=attrs.evolve(
-                journal, events=tuple(e for e in journal.events if e.function in functions),
+                journal,
+                events=tuple(e for e in journal.events if e.function in functions),
                 history_by_origin={k: v for k, v in journal.history_by_origin.items() if k in keep},
                 eliminated_by={k: v for k, v in journal.eliminated_by.items() if k in keep},
-                explained={k: v for k, v in journal.explained.items() if k in keep}),
+                explained={k: v for k, v in journal.explained.items() if k in keep},
+            ),
             verification=verification,
         )
 
@@ -335,10 +355,14 @@ class Lineage:
     def call_count_mismatches(self, ran: dict[str, int]) -> list[str]:
         """How ``ran`` (kernel -> calls seen in a run or profile) differs from the call
         sites here: the evidence that a lineage belongs to another build."""
-        problems = [f"{k}: {len(v)} call site(s) in the lineage, {ran.get(k, 0)} ran"
-                    for k, v in self.kernels.items() if ran.get(k, 0) != len(v)]
-        return problems + [f"{k}: ran, but is not in the lineage" for k in ran
-                           if k not in self.kernels and k not in self.subfunctions]
+        problems = [
+            f"{k}: {len(v)} call site(s) in the lineage, {ran.get(k, 0)} ran"
+            for k, v in self.kernels.items()
+            if ran.get(k, 0) != len(v)
+        ]
+        return problems + [
+            f"{k}: ran, but is not in the lineage" for k in ran if k not in self.kernels and k not in self.subfunctions
+        ]
 
     def layers(self) -> tuple[str, ...]:
         """The layers of the input's ops, in op order."""
@@ -374,8 +398,7 @@ class Lineage:
         layer_checks = self.verification.layers if self.verification is not None else ()
         eliminated = self.journal.eliminated_by
         unaccounted = tuple(
-            o.id for o in inputs
-            if o.id not in in_kernels and o.id not in in_builtins and o.id not in eliminated
+            o.id for o in inputs if o.id not in in_kernels and o.id not in in_builtins and o.id not in eliminated
         )
         return Coverage(
             call_sites=len(sites),
@@ -438,6 +461,16 @@ class Lineage:
             raise UnknownNameError("kernel", kernel, self.kernels)
         return self.kernels[kernel]
 
+    def with_code(self, code: Code) -> Lineage:
+        """This lineage with the code of its build (``Code.load`` of the code.json beside it)."""
+        return attrs.evolve(self, code=code)
+
+    def code_of(self, layer: str) -> LayerCode:
+        """What the compiler made of ``layer``: its Relax lines, its kernels' blocks that
+        compute it and their verdicts (``model.code.layer_code``); a lineage loaded
+        without its code says how to load it."""
+        return layer_code(self, require(self.code), layer)
+
     # -- persistence ----------------------------------------------------------
 
     def to_json(self) -> dict:
@@ -482,8 +515,10 @@ def choose_entry(entries, name: str | None = None) -> str:
         return "main"
     if len(entries) == 1:
         return entries[0]
-    raise UsageError(f"the model has several entry functions ({', '.join(entries)}) and no main: "
-                          "choose one (--entry NAME, entry=NAME)")
+    raise UsageError(
+        f"the model has several entry functions ({', '.join(entries)}) and no main: "
+        "choose one (--entry NAME, entry=NAME)"
+    )
 
 
 def _check_references(lineage: Lineage, where: str) -> None:
@@ -499,8 +534,10 @@ def _check_references(lineage: Lineage, where: str) -> None:
             calls.setdefault(site.function, []).append(site.call)
         for function, numbers in calls.items():
             if sorted(numbers) != list(range(len(numbers))):
-                raise FileFormatError(f"{where}: kernels[{kernel!r}] calls in {function} are {sorted(numbers)}, "
-                                      f"not 0 to {len(numbers) - 1}")
+                raise FileFormatError(
+                    f"{where}: kernels[{kernel!r}] calls in {function} are {sorted(numbers)}, "
+                    f"not 0 to {len(numbers) - 1}"
+                )
     named = [(f"kernels[{s.kernel!r}] call {s.call}", r.origin) for s in lineage.call_sites for r in s.roles]
     named += [(f"builtin {b.name!r}", o) for b in lineage.builtins for o in b.origins]
     named += [("journal.history_by_origin", o) for o in lineage.journal.history_by_origin]
@@ -529,20 +566,36 @@ def _check_derived(lineage: Lineage, where: str) -> None:
     for site in lineage.call_sites:
         if site.roles != roles_for(site.origin_ids, lineage.origins):
             anchor = site.anchor or "none"
-            raise FileFormatError(f"{where}: kernels[{site.kernel!r}] call {site.call} has roles its origins do "
-                                  f"not give (anchor {anchor!r}; a site's anchor is its heaviest model op); the "
-                                  "file was edited or is corrupt; trace the build again")
+            raise FileFormatError(
+                f"{where}: kernels[{site.kernel!r}] call {site.call} has roles its origins do "
+                f"not give (anchor {anchor!r}; a site's anchor is its heaviest model op); the "
+                "file was edited or is corrupt; trace the build again"
+            )
     if lineage.verification is not None and lineage.verification != verify(lineage):
         derived = verify(lineage)
         stored_sites, sites = lineage.verification.by_position(), derived.by_position()
-        odd = next((f"call site position {p}" for p in sorted(set(stored_sites) | set(sites))
-                    if stored_sites.get(p) != sites.get(p)), None)
+        odd = next(
+            (
+                f"call site position {p}"
+                for p in sorted(set(stored_sites) | set(sites))
+                if stored_sites.get(p) != sites.get(p)
+            ),
+            None,
+        )
         stored_layers, layers = lineage.verification.by_layer(), derived.by_layer()
-        odd = odd or next((f"layer {name!r}" for name in sorted(set(stored_layers) | set(layers))
-                           if stored_layers.get(name) != layers.get(name)), "its other problems")
-        raise FileFormatError(f"{where}: verification of {odd} is not what the lineage's own evidence gives "
-                              "(verification is derived from the sites and kernel members the file holds); "
-                              "the file was edited or is corrupt; trace the build again")
+        odd = odd or next(
+            (
+                f"layer {name!r}"
+                for name in sorted(set(stored_layers) | set(layers))
+                if stored_layers.get(name) != layers.get(name)
+            ),
+            "its other problems",
+        )
+        raise FileFormatError(
+            f"{where}: verification of {odd} is not what the lineage's own evidence gives "
+            "(verification is derived from the sites and kernel members the file holds); "
+            "the file was edited or is corrupt; trace the build again"
+        )
 
 
 def roles_for(origin_ids: Iterable[str], origins: dict[str, Origin]) -> tuple[Role, ...]:

@@ -20,6 +20,18 @@ from .shapes import evaluate_dim
 Term = tuple[int, tuple[str, ...]]  # coefficient, atoms multiplied
 Poly = tuple[Term, ...]
 
+
+def normal(terms) -> Poly:
+    """Terms (``(coefficient, atoms)``, atoms sorted) summed into a polynomial's one form:
+    like terms added, zero terms dropped, ordered by degree then atoms. Two equal
+    polynomials have equal forms: the form the counter writes, the memory plan sums
+    and a saved file is checked in."""
+    sums: dict[tuple[str, ...], int] = {}
+    for coef, atoms in terms:
+        sums[atoms] = sums.get(atoms, 0) + coef
+    return tuple(sorted(((c, a) for a, c in sums.items() if c), key=lambda t: (len(t[1]), t[1])))
+
+
 _ITEMSIZE = {
     "bool": 1,
     "int8": 1,

@@ -3,7 +3,8 @@
 ``tvm`` package and no relaytrace, that no RPC reaches.
 
 The directory holds the exported library (``model.so``), the peak kernels for its
-device (``peaks.so``: ``profiling.peaks.fixed_kernels``), the lineage (``lineage.json``),
+device (``peaks.so``: ``profiling.peaks.fixed_kernels``), the lineage (``lineage.json``,
+its code beside it, ``code.json``),
 the entry's inputs (``inputs/N.npy``, a tuple parameter's tensors each a file), TVM's
 runtime libraries copied from the installed wheel (``lib/libtvm_runtime.so``, and
 ``lib/libtvm_runtime_cuda.so`` for a CUDA build), ``bundle.json`` (what the runner
@@ -97,6 +98,8 @@ def write_bundle(
         peak_library.export_library(str(staging / PEAKS))
         runtime = _copy_runtime(staging, device)
         lineage.save(staging / "lineage.json")
+        if lineage.code is not None:  # the report made where it ran shows the code
+            lineage.code.save(staging / "code.json")
         params = _save_inputs(staging, lineage, entry, arrays)
         template = _profile(lineage, entry, arrays, "", "timeline", 1, [], {}, [])
         manifest = {

@@ -14,6 +14,8 @@ Modules:
 - ``memory``: a ``Memory`` (``analysis.memory``) as the terminal shows it and as
   ``memory.csv``
 - ``outputs``: the files a run writes into its output directory, each listed once
+- ``provenance``: ``provenance.json`` (kernel → blocks → ops → layers) and ``query --code``'s
+  text
 - ``safe_text``: names as text in every output but the HTML report (which escapes its
   own)
 - ``table``: plain-text tables for terminals

@@ -24,9 +24,11 @@ from ..analysis.memory import NO_SITE, ValueKind
 from ..model.lineage_index import billed_layers
 from ..model.origin import INSERTED, OP
 from ..model.profile import CACHE, ESTIMATE, KERNEL, TIMELINE
+from .provenance import provenance
 from .table import figure
 
 ASSETS = Path(__file__).parent / "assets"
+
 
 def report_data(report) -> dict:
     """What the page's script reads, as JSON-ready data. Names (layers, kernels, call
@@ -45,35 +47,81 @@ def report_data(report) -> dict:
                 if s.label not in layer_sites[layer]:
                     layer_sites[layer].append(s.label)
     return {
-        "layers": [{"layer": r.layer, "ms": r.us / 1e3, "percent": r.percent, "inserted_ms": r.inserted_us / 1e3,
-                    "ops": list(r.ops), "sites": list(r.kernels), "status": r.status} for r in report.layers],
-        "kernels": [{"name": r.name, "us": r.us, "min_us": r.min_us, "max_us": r.max_us, "percent": r.percent,
-                     "count": r.count, "device": r.device,
-                     "shapes": r.shapes, "layers": list(r.layers), "status": r.status, "library": r.library}
-                    for r in report.kernels],
-        "checks": [{"site": s.label, "status": checks[s.position].status,
-                    "reasons": "; ".join(checks[s.position].reasons)}
-                   for s in lineage.call_sites if checks[s.position].status != "verified"]
-        + [{"site": f"layer {c.layer}", "status": c.status, "reasons": "; ".join(c.reasons)}
-           for c in (lineage.verification.layers if lineage.verification is not None else ())
-           if c.status != "verified"],
-        "op_types": [{"op": r.op, "ms": r.us / 1e3, "percent": r.percent, "count": r.count, "layers": r.layers,
-                      "layer_list": list(op_layers.get(r.op, ()))} for r in report.op_types],
+        "layers": [
+            {
+                "layer": r.layer,
+                "ms": r.us / 1e3,
+                "percent": r.percent,
+                "inserted_ms": r.inserted_us / 1e3,
+                "ops": list(r.ops),
+                "sites": list(r.kernels),
+                "status": r.status,
+            }
+            for r in report.layers
+        ],
+        "kernels": [
+            {
+                "name": r.name,
+                "us": r.us,
+                "min_us": r.min_us,
+                "max_us": r.max_us,
+                "percent": r.percent,
+                "count": r.count,
+                "device": r.device,
+                "shapes": r.shapes,
+                "layers": list(r.layers),
+                "status": r.status,
+                "library": r.library,
+            }
+            for r in report.kernels
+        ],
+        "checks": [
+            {"site": s.label, "status": checks[s.position].status, "reasons": "; ".join(checks[s.position].reasons)}
+            for s in lineage.call_sites
+            if checks[s.position].status != "verified"
+        ]
+        + [
+            {"site": f"layer {c.layer}", "status": c.status, "reasons": "; ".join(c.reasons)}
+            for c in (lineage.verification.layers if lineage.verification is not None else ())
+            if c.status != "verified"
+        ],
+        "op_types": [
+            {
+                "op": r.op,
+                "ms": r.us / 1e3,
+                "percent": r.percent,
+                "count": r.count,
+                "layers": r.layers,
+                "layer_list": list(op_layers.get(r.op, ())),
+            }
+            for r in report.op_types
+        ],
         "categories": [{"name": n, "ms": us / 1e3, "percent": p} for n, us, p in report.categories.rows()],
         "layer_sites": list(layer_sites.items()),
         "model": lineage.build.model,
         "sites": _sites(report),
         "layer_detail": list(_layer_detail(lineage).items()),
         "graph": _layer_graph(report),
-        "timeline_note": ("run 1 of the timeline" if report.profile.mode == TIMELINE
-                          else "sites timed alone, laid end to end"),
+        "timeline_note": (
+            "run 1 of the timeline" if report.profile.mode == TIMELINE else "sites timed alone, laid end to end"
+        ),
         "roofline": _roofline(report.roofline),
         "estimate": report.profile.mode == ESTIMATE,  # its times are bounds: nothing was achieved
         "precision": _precision(report.precision),
         "memory": _memory(report.memory),
-        "advice": [{"rule": f.rule, "title": f.title, "layers": list(f.layers), "evidence": list(f.evidence),
-                    "saving_ms": f.saving_us / 1e3, "what": f.change.what, "how": f.change.how,
-                    "measured": bool(f.change.rebuild)} for f in report.advice],
+        "advice": [
+            {
+                "rule": f.rule,
+                "title": f.title,
+                "layers": list(f.layers),
+                "evidence": list(f.evidence),
+                "saving_ms": f.saving_us / 1e3,
+                "what": f.change.what,
+                "how": f.change.how,
+                "measured": bool(f.change.rebuild),
+            }
+            for f in report.advice
+        ],
     }
 
 
@@ -86,18 +134,32 @@ def _memory(memory) -> dict | None:
     order)."""
     if memory is None:
         return None
-    out = {"entry": memory.entry, "known": memory.known, "why": memory.why, "checks": [c.text for c in memory.checks],
-           "notes": list(memory.notes)}
+    out = {
+        "entry": memory.entry,
+        "known": memory.known,
+        "why": memory.why,
+        "checks": [c.text for c in memory.checks],
+        "notes": list(memory.notes),
+    }
     if not memory.known:
         return out
     return out | {
-        "dims": sorted(memory.dims.items()), "steps": list(memory.steps), "live": list(memory.live),
-        "peak": memory.peak, "peak_step": memory.peak_step, "blocks": memory.blocks, "planned": memory.planned,
-        "weights": memory.weights, "inputs": memory.inputs, "nobody": NO_SITE,
+        "dims": sorted(memory.dims.items()),
+        "steps": list(memory.steps),
+        "live": list(memory.live),
+        "peak": memory.peak,
+        "peak_step": memory.peak_step,
+        "blocks": memory.blocks,
+        "planned": memory.planned,
+        "weights": memory.weights,
+        "inputs": memory.inputs,
+        "nobody": NO_SITE,
         "spans": [[s.block, s.bytes, s.start, s.end, s.returned] for s in memory.spans],
-        "values": [[v.name, v.first, v.last, " ".join(("x".join(map(str, v.shape)), v.dtype)).strip(), v.site, v.layer,
-                    v.own]
-                   for v in memory.lifetimes if v.kind == ValueKind.ACTIVATION],
+        "values": [
+            [v.name, v.first, v.last, " ".join(("x".join(map(str, v.shape)), v.dtype)).strip(), v.site, v.layer, v.own]
+            for v in memory.lifetimes
+            if v.kind == ValueKind.ACTIVATION
+        ],
         "layer_weights": [[r.layer, r.weights] for r in memory.layers if r.weights],
     }
 
@@ -119,11 +181,18 @@ def _precision(precision) -> dict:
             return "half"
         return "reads-half" if any(is_half(d) for d in r.inputs) else "float32"
 
-    return {"build": precision.build, "mixed": precision.mixed,
-            "by_dtype": [[d, us / 1e3, p] for d, us, p in precision.by_dtype],
-            "cast_ms": precision.cast_us / 1e3, "cast_percent": precision.cast_percent, "casts": len(precision.casts),
-            "layers": [[r.layer, {"label": r.label, "dtype": r.dtype, "kind": kind(r), "why": r.why,
-                                  "cast_ms": r.cast_us / 1e3}] for r in precision.layers]}
+    return {
+        "build": precision.build,
+        "mixed": precision.mixed,
+        "by_dtype": [[d, us / 1e3, p] for d, us, p in precision.by_dtype],
+        "cast_ms": precision.cast_us / 1e3,
+        "cast_percent": precision.cast_percent,
+        "casts": len(precision.casts),
+        "layers": [
+            [r.layer, {"label": r.label, "dtype": r.dtype, "kind": kind(r), "why": r.why, "cast_ms": r.cast_us / 1e3}]
+            for r in precision.layers
+        ],
+    }
 
 
 def _roofline(roofline) -> dict:
@@ -137,15 +206,29 @@ def _roofline(roofline) -> dict:
         return None if us is None else us / 1e3
 
     return {
-        "peaks": None if peaks is None else {"gflops": sorted(peaks.gflops.items()), "gbps": peaks.gbps,
-                                             "line": peaks.line()},
-        "layers": [{"layer": r.name, "ms": r.us / 1e3, "wasted_ms": ms(r.wasted_us), "bound_ms": ms(r.bound_us),
-                    "efficiency": None if r.efficiency is None else 100 * r.efficiency, "bound_by": r.bound_by or "",
-                    "gflop": None if r.flops is None else r.flops / 1e9, "gflops_s": r.gflops_s,
-                    "useful_gflop": None if r.useful is None else r.useful / 1e9, "model_gflops_s": r.model_gflops_s,
-                    "excess": "; ".join(r.excess),
-                    "gbytes_s": r.gbytes_s, "intensity": r.intensity, "notes": "; ".join(r.notes), "dtype": r.dtype}
-                   for r in roofline.layers],
+        "peaks": None
+        if peaks is None
+        else {"gflops": sorted(peaks.gflops.items()), "gbps": peaks.gbps, "line": peaks.line()},
+        "layers": [
+            {
+                "layer": r.name,
+                "ms": r.us / 1e3,
+                "wasted_ms": ms(r.wasted_us),
+                "bound_ms": ms(r.bound_us),
+                "efficiency": None if r.efficiency is None else 100 * r.efficiency,
+                "bound_by": r.bound_by or "",
+                "gflop": None if r.flops is None else r.flops / 1e9,
+                "gflops_s": r.gflops_s,
+                "useful_gflop": None if r.useful is None else r.useful / 1e9,
+                "model_gflops_s": r.model_gflops_s,
+                "excess": "; ".join(r.excess),
+                "gbytes_s": r.gbytes_s,
+                "intensity": r.intensity,
+                "notes": "; ".join(r.notes),
+                "dtype": r.dtype,
+            }
+            for r in roofline.layers
+        ],
     }
 
 
@@ -165,15 +248,23 @@ def _sites(report) -> list[dict]:
             roles.setdefault(lineage.origins[r.origin].layer, r.role)
         kinds = {lineage.origins[o].kind for o in s.origin_ids}
         arg = profile.arg(s.key)
-        out.append({
-            "label": s.label, "kernel": s.kernel, "start_us": starts.get(s.key, 0.0),
-            "us": t.median_us if t else 0.0, "min_us": t.min_us if t else 0.0, "max_us": t.max_us if t else 0.0,
-            "layers": list(roles), "roles": list(roles.items()), "status": checks[s.position].status,
-            "reasons": "; ".join(checks[s.position].reasons),
-            "category": "compute" if OP in kinds else "inserted" if INSERTED in kinds else "unresolved",
-            "shapes": ", ".join(f"{d}{list(sh)}" for sh, d in zip(arg.shapes, arg.dtypes)) if arg else "",
-            "work": _site_work(roofs.get(s.key)),
-        })
+        out.append(
+            {
+                "label": s.label,
+                "kernel": s.kernel,
+                "start_us": starts.get(s.key, 0.0),
+                "us": t.median_us if t else 0.0,
+                "min_us": t.min_us if t else 0.0,
+                "max_us": t.max_us if t else 0.0,
+                "layers": list(roles),
+                "roles": list(roles.items()),
+                "status": checks[s.position].status,
+                "reasons": "; ".join(checks[s.position].reasons),
+                "category": "compute" if OP in kinds else "inserted" if INSERTED in kinds else "unresolved",
+                "shapes": ", ".join(f"{d}{list(sh)}" for sh, d in zip(arg.shapes, arg.dtypes)) if arg else "",
+                "work": _site_work(roofs.get(s.key)),
+            }
+        )
     cache = _cache_sites(report)
     return sorted(out + cache, key=lambda site: site["start_us"]) if cache else out
 
@@ -183,7 +274,8 @@ def _site_work(roof) -> str:
     if roof is None or roof.flops is None or roof.useful is None:
         return ""
     return f"{roof.flops:,.0f} FLOPs executed, {roof.useful:,.0f} useful" + (
-        f" ({roof.executed_ratio:.2f}x: {'; '.join(roof.excess)})" if roof.excess else "")
+        f" ({roof.executed_ratio:.2f}x: {'; '.join(roof.excess)})" if roof.excess else ""
+    )
 
 
 def _cache_sites(report) -> list[dict]:
@@ -193,12 +285,24 @@ def _cache_sites(report) -> list[dict]:
     times = profile.site_times(CACHE)
     starts = {profile.key(r): r.start_us for r in profile.records if r.run == 0 and r.kind == CACHE}
     within = profile.within()
-    return [{"label": share.key.label, "kernel": share.key.kernel, "start_us": starts.get(share.key, 0.0),
-             "us": times[share.key].median_us, "min_us": times[share.key].min_us, "max_us": times[share.key].max_us,
-             "layers": [share.layer], "roles": [(share.layer, "anchor")], "status": share.status,
-             "reasons": f"a KV-cache kernel, run inside {within[share.key].label}" if share.key in within else "",
-             "category": share.category, "shapes": ""}
-            for share in report.shares if share.key in times]
+    return [
+        {
+            "label": share.key.label,
+            "kernel": share.key.kernel,
+            "start_us": starts.get(share.key, 0.0),
+            "us": times[share.key].median_us,
+            "min_us": times[share.key].min_us,
+            "max_us": times[share.key].max_us,
+            "layers": [share.layer],
+            "roles": [(share.layer, "anchor")],
+            "status": share.status,
+            "reasons": f"a KV-cache kernel, run inside {within[share.key].label}" if share.key in within else "",
+            "category": share.category,
+            "shapes": "",
+        }
+        for share in report.shares
+        if share.key in times
+    ]
 
 
 def _numerics_line(comparison) -> str:
@@ -206,8 +310,10 @@ def _numerics_line(comparison) -> str:
     if comparison is None:
         return ""
     first = html.escape(comparison.summary().splitlines()[0])
-    return (f'<p class="summary">numerics (in each layer\'s pane): {first}; '
-            "from `relaytrace compare` of a build of its own, whose kernel calls are named there</p>")
+    return (
+        f'<p class="summary">numerics (in each layer\'s pane): {first}; '
+        "from `relaytrace compare` of a build of its own, whose kernel calls are named there</p>"
+    )
 
 
 def _read_from(route) -> str:
@@ -224,12 +330,16 @@ def _errors(comparison) -> dict:
     out = {}
     for e in comparison.layers:
         if e.compared:
-            figures = (f"max abs error {figure(e.max_abs)}, max rel {figure(e.max_rel)}, cosine "
-                       f"{figure(e.cosine, '.6f')}"
-                       if e.max_abs is not None else f"{e.nan} NaN, {e.inf} Inf (the reference has {e.reference_nan})")
-            text = (f"{'BEYOND' if e.status == 'beyond' else 'within'} atol {comparison.atol:g} / rtol "
-                    f"{comparison.rtol:g} ({comparison.precision}): {figures}, read from {e.site} of "
-                    f"{_read_from(e.route)}{' (' + e.note + ')' if e.note else ''}")
+            figures = (
+                f"max abs error {figure(e.max_abs)}, max rel {figure(e.max_rel)}, cosine {figure(e.cosine, '.6f')}"
+                if e.max_abs is not None
+                else f"{e.nan} NaN, {e.inf} Inf (the reference has {e.reference_nan})"
+            )
+            text = (
+                f"{'BEYOND' if e.status == 'beyond' else 'within'} atol {comparison.atol:g} / rtol "
+                f"{comparison.rtol:g} ({comparison.precision}): {figures}, read from {e.site} of "
+                f"{_read_from(e.route)}{' (' + e.note + ')' if e.note else ''}"
+            )
         else:
             text = f"{e.status}: {e.note}"
         out[e.layer] = {"status": e.status.replace(" ", "-"), "text": text}  # a CSS class
@@ -251,8 +361,10 @@ def _layer_graph(report) -> dict:
     builtin = {o for b in lineage.builtins for o in b.origins}
     only_builtin = {layer for layer, ids in ops.items() if not ids & in_kernels and ids & builtin}
     edges = attribution.edges_between(lineage, layer_of)
-    return {"nodes": [{"layer": layer, "ms": ms.get(layer, 0.0), "builtin": layer in only_builtin} for layer in ops],
-            "edges": [list(e) for e in edges]}
+    return {
+        "nodes": [{"layer": layer, "ms": ms.get(layer, 0.0), "builtin": layer in only_builtin} for layer in ops],
+        "edges": [list(e) for e in edges],
+    }
 
 
 def _layer_detail(lineage) -> dict[str, dict]:
@@ -264,13 +376,15 @@ def _layer_detail(lineage) -> dict[str, dict]:
         if o.kind != OP:
             continue
         entry = out.setdefault(o.layer, {"ops": [], "source": list(sources.get(o.layer, ()))})
-        entry["ops"].append({
-            "op": o.short_op,
-            "inputs": ", ".join(f"{d}{list(sh)}" for sh, d in zip(o.input_shapes, o.input_dtypes)),
-            "output": ", ".join(f"{d}{list(sh)}" for sh, d in zip(o.output_shapes, o.output_dtypes)),
-            "history": list(dict.fromkeys(c.pass_name for c in lineage.journal.history_by_origin.get(o.id, ()))),
-            "eliminated": lineage.journal.eliminated_by.get(o.id, ""),
-        })
+        entry["ops"].append(
+            {
+                "op": o.short_op,
+                "inputs": ", ".join(f"{d}{list(sh)}" for sh, d in zip(o.input_shapes, o.input_dtypes)),
+                "output": ", ".join(f"{d}{list(sh)}" for sh, d in zip(o.output_shapes, o.output_dtypes)),
+                "history": list(dict.fromkeys(c.pass_name for c in lineage.journal.history_by_origin.get(o.id, ()))),
+                "eliminated": lineage.journal.eliminated_by.get(o.id, ""),
+            }
+        )
     return out
 
 
@@ -306,6 +420,48 @@ def _target_words(target: str) -> str:
     return ", ".join(words)
 
 
+def code_data(report) -> dict | None:
+    """The code viewer's data (``assets/code.js``), None for a build without its code:
+    each Relax function's text, each kernel's TIR and blocks, and each call site's
+    Relax line and the layer of each of its kernel's blocks (``provenance``)."""
+    lineage = report.build_lineage
+    if lineage.code is None:
+        return None
+    found = provenance(lineage)
+    return {
+        "entry": report.lineage.entry(),
+        "functions": [[name, f.text] for name, f in lineage.code.functions.items()],
+        "kernels": [
+            [
+                name,
+                {
+                    "text": lineage.code.kernels[name].fused,
+                    "blocks": k["blocks"],
+                    "built": lineage.code.kernels[name].built,
+                    "built_blocks": k["built_blocks"],
+                },
+            ]
+            for name, k in found["kernels"].items()
+        ],
+        "sites": [[s["label"], {**s, "kernel": name}] for name, k in found["kernels"].items() for s in k["sites"]],
+    }
+
+
+def _code_section(code) -> str:
+    if code is None:
+        return ""
+    return """<h2>Code</h2>
+<p>What the compiler made of each layer: click a layer for the Relax line that calls its kernel and the kernel's
+TIR, the blocks that compute it highlighted (orange: blocks of ops a pass inserted; red text: a block the
+verifier finds suspect); click a TIR block for its op and layer, a Relax call for its kernel.</p>
+<div class="graphbar"><input id="code-search" type="search" placeholder="search layers, Relax and TIR">
+<label><input id="code-built" type="checkbox" disabled> TIR as built (where a schedule changed it)</label></div>
+<p id="code-info"></p>
+<div id="code"><div><b>layers</b><ul id="code-layers"></ul></div>
+<div><b>Relax program</b><pre id="code-relax"></pre></div>
+<div><b id="code-kernel">kernel TIR</b><pre id="code-tir"></pre></div></div>"""
+
+
 def _header(report) -> str:
     """The run in words: model, target, pipeline, entry and inputs, tuning, where and how
     it was measured, coverage and verification."""
@@ -313,16 +469,27 @@ def _header(report) -> str:
     where = profile.remote or f"this machine ({profile.device})"
     build = lineage.build
     tuned = f"{len(build.tuned)} of {len(lineage.kernels)} kernels tuned" if build.tuned else "not tuned"
-    status = ("complete and verified" if cov.complete else
-              f"{cov.verified_sites} of {cov.call_sites} call sites verified, {len(cov.suspect)} suspect, "
-              f"{len(cov.unverified)} unverified, {len(cov.unaccounted)} ops unaccounted"
-              + (", degraded" if cov.degraded else ""))
-    rows = [("model", build.model), ("target", _target_words(build.target)), ("pipeline", build.pipeline),
-            ("entry", profile.entry + _inputs(profile)), ("tuning", tuned),
-            ("measured", f"on {where}, {profile.mode}, {profile.runs} run(s); figures are medians over runs"
-             if profile.mode != ESTIMATE else
-             f"NOT MEASURED: an estimate, each kernel's roofline lower bound on {profile.device}"),
-            ("lineage", f"{cov.attributed_sites} of {cov.call_sites} kernel call sites attributed; {status}")]
+    status = (
+        "complete and verified"
+        if cov.complete
+        else f"{cov.verified_sites} of {cov.call_sites} call sites verified, {len(cov.suspect)} suspect, "
+        f"{len(cov.unverified)} unverified, {len(cov.unaccounted)} ops unaccounted"
+        + (", degraded" if cov.degraded else "")
+    )
+    rows = [
+        ("model", build.model),
+        ("target", _target_words(build.target)),
+        ("pipeline", build.pipeline),
+        ("entry", profile.entry + _inputs(profile)),
+        ("tuning", tuned),
+        (
+            "measured",
+            f"on {where}, {profile.mode}, {profile.runs} run(s); figures are medians over runs"
+            if profile.mode != ESTIMATE
+            else f"NOT MEASURED: an estimate, each kernel's roofline lower bound on {profile.device}",
+        ),
+        ("lineage", f"{cov.attributed_sites} of {cov.call_sites} kernel call sites attributed; {status}"),
+    ]
     return '<dl class="header">' + "".join(f"<dt>{k}</dt><dd>{html.escape(v)}</dd>" for k, v in rows) + "</dl>"
 
 
@@ -330,24 +497,38 @@ def _op_sections(report) -> str:
     """Coverage, eliminated ops (with the pass), inserted ops (with what they serve),
     unresolved ops, as tables."""
     lineage, cov = report.lineage, report.coverage
-    def rows(head, body):
-        return ("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"
-                + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in body)
-                + "</tbody></table>")
 
-    eliminated = [(o, lineage.origins[o].layer, lineage.origins[o].short_op, p)
-                  for o, p in lineage.eliminated().items()]
-    inserted = [(o.id, o.short_op, o.pass_name, ", ".join(dict.fromkeys(lineage.origins[x].layer for x in o.serves)))
-                for o in lineage.inserted()]
+    def rows(head, body):
+        return (
+            "<table><thead><tr>"
+            + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+            + "</tr></thead><tbody>"
+            + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in body)
+            + "</tbody></table>"
+        )
+
+    eliminated = [
+        (o, lineage.origins[o].layer, lineage.origins[o].short_op, p) for o, p in lineage.eliminated().items()
+    ]
+    inserted = [
+        (o.id, o.short_op, o.pass_name, ", ".join(dict.fromkeys(lineage.origins[x].layer for x in o.serves)))
+        for o in lineage.inserted()
+    ]
     unresolved = [(o.id, o.short_op, o.pass_name) for o in lineage.unresolved()]
-    return (f'<h2 id="coverage">Coverage</h2><p>{cov.origins} model ops: {cov.in_kernels} in kernels, '
-            f"{cov.in_builtins} in VM builtins only, {cov.eliminated} eliminated by passes, "
-            f"{len(cov.unaccounted)} unaccounted</p>"
-            + f"<h2>Eliminated ops ({len(eliminated)})</h2>"
-            + rows(["origin", "layer", "op", "eliminated by"], eliminated)
-            + f"<h2>Inserted ops ({len(inserted)})</h2>" + rows(["origin", "op", "inserted by", "serves"], inserted)
-            + (f"<h2>Unresolved ops ({len(unresolved)})</h2>" + rows(["origin", "op", "pass"], unresolved)
-               if unresolved else ""))
+    return (
+        f'<h2 id="coverage">Coverage</h2><p>{cov.origins} model ops: {cov.in_kernels} in kernels, '
+        f"{cov.in_builtins} in VM builtins only, {cov.eliminated} eliminated by passes, "
+        f"{len(cov.unaccounted)} unaccounted</p>"
+        + f"<h2>Eliminated ops ({len(eliminated)})</h2>"
+        + rows(["origin", "layer", "op", "eliminated by"], eliminated)
+        + f"<h2>Inserted ops ({len(inserted)})</h2>"
+        + rows(["origin", "op", "inserted by", "serves"], inserted)
+        + (
+            f"<h2>Unresolved ops ({len(unresolved)})</h2>" + rows(["origin", "op", "pass"], unresolved)
+            if unresolved
+            else ""
+        )
+    )
 
 
 def html_report(report, comparison=None) -> str:
@@ -357,18 +538,33 @@ def html_report(report, comparison=None) -> str:
     lineage, profile, policy, cats = report.lineage, report.profile, report.policy, report.categories
     data = report_data(report)
     data["errors"] = list(_errors(comparison).items())
+    data["code"] = code_data(report)
     caused = ", ".join(f"{html.escape(layer)} ({us / 1e3:.3f} ms)" for layer, us in cats.inserted_by_layer[:6])
     cov = report.coverage
-    layers = (f"; {cov.layers - len(cov.suspect_layers) - len(cov.unverified_layers)} of {cov.layers} layers "
-              f"verified against the frontend's program" if cov.layers else "")
-    verdict = (f"{cov.verified_sites} of {cov.call_sites} call sites verified against the compiled IR; "
-               f"{len(cov.suspect)} suspect, {len(cov.unverified)} unverified{layers}"
-               + ("" if not (cov.suspect or cov.unverified) else
-                  f": {(cats.suspect_us + cats.unverified_us) / 1e3:.3f} ms ran there, and may be billed "
-                  f"to the wrong layers below"))
-    verdict_class = ("bad" if cov.suspect or cov.problems or cov.suspect_layers
-                     else "warn" if cov.unverified or cov.unverified_layers else "good")
-    problems = "".join(f"<p class=\"bad\">{html.escape(p)}</p>" for p in cov.problems)
+    layers = (
+        f"; {cov.layers - len(cov.suspect_layers) - len(cov.unverified_layers)} of {cov.layers} layers "
+        f"verified against the frontend's program"
+        if cov.layers
+        else ""
+    )
+    verdict = (
+        f"{cov.verified_sites} of {cov.call_sites} call sites verified against the compiled IR; "
+        f"{len(cov.suspect)} suspect, {len(cov.unverified)} unverified{layers}"
+        + (
+            ""
+            if not (cov.suspect or cov.unverified)
+            else f": {(cats.suspect_us + cats.unverified_us) / 1e3:.3f} ms ran there, and may be billed "
+            f"to the wrong layers below"
+        )
+    )
+    verdict_class = (
+        "bad"
+        if cov.suspect or cov.problems or cov.suspect_layers
+        else "warn"
+        if cov.unverified or cov.unverified_layers
+        else "good"
+    )
+    problems = "".join(f'<p class="bad">{html.escape(p)}</p>' for p in cov.problems)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>relaytrace: {html.escape(lineage.build.model)}</title><style>{_asset("report.css")}</style></head>
@@ -417,12 +613,14 @@ the layers that wrote them (it opens at the peak); click a layer for it.</p>
 graph).</p><table id="kernels"></table>
 <h2>Op types</h2><p>Click an op type for the layers whose ops are of it.</p>
 <table id="optypes"></table>
+{_code_section(data["code"])}
 {_op_sections(report)}
 </div><aside id="detail"><h3>details</h3><p>Click a module, layer, kernel, op type or call site.</p></aside></div>
 <script type="application/json" id="relaytrace-data">{script_json(data)}</script>
 <script>{_asset("d3-hierarchy.min.js")}</script>
 <script>{_asset("dagre.min.js")}</script>
 <script>{_asset("report.js")}</script>
+<script>{_asset("code.js")}</script>
 </body></html>
 """
 

@@ -118,6 +118,15 @@ def _explorer(run: ProfileRun, d: Path) -> None:
         _text(d, name, json.dumps(data, indent=1))
 
 
+def _code(run: ProfileRun, d: Path) -> None:
+    from .provenance import provenance
+
+    lineage = run.report.build_lineage
+    if lineage.code is not None:
+        lineage.code.save(d / "code.json")
+        _text(d, "provenance.json", json.dumps(provenance(lineage), indent=1))
+
+
 def _compare_csv(run: CompareRun, d: Path) -> None:
     from . import export
 
@@ -132,10 +141,16 @@ def _errors_svg(run: CompareRun, d: Path) -> None:
 
 
 PROFILE: tuple[Output[ProfileRun], ...] = (
-    Output(("lineage.json",), lambda run, d: run.report.build_lineage.save(d / "lineage.json"),
-           "the build's lineage, every entry (query, render, diff and tasks read it)"),
-    Output(("profile.json",), lambda run, d: run.report.profile.save(d / "profile.json"),
-           "every timed call of the profiled entry"),
+    Output(
+        ("lineage.json",),
+        lambda run, d: run.report.build_lineage.save(d / "lineage.json"),
+        "the build's lineage, every entry (query, render, diff and tasks read it)",
+    ),
+    Output(
+        ("profile.json",),
+        lambda run, d: run.report.profile.save(d / "profile.json"),
+        "every timed call of the profiled entry",
+    ),
     Output(("layers.csv",), _layers_csv, "time per layer, with its work, achieved rates and roofline bound"),
     Output(("kernels.csv",), _kernels_csv, "time per kernel, with its layers, work and roofline bound"),
     Output(("layers.svg",), _layers_svg, "the layer graph coloured by time"),
@@ -143,12 +158,26 @@ PROFILE: tuple[Output[ProfileRun], ...] = (
     Output(("report.html",), _report_html, "the interactive report"),
     Output(("trace.json",), _trace, "a Chrome / Perfetto trace"),
     Output(("run.json",), lambda run, d: run.run.save(d), "how the run was made"),
-    Output(EXPLORER_FILES, _explorer, "Model Explorer node data: time, kernels, category, roofline efficiency "
-           "(torch and ONNX models)"),
-    Output(("verification.csv",), lambda run, d: _text(d, "verification.csv", verification_csv(run.report)),
-           "each layer's verdict, its call sites' verdicts and the verifier's reasons"),
-    Output(("memory.csv",), lambda run, d: _text(d, "memory.csv", memory_csv(run.report)),
-           "each value's block, bytes, writer, layer and lifetime; weights and inputs"),
+    Output(
+        EXPLORER_FILES,
+        _explorer,
+        "Model Explorer node data: time, kernels, category, roofline efficiency (torch and ONNX models)",
+    ),
+    Output(
+        ("verification.csv",),
+        lambda run, d: _text(d, "verification.csv", verification_csv(run.report)),
+        "each layer's verdict, its call sites' verdicts and the verifier's reasons",
+    ),
+    Output(
+        ("code.json", "provenance.json"),
+        _code,
+        "the compiled Relax program and each kernel's TIR, and which block computes which layer (when saved)",
+    ),
+    Output(
+        ("memory.csv",),
+        lambda run, d: _text(d, "memory.csv", memory_csv(run.report)),
+        "each value's block, bytes, writer, layer and lifetime; weights and inputs",
+    ),
 )
 
 COMPARE: tuple[Output[CompareRun], ...] = (
@@ -160,8 +189,11 @@ COMPARE: tuple[Output[CompareRun], ...] = (
 
 
 LEGACY: tuple[Output[LegacyRun], ...] = (
-    Output(("matches.json",), lambda run, d: _text(d, "matches.json", json.dumps(run.matches, indent=1)),
-           "the old artifacts' kernels, tasks and log records matched to Relay ops"),
+    Output(
+        ("matches.json",),
+        lambda run, d: _text(d, "matches.json", json.dumps(run.matches, indent=1)),
+        "the old artifacts' kernels, tasks and log records matched to Relay ops",
+    ),
 )
 
 

@@ -4,6 +4,7 @@ Modules:
 
 - ``ahead``: follow a build while TVM generates its code
 - ``callsites``: turn the tracker's state after the last pass into a Lineage
+- ``code``: the code of a recorded build: Relax functions, kernels' TIR, blocks and members
 - ``entries``: entries as compiled, read from the last Relax module of a recorded build
 - ``facts``: how TVM's passes rewrite Relax IR
 - ``follow``: ``follow(recording) -> Lineage``

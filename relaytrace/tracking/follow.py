@@ -15,6 +15,7 @@ from collections.abc import Callable
 import attrs
 
 from ..model.build_facts import BuildFacts, BuildOptions
+from ..model.code import Code
 from ..model.frontend import Program
 from ..model.journal import Journal
 from ..model.lineage import Lineage
@@ -24,6 +25,7 @@ from ..model.verification import verify
 from ..model.work import library_work
 from . import ir, reader
 from .callsites import lineage_from
+from .code import code_of
 from .entries import entry_params, kv_cache
 from .memory import memory_plans
 from .origins import LayerNamer, assign_origins
@@ -33,9 +35,16 @@ from .truth import kernel_members, offloads, shape_consumers, tuned_kernels
 from .work import kernel_works
 
 
-def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: str = "model", target: str = "",
-           pipeline: str | BuildOptions = "user", on_step: Callable[[str], None] | None = None,
-           program: Program | None = None) -> Lineage:
+def follow(
+    recording: Recording,
+    layer_of: LayerNamer | None = None,
+    *,
+    model: str = "model",
+    target: str = "",
+    pipeline: str | BuildOptions = "user",
+    on_step: Callable[[str], None] | None = None,
+    program: Program | None = None,
+) -> Lineage:
     """The verified lineage of a recorded build. ``layer_of`` names the input's ops
     (the frontend's namer) and ``program`` is what the frontend translated (the
     evidence its layers are verified against); ``on_step(name)`` is called as each step
@@ -64,8 +73,16 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
         degraded.append(f"tracking stopped at pass {step}: {_describe(exc)}")
     if tracker is not None:
         try:
-            lineage = lineage_from(tracker, model, target, pipeline, degraded, entries=recording.entries,
-                                   members=members, offloads=offloaded)
+            lineage = lineage_from(
+                tracker,
+                model,
+                target,
+                pipeline,
+                degraded,
+                entries=recording.entries,
+                members=members,
+                offloads=offloaded,
+            )
             done("call sites")
             tuned = [k for k in tuned_kernels(recording.passes) if k in lineage.kernels]
             consumers = shape_consumers(recording.passes, reads.read)
@@ -75,18 +92,33 @@ def follow(recording: Recording, layer_of: LayerNamer | None = None, *, model: s
             done("work")
             memory = _memory(recording, lineage, faults)
             done("memory plans")
-            build = attrs.evolve(lineage.build, tuned=tuple(tuned), shape_consumers=consumers, work=work, memory=memory,
-                                 **_compiled_entries(recording, lineage))
+            build = attrs.evolve(
+                lineage.build,
+                tuned=tuple(tuned),
+                shape_consumers=consumers,
+                work=work,
+                memory=memory,
+                **_compiled_entries(recording, lineage),
+            )
             journal = attrs.evolve(lineage.journal, degraded=lineage.journal.degraded + tuple(faults))
-            lineage = attrs.evolve(lineage, build=build, origins=_served_shapes(lineage, consumers), program=program,
-                                   journal=journal)
+            lineage = attrs.evolve(
+                lineage, build=build, origins=_served_shapes(lineage, consumers), program=program, journal=journal
+            )
             done("served shapes")
-            return attrs.evolve(lineage, verification=verify(lineage))
+            lineage = attrs.evolve(lineage, verification=verify(lineage))
+            try:
+                code = code_of(recording.passes, lineage, reads.read)
+            except Exception as exc:  # the lineage stands without its code, which says why
+                code = Code(problems=(f"the code could not be read: {_describe(exc)}",))
+            done("code")
+            lineage = attrs.evolve(lineage, code=code)
+            return lineage
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")
     origins = tracker.origins if tracker is not None else table.origins if table is not None else {}
-    return Lineage(BuildFacts(model, target, pipeline), dict(origins), journal=Journal(degraded=tuple(degraded)),
-                   program=program)
+    return Lineage(
+        BuildFacts(model, target, pipeline), dict(origins), journal=Journal(degraded=tuple(degraded)), program=program
+    )
 
 
 def _input(recording: Recording) -> dict:
@@ -125,8 +157,9 @@ def _work(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict:
         for name in lineage.library_calls:  # its code is not TVM's: its ops' work, over its dims
             site, offload = lineage.kernels[name][0], lineage.build.offloads.get(name)
             ops = [lineage.origins[o] for o in site.origin_ids]
-            works[name] = library_work(ops, offload.params if offload is not None else
-                                       _signature(ops[0]) if len(ops) == 1 else site.arguments)
+            works[name] = library_work(
+                ops, offload.params if offload is not None else _signature(ops[0]) if len(ops) == 1 else site.arguments
+            )
         return works
     except Exception as exc:
         degraded.append(f"kernel work not counted: {_describe(exc)}")
@@ -137,8 +170,7 @@ def _signature(origin) -> tuple:
     """``(shape, dtype)`` of an op's inputs and outputs as the input model has them (a
     symbolic dim by its name): the arguments of a function that computes it alone,
     destination-passing (outputs last)."""
-    return (tuple(zip(origin.input_shapes, origin.input_dtypes))
-            + tuple(zip(origin.output_shapes, origin.output_dtypes)))
+    return tuple(zip(origin.input_shapes, origin.input_dtypes)) + tuple(zip(origin.output_shapes, origin.output_dtypes))
 
 
 def _memory(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict:
@@ -156,8 +188,10 @@ def _compiled_entries(recording: Recording, lineage: Lineage) -> dict:
     (what the VM runs, after the user's parameter passes too), for the lineage's entries."""
     functions = next((p.functions for p in reversed(recording.passes) if p.functions), recording.input or {})
     params = entry_params(functions)
-    return {"params": {name: params[name] for name in lineage.build.entries if name in params},
-            "kv_cache": kv_cache(functions)}
+    return {
+        "params": {name: params[name] for name in lineage.build.entries if name in params},
+        "kv_cache": kv_cache(functions),
+    }
 
 
 def _served_shapes(lineage: Lineage, consumers: dict[str, tuple[str, ...]]) -> dict:
@@ -170,9 +204,15 @@ def _served_shapes(lineage: Lineage, consumers: dict[str, tuple[str, ...]]) -> d
         if origin.kind != INSERTED or not is_shape_computation(origin.op):
             continue
         sized = consumers.get(origin.op, ())
-        served = list(dict.fromkeys(
-            o for site in lineage.call_sites if site.kernel in sized for o in site.origin_ids
-            if lineage.origins[o].kind == OP and lineage.origins[o].function == origin.function))
+        served = list(
+            dict.fromkeys(
+                o
+                for site in lineage.call_sites
+                if site.kernel in sized
+                for o in site.origin_ids
+                if lineage.origins[o].kind == OP and lineage.origins[o].function == origin.function
+            )
+        )
         if served:
             origins[oid] = attrs.evolve(origin, serves=tuple(served), layer=lineage.origins[served[0]].layer)
     return origins

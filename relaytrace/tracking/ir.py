@@ -42,6 +42,11 @@ def function_map(mod) -> dict[str, relax.Function]:
     return {gv.name_hint: func for gv, func in mod.functions.items() if isinstance(func, relax.Function)}
 
 
+def prim_func_map(mod) -> dict:
+    """name -> PrimFunc of every function of ``mod`` that is no Relax function."""
+    return {gv.name_hint: f for gv, f in mod.functions.items() if not isinstance(f, relax.Function)}
+
+
 def model_functions(functions: dict[str, relax.Function]) -> dict[str, relax.Function]:
     """The functions whose bindings carry origins: groups (fused or offloaded,
     ``is_group``) are followed through their call sites."""

@@ -15,6 +15,8 @@ from attrs import define, field
 from . import ir
 from .origins import entry_inputs
 
+FUSE_TIR = "FuseTIR"
+
 
 class PassRecord(NamedTuple):
     """What one pass left: its module's Relax functions (``ir.function_map``), taken
@@ -25,6 +27,9 @@ class PassRecord(NamedTuple):
     pass_name: str
     functions: dict
     module: Any
+    # FuseTIR's kernels as it left them (name -> PrimFunc), taken when it ended: a later
+    # pass (DLight's schedules) may change the module object in place
+    prim_funcs: dict | None = None
 
 
 @define
@@ -139,7 +144,8 @@ class Recorder:
         the lineage's thread holds (``ahead``), and cost TVM's TIR passes a third more."""
         passes = self.recording.passes
         functions = {} if self._tir_only else ir.function_map(mod)
-        passes.append(PassRecord(len(passes) + 1, pass_name, functions, mod))
+        prims = ir.prim_func_map(mod) if pass_name == FUSE_TIR else None
+        passes.append(PassRecord(len(passes) + 1, pass_name, functions, mod, prims))
 
     def _guard(self, pass_name, fn, *args) -> None:
         try:

@@ -34,22 +34,16 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
     pass that changed a module object in place later could hide a PrimFunc, and its
     sites are then unverified, not wrong."""
     prim_ops: dict[str, set[str]] = {}
-    groups: dict[str, object] = {}  # fused group name -> its function, as the last pass that had it left it
     computes = _Computes(read, prim_ops)
     computes.record(input_functions, input_=True)
-    members_at = None  # the module whose PrimFuncs the kernels are made of: FuseOps' (or the last)
+    groups, members_at, fused_at = fusion_groups(passes)
+    for record in passes[:fused_at]:  # once fused, ops are found through the groups, and main need not be read
+        computes.record(record.functions)
     offloaded: dict[str, object] = {}  # offloaded group's names -> its function (``offloads``)
     for record in passes:
-        fused_before = bool(groups)
         for name, func in record.functions.items():
-            if ir.is_primitive(func):
-                groups[name] = func
-            elif ir.is_offloaded(func):
+            if ir.is_offloaded(func):
                 offloaded.update(dict.fromkeys(_offload_names(name, func), func))
-        if not groups:  # once fused, ops are found through the groups, and main need not be read
-            computes.record(record.functions)
-        if ir.model_functions(record.functions) and not fused_before:
-            members_at = record.module
     named = _declared_ops(members_at) if members_at is not None else {}
     last = next((r.module for r in reversed(passes) if ir.model_functions(r.functions)), None)
     if last is not None:  # the shape functions VMShapeLower made and the prim values ComputePrimValue made
@@ -57,7 +51,7 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
         named.update(
             {
                 name: name
-                for name in _prim_func_names(last)
+                for name in ir.prim_func_map(last)
                 if is_shape_computation(name) or is_prim_value_computation(name)
             }
         )
@@ -90,6 +84,27 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
     for callee in _external_calls(input_functions, read):  # the input calls it by name: it computes itself
         out.setdefault(callee, (Member(callee, (callee,)),))
     return out
+
+
+def fusion_groups(passes: Sequence[PassRecord]) -> tuple[dict[str, Any], Any, int]:
+    """What fusion made, for ``kernel_members`` and the code (``tracking.code``): each
+    fused group FuseOps made (name -> its function, as the last pass that had it left
+    it), the module whose PrimFuncs the groups are made of (FuseOps' input; the last
+    module with Relax functions when nothing was fused) and the index of the first
+    record with a group (``len(passes)``: none)."""
+    groups: dict[str, Any] = {}
+    members_at = None
+    first = len(passes)
+    for i, record in enumerate(passes):
+        fused_before = bool(groups)
+        for name, func in record.functions.items():
+            if ir.is_primitive(func):
+                groups[name] = func
+        if groups and not fused_before:
+            first = i
+        if ir.model_functions(record.functions) and not fused_before:
+            members_at = record.module
+    return groups, members_at, first
 
 
 def offloads(passes: Sequence[PassRecord], read) -> dict[str, Offload]:
@@ -219,10 +234,6 @@ def _stored_slots(stmt) -> set[int]:
             for part in list(child) if attr == "seq" else [child]:
                 out |= _stored_slots(part)
     return out
-
-
-def _prim_func_names(mod) -> list[str]:
-    return [gv.name_hint for gv, func in mod.functions.items() if not isinstance(func, ir.relax.Function)]
 
 
 def _declared_ops(mod) -> dict[str, str]:

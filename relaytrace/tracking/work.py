@@ -20,7 +20,7 @@ import tvm
 from tvm import tirx
 
 from ..model.verification import Member
-from ..model.work import BEFORE_SCHEDULE, SCHEDULED, KernelWork, Poly
+from ..model.work import BEFORE_SCHEDULE, SCHEDULED, KernelWork, Poly, normal
 from . import ir
 
 # by the name after TVM's namespace (``tirx.exp`` in TVM 0.27, ``tir.exp`` before)
@@ -144,8 +144,8 @@ def count(func, source: str = BEFORE_SCHEDULE) -> KernelWork:
     accumulate = max(walk.accumulate, key=walk.accumulate.__getitem__, default=None)
     return KernelWork(
         _params(func),
-        _sorted(walk.flops),
-        _sorted(walk.trans),
+        normal((c, a) for a, c in walk.flops.items()),
+        normal((c, a) for a, c in walk.trans.items()),
         source,
         tuple(dict.fromkeys(walk.notes)),
         dtype,
@@ -313,9 +313,9 @@ def poly(e) -> Poly:
     if isinstance(e, tirx.Var):
         return ((1, (_name(e),)),)
     if isinstance(e, tirx.Add):
-        return _sorted_sum(poly(e.a) + poly(e.b))
+        return normal(poly(e.a) + poly(e.b))
     if isinstance(e, tirx.Sub):
-        return _sorted_sum(poly(e.a) + tuple((-c, a) for c, a in poly(e.b)))
+        return normal(poly(e.a) + tuple((-c, a) for c, a in poly(e.b)))
     if isinstance(e, tirx.Mul):
         return _mul(poly(e.a), poly(e.b))
     if isinstance(e, tirx.Cast):
@@ -324,18 +324,7 @@ def poly(e) -> Poly:
 
 
 def _mul(a: Poly, b: Poly) -> Poly:
-    return _sorted_sum(tuple((ca * cb, tuple(sorted(xa + xb))) for ca, xa in a for cb, xb in b))
-
-
-def _sorted_sum(terms) -> Poly:
-    sums: dict[tuple, int] = defaultdict(int)
-    for coef, atoms in terms:
-        sums[atoms] += coef
-    return _sorted(sums)
-
-
-def _sorted(sums: dict) -> Poly:
-    return tuple(sorted(((c, a) for a, c in sums.items() if c), key=lambda t: (len(t[1]), t[1])))
+    return normal(tuple((ca * cb, tuple(sorted(xa + xb))) for ca, xa in a for cb, xb in b))
 
 
 def _name(var) -> str:

@@ -368,6 +368,8 @@ function showLayer(name){
   if (d.source.length) time.append(h('br'), `made at: ${d.source.join(', ')}`);
   detail(`layer ${name}`, [
     time,
+    window.showCode ? h('p', null, (a => { a.onclick = e => { e.preventDefault(); window.showCode(name);
+      document.getElementById('code').scrollIntoView(); }; return a; })(h('a', {href: '#'}, 'see the code it became'))) : null,
     roofLine(name),
     precisionLine(name),
     numerics ? h('p', {class: `numerics ${numerics.status}`}, h('b', null, 'numerics'), `: ${numerics.text}`) : null,

@@ -1,0 +1,353 @@
+"""The code a build made, linked by origin down to TIR blocks: the data of ``code.json``.
+
+What a user asks after "this layer is slow" is what the compiler made of it: the
+Relax bindings that run it, the kernel, and which blocks of that kernel compute the
+layer rather than the norm and ReLU fused after it. ``Code`` holds the answer as the
+build left it: each Relax function's TVMScript with the line of every call
+(``FunctionCode``), and each kernel's TIR as fusion left it and, where a schedule
+changed it, as built (``KernelCode``), with every block's line span, the buffers it
+reads and writes, and the member PrimFunc it came from.
+
+Which member a block came from rests on what ``FuseTIR`` keeps: it concatenates its
+members' bodies in binding order and keeps each block's name (a repeat gets a number),
+so the blocks of the fused kernel are the members' blocks, in order. ``check_blocks``
+holds each block to it, as verification holds sites to their members: a block whose
+name is not its member's block, or whose result no block of the consuming member reads
+(or, for the kernel's result, that no output buffer holds) is suspect. Which op and
+layer a block is then comes from the call site (``block_origins``: the site's origins
+matched to the kernel's members as verification matches them).
+
+Saved apart from the lineage (a lineage loads without it) and loaded only when asked:
+``Code.load(path)`` or ``Lineage.with_code``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from attrs import field, frozen
+
+from ..errors import UsageError
+from .codec import decode, encode
+from .entry import APPEND, PAGED_DECODE, PAGED_PREFILL, RAGGED_PREFILL, kernel_role, of_any_length, runs_attention
+from .jsonio import check_schema, read_json, write_json
+from .verification import SUSPECT, UNVERIFIED, VERIFIED, Member, Status, matching
+
+SCHEMA = "relaytrace.code/1"
+
+
+@frozen
+class Call:
+    """A line of a Relax function's text that calls ``callee`` (a kernel, a library
+    function, a builtin), 1-based; the ``n``-th call of that callee in the text."""
+
+    line: int
+    callee: str
+    n: int
+
+
+@frozen
+class FunctionCode:
+    """One Relax function of the module the VM runs, as TVMScript, and its calls."""
+
+    name: str
+    text: str
+    calls: tuple[Call, ...] = ()
+
+
+@frozen
+class Block:
+    """One TIR block of a kernel's text: its name, its lines (1-based, ``end``
+    inclusive), the buffers it reads and writes, and the index of the kernel member it
+    came from (``KernelCode.members``; -1: none). A block of the built text names the
+    fused block it was scheduled from (``source``)."""
+
+    name: str
+    line: int
+    end: int
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    member: int = -1
+    source: str = ""
+
+
+@frozen
+class MemberCode:
+    """A member PrimFunc of a kernel, in the order of the kernel's members
+    (``BuildFacts.kernel_members``): its own blocks' names in order, the members that
+    read its result, and whether its result is the kernel's. A member that is no
+    PrimFunc (a Relax op left in the group) has no blocks."""
+
+    prim_func: str
+    blocks: tuple[str, ...] = ()
+    consumers: tuple[int, ...] = ()
+    result: bool = False
+
+
+@frozen
+class KernelCode:
+    """A kernel's TIR as fusion left it (``fused``) and as built (``built``: "" when no
+    schedule changed it), the blocks of each, its output buffers and its members."""
+
+    kernel: str
+    fused: str
+    blocks: tuple[Block, ...] = ()
+    outputs: tuple[str, ...] = ()
+    members: tuple[MemberCode, ...] = ()
+    built: str = ""
+    built_blocks: tuple[Block, ...] = ()
+
+
+@frozen
+class BlockCheck:
+    """The verdict on one block of a kernel's fused text (``index`` into its blocks)."""
+
+    index: int
+    status: Status
+    reasons: tuple[str, ...] = ()
+
+
+@frozen
+class Code:
+    """Every Relax function the VM runs and every kernel's TIR, of one build."""
+
+    functions: dict[str, FunctionCode] = field(factory=dict)
+    kernels: dict[str, KernelCode] = field(factory=dict)
+    problems: tuple[str, ...] = ()  # why some or all of the code is missing
+    schema: str = SCHEMA
+
+    def save(self, path, overwrite: bool = False) -> Path:
+        """Write JSON atomically; an existing file is kept unless ``overwrite``."""
+        return write_json(path, {"schema": self.schema, **encode(self)}, overwrite)
+
+    @classmethod
+    def load(cls, path) -> Code:
+        """The code saved at ``path``; a file that is not one is a one-line
+        ``FileFormatError`` naming the file and the field."""
+        where = str(path)
+        data = read_json(path, "code")
+        check_schema(data, SCHEMA, "code", where, "`relaytrace profile` (it writes code.json)")
+        return decode(cls, data, where)
+
+
+_SUFFIX = re.compile(r"_?\d+$")
+
+
+def check_blocks(kernel: KernelCode) -> tuple[BlockCheck, ...]:
+    """Each fused block held to its member (see the module's docstring): its name is
+    its member's block at the same place (a repeat numbered), and the member's result
+    reaches what the members' data flow says (each consumer reads it; the kernel's
+    result lands in an output buffer). Pure; a kernel whose blocks do not line up with
+    its members' is unverified, block by block."""
+    by_member: dict[int, list[int]] = {}
+    for i, b in enumerate(kernel.blocks):
+        by_member.setdefault(b.member, []).append(i)
+    expected = sum(len(m.blocks) for m in kernel.members)
+    if expected != len(kernel.blocks):
+        why = f"the kernel has {len(kernel.blocks)} blocks, its members {expected}: they do not line up"
+        return tuple(BlockCheck(i, UNVERIFIED, (why,)) for i in range(len(kernel.blocks)))
+    reasons: dict[int, list[str]] = {i: [] for i in range(len(kernel.blocks))}
+    for i, b in enumerate(kernel.blocks):
+        if not 0 <= b.member < len(kernel.members):
+            reasons[i].append(f"block {b.name} is given to no member of the kernel")
+            continue
+        member = kernel.members[b.member]
+        place = by_member[b.member].index(i)
+        own = member.blocks[place] if place < len(member.blocks) else None
+        if own is None or (b.name != own and _SUFFIX.sub("", b.name) != _SUFFIX.sub("", own)):
+            reasons[i].append(f"block {b.name} is not {member.prim_func}'s block {own or '(none left)'}")
+    for m, member in enumerate(kernel.members):
+        blocks = by_member.get(m, [])
+        if not blocks:
+            continue
+        last = kernel.blocks[blocks[-1]]
+        for c in member.consumers:
+            read = {r for j in by_member.get(c, []) for r in kernel.blocks[j].reads}
+            if by_member.get(c) and not read.intersection(last.writes):
+                reasons[blocks[-1]].append(
+                    f"block {last.name} writes {', '.join(last.writes) or 'nothing'}, which no block of "
+                    f"{kernel.members[c].prim_func} (its consumer) reads"
+                )
+        if member.result and not set(last.writes).intersection(kernel.outputs):
+            reasons[blocks[-1]].append(
+                f"block {last.name} writes {', '.join(last.writes) or 'nothing'}, not the kernel's output "
+                f"({', '.join(kernel.outputs)})"
+            )
+    return tuple(BlockCheck(i, SUSPECT if r else VERIFIED, tuple(r)) for i, r in reasons.items())
+
+
+def block_origins(site, members: tuple[Member, ...], kernel: KernelCode, origins, edges: set) -> dict[int, str]:
+    """member index -> the origin id it computes at call site ``site``: the site's
+    origins given to the kernel's members one to one by op (members that compute part
+    of an op, or no known op, are left out), and where a kernel has two members of one
+    op (a conv's bias add and a residual add), the way that makes the most of the
+    members' data flow (``MemberCode.consumers``) the origins' (``edges``: (producer,
+    consumer) origin ids). Past ``_TRIES`` ways, the first one-to-one match by op."""
+    known = [i for i, m in enumerate(members) if m.ops and not m.part]
+    claimants = [origins[o] for o in site.origin_ids]
+    options = [[c.id for c in claimants if c.op in members[i].ops] for i in known]
+    ways = 1
+    for o in options:
+        ways *= max(len(o), 1)
+    if ways > _TRIES or len(kernel.members) != len(members):
+        match = matching([members[i] for i in known], claimants)
+        return {known[i]: claimants[j].id for i, j in match.items()}
+    flows = [(a, c) for a, m in enumerate(kernel.members) for c in m.consumers]
+    best: tuple[int, dict[int, str]] = (-1, {})
+
+    def place(k: int, taken: dict[int, str]) -> None:
+        nonlocal best
+        if k == len(known):
+            score = sum((taken.get(a), taken.get(c)) in edges for a, c in flows)
+            if score > best[0] or (score == best[0] and len(taken) > len(best[1])):
+                best = (score, dict(taken))
+            return
+        used = set(taken.values())
+        for oid in options[k]:
+            if oid not in used:
+                taken[known[k]] = oid
+                place(k + 1, taken)
+                del taken[known[k]]
+        if not options[k] or all(o in used for o in options[k]):
+            place(k + 1, taken)
+
+    place(0, {})
+    return best[1]
+
+
+_TRIES = 720  # ways of giving a kernel's members their origins tried before settling for the first
+
+
+def require(code: Code | None) -> Code:
+    """``code``, or a one-line error saying how to have it."""
+    if code is None:
+        raise UsageError(
+            "this lineage carries no code: a build traced by this version saves it (code.json beside "
+            "lineage.json); load it with Code.load(path) and lineage.with_code(code)"
+        )
+    return code
+
+
+@frozen
+class SiteCode:
+    """One call site of a layer in the code: the Relax function and line that call it
+    (0: not found in the text), its kernel, the kernel's blocks that compute this layer's
+    ops there (indices into ``KernelCode.blocks``) and the verdict on each block."""
+
+    label: str
+    kernel: str
+    function: str
+    line: int
+    blocks: tuple[int, ...] = ()
+    checks: tuple[BlockCheck, ...] = ()
+
+
+@frozen
+class LayerCode:
+    """What the compiler made of one layer: its origins and, for each call site running
+    one of them, where the Relax program calls it and which blocks compute it."""
+
+    layer: str
+    origins: tuple[str, ...]
+    sites: tuple[SiteCode, ...] = ()
+
+
+def text_of(site) -> str:
+    """The Relax function whose text calls ``site``: its innermost subfunction, else its entry."""
+    return site.scope.split("/")[-1].split("#")[0] if site.scope else site.function
+
+
+def site_lines(lineage, code: Code) -> dict[int, int]:
+    """Site position -> the line of its call in its function's text (``text_of``): the
+    ``n``-th call of its kernel in that text is the ``n``-th site of the kernel in one
+    run of the function, in run order; a function whose text calls a kernel another
+    number of times than it has sites has none of that kernel's lines."""
+    frames: dict[tuple[str, str, str], list] = {}
+    for sites in lineage.kernels.values():
+        for s in sites:
+            frames.setdefault((text_of(s), s.scope, s.kernel), []).append(s)
+    calls: dict[tuple[str, str], list[int]] = {}
+    for name, function in code.functions.items():
+        for c in function.calls:
+            calls.setdefault((name, c.callee), []).append(c.line)
+    out: dict[int, int] = {}
+    for (name, _, kernel), sites in frames.items():
+        lines = calls.get((name, kernel), [])
+        if len(lines) == len(sites):
+            out.update((s.position, line) for s, line in zip(sorted(sites, key=lambda s: s.position), lines))
+    return out
+
+
+@frozen
+class CacheRun:
+    """A KV cache's kernel run inside a VM builtin (``attention_with_fused_qkv``): the
+    builtin's call in the Relax text, the kernel, and the origin the builtin computes
+    (its attention op), whose layer every block of the kernel computes there."""
+
+    label: str
+    kernel: str
+    function: str
+    line: int
+    origin: str
+
+
+def cache_runs(lineage, code: Code) -> tuple[CacheRun, ...]:
+    """The KV-cache kernels (``BuildFacts.kv_cache``) each builtin call that runs
+    attention through the cache (``entry.runs_attention``) runs, in run order: the
+    append, and the ragged and paged prefill in an entry that takes any number of tokens
+    (``entry.of_any_length``), the paged decode in one that takes one (``kernel_role``).
+    What a served profile bills to the attention layers, which no kernel call site names."""
+    cache = lineage.build.kv_cache
+    if cache is None:
+        return ()
+    calls: dict[tuple[str, str], list[int]] = {}
+    for name, function in code.functions.items():
+        for c in function.calls:
+            calls.setdefault((name, c.callee), []).append(c.line)
+    seen: dict[tuple[str, str], int] = {}
+    out = []
+    for b in sorted(lineage.builtins, key=lambda b: b.position):
+        if not runs_attention(b.name) or not b.origins or b.scope:
+            continue
+        n = seen[(b.function, b.name)] = seen.get((b.function, b.name), -1) + 1
+        lines = calls.get((b.function, b.name), [])
+        line = lines[n] if n < len(lines) else 0
+        prefill = of_any_length(lineage.build.params.get(b.function, ()))
+        roles = (APPEND, RAGGED_PREFILL, PAGED_PREFILL) if prefill else (APPEND, PAGED_DECODE)
+        out += [
+            CacheRun(f"{b.function}:{b.name}#{n}", k, b.function, line, b.origins[0])
+            for k in cache.kernels
+            if k in code.kernels and kernel_role(cache, k) in roles
+        ]
+    return tuple(out)
+
+
+def layer_code(lineage, code: Code, layer: str) -> LayerCode:
+    """The code of ``layer`` (a name ``lineage.resolve`` accepts): each site of its
+    origins, its Relax line, its kernel's blocks that compute them and their verdicts."""
+    wanted = set(lineage.resolve(layer))
+    lines = site_lines(lineage, code)
+    edges = set(lineage.edges)
+    out = []
+    for sites in lineage.kernels.values():
+        for site in sites:
+            if not wanted.intersection(site.origin_ids):
+                continue
+            kernel = code.kernels.get(site.kernel)
+            blocks: tuple[int, ...] = ()
+            checks: tuple[BlockCheck, ...] = ()
+            if kernel is not None:
+                members = lineage.build.kernel_members.get(site.kernel, ())
+                owners = block_origins(site, members, kernel, lineage.origins, edges)
+                blocks = tuple(i for i, b in enumerate(kernel.blocks) if owners.get(b.member) in wanted)
+                checks = check_blocks(kernel)
+            out.append(SiteCode(site.label, site.kernel, text_of(site), lines.get(site.position, 0), blocks, checks))
+    for run in cache_runs(lineage, code):
+        if run.origin in wanted:
+            kernel = code.kernels[run.kernel]
+            blocks = tuple(range(len(kernel.blocks)))
+            out.append(
+                SiteCode(f"{run.label} {run.kernel}", run.kernel, run.function, run.line, blocks, check_blocks(kernel))
+            )
+    return LayerCode(layer, tuple(sorted(wanted)), tuple(sorted(out, key=lambda s: s.label)))

@@ -1,0 +1,70 @@
+// The code viewer: model layers | Relax program | kernel TIR, linked by origin (data.code).
+// Names and code are only ever text (textContent); a pane draws a kernel's TIR when one is picked.
+(function(){
+  const code = data.code; if (!code) return;
+  const fnText = new Map(code.functions), kernels = new Map(code.kernels), sites = new Map(code.sites);
+  const layerList = document.getElementById('code-layers'), relax = document.getElementById('code-relax');
+  const tir = document.getElementById('code-tir'), info = document.getElementById('code-info');
+  const state = {fn: null, site: null, layer: null};
+  const built = document.getElementById('code-built');
+  built.onchange = () => { if (state.site) drawSite(state.site); };
+  // scroll a pane (not the page) to show one of its lines
+  function reveal(box, e){ if (e) box.scrollTop = Math.max(0, e.offsetTop - 40); }
+  function lines(pre, text, cls){ pre.replaceChildren(...text.split('\n').map((t, i) =>
+    h('span', {class: cls, 'data-line': String(i + 1)}, `${String(i + 1).padStart(4)}  ${t}\n`))); }
+  function drawRelax(fn){ if (state.fn === fn) return; state.fn = fn; lines(relax, fnText.get(fn) || '', 'rl'); }
+  function drawSite(label){
+    const s = sites.get(label); if (!s) return; state.site = label;
+    drawRelax(s.function);
+    relax.querySelectorAll('.on').forEach(e => e.classList.remove('on'));
+    const at = relax.querySelector(`[data-line="${s.relax_line}"]`); if (at){ at.classList.add('on'); reveal(relax, at); }
+    const k = kernels.get(s.kernel), kt = kernelByName.get(s.kernel);
+    const asBuilt = k && k.built && built.checked;
+    built.disabled = !(k && k.built);
+    document.getElementById('code-kernel').textContent = `${label}: ${s.kernel}` +
+      (kt ? ` — ${kt.us.toFixed(1)} us in ${kt.count} call(s), ${kt.percent.toFixed(2)}% of kernel time` : '') + (k && k.built ? (asBuilt ? ' (as built)' : ' (as fusion left it)') : '');
+    if (!k){ tir.replaceChildren('no TIR: a library call or a kernel TVM did not compile'); return; }
+    lines(tir, asBuilt ? k.built : k.text, 'tl');
+    // a built block stands for the fused block it was made from
+    const spans = asBuilt ? k.built_blocks.filter(b => b.source !== null).map(b => [b.lines, b.source])
+                          : k.blocks.map((b, i) => [b.lines, i]);
+    spans.forEach(([[first, last], i]) => { const owner = s.blocks[String(i)], b = k.blocks[i];
+      for (let n = first; n <= last; n++){ const e = tir.children[n - 1]; if (!e) continue;
+        e.dataset.block = String(i); e.classList.add(b.status);
+        if (owner && owner.layer === state.layer) e.classList.add('on');
+        if (owner && owner.kind === 'inserted') e.classList.add('inserted'); } });
+    reveal(tir, tir.querySelector('.on'));
+  }
+  function pickLayer(name){
+    state.layer = name;
+    layerList.querySelectorAll('li').forEach(li => li.classList.toggle('on', li.dataset.layer === name));
+    const labels = Array.from(sites).filter(([, s]) => Object.values(s.blocks).some(o => o.layer === name)).map(([l]) => l);
+    info.textContent = labels.length ? `${name}: ${labels.length} call site(s): ${labels.join(', ')}` : `${name}: no kernel block computes it`;
+    if (labels.length) drawSite(labels[0]);
+  }
+  function pickBlock(i){
+    const s = sites.get(state.site), k = s && kernels.get(s.kernel); if (!k) return;
+    const b = k.blocks[i], owner = s.blocks[String(i)];
+    info.textContent = `block ${b.name} (${b.member || 'no member'}): ` + (owner ? `${owner.op} of layer ${owner.layer} (${owner.kind})` +
+      (owner.source ? ` at ${owner.source}` : '') : 'no origin at this site') + ` — ${b.status}${b.reasons.length ? ': ' + b.reasons.join('; ') : ''}`;
+    if (owner){ state.layer = owner.layer;
+      layerList.querySelectorAll('li').forEach(li => li.classList.toggle('on', li.dataset.layer === owner.layer));
+      reveal(layerList, layerList.querySelector('li.on')); }
+    tir.querySelectorAll('.on').forEach(e => e.classList.remove('on'));
+    tir.querySelectorAll(`[data-block="${i}"]`).forEach(e => e.classList.add('on'));
+  }
+  const names = Array.from(new Set(Array.from(sites.values()).flatMap(s => Object.values(s.blocks).map(o => o.layer)))).sort();
+  layerList.replaceChildren(...names.map(n => { const li = h('li', {'data-layer': n}, n); li.onclick = () => pickLayer(n); return li; }));
+  tir.addEventListener('click', e => { const t = e.target.closest('[data-block]'); if (t) pickBlock(Number(t.dataset.block)); });
+  relax.addEventListener('click', e => { const t = e.target.closest('[data-line]'); if (!t) return;
+    const hit = Array.from(sites).find(([, s]) => s.function === state.fn && String(s.relax_line) === t.dataset.line);
+    if (hit) drawSite(hit[0]); });
+  document.getElementById('code-search').addEventListener('input', e => { const q = e.target.value.toLowerCase();
+    layerList.querySelectorAll('li').forEach(li => { li.style.display = !q || li.dataset.layer.toLowerCase().includes(q) ? '' : 'none'; });
+    [relax, tir].forEach(pre => { let first = null; pre.querySelectorAll('span').forEach(s => {
+      const m = q.length > 1 && s.textContent.toLowerCase().includes(q); s.classList.toggle('found', m); if (m && !first) first = s; });
+      reveal(pre, first); }); });
+  window.showCode = pickLayer;  // a layer's pane links here
+  drawRelax(code.entry);
+})();
+document.body.dataset.codeReady = String(performance.now());

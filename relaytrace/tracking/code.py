@@ -1,0 +1,213 @@
+"""The code of a recorded build (``model.code.Code``), read from the modules the passes left.
+
+``code_of`` prints each Relax function of the last module with Relax functions (the
+program the VM runs) and each kernel's PrimFunc twice: in the first module that has it
+after fusion (as ``FuseTIR`` left it) and in the last (as built, when a schedule
+changed it). Blocks, buffers and calls are read from the printed TVMScript, the text
+the user reads: a block is ``with T.sblock("name"):`` and the lines under it, its
+buffers those its ``T.reads`` / ``T.writes`` name. The members of a fused kernel are
+the group FuseOps made, read as ``truth.kernel_members`` reads them (same order).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..model.code import Block, Call, Code, FunctionCode, KernelCode, MemberCode
+from ..model.ops import is_bookkeeping
+from . import ir, reader
+from .recorder import FUSE_TIR
+from .truth import fusion_groups
+
+if TYPE_CHECKING:
+    from ..model.lineage import Lineage
+    from .recorder import PassRecord
+
+_BLOCK = re.compile(r'^(\s*)with T\.sblock\("([^"]*)"')
+_ACCESS = re.compile(r"^\s*T\.(reads|writes)\((.*)\)\s*$")
+_BUFFER = re.compile(r"([A-Za-z_]\w*)\s*\[")
+_STORE = re.compile(r"^\s*([A-Za-z_]\w*)\[[^=]*\]\s*=[^=]")
+_PARAM = re.compile(r"([A-Za-z_]\w*): T\.Buffer\(")
+_MATCHED = re.compile(r"^\s*([A-Za-z_]\w*) = T\.match_buffer\(")
+# a kernel called as ``R.call_tir(cls.k, ...)`` before lowering, ``k(...)`` after
+_KERNEL_CALL = re.compile(r"\bcls\.([A-Za-z_]\w*)|(?<![\w.])([A-Za-z_]\w*)\(")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NAMED_CALL = re.compile(r'R\.(?:call_packed|call_dps_packed|call_pure_packed|ExternFunc)\("([^"]+)"')
+
+
+def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) -> Code:
+    """The code of the build ``passes`` recorded and ``lineage`` describes: every Relax
+    function the VM runs, every kernel its sites call and every kernel its KV cache is
+    given. Raises what TVM's printer raises."""
+    relax_records = [r for r in passes if ir.model_functions(r.functions)]
+    if not relax_records:
+        return Code()
+    functions = {
+        name: _function_code(name, func.script(name=name))
+        for name, func in ir.model_functions(relax_records[-1].functions).items()
+    }
+    wanted = [k for k, sites in lineage.kernels.items() if sites and not sites[0].library]
+    if lineage.build.kv_cache is not None:
+        wanted += [k for k in lineage.build.kv_cache.kernels if k not in lineage.kernels]
+    fused_at = _first_prim_funcs(passes, set(wanted))
+    built = ir.prim_func_map(relax_records[-1].module)
+    groups, members_at, _ = fusion_groups(passes)
+    member_funcs = ir.prim_func_map(members_at) if members_at is not None else {}
+    kernels: dict[str, KernelCode] = {}
+    for name in wanted:
+        func = fused_at.get(name) or built.get(name)
+        if func is None:
+            continue
+        text = func.script(name=name)
+        blocks = _blocks(text)
+        members = _members(groups.get(name), member_funcs, read) if name in groups else None
+        if members is None:
+            members = (MemberCode(name, tuple(b.name for b in blocks), (), True),)
+        owners = [m for m, member in enumerate(members) for _ in member.blocks]
+        if len(owners) == len(blocks):
+            blocks = [_with(b, member=m) for b, m in zip(blocks, owners)]
+        final = built.get(name)
+        built_text = final.script(name=name) if final is not None and not final.same_as(func) else ""
+        if _body(built_text) == _body(text):  # only attributes added (a global symbol): no schedule
+            built_text = ""
+        kernels[name] = KernelCode(
+            name,
+            text,
+            tuple(blocks),
+            _outputs(text, blocks),
+            members,
+            built_text,
+            tuple(_scheduled(_blocks(built_text), blocks)) if built_text else (),
+        )
+    return Code(functions, kernels)
+
+
+def _function_code(name: str, text: str) -> FunctionCode:
+    """A Relax function's text and the line of each call it makes, in text order."""
+    calls: list[Call] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith(("#", "def ", "@")):
+            continue
+        code = _STRING.sub('""', line)  # a call named inside a string literal is no call
+        named = [a or b for a, b in _KERNEL_CALL.findall(code)] + _NAMED_CALL.findall(line)
+        for callee in named:
+            calls.append(Call(number, callee, seen.get(callee, 0)))
+            seen[callee] = seen.get(callee, 0) + 1
+    return FunctionCode(name, text, tuple(calls))
+
+
+def _blocks(text: str) -> list[Block]:
+    """Every block of a PrimFunc's text but the root, with its lines and the buffers its
+    ``T.reads`` / ``T.writes`` name (a block that declares no writes: the buffers it
+    stores to)."""
+    lines = text.splitlines()
+    out: list[Block] = []
+    for i, line in enumerate(lines):
+        found = _BLOCK.match(line)
+        if found is None or found.group(2) == "root":
+            continue
+        indent = len(found.group(1))
+        end = i
+        reads: list[str] = []
+        writes: list[str] = []
+        stores: list[str] = []
+        for j in range(i + 1, len(lines)):
+            stripped = lines[j].strip()
+            if stripped and len(lines[j]) - len(lines[j].lstrip()) <= indent:
+                break
+            end = j
+            access = _ACCESS.match(lines[j])
+            if access is not None:
+                (reads if access.group(1) == "reads" else writes).extend(_BUFFER.findall(access.group(2)))
+            store = _STORE.match(lines[j])
+            if store is not None:
+                stores.append(store.group(1))
+        writes = writes or stores  # an opaque block (hand-written TIR) declares none: what it stores
+        out.append(Block(found.group(2), i + 1, end + 1, tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes))))
+    return out
+
+
+def _outputs(text: str, blocks: list[Block]) -> tuple[str, ...]:
+    """The kernel's parameters its blocks write: its outputs."""
+    params = set(_PARAM.findall(text.split("):", 1)[0])) | set(_MATCHED.findall(text))
+    written = dict.fromkeys(w for b in blocks for w in b.writes)
+    return tuple(w for w in written if w in params)
+
+
+def _body(text: str) -> list[str]:
+    """A PrimFunc's text but its decorator and attribute lines (a build makes a kernel
+    public and names its symbol: no change a user reads as a schedule)."""
+    return [line for line in text.splitlines() if not line.lstrip().startswith(("T.func_attr(", "@T.prim_func"))]
+
+
+def _scheduled(built: list[Block], fused: list[Block]) -> list[Block]:
+    """A built kernel's blocks, each named after the fused block whose name is the
+    longest prefix of its own (schedules name what they make after what they split:
+    ``conv2d_nchw_rf``, ``T_add_local``), or else, for a block that stages a buffer
+    (``B_reindex_shared``), after the fused block that reads that buffer; with that
+    block's member."""
+    by_name = sorted(fused, key=lambda b: -len(b.name))
+    reads = sorted(((r, f) for f in fused for r in f.reads), key=lambda rf: -len(rf[0]))
+    out = []
+    for b in built:
+        source = next((f for f in by_name if _derived(b.name, f.name)), None)
+        if source is None:
+            source = next((f for r, f in reads if _derived(b.name, r)), None)
+        out.append(_with(b, member=source.member, source=source.name) if source is not None else b)
+    return out
+
+
+def _derived(name: str, stem: str) -> bool:
+    return name == stem or name.startswith(stem + "_")
+
+
+def _with(block: Block, **changes: Any) -> Block:
+    import attrs
+
+    return attrs.evolve(block, **changes)
+
+
+def _first_prim_funcs(passes: Sequence[PassRecord], wanted: set[str]) -> dict[str, Any]:
+    """Each of ``wanted`` as the first recorded module after fusion has it as a PrimFunc
+    (before fusion, a PrimFunc of the same name is a member, not the kernel): FuseTIR's
+    own, as it ended (``PassRecord.prim_funcs``), then later modules'."""
+    start = next((i for i, r in enumerate(passes) if r.pass_name == FUSE_TIR), 0)
+    found: dict[str, Any] = {}
+    seen: set[int] = set()
+    for record in passes[start:]:
+        if record.module.__chandle__() in seen and record.prim_funcs is None:
+            continue
+        seen.add(record.module.__chandle__())
+        prims = record.prim_funcs if record.prim_funcs is not None else ir.prim_func_map(record.module)
+        for name, func in prims.items():
+            if name in wanted and name not in found:
+                found[name] = func
+        if len(found) == len(wanted):
+            break
+    return found
+
+
+def _members(group, member_funcs: dict[str, Any], read) -> tuple[MemberCode, ...]:
+    """A group's members in binding order (bookkeeping left out, as in
+    ``truth.kernel_members``): each PrimFunc's block names, its consumers, whether its
+    value is the group's result."""
+    d = read(group)
+    calls = [(p, d.call(p)) for p in range(len(d.vars))]
+    calls = [(p, c) for p, c in calls if c is not None and not is_bookkeeping(c.callee)]
+    member_of = {d.vars[p]: m for m, (p, _) in enumerate(calls)}
+    consumers: dict[int, set[int]] = {}
+    for m, (_, c) in enumerate(calls):
+        for atom in c.atoms:
+            if atom.handle in member_of:
+                consumers.setdefault(member_of[atom.handle], set()).add(m)
+    out = d.output()
+    results = {out.handle} | {f.handle for f in out.fields} if out is not None else set()
+    members = []
+    for m, (p, c) in enumerate(calls):
+        func = member_funcs.get(c.callee) if c.global_var else None
+        blocks = tuple(b.name for b in _blocks(func.script(name=c.callee))) if func is not None else ()
+        members.append(MemberCode(c.callee, blocks, tuple(sorted(consumers.get(m, ()))), d.vars[p] in results))
+    return tuple(members)

@@ -1,0 +1,186 @@
+"""The code a build made, linked by origin to TIR blocks (``model.code``, ``tracking.code``):
+every block of every kernel given to a member op and verified, the layer a block
+computes told by data flow, the viewer in the report, ``query --code`` and the sidecar."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import pytest
+
+from relaytrace.analysis.report import make_report
+from relaytrace.errors import UsageError
+from relaytrace.model.code import Code, block_origins, check_blocks
+from relaytrace.model.lineage import Lineage
+from relaytrace.model.ops import is_prim_value_computation, is_shape_computation
+from relaytrace.render.provenance import SCHEMA, provenance
+from tests.conftest import anchored_kernel
+from tests.fuzz import run_cli
+from tests.test_render import CHROMIUM, _browser
+
+
+def assert_every_block_mapped_and_verified(lineage) -> dict:
+    """Every kernel TVM compiled has its code; every block of it is verified, and at every
+    call site each block of a member with an op is given an origin of that site. Returns
+    the sidecar."""
+    code = lineage.code
+    assert code is not None and code.problems == ()
+    compiled = {k for k, sites in lineage.kernels.items() if not sites[0].library}
+    assert compiled <= set(code.kernels)
+    found = provenance(lineage)
+    for name, kernel in found["kernels"].items():
+        if not kernel["blocks"]:  # a shape function's TIR computes in no block, nor need hand-written TIR
+            cache = lineage.build.kv_cache.kernels if lineage.build.kv_cache else ()
+            assert is_shape_computation(name) or is_prim_value_computation(name) or name in cache, name
+            continue
+        assert {b["status"] for b in kernel["blocks"]} == {"verified"}, (name, kernel["blocks"])
+        members = lineage.build.kernel_members.get(name, ())
+        computing = {i for i, b in enumerate(code.kernels[name].blocks) if not members or members[b.member].ops}
+        for site in kernel["sites"]:
+            assert site["relax_line"] > 0, site["label"]
+            assert {int(i) for i in site["blocks"]} == computing, (site["label"], site["blocks"])
+            for i, owner in site["blocks"].items():  # a KV cache's kernel has no members: its builtin's op
+                assert owner["op"] in (
+                    members[code.kernels[name].blocks[int(i)].member].ops if members else (owner["op"],)
+                )
+    return found
+
+
+@pytest.mark.parametrize("config", ["fused", "nhwc"])
+def test_every_block_of_every_kernel_is_its_members_and_verified(builds, config):
+    _, lineage = builds[config]
+    found = assert_every_block_mapped_and_verified(lineage)
+    kinds = {o["kind"] for k in found["kernels"].values() for s in k["sites"] for o in s["blocks"].values()}
+    if config == "nhwc":  # the layout transforms ConvertLayout inserted: their blocks say so
+        inserted = [
+            o
+            for k in found["kernels"].values()
+            for s in k["sites"]
+            for o in s["blocks"].values()
+            if o["kind"] == "inserted"
+        ]
+        assert inserted and {o["op"] for o in inserted} <= {"relax.layout_transform", "relax.permute_dims"}
+    else:
+        assert kinds == {"op"}
+
+
+def test_a_layer_names_its_relax_call_and_only_the_blocks_of_its_own_op(builds):
+    _, lineage = builds["fused"]
+    conv = lineage.code_of("layer1_conv2_conv")
+    (site,) = conv.sites
+    kernel = lineage.code.kernels[site.kernel]
+    relax_line = lineage.code.functions[site.function].text.splitlines()[site.line - 1]
+    assert site.kernel in relax_line
+    names = [kernel.blocks[i].name for i in site.blocks]
+    assert any("conv2d" in n for n in names) and not any(n.startswith(("T_add", "compute")) for n in names)
+    # the residual add and the conv's bias add share a kernel and an op: data flow tells them apart
+    residual = lineage.code_of("layer1_add")
+    (add_site,) = residual.sites
+    assert add_site.kernel == site.kernel
+    (block,) = add_site.blocks
+    bias = lineage.code_of("layer1_conv2_bias").sites[0].blocks
+    assert bias != (block,)
+    reads = kernel.blocks[block].reads
+    assert any(
+        w in reads for i in bias for w in kernel.blocks[i].writes
+    )  # the residual add reads the bias add's result
+
+
+def test_a_block_given_to_the_wrong_member_is_suspect(builds):
+    _, lineage = builds["fused"]
+    kernel = lineage.code.kernels[anchored_kernel(lineage, "layer1_conv2_conv")]
+    assert {c.status for c in check_blocks(kernel)} == {"verified"}
+    blocks = list(kernel.blocks)
+    last = len(blocks) - 1  # the ReLU's block, given to the conv's bias add instead
+    blocks[last] = attrs.evolve(blocks[last], member=blocks[last].member - 1)
+    checks = check_blocks(attrs.evolve(kernel, blocks=tuple(blocks)))
+    suspect = [c for c in checks if c.status == "suspect"]
+    assert suspect and any("is not" in r or "no block" in r or "output" in r for c in suspect for r in c.reasons)
+    shuffled = attrs.evolve(kernel, blocks=tuple(reversed(kernel.blocks)))
+    assert any(c.status == "suspect" for c in check_blocks(shuffled))
+
+
+def test_block_origins_follow_data_flow_not_the_order_of_ops(builds):
+    _, lineage = builds["fused"]
+    site = lineage.kernels_of("layer1_add")[0]
+    members = lineage.build.kernel_members[site.kernel]
+    owners = block_origins(site, members, lineage.code.kernels[site.kernel], lineage.origins, set(lineage.edges))
+    layers = [lineage.origins[owners[m]].layer for m in sorted(owners)]
+    assert layers == ["layer1_conv2_conv", "layer1_conv2_bias", "layer1_add", "layer1_relu2"]
+
+
+def test_the_code_is_saved_apart_and_query_code_prints_the_layers_blocks(tiny_out, tmp_path):
+    data = json.loads((tiny_out / "provenance.json").read_text())
+    assert data["schema"] == SCHEMA and data["kernels"]
+    assert "code" not in json.loads((tiny_out / "lineage.json").read_text())
+    lineage = Lineage.load(tiny_out / "lineage.json")
+    with pytest.raises(UsageError, match="carries no code"):
+        lineage.code_of("fc")
+    lineage = lineage.with_code(Code.load(tiny_out / "code.json"))
+    layer = next(o.layer for o in lineage.origins.values() if o.short_op == "matmul")
+    code, out, err = run_cli(["query", str(tiny_out), "--code", layer])
+    assert code == 0, err
+    assert ">>" in out and "[verified]" in out and "Relax main:" in out
+    code, out, err = run_cli(["query", str(tiny_out), "--code", layer, "--json"])
+    found = json.loads(out)
+    assert found["sites"] and all(b["status"] == "verified" for s in found["sites"] for b in s["blocks"])
+    code, out, err = run_cli(["render", str(tiny_out), "--format", "html", "--out", str(tmp_path / "r.html")])
+    assert code == 0, err
+    assert 'id="code-relax"' in (tmp_path / "r.html").read_text()  # re-rendered, the viewer is kept
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "lineage.json").write_bytes((tiny_out / "lineage.json").read_bytes())
+    code, out, err = run_cli(["query", str(bare), "--code", layer])
+    assert code != 0 and "no code.json" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed: the code viewer was not exercised")
+def test_the_code_viewer_links_a_layer_its_relax_call_and_its_blocks(builds, input_data, tmp_path):
+    import relaytrace
+    from relaytrace.render.html import html_report
+
+    executable, lineage = builds["nhwc"]
+    report = make_report(lineage, relaytrace.profile(executable, lineage, [input_data], repeat=1))
+    page_path = tmp_path / "report.html"
+    page_path.write_text(html_report(report))
+    with _browser() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(page_path.as_uri())
+        page.locator("#code-layers li[data-layer='layer1_conv2_conv']").click()
+        site = lineage.code_of("layer1_conv2_conv").sites[0]
+        assert page.locator("#code-relax span.on").get_attribute("data-line") == str(site.line)
+        on = page.locator("#code-tir span.on").all_inner_texts()
+        assert any('T.sblock("conv2d_nhwc' in t or 'T.sblock("conv2d' in t for t in on)
+        page.locator("#code-tir span", has_text='T.sblock("compute').first.click()
+        assert "layer1_relu2" in page.locator("#code-info").inner_text()
+        assert page.locator("#code-layers li.on").inner_text() == "layer1_relu2"
+        page.fill("#code-search", "layer2_conv1")
+        assert page.locator("#code-layers li:visible").count() >= 1
+        assert errors == []
+
+
+@pytest.mark.slow
+def test_resnet50_fused_and_nhwc_every_block_is_mapped_verified_and_inserted_blocks_named(resnet50_profiled, resnet50):
+    import relaytrace
+    from relaytrace.build import NHWC
+
+    _, fused, _ = resnet50_profiled
+    assert_every_block_mapped_and_verified(fused)
+    model, _ = resnet50
+    _, nhwc = relaytrace.build(model, "llvm", convert_layout=NHWC)
+    found = assert_every_block_mapped_and_verified(nhwc)
+    inserted = [
+        nhwc.origins[o["origin"]]
+        for k in found["kernels"].values()
+        for s in k["sites"]
+        for o in s["blocks"].values()
+        if o["kind"] == "inserted"
+    ]
+    # the layout transforms into NHWC before the first conv and back after the last, each
+    # block named as an op ConvertLayout inserted, serving model ops
+    assert {o.pass_name for o in inserted} == {"ConvertLayout"} and all(o.serves for o in inserted)
+    assert "conv1" in {o.layer for o in inserted}
