@@ -29,6 +29,8 @@ OUTPUTS = {
     "trace.json",
     "verification.csv",
     "memory.csv",
+    "code.json",
+    "provenance.json",
 }
 EXPLORER = {
     "explorer-time.json",

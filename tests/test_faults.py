@@ -478,10 +478,10 @@ def test_a_factory_that_changes_directory_moves_no_relative_path(tmp_path, monke
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 250 KB file system (tmpfs), or a skip where this machine cannot mount one."""
+    """A 400 KB file system (tmpfs), or a skip where this machine cannot mount one."""
     where = tmp_path / "disk"
     where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=250k", "tmpfs", str(where)], capture_output=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(where)], capture_output=True)
     if mounted.returncode:
         pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()[:120]}")
     yield where
@@ -492,7 +492,7 @@ def test_a_full_disk_is_one_line_and_the_old_outputs_survive(small_disk, tiny_ou
     code, _, err = run_cli(["--quiet", "profile", TINY, "--repeat", "1", "--out", small_disk, "--force"])
     assert code == 1 and "is a mount point: name a directory inside it" in err  # said before the build
     old = small_disk / "run"
-    subprocess.run(["cp", "-r", str(tiny_out), str(old)], check=True)  # about 200 KB of the 250
+    subprocess.run(["cp", "-r", str(tiny_out), str(old)], check=True)  # about 300 KB of the 400
     before = {p.name: p.read_bytes() for p in old.iterdir()}
     code, _, err = run_cli(["--quiet", "profile", TINY, "--repeat", "1", "--out", old, "--force"])
     assert code == 1 and broken_promise(code, err) is None, err
@@ -512,7 +512,7 @@ def test_legacy_out_on_a_full_disk_or_through_a_link_writes_nothing_and_names_th
     (a full disk left an empty DIR, and its error named no path), and a link refused."""
     seed = FIXTURES / "seeds" / "000_2b560fab08d05a69.txt"
     legacy = ["--quiet", "legacy", "--relay-ir", str(seed), "--report", str(seed), "--out"]
-    subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'filler'}", "bs=1k", "count=400"], capture_output=True)
+    subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'filler'}", "bs=1k", "count=600"], capture_output=True)
     code, _, err = run_cli([*legacy, str(small_disk / "new")])
     assert code == 1 and broken_promise(code, err) is None, err
     assert "No space left on device" in err and str(small_disk / "new") in err

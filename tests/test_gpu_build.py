@@ -27,7 +27,27 @@ def test_a_gpu_build_of_a_zoo_model_has_a_complete_verified_lineage(target):
 
     assert_every_block_mapped_and_verified(lineage)
     scheduled = [k for k in lineage.code.kernels.values() if k.built]
-    assert scheduled and all(b.source for k in scheduled for b in k.built_blocks)
+    assert scheduled and all(b.sources for k in scheduled for b in k.built_blocks)
+
+
+def test_a_scheduled_block_with_an_inlined_epilogue_names_every_block_it_came_from():
+    """DLight inlines a conv's bias add, residual add and ReLU into the conv's output
+    block: that block comes from all four, and no block of a schedule says verified."""
+    from relaytrace.model.code import built_checks
+    from relaytrace.zoo.relax_models import resnet_style
+
+    try:
+        _, lineage = relaytrace.build(resnet_style(blocks=1), "cuda")
+    except Exception as exc:  # code generation this wheel or machine cannot do
+        pytest.skip(f"cuda code generation cannot run here: {type(exc).__name__}: {str(exc)[:200]}")
+    (site,) = lineage.kernels_of("layer0_add")
+    kernel = lineage.code.kernels[site.kernel]
+    assert kernel.built
+    (last,) = [b for b in kernel.built_blocks if set(b.writes) & set(kernel.outputs)]
+    fused = {b.name: kernel.members[b.member].prim_func for b in kernel.blocks}
+    came_from = {fused[n] for n in last.sources}
+    assert len(came_from) == len(kernel.members)  # the conv, both adds and the ReLU
+    assert {c.status for c in built_checks(kernel)} == {"unverified"}
 
 
 def test_an_estimate_of_a_cuda_build_counts_the_work_of_the_cpu_build():

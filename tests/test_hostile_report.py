@@ -177,8 +177,16 @@ def test_every_hostile_name_is_text_in_the_html_report(hostile, tmp_path):
             "#memchart circle",
             "#memstep a",
             "th",
+            "#code-layers li",
+            "#code-tir span[data-block]",
+            "#code-relax span",
         ):
             _click_all(page, selector)
+        # the code viewer lists each hostile layer as text, and says which a block computes
+        assert sorted(page.locator("#code-layers li").all_text_contents()) == sorted(HOSTILE_NAMES)
+        page.locator("#code-layers li").first.dispatch_event("click")
+        page.locator("#code-tir span[data-block]").first.dispatch_event("click")
+        assert any(name in page.locator("#code-info").text_content() for name in HOSTILE_NAMES)
         # the memory tables at the last step clicked: the layers that wrote what is live there, as text
         memory = report.memory
         last = len(memory.steps) - 1
@@ -189,9 +197,9 @@ def test_every_hostile_name_is_text_in_the_html_report(hostile, tmp_path):
         page.wait_for_timeout(300)  # an image that failed to load has fired its onerror by now
         made = page.evaluate(
             "() => ({img: document.querySelectorAll('img').length, "  # the pane's own <b>
-            "b: document.querySelectorAll('b:not(#detail > b)').length, "  # labels aside
+            "b: document.querySelectorAll('b:not(#detail > b):not(#code b)').length, "  # labels aside
             "scripts: document.scripts.length})"
         )
         browser.close()
     assert dialogs == [] and errors == []
-    assert made == {"img": 0, "b": 0, "scripts": 4}  # the data's, d3-hierarchy's, dagre's, the report's
+    assert made == {"img": 0, "b": 0, "scripts": 5}  # the data's, d3-hierarchy's, dagre's, the report's, the viewer's

@@ -307,6 +307,13 @@ def test_an_op_legalized_into_two_primfuncs_is_one_op_in_both(resnet_mod):
         # the verdict rests on the lowered-part fact, which the tracker relies on too: it says so
         assert lineage.check(site).shared == ("lowered-part",) and members[0].shared == ("lowered-part",)
     assert any(c.rule == "part" for relu in relus for c in lineage.history(relu.id))
+    # in its code, the part's blocks compute the relu's layer too, not "no op of the model"
+    from tests.test_code import assert_every_block_mapped_and_verified
+
+    assert_every_block_mapped_and_verified(lineage)
+    (site,) = lineage.code_of(relus[0].layer).sites
+    kernel = lineage.code.kernels[site.kernel]
+    assert len({kernel.members[kernel.blocks[i].member].prim_func for i in site.blocks}) == 2
     assert all(
         not lineage.check(s).shared
         for s in lineage.call_sites

@@ -135,6 +135,7 @@ def _code(lineage, path: Path, layer: str) -> tuple[dict, str]:
                 "kernel": s.kernel,
                 "function": s.function,
                 "relax_line": s.line,
+                "ambiguous": s.ambiguous,
                 "blocks": [
                     {
                         "index": i,

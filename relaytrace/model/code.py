@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import attrs
 from attrs import field, frozen
 
 from ..errors import UsageError
@@ -61,7 +62,8 @@ class Block:
     """One TIR block of a kernel's text: its name, its lines (1-based, ``end``
     inclusive), the buffers it reads and writes, and the index of the kernel member it
     came from (``KernelCode.members``; -1: none). A block of the built text names the
-    fused block it was scheduled from (``source``)."""
+    fused blocks it was scheduled from (``sources``: a conv's block with its epilogue
+    inlined, the conv's, the bias add's and the ReLU's)."""
 
     name: str
     line: int
@@ -69,7 +71,7 @@ class Block:
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     member: int = -1
-    source: str = ""
+    sources: tuple[str, ...] = ()
 
 
 @frozen
@@ -177,13 +179,32 @@ def check_blocks(kernel: KernelCode) -> tuple[BlockCheck, ...]:
     return tuple(BlockCheck(i, SUSPECT if r else VERIFIED, tuple(r)) for i, r in reasons.items())
 
 
-def block_origins(site, members: tuple[Member, ...], kernel: KernelCode, origins, edges: set) -> dict[int, str]:
-    """member index -> the origin id it computes at call site ``site``: the site's
-    origins given to the kernel's members one to one by op (members that compute part
-    of an op, or no known op, are left out), and where a kernel has two members of one
-    op (a conv's bias add and a residual add), the way that makes the most of the
-    members' data flow (``MemberCode.consumers``) the origins' (``edges``: (producer,
-    consumer) origin ids). Past ``_TRIES`` ways, the first one-to-one match by op."""
+def built_checks(kernel: KernelCode) -> tuple[BlockCheck, ...]:
+    """The verdict on each block of a kernel's built text: never verified. Which fused
+    blocks a schedule made it from is read from names and buffers
+    (``tracking.code._scheduled``), not checked against anything independent."""
+    out = []
+    for i, b in enumerate(kernel.built_blocks):
+        why = (
+            f"a block a schedule made, from {', '.join(b.sources)} by its name and buffers (read, not checked)"
+            if b.sources
+            else "a block a schedule made from no fused block its name or buffers name"
+        )
+        out.append(BlockCheck(i, UNVERIFIED, (why,)))
+    return tuple(out)
+
+
+def block_origins(
+    site, members: tuple[Member, ...], kernel: KernelCode, origins, edges: set
+) -> tuple[dict[int, str], bool]:
+    """(member index -> the origin id it computes at call site ``site``, whether data flow
+    left a choice open). The site's origins are given to the kernel's members one to one
+    by op; where a kernel has two members of one op (a conv's bias add and a residual
+    add), the way that makes the most of the members' data flow (``MemberCode.consumers``)
+    the origins' (``edges``: (producer, consumer) origin ids) wins, and when two ways tie
+    the first is taken and the answer says so. A member that computes part of an op
+    (``Member.part``) is given the origin of the member its result flows into that does
+    the same op. Past ``_TRIES`` ways, the first one-to-one match by op, said open."""
     known = [i for i, m in enumerate(members) if m.ops and not m.part]
     claimants = [origins[o] for o in site.origin_ids]
     options = [[c.id for c in claimants if c.op in members[i].ops] for i in known]
@@ -192,16 +213,14 @@ def block_origins(site, members: tuple[Member, ...], kernel: KernelCode, origins
         ways *= max(len(o), 1)
     if ways > _TRIES or len(kernel.members) != len(members):
         match = matching([members[i] for i in known], claimants)
-        return {known[i]: claimants[j].id for i, j in match.items()}
+        found = {known[i]: claimants[j].id for i, j in match.items()}
+        return _with_parts(found, members, kernel, origins), ways > 1
     flows = [(a, c) for a, m in enumerate(kernel.members) for c in m.consumers]
-    best: tuple[int, dict[int, str]] = (-1, {})
+    leaves: list[tuple[int, int, dict[int, str]]] = []
 
     def place(k: int, taken: dict[int, str]) -> None:
-        nonlocal best
         if k == len(known):
-            score = sum((taken.get(a), taken.get(c)) in edges for a, c in flows)
-            if score > best[0] or (score == best[0] and len(taken) > len(best[1])):
-                best = (score, dict(taken))
+            leaves.append((sum((taken.get(a), taken.get(c)) in edges for a, c in flows), len(taken), dict(taken)))
             return
         used = set(taken.values())
         for oid in options[k]:
@@ -213,7 +232,29 @@ def block_origins(site, members: tuple[Member, ...], kernel: KernelCode, origins
             place(k + 1, taken)
 
     place(0, {})
-    return best[1]
+    top = max((score, size) for score, size, _ in leaves)
+    best = [found for score, size, found in leaves if (score, size) == top]
+    return _with_parts(best[0], members, kernel, origins), len(best) > 1
+
+
+def _with_parts(found: dict[int, str], members, kernel: KernelCode, origins) -> dict[int, str]:
+    """``found`` with each member computing part of an op given the origin of the first
+    member downstream of it (``MemberCode.consumers``) that computes that op."""
+    out = dict(found)
+    for i, m in enumerate(members):
+        if not (m.part and m.ops) or i in out:
+            continue
+        queue, seen = list(kernel.members[i].consumers), {i}
+        while queue:
+            j = queue.pop(0)
+            if j in seen:
+                continue
+            seen.add(j)
+            if j in found and origins[found[j]].op in m.ops:
+                out[i] = found[j]
+                break
+            queue += kernel.members[j].consumers
+    return out
 
 
 _TRIES = 720  # ways of giving a kernel's members their origins tried before settling for the first
@@ -231,16 +272,21 @@ def require(code: Code | None) -> Code:
 
 @frozen
 class SiteCode:
-    """One call site of a layer in the code: the Relax function and line that call it
-    (0: not found in the text), its kernel, the kernel's blocks that compute this layer's
-    ops there (indices into ``KernelCode.blocks``) and the verdict on each block."""
+    """One call of a kernel in the code: the Relax function and line that call it (0:
+    not found in the text), its kernel, the origin each of the kernel's blocks computes
+    there (``owners``: (block index, origin id); a block of no model op left out),
+    whether data flow left the choice between like ops open (``ambiguous``), the
+    verdict on each block, and, in a layer's code, the blocks computing that layer
+    (``blocks``)."""
 
     label: str
     kernel: str
     function: str
     line: int
-    blocks: tuple[int, ...] = ()
+    owners: tuple[tuple[int, str], ...] = ()
+    ambiguous: bool = False
     checks: tuple[BlockCheck, ...] = ()
+    blocks: tuple[int, ...] = ()
 
 
 @frozen
@@ -258,6 +304,15 @@ def text_of(site) -> str:
     return site.scope.split("/")[-1].split("#")[0] if site.scope else site.function
 
 
+def call_lines(code: Code) -> dict[tuple[str, str], list[int]]:
+    """(function, callee) -> the lines of the function's text that call it, in order."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for name, function in code.functions.items():
+        for c in function.calls:
+            out.setdefault((name, c.callee), []).append(c.line)
+    return out
+
+
 def site_lines(lineage, code: Code) -> dict[int, int]:
     """Site position -> the line of its call in its function's text (``text_of``): the
     ``n``-th call of its kernel in that text is the ``n``-th site of the kernel in one
@@ -267,10 +322,7 @@ def site_lines(lineage, code: Code) -> dict[int, int]:
     for sites in lineage.kernels.values():
         for s in sites:
             frames.setdefault((text_of(s), s.scope, s.kernel), []).append(s)
-    calls: dict[tuple[str, str], list[int]] = {}
-    for name, function in code.functions.items():
-        for c in function.calls:
-            calls.setdefault((name, c.callee), []).append(c.line)
+    calls = call_lines(code)
     out: dict[int, int] = {}
     for (name, _, kernel), sites in frames.items():
         lines = calls.get((name, kernel), [])
@@ -301,16 +353,15 @@ def cache_runs(lineage, code: Code) -> tuple[CacheRun, ...]:
     cache = lineage.build.kv_cache
     if cache is None:
         return ()
-    calls: dict[tuple[str, str], list[int]] = {}
-    for name, function in code.functions.items():
-        for c in function.calls:
-            calls.setdefault((name, c.callee), []).append(c.line)
+    calls = call_lines(code)
     seen: dict[tuple[str, str], int] = {}
     out = []
     for b in sorted(lineage.builtins, key=lambda b: b.position):
-        if not runs_attention(b.name) or not b.origins or b.scope:
+        if b.scope:  # a subfunction's builtin: its text is the subfunction's
             continue
-        n = seen[(b.function, b.name)] = seen.get((b.function, b.name), -1) + 1
+        n = seen[(b.function, b.name)] = seen.get((b.function, b.name), -1) + 1  # its place among its kind's calls
+        if not runs_attention(b.name) or not b.origins:
+            continue
         lines = calls.get((b.function, b.name), [])
         line = lines[n] if n < len(lines) else 0
         prefill = of_any_length(lineage.build.params.get(b.function, ()))
@@ -323,31 +374,56 @@ def cache_runs(lineage, code: Code) -> tuple[CacheRun, ...]:
     return tuple(out)
 
 
-def layer_code(lineage, code: Code, layer: str) -> LayerCode:
-    """The code of ``layer`` (a name ``lineage.resolve`` accepts): each site of its
-    origins, its Relax line, its kernel's blocks that compute them and their verdicts."""
-    wanted = set(lineage.resolve(layer))
+def code_sites(lineage, code: Code) -> tuple[SiteCode, ...]:
+    """Every call of a kernel in the code, in run order: each call site (its kernel's
+    blocks given their origins by ``block_origins``; a library call's kernel has no
+    code, and no blocks), then each KV-cache kernel's runs in attention builtins
+    (``cache_runs``: every block the attention op's)."""
     lines = site_lines(lineage, code)
     edges = set(lineage.edges)
+    checks: dict[str, tuple[BlockCheck, ...]] = {}
     out = []
-    for sites in lineage.kernels.values():
-        for site in sites:
-            if not wanted.intersection(site.origin_ids):
-                continue
-            kernel = code.kernels.get(site.kernel)
-            blocks: tuple[int, ...] = ()
-            checks: tuple[BlockCheck, ...] = ()
-            if kernel is not None:
-                members = lineage.build.kernel_members.get(site.kernel, ())
-                owners = block_origins(site, members, kernel, lineage.origins, edges)
-                blocks = tuple(i for i, b in enumerate(kernel.blocks) if owners.get(b.member) in wanted)
-                checks = check_blocks(kernel)
-            out.append(SiteCode(site.label, site.kernel, text_of(site), lines.get(site.position, 0), blocks, checks))
-    for run in cache_runs(lineage, code):
-        if run.origin in wanted:
-            kernel = code.kernels[run.kernel]
-            blocks = tuple(range(len(kernel.blocks)))
-            out.append(
-                SiteCode(f"{run.label} {run.kernel}", run.kernel, run.function, run.line, blocks, check_blocks(kernel))
+    for site in lineage.call_sites:
+        kernel = code.kernels.get(site.kernel)
+        owners: tuple[tuple[int, str], ...] = ()
+        ambiguous = False
+        if kernel is not None:
+            members = lineage.build.kernel_members.get(site.kernel, ())
+            found, ambiguous = block_origins(site, members, kernel, lineage.origins, edges)
+            owners = tuple((i, found[b.member]) for i, b in enumerate(kernel.blocks) if b.member in found)
+            if site.kernel not in checks:
+                checks[site.kernel] = check_blocks(kernel)
+        out.append(
+            SiteCode(
+                site.label,
+                site.kernel,
+                text_of(site),
+                lines.get(site.position, 0),
+                owners,
+                ambiguous,
+                checks.get(site.kernel, ()),
             )
+        )
+    for run in cache_runs(lineage, code):
+        kernel = code.kernels[run.kernel]
+        owners = tuple((i, run.origin) for i in range(len(kernel.blocks)))
+        out.append(
+            SiteCode(
+                f"{run.label} {run.kernel}", run.kernel, run.function, run.line, owners, False, check_blocks(kernel)
+            )
+        )
+    return tuple(out)
+
+
+def layer_code(lineage, code: Code, layer: str) -> LayerCode:
+    """The code of ``layer`` (a name ``lineage.resolve`` accepts): each call of a kernel
+    that runs one of its origins (``code_sites``), the blocks computing them marked."""
+    wanted = set(lineage.resolve(layer))
+    by_label = {s.label: s for s in lineage.call_sites}
+    out = []
+    for site in code_sites(lineage, code):
+        ran = by_label[site.label].origin_ids if site.label in by_label else ()
+        mine = tuple(i for i, o in site.owners if o in wanted)
+        if mine or wanted.intersection(ran):
+            out.append(attrs.evolve(site, blocks=mine))
     return LayerCode(layer, tuple(sorted(wanted)), tuple(sorted(out, key=lambda s: s.label)))

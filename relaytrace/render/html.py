@@ -456,7 +456,7 @@ TIR, the blocks that compute it highlighted (orange: blocks of ops a pass insert
 verifier finds suspect); click a TIR block for its op and layer, a Relax call for its kernel.</p>
 <div class="graphbar"><input id="code-search" type="search" placeholder="search layers, Relax and TIR">
 <label><input id="code-built" type="checkbox" disabled> TIR as built (where a schedule changed it)</label></div>
-<p id="code-info"></p>
+<div id="code-info"></div>
 <div id="code"><div><b>layers</b><ul id="code-layers"></ul></div>
 <div><b>Relax program</b><pre id="code-relax"></pre></div>
 <div><b id="code-kernel">kernel TIR</b><pre id="code-tir"></pre></div></div>"""

@@ -12,7 +12,7 @@ profiler, a viewer or a test can hold a build to. ``layer_text`` prints what
 
 from __future__ import annotations
 
-from ..model.code import Code, block_origins, cache_runs, check_blocks, site_lines, text_of
+from ..model.code import Code, built_checks, check_blocks, code_sites
 from .safe_text import terminal
 
 SCHEMA = "relaytrace.provenance/1"
@@ -21,29 +21,9 @@ SCHEMA = "relaytrace.provenance/1"
 def provenance(lineage) -> dict:
     """The sidecar's JSON object (see the module's docstring)."""
     code: Code = lineage.code
-    lines = site_lines(lineage, code)
-    edges = set(lineage.edges)
     kernels: dict[str, dict] = {}
     for name, kernel in code.kernels.items():
-        members = lineage.build.kernel_members.get(name, ())
-        checks = check_blocks(kernel)
         index = {b.name: i for i, b in enumerate(kernel.blocks)}
-        sites = []
-        for site in lineage.kernels.get(name, ()):
-            owners = block_origins(site, members, kernel, lineage.origins, edges)
-            blocks = {
-                str(i): _owner(lineage.origins[owners[b.member]])
-                for i, b in enumerate(kernel.blocks)
-                if owners.get(b.member) in lineage.origins
-            }
-            sites.append(
-                {
-                    "label": site.label,
-                    "function": text_of(site),
-                    "relax_line": lines.get(site.position, 0),
-                    "blocks": blocks,
-                }
-            )
         kernels[name] = {
             "blocks": [
                 {
@@ -55,24 +35,32 @@ def provenance(lineage) -> dict:
                     "status": str(c.status),
                     "reasons": list(c.reasons),
                 }
-                for b, c in zip(kernel.blocks, checks)
+                for b, c in zip(kernel.blocks, check_blocks(kernel))
             ],
             "scheduled": bool(kernel.built),
             "built_blocks": [
-                {"name": b.name, "lines": [b.line, b.end], "source": index.get(b.source)} for b in kernel.built_blocks
+                {
+                    "name": b.name,
+                    "lines": [b.line, b.end],
+                    "sources": [index[n] for n in b.sources if n in index],
+                    "status": str(c.status),
+                    "reasons": list(c.reasons),
+                }
+                for b, c in zip(kernel.built_blocks, built_checks(kernel))
             ],
-            "sites": sites,
+            "sites": [],
         }
-    for run in cache_runs(lineage, code):  # a KV cache's kernels, run inside an attention builtin
-        owner = _owner(lineage.origins[run.origin])
-        kernels[run.kernel]["sites"].append(
-            {
-                "label": f"{run.label} {run.kernel}",
-                "function": run.function,
-                "relax_line": run.line,
-                "blocks": {str(i): owner for i in range(len(code.kernels[run.kernel].blocks))},
-            }
-        )
+    for site in code_sites(lineage, code):
+        if site.kernel in kernels:
+            kernels[site.kernel]["sites"].append(
+                {
+                    "label": site.label,
+                    "function": site.function,
+                    "relax_line": site.line,
+                    "ambiguous": site.ambiguous,
+                    "blocks": {str(i): _owner(lineage.origins[o]) for i, o in site.owners},
+                }
+            )
     return {"schema": SCHEMA, "model": lineage.build.model, "kernels": kernels, "problems": list(code.problems)}
 
 
@@ -89,7 +77,8 @@ def _owner(origin) -> dict:
 
 def layer_text(lineage, layer: str) -> str:
     """The layer's Relax calls and each kernel's TIR, the blocks that compute the layer
-    marked ``>>``, others ``..`` with the op they compute; each block's verdict."""
+    marked ``>>``, others ``..`` with the op and layer they compute there; each block's
+    verdict."""
     found = lineage.code_of(layer)
     code: Code = lineage.code
     out = [f"{layer}: {len(found.sites)} call site(s) of origins {', '.join(found.origins)}"]
@@ -103,7 +92,10 @@ def layer_text(lineage, layer: str) -> str:
             continue
         built = " (a schedule changed it when built)" if kernel.built else ""
         out.append(f"-- TIR of {site.kernel} as fusion left it{built}")
+        if site.ambiguous:
+            out.append("   (two ops of one kind here that data flow does not tell apart: the first way was taken)")
         marks = dict.fromkeys(site.blocks, ">>")
+        owners = dict(site.owners)
         text = kernel.fused.splitlines()
         starts = {b.line: (i, b) for i, b in enumerate(kernel.blocks)}
         for number, line in enumerate(text, 1):
@@ -112,7 +104,9 @@ def layer_text(lineage, layer: str) -> str:
                 check = site.checks[i] if i < len(site.checks) else None
                 why = ": " + "; ".join(check.reasons) if check is not None and check.reasons else ""
                 verdict = f"  [{check.status}{why}]" if check is not None else ""
-                out.append(f"{marks.get(i, '..')} {number:4d} {line}{verdict}")
+                other = lineage.origins.get(owners.get(i, ""))
+                whose = f"  ({other.short_op} of {other.layer})" if other is not None and i not in marks else ""
+                out.append(f"{marks.get(i, '..')} {number:4d} {line}{verdict}{whose}")
             else:
                 inside = any(b.line < number <= b.end for j, b in enumerate(kernel.blocks) if j in marks)
                 out.append(f"{'>>' if inside else '  '} {number:4d} {line}")

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..model.code import Block, Call, Code, FunctionCode, KernelCode, MemberCode
-from ..model.ops import is_bookkeeping
 from . import ir, reader
 from .recorder import FUSE_TIR
-from .truth import fusion_groups
+from .truth import fusion_groups, group_calls
 
 if TYPE_CHECKING:
     from ..model.lineage import Lineage
@@ -79,17 +78,20 @@ def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) ->
             _outputs(text, blocks),
             members,
             built_text,
-            tuple(_scheduled(_blocks(built_text), blocks)) if built_text else (),
+            tuple(_scheduled(_blocks(built_text), blocks, _params(text))) if built_text else (),
         )
     return Code(functions, kernels)
 
 
 def _function_code(name: str, text: str) -> FunctionCode:
-    """A Relax function's text and the line of each call it makes, in text order."""
+    """A Relax function's text and the line of each call its body makes, in text order
+    (the printer's header above the ``def``, ``n = T.int64()``, is no call)."""
     calls: list[Call] = []
     seen: dict[str, int] = {}
+    body = False
     for number, line in enumerate(text.splitlines(), 1):
-        if line.lstrip().startswith(("#", "def ", "@")):
+        body = body or line.startswith("def ")
+        if not body or line.lstrip().startswith(("#", "def ", "@")):
             continue
         code = _STRING.sub('""', line)  # a call named inside a string literal is no call
         named = [a or b for a, b in _KERNEL_CALL.findall(code)] + _NAMED_CALL.findall(line)
@@ -114,15 +116,17 @@ def _blocks(text: str) -> list[Block]:
         reads: list[str] = []
         writes: list[str] = []
         stores: list[str] = []
+        nested = False  # past the first block inside this one: its accesses are that block's
         for j in range(i + 1, len(lines)):
             stripped = lines[j].strip()
             if stripped and len(lines[j]) - len(lines[j].lstrip()) <= indent:
                 break
             end = j
-            access = _ACCESS.match(lines[j])
+            nested = nested or _BLOCK.match(lines[j]) is not None
+            access = None if nested else _ACCESS.match(lines[j])
             if access is not None:
                 (reads if access.group(1) == "reads" else writes).extend(_BUFFER.findall(access.group(2)))
-            store = _STORE.match(lines[j])
+            store = None if nested else _STORE.match(lines[j])
             if store is not None:
                 stores.append(store.group(1))
         writes = writes or stores  # an opaque block (hand-written TIR) declares none: what it stores
@@ -130,9 +134,14 @@ def _blocks(text: str) -> list[Block]:
     return out
 
 
+def _params(text: str) -> set[str]:
+    """The buffers a PrimFunc's text takes as parameters."""
+    return set(_PARAM.findall(text.split("):", 1)[0])) | set(_MATCHED.findall(text))
+
+
 def _outputs(text: str, blocks: list[Block]) -> tuple[str, ...]:
     """The kernel's parameters its blocks write: its outputs."""
-    params = set(_PARAM.findall(text.split("):", 1)[0])) | set(_MATCHED.findall(text))
+    params = _params(text)
     written = dict.fromkeys(w for b in blocks for w in b.writes)
     return tuple(w for w in written if w in params)
 
@@ -143,21 +152,40 @@ def _body(text: str) -> list[str]:
     return [line for line in text.splitlines() if not line.lstrip().startswith(("T.func_attr(", "@T.prim_func"))]
 
 
-def _scheduled(built: list[Block], fused: list[Block]) -> list[Block]:
-    """A built kernel's blocks, each named after the fused block whose name is the
-    longest prefix of its own (schedules name what they make after what they split:
-    ``conv2d_nchw_rf``, ``T_add_local``), or else, for a block that stages a buffer
-    (``B_reindex_shared``), after the fused block that reads that buffer; with that
-    block's member."""
-    by_name = sorted(fused, key=lambda b: -len(b.name))
+def _scheduled(built: list[Block], fused: list[Block], params: set[str]) -> list[Block]:
+    """A built kernel's blocks, each with the fused blocks it was made from
+    (``Block.sources``), read from what schedules keep: its name (``conv2d_nchw_rf``,
+    ``T_add_local`` after the block they split; ``B_reindex_shared`` after the buffer it
+    stages, so the block that reads it), the buffers it writes (an epilogue inlined into
+    a conv's block writes the ReLU's output) and, for a fused block no built block is
+    named after or writes for (inlined), the kernel parameters it reads (a bias add's
+    bias) or else its neighbour in the data flow. Read, not checked: a built block's
+    verdict says so (``model.code.built_checks``)."""
+    names = sorted(fused, key=lambda f: -len(f.name))
     reads = sorted(((r, f) for f in fused for r in f.reads), key=lambda rf: -len(rf[0]))
-    out = []
+    writes = sorted(((w, f) for f in fused for w in f.writes), key=lambda wf: -len(wf[0]))
+    sources: list[list[Block]] = []
     for b in built:
-        source = next((f for f in by_name if _derived(b.name, f.name)), None)
-        if source is None:
-            source = next((f for r, f in reads if _derived(b.name, r)), None)
-        out.append(_with(b, member=source.member, source=source.name) if source is not None else b)
-    return out
+        named = next((f for f in names if _derived(b.name, f.name)), None)
+        found = [named] if named is not None else []
+        for w in b.writes:  # the fused block whose buffer this one's is made from (the longest stem)
+            writer = next((f for w0, f in writes if _derived(w, w0)), None)
+            found += [writer] if writer is not None else []
+        if not found:
+            found = [f for r, f in reads if _derived(b.name, r)][:1]
+        sources.append(found)
+    covered = {f.name for found in sources for f in found}
+    for f in fused:
+        if f.name in covered:
+            continue
+        bias = set(f.reads) & params
+        takers = [i for i, b in enumerate(built) if bias & set(b.reads)]
+        if not takers:  # its neighbour's block: the one making what it reads, or reading what it makes
+            near = {g.name for g in fused if set(g.writes) & set(f.reads) or set(f.writes) & set(g.reads)}
+            takers = [i for i, found in enumerate(sources) if near & {g.name for g in found}]
+        for i in takers:
+            sources[i].append(f)
+    return [_with(b, sources=tuple(dict.fromkeys(f.name for f in found))) for b, found in zip(built, sources)]
 
 
 def _derived(name: str, stem: str) -> bool:
@@ -195,8 +223,7 @@ def _members(group, member_funcs: dict[str, Any], read) -> tuple[MemberCode, ...
     ``truth.kernel_members``): each PrimFunc's block names, its consumers, whether its
     value is the group's result."""
     d = read(group)
-    calls = [(p, d.call(p)) for p in range(len(d.vars))]
-    calls = [(p, c) for p, c in calls if c is not None and not is_bookkeeping(c.callee)]
+    calls = group_calls(d)
     member_of = {d.vars[p]: m for m, (p, _) in enumerate(calls)}
     consumers: dict[int, set[int]] = {}
     for m, (_, c) in enumerate(calls):

@@ -69,13 +69,9 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
         return Member(prim, tuple(sorted(prim_ops.get(prim, ()))), prim in parts, shared)
 
     for name, func in groups.items():
-        d = read(func)
-        calls = (d.call(position) for position in range(len(d.vars)))
         # a PrimFunc computes what the evidence says; a Relax op left in a group, itself
         out[name] = tuple(
-            member(c.callee) if c.global_var else Member(c.callee, (c.callee,))
-            for c in calls
-            if c is not None and not is_bookkeeping(c.callee)
+            member(c.callee) if c.global_var else Member(c.callee, (c.callee,)) for _, c in group_calls(read(func))
         )
     for prim in prim_ops:
         out.setdefault(prim, (member(prim),))
@@ -84,6 +80,14 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
     for callee in _external_calls(input_functions, read):  # the input calls it by name: it computes itself
         out.setdefault(callee, (Member(callee, (callee,)),))
     return out
+
+
+def group_calls(d: reader.FunctionView) -> list[tuple[int, reader.CallView]]:
+    """(position, call) of each member of a fused group (view ``d``), in binding order:
+    its calls but the bookkeeping. The one reading of a group's members: the kernel's
+    members (``kernel_members``) and its blocks' (``tracking.code``) line up by it."""
+    calls = ((p, d.call(p)) for p in range(len(d.vars)))
+    return [(p, c) for p, c in calls if c is not None and not is_bookkeeping(c.callee)]
 
 
 def fusion_groups(passes: Sequence[PassRecord]) -> tuple[dict[str, Any], Any, int]:

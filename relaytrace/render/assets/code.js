@@ -21,37 +21,47 @@
     const k = kernels.get(s.kernel), kt = kernelByName.get(s.kernel);
     const asBuilt = k && k.built && built.checked;
     built.disabled = !(k && k.built);
+    const timed = siteByLabel.get(label);  // this call's time and work, else the kernel's over its calls
     document.getElementById('code-kernel').textContent = `${label}: ${s.kernel}` +
-      (kt ? ` — ${kt.us.toFixed(1)} us in ${kt.count} call(s), ${kt.percent.toFixed(2)}% of kernel time` : '') + (k && k.built ? (asBuilt ? ' (as built)' : ' (as fusion left it)') : '');
+      (timed ? ` — ${timed.us.toFixed(1)} us median${timed.work ? '; ' + timed.work : ''}`
+        : kt ? ` — ${kt.us.toFixed(1)} us in ${kt.count} call(s)` : '') +
+      (k && k.built ? (asBuilt ? ' (as built)' : ' (as fusion left it)') : '');
     if (!k){ tir.replaceChildren('no TIR: a library call or a kernel TVM did not compile'); return; }
     lines(tir, asBuilt ? k.built : k.text, 'tl');
-    // a built block stands for the fused block it was made from
-    const spans = asBuilt ? k.built_blocks.filter(b => b.source !== null).map(b => [b.lines, b.source])
-                          : k.blocks.map((b, i) => [b.lines, i]);
-    spans.forEach(([[first, last], i]) => { const owner = s.blocks[String(i)], b = k.blocks[i];
+    state.built = asBuilt;
+    // each block's lines: a fused block's own verdict and owner; a built block's own
+    // (never verified) verdict, owned by the layers of the fused blocks it was made from
+    const spans = asBuilt ? k.built_blocks.map(b => [b.lines, b.status, b.sources.map(i => s.blocks[String(i)]).filter(Boolean)])
+                          : k.blocks.map((b, i) => [b.lines, b.status, [s.blocks[String(i)]].filter(Boolean)]);
+    spans.forEach(([[first, last], status, owners], j) => {
       for (let n = first; n <= last; n++){ const e = tir.children[n - 1]; if (!e) continue;
-        e.dataset.block = String(i); e.classList.add(b.status);
-        if (owner && owner.layer === state.layer) e.classList.add('on');
-        if (owner && owner.kind === 'inserted') e.classList.add('inserted'); } });
+        e.dataset.block = String(j); e.classList.add(status);
+        if (owners.some(o => o.layer === state.layer)) e.classList.add('on');
+        if (owners.some(o => o.kind === 'inserted')) e.classList.add('inserted'); } });
+    if (s.ambiguous) info.append(h('p', {class: 'warn'}, 'two ops of one kind in this kernel that data flow does not tell apart: the first way was taken'));
     reveal(tir, tir.querySelector('.on'));
   }
   function pickLayer(name){
     state.layer = name;
     layerList.querySelectorAll('li').forEach(li => li.classList.toggle('on', li.dataset.layer === name));
     const labels = Array.from(sites).filter(([, s]) => Object.values(s.blocks).some(o => o.layer === name)).map(([l]) => l);
-    info.textContent = labels.length ? `${name}: ${labels.length} call site(s): ${labels.join(', ')}` : `${name}: no kernel block computes it`;
+    info.replaceChildren(labels.length ? `${name}: ${labels.length} call site(s): ${labels.join(', ')}` : `${name}: no kernel block computes it`);
+    const roof = roofLine(name); if (roof) info.append(roof);
     if (labels.length) drawSite(labels[0]);
   }
-  function pickBlock(i){
+  function pickBlock(j){
     const s = sites.get(state.site), k = s && kernels.get(s.kernel); if (!k) return;
-    const b = k.blocks[i], owner = s.blocks[String(i)];
-    info.textContent = `block ${b.name} (${b.member || 'no member'}): ` + (owner ? `${owner.op} of layer ${owner.layer} (${owner.kind})` +
-      (owner.source ? ` at ${owner.source}` : '') : 'no origin at this site') + ` — ${b.status}${b.reasons.length ? ': ' + b.reasons.join('; ') : ''}`;
-    if (owner){ state.layer = owner.layer;
-      layerList.querySelectorAll('li').forEach(li => li.classList.toggle('on', li.dataset.layer === owner.layer));
+    const b = state.built ? k.built_blocks[j] : k.blocks[j];
+    const owners = (state.built ? b.sources : [j]).map(i => s.blocks[String(i)]).filter(Boolean);
+    const what = owners.length ? owners.map(o => `${o.op} of layer ${o.layer} (${o.kind})` + (o.source ? ` at ${o.source}` : '')).join('; ')
+                               : 'no origin at this site';
+    info.textContent = `block ${b.name}` + (state.built ? '' : ` (${b.member || 'no member'})`) + `: ${what} — ${b.status}` +
+      (b.reasons.length ? ': ' + b.reasons.join('; ') : '');
+    if (owners.length){ state.layer = owners[0].layer;
+      layerList.querySelectorAll('li').forEach(li => li.classList.toggle('on', li.dataset.layer === state.layer));
       reveal(layerList, layerList.querySelector('li.on')); }
     tir.querySelectorAll('.on').forEach(e => e.classList.remove('on'));
-    tir.querySelectorAll(`[data-block="${i}"]`).forEach(e => e.classList.add('on'));
+    tir.querySelectorAll(`[data-block="${j}"]`).forEach(e => e.classList.add('on'));
   }
   const names = Array.from(new Set(Array.from(sites.values()).flatMap(s => Object.values(s.blocks).map(o => o.layer)))).sort();
   layerList.replaceChildren(...names.map(n => { const li = h('li', {'data-layer': n}, n); li.onclick = () => pickLayer(n); return li; }));
