@@ -27,7 +27,11 @@ class UnknownNameError(RelaytraceError, KeyError):
     """A kernel, layer or origin name that the lineage does not hold."""
 
     def __init__(self, what: str, name: str, known):
-        close = difflib.get_close_matches(name, list(known), n=3)
+        known = list(known)
+        # an op named by itself: ``gelu`` is the origin ``add_1/gelu`` (the ops of one line
+        # of a forward make one layer, named after its last op)
+        ops = [k for k in known if "/" in k and k.rsplit("/", 1)[1].split("#")[0] == name]
+        close = list(dict.fromkeys(ops[:3] + difflib.get_close_matches(name, known, n=3)))[:3]
         hint = f" Did you mean: {', '.join(close)}?" if close else f" The lineage has {len(known)} {what}s."
         super().__init__(f"unknown {what} {name!r}.{hint}")
 

@@ -126,6 +126,7 @@ def test_the_code_is_saved_apart_and_query_code_prints_the_layers_blocks(tiny_ou
     code, out, err = run_cli(["query", str(tiny_out), "--code", layer])
     assert code == 0, err
     assert ">>" in out and "[verified]" in out and "Relax main:" in out
+    assert "(matmul at " in out or "(matmul)" in out  # a marked block names its op (and its line)
     code, out, err = run_cli(["query", str(tiny_out), "--code", layer, "--json"])
     found = json.loads(out)
     assert found["sites"] and all(b["status"] == "verified" for s in found["sites"] for b in s["blocks"])
@@ -162,6 +163,14 @@ def test_the_code_viewer_links_a_layer_its_relax_call_and_its_blocks(builds, inp
         page.locator("#code-tir span", has_text='T.sblock("compute').first.click()
         assert "layer1_relu2" in page.locator("#code-info").inner_text()
         assert page.locator("#code-layers li.on").inner_text() == "layer1_relu2"
+        # a layer of two call sites: both are links, and the second one opens its own line
+        two = next(o.layer for o in lineage.origins.values() if len(lineage.code_of(o.layer).sites) > 1)
+        page.locator(f"#code-layers li[data-layer='{two}']").click()
+        second = lineage.code_of(two).sites[1]
+        page.locator(f"#code-info a[data-site='{second.label}']").click()
+        assert page.locator("#code-relax span.on").get_attribute("data-line") == str(second.line)
+        order = page.locator("#code-layers li").all_text_contents()
+        assert order.index("stem_conv") < order.index("layer1_conv1_conv") < order.index("fc")  # in run order
         page.fill("#code-search", "layer2_conv1")
         assert page.locator("#code-layers li:visible").count() >= 1
         assert errors == []

@@ -140,6 +140,8 @@ def _code(lineage, path: Path, layer: str) -> tuple[dict, str]:
                     {
                         "index": i,
                         "name": lineage.code.kernels[s.kernel].blocks[i].name,
+                        "op": lineage.origins[dict(s.owners)[i]].op,
+                        "source": lineage.origins[dict(s.owners)[i]].source,
                         "status": str(s.checks[i].status),
                         "reasons": list(s.checks[i].reasons),
                     }

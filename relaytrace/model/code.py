@@ -417,8 +417,10 @@ def code_sites(lineage, code: Code) -> tuple[SiteCode, ...]:
 
 def layer_code(lineage, code: Code, layer: str) -> LayerCode:
     """The code of ``layer`` (a name ``lineage.resolve`` accepts): each call of a kernel
-    that runs one of its origins (``code_sites``), the blocks computing them marked."""
-    wanted = set(lineage.resolve(layer))
+    that runs one of its origins (``code_sites``, in run order), the blocks computing
+    them marked."""
+    # its ops, and the ops a pass inserted for it (a layout transform bears its layer's name)
+    wanted = set(lineage.resolve(layer)) | {o.id for o in lineage.origins.values() if o.layer == layer}
     by_label = {s.label: s for s in lineage.call_sites}
     out = []
     for site in code_sites(lineage, code):
@@ -426,4 +428,4 @@ def layer_code(lineage, code: Code, layer: str) -> LayerCode:
         mine = tuple(i for i, o in site.owners if o in wanted)
         if mine or wanted.intersection(ran):
             out.append(attrs.evolve(site, blocks=mine))
-    return LayerCode(layer, tuple(sorted(wanted)), tuple(sorted(out, key=lambda s: s.label)))
+    return LayerCode(layer, tuple(sorted(wanted)), tuple(out))

@@ -428,6 +428,7 @@ def code_data(report) -> dict | None:
     if lineage.code is None:
         return None
     found = provenance(lineage)
+    order = {s.label: i for i, s in enumerate(lineage.call_sites)}
     return {
         "entry": report.lineage.entry(),
         "functions": [[name, f.text] for name, f in lineage.code.functions.items()],
@@ -443,7 +444,11 @@ def code_data(report) -> dict | None:
             ]
             for name, k in found["kernels"].items()
         ],
-        "sites": [[s["label"], {**s, "kernel": name}] for name, k in found["kernels"].items() for s in k["sites"]],
+        # in run order: a layer's first call first, the layers pane in the order they run
+        "sites": sorted(
+            ([s["label"], {**s, "kernel": name}] for name, k in found["kernels"].items() for s in k["sites"]),
+            key=lambda pair: order.get(pair[0], len(order)),
+        ),
     }
 
 
@@ -454,7 +459,7 @@ def _code_section(code) -> str:
 <p>What the compiler made of each layer: click a layer for the Relax line that calls its kernel and the kernel's
 TIR, the blocks that compute it highlighted (orange: blocks of ops a pass inserted; red text: a block the
 verifier finds suspect); click a TIR block for its op and layer, a Relax call for its kernel.</p>
-<div class="graphbar"><input id="code-search" type="search" placeholder="search layers, Relax and TIR">
+<div class="graphbar"><input id="code-search" type="search" placeholder="search the code: layers, Relax, TIR">
 <label><input id="code-built" type="checkbox" disabled> TIR as built (where a schedule changed it)</label></div>
 <div id="code-info"></div>
 <div id="code"><div><b>layers</b><ul id="code-layers"></ul></div>

@@ -75,10 +75,20 @@ def _owner(origin) -> dict:
     }
 
 
+def _whose(origin, mine: bool) -> str:
+    """What a block computes, after its line: the layer's own op and its source line, or
+    another layer's op; nothing for a block of no model op."""
+    if origin is None:
+        return ""
+    if mine:
+        return f"  ({origin.short_op}{' at ' + origin.source if origin.source else ''})"
+    return f"  ({origin.short_op} of {origin.layer})"
+
+
 def layer_text(lineage, layer: str) -> str:
-    """The layer's Relax calls and each kernel's TIR, the blocks that compute the layer
-    marked ``>>``, others ``..`` with the op and layer they compute there; each block's
-    verdict."""
+    """The layer's Relax calls in run order and each kernel's TIR, the blocks that compute
+    the layer marked ``>>`` with their op and source line, others ``..`` with the op and
+    layer they compute there; each block's verdict."""
     found = lineage.code_of(layer)
     code: Code = lineage.code
     out = [f"{layer}: {len(found.sites)} call site(s) of origins {', '.join(found.origins)}"]
@@ -104,8 +114,7 @@ def layer_text(lineage, layer: str) -> str:
                 check = site.checks[i] if i < len(site.checks) else None
                 why = ": " + "; ".join(check.reasons) if check is not None and check.reasons else ""
                 verdict = f"  [{check.status}{why}]" if check is not None else ""
-                other = lineage.origins.get(owners.get(i, ""))
-                whose = f"  ({other.short_op} of {other.layer})" if other is not None and i not in marks else ""
+                whose = _whose(lineage.origins.get(owners.get(i, "")), i in marks)
                 out.append(f"{marks.get(i, '..')} {number:4d} {line}{verdict}{whose}")
             else:
                 inside = any(b.line < number <= b.end for j, b in enumerate(kernel.blocks) if j in marks)

@@ -16,7 +16,10 @@
   function drawSite(label){
     const s = sites.get(label); if (!s) return; state.site = label;
     drawRelax(s.function);
-    relax.querySelectorAll('.on').forEach(e => e.classList.remove('on'));
+    relax.querySelectorAll('.on,.also').forEach(e => e.classList.remove('on', 'also'));
+    sites.forEach(o => { if (o.function === s.function && Object.values(o.blocks).some(b => b.layer === state.layer)){
+      const e = relax.querySelector(`[data-line="${o.relax_line}"]`); if (e) e.classList.add('also'); } });
+    info.querySelectorAll('a[data-site]').forEach(a => a.classList.toggle('on', a.dataset.site === label));
     const at = relax.querySelector(`[data-line="${s.relax_line}"]`); if (at){ at.classList.add('on'); reveal(relax, at); }
     const k = kernels.get(s.kernel), kt = kernelByName.get(s.kernel);
     const asBuilt = k && k.built && built.checked;
@@ -45,9 +48,13 @@
     state.layer = name;
     layerList.querySelectorAll('li').forEach(li => li.classList.toggle('on', li.dataset.layer === name));
     const labels = Array.from(sites).filter(([, s]) => Object.values(s.blocks).some(o => o.layer === name)).map(([l]) => l);
-    info.replaceChildren(labels.length ? `${name}: ${labels.length} call site(s): ${labels.join(', ')}` : `${name}: no kernel block computes it`);
+    if (!labels.length){ info.replaceChildren(`${name}: no kernel block computes it`); return; }
+    // every call site of the layer, in run order, each a link to its Relax line and TIR
+    const links = labels.flatMap((l, i) => { const a = h('a', {href: '#', 'data-site': l}, l);
+      a.onclick = e => { e.preventDefault(); drawSite(l); }; return i ? [', ', a] : [a]; });
+    info.replaceChildren(`${name}: ${labels.length} call site(s): `, ...links);
     const roof = roofLine(name); if (roof) info.append(roof);
-    if (labels.length) drawSite(labels[0]);
+    drawSite(labels[0]);
   }
   function pickBlock(j){
     const s = sites.get(state.site), k = s && kernels.get(s.kernel); if (!k) return;
@@ -63,7 +70,8 @@
     tir.querySelectorAll('.on').forEach(e => e.classList.remove('on'));
     tir.querySelectorAll(`[data-block="${j}"]`).forEach(e => e.classList.add('on'));
   }
-  const names = Array.from(new Set(Array.from(sites.values()).flatMap(s => Object.values(s.blocks).map(o => o.layer)))).sort();
+  // the layers in the order they first run
+  const names = Array.from(new Set(Array.from(sites.values()).flatMap(s => Object.values(s.blocks).map(o => o.layer))));
   layerList.replaceChildren(...names.map(n => { const li = h('li', {'data-layer': n}, n); li.onclick = () => pickLayer(n); return li; }));
   tir.addEventListener('click', e => { const t = e.target.closest('[data-block]'); if (t) pickBlock(Number(t.dataset.block)); });
   relax.addEventListener('click', e => { const t = e.target.closest('[data-line]'); if (!t) return;
