@@ -17,7 +17,7 @@ from relaytrace.model.ops import is_prim_value_computation, is_shape_computation
 from relaytrace.render.provenance import SCHEMA, provenance
 from tests.conftest import anchored_kernel
 from tests.fuzz import run_cli
-from tests.test_render import CHROMIUM, _browser
+from tests.test_render import CHROMIUM, _browser, launch
 
 
 def assert_every_block_mapped_and_verified(lineage) -> dict:
@@ -150,7 +150,7 @@ def test_the_code_viewer_links_a_layer_its_relax_call_and_its_blocks(builds, inp
     page_path = tmp_path / "report.html"
     page_path.write_text(html_report(report))
     with _browser() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        browser = launch(pw)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))

@@ -12,7 +12,7 @@ from relaytrace.analysis.report import make_report
 from relaytrace.render.html import html_report, script_json
 
 from .fixtures.hostile import HOSTILE_NAMES
-from .test_render import CHROMIUM
+from .test_render import CHROMIUM, launch
 
 MODEL = "<!--<script>"
 INPUT = "</script><script>alert(3)</script>"
@@ -127,17 +127,7 @@ def test_every_hostile_name_is_text_in_the_html_report(hostile, tmp_path):
     path.write_text(html_report(report))
     dialogs, errors = [], []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
+        browser = launch(pw)
         page = browser.new_page(viewport={"width": 1500, "height": 1200})
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.on("pageerror", lambda e: errors.append(str(e)))

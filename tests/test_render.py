@@ -119,6 +119,19 @@ def _browser():
     return sync_playwright()
 
 
+def launch(pw):
+    """Headless Chromium as every report test opens it: Debian's, offline, no first-run work."""
+    args = [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+    ]
+    return pw.chromium.launch(executable_path=CHROMIUM, args=args)
+
+
 @pytest.mark.skipif(
     CHROMIUM is None,
     reason="Debian's chromium is not installed and could not be "
@@ -131,17 +144,7 @@ def test_html_report_works_in_headless_chromium(small_profiled, tmp_path):
     page_path.write_text(html_report(make_report(lineage, prof)))
     assert "http://" not in page_path.read_text().replace("http://www.w3.org", "")
     with _browser() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
+        browser = launch(pw)
         page = browser.new_page()
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
@@ -242,17 +245,7 @@ def test_a_click_on_each_kind_of_row_shows_its_detail(small_profiled, tmp_path):
 
 
 def _open(pw, path, errors):
-    browser = pw.chromium.launch(
-        executable_path=CHROMIUM,
-        args=[
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-        ],
-    )
+    browser = launch(pw)
     page = browser.new_page(viewport={"width": 1500, "height": 1200})
     page.on("pageerror", lambda e: errors.append(str(e)))
     import time
