@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import UsageError
-from ..jobs import echo
+from ..jobs import echo, load_lineage
 from ..model.sitekey import SiteKey
 from ..render.safe_text import terminal
 from .base import Command
@@ -30,9 +30,9 @@ def run(args) -> int:
     from ..render.table import format_table
 
     path = Path(args.lineage) / "lineage.json" if Path(args.lineage).is_dir() else Path(args.lineage)
-    lineage = Lineage.load(path)
+    lineage = load_lineage(path) if args.code else Lineage.load(path)
     if args.code:
-        result, text = _code(lineage, path.parent / "code.json", args.code)
+        result, text = _code(lineage, path, args.code)
     elif args.kernel:
         sites = _sites(lineage, args.kernel)
         result = [
@@ -115,16 +115,15 @@ def run(args) -> int:
 
 
 def _code(lineage, path: Path, layer: str) -> tuple[dict, str]:
-    """``--code``: the layer's code (``Lineage.code_of``) as JSON and as text."""
-    from ..model.code import Code
+    """``--code``: the layer's code (``Lineage.code_of``) as JSON and as text; ``path``
+    is the lineage's file, the code saved beside it (``jobs.load_lineage``)."""
     from ..render.provenance import layer_text
 
-    if not path.is_file():
+    if lineage.code is None:
         raise UsageError(
-            f"no code.json beside {path.parent / 'lineage.json'}: profile the model with this version of "
+            f"no code.json beside {path}: profile the model with this version of "
             "relaytrace (it saves the code with the lineage)"
         )
-    lineage = lineage.with_code(Code.load(path))
     found = lineage.code_of(layer)
     result = {
         "layer": found.layer,

@@ -381,7 +381,7 @@ def code_sites(lineage, code: Code) -> tuple[SiteCode, ...]:
     (``cache_runs``: every block the attention op's)."""
     lines = site_lines(lineage, code)
     edges = set(lineage.edges)
-    checks: dict[str, tuple[BlockCheck, ...]] = {}
+    checks = {name: check_blocks(kernel) for name, kernel in code.kernels.items()}
     out = []
     for site in lineage.call_sites:
         kernel = code.kernels.get(site.kernel)
@@ -391,8 +391,6 @@ def code_sites(lineage, code: Code) -> tuple[SiteCode, ...]:
             members = lineage.build.kernel_members.get(site.kernel, ())
             found, ambiguous = block_origins(site, members, kernel, lineage.origins, edges)
             owners = tuple((i, found[b.member]) for i, b in enumerate(kernel.blocks) if b.member in found)
-            if site.kernel not in checks:
-                checks[site.kernel] = check_blocks(kernel)
         out.append(
             SiteCode(
                 site.label,
@@ -408,9 +406,7 @@ def code_sites(lineage, code: Code) -> tuple[SiteCode, ...]:
         kernel = code.kernels[run.kernel]
         owners = tuple((i, run.origin) for i in range(len(kernel.blocks)))
         out.append(
-            SiteCode(
-                f"{run.label} {run.kernel}", run.kernel, run.function, run.line, owners, False, check_blocks(kernel)
-            )
+            SiteCode(f"{run.label} {run.kernel}", run.kernel, run.function, run.line, owners, False, checks[run.kernel])
         )
     return tuple(out)
 

@@ -15,6 +15,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ..model.code import Block, Call, Code, FunctionCode, KernelCode, MemberCode
 from . import ir, reader
 from .recorder import FUSE_TIR
@@ -61,12 +63,14 @@ def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) ->
             continue
         text = func.script(name=name)
         blocks = _blocks(text)
-        members = _members(groups.get(name), member_funcs, read) if name in groups else None
-        if members is None:
-            members = (MemberCode(name, tuple(b.name for b in blocks), (), True),)
+        members = (  # an unfused kernel: one member, itself
+            _members(groups[name], member_funcs, read)
+            if name in groups
+            else (MemberCode(name, tuple(b.name for b in blocks), (), True),)
+        )
         owners = [m for m, member in enumerate(members) for _ in member.blocks]
         if len(owners) == len(blocks):
-            blocks = [_with(b, member=m) for b, m in zip(blocks, owners)]
+            blocks = [attrs.evolve(b, member=m) for b, m in zip(blocks, owners)]
         final = built.get(name)
         built_text = final.script(name=name) if final is not None and not final.same_as(func) else ""
         if _body(built_text) == _body(text):  # only attributes added (a global symbol): no schedule
@@ -185,17 +189,11 @@ def _scheduled(built: list[Block], fused: list[Block], params: set[str]) -> list
             takers = [i for i, found in enumerate(sources) if near & {g.name for g in found}]
         for i in takers:
             sources[i].append(f)
-    return [_with(b, sources=tuple(dict.fromkeys(f.name for f in found))) for b, found in zip(built, sources)]
+    return [attrs.evolve(b, sources=tuple(dict.fromkeys(f.name for f in found))) for b, found in zip(built, sources)]
 
 
 def _derived(name: str, stem: str) -> bool:
     return name == stem or name.startswith(stem + "_")
-
-
-def _with(block: Block, **changes: Any) -> Block:
-    import attrs
-
-    return attrs.evolve(block, **changes)
 
 
 def _first_prim_funcs(passes: Sequence[PassRecord], wanted: set[str]) -> dict[str, Any]:
