@@ -117,11 +117,14 @@ def _load_onnx(source, request: Request) -> LoadedModel:
 
 
 def _load_nn(source, request: Request) -> LoadedModel:  # tvm.relax.frontend.nn: example_args is the export spec
+    from tvm.relax.frontend.nn.spec import ModuleSpec
+
     from .nn import from_nn
 
-    if not isinstance(request.example_args, dict):
+    if not isinstance(request.example_args, (dict, ModuleSpec)):
         raise RelaytraceError(
-            "a tvm.relax.frontend.nn module needs its export spec: {method: {argument: nn.spec.Tensor(shape, dtype)}}"
+            "a tvm.relax.frontend.nn module needs its export spec: {method: {argument: nn.spec.Tensor(shape, dtype)}} "
+            "or an nn.spec.ModuleSpec (what get_default_spec() returns)"
         )
     return request.loaded(from_nn(source, request.example_args, name=request.name))
 

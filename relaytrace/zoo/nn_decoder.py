@@ -37,11 +37,13 @@ class Attention(nn.Module):
 
 class Mlp(nn.Module):
     """The SiLU-gated MLP: a fused, bias-free ``gate_up_proj`` to ``2 * inner`` and
-    ``down_proj`` back to ``hidden``."""
+    ``down_proj`` back to ``hidden``; ``linear(in, out)`` makes each projection (a
+    bias-free float32 ``nn.Linear`` unless given)."""
 
-    def __init__(self, hidden: int, inner: int):
-        self.gate_up_proj = nn.Linear(hidden, 2 * inner, bias=False)
-        self.down_proj = nn.Linear(inner, hidden, bias=False)
+    def __init__(self, hidden: int, inner: int, linear=None):
+        linear = linear or (lambda i, o: nn.Linear(i, o, bias=False))
+        self.gate_up_proj = linear(hidden, 2 * inner)
+        self.down_proj = linear(inner, hidden)
 
     def forward(self, x: nn.Tensor) -> nn.Tensor:
         """``down_proj(silu(gate) * up)`` of ``x``; the shape of ``x``."""
