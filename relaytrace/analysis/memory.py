@@ -210,7 +210,7 @@ def profiled_memory(lineage: Lineage, profile, dims: Mapping[str, int] | None = 
     """The memory of the entry ``profile`` ran, at the dims it ran with (each overridden
     by ``dims``), checked against the addresses that run recorded when the dims are its
     own."""
-    ran = entry_dims(lineage, profile.entry, profile.inputs)
+    ran = {**entry_dims(lineage, profile.entry, profile.inputs), **{dim: value for dim, value, _ in profile.bound}}
     env = {**ran, **(dims or {})}
     run = {key: arg.addresses for key, arg in profile.args.items() if arg.addresses} if env == ran else None
     found = memory_at(lineage, profile.entry, env, run)

@@ -172,7 +172,7 @@ def site_work(
     cache = lineage.build.kv_cache
     for key, us in profile.by_site(CACHE).items():
         work = (
-            cache_work(cache, key.kernel, *profile.step)
+            cache_work(cache, key.kernel, *profile.step, sequences=profile.sequences)
             if cache and len(profile.step) == 2
             else Work(None, None, None, "the profile does not say the step's tokens and context")
         )

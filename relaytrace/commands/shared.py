@@ -90,21 +90,29 @@ def profile_built(built, args, say, inputs):
 
 
 def serving(args, lineage, entry: str):
-    """The ``Serving`` that ``--tokens`` and ``--context`` give an entry that takes a KV
+    """The ``Serving`` that ``--tokens``, ``--context``, ``--batch`` and ``--bind`` give an entry that takes a KV
     cache (None leaves the defaults); an error for an entry that takes none."""
     from ..profiling.serve import Serving, takes_cache
 
     tokens, context = getattr(args, "tokens", None), getattr(args, "context", None)
+    batch, bind = getattr(args, "batch", None), dict(getattr(args, "bind", None) or ())
     if not takes_cache(lineage, entry):
-        if tokens is not None or context is not None:
-            raise UsageError(f"--tokens and --context are for an entry that takes a KV cache; {entry} takes none")
+        if tokens is not None or context is not None or batch is not None or bind:
+            raise UsageError(
+                f"--tokens, --context, --batch and --bind are for an entry that takes a KV cache; {entry} takes none"
+            )
         return None
-    if tokens is None and context is None:
+    if tokens is None and context is None and batch is None and not bind:
         return None
     from ..model.entry import default_context
 
     params = lineage.build.params[entry]
-    return Serving(tokens=tokens or 32, context=context if context is not None else default_context(params))
+    return Serving(
+        tokens=tokens or 32,
+        context=context if context is not None else default_context(params),
+        sequences=batch or 1,
+        bind=bind,
+    )
 
 
 def add_peak_options(p) -> None:
@@ -345,7 +353,8 @@ def add_build_options(p, profiling: bool = True) -> None:
 
 
 def add_serving_options(p) -> None:
-    """``--tokens`` and ``--context``: how an entry that takes a KV cache is served (``serving``)."""
+    """``--tokens``, ``--context``, ``--batch`` and ``--bind``: how an entry that takes a KV cache is
+    served (``serving``)."""
     p.add_argument(
         "--tokens",
         type=at_least(1),
@@ -359,6 +368,29 @@ def add_serving_options(p) -> None:
         help="an entry that takes a KV cache: the tokens already in the cache before each step "
         "(default 32 for a decode, 0 for a prefill)",
     )
+    p.add_argument(
+        "--batch",
+        type=at_least(1),
+        metavar="B",
+        help="a batch entry (MLC-LLM's batch_decode, batch_prefill): the sequences one step serves, "
+        "each at its own context (default 1)",
+    )
+    p.add_argument(
+        "--bind",
+        action="append",
+        type=dim_binding,
+        metavar="DIM=VALUE",
+        help="the value of a symbolic dim the step's size does not give (a weight's vocab_size the model "
+        "declares none of); repeat for several; it overrides the model's own",
+    )
+
+
+def dim_binding(text: str) -> tuple[str, int]:
+    """``NAME=VALUE`` (``--bind``) as ``(name, value)``: a positive integer value."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected DIM=VALUE with a positive integer VALUE, not {text!r}")
+    return name.strip(), int(value)
 
 
 def add_policy_option(p) -> None:

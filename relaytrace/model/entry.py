@@ -38,12 +38,15 @@ class Tensor(NamedTuple):
 class Param:
     """One parameter of a compiled entry: its ``name``, ``kind``, and the tensors it
     passes (``tensors``: itself for a tensor, a tuple's fields in order, nested tuples
-    flattened; none for an object, shape or scalar); ``dtype`` of a scalar."""
+    flattened; none for an object, shape or scalar); ``dtype`` of a scalar; ``weight``:
+    it is among the model's weights (after the function's ``num_input``, as
+    ``tvm.relax.frontend.nn`` exports them), not a step's input."""
 
     name: str
     kind: ParamKind
     tensors: tuple[Tensor, ...] = ()
     dtype: str = ""
+    weight: bool = False
 
 
 @define(frozen=True)
@@ -104,10 +107,82 @@ def grouped(params: tuple[Param, ...], flat: list) -> list:
     return out
 
 
+class DimRole(Name):
+    """What a symbolic dim of a served entry counts, which says what sizes it."""
+
+    TOKENS = "tokens"  # the step's tokens: (1, seq_len, hidden) of a prefill
+    SEQUENCES = "sequences"  # the batch's sequences: (batch_size, 1, hidden) of a batch decode
+    MODEL = "model"  # a size only the weights have (MLC-LLM's symbolic vocab_size): the model's own
+    UNKNOWN = "unknown"  # an input's dim relaytrace cannot tell: the user binds it
+
+
+@define(frozen=True)
+class StepShape:
+    """The symbolic dims of an entry by what they count (``roles``: name -> ``DimRole``),
+    and whether its token dim counts every sequence's tokens packed in one row
+    (``packed``: MLC-LLM's ``batch_prefill`` takes ``(1, seq_len, hidden)`` for all of
+    its sequences)."""
+
+    roles: dict[str, DimRole]
+    packed: bool = False
+
+    def of(self, role: DimRole) -> tuple[str, ...]:
+        """The dims of ``role``, in the order the entry's tensors name them."""
+        return tuple(d for d, r in self.roles.items() if r == role)
+
+
+def _inputs(params: tuple[Param, ...]) -> list[Tensor]:
+    """The step's input tensors: every tensor parameter but the weights (a tuple of
+    tensors is ``param_mode: packed``'s weights)."""
+    return [t for p in params if p.kind == ParamKind.TENSOR and not p.weight for t in p.tensors]
+
+
+def step_shape(params: tuple[Param, ...]) -> StepShape:
+    """What each symbolic dim of an entry counts, read from where it stands: in an input of
+    rank 3 or more, ``(batch, tokens, hidden)``, the second-to-last dim counts tokens and
+    the first sequences; in one of rank 2, ``(tokens, hidden)``, the first counts tokens;
+    a dim of a 1-D integer input counts tokens (``input_ids``), or, beside a token dim,
+    sequences (``logit_positions``: one per sequence); a dim only weights have is the
+    model's; any other input dim is unknown."""
+    roles: dict[str, DimRole] = {}
+    packed = False
+    inputs = _inputs(params)
+    for t in inputs:
+        shape = t.shape
+        if len(shape) >= 3:
+            if isinstance(shape[-2], str):
+                roles.setdefault(shape[-2], DimRole.TOKENS)
+                packed = packed or shape[0] == 1
+            if isinstance(shape[0], str):
+                roles.setdefault(shape[0], DimRole.SEQUENCES)
+        elif len(shape) == 2 and isinstance(shape[0], str):
+            roles.setdefault(shape[0], DimRole.TOKENS)
+    for t in inputs:
+        if len(t.shape) == 1 and isinstance(t.shape[0], str) and "int" in t.dtype:
+            tokens = DimRole.TOKENS in roles.values()
+            roles.setdefault(t.shape[0], DimRole.SEQUENCES if tokens else DimRole.TOKENS)
+    for t in inputs:
+        for d in t.shape:
+            if isinstance(d, str):
+                roles.setdefault(d, DimRole.UNKNOWN)
+    for p in params:
+        for t in p.tensors:
+            for d in t.shape:
+                if isinstance(d, str):
+                    roles.setdefault(d, DimRole.MODEL)
+    return StepShape(roles, packed and DimRole.SEQUENCES in roles.values())
+
+
 def of_any_length(params: tuple[Param, ...]) -> bool:
-    """Whether an entry's tensors have a symbolic dim: a served entry that takes any
-    number of tokens (a prefill), not one token per sequence (a decode)."""
-    return any(not isinstance(d, int) for p in params for t in p.tensors for d in t.shape)
+    """Whether a served entry takes any number of tokens (a prefill, a verify), not one
+    token per sequence (a decode): it has a symbolic token dim (``step_shape``)."""
+    return bool(step_shape(params).of(DimRole.TOKENS))
+
+
+def batched(params: tuple[Param, ...]) -> bool:
+    """Whether a served entry runs a batch of sequences at once (MLC-LLM's
+    ``batch_decode``, ``batch_prefill``): it has a symbolic sequences dim."""
+    return bool(step_shape(params).of(DimRole.SEQUENCES))
 
 
 def default_context(params: tuple[Param, ...]) -> int:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import re
 
-from attrs import define
+from attrs import define, field
 
 from .names import Name
 from .ops import is_prim_func, short_op
@@ -65,11 +65,14 @@ class SourceNode:
 
 @define(frozen=True)
 class Program:
-    """What a frontend translated: which frontend (``TORCH``, ``ONNX``, ``NN``) and its
-    nodes in translation order (none for ``NN``)."""
+    """What a frontend translated: which frontend (``TORCH``, ``ONNX``, ``NN``), its
+    nodes in translation order (none for ``NN``), and ``sizes``: the value the model
+    itself gives a symbolic dim of its weights (an ``NN`` module's attribute of that name,
+    as MLC-LLM's models keep ``vocab_size``), which a served step sizes the weights by."""
 
     frontend: Frontend
     nodes: tuple[SourceNode, ...] = ()
+    sizes: dict[str, int] = field(factory=dict)
 
 
 @define(frozen=True)

@@ -146,6 +146,8 @@ class Profile:
     peaks: Peaks | None = None  # the device's ceilings (measured where it ran, or given); None: not known
     step: tuple[int, ...] = ()  # a served LLM step: (tokens it ran, tokens in the KV cache before them)
     kv_pages: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, dtype) of each KV-cache page tensor it used
+    sequences: int = 1  # a served step's sequences, each running ``step``'s tokens after its context
+    bound: tuple[tuple[str, int, str], ...] = ()  # (dim, value, where from) of each dim the step's size did not give
     schema: str = SCHEMA
 
     @property
@@ -297,9 +299,13 @@ class Profile:
             return ""
         tokens, context = self.step
         figure = "time to first token" if not context else f"time per output token at context {context}"
+        if self.sequences != 1:
+            figure = f"{figure} of a batch of {self.sequences}"
         kernels = sum(self.by_site(CACHE).values())
+        each = f" for each of {self.sequences} sequences" if self.sequences != 1 else ""
+        bound = "".join(f"; {dim}={value} ({where})" for dim, value, where in self.bound)
         return (
-            f"\nserved step through the KV cache: {tokens} token(s) after {context}: {figure} "
+            f"\nserved step through the KV cache: {tokens} token(s){each} after {context}{bound}: {figure} "
             f"{self.e2e_median_us / 1e3:.3f} ms (begin/end_forward included); the KV cache's kernels "
             f"{kernels / 1e3:.3f} ms of it, billed to the attention layers that ran them"
         )

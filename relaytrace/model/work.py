@@ -335,16 +335,16 @@ def _is_name(atom: str) -> bool:
     return atom.isidentifier()
 
 
-def cache_work(cache, kernel: str, tokens: int, context: int, itemsize: int = 4) -> Work:
+def cache_work(cache, kernel: str, tokens: int, context: int, itemsize: int = 4, sequences: int = 1) -> Work:
     """One call of a KV-cache kernel (``model.entry.kernel_role``) in a step of
-    ``tokens`` new tokens after ``context`` cached ones, per sequence. Attention over
+    ``tokens`` new tokens after ``context`` cached ones in each of ``sequences``
+    sequences (a batch's call serves them all). Attention over
     ``pairs`` (query, key) pairs: ``4 · q_heads · head_dim · pairs`` FLOPs (QKᵀ and PV,
     a multiply and an add each), ``q_heads · pairs`` exps; the ragged prefill's pairs are
     causal among the new tokens (n(n+1)/2), the paged prefill's each new token with each
     cached one (n·c), the decode's its token with the context and itself (c+1). Bytes:
     the queries, the keys and values attended, the output, once each; the append moves
-    the new keys and values. Figures for one sequence: a batch of several is not
-    counted."""
+    the new keys and values; a batch's figures are its sequences' added up."""
     from .entry import APPEND, PAGED_DECODE, PAGED_PREFILL, RAGGED_PREFILL, kernel_role
 
     role = kernel_role(cache, kernel)
@@ -352,10 +352,12 @@ def cache_work(cache, kernel: str, tokens: int, context: int, itemsize: int = 4)
     if role is None or not (h and hkv and d):
         return Work(None, None, None, "a KV-cache kernel relaytrace has no formula for")
     if role == APPEND:
-        return Work(0, 0, 2 * 2 * tokens * hkv * d * itemsize)
+        return Work(0, 0, sequences * 2 * 2 * tokens * hkv * d * itemsize)
     pairs, keys = {
         RAGGED_PREFILL: (tokens * (tokens + 1) // 2, tokens),
         PAGED_PREFILL: (tokens * context, context),
         PAGED_DECODE: (context + 1, context + 1),
     }[role]
-    return Work(4 * h * d * pairs, h * pairs, (2 * tokens * h * d + 2 * keys * hkv * d) * itemsize)
+    return Work(
+        sequences * 4 * h * d * pairs, sequences * h * pairs, sequences * (2 * tokens * h * d + 2 * keys * hkv * d) * itemsize
+    )

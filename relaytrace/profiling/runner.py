@@ -364,22 +364,27 @@ _CACHE = object()  # where the KV cache goes among an entry's arguments
 
 
 class Server:
-    """One sequence of a KV cache made by the build's create entry, and the arguments of
-    an entry that takes it, with TVM's runtime alone (``tvm_ffi`` and the runtime's
+    """Sequences of a KV cache made by the build's create entry, and the arguments of an
+    entry that takes it, with TVM's runtime alone (``tvm_ffi`` and the runtime's
     ``vm.builtin.kv_state_*``): relaytrace's ``profiling.serve`` makes one from a lineage,
     a bundle's runner from its manifest. ``spec`` (JSON-ready) says: the ``entry`` and
     its ``params`` (``[{name, kind, tensors: [[shape, dtype], ...]}]``, a symbolic dim as
-    its name), the ``cache`` (its create ``entry``, ``builtin``, ``kernels`` in the order
-    the builtin takes them, the ``append`` kernel), the ``prefill`` entry and params that
-    fill a context (or None), ``tokens`` a step runs, ``context`` tokens before it and
-    ``page_size``. ``step()`` runs the entry once as served; ``sink`` (a list, or None)
-    takes ``(clock_ns, kernel, before)`` stamps from the cache's kernels, as the
-    timeline's instrument does for the VM's calls; ``pages``: each page tensor the
-    cache's append kernel wrote to in an untimed step (one per layer), by address.
+    its name), the value of each symbolic dim (``dims``; a manifest without it gives
+    every one the step's tokens), the ``cache`` (its create ``entry``, ``builtin``,
+    ``kernels`` in the order the builtin takes them, the ``append`` kernel), the
+    ``prefill`` entry, params and dims that fill one sequence's context (or None),
+    ``tokens`` each sequence runs in a step, ``sequences`` served at once (one when
+    absent), ``context`` tokens of each before it and ``page_size``. ``step()`` runs the
+    entry once as served; ``sink`` (a list, or None) takes ``(clock_ns, kernel, before)``
+    stamps from the cache's kernels, as the timeline's instrument does for the VM's
+    calls; ``pages``: each page tensor the cache's append kernel wrote to in an untimed
+    step (one per layer), by address.
 
-    A prefill step (no context) runs ``tokens`` new tokens on a fresh sequence; a decode
-    step runs after ``context`` tokens and is popped after, so that every timed run sees
-    the same context."""
+    A prefill step (no context) runs ``tokens`` new tokens of each sequence on fresh
+    sequences; a decode step runs after ``context`` tokens of each (filled one sequence
+    at a time through the prefill entry) and is popped after, so that every timed run
+    sees the same context. The cache is told each sequence's own length, so that a batch
+    of one-token steps runs its decode kernels, as an engine's ``batch_decode`` does."""
 
     def __init__(self, vm, set_instrument, ffi, spec: dict, tensor, sync, seed: int = 0, timed: bool = True):
         self.vm, self.ffi, self.spec = vm, ffi, spec
@@ -387,31 +392,46 @@ class Server:
         self._sync, self._tensor = sync, tensor
         self.pages: dict[int, tuple[tuple[int, ...], str]] = {}  # data address -> (shape, dtype)
         self.tokens, self.context = spec["tokens"], spec["context"]
-        self.cache = self._create(spec["cache"], set_instrument, self.tokens + self.context + DECODE_MARGIN, timed)
-        self.inputs, self.args = self._arguments(spec["params"], self.tokens, seed)
+        self.sequences = spec.get("sequences", 1)
+        capacity = self.sequences * (self.tokens + self.context + DECODE_MARGIN)
+        self.cache = self._create(spec["cache"], set_instrument, capacity, timed)
+        self.inputs, self.args = self._arguments(spec["params"], spec.get("dims"), self.tokens, seed)
         self._builtin = {
             name: ffi.get_global_func(f"vm.builtin.kv_state_{name}")
             for name in ("add_sequence", "remove_sequence", "begin_forward", "end_forward", "popn")
         }
-        self._builtin["add_sequence"](self.cache, 0)
+        self._ids = list(range(self.sequences))
+        for i in self._ids:
+            self._builtin["add_sequence"](self.cache, i)
         if self.context:
             prefill = spec["prefill"]
-            self._forward(self.context, vm[prefill["entry"]], self._arguments(prefill["params"], self.context, seed)[1])
+            fill = self._arguments(prefill["params"], prefill.get("dims"), self.context, seed)[1]
+            for i in self._ids:
+                self._forward([i], self.context, vm[prefill["entry"]], fill)
         self._function = vm[spec["entry"]]
+
+    def describe(self) -> str:
+        """What a step serves, in one line: its tokens, sequences, context and each dim
+        bound to a value the step's size does not give (with where it came from)."""
+        each = f" for each of {self.sequences} sequences" if self.sequences != 1 else ""
+        bound = "".join(f"; {d}={v} ({where})" for d, v, where in self.spec.get("bound", ()))
+        return f"serving {self.spec['entry']}: {self.tokens} token(s){each} after a context of {self.context}{bound}"
 
     def step(self):
         """One run of the entry as served; returns what it returned."""
         if self.context:
-            out = self._forward(self.tokens, self._function, self.args)
-            self._builtin["popn"](self.cache, 0, self.tokens)
+            out = self._forward(self._ids, self.tokens, self._function, self.args)
+            for i in self._ids:
+                self._builtin["popn"](self.cache, i, self.tokens)
             return out
-        self._builtin["remove_sequence"](self.cache, 0)
-        self._builtin["add_sequence"](self.cache, 0)
-        return self._forward(self.tokens, self._function, self.args)
+        for i in self._ids:
+            self._builtin["remove_sequence"](self.cache, i)
+            self._builtin["add_sequence"](self.cache, i)
+        return self._forward(self._ids, self.tokens, self._function, self.args)
 
-    def _forward(self, length: int, function, args):
+    def _forward(self, ids: list[int], length: int, function, args):
         shape = self.ffi.Shape
-        self._builtin["begin_forward"](self.cache, shape([0]), shape([length]))
+        self._builtin["begin_forward"](self.cache, shape(ids), shape([length] * len(ids)))
         try:
             return function(*[self.cache if a is _CACHE else a for a in args])
         finally:
@@ -429,7 +449,7 @@ class Server:
             return NO_OP
 
         shape = self.ffi.Shape
-        sizes = (1, capacity, capacity, self.spec["page_size"], 0)  # one sequence; a prefill chunk of it all
+        sizes = (self.sequences, capacity, capacity, self.spec["page_size"], 0)  # a prefill chunk of it all
         set_instrument(note)
         try:
             made = self.vm[cache["entry"]](*[shape([n]) for n in sizes])
@@ -483,11 +503,11 @@ class Server:
 
         return timed
 
-    def _arguments(self, params: list, length: int, seed: int):
+    def _arguments(self, params: list, dims: dict | None, length: int, seed: int):
         """(the entry's tensor inputs as ``(name, numpy array)``, its arguments for the
-        VM): seeded random data (integers zeros, valid token ids), every symbolic dim
-        ``length``; a tuple parameter as a list of its fields; the KV cache's place
-        marked."""
+        VM): seeded random data (integers zeros, valid token ids), each symbolic dim its
+        value in ``dims`` (``length`` when there are none); a tuple parameter as a list
+        of its fields; the KV cache's place marked."""
         rng = np.random.default_rng(seed)
         inputs, args = [], []
         for p in params:
@@ -495,7 +515,9 @@ class Server:
                 args.append(_CACHE)
                 continue
             arrays = [
-                _random(rng, tuple(d if isinstance(d, int) else length for d in shape), dtype)
+                _random(
+                    rng, tuple(d if isinstance(d, int) else (length if dims is None else dims[d]) for d in shape), dtype
+                )
                 for shape, dtype in p["tensors"]
             ]
             if p["kind"] == "tensor":
@@ -691,7 +713,7 @@ def run_bundle(
             )
         server = Server(vm, set_instrument, ffi, spec, runtime.tensor, runtime.sync if device != "cpu" else _no_op)
         cache = frozenset(spec["cache"]["kernels"])
-        say(f"serving {manifest['entry']}: {server.tokens} token(s) after a context of {server.context}")
+        say(server.describe())
         call = server.step
     else:
         args = _inputs(bundle, manifest, runtime, ffi)
@@ -776,6 +798,8 @@ def run_bundle(
     if server is not None:
         measured.update(
             step=[server.tokens, server.context],
+            sequences=server.sequences,
+            bound=server.spec.get("bound", []),
             inputs=[[name, list(a.shape), str(a.dtype)] for name, a in server.inputs],
             kv_pages=[[list(shape), dtype] for shape, dtype in server.pages.values()],
         )

@@ -12,22 +12,27 @@ never sees them. This module says what to serve from a lineage (``served_spec``)
 
 from __future__ import annotations
 
-from attrs import define
+from attrs import define, field
 
 from ..errors import RelaytraceError, UsageError, describe
-from ..model.entry import APPEND, ParamKind, cache_param, kernel_role, of_any_length
+from ..model.entry import APPEND, DimRole, ParamKind, batched, cache_param, kernel_role, of_any_length, step_shape
 from . import runner
 
 
 @define(frozen=True)
 class Serving:
-    """How to serve an entry that takes a KV cache: ``tokens`` new tokens per step (a
-    prefill's length; an entry whose inputs are static sizes, a decode, runs what they
-    say), after ``context`` tokens already in the cache, in pages of ``page_size``."""
+    """How to serve an entry that takes a KV cache: ``tokens`` new tokens per sequence per
+    step (a prefill's length; an entry whose token count is static, a decode, runs what it
+    says), for each of ``sequences`` sequences (an entry of any batch size,
+    ``batch_decode``; others serve one), after ``context`` tokens already in each
+    sequence's cache, in pages of ``page_size``; ``bind``: the value of a symbolic dim
+    the model does not give (``--bind NAME=VALUE``; it overrides the model's own)."""
 
     tokens: int = 32
     context: int = 0
     page_size: int = 16
+    sequences: int = 1
+    bind: dict[str, int] = field(factory=dict)
 
 
 def takes_cache(lineage, entry: str) -> bool:
@@ -48,11 +53,23 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
             "(a call of vm.builtin.*_kv_cache_create): relaytrace cannot serve it"
         )
     params = lineage.build.params[entry]
+    model_sizes = {**(lineage.program.sizes if lineage.program is not None else {}), **serving.bind}
+    sequences = serving.sequences if batched(params) else 1
+    if serving.sequences != 1 and sequences == 1:
+        raise UsageError(
+            f"{entry} serves one sequence (no input dim counts sequences): --batch {serving.sequences} applies to "
+            "a batch entry (MLC-LLM's batch_decode, batch_prefill)"
+        )
+    tokens = _length(params, serving)
     prefill = _prefill_entry(lineage) if serving.context else None
+    dims, bound = step_dims(entry, params, tokens, sequences, model_sizes, lineage.program)
     return {
         "entry": entry,
         "params": _params(params),
-        "tokens": _length(params, serving),
+        "tokens": tokens,
+        "sequences": sequences,
+        "dims": dims,
+        "bound": bound,
         "context": serving.context,
         "page_size": serving.page_size,
         "cache": {
@@ -61,8 +78,41 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
             "kernels": list(facts.kernels),
             "append": next((k for k in facts.kernels if kernel_role(facts, k) == APPEND), None),
         },
-        "prefill": {"entry": prefill, "params": _params(lineage.build.params[prefill])} if prefill else None,
+        "prefill": {
+            "entry": prefill,
+            "params": _params(lineage.build.params[prefill]),
+            "dims": step_dims(prefill, lineage.build.params[prefill], serving.context, 1, model_sizes, None)[0],
+        }
+        if prefill
+        else None,
     }
+
+
+def step_dims(entry: str, params, tokens: int, sequences: int, model_sizes: dict[str, int], program) -> tuple:
+    """(dim -> value, [[dim, value, where it came from], ...] for each dim a step's size
+    does not give) of every symbolic dim of ``entry``'s tensors: a token dim the step's
+    tokens (every sequence's, when they are packed in one row), a sequences dim
+    ``sequences``, a dim only weights have the model's own (``model_sizes``: ``--bind``
+    or the model's attribute); a dim with no value is a one-line error naming it."""
+    shape = step_shape(params)
+    dims: dict[str, int] = {}
+    bound = []
+    for dim, role in shape.roles.items():
+        if role == DimRole.TOKENS:
+            dims[dim] = tokens * sequences if shape.packed else tokens
+        elif role == DimRole.SEQUENCES:
+            dims[dim] = sequences
+        elif dim in model_sizes:
+            dims[dim] = model_sizes[dim]
+            given = program is None or dim not in program.sizes or program.sizes[dim] != model_sizes[dim]
+            bound.append([dim, model_sizes[dim], "--bind" if given else f"the model's {dim}"])
+        else:
+            what = "only the weights have it" if role == DimRole.MODEL else "relaytrace cannot tell what it counts"
+            raise UsageError(
+                f"{entry}'s dim {dim!r} has no value ({what}, and the model gives none): "
+                f"give it with --bind {dim}=VALUE"
+            )
+    return dims, bound
 
 
 def Server(vm, lineage, entry: str, serving: Serving, device, seed: int = 0, timed: bool = True):  # noqa: N802
@@ -102,22 +152,26 @@ def _params(params) -> list[dict]:
 
 
 def _prefill_entry(lineage) -> str:
-    """The entry that fills the cache with a context: one whose token count is symbolic
-    (a prefill)."""
-    for name, params in lineage.build.params.items():
-        if cache_param(params) is not None and of_any_length(params):
-            return name
-    raise RelaytraceError(
-        "the build has no entry that takes a KV cache and any number of tokens (a prefill): "
-        "a context cannot be filled; profile with context 0"
-    )
+    """The entry that fills one sequence's cache with a context: one that takes a KV
+    cache and any number of tokens of one sequence (a prefill; ``prefill`` itself first)."""
+    fills = [
+        name
+        for name, params in lineage.build.params.items()
+        if cache_param(params) is not None and of_any_length(params) and not batched(params)
+    ]
+    if not fills:
+        raise RelaytraceError(
+            "the build has no entry that takes a KV cache and any number of tokens of one sequence (a prefill): "
+            "a context cannot be filled; profile with context 0"
+        )
+    return "prefill" if "prefill" in fills else fills[0]
 
 
 def _length(params, serving: Serving) -> int:
-    """The tokens a step runs: ``serving.tokens`` for an entry with a symbolic size,
-    else its first tensor's second-to-last dim ((batch, tokens, hidden), as MLC-LLM's
-    entries take embeddings)."""
+    """The tokens a step runs for each sequence: ``serving.tokens`` for an entry with a
+    symbolic token dim, else its first input's second-to-last dim ((batch, tokens,
+    hidden), as MLC-LLM's entries take embeddings)."""
     if of_any_length(params):
         return serving.tokens
-    first = next((t for p in params if p.kind == ParamKind.TENSOR for t in p.tensors), None)
+    first = next((t for p in params if p.kind == ParamKind.TENSOR and not p.weight for t in p.tensors), None)
     return int(first.shape[-2]) if first is not None and len(first.shape) >= 2 else 1

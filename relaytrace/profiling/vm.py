@@ -184,7 +184,7 @@ def _served_profile(executable, lineage, entry, device, warmup, repeat, mode, pr
     default = Serving(context=default_context(params))
     vm = _vm(executable, device)
     server = Server(vm, lineage, entry, serving or default, device)
-    say(f"serving {entry}: {server.tokens} token(s) after a context of {server.context}")
+    say(server.describe())
     records, arg_info = _local_runs(
         vm, server.step, lineage, device, warmup, repeat, mode, (library, {}), 1, say, server
     )
@@ -200,6 +200,8 @@ def _served_profile(executable, lineage, entry, device, warmup, repeat, mode, pr
         found,
         peaks=_local_peaks(lineage, peaks, say),
         step=(server.tokens, server.context),
+        sequences=server.sequences,
+        bound=tuple((d, v, where) for d, v, where in server.spec["bound"]),
         inputs=tuple((n, tuple(a.shape), str(a.dtype)) for n, a in server.inputs),
         kv_pages=tuple(server.pages.values()),
     )

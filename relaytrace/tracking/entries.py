@@ -9,27 +9,33 @@ from tvm import relax
 
 from ..model.entry import KVCache, Param, ParamKind, Tensor
 from . import ir
+from .params import weight_params
 
 CACHE_CREATE = "_kv_cache_create"  # the suffix of the builtins that make a KV cache (paged, rnn state)
 
 
 def entry_params(functions: dict) -> dict[str, tuple[Param, ...]]:
-    """entry function -> its parameters as that module takes them."""
-    return {
-        name: tuple(_param(p.name, ir.expr_type(p)) for p in ir.items(functions[name].params))
-        for name in ir.entry_functions(functions)
-    }
+    """entry function -> its parameters as that module takes them, those after its
+    ``num_input`` marked as weights."""
+    out = {}
+    for name in ir.entry_functions(functions):
+        func = functions[name]
+        params = ir.items(func.params)
+        first = len(params) - len(weight_params(func))
+        out[name] = tuple(_param(p.name, ir.expr_type(p), i >= first) for i, p in enumerate(params))
+    return out
 
 
-def _param(name: str, ty) -> Param:
+def _param(name: str, ty, weight: bool) -> Param:
     if isinstance(ty, relax.TensorType):
         ((shape, dtype),) = ir.tensor_types(ty)
-        return Param(name, ParamKind.TENSOR, (Tensor(name, shape, dtype),))
+        return Param(name, ParamKind.TENSOR, (Tensor(name, shape, dtype),), weight=weight)
     if isinstance(ty, relax.TupleType):
         return Param(
             name,
             ParamKind.TUPLE,
             tuple(Tensor(f"{name}[{i}]", shape, dtype) for i, (shape, dtype) in enumerate(ir.tensor_types(ty))),
+            weight=weight,
         )
     if isinstance(ty, relax.ShapeType):
         return Param(name, ParamKind.SHAPE)

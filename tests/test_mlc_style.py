@@ -1,0 +1,142 @@
+"""The Llama as MLC-LLM exports its own models (``zoo.mlc_llama.mlc_style``): a symbolic
+``vocab_size`` in the weights, the head tied to the embeddings through
+``embed_tokens.lm_head_forward``, the engine's batch entries and a ``ModuleSpec`` —
+named, sized and served as MLC-LLM's engine serves them, built by real TVM for llvm."""
+
+from __future__ import annotations
+
+import pytest
+
+import relaytrace
+from relaytrace.analysis.report import make_report
+from relaytrace.errors import UsageError
+from relaytrace.frontends.nn import from_nn
+from relaytrace.model.entry import PAGED_DECODE, PAGED_PREFILL, RAGGED_PREFILL, DimRole, kernel_role, step_shape
+from relaytrace.model.profile import CACHE
+from relaytrace.profiling.serve import Serving
+from relaytrace.zoo.mlc_llama import mlc_style
+
+HIDDEN, VOCAB, BLOCKS = 64, 320, 2  # the vocabulary unlike any other dim
+
+
+@pytest.fixture(scope="module")
+def built():
+    module, spec = mlc_style(layers=BLOCKS, hidden=HIDDEN, vocab_size=VOCAB)
+    return relaytrace.build(from_nn(module, spec, name="mlc"), "llvm")
+
+
+def _serve(built, entry, **serving):
+    executable, lineage = built
+    prof = relaytrace.profile(executable, lineage, [], entry=entry, serving=Serving(**serving), repeat=1)
+    return make_report(lineage, prof)
+
+
+def _head_sites(report):
+    """The layer of each kernel share that computes the logits (a matmul: activations,
+    weight, and an output whose last dim is the vocabulary), with its argument shapes."""
+    out = []
+    for share in report.shares:
+        arg = report.profile.arg(share.key)
+        if arg is not None and len(arg.shapes) == 3 and arg.shapes[-1] and arg.shapes[-1][-1] == VOCAB:
+            out.append((share.layer, arg.shapes))
+    return out
+
+
+def test_the_model_gives_its_symbolic_vocab_size_and_the_weights_are_marked(built):
+    _, lineage = built
+    assert lineage.program.sizes == {"vocab_size": VOCAB}
+    decode = lineage.build.params["batch_decode"]
+    assert [(p.name, p.weight) for p in decode] == [
+        ("input_embeds", False),
+        ("paged_kv_cache", False),
+        ("packed_params", True),
+    ]
+    assert step_shape(decode).roles == {"batch_size": DimRole.SEQUENCES, "vocab_size": DimRole.MODEL}
+    prefill = step_shape(lineage.build.params["batch_prefill"])
+    assert prefill.packed and prefill.roles["seq_len"] == DimRole.TOKENS
+    assert prefill.roles["batch_size"] == DimRole.SEQUENCES  # logit_positions: one per sequence
+    # a decode's token count is static, whatever symbolic dims its weights have
+    assert step_shape(lineage.build.params["decode"]).of(DimRole.TOKENS) == ()
+
+
+def test_the_tied_head_a_method_of_the_embeddings_is_that_module_verified(built):
+    report = _serve(built, "decode", context=8)
+    heads = _head_sites(report)
+    assert heads and {layer for layer, _ in heads} == {"model.embed_tokens"}
+    layer = next(r for r in report.layers if r.layer == "model.embed_tokens")
+    assert layer.status == "verified"
+    assert "matmul" in layer.ops and "permute_dims" in layer.ops
+
+
+def test_a_batch_decode_serves_each_sequence_one_token_through_the_decode_kernel(built):
+    _, lineage = built
+    cache = lineage.build.kv_cache
+    report = _serve(built, "batch_decode", context=20, sequences=4)
+    prof = report.profile
+    assert prof.step == (1, 20) and prof.sequences == 4
+    assert prof.inputs == (("input_embeds", (4, 1, HIDDEN), "float32"),)
+    assert prof.bound == (("vocab_size", VOCAB, "the model's vocab_size"),)
+    ran = {kernel_role(cache, r.name) for r in prof.records if r.kind == CACHE}
+    assert PAGED_DECODE in ran and not ran & {RAGGED_PREFILL, PAGED_PREFILL}
+    decode = next(r.name for r in prof.records if kernel_role(cache, r.name) == PAGED_DECODE)
+    roofs = [r for key, r in report.roofline.sites.items() if key.kernel == decode]
+    # each of the four sequences' token over its context and itself: QK^T and PV, a multiply and an add each
+    assert [r.flops for r in roofs] == [4 * 4 * cache.q_heads * cache.head_dim * (20 + 1)] * BLOCKS
+    # the head ran at the model's vocabulary for the batch's four tokens, not at the token count
+    assert {shapes[0] for _, shapes in _head_sites(report)} == {(4, 1, HIDDEN)}
+    assert "1 token(s) for each of 4 sequences after 20; vocab_size=320" in prof.summary()
+    assert report.memory is not None  # the weights' sizes are known: the memory line stays
+
+
+def test_a_decode_after_a_context_fills_it_through_the_prefill_and_sizes_the_head_by_the_model(built):
+    report = _serve(built, "decode", context=40)
+    assert report.profile.step == (1, 40) and report.profile.inputs == (("input_embed", (1, 1, HIDDEN), "float32"),)
+    assert all(shapes[-1] == (1, 1, VOCAB) for _, shapes in _head_sites(report))
+
+
+def test_a_batch_prefill_packs_every_sequences_tokens_in_one_row(built):
+    report = _serve(built, "batch_prefill", tokens=6, sequences=3)
+    inputs = dict((n, s) for n, s, _ in report.profile.inputs)
+    assert inputs == {"input_embeds": (1, 18, HIDDEN), "logit_positions": (3,)}
+    assert {shapes[-1] for _, shapes in _head_sites(report)} == {(1, 3, VOCAB)}
+
+
+def test_a_dim_the_model_gives_no_value_is_refused_in_one_line_or_bound(built, monkeypatch):
+    executable, lineage = built
+    import attrs
+
+    silent = attrs.evolve(lineage, program=attrs.evolve(lineage.program, sizes={}))
+    with pytest.raises(UsageError, match=r"'vocab_size' has no value .*--bind vocab_size=VALUE"):
+        relaytrace.profile(executable, silent, [], entry="decode", serving=Serving(context=4), repeat=1)
+    prof = relaytrace.profile(
+        executable, silent, [], entry="decode", serving=Serving(context=4, bind={"vocab_size": VOCAB}), repeat=1
+    )
+    assert prof.bound == (("vocab_size", VOCAB, "--bind"),)
+
+
+def test_batch_on_an_entry_of_one_sequence_is_refused(built):
+    executable, lineage = built
+    with pytest.raises(UsageError, match="decode serves one sequence"):
+        relaytrace.profile(executable, lineage, [], entry="decode", serving=Serving(sequences=4), repeat=1)
+
+
+FACTORY = """from relaytrace.zoo.mlc_llama import mlc_style
+
+
+def make():
+    return mlc_style(layers=1)
+"""
+
+
+def test_the_cli_takes_a_module_spec_and_serves_a_batch(tmp_path, capsys):
+    from relaytrace import cli
+
+    (tmp_path / "llm.py").write_text(FACTORY)
+    out = tmp_path / "batch"
+    args = ["profile", f"{tmp_path / 'llm.py'}:make", "--entry", "batch_decode", "--batch", "2", "--context", "5"]
+    assert cli.main([*args, "--repeat", "1", "--out", str(out)]) == 0
+    said = capsys.readouterr()
+    assert "1 token(s) for each of 2 sequences after 5; vocab_size=256 (the model's vocab_size)" in said.out
+    with pytest.raises(SystemExit):
+        cli.main(["profile", f"{tmp_path / 'llm.py'}:make", "--bind", "vocab_size=many"])
+    assert "expected DIM=VALUE" in capsys.readouterr().err
