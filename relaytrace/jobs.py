@@ -289,6 +289,14 @@ def write_compare(out: Path, lineage, comparison, overwrite: bool = True) -> Pat
     return _staged(out, lambda staging: write_all(COMPARE, CompareRun(lineage, comparison), staging), overwrite)
 
 
+def write_sweep(out: Path, sweep, project: int | None, overwrite: bool = True) -> Path:
+    """Write a ``relaytrace sweep`` run's outputs (``render.outputs.SWEEP``) as
+    ``write_outputs`` writes a profile's: whole or not at all."""
+    from .render.outputs import SWEEP, SweepRun, write_all
+
+    return _staged(out, lambda staging: write_all(SWEEP, SweepRun(sweep, project), staging), overwrite)
+
+
 def legacy_out(out: Path) -> Path:
     """``legacy --out``'s directory refused when it holds outputs of another command
     (a profile's): ``--force`` replaces the directory whole, and a legacy run writes

@@ -140,3 +140,25 @@ def test_the_cli_takes_a_module_spec_and_serves_a_batch(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["profile", f"{tmp_path / 'llm.py'}:make", "--bind", "vocab_size=many"])
     assert "expected DIM=VALUE" in capsys.readouterr().err
+
+
+def test_the_cli_sweeps_a_batch_decode_over_contexts_and_batches(tmp_path, capsys):
+    import csv
+
+    from relaytrace import cli
+
+    (tmp_path / "llm.py").write_text(FACTORY)
+    out = tmp_path / "sweep"
+    args = ["sweep", f"{tmp_path / 'llm.py'}:make", "--entry", "batch_decode", "--context", "4,48", "--batch", "1,3"]
+    assert cli.main([*args, "--repeat", "1", "--project", "1024", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "fitted to 4 points (C = 4, 48; B = 1, 3)" in said and "at 1024, B=3" in said
+    with open(out / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    attention = [r for r in rows if r["layer"] == "model.layers.0.self_attn"]
+    assert sorted((int(r["context"]), int(r["batch"])) for r in attention) == [(4, 1), (4, 3), (48, 1), (48, 3)]
+    with open(out / "fits.csv", newline="") as f:
+        fits = {r["layer"]: r for r in csv.DictReader(f)}
+    assert {"model.layers.0.self_attn", "model.embed_tokens", "(step)"} <= set(fits)
+    assert all(float(r["per_cached_token_us"]) >= 0 for r in fits.values())
+    assert (out / "sweep.svg").read_text().startswith("<svg")

@@ -19,5 +19,6 @@ Modules:
 - ``report``: the ``Report``: every figure of one profile, computed once for every
   renderer
 - ``roofline``: why a layer is slow
+- ``sweep``: each layer's time fitted against an LLM's context and batch size
 - ``work_split``: how a fused kernel's time and work are cut among its ops
 """

@@ -27,6 +27,7 @@ Modules:
 - ``render``: ``relaytrace render``
 - ``report``: ``relaytrace report``
 - ``shared``: what several commands share
+- ``sweep``: ``relaytrace sweep``
 - ``tasks``: ``relaytrace tasks``
 """
 
@@ -46,6 +47,7 @@ from . import (
     query,
     render,
     report,
+    sweep,
     tasks,
 )
 from .base import Command
@@ -57,6 +59,7 @@ COMMANDS: tuple[Command, ...] = (
     report.COMMAND,
     compare.COMMAND,
     estimate.COMMAND,
+    sweep.COMMAND,
     peaks.COMMAND,
     render.COMMAND,
     query.COMMAND,

@@ -359,5 +359,7 @@ def cache_work(cache, kernel: str, tokens: int, context: int, itemsize: int = 4,
         PAGED_DECODE: (context + 1, context + 1),
     }[role]
     return Work(
-        sequences * 4 * h * d * pairs, sequences * h * pairs, sequences * (2 * tokens * h * d + 2 * keys * hkv * d) * itemsize
+        sequences * 4 * h * d * pairs,
+        sequences * h * pairs,
+        sequences * (2 * tokens * h * d + 2 * keys * hkv * d) * itemsize,
     )

@@ -403,8 +403,8 @@ class Server:
         self._ids = list(range(self.sequences))
         for i in self._ids:
             self._builtin["add_sequence"](self.cache, i)
-        if self.context:
-            prefill = spec["prefill"]
+        if self.context:  # each sequence filled apart: forked ones would share pages, and the cache then runs
+            prefill = spec["prefill"]  # its cascade of shared-prefix attention and a merge, not a batch's decode
             fill = self._arguments(prefill["params"], prefill.get("dims"), self.context, seed)[1]
             for i in self._ids:
                 self._forward([i], self.context, vm[prefill["entry"]], fill)

@@ -18,6 +18,7 @@ Modules:
   text
 - ``safe_text``: names as text in every output but the HTML report (which escapes its
   own)
+- ``sweep``: a ``Sweep`` as ``sweep.csv``, ``fits.csv``, ``sweep.svg`` and a terminal table
 - ``table``: plain-text tables for terminals
 - ``verification_csv``: ``verification.csv``: each layer's verdict and its sites'
 """

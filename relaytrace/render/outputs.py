@@ -1,9 +1,9 @@
 """The files a run writes into its output directory, each listed once.
 
 An ``Output`` names the files it writes and writes them from what the run produced
-(a ``ProfileRun``, ``CompareRun`` or ``LegacyRun``) into a directory. ``PROFILE``,
-``COMPARE`` and ``LEGACY`` are the lists ``jobs.write_outputs`` / ``write_compare`` /
-``write_legacy`` write, ``NAMES`` is what
+(a ``ProfileRun``, ``CompareRun``, ``LegacyRun`` or ``SweepRun``) into a directory.
+``PROFILE``, ``COMPARE``, ``LEGACY`` and ``SWEEP`` are the lists
+``jobs.write_outputs`` / ``write_compare`` / ``write_legacy`` / ``write_sweep`` write, ``NAMES`` is what
 ``--force`` accepts as relaytrace's own files, and the CLI's "written to" line names
 the files that exist. Why one list: an output added to the writer but not to the
 ownership check made the next ``--force`` refuse the directory as holding files
@@ -58,7 +58,16 @@ class LegacyRun:
     matches: dict
 
 
-R = TypeVar("R", ProfileRun, CompareRun, LegacyRun)
+@frozen
+class SweepRun:
+    """What ``sweep --out`` writes from: the ``Sweep`` and the context its fits are
+    projected to (None: none)."""
+
+    sweep: object
+    project: int | None = None
+
+
+R = TypeVar("R", ProfileRun, CompareRun, LegacyRun, SweepRun)
 
 
 @frozen
@@ -197,12 +206,39 @@ LEGACY: tuple[Output[LegacyRun], ...] = (
 )
 
 
+SWEEP: tuple[Output[SweepRun], ...] = (
+    Output(
+        ("sweep.csv",),
+        lambda run, d: _text(d, "sweep.csv", _sweep().sweep_csv(run.sweep)),
+        "each layer's time at each measured (context, batch) point, and its fit there",
+    ),
+    Output(
+        ("fits.csv",),
+        lambda run, d: _text(d, "fits.csv", _sweep().fits_csv(run.sweep, run.project)),
+        "each layer's fitted curve, its error, and its time at the projected context",
+    ),
+    Output(
+        ("sweep.svg",),
+        lambda run, d: _text(d, "sweep.svg", _sweep().sweep_svg(run.sweep)),
+        "the slowest layers' time against context per batch size, measured and fitted",
+    ),
+)
+
+
+def _sweep():
+    from . import sweep
+
+    return sweep
+
+
 def names(outputs: tuple[Output[R], ...]) -> tuple[str, ...]:
     """Every file ``outputs`` may write, in list order."""
     return tuple(name for output in outputs for name in output.names)
 
 
-NAMES = tuple(dict.fromkeys(names(PROFILE) + names(COMPARE) + names(LEGACY)))  # what a directory of ours may hold
+NAMES = tuple(
+    dict.fromkeys(names(PROFILE) + names(COMPARE) + names(LEGACY) + names(SWEEP))
+)  # what a directory of ours may hold
 
 
 def write_all(outputs: tuple[Output[R], ...], run: R, directory: Path) -> None:

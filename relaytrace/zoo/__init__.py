@@ -7,6 +7,8 @@ Modules:
 
 - ``generated``: seeded random torch models from the layers TVM users meet, for finding
   attribution bugs
+- ``group_quant``: MLC-LLM's q4f16_1 group quantization (4-bit weights packed in
+  uint32, float16 scales), for the zoo's quantized Llama
 - ``mlc_llama``: a Llama written the way MLC-LLM writes its models for TVM
 - ``models``: torchvision-compatible definitions (module names and shapes match
   torchvision)
