@@ -124,6 +124,34 @@ def test_an_estimate_bounds_decode_attention_by_its_context(built):
     assert short > 0 and 12 < long / short < 17  # its keys and values grow 16x; the query does not
 
 
+@pytest.mark.parametrize("target, entry", [("cuda", "decode"), ("llvm", "prefill")])
+def test_the_cli_estimates_a_packed_parameter_llm_as_the_api_does(tmp_path, target, entry):
+    """One signature per entry, its parameters' tensors as compiled (the packed weights
+    field by field): the estimate's inputs are the ones the report's check of a profile
+    against its lineage reads, so the CLI gives what ``estimated_profile`` gives."""
+    from relaytrace import cli
+    from relaytrace.model.lineage import Lineage
+    from relaytrace.model.profile import Profile
+
+    (tmp_path / "llm.py").write_text(FACTORY)
+    out, a100 = tmp_path / "estimate", named("nvidia-a100-sxm4-80gb")
+    step = ["--context", "4096"] if entry == "decode" else ["--tokens", "16"]
+    model = f"{tmp_path / 'llm.py'}:make"
+    args = ["estimate", model, "--target", target, "--device", a100.device, "--entry", entry, *step, "--out", str(out)]
+    assert cli.main(["--quiet", *args]) == 0
+    lineage, saved = Lineage.load(out / "lineage.json"), Profile.load(out / "profile.json")
+    assert [n for n, _, _ in saved.inputs][:3] == ["input_embed", "packed_params[0]", "packed_params[1]"]
+    shapes = {"input_embed": (1, 16, HIDDEN)} if entry == "prefill" else None
+    api = estimated_profile(lineage, a100, entry=entry, shapes=shapes, context=4096 if entry == "decode" else None)
+    assert saved.records == api.records and saved.step == api.step
+    role = PAGED_DECODE if entry == "decode" else RAGGED_PREFILL
+    attention = [r.duration_us for r in saved.records if r.name == _role_kernel(lineage, role)]
+    # memory-bound on an A100 (2,039 GB/s): the queries, keys and values attended and the output, once
+    tokens, keys = (1, 4096 + 1) if entry == "decode" else (16, 16)
+    moved = (2 * tokens * Q_HEADS * HEAD_DIM + 2 * keys * KV_HEADS * HEAD_DIM) * 4
+    assert attention == [pytest.approx(moved / 2039e3)] * BLOCKS
+
+
 def test_a_served_entry_is_profiled_in_timeline_mode_only(built):
     executable, lineage = built
     with pytest.raises(UsageError, match="timeline mode"):
