@@ -54,7 +54,7 @@ def test_json_round_trip_is_exact(builds, tmp_path, name):
     path = lineage.save(tmp_path / "lineage.json")
     loaded = Lineage.load(path)
     assert loaded == lineage
-    assert json.loads(path.read_text())["schema"] == "relaytrace.lineage/6"
+    assert json.loads(path.read_text())["schema"] == "relaytrace.lineage/7"
     # records come back as records, not as tuples that merely compare equal
     assert all(type(r) is Role for s in loaded.call_sites for r in s.roles)
     assert all(type(c) is Change for h in loaded.journal.history_by_origin.values() for c in h)

@@ -100,6 +100,42 @@ def test_the_attention_layers_hold_the_kv_cache_kernels_time_verified(served, bu
         assert attn.us >= sum(s.us for s in cache_shares if s.layer == "model.layers.0.self_attn")
 
 
+ROTATED, FUSED_QKV = (Q_HEADS + KV_HEADS) * HEAD_DIM, (Q_HEADS + 2 * KV_HEADS) * HEAD_DIM  # per token
+
+
+def cache_by_hand(tokens, context):
+    """FLOPs and bytes of the KV-cache kernels one attention builtin runs for a step of
+    ``tokens`` after ``context`` (float32): RoPE (6 FLOPs per rotated query or key
+    element: two divides, x·cos, rot(x)·sin, the negation, the add; reads QKV and
+    positions, writes Q, K, V), the append (reads the new keys and values, writes them
+    into the pages), the attention (4
+    FLOPs per head-dim element per (query, key) pair; queries, keys and values
+    attended, output); a decode's pairs are its token with the context and itself, a
+    ragged prefill's causal among its tokens."""
+    pairs, keys = (context + 1, context + 1) if tokens == 1 else (tokens * (tokens + 1) // 2, tokens)
+    flops = 6 * ROTATED * tokens + 4 * Q_HEADS * HEAD_DIM * pairs
+    rope = (2 * FUSED_QKV * 4 + 4) * tokens
+    append = 2 * 2 * tokens * KV_HEADS * HEAD_DIM * 4
+    attention = (2 * tokens * Q_HEADS * HEAD_DIM + 2 * keys * KV_HEADS * HEAD_DIM) * 4
+    return flops, rope + append + attention
+
+
+def test_an_attention_layers_work_holds_the_kv_cache_kernels_it_ran(served, built):
+    """The cache's kernels run inside the attention builtin; their FLOPs and bytes are
+    the attention layer's, as their time is, beside its own kernels' (reshapes)."""
+    _, lineage = built
+    for report, (tokens, context) in zip(served, ((12, 0), (1, 20))):
+        cache = {k for k, r in report.roofline.sites.items() if k.kernel in lineage.build.kv_cache.kernels}
+        for i in range(BLOCKS):
+            layer = report.roofline.layer(f"model.layers.{i}.self_attn")
+            own = [s.key for s in report.shares if s.layer == layer.name and s.key not in cache]
+            flops, moved = cache_by_hand(tokens, context)
+            assert layer.flops == flops and layer.useful == flops
+            assert sum(report.roofline.sites[k].flops for k in own) == 0
+            assert layer.bytes == pytest.approx(moved + sum(report.roofline.sites[k].bytes for k in own))
+            assert layer.bound_us > 0 and layer.bound_by is not None
+
+
 @pytest.mark.parametrize("context", [7, 40])
 def test_decode_attention_flops_equal_a_hand_count_at_each_context(built, context):
     executable, lineage = built
@@ -122,6 +158,36 @@ def test_an_estimate_bounds_decode_attention_by_its_context(built):
 
     short, long = attention_us(256), attention_us(4096)
     assert short > 0 and 12 < long / short < 17  # its keys and values grow 16x; the query does not
+
+
+@pytest.mark.parametrize("target, entry", [("cuda", "decode"), ("llvm", "prefill")])
+def test_the_cli_estimates_a_packed_parameter_llm_as_the_api_does(tmp_path, target, entry):
+    """One signature per entry, its parameters' tensors as compiled (the packed weights
+    field by field): the estimate's inputs are the ones the report's check of a profile
+    against its lineage reads, so the CLI gives what ``estimated_profile`` gives."""
+    from relaytrace import cli
+    from relaytrace.model.lineage import Lineage
+    from relaytrace.model.profile import Profile
+
+    (tmp_path / "llm.py").write_text(FACTORY)
+    out, a100 = tmp_path / "estimate", named("nvidia-a100-sxm4-80gb")
+    step = ["--context", "4096"] if entry == "decode" else ["--tokens", "16"]
+    model = f"{tmp_path / 'llm.py'}:make"
+    args = ["estimate", model, "--target", target, "--device", a100.device, "--entry", entry, *step, "--out", str(out)]
+    assert cli.main(["--quiet", *args]) == 0
+    lineage, saved = Lineage.load(out / "lineage.json"), Profile.load(out / "profile.json")
+    assert [n for n, _, _ in saved.inputs][:3] == ["input_embed", "packed_params[0]", "packed_params[1]"]
+    shapes = {"input_embed": (1, 16, HIDDEN)} if entry == "prefill" else None
+    api = estimated_profile(lineage, a100, entry=entry, shapes=shapes, context=4096 if entry == "decode" else None)
+    assert saved.records == api.records and saved.step == api.step
+    role = PAGED_DECODE if entry == "decode" else RAGGED_PREFILL
+    attention = [r.duration_us for r in saved.records if r.name == _role_kernel(lineage, role)]
+    # memory-bound on an A100 (2,039 GB/s): the queries, keys and values attended and the output, once
+    tokens, keys = (1, 4096 + 1) if entry == "decode" else (16, 16)
+    moved = (2 * tokens * Q_HEADS * HEAD_DIM + 2 * keys * KV_HEADS * HEAD_DIM) * 4
+    assert attention == [pytest.approx(moved / 2039e3)] * BLOCKS
+    layers = {row["layer"]: row for row in _csv(out / "layers.csv")}
+    assert float(layers["model.layers.0.self_attn"]["flops"]) == cache_by_hand(tokens, keys - tokens)[0]
 
 
 def test_a_served_entry_is_profiled_in_timeline_mode_only(built):
@@ -187,6 +253,9 @@ def test_the_cli_profiles_a_decode_of_an_mlc_style_llm(tmp_path, capsys):
     assert attention["verification"] == "verified" and float(attention["duration_us"]) > 0
     layers = {row["layer"]: row for row in _csv(out / "layers.csv")}
     assert float(layers["model.layers.1.self_attn"]["time_us"]) > 0
+    flops, moved = cache_by_hand(1, 24)  # the cache's kernels are the attention layer's work too
+    assert float(layers["model.layers.1.self_attn"]["flops"]) == flops
+    assert float(layers["model.layers.1.self_attn"]["bytes"]) >= moved
 
 
 TVMSCRIPT = """import tvm

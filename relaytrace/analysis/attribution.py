@@ -37,7 +37,7 @@ from ..model.profile import BUILTIN, CACHE, KERNEL, Profile
 from ..model.sense import profile_mismatches
 from ..model.sitekey import SiteKey
 from ..model.verification import SUSPECT, UNVERIFIED, VERIFIED
-from .work_split import work_weights
+from .work_split import call_dims, work_weights
 
 
 class Category(Name):
@@ -238,11 +238,14 @@ def _by_anchor(lineage: Lineage, site, us: float, profile: Profile) -> list[Shar
 
 def _by_work(lineage: Lineage, site, us: float, profile: Profile) -> list[Share]:
     """The time cut over all the kernel's ops by their members' work at the call's
-    shapes (``work_split``), by estimated FLOPs where that cannot be weighed; an inserted
+    shapes (``work_split``), by estimated FLOPs at the call's dims where that cannot be
+    weighed; an inserted
     op's part split evenly over the layers it serves."""
     origins = [lineage.origins[r.origin] for r in site.roles]
-    by_work = work_weights(lineage, site, origins, profile.arg(site.key), profile.peaks) if len(origins) > 1 else None
-    weights = list(zip(origins, by_work)) if by_work else [(o, estimated_flops(o)) for o in origins]
+    arg = profile.arg(site.key)
+    by_work = work_weights(lineage, site, origins, arg, profile.peaks) if len(origins) > 1 else None
+    dims = call_dims(lineage, site, arg)
+    weights = list(zip(origins, by_work)) if by_work else [(o, estimated_flops(o, dims)) for o in origins]
     total = sum(w for _, w in weights) or 1.0
     result = []
     for origin, weight in weights:

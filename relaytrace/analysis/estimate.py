@@ -13,9 +13,11 @@ from __future__ import annotations
 from ..errors import UsageError
 from ..model.entry import (
     APPEND,
+    MERGE,
     PAGED_DECODE,
     PAGED_PREFILL,
     RAGGED_PREFILL,
+    ROPE,
     cache_param,
     default_context,
     kernel_role,
@@ -105,18 +107,16 @@ def estimated_profile(
 def cache_calls(lineage: Lineage, peaks: Peaks, tokens: int, context: int, start: float = 0.0) -> list[CallRecord]:
     """The KV-cache kernel calls of one served step of ``tokens`` new tokens after
     ``context`` (``lineage`` as one entry sees it), each at its roofline bound
-    (``model.work.cache_work``): inside each attention builtin call, the append and
-    the attention TVM's paged KV cache runs for such a step — one token after a context
-    is a decode (``PAGED_DECODE``), else a ragged prefill over the new tokens, and a
-    paged prefill over the context when there is one. Kernels with no formula (RoPE,
-    the merge of a prefill's two parts) are not estimated."""
+    (``model.work.cache_work``): inside each attention builtin call, what TVM's paged
+    KV cache runs for such a step — RoPE over the new tokens' queries and keys, the
+    append of their keys and values, then one token after a context is a decode
+    (``PAGED_DECODE``), else a ragged prefill over the new tokens and, when there is a
+    context, a paged prefill over it and the merge of the two."""
     cache = lineage.build.kv_cache
     if cache is None:
         return []
-    roles = (
-        [APPEND, PAGED_DECODE]
-        if tokens == 1 and context
-        else [RAGGED_PREFILL, APPEND] + ([PAGED_PREFILL] if context else [])
+    roles = [ROPE, APPEND] + (
+        [PAGED_DECODE] if tokens == 1 and context else [RAGGED_PREFILL] + ([PAGED_PREFILL, MERGE] if context else [])
     )
     names = [k for role in roles for k in cache.kernels if kernel_role(cache, k) == role]
     counts: dict[str, int] = {}

@@ -71,11 +71,11 @@ def op_works(
 ) -> tuple[OpWork, ...]:
     """Each origin of ``site`` (in order) its ``OpWork``: the site's executed ``flops``
     and ``transcendentals`` cut by each op's member's own count at the call's shapes
-    (``arg``), else by the ops' useful FLOPs, else by ``ops.estimated_flops``; so the
-    parts add up to the kernel's count and each op keeps its own."""
+    (``arg``), else by the ops' useful FLOPs, else by ``ops.estimated_flops`` at the
+    call's dims (a symbolic dim at the integer the call bound it to, never taken as 1);
+    so the parts add up to the kernel's count and each op keeps its own."""
     origins = [lineage.origins[r.origin] for r in site.roles]
-    kernel_work = lineage.build.work.get(site.kernel)
-    env = (bind(kernel_work, arg.shapes) if kernel_work is not None and arg is not None else None) or {}
+    env = call_dims(lineage, site, arg)
     useful = [_useful(o, env) for o in origins]
     asked_all = [u for u in useful if u is not None]
     own = _own_counts(lineage, site, origins, arg)
@@ -84,7 +84,7 @@ def op_works(
         if own and sum(f for f, _ in own) > 0
         else asked_all
         if len(asked_all) == len(useful) and sum(asked_all) > 0
-        else [estimated_flops(o) for o in origins]
+        else [estimated_flops(o, env) for o in origins]
     )
     by_trans = [t for _, t in own] if own and sum(t for _, t in own) > 0 else by_flops
     out = []
@@ -95,6 +95,13 @@ def op_works(
         asked = asked if asked is not None else done
         out.append(OpWork(origin.id, done, _part(transcendentals, wt, by_trans), asked, counted, why))
     return tuple(out)
+
+
+def call_dims(lineage: Lineage, site: CallSite, arg: ArgInfo | None) -> dict[str, int]:
+    """Each symbolic dim of the site's kernel at the integer its call's argument shapes
+    (``arg``) bind it to (``model.work.bind``); empty when they bind none."""
+    kernel_work = lineage.build.work.get(site.kernel)
+    return (bind(kernel_work, arg.shapes) if kernel_work is not None and arg is not None else None) or {}
 
 
 def _part(total: float | None, weight: float, weights: list[float]) -> float | None:

@@ -48,7 +48,7 @@ def run(args) -> int:
     from ..model.run_spec import RunSpec
     from ..render.safe_text import terminal
     from ..render.table import roofline_summary
-    from .shared import print_summary
+    from .shared import print_summary, summary
 
     peaks = given_peaks(args)
     if peaks is None:
@@ -75,10 +75,11 @@ def run(args) -> int:
     )
     report = make_report(lineage, profile, policy=args.policy)
     if out is not None:
+        text = summary(report, args.top)
         write_outputs(
             out, report, attrs.evolve(RunSpec.from_args(args, model), estimate=peaks.device), overwrite=args.force
         )
-        print_summary(report, out, args.top)
+        print_summary(text, out)
         return 0
     echo(terminal(profile.summary()))
     echo(roofline_summary(report.roofline, args.top, estimate=True))

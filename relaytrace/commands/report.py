@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import RelaytraceError
 from .base import Command
-from .shared import add_peak_options, add_policy_option, given_peaks, print_summary
+from .shared import add_peak_options, add_policy_option, given_peaks, print_summary, summary
 
 
 def add_arguments(p) -> None:
@@ -53,8 +53,9 @@ def run(args) -> int:
     recorded = json.loads((source / MANIFEST).read_text()).get("run")
     run = RunSpec.from_json(recorded, f"{source / MANIFEST}: run") if recorded else RunSpec(lineage.build.model)
     report = make_report(lineage, profile, policy=args.policy)
+    text = summary(report)
     write_outputs(out, report, attrs.evolve(run, policy=args.policy), overwrite=args.force)
-    print_summary(report, out)
+    print_summary(text, out)
     return 0
 
 

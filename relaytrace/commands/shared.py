@@ -175,37 +175,33 @@ def remote_device(args):
         raise UsageError(str(exc)) from None
 
 
-def print_summary(report, out: Path | None, top: int = 10) -> None:
-    """What ``profile`` and ``demo`` print: the profile's summary and warnings, the
-    ``top`` layers, time by category, the peaks and the ``top`` layers by time above
-    the roofline, the precision of a build not all float32, the memory peak, coverage,
-    and the files written to ``out``."""
+def summary(report, top: int = 10) -> str:
+    """What ``profile``, ``demo``, ``report`` and ``estimate --out`` print: the profile's
+    summary and warnings, the ``top`` layers, time by category, the peaks and the
+    ``top`` layers by time above the roofline, the precision of a build not all
+    float32, the memory peak and coverage. Rendered whole before any output is written,
+    so that no command writes its outputs and then fails."""
     from ..model.profile import ESTIMATE
     from ..render.memory import memory_line
     from ..render.table import category_table, coverage_summary, layer_table, precision_summary, roofline_summary
 
-    echo(f"{terminal(report.lineage.build.model)}: {report.profile.summary()}")
-    for warning in report.profile.warnings():
-        echo(warning)
-    echo()
-    echo(f"top {top} layers (attribution policy {report.policy}):")
-    echo(layer_table(report.layers, top=top))
-    echo()
-    echo(category_table(report.categories))
-    echo()
-    echo(roofline_summary(report.roofline, top, estimate=report.profile.mode == ESTIMATE))
-    echo()
+    lines = [f"{terminal(report.lineage.build.model)}: {report.profile.summary()}", *report.profile.warnings(), ""]
+    lines += [f"top {top} layers (attribution policy {report.policy}):", layer_table(report.layers, top=top), ""]
+    lines += [category_table(report.categories), ""]
+    lines += [roofline_summary(report.roofline, top, estimate=report.profile.mode == ESTIMATE), ""]
     if report.precision.mixed:
-        echo(precision_summary(report.precision))
-        echo()
-    echo(memory_line(report.memory))
-    echo()
-    echo(coverage_summary(report.lineage, report.coverage))
-    if out is not None:
-        from ..jobs import OUTPUTS
+        lines += [precision_summary(report.precision), ""]
+    lines += [memory_line(report.memory), "", coverage_summary(report.lineage, report.coverage)]
+    return "\n".join(lines)
 
-        echo()
-        echo(f"written to {out}/: {', '.join(n for n in OUTPUTS if (out / n).exists())}")
+
+def print_summary(text: str, out: Path) -> None:
+    """``text`` (``summary``) and the files written to ``out``."""
+    from ..jobs import OUTPUTS
+
+    echo(text)
+    echo()
+    echo(f"written to {out}/: {', '.join(n for n in OUTPUTS if (out / n).exists())}")
 
 
 def profile_into_out(args, model: str, shown: str, spec: str, collapse: int | None = None, **load_options) -> int:
@@ -226,8 +222,9 @@ def profile_into_out(args, model: str, shown: str, spec: str, collapse: int | No
     say(f"importing {shown}")
     loaded = load(model, entry=args.entry, **load_options)
     report = make_report(*build_and_profile(loaded.model, args, say, loaded.inputs), policy=args.policy)
+    text = summary(report)
     write_outputs(out, report, RunSpec.from_args(args, spec), collapse=collapse, overwrite=args.force)
-    print_summary(report, out)
+    print_summary(text, out)
     return 0
 
 

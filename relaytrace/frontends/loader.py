@@ -358,10 +358,9 @@ def _inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = 
     from ..model.shapes import bind
     from ..tracking import ir
     from ..tracking.entries import entry_params
-    from ..tracking.origins import entry_inputs
 
-    functions = ir.function_map(imported.mod)
-    params = entry_params(functions)[choose_entry(entry_inputs(functions), entry)]
+    every = entry_params(ir.function_map(imported.mod))
+    params = every[choose_entry(every, entry)]
     if cache_param(params) is not None:
         return ()  # it takes a KV cache: served, its inputs made by the profiler (profiling.serve)
     signature = tensors_of(params)  # a tuple parameter (packed weights) field by field

@@ -82,7 +82,10 @@ class BuildFacts:
     tracker's following of passes): the ``model``'s name, the ``target`` it was built
     for, the ``options`` it was built with (``BuildOptions``; a string is taken as the
     pipeline's name; ``pipeline`` says them in one line); ``entries``: each entry function and the ``(name,
-    shape, dtype)`` of each tensor parameter (a symbolic dim by its name); ``calls``:
+    shape, dtype)`` of each tensor it takes as compiled, a tuple parameter's field by
+    field (``packed_params[3]``; a symbolic dim by its name): ``model.entry.signature``
+    of its ``params``, the one signature of an entry that runs, estimates, bundles and
+    checks of a profile read; ``calls``:
     entry -> the Relax functions its run calls (directly or not: the VM runs them, they
     are no kernels); ``tuned``: the kernels whose schedule a MetaSchedule database gave;
     ``shape_consumers``: shape function -> the kernels whose allocations it sizes;

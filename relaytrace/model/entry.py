@@ -75,11 +75,14 @@ def cache_param(params: tuple[Param, ...]) -> Param | None:
     return next((p for p in params if p.kind == ParamKind.OBJECT), None)
 
 
-# The jobs of the first kernels TVM's paged KV cache is created with, by their place
-# among its kernel arguments (``vm.builtin.paged_attention_kv_cache_create`` in TVM 0.27:
-# transpose-append, its MLA form, ragged prefill, paged prefill, paged decode, ...).
+# The jobs of the kernels TVM's paged KV cache is created with, by their place among its
+# kernel arguments (``vm.builtin.paged_attention_kv_cache_create`` in TVM 0.27, an
+# attention of kind ``mha``, for llvm and GPU targets alike: transpose-append, its MLA
+# form, ragged prefill, paged prefill, paged decode, their sliding-window forms, two of
+# tree attention, the merge of attention states, RoPE, page copies, ...).
 APPEND, RAGGED_PREFILL, PAGED_PREFILL, PAGED_DECODE = "append", "ragged prefill", "paged prefill", "paged decode"
-_ROLES = {0: APPEND, 2: RAGGED_PREFILL, 3: PAGED_PREFILL, 4: PAGED_DECODE}
+MERGE, ROPE = "merge", "rope"
+_ROLES = {0: APPEND, 2: RAGGED_PREFILL, 3: PAGED_PREFILL, 4: PAGED_DECODE, 9: MERGE, 10: ROPE}
 
 
 def kernel_role(cache: KVCache, kernel: str) -> str | None:

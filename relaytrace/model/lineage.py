@@ -16,6 +16,7 @@ from ..errors import FileFormatError, UnknownNameError, UsageError, expect, expe
 from .build_facts import BuildFacts
 from .code import Code, LayerCode, layer_code, require
 from .codec import Codec, apart_field, codec_field, decode, encode
+from .entry import signature
 from .frontend import Program
 from .journal import Change, Journal
 from .jsonio import read_json, write_json
@@ -560,9 +561,17 @@ def _check_references(lineage: Lineage, where: str) -> None:
 
 def _check_derived(lineage: Lineage, where: str) -> None:
     """What the build derived from the lineage's own facts is what they give now: each
-    site's roles (``roles_for`` its origins: one anchor, the heaviest model op) and the
-    verification (``verify`` against the kernel members the file holds). A stored
+    entry's tensors (``signature`` of its recorded params: one signature per entry),
+    each site's roles (``roles_for`` its origins: one anchor, the heaviest model op) and
+    the verification (``verify`` against the kernel members the file holds). A stored
     verdict its evidence does not give is an edited file, not a verified layer."""
+    for entry, params in lineage.build.params.items():
+        if lineage.build.entries.get(entry) != signature(params):
+            raise FileFormatError(
+                f"{where}: build.entries[{entry!r}] is not the tensors its build.params pass (each "
+                "entry's inputs are derived from its parameters); the file was edited or is "
+                "corrupt; trace the build again"
+            )
     for site in lineage.call_sites:
         if site.roles != roles_for(site.origin_ids, lineage.origins):
             anchor = site.anchor or "none"

@@ -24,6 +24,11 @@ current one: each a pure function from one version's JSON data to the next's.
   conversion, mixed precision and batch-norm folding as fields), where /5 wrote one
   string, ``build.pipeline`` (``fused+tuned(DB)+convert_layout(...)+...``), which the
   migration reads apart once.
+- ``/7``: ``build.entries`` is each entry's tensors as compiled, ``model.entry.signature``
+  of its ``build.params`` (a tuple parameter field by field: ``packed_params[3]``), the
+  one signature of an entry; /6 wrote the input module's parameters, a tuple by its
+  first field alone under the tuple's name, which the migration replaces with the
+  signature of the entry's params where the file has them.
 
 A profile saved with a served LLM step (``profile.step``, records ``within`` a builtin,
 calls of kind ``cache``) is still ``relaytrace.profile/3``: an older file has none."""
@@ -39,7 +44,7 @@ from .frontend import onnx_node_id
 from .journal import Change, _history_json
 from .jsonio import make_record
 
-SCHEMA = "relaytrace.lineage/6"
+SCHEMA = "relaytrace.lineage/7"
 
 _BUILD = ("model", "target", "pipeline", "entries", "calls", "tuned", "shape_consumers", "kernel_members")
 _JOURNAL = {
@@ -99,7 +104,7 @@ def _v5_to_v6(data: dict, where: str) -> dict:
     to refuse."""
     build = data.get("build")
     if not isinstance(build, dict) or not isinstance(build.get("pipeline"), str):
-        return {**data, "schema": SCHEMA}
+        return {**data, "schema": "relaytrace.lineage/6"}
     head, *parts = _PARTS.split(build["pipeline"])
     options: dict = {"pipeline": head}
     for part in parts:
@@ -118,7 +123,24 @@ def _v5_to_v6(data: dict, where: str) -> dict:
         else:
             options["pipeline"] += f"+{part}"
     rest = {k: v for k, v in build.items() if k != "pipeline"}
-    return {**data, "schema": SCHEMA, "build": {**rest, "options": options}}
+    return {**data, "schema": "relaytrace.lineage/6", "build": {**rest, "options": options}}
+
+
+def _v6_to_v7(data: dict, where: str) -> dict:
+    """/6's ``build.entries`` of an entry whose ``build.params`` the file has, as /7
+    derives them: every tensor its parameters pass, ``[name, shape, dtype]``, a tuple's
+    fields one by one (``model.entry.signature``). Data not as /6 wrote it is left for
+    the reader to refuse."""
+    build = data.get("build")
+    if not isinstance(build, dict) or not isinstance(build.get("params"), dict):
+        return {**data, "schema": SCHEMA}
+    entries = dict(build.get("entries") or {})
+    for entry, params in build["params"].items():
+        try:
+            entries[entry] = [[t["name"], t["shape"], t["dtype"]] for p in params for t in p["tensors"]]
+        except (TypeError, KeyError):
+            return {**data, "schema": SCHEMA}
+    return {**data, "schema": SCHEMA, "build": {**build, "entries": entries}}
 
 
 def _layouts(text: str) -> dict | None:
@@ -182,6 +204,7 @@ _MIGRATIONS: dict[str, Callable[[dict, str], dict]] = {
     "relaytrace.lineage/3": _v3_to_v4,
     "relaytrace.lineage/4": _v4_to_v5,
     "relaytrace.lineage/5": _v5_to_v6,
+    "relaytrace.lineage/6": _v6_to_v7,
 }
 
 

@@ -9,6 +9,7 @@ exactly: the op by name, the PrimFunc by its name without the number.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cache, lru_cache
 
 # Ops that only move, reshape or recast data. A pass may insert them (ConvertLayout,
@@ -139,29 +140,30 @@ def op_rank(op: str) -> int:
     return 1  # elementwise and the rest
 
 
-def _prod(shape) -> int:
+def _prod(shape, dims: Mapping[str, int]) -> int:
     out = 1
     for d in shape:
-        out *= d if isinstance(d, int) else 1
+        out *= d if isinstance(d, int) else dims.get(str(d), 1)
     return out
 
 
-def estimated_flops(origin) -> float:
-    """A rough operation count, only used to split a fused kernel's time by weight.
+def estimated_flops(origin, dims: Mapping[str, int] | None = None) -> float:
+    """A rough operation count, only used to split a fused kernel's time or work by weight.
 
     Shapes are those of the input model (NCHW/OIHW for convolutions), so the estimate
-    does not depend on the layout a build chose.
+    does not depend on the layout a build chose; a symbolic dim is its integer value in
+    ``dims`` (the call's, as its kernel's arguments bind them), 1 when not bound there.
     """
-    out = sum(_prod(s) for s in origin.output_shapes) or 1
+    dims = dims or {}
+    out = sum(_prod(s, dims) for s in origin.output_shapes) or 1
     name = short_op(origin.op)
     ins = origin.input_shapes
     if "conv" in name and len(ins) > 1 and len(ins[1]) >= 3:
-        return 2.0 * out * _prod(ins[1][1:])
+        return 2.0 * out * _prod(ins[1][1:], dims)
     if any(w in name for w in ("matmul", "dense", "linear")) and ins and ins[0]:
-        k = ins[0][-1] if isinstance(ins[0][-1], int) else 1
-        return 2.0 * out * k
+        return 2.0 * out * _prod(ins[0][-1:], dims)
     if "pool" in name and ins and ins[0]:
-        return float(_prod(ins[0]))
+        return float(_prod(ins[0], dims))
     if op_rank(origin.op) == 0:
         return 0.5 * out
     return float(out)

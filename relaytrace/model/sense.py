@@ -120,13 +120,9 @@ def profile_mismatches(lineage, profile) -> list[str]:
     against the site's as compiled (rank, dtype, every static dim). The same kernels at
     another width or batch are another build; its times are not this one's."""
     from ..errors import RelaytraceError
-    from .entry import signature
     from .shapes import ANY_RANK, bind
 
-    params = lineage.build.params.get(profile.entry)
-    declared = {
-        n: (n, s, d) for n, s, d in (signature(params) if params else lineage.build.entries.get(profile.entry, ()))
-    }
+    declared = {n: (n, s, d) for n, s, d in lineage.build.entries.get(profile.entry, ())}
     problems = [
         f"input {n!r}: the entry {profile.entry} takes no such input" for n, _, _ in profile.inputs if n not in declared
     ]

@@ -342,10 +342,20 @@ def cache_work(cache, kernel: str, tokens: int, context: int, itemsize: int = 4,
     ``pairs`` (query, key) pairs: ``4 · q_heads · head_dim · pairs`` FLOPs (QKᵀ and PV,
     a multiply and an add each), ``q_heads · pairs`` exps; the ragged prefill's pairs are
     causal among the new tokens (n(n+1)/2), the paged prefill's each new token with each
-    cached one (n·c), the decode's its token with the context and itself (c+1). Bytes:
-    the queries, the keys and values attended, the output, once each; the append moves
-    the new keys and values; a batch's figures are its sequences' added up."""
-    from .entry import APPEND, PAGED_DECODE, PAGED_PREFILL, RAGGED_PREFILL, kernel_role
+    cached one (n·c), the decode's its token with the context and itself (c+1). RoPE
+    (TVM's ``llama_rope_with_position_map``, applied: the cache's ``rope_mode`` normal)
+    rotates each new token's query and key heads: per element its frequency (2
+    divides, a power), its cosine and sine, ``x·cos + rot(x)·sin`` with half of
+    ``rot(x)`` negated: 6 FLOPs and 3 transcendental calls; its values are copied. The
+    merge of a prefill's two attention states, per new token and query head: 9 FLOPs
+    and 3 transcendental calls (a max, two exp2, a log2, the scales) and 3 per element
+    of the head (two multiplies, an add). Bytes: each tensor the kernel takes, read or
+    written once (as ``work_at`` counts a kernel's): the queries, the keys and values
+    attended and the output for an attention; the new keys and values, read and
+    written into the pages, for the append; the fused QKV, its positions (int32) and
+    the Q, K and V it writes for RoPE; both states (values and their float32
+    log-sum-exps) for the merge. A batch's figures are its sequences' added up."""
+    from .entry import APPEND, MERGE, PAGED_DECODE, PAGED_PREFILL, RAGGED_PREFILL, ROPE, kernel_role
 
     role = kernel_role(cache, kernel)
     h, hkv, d = cache.q_heads, cache.kv_heads, cache.head_dim
@@ -353,6 +363,12 @@ def cache_work(cache, kernel: str, tokens: int, context: int, itemsize: int = 4,
         return Work(None, None, None, "a KV-cache kernel relaytrace has no formula for")
     if role == APPEND:
         return Work(0, 0, sequences * 2 * 2 * tokens * hkv * d * itemsize)
+    if role == ROPE:
+        rotated = sequences * tokens * (h + hkv) * d
+        return Work(6 * rotated, 3 * rotated, sequences * tokens * (2 * (h + 2 * hkv) * d * itemsize + 4))
+    if role == MERGE:
+        heads = sequences * tokens * h
+        return Work(heads * (3 * d + 9), 3 * heads, 2 * heads * (d * itemsize + 4))
     pairs, keys = {
         RAGGED_PREFILL: (tokens * (tokens + 1) // 2, tokens),
         PAGED_PREFILL: (tokens * context, context),

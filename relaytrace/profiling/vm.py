@@ -20,7 +20,7 @@ import tvm
 from tvm import relax
 
 from ..errors import RelaytraceError, UsageError, describe, expect, expect_number
-from ..model.entry import ParamKind, default_context, grouped, signature
+from ..model.entry import ParamKind, default_context, grouped
 from ..model.lineage import Lineage
 from ..model.profile import FROM_IR, LOCAL_RUN, ArgInfo, CallKind, CallRecord, Profile
 from ..model.shapes import bind
@@ -324,8 +324,7 @@ def _profile(
     remote: str = "",
     arguments: str = LOCAL_RUN,
 ) -> Profile:
-    params = lineage.build.params.get(entry)
-    tensors = signature(params) if params else lineage.build.entries.get(entry) or ()
+    tensors = lineage.build.entries.get(entry, ())
     arrays = [a for value in arrays for a in (value if isinstance(value, list) else [value])]
     return Profile(
         model=lineage.build.model,
@@ -378,7 +377,7 @@ def check_inputs(lineage: Lineage, inputs, entry: str | None = None) -> list:
                 f"{what}: {param.name} is a {param.kind}, which relaytrace cannot give it; an entry "
                 "that takes a KV cache is profiled as served (profile(..., entry=...) makes it)"
             )
-    bind(signature(params), [(tuple(a.shape), str(a.dtype)) for a in flat], what)
+    bind(lineage.build.entries[entry], [(tuple(a.shape), str(a.dtype)) for a in flat], what)
     return grouped(params, flat)
 
 

@@ -25,7 +25,7 @@ from ..model.lineage_index import billed_layers
 from ..model.origin import INSERTED, OP
 from ..model.profile import CACHE, ESTIMATE, KERNEL, TIMELINE
 from .provenance import provenance
-from .table import figure
+from .table import figure, times
 
 ASSETS = Path(__file__).parent / "assets"
 
@@ -274,7 +274,7 @@ def _site_work(roof) -> str:
     if roof is None or roof.flops is None or roof.useful is None:
         return ""
     return f"{roof.flops:,.0f} FLOPs executed, {roof.useful:,.0f} useful" + (
-        f" ({roof.executed_ratio:.2f}x: {'; '.join(roof.excess)})" if roof.excess else ""
+        f" ({times(roof.executed_ratio)}: {'; '.join(roof.excess)})" if roof.excess else ""
     )
 
 

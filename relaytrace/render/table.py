@@ -367,7 +367,7 @@ def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
         lines.append(
             f"* EXECUTED BEYOND USEFUL: {len(beyond)} layer(s); "
             + "; ".join(
-                f"{terminal(r.name)} executes {r.executed_ratio:.2f}x the FLOPs it asks ({', '.join(r.excess)})"
+                f"{terminal(r.name)} executes {times(r.executed_ratio)} the FLOPs it asks ({', '.join(r.excess)})"
                 for r in beyond[:5]
             )
         )
@@ -397,6 +397,12 @@ def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
             "raises the ceiling, and may not speed up untuned kernels (measure it; relaytrace tasks --tune)"
         )
     return "\n".join(lines)
+
+
+def times(ratio: float | None) -> str:
+    """A ratio of executed to useful FLOPs as ``4.00x``; ``unknown`` where there is none
+    (useful FLOPs of 0 or not counted)."""
+    return "unknown" if ratio is None else f"{ratio:.2f}x"
 
 
 def figure(value, digits: str = ".3g") -> str:

@@ -4,6 +4,7 @@ call sites in run order, a call of a Relax subfunction followed into it."""
 from __future__ import annotations
 
 from ..model.build_facts import BuildFacts, BuildOptions, Offload
+from ..model.entry import signature
 from ..model.journal import Change, Journal
 from ..model.lineage import PACKED, BuiltinSite, CallSite, Lineage, roles_for
 from ..model.ops import is_bookkeeping, is_external_call
@@ -100,14 +101,17 @@ def lineage_from(
     pipeline: str | BuildOptions,
     degraded=(),
     entries=None,
+    params=None,
     members=None,
     offloads=None,
 ) -> Lineage:
     """The lineage the tracker's state describes, with ``members`` (kernel -> its
     PrimFuncs, read from the recorded IR; ``truth.kernel_members``) to verify it
     against (``follow`` does, once the rest of the IR's facts are in). ``entries``:
-    the input's entry functions and their inputs (``origins.entry_inputs``);
-    ``offloads``: the groups handed to external codegens (``truth.offloads``)."""
+    the input's entry functions (names); ``params``: every entry's parameters as the
+    last Relax module takes them (``entries.entry_params``), which give each entry's
+    tensors (``BuildFacts.entries``: ``model.entry.signature``, the one signature of an
+    entry); ``offloads``: the groups handed to external codegens (``truth.offloads``)."""
     functions = tracker.last_functions  # every Relax function, fused groups included
     degraded = list(degraded)
     # the input's entries (passes give every function a global symbol: AttachGlobalSymbol),
@@ -135,12 +139,13 @@ def lineage_from(
                 merged.add(oid)
             else:
                 history[oid] = list(changes)
-    entries = entries if entries is not None else {}
+    params = params if params is not None else {}
     build = BuildFacts(
         model=model,
         target=target,
         options=pipeline,
-        entries={name: entries.get(name, ()) for name in names},
+        entries={name: signature(params.get(name, ())) for name in names},
+        params={name: params[name] for name in names if name in params},
         calls={entry: tuple(sorted(called)) for entry, called in sorted(found.calls.items())},
         kernel_members=dict(sorted((members or {}).items())),
         offloads=offloads,

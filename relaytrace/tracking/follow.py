@@ -80,6 +80,7 @@ def follow(
                 pipeline,
                 degraded,
                 entries=recording.entries,
+                params=entry_params(_last_functions(recording)),
                 members=members,
                 offloads=offloaded,
             )
@@ -98,7 +99,7 @@ def follow(
                 shape_consumers=consumers,
                 work=work,
                 memory=memory,
-                **_compiled_entries(recording, lineage),
+                kv_cache=kv_cache(_last_functions(recording)),
             )
             journal = attrs.evolve(lineage.journal, degraded=lineage.journal.degraded + tuple(faults))
             lineage = attrs.evolve(
@@ -183,15 +184,10 @@ def _memory(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict
         return {}
 
 
-def _compiled_entries(recording: Recording, lineage: Lineage) -> dict:
-    """``params`` and ``kv_cache`` of ``BuildFacts`` from the last recorded Relax module
-    (what the VM runs, after the user's parameter passes too), for the lineage's entries."""
-    functions = next((p.functions for p in reversed(recording.passes) if p.functions), recording.input or {})
-    params = entry_params(functions)
-    return {
-        "params": {name: params[name] for name in lineage.build.entries if name in params},
-        "kv_cache": kv_cache(functions),
-    }
+def _last_functions(recording: Recording) -> dict:
+    """The functions of the last recorded Relax module: what the VM runs, after the
+    user's parameter passes too (each entry's parameters and the KV cache are read there)."""
+    return next((p.functions for p in reversed(recording.passes) if p.functions), recording.input or {})
 
 
 def _served_shapes(lineage: Lineage, consumers: dict[str, tuple[str, ...]]) -> dict:

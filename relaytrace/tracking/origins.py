@@ -126,16 +126,3 @@ def _unique(name: str, used: dict[str, int], sep: str = "_") -> str:
     used[name] = count
     used[candidate] = 0
     return candidate
-
-
-def entry_inputs(functions: dict) -> dict[str, tuple[tuple[str, tuple, str], ...]]:
-    """entry function -> (name, shape, dtype) of each of its tensor parameters: what a
-    run of it needs (a symbolic dim as its name)."""
-    out = {}
-    for name in ir.entry_functions(functions):
-        params = []
-        for param in ir.items(functions[name].params):
-            for shape, dtype in ir.tensor_types(ir.expr_type(param))[:1]:
-                params.append((param.name, shape, dtype))
-        out[name] = tuple(params)
-    return out

@@ -13,7 +13,6 @@ import tvm
 from attrs import define, field
 
 from . import ir
-from .origins import entry_inputs
 
 FUSE_TIR = "FuseTIR"
 
@@ -45,7 +44,7 @@ class Recording:
     input: dict | None = None
     first_pass: str = ""
     passes: list[PassRecord] = field(factory=list)
-    entries: dict = field(factory=dict)
+    entries: tuple[str, ...] = ()  # the input's entry functions
     degraded: list[str] = field(factory=list)
     pass_count: int = 0  # every pass the instrument saw, recorded or not
     # passes begun and not ended, outermost first: while a build runs, those running now;
@@ -136,7 +135,7 @@ class Recorder:
         functions = ir.function_map(mod)
         if ir.model_functions(functions):
             rec = self.recording
-            rec.entries, rec.input, rec.first_pass = entry_inputs(functions), functions, pass_name
+            rec.entries, rec.input, rec.first_pass = tuple(ir.entry_functions(functions)), functions, pass_name
 
     def _record(self, mod, pass_name: str) -> None:
         """One ``PassRecord``. Under a top-level pass over TIR alone its functions are

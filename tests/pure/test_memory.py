@@ -98,7 +98,7 @@ def test_a_plan_survives_its_file_and_an_older_file_has_none(tmp_path):
     data = json.loads((tmp_path / "lineage.json").read_text())
     data["schema"] = "relaytrace.lineage/4"
     del data["build"]["memory"]
-    assert migrate(data, "old")["schema"] == "relaytrace.lineage/6"
+    assert migrate(data, "old")["schema"] == "relaytrace.lineage/7"
 
 
 def test_the_terminal_shows_the_peak_its_formula_and_the_idle_blocks():

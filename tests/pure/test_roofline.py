@@ -253,3 +253,94 @@ def test_useful_flops_are_what_each_op_asks_at_its_shapes():
     assert evaluate(useful_flops(op("add", ((4, 6), (6,)), (4, 6))), {}) == 24
     assert useful_flops(op("permute_dims", ((4, 6),), (6, 4))) == ()
     assert useful_flops(op("nn.softmax", ((4, 6),), (4, 6))) is None  # no formula: the executed count stands
+
+
+def test_a_layer_that_asks_no_flops_and_executes_some_says_its_ratio_is_unknown():
+    """A fused kernel's count cut by estimate (no member counts; the softmax has no
+    useful formula) gives the transpose fused into it a part of the executed FLOPs of
+    a layer that asks none: executed beyond useful, at no ratio. Every renderer says
+    so, and none fails after the outputs were written (issue 53, item 6)."""
+    import csv
+    import io
+
+    from relaytrace.model.lineage import CallSite, Role
+    from relaytrace.model.origin import Origin
+    from relaytrace.model.profile import KERNEL, CallRecord
+    from relaytrace.model.work import RECOMPUTED
+    from relaytrace.render.export import layers_csv
+    from relaytrace.render.html import report_data
+    from relaytrace.render.table import roofline_summary
+
+    origins = {
+        "p": Origin("p", "perm", "relax.permute_dims", "main", 0, input_shapes=((4, 6),), output_shapes=((6, 4),)),
+        "s": Origin("s", "soft", "relax.nn.softmax", "main", 1, input_shapes=((6, 4),), output_shapes=((6, 4),)),
+    }
+    site = CallSite("fused_transpose_softmax", 0, 0, (Role("s", "anchor"), Role("p", "fused")))
+    work = KernelWork((((4, 6), "float32"), ((6, 4), "float32")), ((96, ()),), ((24, ()),))
+    build = attrs.evolve(lineage().build, entries={"main": (("x", (4, 6), "float32"),)}, work={site.kernel: work})
+    lin = Lineage(build, origins, {site.kernel: (site,)})
+    prof = Profile(
+        "hand",
+        "llvm",
+        "cpu(0)",
+        "timeline",
+        1,
+        (CallRecord(site.kernel, 0, 0, 0.0, 10.0, KERNEL),),
+        args={f"{site.kernel}#0": ArgInfo(((4, 6), (6, 4)), ("float32",) * 2)},
+        e2e_us=(12.0,),
+        peaks=PEAKS,
+    )
+    report = make_report(lin, prof, policy="split")  # the transpose's layer gets time, and a row
+    perm = report.roofline.layer("perm")
+    # by estimate: the transpose half an op per element (12), the softmax one (24)
+    assert (perm.flops, perm.useful, perm.excess) == (96 * 12 / 36, 0, (RECOMPUTED,))
+    assert perm.executed_ratio is None
+    assert "perm executes unknown the FLOPs it asks" in roofline_summary(report.roofline, 10)
+    row = next(r for r in csv.DictReader(io.StringIO(layers_csv(report))) if r["layer"] == "perm")
+    assert (row["flops"], row["useful_flops"], row["executed_over_useful"], row["excess"]) == (
+        "32",
+        "0",
+        "",
+        RECOMPUTED,
+    )
+    assert [r for r in report_data(report)["roofline"]["layers"] if r["layer"] == "perm"][0]["excess"] == RECOMPUTED
+
+
+def test_a_kernels_count_cut_by_estimate_weighs_a_symbolic_dim_at_the_value_the_call_bound():
+    """An LM head over a symbolic vocabulary fused with a norm, their members' counts
+    unknown: the kernel's executed count is cut by the ops' estimates at the call's
+    dims, the vocabulary at the 100 the call bound it to (weighing it as 1 gave the
+    head 2/3 of the kernel and a ratio to its useful count that no count has)."""
+    from relaytrace.model.lineage import CallSite, Role
+    from relaytrace.model.origin import Origin
+    from relaytrace.model.profile import KERNEL, CallRecord
+
+    origins = {
+        "m": Origin(
+            "m", "lm_head", "relax.matmul", "main", 0, input_shapes=((1, 64), (64, "v")), output_shapes=((1, "v"),)
+        ),
+        "n": Origin(
+            "n", "norm", "relax.nn.rms_norm", "main", 1, input_shapes=((1, 64), (64,)), output_shapes=((1, 64),)
+        ),
+    }
+    site = CallSite("fused_rms_norm_matmul", 0, 0, (Role("m", "anchor"), Role("n", "fused")))
+    params = (((1, 64), "float32"), ((64,), "float32"), ((64, "v"), "float32"), ((1, "v"), "float32"))
+    work = KernelWork(params, ((256, ()), (128, ("v",))), ((1, ()),))
+    build = attrs.evolve(lineage().build, entries={"main": (("x", (1, 64), "float32"),)}, work={site.kernel: work})
+    lin = Lineage(build, origins, {site.kernel: (site,)})
+    prof = Profile(
+        "hand",
+        "llvm",
+        "cpu(0)",
+        "timeline",
+        1,
+        (CallRecord(site.kernel, 0, 0, 0.0, 10.0, KERNEL),),
+        args={f"{site.kernel}#0": ArgInfo(((1, 64), (64,), (64, 100), (1, 100)), ("float32",) * 4)},
+        e2e_us=(12.0,),
+        peaks=PEAKS,
+    )
+    head = make_report(lin, prof).roofline.layer("lm_head")
+    kernel, useful = 256 + 128 * 100, 2 * 1 * 100 * 64  # 2·M·N·K at v = 100
+    # estimates at v = 100: the head 2·100·64, the norm one per output element (64)
+    assert head.useful == useful and head.flops == pytest.approx(kernel * useful / (useful + 64))
+    assert not head.excess

@@ -10,6 +10,7 @@ import pytest
 from relaytrace.errors import LineageFormatError
 from relaytrace.model.build_facts import BuildOptions
 from relaytrace.model.codec import decode, encode
+from relaytrace.model.entry import Param, ParamKind, Tensor, signature
 from relaytrace.model.frontend import Program, SourceNode
 from relaytrace.model.journal import Change, Journal, PassEvent
 from relaytrace.model.lineage import BuiltinSite, Lineage, Role
@@ -160,7 +161,7 @@ def test_a_schema_5_label_of_layouts_given_as_a_tuple_is_read_too():
         ),
         (
             lambda d: d.update(schema="relaytrace.lineage/9"),
-            "not a relaytrace lineage of schema 'relaytrace.lineage/6'",
+            "not a relaytrace lineage of schema 'relaytrace.lineage/7'",
         ),
     ],
 )
@@ -306,3 +307,44 @@ def test_a_route_loads_as_a_member_and_observing_leaves_compared_layers_alone():
     merged = with_observed(comparison, rebuilt, ["conv", "bn"])
     assert merged.layers[0] == built[0]  # compared in the build itself: its own figures
     assert merged.layers[1].route is OBSERVED and "keeps it inside fused_bn_relu#0" in merged.layers[1].note
+
+
+def _packed() -> Lineage:
+    """``full()`` whose main takes an input and its weights packed in one tuple."""
+    lineage = full()
+    params = (
+        Param("x", ParamKind.TENSOR, (Tensor("x", (1, "n"), "float32"),)),
+        Param(
+            "packed_params",
+            ParamKind.TUPLE,
+            (Tensor("packed_params[0]", (8, 4), "float32"), Tensor("packed_params[1]", (4,), "float32")),
+        ),
+    )
+    return attrs.evolve(
+        lineage, build=attrs.evolve(lineage.build, entries={"main": signature(params)}, params={"main": params})
+    )
+
+
+def test_a_schema_6_entry_signature_is_read_as_its_params_give_it():
+    """/6 wrote an entry's inputs as the input module had them, a tuple by its first
+    field under the tuple's name (``packed_params``): two signatures of one entry, which
+    a profile's inputs could not match both of. /7 has one, its params'."""
+    lineage = _packed()
+    data = json.loads(json.dumps(lineage.to_json()))
+    v6 = {
+        **data,
+        "schema": "relaytrace.lineage/6",
+        "build": {
+            **data["build"],
+            "entries": {"main": [["x", [1, "n"], "float32"], ["packed_params", [8, 4], "float32"]]},
+        },
+    }
+    assert Lineage.from_json(v6).build.entries == lineage.build.entries
+    assert [n for n, _, _ in lineage.build.entries["main"]] == ["x", "packed_params[0]", "packed_params[1]"]
+
+
+def test_an_entry_signature_its_params_do_not_give_is_refused():
+    data = json.loads(json.dumps(_packed().to_json()))
+    data["build"]["entries"]["main"] = data["build"]["entries"]["main"][:1]
+    with pytest.raises(LineageFormatError, match=r"f.json: build.entries\['main'\] is not the tensors"):
+        Lineage.from_json(data, "f.json")
