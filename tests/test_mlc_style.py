@@ -162,3 +162,25 @@ def test_the_cli_sweeps_a_batch_decode_over_contexts_and_batches(tmp_path, capsy
     assert {"model.layers.0.self_attn", "model.embed_tokens", "(step)"} <= set(fits)
     assert all(float(r["per_cached_token_us"]) >= 0 for r in fits.values())
     assert (out / "sweep.svg").read_text().startswith("<svg")
+
+
+def test_the_cli_estimates_a_batch_decode_of_packed_parameters_sized_by_the_model(tmp_path, capsys):
+    from relaytrace import cli
+    from relaytrace.model.lineage import Lineage
+    from relaytrace.model.profile import Profile
+
+    (tmp_path / "llm.py").write_text(FACTORY)
+    out = tmp_path / "estimate"
+    args = ["estimate", f"{tmp_path / 'llm.py'}:make", "--entry", "batch_decode", "--context", "4096", "--batch", "8"]
+    assert cli.main([*args, "--device", "nvidia-a100-sxm4-80gb", "--out", str(out)]) == 0
+    assert "estimated served step: 1 token(s) for each of 8 sequences after 4096; vocab_size=256" in (
+        capsys.readouterr().out
+    )
+    prof, lineage = Profile.load(out / "profile.json"), Lineage.load(out / "lineage.json")
+    assert prof.sequences == 8 and prof.inputs[0] == ("input_embeds", (8, 1, HIDDEN), "float32")
+    cache = lineage.build.kv_cache
+    decode = [r for r in prof.records if kernel_role(cache, r.name) == PAGED_DECODE]
+    a100_bytes_per_us = 2039e3  # 2,039 GB/s
+    q, kv, d = cache.q_heads, cache.kv_heads, cache.head_dim
+    moved = 8 * (2 * 1 * q * d + 2 * 4097 * kv * d) * 4  # each sequence's query and output, its 4097 keys and values
+    assert [r.duration_us for r in decode] == [pytest.approx(moved / a100_bytes_per_us)]  # one block

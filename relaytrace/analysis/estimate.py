@@ -22,6 +22,7 @@ from ..model.entry import (
     default_context,
     kernel_role,
     runs_attention,
+    step_shape,
 )
 from ..model.lineage import Lineage
 from ..model.peaks import Peaks
@@ -37,6 +38,8 @@ def estimated_profile(
     entry: str | None = None,
     shapes: dict[str, tuple[int, ...]] | None = None,
     context: int | None = None,
+    sequences: int = 1,
+    bound: tuple[tuple[str, int, str], ...] = (),
 ) -> Profile:
     """The ``ESTIMATE`` profile of ``entry`` (default main, or the only one) on the device
     of ``peaks``: one run in which each kernel site takes its roofline bound at the
@@ -47,7 +50,9 @@ def estimated_profile(
     size (a shape function's heap), which keeps that dim as the IR has it. An entry that
     takes a KV cache is a served step after ``context`` tokens (default 0 for an entry
     of symbolic length, a prefill, else 32): each attention builtin call runs the KV
-    cache's kernels for it (``cache_calls``), each at its bound."""
+    cache's kernels for it (``cache_calls``), each at its bound, for each of
+    ``sequences`` sequences (a batch entry's); ``bound`` says the dims sized by the
+    model or the user (``Profile.bound``)."""
     entry = lineage.entry(entry)
     lineage = lineage.for_entry(entry)
     signature = lineage.build.entries.get(entry) or ()
@@ -70,19 +75,21 @@ def estimated_profile(
         site_shapes = _shapes(site.arguments, kernel_work, values)
         dtypes = tuple(dtype for _, dtype in site.arguments)
         work = work_at(kernel_work, site_shapes, dtypes)
-        bound, _ = lower_bound(work.flops, work.bytes, peaks, kernel_work.dtype if kernel_work else "float32")
-        us = bound or 0.0
+        least, _ = lower_bound(work.flops, work.bytes, peaks, kernel_work.dtype if kernel_work else "float32")
+        us = least or 0.0
         records.append(CallRecord(site.kernel, site.key.call, 0, start, us, KERNEL))
         args[site.key.in_entry] = ArgInfo(site_shapes, dtypes)
         start += us
     step: tuple[int, ...] = ()
     params = lineage.build.params.get(entry, ())
     if lineage.build.kv_cache is not None and cache_param(params) is not None:
-        first = next(t for p in params for t in p.tensors)
+        first = next(t for p in params if not p.weight for t in p.tensors)
         shape = next(s for (n, _, _), (s, _) in zip(signature, concrete) if n == first.name)
         tokens = shape[-2] if len(shape) >= 2 else 1
+        if step_shape(params).packed:  # every sequence's tokens in one row
+            tokens //= sequences
         step = (tokens, context if context is not None else default_context(params))
-        calls = cache_calls(lineage, peaks, *step, start=start)
+        calls = cache_calls(lineage, peaks, *step, start=start, sequences=sequences)
         records.extend(calls)
         start += sum(r.duration_us for r in calls)
     elif context is not None:
@@ -101,10 +108,14 @@ def estimated_profile(
         arguments=FROM_IR,
         peaks=peaks,
         step=step,
+        sequences=sequences,
+        bound=bound,
     )
 
 
-def cache_calls(lineage: Lineage, peaks: Peaks, tokens: int, context: int, start: float = 0.0) -> list[CallRecord]:
+def cache_calls(
+    lineage: Lineage, peaks: Peaks, tokens: int, context: int, start: float = 0.0, sequences: int = 1
+) -> list[CallRecord]:
     """The KV-cache kernel calls of one served step of ``tokens`` new tokens after
     ``context`` (``lineage`` as one entry sees it), each at its roofline bound
     (``model.work.cache_work``): inside each attention builtin call, what TVM's paged
@@ -124,7 +135,7 @@ def cache_calls(lineage: Lineage, peaks: Peaks, tokens: int, context: int, start
     for site in sorted((b for b in lineage.builtins if runs_attention(b.name)), key=lambda b: b.position):
         j = counts[site.name] = counts.get(site.name, -1) + 1
         for name in names:
-            work = cache_work(cache, name, tokens, context)
+            work = cache_work(cache, name, tokens, context, sequences=sequences)
             us = lower_bound(work.flops, work.bytes, peaks, "float32")[0] or 0.0
             k = counts[name] = counts.get(name, -1) + 1
             records.append(CallRecord(name, k, 0, start, us, CACHE, f"{site.name}#{j}"))

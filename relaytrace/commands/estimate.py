@@ -46,7 +46,7 @@ def run(args) -> int:
     from ..frontends.loader import load
     from ..jobs import parse_shape, prepare_out_dir, write_outputs
     from ..model.run_spec import RunSpec
-    from ..render.safe_text import terminal
+    from ..render.safe_text import terminal_lines
     from ..render.table import roofline_summary
     from .shared import print_summary, summary
 
@@ -70,9 +70,8 @@ def run(args) -> int:
     say(f"building for {args.target} (traced, not run)")
     _, lineage = build(loaded.model, args.target, pipeline=args.pipeline, progress=say.passes)
     given = {name: dims for name, dims, _ in shapes}
-    profile = estimated_profile(
-        lineage, peaks, args.entry, {**served_shapes(lineage, args.entry, args.tokens, given), **given}, args.context
-    )
+    served, sequences, bound = served_shapes(lineage, args.entry, args, given)
+    profile = estimated_profile(lineage, peaks, args.entry, {**served, **given}, args.context, sequences, bound)
     report = make_report(lineage, profile, policy=args.policy)
     if out is not None:
         text = summary(report, args.top)
@@ -81,25 +80,39 @@ def run(args) -> int:
         )
         print_summary(text, out)
         return 0
-    echo(terminal(profile.summary()))
+    echo(terminal_lines(profile.summary()))
     echo(roofline_summary(report.roofline, args.top, estimate=True))
     return 0
 
 
-def served_shapes(lineage, entry: str | None, tokens: int | None, given: dict) -> dict[str, tuple[int, ...]]:
-    """For an entry that takes a KV cache: its first tensor (the embeddings) sized for
-    ``tokens`` new tokens (default 32) in its symbolic dims, unless ``given``; else none."""
-    from ..model.entry import cache_param
+def served_shapes(lineage, entry: str | None, args, given: dict) -> tuple[dict[str, tuple[int, ...]], int, tuple]:
+    """For an entry that takes a KV cache: (each of its tensors with a symbolic dim sized
+    for one served step, unless ``given``; the step's sequences; the dims the model or
+    ``--bind`` sized, as ``Profile.bound`` says them). A token dim takes ``--tokens``
+    (default 32), a sequences dim ``--batch``, a weight's ``vocab_size`` the model's own
+    or ``--bind`` (``model.entry.step_dims``); for any other entry, none of those options."""
+    from ..model.entry import batched, cache_param, of_any_length, signature, step_dims
 
-    params = lineage.build.params.get(lineage.entry(entry), ())
+    name = lineage.entry(entry)
+    params = lineage.build.params.get(name, ())
+    tokens, batch, bind = args.tokens, args.batch, dict(args.bind or ())
     if cache_param(params) is None:
-        if tokens is not None:
-            raise UsageError("--tokens is for an entry that takes a KV cache")
-        return {}
-    first = next((t for p in params for t in p.tensors), None)
-    if first is None or first.name in given:
-        return {}
-    return {first.name: tuple(d if isinstance(d, int) else tokens or 32 for d in first.shape)}
+        if tokens is not None or batch is not None or bind:
+            raise UsageError("--tokens, --batch and --bind are for an entry that takes a KV cache")
+        return {}, 1, ()
+    if batch not in (None, 1) and not batched(params):
+        raise UsageError(f"{name} serves one sequence: --batch applies to a batch entry (MLC-LLM's batch_decode)")
+    sequences = batch or 1
+    first = next((t for p in params if not p.weight for t in p.tensors), None)
+    length = (tokens or 32) if of_any_length(params) or first is None or len(first.shape) < 2 else first.shape[-2]
+    declared = lineage.program.sizes if lineage.program is not None else {}
+    dims, bound = step_dims(name, params, length, sequences, {**declared, **bind}, declared)
+    shapes = {
+        tensor: tuple(d if isinstance(d, int) else dims[d] for d in shape)
+        for tensor, shape, _ in signature(params)
+        if tensor not in given and not all(isinstance(d, int) for d in shape)
+    }
+    return shapes, sequences, tuple((d, v, where) for d, v, where in bound)
 
 
 COMMAND = Command(

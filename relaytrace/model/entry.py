@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from attrs import define
 
+from ..errors import UsageError
 from .names import Name
 
 
@@ -174,6 +175,41 @@ def step_shape(params: tuple[Param, ...]) -> StepShape:
                 if isinstance(d, str):
                     roles.setdefault(d, DimRole.MODEL)
     return StepShape(roles, packed and DimRole.SEQUENCES in roles.values())
+
+
+def step_dims(
+    entry: str,
+    params: tuple[Param, ...],
+    tokens: int,
+    sequences: int,
+    model_sizes: dict[str, int],
+    declared: dict[str, int],
+) -> tuple[dict[str, int], list]:
+    """(dim -> value, [[dim, value, where it came from], ...] for each dim a step's size
+    does not give) of every symbolic dim of ``entry``'s tensors (``step_shape``): a
+    token dim the step's tokens (every sequence's, when they are packed in one row), a
+    sequences dim ``sequences``, any other the value ``model_sizes`` gives it (the
+    model's own, ``declared``, or the user's ``--bind``); a dim with no value is a
+    one-line ``UsageError`` naming it and the option that gives it."""
+    shape = step_shape(params)
+    dims: dict[str, int] = {}
+    bound: list = []
+    for dim, role in shape.roles.items():
+        if role == DimRole.TOKENS:
+            dims[dim] = tokens * sequences if shape.packed else tokens
+        elif role == DimRole.SEQUENCES:
+            dims[dim] = sequences
+        elif dim in model_sizes:
+            dims[dim] = model_sizes[dim]
+            given = declared.get(dim) != model_sizes[dim]
+            bound.append([dim, model_sizes[dim], "--bind" if given else f"the model's {dim}"])
+        else:
+            what = "only the weights have it" if role == DimRole.MODEL else "relaytrace cannot tell what it counts"
+            raise UsageError(
+                f"{entry}'s dim {dim!r} has no value ({what}, and the model gives none): "
+                f"give it with --bind {dim}=VALUE"
+            )
+    return dims, bound
 
 
 def of_any_length(params: tuple[Param, ...]) -> bool:

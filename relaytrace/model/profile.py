@@ -278,6 +278,7 @@ class Profile:
                 f"ESTIMATE, not a measurement: kernels at least {self.kernel_us / 1e3:.3f} ms on {self.device} "
                 f"(each kernel's roofline lower bound from {peaks.source if peaks else 'no'} peaks; VM builtins "
                 "and dispatch not estimated)"
+                + (f"\nestimated served step: {self._step_words}" if len(self.step) == 2 else "")
             )
         rest = (
             f"VM builtins {self.builtin_us / 1e3:.3f} ms + unexplained gap {self.gap_us / 1e3:.3f} ms"
@@ -297,18 +298,25 @@ class Profile:
         context, the time per output token at that context)."""
         if len(self.step) != 2:
             return ""
-        tokens, context = self.step
+        context = self.step[1]
         figure = "time to first token" if not context else f"time per output token at context {context}"
         if self.sequences != 1:
             figure = f"{figure} of a batch of {self.sequences}"
         kernels = sum(self.by_site(CACHE).values())
-        each = f" for each of {self.sequences} sequences" if self.sequences != 1 else ""
-        bound = "".join(f"; {dim}={value} ({where})" for dim, value, where in self.bound)
         return (
-            f"\nserved step through the KV cache: {tokens} token(s){each} after {context}{bound}: {figure} "
+            f"\nserved step through the KV cache: {self._step_words}: {figure} "
             f"{self.e2e_median_us / 1e3:.3f} ms (begin/end_forward included); the KV cache's kernels "
             f"{kernels / 1e3:.3f} ms of it, billed to the attention layers that ran them"
         )
+
+    @property
+    def _step_words(self) -> str:
+        """A served step's size: its tokens, sequences, context and the dims sized by the
+        model or the user (``bound``), with where each value came from."""
+        tokens, context = self.step
+        each = f" for each of {self.sequences} sequences" if self.sequences != 1 else ""
+        bound = "".join(f"; {dim}={value} ({where})" for dim, value, where in self.bound)
+        return f"{tokens} token(s){each} after {context}{bound}"
 
     @property
     def _argument_note(self) -> str:

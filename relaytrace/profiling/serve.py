@@ -15,7 +15,7 @@ from __future__ import annotations
 from attrs import define, field
 
 from ..errors import RelaytraceError, UsageError, describe
-from ..model.entry import APPEND, DimRole, ParamKind, batched, cache_param, kernel_role, of_any_length, step_shape
+from ..model.entry import APPEND, ParamKind, batched, cache_param, kernel_role, of_any_length, step_dims
 from . import runner
 
 
@@ -62,7 +62,8 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
         )
     tokens = _length(params, serving)
     prefill = _prefill_entry(lineage) if serving.context else None
-    dims, bound = step_dims(entry, params, tokens, sequences, model_sizes, lineage.program)
+    declared = lineage.program.sizes if lineage.program is not None else {}
+    dims, bound = step_dims(entry, params, tokens, sequences, model_sizes, declared)
     return {
         "entry": entry,
         "params": _params(params),
@@ -81,38 +82,11 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
         "prefill": {
             "entry": prefill,
             "params": _params(lineage.build.params[prefill]),
-            "dims": step_dims(prefill, lineage.build.params[prefill], serving.context, 1, model_sizes, None)[0],
+            "dims": step_dims(prefill, lineage.build.params[prefill], serving.context, 1, model_sizes, declared)[0],
         }
         if prefill
         else None,
     }
-
-
-def step_dims(entry: str, params, tokens: int, sequences: int, model_sizes: dict[str, int], program) -> tuple:
-    """(dim -> value, [[dim, value, where it came from], ...] for each dim a step's size
-    does not give) of every symbolic dim of ``entry``'s tensors: a token dim the step's
-    tokens (every sequence's, when they are packed in one row), a sequences dim
-    ``sequences``, a dim only weights have the model's own (``model_sizes``: ``--bind``
-    or the model's attribute); a dim with no value is a one-line error naming it."""
-    shape = step_shape(params)
-    dims: dict[str, int] = {}
-    bound = []
-    for dim, role in shape.roles.items():
-        if role == DimRole.TOKENS:
-            dims[dim] = tokens * sequences if shape.packed else tokens
-        elif role == DimRole.SEQUENCES:
-            dims[dim] = sequences
-        elif dim in model_sizes:
-            dims[dim] = model_sizes[dim]
-            given = program is None or dim not in program.sizes or program.sizes[dim] != model_sizes[dim]
-            bound.append([dim, model_sizes[dim], "--bind" if given else f"the model's {dim}"])
-        else:
-            what = "only the weights have it" if role == DimRole.MODEL else "relaytrace cannot tell what it counts"
-            raise UsageError(
-                f"{entry}'s dim {dim!r} has no value ({what}, and the model gives none): "
-                f"give it with --bind {dim}=VALUE"
-            )
-    return dims, bound
 
 
 def Server(vm, lineage, entry: str, serving: Serving, device, seed: int = 0, timed: bool = True):  # noqa: N802
