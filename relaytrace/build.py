@@ -155,7 +155,8 @@ def build_pipeline(
 ):
     """The Relax pipeline to run: "fused", "unfused", the name of a pipeline registered
     with TVM (``tvm.relax.register_pipeline``: a model's file may register one, such as
-    a BYOC flow) or a tvm Pass, after an optional
+    a BYOC flow, or MLC-LLM's; ``NAME:{JSON}`` gives it arguments, ``registered_pipeline``)
+    or a tvm Pass, after an optional
     ConvertLayout, after an optional ``relax.transform.ToMixedPrecision`` whose
     accumulators (conv, matmul outputs) are ``mixed_precision`` ("float32" or
     "float16"): float16 compute for the ops it converts, after an optional
@@ -169,8 +170,8 @@ def build_pipeline(
             base = relax.get_default_pipeline(target)
         elif pipeline == "unfused":
             base = relax.get_pipeline("default")
-        elif pipeline in relax.pipeline.PIPELINE_MAP:
-            base = relax.get_pipeline(pipeline)
+        elif pipeline.partition(":")[0] in relax.pipeline.PIPELINE_MAP:
+            base = registered_pipeline(pipeline, target)
         else:
             raise UsageError(
                 f"unknown pipeline {pipeline!r}: use one of {PIPELINES}, a pipeline registered with "
@@ -193,6 +194,45 @@ def build_pipeline(
     if not before:
         return base
     return tvm.transform.Sequential([*before, base], name="relaytrace_pipeline")
+
+
+def registered_pipeline(text: str, target):
+    """The pipeline TVM has registered as ``NAME`` made from ``NAME`` or
+    ``NAME:{"key": value, ...}`` (a JSON object of its keyword arguments: MLC-LLM's
+    ``mlc_llm:{"flashinfer": false, "metadata": {...}}``); a function that takes a
+    ``target`` and is given none is given the build's. Arguments it does not take, or
+    that are no JSON object, are a one-line ``UsageError`` naming what it takes; a
+    function that raises, a ``RelaytraceError`` saying so."""
+    import inspect
+    import json
+
+    from tvm import relax
+    from tvm.target import Target
+
+    name, _, given = text.partition(":")
+    try:
+        kwargs = json.loads(given) if given else {}
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--pipeline {name}:ARGS takes a JSON object of its arguments; {given!r} is not JSON: {exc}")
+    if not isinstance(kwargs, dict):
+        raise UsageError(f"--pipeline {name}:ARGS takes a JSON object of its arguments, not {given!r}")
+    make = relax.pipeline.PIPELINE_MAP[name]
+    try:
+        params = inspect.signature(make).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "target" in params and "target" not in kwargs:
+        kwargs["target"] = Target(target) if isinstance(target, (str, dict)) else target
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    unknown = sorted(set(kwargs) - set(params)) if params and not takes_any else []
+    if unknown:
+        raise UsageError(
+            f"the pipeline {name} takes no argument {unknown[0]!r}: it takes {', '.join(params) or 'none'}"
+        )
+    try:
+        return make(**kwargs)
+    except Exception as exc:
+        raise RelaytraceError(f"the pipeline {name} could not be made: {describe(exc)}") from exc
 
 
 def build(

@@ -291,7 +291,8 @@ def add_pipeline_options(p, layout: bool = True) -> None:
         default="fused",
         metavar="fused|unfused|NAME",
         help="fused (default), unfused, or a pipeline the model's file registers with "
-        "tvm.relax.register_pipeline (a BYOC flow)",
+        "tvm.relax.register_pipeline (a BYOC flow, MLC-LLM's), NAME:{JSON} giving it keyword arguments "
+        "(the build's target unless given)",
     )
     if layout:
         p.add_argument(
