@@ -213,7 +213,9 @@ def registered_pipeline(text: str, target):
     try:
         kwargs = json.loads(given) if given else {}
     except json.JSONDecodeError as exc:
-        raise UsageError(f"--pipeline {name}:ARGS takes a JSON object of its arguments; {given!r} is not JSON: {exc}")
+        raise UsageError(
+            f"--pipeline {name}:ARGS takes a JSON object of its arguments; {given!r} is not JSON: {exc}"
+        ) from None
     if not isinstance(kwargs, dict):
         raise UsageError(f"--pipeline {name}:ARGS takes a JSON object of its arguments, not {given!r}")
     make = relax.pipeline.PIPELINE_MAP[name]

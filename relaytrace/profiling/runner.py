@@ -393,7 +393,8 @@ class Server:
         self.pages: dict[int, tuple[tuple[int, ...], str]] = {}  # data address -> (shape, dtype)
         self.tokens, self.context = spec["tokens"], spec["context"]
         self.sequences = spec.get("sequences", 1)
-        capacity = self.sequences * (self.tokens + self.context + DECODE_MARGIN)
+        page = spec["page_size"]  # each sequence holds whole pages
+        capacity = self.sequences * -(-(self.tokens + self.context + DECODE_MARGIN) // page) * page
         self.cache = self._create(spec["cache"], set_instrument, capacity, timed)
         self.inputs, self.args = self._arguments(spec["params"], spec.get("dims"), self.tokens, seed)
         self._builtin = {
