@@ -69,22 +69,24 @@ def test_the_tied_head_a_method_of_the_embeddings_is_that_module_verified(built)
 
 
 def test_a_batch_decode_serves_each_sequence_one_token_through_the_decode_kernel(built):
+    """Eight sequences of 64 tokens need 40 pages of 16: the cache is made with room for
+    each sequence's whole pages."""
     _, lineage = built
     cache = lineage.build.kv_cache
-    report = _serve(built, "batch_decode", context=20, sequences=4)
+    report = _serve(built, "batch_decode", context=64, sequences=8)
     prof = report.profile
-    assert prof.step == (1, 20) and prof.sequences == 4
-    assert prof.inputs == (("input_embeds", (4, 1, HIDDEN), "float32"),)
+    assert prof.step == (1, 64) and prof.sequences == 8
+    assert prof.inputs == (("input_embeds", (8, 1, HIDDEN), "float32"),)
     assert prof.bound == (("vocab_size", VOCAB, "the model's vocab_size"),)
     ran = {kernel_role(cache, r.name) for r in prof.records if r.kind == CACHE}
     assert PAGED_DECODE in ran and not ran & {RAGGED_PREFILL, PAGED_PREFILL}
     decode = next(r.name for r in prof.records if kernel_role(cache, r.name) == PAGED_DECODE)
     roofs = [r for key, r in report.roofline.sites.items() if key.kernel == decode]
-    # each of the four sequences' token over its context and itself: QK^T and PV, a multiply and an add each
-    assert [r.flops for r in roofs] == [4 * 4 * cache.q_heads * cache.head_dim * (20 + 1)] * BLOCKS
-    # the head ran at the model's vocabulary for the batch's four tokens, not at the token count
-    assert {shapes[0] for _, shapes in _head_sites(report)} == {(4, 1, HIDDEN)}
-    assert "1 token(s) for each of 4 sequences after 20; vocab_size=320" in prof.summary()
+    # each of the eight sequences' token over its context and itself: QK^T and PV, a multiply and an add each
+    assert [r.flops for r in roofs] == [8 * 4 * cache.q_heads * cache.head_dim * (64 + 1)] * BLOCKS
+    # the head ran at the model's vocabulary for the batch's eight tokens, not at the token count
+    assert {shapes[0] for _, shapes in _head_sites(report)} == {(8, 1, HIDDEN)}
+    assert "1 token(s) for each of 8 sequences after 64; vocab_size=320" in prof.summary()
     assert report.memory is not None  # the weights' sizes are known: the memory line stays
 
 
