@@ -186,3 +186,20 @@ def test_the_cli_estimates_a_batch_decode_of_packed_parameters_sized_by_the_mode
     q, kv, d = cache.q_heads, cache.kv_heads, cache.head_dim
     moved = 8 * (2 * 1 * q * d + 2 * 4097 * kv * d) * 4  # each sequence's query and output, its 4097 keys and values
     assert [r.duration_us for r in decode] == [pytest.approx(moved / a100_bytes_per_us)]  # one block
+
+
+def test_advice_names_the_weight_transposes_run_in_every_decode_step(built):
+    from relaytrace.analysis.advice import WeightOnlyCompute, advise
+
+    report = _serve(built, "decode", context=16)
+    (found,) = [f for f in advise(report) if f.rule == WeightOnlyCompute.name]
+    lineage = report.lineage
+    transposes = [  # every kernel that transposes a parameter: one per Linear and the tied head
+        s.label for s in lineage.call_sites if {lineage.origins[o].short_op for o in s.origin_ids} == {"permute_dims"}
+    ]
+    assert sorted(found.sites) == sorted(transposes) and len(transposes) == 4 * BLOCKS + 1
+    assert {"model.embed_tokens", "model.layers.0.self_attn.qkv_proj"} <= set(found.layers)
+    assert found.saving_us == pytest.approx(sum(report.site_us[s] for s in transposes))
+    assert "LiftTransformParams" in found.change.how
+    # a kernel fed by another's output or by the step's input is not weights alone
+    assert not any("matmul" in s or "rms_norm" in s for s in found.sites)

@@ -372,12 +372,74 @@ class VmOverhead:
         )
 
 
+class WeightOnlyCompute:
+    """Kernels that compute on weights alone, in every run of the entry: no other kernel
+    feeds them and every tensor they read is a weight (``MemoryPlan.weights``: a
+    parameter after the entry's ``num_input``, or a constant) — a Linear's weight
+    transposed by ``permute_dims`` before its matmul (how ``nn.Linear`` and TVM's default
+    pipeline leave it), a quantized weight dequantized whole. Their result is the same in
+    every step: computed once when the weights are loaded, the step saves their time.
+    The change is TVM's ``LiftTransformParams`` (the computation moved into a
+    ``transform_params`` function run once) or a fusion that folds the transpose into the
+    matmul's kernel (MLC-LLM's ``FuseTransposeMatmul``); relaytrace makes no rebuild for
+    it (the lifted entry takes other parameters). Saving: those kernels' time."""
+
+    name = "weight-only-compute"
+
+    def find(self, report) -> tuple[Finding, ...]:
+        lineage = report.lineage
+        plan = lineage.build.memory.get(report.profile.entry)
+        if plan is None:
+            return ()
+        reads: dict[str, int] = defaultdict(int)
+        for weight in plan.weights:
+            for label in weight.sites:
+                reads[label] += 1
+        fed = {b for _, b in lineage.site_edges}
+        sites = [
+            s
+            for s in lineage.call_sites
+            if s.position not in fed and 0 < len(s.arguments) - 1 <= reads.get(s.label, 0)  # its inputs, all weights
+        ]
+        us = sum(report.site_us.get(s.label, 0.0) for s in sites)
+        if not sites or us < SHARE * _e2e(report):
+            return ()
+        ops = dict.fromkeys(lineage.origins[o].short_op for s in sites for o in s.origin_ids)
+        layers = tuple(dict.fromkeys(lineage.origins[o].layer for s in sites for o in s.origin_ids))
+        return (
+            Finding(
+                self.name,
+                f"{len(sites)} kernel call(s) compute on weights alone in every run ({', '.join(ops)})",
+                layers,
+                tuple(s.label for s in sites),
+                (
+                    f"{len(sites)} call sites ({', '.join(s.label for s in sites[:3])}"
+                    f"{' ...' if len(sites) > 3 else ''}) read only weights and no other kernel's output: "
+                    f"{us / 1e3:.3f} ms per run, {100 * us / _e2e(report):.1f}% of the end-to-end time, "
+                    "the same result each time",
+                ),
+                us,
+                Change(
+                    "compute them once, when the weights are loaded, not in every run",
+                    "relax.transform.LiftTransformParams() (moves them into a transform_params function run once), "
+                    "or store the weights transposed / fuse the transpose into the matmul (MLC-LLM's "
+                    "FuseTransposeMatmul)",
+                ),
+            ),
+        )
+
+    def left(self, finding: Finding, before, after) -> str:
+        """Nothing: relaytrace makes no rebuild for this change."""
+        return ""
+
+
 RULES: tuple[AdviceRule, ...] = (
     SeparateBatchNorm(),
     InsertedOverhead(),
     UntunedKernels(),
     FarBelowRoofline(),
     VmOverhead(),
+    WeightOnlyCompute(),
 )
 
 

@@ -151,4 +151,28 @@ def test_the_report_lists_every_rules_findings_largest_saving_first():
         "UntunedKernels",
         "FarBelowRoofline",
         "VmOverhead",
+        "WeightOnlyCompute",
     }
+
+
+def test_kernels_on_weights_alone_are_told_to_be_computed_once_and_one_fed_by_the_step_is_not():
+    from relaytrace.model.memory import MemoryPlan, Weight
+
+    origins = {
+        "t": Origin("t", "fc", "relax.permute_dims", "main", 0),
+        "m": Origin("m", "fc", "relax.matmul", "main", 1),
+    }
+    vec, mat = (((1, 8), "float32"),), (((8, 8), "float32"),)
+    sites = (
+        CallSite("transpose", 0, 0, (Role("t", "anchor"),), arguments=mat + mat),
+        CallSite("matmul", 0, 1, (Role("m", "anchor"),), arguments=vec + mat + vec),
+    )
+    plan = MemoryPlan("main", ("transpose#0", "matmul#0"), weights=(Weight("w", (8, 8), "float32", ("transpose#0",)),))
+    report = _timed(sites, {"transpose#0": 300.0, "matmul#0": 700.0}, origins, 1000.0, edges=((0, 1),))
+    report = make_report(attrs.evolve(report.lineage, build=attrs.evolve(report.lineage.build, memory={"main": plan})),
+                         report.profile)  # fmt: skip
+    (found,) = A.WeightOnlyCompute().find(report)
+    assert found.sites == ("transpose#0",) and found.layers == ("fc",) and found.saving_us == 300.0
+    assert "LiftTransformParams" in found.change.how and found.change.rebuild == ""
+    unplanned = _timed(sites, {"transpose#0": 300.0, "matmul#0": 700.0}, origins, 1000.0, edges=((0, 1),))
+    assert A.WeightOnlyCompute().find(unplanned) == ()  # no memory plan: which tensors are weights is not known
