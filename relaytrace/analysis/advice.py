@@ -126,9 +126,7 @@ class SeparateBatchNorm:
                 layers,
                 tuple(s.label for s in norms),
                 (
-                    f"{len(norms)} call sites ({', '.join(s.label for s in norms[:3])}"
-                    f"{' ...' if len(norms) > 3 else ''}) "
-                    f"run a batch norm fed by a conv's kernel: {us / 1e3:.3f} ms per run, "
+                    f"{_listed(norms)} run a batch norm fed by a conv's kernel: {us / 1e3:.3f} ms per run, "
                     f"{100 * us / _e2e(report):.1f}% of the end-to-end time",
                 ),
                 us,
@@ -413,8 +411,7 @@ class WeightOnlyCompute:
                 layers,
                 tuple(s.label for s in sites),
                 (
-                    f"{len(sites)} call sites ({', '.join(s.label for s in sites[:3])}"
-                    f"{' ...' if len(sites) > 3 else ''}) read only weights and no other kernel's output: "
+                    f"{_listed(sites)} read only weights and no other kernel's output: "
                     f"{us / 1e3:.3f} ms per run, {100 * us / _e2e(report):.1f}% of the end-to-end time, "
                     "the same result each time",
                 ),
@@ -494,6 +491,11 @@ def not_applied(finding: Finding, before, after, rules: tuple[AdviceRule, ...] =
         return "the rebuild's kernels are the same as before"
     rule = next((r for r in rules if r.name == finding.rule), None)
     return rule.left(finding, before, after) if rule is not None else ""
+
+
+def _listed(sites) -> str:
+    """``N call sites (a#0, b#0, c#0 ...)``: how many, and the first three by label."""
+    return f"{len(sites)} call sites ({', '.join(s.label for s in sites[:3])}{' ...' if len(sites) > 3 else ''})"
 
 
 def _kernels(lineage) -> list:

@@ -12,7 +12,7 @@ from relaytrace.analysis.report import make_report
 from relaytrace.errors import RelaytraceError, UsageError
 from relaytrace.model.lineage import Lineage
 from relaytrace.model.peaks import DEVICES, Peaks, given, named
-from relaytrace.model.profile import ArgInfo, Profile
+from relaytrace.model.profile import KERNEL, ArgInfo, CallRecord, Profile
 from relaytrace.model.work import KernelWork, bind, evaluate, tensor_bytes, work_at
 
 from .test_by_hand import SITES, lineage, profile
@@ -265,7 +265,6 @@ def test_a_layer_that_asks_no_flops_and_executes_some_says_its_ratio_is_unknown(
 
     from relaytrace.model.lineage import CallSite, Role
     from relaytrace.model.origin import Origin
-    from relaytrace.model.profile import KERNEL, CallRecord
     from relaytrace.model.work import RECOMPUTED
     from relaytrace.render.export import layers_csv
     from relaytrace.render.html import report_data
@@ -279,17 +278,7 @@ def test_a_layer_that_asks_no_flops_and_executes_some_says_its_ratio_is_unknown(
     work = KernelWork((((4, 6), "float32"), ((6, 4), "float32")), ((96, ()),), ((24, ()),))
     build = attrs.evolve(lineage().build, entries={"main": (("x", (4, 6), "float32"),)}, work={site.kernel: work})
     lin = Lineage(build, origins, {site.kernel: (site,)})
-    prof = Profile(
-        "hand",
-        "llvm",
-        "cpu(0)",
-        "timeline",
-        1,
-        (CallRecord(site.kernel, 0, 0, 0.0, 10.0, KERNEL),),
-        args={f"{site.kernel}#0": ArgInfo(((4, 6), (6, 4)), ("float32",) * 2)},
-        e2e_us=(12.0,),
-        peaks=PEAKS,
-    )
+    prof = _one_call(site, ((4, 6), (6, 4)))
     report = make_report(lin, prof, policy="split")  # the transpose's layer gets time, and a row
     perm = report.roofline.layer("perm")
     # by estimate: the transpose half an op per element (12), the softmax one (24)
@@ -313,7 +302,6 @@ def test_a_kernels_count_cut_by_estimate_weighs_a_symbolic_dim_at_the_value_the_
     head 2/3 of the kernel and a ratio to its useful count that no count has)."""
     from relaytrace.model.lineage import CallSite, Role
     from relaytrace.model.origin import Origin
-    from relaytrace.model.profile import KERNEL, CallRecord
 
     origins = {
         "m": Origin(
@@ -328,19 +316,24 @@ def test_a_kernels_count_cut_by_estimate_weighs_a_symbolic_dim_at_the_value_the_
     work = KernelWork(params, ((256, ()), (128, ("v",))), ((1, ()),))
     build = attrs.evolve(lineage().build, entries={"main": (("x", (1, 64), "float32"),)}, work={site.kernel: work})
     lin = Lineage(build, origins, {site.kernel: (site,)})
-    prof = Profile(
+    prof = _one_call(site, ((1, 64), (64,), (64, 100), (1, 100)))
+    head = make_report(lin, prof).roofline.layer("lm_head")
+    kernel, useful = 256 + 128 * 100, 2 * 1 * 100 * 64  # 2·M·N·K at v = 100
+    # estimates at v = 100: the head 2·100·64, the norm one per output element (64)
+    assert head.useful == useful and head.flops == pytest.approx(kernel * useful / (useful + 64))
+    assert not head.excess
+
+
+def _one_call(site, shapes) -> Profile:
+    """A profile of one 10 µs call of ``site`` with float32 arguments of ``shapes``."""
+    return Profile(
         "hand",
         "llvm",
         "cpu(0)",
         "timeline",
         1,
         (CallRecord(site.kernel, 0, 0, 0.0, 10.0, KERNEL),),
-        args={f"{site.kernel}#0": ArgInfo(((1, 64), (64,), (64, 100), (1, 100)), ("float32",) * 4)},
+        args={f"{site.kernel}#0": ArgInfo(shapes, ("float32",) * len(shapes))},
         e2e_us=(12.0,),
         peaks=PEAKS,
     )
-    head = make_report(lin, prof).roofline.layer("lm_head")
-    kernel, useful = 256 + 128 * 100, 2 * 1 * 100 * 64  # 2·M·N·K at v = 100
-    # estimates at v = 100: the head 2·100·64, the norm one per output element (64)
-    assert head.useful == useful and head.flops == pytest.approx(kernel * useful / (useful + 64))
-    assert not head.excess
