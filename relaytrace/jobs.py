@@ -270,15 +270,19 @@ def _check_writable_beside(out: Path) -> None:
         ) from None
 
 
-def write_outputs(out: Path, report, run: RunSpec, collapse: int | None = None, overwrite: bool = True) -> Path:
+def write_outputs(
+    out: Path, report, run: RunSpec, collapse: int | None = None, overwrite: bool = True, prefill=None
+) -> Path:
     """Write every output of a ``Report`` (``render.outputs.PROFILE``) into a fresh
     directory beside ``out``, then put it in ``out``'s place in one rename: a failure at
     any point leaves ``out`` as it was (or absent) and nothing else behind. An existing
     ``out`` is replaced only with ``overwrite`` and only when it holds nothing but
-    relaytrace's outputs."""
+    relaytrace's outputs. ``prefill``: the report of an LLM's prefill step served before
+    ``report``'s decode (``steps.csv``)."""
     from .render.outputs import PROFILE, ProfileRun, write_all
 
-    return _staged(out, lambda staging: write_all(PROFILE, ProfileRun(report, run, collapse), staging), overwrite)
+    run_of = ProfileRun(report, run, collapse, prefill)
+    return _staged(out, lambda staging: write_all(PROFILE, run_of, staging), overwrite)
 
 
 def write_compare(out: Path, lineage, comparison, overwrite: bool = True) -> Path:

@@ -203,3 +203,23 @@ def test_advice_names_the_weight_transposes_run_in_every_decode_step(built):
     assert "LiftTransformParams" in found.change.how
     # a kernel fed by another's output or by the step's input is not weights alone
     assert not any("matmul" in s or "rms_norm" in s for s in found.sites)
+
+
+def test_the_cli_with_no_entry_serves_the_prompt_then_a_decode_step_in_one_run(tmp_path, capsys):
+    import csv
+
+    from relaytrace import cli
+    from relaytrace.model.profile import Profile
+
+    (tmp_path / "llm.py").write_text(FACTORY)
+    out = tmp_path / "served"
+    assert cli.main(["profile", f"{tmp_path / 'llm.py'}:make", "--tokens", "12", "--repeat", "1", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "served one sequence: time to first token" in said and "(prefill, 12 token(s))" in said
+    assert "(decode at context 12)" in said
+    assert Profile.load(out / "profile.json").step == (1, 12)  # the report is the decode's
+    with open(out / "steps.csv", newline="") as f:
+        rows = {r["layer"]: r for r in csv.DictReader(f)}
+    attention = rows["model.layers.0.self_attn"]
+    assert float(attention["prefill_us"]) > 0 and float(attention["decode_us"]) > 0
+    assert sum(float(r["decode_percent"]) for r in rows.values()) == pytest.approx(100, abs=0.1)

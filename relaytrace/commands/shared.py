@@ -212,7 +212,9 @@ def profile_into_out(args, model: str, shown: str, spec: str, collapse: int | No
     from ..analysis.report import make_report
     from ..frontends.loader import load
     from ..jobs import prepare_out_dir, write_outputs
+    from ..model.entry import served_steps
     from ..model.run_spec import RunSpec
+    from ..render.steps import steps_summary
 
     say = progress(args)
     check_target(args.target)
@@ -221,11 +223,33 @@ def profile_into_out(args, model: str, shown: str, spec: str, collapse: int | No
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {shown}")
     loaded = load(model, entry=args.entry, **load_options)
-    report = make_report(*build_and_profile(loaded.model, args, say, loaded.inputs), policy=args.policy)
-    text = summary(report)
-    write_outputs(out, report, RunSpec.from_args(args, spec), collapse=collapse, overwrite=args.force)
+    built = build_traced(loaded.model, args, say)
+    steps = served_steps(built[1].build.params) if args.entry is None and "main" not in built[1].build.entries else None
+    prefill = None
+    if steps is None:
+        report = make_report(built[1], profile_built(built, args, say, loaded.inputs), policy=args.policy)
+        text = summary(report)
+    else:  # an LLM: its prompt's prefill, then a decode step after it, each served as an engine serves them
+        prefill, report = (
+            make_report(built[1], profile_built(built, step_args, say, ()), policy=args.policy)
+            for step_args in _step_args(args, steps)
+        )
+        text = f"{summary(report)}\n\n{steps_summary(prefill, report)}"
+    write_outputs(out, report, RunSpec.from_args(args, spec), collapse=collapse, overwrite=args.force, prefill=prefill)
     print_summary(text, out)
     return 0
+
+
+def _step_args(args, steps: tuple[str, str]) -> tuple[argparse.Namespace, argparse.Namespace]:
+    """The options of an LLM's two served steps: the prefill of ``--tokens`` (default 32),
+    then a decode after ``--context`` (default: that prompt)."""
+    tokens = getattr(args, "tokens", None) or 32
+    context = getattr(args, "context", None)
+    prefill = argparse.Namespace(**{**vars(args), "entry": steps[0], "tokens": tokens, "context": 0})
+    decode = argparse.Namespace(
+        **{**vars(args), "entry": steps[1], "tokens": None, "context": tokens if context is None else context}
+    )
+    return prefill, decode
 
 
 def args_of(spec, **profiling) -> argparse.Namespace:

@@ -352,7 +352,7 @@ def _inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = 
     model's shape; a symbolic dim left without a size is a UsageError naming the input,
     its symbolic dims and the ``--input-shape`` to give. The sizes must fit the
     signature together (``shapes.bind``: one value per symbol)."""
-    from ..model.entry import cache_param, grouped
+    from ..model.entry import cache_param, grouped, served_steps
     from ..model.entry import signature as tensors_of
     from ..model.lineage import choose_entry
     from ..model.shapes import bind
@@ -360,6 +360,8 @@ def _inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = 
     from ..tracking.entries import entry_params
 
     every = entry_params(ir.function_map(imported.mod))
+    if entry is None and "main" not in every and served_steps(every) is not None:
+        return ()  # an LLM served as a prefill and decode steps, each through its KV cache (profiling.serve)
     params = every[choose_entry(every, entry)]
     if cache_param(params) is not None:
         return ()  # it takes a KV cache: served, its inputs made by the profiler (profiling.serve)

@@ -212,6 +212,19 @@ def step_dims(
     return dims, bound
 
 
+def served_steps(params: dict[str, tuple[Param, ...]]) -> tuple[str, str] | None:
+    """(prefill, decode): the entries that serve one sequence its prompt and then each
+    next token through a KV cache (one of any length, one of a static length, neither a
+    batch's; ``prefill`` and ``decode`` themselves first), or None when a build has not
+    both. What ``profile`` runs, one after the other, when no entry is named."""
+    one = [n for n, p in params.items() if cache_param(p) is not None and not batched(p)]
+    fills = [n for n in one if of_any_length(params[n])]
+    steps = [n for n in one if not of_any_length(params[n])]
+    if not fills or not steps:
+        return None
+    return ("prefill" if "prefill" in fills else fills[0]), ("decode" if "decode" in steps else steps[0])
+
+
 def of_any_length(params: tuple[Param, ...]) -> bool:
     """Whether a served entry takes any number of tokens (a prefill, a verify), not one
     token per sequence (a decode): it has a symbolic token dim (``step_shape``)."""

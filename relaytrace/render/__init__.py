@@ -18,6 +18,8 @@ Modules:
   text
 - ``safe_text``: names as text in every output but the HTML report (which escapes its
   own)
+- ``steps``: an LLM's prefill and decode steps side by side (``steps.csv``, the terminal's
+  lines)
 - ``sweep``: a ``Sweep`` as ``sweep.csv``, ``fits.csv``, ``sweep.svg`` and a terminal table
 - ``table``: plain-text tables for terminals
 - ``verification_csv``: ``verification.csv``: each layer's verdict and its sites'

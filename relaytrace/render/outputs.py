@@ -33,12 +33,14 @@ if TYPE_CHECKING:
 @frozen
 class ProfileRun:
     """What ``profile`` and ``demo`` write from: the report, the record of how the run
-    was made (``run.json``: ``tasks DIR`` rebuilds from it), and the layer graph's
-    grouping depth (None: the renderer's default)."""
+    was made (``run.json``: ``tasks DIR`` rebuilds from it), the layer graph's
+    grouping depth (None: the renderer's default) and, for an LLM served as a prefill
+    then a decode step, the prefill's report (``report`` is the decode's)."""
 
     report: Report
     run: RunSpec
     collapse: int | None = None
+    prefill: Report | None = None  # an LLM served with no entry named: the prefill step before ``report``'s decode
 
 
 @frozen
@@ -183,6 +185,11 @@ PROFILE: tuple[Output[ProfileRun], ...] = (
         "the compiled Relax program and each kernel's TIR, and which block computes which layer (when saved)",
     ),
     Output(
+        ("steps.csv",),
+        lambda run, d: run.prefill is not None and _text(d, "steps.csv", _steps_csv(run.prefill, run.report)),
+        "an LLM served with no entry named: each layer's time in the prefill and in the decode step",
+    ),
+    Output(
         ("memory.csv",),
         lambda run, d: _text(d, "memory.csv", memory_csv(run.report)),
         "each value's block, bytes, writer, layer and lifetime; weights and inputs",
@@ -223,6 +230,12 @@ SWEEP: tuple[Output[SweepRun], ...] = (
         "the slowest layers' time against context per batch size, measured and fitted",
     ),
 )
+
+
+def _steps_csv(prefill, decode) -> str:
+    from .steps import steps_csv
+
+    return steps_csv(prefill, decode)
 
 
 def _sweep():
