@@ -213,7 +213,8 @@ def test_the_cli_with_no_entry_serves_the_prompt_then_a_decode_step_in_one_run(t
 
     (tmp_path / "llm.py").write_text(FACTORY)
     out = tmp_path / "served"
-    assert cli.main(["profile", f"{tmp_path / 'llm.py'}:make", "--tokens", "12", "--repeat", "1", "--out", str(out)]) == 0
+    args = ["profile", f"{tmp_path / 'llm.py'}:make", "--tokens", "12", "--repeat", "1"]
+    assert cli.main([*args, "--out", str(out)]) == 0
     said = capsys.readouterr().out
     assert "served one sequence: time to first token" in said and "(prefill, 12 token(s))" in said
     assert "(decode at context 12)" in said

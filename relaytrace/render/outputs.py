@@ -186,7 +186,7 @@ PROFILE: tuple[Output[ProfileRun], ...] = (
     ),
     Output(
         ("steps.csv",),
-        lambda run, d: run.prefill is not None and _text(d, "steps.csv", _steps_csv(run.prefill, run.report)),
+        _steps_csv,
         "an LLM served with no entry named: each layer's time in the prefill and in the decode step",
     ),
     Output(
@@ -232,10 +232,11 @@ SWEEP: tuple[Output[SweepRun], ...] = (
 )
 
 
-def _steps_csv(prefill, decode) -> str:
+def _steps_csv(run: ProfileRun, d: Path) -> None:
     from .steps import steps_csv
 
-    return steps_csv(prefill, decode)
+    if run.prefill is not None:
+        _text(d, "steps.csv", steps_csv(run.prefill, run.report))
 
 
 def _sweep():
