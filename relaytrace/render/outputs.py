@@ -138,6 +138,13 @@ def _code(run: ProfileRun, d: Path) -> None:
         _text(d, "provenance.json", json.dumps(provenance(lineage), indent=1))
 
 
+def _steps_csv(run: ProfileRun, d: Path) -> None:
+    from .steps import steps_csv
+
+    if run.prefill is not None:
+        _text(d, "steps.csv", steps_csv(run.prefill, run.report))
+
+
 def _compare_csv(run: CompareRun, d: Path) -> None:
     from . import export
 
@@ -230,13 +237,6 @@ SWEEP: tuple[Output[SweepRun], ...] = (
         "the slowest layers' time against context per batch size, measured and fitted",
     ),
 )
-
-
-def _steps_csv(run: ProfileRun, d: Path) -> None:
-    from .steps import steps_csv
-
-    if run.prefill is not None:
-        _text(d, "steps.csv", steps_csv(run.prefill, run.report))
 
 
 def _sweep():
