@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ..model.build_facts import Offload
 from ..model.ops import (
     is_bookkeeping,
@@ -20,6 +22,7 @@ from ..model.ops import (
 )
 from ..model.verification import Member
 from . import facts, ir, reader
+from .recorder import FUSE_TIR
 
 if TYPE_CHECKING:
     from .recorder import PassRecord
@@ -68,13 +71,31 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
         )
         return Member(prim, tuple(sorted(prim_ops.get(prim, ()))), prim in parts, shared)
 
-    for name, func in groups.items():
-        # a PrimFunc computes what the evidence says; a Relax op left in a group, itself
-        out[name] = tuple(
-            member(c.callee) if c.global_var else Member(c.callee, (c.callee,)) for _, c in group_calls(read(func))
-        )
-    for prim in prim_ops:
-        out.setdefault(prim, (member(prim),))
+    bodies = {**computes.groups, **groups}  # every group a recorded pass made -> its function
+
+    def made_of(name: str, seen: frozenset[str] = frozenset()) -> tuple[Member, ...]:
+        """What PrimFunc or group ``name`` is made of, down to the PrimFuncs ops were
+        lowered to: a group's members, each as made of (a kernel fused again with
+        another, MLC's dequantize and matmul, is its own members'); a Relax op left in
+        a group, itself; a PrimFunc made in place of a group's call (``call_te``), the
+        group's ops under its own name; else the PrimFunc, computing what the evidence says."""
+        seen = seen | {name}
+        if name in bodies:
+            found: list[Member] = []
+            for _, c in group_calls(read(bodies[name])):
+                if not c.global_var:
+                    found.append(Member(c.callee, (c.callee,)))
+                else:
+                    found += made_of(c.callee, seen) if c.callee not in seen else (member(c.callee),)
+            return tuple(found)
+        if name in computes.made_from and computes.made_from[name] not in seen:
+            return tuple(attrs.evolve(m, prim_func=name) for m in made_of(computes.made_from[name], seen))
+        return (member(name),)
+
+    for name in groups:
+        out[name] = made_of(name)
+    for prim in (*prim_ops, *computes.made_from):
+        out.setdefault(prim, made_of(prim))
     for name, func in offloaded.items():
         out[name] = tuple(Member(pattern, (op,)) for pattern, op in _offloaded_ops(func, read))
     for callee in _external_calls(input_functions, read):  # the input calls it by name: it computes itself
@@ -92,17 +113,23 @@ def group_calls(d: reader.FunctionView) -> list[tuple[int, reader.CallView]]:
 
 def fusion_groups(passes: Sequence[PassRecord]) -> tuple[dict[str, Any], Any, int]:
     """What fusion made, for ``kernel_members`` and the code (``tracking.code``): each
-    fused group FuseOps made (name -> its function, as the last pass that had it left
-    it), the module whose PrimFuncs the groups are made of (FuseOps' input; the last
-    module with Relax functions when nothing was fused) and the index of the first
-    record with a group (``len(passes)``: none)."""
+    fused group that became a kernel (name -> its function, as the last pass that had it
+    left it), the module whose PrimFuncs the groups are made of (FuseOps' output; the
+    last module with Relax functions when nothing was fused) and the index of the first
+    record with such a group (``len(passes)``: none). A group becomes a kernel when a
+    FuseTIR turns it into a PrimFunc of its name; one whose calls a pass rewrote into
+    something else first (MLC-LLM's ``FuseTransposeMatmul`` groups a pattern, then
+    emits each call as a new PrimFunc) is no kernel. A recording without FuseTIR takes
+    every group."""
+    fused = [set(r.prim_funcs) for r in passes if r.pass_name == FUSE_TIR and r.prim_funcs is not None]
+    kernels = set().union(*fused) if fused else None
     groups: dict[str, Any] = {}
     members_at = None
     first = len(passes)
     for i, record in enumerate(passes):
         fused_before = bool(groups)
         for name, func in record.functions.items():
-            if ir.is_primitive(func):
+            if ir.is_primitive(func) and (kernels is None or name in kernels):
                 groups[name] = func
         if groups and not fused_before:
             first = i
@@ -281,25 +308,33 @@ def _from_constants(var: int, made_at: dict, seen: frozenset = frozenset()) -> b
 class _Computes:
     """What each binding of the model functions computes, pass by pass: an op name,
     or the ops of the PrimFunc it calls. A Var that computed op X before a pass and
-    calls PrimFunc P after it shows that P computes X (``prim_ops``)."""
+    calls PrimFunc P after it shows that P computes X (``prim_ops``). A Var that called
+    a group (a pattern's composite function) before a pass and calls a PrimFunc no
+    pass has shown computing anything after it shows that the PrimFunc computes what
+    the group's body does (``made_from``: MLC-LLM's ``FuseTransposeMatmul`` emits
+    ``NT_matmul`` with ``call_te`` in place of each call of its pattern's group)."""
 
     def __init__(self, read, prim_ops: dict[str, set[str]]):
         self.read = read
         self.prim_ops = prim_ops
         self.parts: set[str] = set()  # PrimFuncs that compute a part of an op another one finishes
         self.reused: set[str] = set()  # callees of vars reused for a layout transform (``facts.reused_for_layout``)
-        self.state: dict[str, tuple[Any, dict[int, tuple[str, ...]]]] = {}  # name -> (function, var -> ops)
+        self.groups: dict[str, Any] = {}  # the groups the model functions called -> their functions
+        self.made_from: dict[str, str] = {}  # PrimFunc -> the group whose calls it was made in place of
+        # name -> (function, var -> ops, var -> the group it calls)
+        self.state: dict[str, tuple[Any, dict[int, tuple[str, ...]], dict[int, str]]] = {}
 
     def record(self, functions: dict, input_: bool = False) -> None:
         for name, func in ir.model_functions(functions).items():
-            old_func, old = self.state.get(name, (None, {}))
+            old_func, old, old_calls = self.state.get(name, (None, {}, {}))
             if old_func is not None and old_func.same_as(func):
                 continue
             d = self.read(func, old_func)
             if d is None:  # rebuilt around the same bindings
-                self.state[name] = (func, old)
+                self.state[name] = (func, old, old_calls)
                 continue
             now = {var: old[var] for var, value in zip(d.vars, d.values) if not value and var in old}
+            calls = {var: old_calls[var] for var, value in zip(d.vars, d.values) if not value and var in old_calls}
             made_at = {d.vars[p]: d.call(p) for p in d.changed}
             for position in d.changed:
                 made = d.call(position)
@@ -317,11 +352,16 @@ class _Computes:
                     was = self._carried(old.get(var, ()), callee)
                     if was:
                         self.prim_ops.setdefault(callee, set()).update(was)
+                    elif var in old_calls and not self.prim_ops.get(callee) and callee not in self.made_from:
+                        self.made_from[callee] = old_calls[var]
                     elif input_:  # the input itself calls a PrimFunc (a frontend's emit_te): the op is its name
                         self.prim_ops.setdefault(callee, set()).add(callee)
                     now[var] = tuple(self.prim_ops.get(callee, ()))
+                elif ir.is_primitive(functions[callee]):  # a group, called before fusion
+                    self.groups[callee] = functions[callee]
+                    calls[var] = callee
             self._parts(d, old, now, functions)
-            self.state[name] = (func, now)
+            self.state[name] = (func, now, calls)
 
     def _carried(self, was: tuple[str, ...], callee: str) -> tuple[str, ...]:
         """What a rebound Var computed that its new callee computes too: nothing when

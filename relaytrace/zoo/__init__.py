@@ -10,6 +10,7 @@ Modules:
 - ``group_quant``: MLC-LLM's q4f16_1 group quantization (4-bit weights packed in
   uint32, float16 scales), for the zoo's quantized Llama
 - ``mlc_llama``: a Llama written the way MLC-LLM writes its models for TVM
+- ``mlc_pipeline``: a Relax pipeline written the way MLC-LLM writes its own (``mlc_style``)
 - ``models``: torchvision-compatible definitions (module names and shapes match
   torchvision)
 - ``nn_decoder``: a small decoder written with TVM's own frontend,
