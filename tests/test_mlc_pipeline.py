@@ -1,0 +1,139 @@
+"""Kernels that passes other than LegalizeOps / FuseOps / FuseTIR make, verified op for
+op: models built by real TVM for llvm through ``zoo.mlc_pipeline`` (a pipeline written as
+MLC-LLM writes its own: ``NT_matmul`` by ``call_te``, a dequantize and a matmul kernel
+fused into one, PrimFunc attributes cleaned up, DLight's CPU GEMV)."""
+
+from __future__ import annotations
+
+import pytest
+import tvm_ffi
+from tvm import relax
+from tvm.relax.frontend import nn
+
+import relaytrace
+from relaytrace.frontends.nn import from_nn
+from relaytrace.zoo import mlc_pipeline
+from relaytrace.zoo.mlc_llama import llama, mlc_style
+
+BLOCKS = 2
+LINEARS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+TRANSPOSED_MATMUL = ("relax.matmul", "relax.permute_dims")
+
+
+def _build(module, spec, name, pipeline):
+    return relaytrace.build(from_nn(module, spec, name=name), "llvm", pipeline=pipeline)[1]
+
+
+@pytest.fixture(scope="module")
+def lineage():
+    """The zoo Llama through the pipeline; DLight's GEMV left out (LLVM takes minutes
+    over the vectors it makes of the decode's matmuls: ``gemv_lineage`` tries it)."""
+    return _build(*llama(layers=BLOCKS), "llama", mlc_pipeline.pipeline(gemv=False))
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    """The Llama as MLC-LLM exports it, q4f16_1 (one block), through the pipeline."""
+    return _build(*mlc_style(layers=1, quantization="q4f16_1"), "q4", mlc_pipeline.pipeline(gemv=False))
+
+
+class _Mlp(nn.Module):
+    def __init__(self):
+        self.up = nn.Linear(16, 32, bias=False)
+        self.down = nn.Linear(32, 16, bias=False)
+
+    def forward(self, x: nn.Tensor) -> nn.Tensor:
+        return self.down(nn.op.silu(self.up(x)))
+
+
+@pytest.fixture(scope="module")
+def gemv_lineage():
+    """A decode-sized MLP through the pipeline by its registered name, DLight's GEMV in."""
+    return _build(_Mlp(), {"forward": {"x": nn.spec.Tensor([1, 16], "float32")}}, "mlp", mlc_pipeline.NAME)
+
+
+def _linear_sites(lineage):
+    """layer -> the call sites running its matmul, for every layer that has one."""
+    out: dict[str, list] = {}
+    for site in lineage.call_sites:
+        for oid in site.origin_ids:
+            origin = lineage.origins[oid]
+            if origin.op == "relax.matmul":
+                out.setdefault(origin.layer, []).append(site)
+    return out
+
+
+def _transposing_prim_funcs(lineage, kernel):
+    """The member PrimFuncs of ``kernel`` that compute a permute_dims and a matmul both."""
+    ops: dict[str, set[str]] = {}
+    for member in lineage.build.kernel_members[kernel]:
+        ops.setdefault(member.prim_func, set()).update(member.ops)
+    return [prim for prim, found in ops.items() if set(TRANSPOSED_MATMUL) <= found]
+
+
+def _assert_linear_sites(lineage, layers, extra=()):
+    """Each of ``layers`` runs its matmul at verified sites whose kernel has a member
+    PrimFunc computing the Linear's transpose and matmul, and whose origins are that
+    layer's permute_dims and matmul (and ops of ``extra`` kinds)."""
+    checks = lineage.verification.by_position()
+    sites = _linear_sites(lineage)
+    for layer in layers:
+        assert sites.get(layer), f"{layer} runs no matmul"
+        for site in sites[layer]:
+            assert checks[site.position].status == "verified", checks[site.position].reasons
+            assert _transposing_prim_funcs(lineage, site.kernel), lineage.build.kernel_members[site.kernel]
+            own = sorted(lineage.origins[o].op for o in site.origin_ids if lineage.origins[o].layer == layer)
+            assert [op for op in own if not op.startswith(extra)] == list(TRANSPOSED_MATMUL)
+
+
+def test_every_call_site_of_the_llama_through_an_mlc_style_pipeline_is_verified(lineage):
+    verification = lineage.verification
+    assert verification.count("verified") == len(lineage.call_sites) > 0, verification.summary()
+    assert verification.ok, verification.summary()
+
+
+def test_each_linear_of_the_llama_runs_in_a_kernel_that_transposes_and_multiplies_for_it(lineage):
+    layers = [f"model.layers.{i}.{linear}" for i in range(BLOCKS) for linear in LINEARS] + ["lm_head"]
+    _assert_linear_sites(lineage, layers)
+    # the kernels call_te made: one PrimFunc computing both ops, alone or fused with a residual add
+    kernels = {site.kernel for sites in _linear_sites(lineage).values() for site in sites}
+    alone = [k for k in kernels if len(lineage.build.kernel_members[k]) == 2]
+    assert alone and all(_transposing_prim_funcs(lineage, k) == [k] for k in alone)
+    fused = [k for k in kernels if k not in alone]
+    assert fused and all(
+        sorted(op for m in lineage.build.kernel_members[k] for op in m.ops) == ["relax.add", *TRANSPOSED_MATMUL]
+        for k in fused
+    )
+
+
+def test_a_dequantize_fused_with_its_matmul_is_verified_op_for_op(quantized):
+    verification = quantized.verification
+    assert verification.count("verified") == len(quantized.call_sites) > 0, verification.summary()
+    layers = [f"model.layers.0.{linear}" for linear in LINEARS]
+    _assert_linear_sites(quantized, layers, extra="dequantize")
+    for sites in (s for layer, s in _linear_sites(quantized).items() if layer in layers):
+        for site in sites:  # the weight's dequantize runs in the matmul's kernel, as one of its members
+            ops = [quantized.origins[o] for o in site.origin_ids]
+            assert [o.layer for o in ops if o.op.startswith("dequantize")] == [ops[0].layer]
+            members = quantized.build.kernel_members[site.kernel]
+            assert sum(1 for m in members if any(op.startswith("dequantize") for op in m.ops)) == 1
+
+
+def test_kernels_dlight_scheduled_keep_their_members_and_are_verified(gemv_lineage):
+    verification = gemv_lineage.verification
+    assert verification.count("verified") == len(gemv_lineage.call_sites) == 2, verification.summary()
+    _assert_linear_sites(gemv_lineage, ["up", "down"])
+    scheduled = [k for k, code in gemv_lineage.code.kernels.items() if "T.vectorized" in code.built]
+    assert sorted(scheduled) == sorted({s.kernel for s in gemv_lineage.call_sites})
+
+
+def test_clean_up_tir_attrs_rewrites_each_primfunc_without_the_attributes():
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        bb.emit_func_output(bb.emit(relax.op.add(x, x)))
+    mod = relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(bb.get()))
+    before = mod["add"]
+    assert "op_pattern" in before.attrs
+    after = mlc_pipeline.CleanUpTIRAttrs(("op_pattern",))(mod)["add"]
+    assert "op_pattern" not in after.attrs and tvm_ffi.structural_equal(after.body, before.body)
