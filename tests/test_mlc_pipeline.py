@@ -12,6 +12,7 @@ from tvm.relax.frontend import nn
 
 import relaytrace
 from relaytrace.frontends.nn import from_nn
+from relaytrace.model.code import code_sites
 from relaytrace.zoo import mlc_pipeline
 from relaytrace.zoo.mlc_llama import llama, mlc_style
 
@@ -137,3 +138,13 @@ def test_clean_up_tir_attrs_rewrites_each_primfunc_without_the_attributes():
     assert "op_pattern" in before.attrs
     after = mlc_pipeline.CleanUpTIRAttrs(("op_pattern",))(mod)["add"]
     assert "op_pattern" not in after.attrs and tvm_ffi.structural_equal(after.body, before.body)
+
+
+def test_the_block_of_a_call_te_kernel_computes_its_linears_matmul(lineage):
+    checks = {s.label: s for s in code_sites(lineage, lineage.code)}
+    sites = [s for s in lineage.call_sites if _transposing_prim_funcs(lineage, s.kernel) == [s.kernel]]
+    assert sites
+    for site in sites:  # one block, the matmul's: its permute_dims is no loop of its own
+        code = checks[site.label]
+        assert [lineage.origins[o].op for _, o in code.owners] == ["relax.matmul"]
+        assert all(c.status == "verified" for c in code.checks)

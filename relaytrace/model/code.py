@@ -204,14 +204,18 @@ def block_origins(
     the origins' (``edges``: (producer, consumer) origin ids) wins, and when two ways tie
     the first is taken and the answer says so. A member that computes part of an op
     (``Member.part``) is given the origin of the member its result flows into that does
-    the same op. Past ``_TRIES`` ways, the first one-to-one match by op, said open."""
+    the same op. Past ``_TRIES`` ways, the first one-to-one match by op, said open. When
+    the code's members are not the truth's (``tracking.code`` could not line them up),
+    no block is given an origin: a member's index names different PrimFuncs in each."""
+    if len(kernel.members) != len(members):
+        return {}, False
     known = [i for i, m in enumerate(members) if m.ops and not m.part]
     claimants = [origins[o] for o in site.origin_ids]
     options = [[c.id for c in claimants if c.op in members[i].ops] for i in known]
     ways = 1
     for o in options:
         ways *= max(len(o), 1)
-    if ways > _TRIES or len(kernel.members) != len(members):
+    if ways > _TRIES:
         match = matching([members[i] for i in known], claimants)
         found = {known[i]: claimants[j].id for i, j in match.items()}
         return _with_parts(found, members, kernel, origins), ways > 1

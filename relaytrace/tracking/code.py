@@ -63,10 +63,11 @@ def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) ->
             continue
         text = func.script(name=name)
         blocks = _blocks(text)
-        members = (  # an unfused kernel: one member, itself
+        members = _aligned(  # an unfused kernel: one member, itself
             _members(groups[name], member_funcs, read)
             if name in groups
-            else (MemberCode(name, tuple(b.name for b in blocks), (), True),)
+            else (MemberCode(name, tuple(b.name for b in blocks), (), True),),
+            [m.prim_func for m in lineage.build.kernel_members.get(name, ())],
         )
         owners = [m for m, member in enumerate(members) for _ in member.blocks]
         if len(owners) == len(blocks):
@@ -214,6 +215,32 @@ def _first_prim_funcs(passes: Sequence[PassRecord], wanted: set[str]) -> dict[st
         if len(found) == len(wanted):
             break
     return found
+
+
+def _aligned(members: tuple[MemberCode, ...], truth: list[str]) -> tuple[MemberCode, ...]:
+    """``members`` lined up with the kernel's members in the truth (their PrimFuncs,
+    ``truth``), where a PrimFunc computes several ops (``NT_matmul``: a permute_dims and
+    a matmul, one member each, in the order its group computed them): its blocks are
+    its last member's, which computes its result; each member before reads nothing and
+    is read by the next. As they are when the truth does not run through them so (a
+    kernel fused again: its blocks then do not line up, and say so)."""
+    spans: list[tuple[int, int]] = []  # each member's first and last truth member
+    i = 0
+    for j, m in enumerate(members):
+        if i >= len(truth) or truth[i] != m.prim_func:
+            return members
+        k = 1
+        while i + k < len(truth) and truth[i + k] == m.prim_func and len(truth) - i - k > len(members) - j - 1:
+            k += 1
+        spans.append((i, i + k - 1))
+        i += k
+    if i != len(truth) or len(truth) == len(members):
+        return members
+    out: list[MemberCode] = []
+    for m, (first, last) in zip(members, spans):
+        out += [MemberCode(m.prim_func, (), (n + 1,)) for n in range(first, last)]
+        out.append(attrs.evolve(m, consumers=tuple(spans[c][1] for c in m.consumers)))
+    return tuple(out)
 
 
 def _members(group, member_funcs: dict[str, Any], read) -> tuple[MemberCode, ...]:
