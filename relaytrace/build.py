@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .tracking.recorder import Recorder
 
 PIPELINES = ("fused", "unfused")
+ZOO_PIPELINE = "mlc_style"  # the zoo's pipeline written as MLC-LLM writes its own (zoo.mlc_pipeline), known by name
 NHWC = {"relax.nn.conv2d": ["NHWC", "OHWI"]}  # what --layout NHWC asks ConvertLayout for
 # the three builds (pipeline, convert_layout) goldens and generated models are checked in
 BUILD_CONFIGS = {"unfused": ("unfused", None), "fused": ("fused", None), "nhwc": ("fused", NHWC)}
@@ -166,6 +167,8 @@ def build_pipeline(
     from tvm import relax
 
     if isinstance(pipeline, str):
+        if pipeline.partition(":")[0] == ZOO_PIPELINE:
+            from .zoo import mlc_pipeline  # noqa: F401 - registers it with TVM
         if pipeline == "fused":
             base = relax.get_default_pipeline(target)
         elif pipeline == "unfused":

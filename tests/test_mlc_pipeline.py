@@ -33,9 +33,16 @@ def lineage():
 
 
 @pytest.fixture(scope="module")
-def quantized():
-    """The Llama as MLC-LLM exports it, q4f16_1 (one block), through the pipeline."""
-    return _build(*mlc_style(layers=1, quantization="q4f16_1"), "q4", mlc_pipeline.pipeline(gemv=False))
+def quantized_built():
+    """(executable, lineage): the Llama as MLC-LLM exports it, q4f16_1 (one block),
+    through the pipeline."""
+    module, spec = mlc_style(layers=1, quantization="q4f16_1")
+    return relaytrace.build(from_nn(module, spec, name="q4"), "llvm", pipeline=mlc_pipeline.pipeline(gemv=False))
+
+
+@pytest.fixture(scope="module")
+def quantized(quantized_built):
+    return quantized_built[1]
 
 
 class _Mlp(nn.Module):
@@ -148,3 +155,28 @@ def test_the_block_of_a_call_te_kernel_computes_its_linears_matmul(lineage):
         code = checks[site.label]
         assert [lineage.origins[o].op for _, o in code.owners] == ["relax.matmul"]
         assert all(c.status == "verified" for c in code.checks)
+
+
+def test_a_quantized_linear_asks_2mnk_and_its_dequantize_is_executed_work_shown_apart(quantized_built):
+    """Served decode of the q4f16_1 Llama: each Linear's useful FLOPs are its matmul's
+    2·M·N·K (one token: 2·N·K), its kernel executes those and the dequantize's two per
+    weight ((q - 7) · scale), and the excess is said to be dequantization."""
+    from relaytrace.analysis.report import make_report
+    from relaytrace.model.work import DEQUANTIZED
+    from relaytrace.profiling.serve import Serving
+
+    executable, lineage = quantized_built
+    prof = relaytrace.profile(executable, lineage, [], entry="decode", serving=Serving(context=8), repeat=1)
+    roofline = make_report(lineage, prof).roofline
+    hidden, heads, kv_heads, inner = 64, 4, 2, 128
+    shapes = {  # (out features, in features) of each Linear
+        "self_attn.qkv_proj": ((heads + 2 * kv_heads) * hidden // heads, hidden),
+        "self_attn.o_proj": (hidden, hidden),
+        "mlp.gate_up_proj": (2 * inner, hidden),
+        "mlp.down_proj": (hidden, inner),
+    }
+    for name, (n, k) in shapes.items():
+        row = roofline.layer(f"model.layers.0.{name}")
+        assert row.useful == 2 * n * k, name
+        assert row.flops == pytest.approx(2 * n * k + 2 * n * k, rel=0.02), name  # the matmul and the dequantize
+        assert row.excess == (DEQUANTIZED,), name

@@ -25,7 +25,7 @@ from __future__ import annotations
 from attrs import define
 
 from ..model.lineage import CallSite, Lineage
-from ..model.ops import estimated_flops
+from ..model.ops import estimated_flops, is_dequantize
 from ..model.peaks import Peaks
 from ..model.profile import ArgInfo
 from ..model.verification import matching
@@ -72,17 +72,19 @@ def op_works(
     """Each origin of ``site`` (in order) its ``OpWork``: the site's executed ``flops``
     and ``transcendentals`` cut by each op's member's own count at the call's shapes
     (``arg``), else by the ops' useful FLOPs, else by ``ops.estimated_flops`` at the
-    call's dims (a symbolic dim at the integer the call bound it to, never taken as 1);
+    call's dims (a symbolic dim at the integer the call bound it to, never taken as 1;
+    a dequantize, which asks none, by its estimate);
     so the parts add up to the kernel's count and each op keeps its own."""
     origins = [lineage.origins[r.origin] for r in site.roles]
     env = call_dims(lineage, site, arg)
     useful = [_useful(o, env) for o in origins]
     asked_all = [u for u in useful if u is not None]
     own = _own_counts(lineage, site, origins, arg)
+    asked_split = [estimated_flops(o, env) if is_dequantize(o.op) else u for o, u in zip(origins, useful)]
     by_flops = (
         [f for f, _ in own]
         if own and sum(f for f, _ in own) > 0
-        else asked_all
+        else asked_split  # a dequantize asks nothing and executes its share: weighed by its estimate
         if len(asked_all) == len(useful) and sum(asked_all) > 0
         else [estimated_flops(o, env) for o in origins]
     )
@@ -119,19 +121,28 @@ def _useful(origin, env: dict[str, int]) -> float | None:
 
 def _own_counts(lineage: Lineage, site: CallSite, origins: list, arg: ArgInfo | None):
     """Each of ``origins`` its member's (FLOPs, transcendental calls) at the call's
-    shapes, None when one is not known."""
+    shapes, None when one is not known. Origins one member computes together (an
+    ``NT_matmul`` made of a permute_dims and a matmul) share its count by what each
+    asks (``useful_flops``; evenly when none asks any), so it is counted once."""
     matched = _members(lineage, site, origins, arg)
     if matched is None:
         return None
     env, works = matched
-    out = []
+    counts = []
     for work in works:
         if work is None or work.flops is None or work.transcendentals is None:
             return None
         try:
-            out.append((evaluate(work.flops, env), evaluate(work.transcendentals, env)))
+            counts.append((evaluate(work.flops, env), evaluate(work.transcendentals, env)))
         except KeyError:
             return None
+    asks = [_useful(o, env) or 0.0 for o in origins]
+    out = []
+    for i, (flops, trans) in enumerate(counts):
+        sharing = [j for j, w in enumerate(works) if w is works[i]]
+        weights = [asks[j] for j in sharing]
+        share = asks[i] / sum(weights) if sum(weights) > 0 else 1 / len(sharing)
+        out.append((flops * share, trans * share))
     return out
 
 

@@ -115,6 +115,13 @@ def is_data_movement(callee: str) -> bool:
     return is_prim_func(callee) and re.sub(r"\d+$", "", callee) in DATA_MOVEMENT_PRIMFUNCS
 
 
+def is_dequantize(op: str) -> bool:
+    """An op that unpacks quantized weights into floats (``dequantize``, as MLC-LLM's
+    quantizations and the zoo's ``group_quant`` name their TE kernels; numbered or
+    namespaced): work the float model it stands for does not ask."""
+    return re.sub(r"\d+$", "", short_op(op)).startswith("dequantize")
+
+
 @lru_cache(maxsize=65536)
 def is_shape_computation(callee: str) -> bool:
     """A PrimFunc VMShapeLower made to compute shapes (``shape_func``, ``shape_func1``)."""
@@ -164,6 +171,8 @@ def estimated_flops(origin, dims: Mapping[str, int] | None = None) -> float:
         return 2.0 * out * _prod(ins[0][-1:], dims)
     if "pool" in name and ins and ins[0]:
         return float(_prod(ins[0], dims))
+    if is_dequantize(origin.op):  # (q - zero) * scale per weight
+        return 2.0 * out
     if op_rank(origin.op) == 0:
         return 0.5 * out
     return float(out)

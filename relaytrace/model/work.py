@@ -114,6 +114,7 @@ DILATION = (
 )
 PADDING = "padding: its TIR computes over padded or out-of-range elements the op does not ask for"
 RECOMPUTED = "recomputation: its TIR computes more than the op asks (a value computed again, or padding)"
+DEQUANTIZED = "dequantization: unpacking quantized weights, work the float model does not ask"
 
 
 def useful_flops(op) -> Poly | None:
@@ -124,12 +125,14 @@ def useful_flops(op) -> Poly | None:
     (its weight ``I, O/g, K…``: the input's elements, not the zeros a stride puts
     between them), a matmul ``2·M·N·K``, an element-wise op (``_ELEMENTWISE``) one per
     output element, data movement none. None for an op of any other kind (no formula
-    here) or without shapes."""
-    from .ops import is_data_movement
+    here) or without shapes. A dequantize asks none: unpacking quantized weights is
+    work the float model does not ask (its executed FLOPs are shown as such,
+    ``DEQUANTIZED``), so a quantized Linear asks ``2·M·N·K``, as the float one does."""
+    from .ops import is_data_movement, is_dequantize
 
     ins = op.input_shapes
     out = op.output_shapes[0] if op.output_shapes else None
-    if is_data_movement(op.op):
+    if is_data_movement(op.op) or is_dequantize(op.op):
         return ()
     if out is None:
         return None
@@ -146,7 +149,12 @@ def useful_flops(op) -> Poly | None:
 
 def excess_why(op) -> str:
     """Why an op's kernel may execute more FLOPs than it asks (``useful_flops``):
-    ``DILATION`` for a transposed conv, ``PADDING`` for a conv, ``RECOMPUTED`` else."""
+    ``DILATION`` for a transposed conv, ``PADDING`` for a conv, ``DEQUANTIZED`` for a
+    dequantize, ``RECOMPUTED`` else."""
+    from .ops import is_dequantize
+
+    if is_dequantize(op.op):
+        return DEQUANTIZED
     return DILATION if op.op in _CONV_TRANSPOSES else PADDING if op.op in _CONVS else RECOMPUTED
 
 
