@@ -80,7 +80,7 @@ def op_works(
     useful = [_useful(o, env) for o in origins]
     asked_all = [u for u in useful if u is not None]
     own = _own_counts(lineage, site, origins, arg)
-    asked_split = [estimated_flops(o, env) if is_dequantize(o.op) else u for o, u in zip(origins, useful)]
+    asked_split = [estimated_flops(o, env) if is_dequantize(o.op) else (u or 0.0) for o, u in zip(origins, useful)]
     by_flops = (
         [f for f, _ in own]
         if own and sum(f for f, _ in own) > 0
