@@ -293,12 +293,13 @@ def write_compare(out: Path, lineage, comparison, overwrite: bool = True) -> Pat
     return _staged(out, lambda staging: write_all(COMPARE, CompareRun(lineage, comparison), staging), overwrite)
 
 
-def write_sweep(out: Path, sweep, project: int | None, overwrite: bool = True) -> Path:
+def write_sweep(out: Path, sweep, project: int | None, overwrite: bool = True, device=None) -> Path:
     """Write a ``relaytrace sweep`` run's outputs (``render.outputs.SWEEP``) as
-    ``write_outputs`` writes a profile's: whole or not at all."""
+    ``write_outputs`` writes a profile's: whole or not at all; ``device``: the same
+    points bounded on a named device, fitted alike."""
     from .render.outputs import SWEEP, SweepRun, write_all
 
-    return _staged(out, lambda staging: write_all(SWEEP, SweepRun(sweep, project), staging), overwrite)
+    return _staged(out, lambda staging: write_all(SWEEP, SweepRun(sweep, project, device), staging), overwrite)
 
 
 def legacy_out(out: Path) -> Path:

@@ -224,3 +224,22 @@ def test_the_cli_with_no_entry_serves_the_prompt_then_a_decode_step_in_one_run(t
     attention = rows["model.layers.0.self_attn"]
     assert float(attention["prefill_us"]) > 0 and float(attention["decode_us"]) > 0
     assert sum(float(r["decode_percent"]) for r in rows.values()) == pytest.approx(100, abs=0.1)
+
+
+def test_a_sweep_bounds_each_point_on_a_named_device_and_fits_those_too(tmp_path, capsys):
+    import csv
+
+    from relaytrace import cli
+
+    (tmp_path / "llm.py").write_text(FACTORY)
+    out = tmp_path / "sweep"
+    args = ["sweep", f"{tmp_path / 'llm.py'}:make", "--entry", "batch_decode", "--context", "64,1024", "--batch", "1,8"]
+    assert cli.main([*args, "--repeat", "1", "--device", "nvidia-a100-sxm4-80gb", "--out", str(out)]) == 0
+    assert "ESTIMATE, not a measurement" in capsys.readouterr().out
+    with open(out / "device_fits.csv", newline="") as f:
+        fits = {r["layer"]: r for r in csv.DictReader(f)}
+    # a decode's attention reads each cached token's key and value once: 2 x kv_heads x head_dim float32 of it
+    per_token_us = 2 * 2 * 16 * 4 / 2039e3  # two key/value heads of 16, float32, at 2,039 GB/s
+    attention = fits["model.layers.0.self_attn"]
+    assert float(attention["per_cached_token_us"]) == pytest.approx(per_token_us, rel=0.01)
+    assert float(attention["error_percent"]) < 1  # a bound is the curve exactly

@@ -48,6 +48,11 @@ def add_arguments(p) -> None:
         metavar="C",
         help="a context to project each layer's fit to (the model's maximum: its context window)",
     )
+    p.add_argument(
+        "--device",
+        metavar="NAME",
+        help="also bound each point on a named device (relaytrace peaks --list), as estimate does, and fit those",
+    )
     p.add_argument("--out", required=True, help="output DIR")
     p.add_argument("--force", action="store_true", help="write into an existing DIR")
 
@@ -59,6 +64,7 @@ def run(args) -> int:
     from ..analysis.sweep import SweepPoint, fit_sweep
     from ..frontends.loader import load
     from ..jobs import echo, prepare_out_dir, write_sweep
+    from ..model.peaks import named
     from ..profiling.serve import Serving, takes_cache
     from ..profiling.vm import profile
     from ..render.sweep import sweep_table
@@ -66,6 +72,7 @@ def run(args) -> int:
 
     if 0 in args.batch:
         raise UsageError("--batch takes sizes of 1 or more")
+    peaks = named(args.device) if args.device else None
     say = progress(args)
     check_target(args.target)
     out = prepare_out_dir(args.out, args.force)
@@ -77,7 +84,7 @@ def run(args) -> int:
     if not takes_cache(lineage, entry):
         raise UsageError(f"sweep serves an entry that takes a KV cache (an LLM's decode); {entry} takes none")
     bind = dict(args.bind or ())
-    points = []
+    points, bounds = [], []
     grid = [(c, b) for b in args.batch for c in args.context]
     for i, (context, batch) in enumerate(grid, 1):
         say(f"point {i}/{len(grid)}: context {context}, batch {batch}")
@@ -85,14 +92,34 @@ def run(args) -> int:
         found = profile(executable, lineage, [], entry=entry, repeat=args.repeat, serving=serving)
         report = make_report(lineage, found)
         points.append(SweepPoint(context, batch, {r.layer: r.us for r in report.layers}, found.e2e_median_us))
+        if peaks is not None:
+            bounds.append(_bounded(lineage, entry, peaks, args, context, batch))
     try:
         sweep = fit_sweep(entry, points)
+        device = fit_sweep(f"{entry} bound on {peaks.device}", bounds) if peaks is not None else None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    write_sweep(out, sweep, args.project, overwrite=args.force)
+    write_sweep(out, sweep, args.project, overwrite=args.force, device=device)
     echo(sweep_table(sweep, args.project))
-    echo(f"\nwritten to {out}/: sweep.csv, fits.csv, sweep.svg")
+    if device is not None:
+        echo(f"\nESTIMATE, not a measurement: each point's roofline lower bound\n{sweep_table(device, args.project)}")
+    echo(f"\nwritten to {out}/: sweep.csv, fits.csv, sweep.svg{', device.csv, device_fits.csv' if device else ''}")
     return 0
+
+
+def _bounded(lineage, entry: str, peaks, args, context: int, batch: int):
+    """The ``SweepPoint`` of one (context, batch) point as ``estimate`` bounds it on
+    ``peaks``' device: each layer's roofline lower bound, the step's their sum."""
+    from ..analysis.estimate import estimated_profile
+    from ..analysis.report import make_report
+    from ..analysis.sweep import SweepPoint
+    from .estimate import served_shapes
+
+    step = argparse.Namespace(tokens=args.tokens, batch=batch, bind=args.bind)
+    shapes, sequences, bound = served_shapes(lineage, entry, step, {})
+    found = estimated_profile(lineage, peaks, entry, shapes, context, sequences, bound)
+    layers = {r.layer: r.us for r in make_report(lineage, found).layers}
+    return SweepPoint(context, batch, layers, sum(layers.values()))
 
 
 COMMAND = Command(

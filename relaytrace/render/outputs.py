@@ -62,11 +62,12 @@ class LegacyRun:
 
 @frozen
 class SweepRun:
-    """What ``sweep --out`` writes from: the ``Sweep`` and the context its fits are
-    projected to (None: none)."""
+    """What ``sweep --out`` writes from: the ``Sweep``, the context its fits are
+    projected to (None: none) and, with ``--device``, the estimated ``Sweep``."""
 
     sweep: object
     project: int | None = None
+    device: object = None  # the same points bounded on a named device (``sweep --device``), fitted alike
 
 
 R = TypeVar("R", ProfileRun, CompareRun, LegacyRun, SweepRun)
@@ -220,6 +221,18 @@ LEGACY: tuple[Output[LegacyRun], ...] = (
 )
 
 
+def _device_sweep(run: SweepRun, d: Path) -> None:
+    if run.device is not None:
+        _text(d, "device.csv", _sweep().sweep_csv(run.device))
+        _text(d, "device_fits.csv", _sweep().fits_csv(run.device, run.project))
+
+
+def _sweep():
+    from . import sweep
+
+    return sweep
+
+
 SWEEP: tuple[Output[SweepRun], ...] = (
     Output(
         ("sweep.csv",),
@@ -232,17 +245,16 @@ SWEEP: tuple[Output[SweepRun], ...] = (
         "each layer's fitted curve, its error, and its time at the projected context",
     ),
     Output(
+        ("device.csv", "device_fits.csv"),
+        _device_sweep,
+        "with --device: each layer's roofline bound on it at each point, and the fits of those",
+    ),
+    Output(
         ("sweep.svg",),
         lambda run, d: _text(d, "sweep.svg", _sweep().sweep_svg(run.sweep)),
         "the slowest layers' time against context per batch size, measured and fitted",
     ),
 )
-
-
-def _sweep():
-    from . import sweep
-
-    return sweep
 
 
 def names(outputs: tuple[Output[R], ...]) -> tuple[str, ...]:

@@ -64,11 +64,11 @@ def sweep_table(sweep: Sweep, project: int | None, top: int = 10) -> str:
     ]
     for f in (*sweep.fits[:top], sweep.step):
         line = (
-            f"{terminal(f.layer)[:40]:<40} {f.base_us:9.2f} {f.per_sequence_us:9.2f} "
-            f"{1000 * f.per_cached_token_us:12.3f} {100 * f.error:7.1f}%"
+            f"{terminal(f.layer)[:40]:<40} {f.base_us:9.4g} {f.per_sequence_us:9.4g} "
+            f"{1000 * f.per_cached_token_us:12.4g} {100 * f.error:7.1f}%"
         )
         if project:
-            line += f" {f.at(project, big) / 1e3:22.3f}"
+            line += f" {f.at(project, big) / 1e3:22.4g}"
         lines.append(line)
     return "\n".join(lines)
 
