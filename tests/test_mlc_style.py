@@ -130,42 +130,6 @@ def make():
 """
 
 
-def test_the_cli_takes_a_module_spec_and_serves_a_batch(tmp_path, capsys):
-    from relaytrace import cli
-
-    (tmp_path / "llm.py").write_text(FACTORY)
-    out = tmp_path / "batch"
-    args = ["profile", f"{tmp_path / 'llm.py'}:make", "--entry", "batch_decode", "--batch", "2", "--context", "5"]
-    assert cli.main([*args, "--repeat", "1", "--out", str(out)]) == 0
-    said = capsys.readouterr()
-    assert "1 token(s) for each of 2 sequences after 5; vocab_size=256 (the model's vocab_size)" in said.out
-    with pytest.raises(SystemExit):
-        cli.main(["profile", f"{tmp_path / 'llm.py'}:make", "--bind", "vocab_size=many"])
-    assert "expected DIM=VALUE" in capsys.readouterr().err
-
-
-def test_the_cli_sweeps_a_batch_decode_over_contexts_and_batches(tmp_path, capsys):
-    import csv
-
-    from relaytrace import cli
-
-    (tmp_path / "llm.py").write_text(FACTORY)
-    out = tmp_path / "sweep"
-    args = ["sweep", f"{tmp_path / 'llm.py'}:make", "--entry", "batch_decode", "--context", "4,48", "--batch", "1,3"]
-    assert cli.main([*args, "--repeat", "1", "--project", "1024", "--out", str(out)]) == 0
-    said = capsys.readouterr().out
-    assert "fitted to 4 points (C = 4, 48; B = 1, 3)" in said and "at 1024, B=3" in said
-    with open(out / "sweep.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    attention = [r for r in rows if r["layer"] == "model.layers.0.self_attn"]
-    assert sorted((int(r["context"]), int(r["batch"])) for r in attention) == [(4, 1), (4, 3), (48, 1), (48, 3)]
-    with open(out / "fits.csv", newline="") as f:
-        fits = {r["layer"]: r for r in csv.DictReader(f)}
-    assert {"model.layers.0.self_attn", "model.embed_tokens", "(step)"} <= set(fits)
-    assert all(float(r["per_cached_token_us"]) >= 0 for r in fits.values())
-    assert (out / "sweep.svg").read_text().startswith("<svg")
-
-
 def test_the_cli_estimates_a_batch_decode_of_packed_parameters_sized_by_the_model(tmp_path, capsys):
     from relaytrace import cli
     from relaytrace.model.lineage import Lineage
@@ -206,6 +170,7 @@ def test_advice_names_the_weight_transposes_run_in_every_decode_step(built):
 
 
 def test_the_cli_with_no_entry_serves_the_prompt_then_a_decode_step_in_one_run(tmp_path, capsys):
+    """Through the CLI, of a factory returning a ``ModuleSpec``, as MLC-LLM's models give one."""
     import csv
 
     from relaytrace import cli
@@ -224,9 +189,12 @@ def test_the_cli_with_no_entry_serves_the_prompt_then_a_decode_step_in_one_run(t
     attention = rows["model.layers.0.self_attn"]
     assert float(attention["prefill_us"]) > 0 and float(attention["decode_us"]) > 0
     assert sum(float(r["decode_percent"]) for r in rows.values()) == pytest.approx(100, abs=0.1)
+    with pytest.raises(SystemExit):
+        cli.main(["profile", f"{tmp_path / 'llm.py'}:make", "--bind", "vocab_size=many"])
+    assert "expected DIM=VALUE" in capsys.readouterr().err
 
 
-def test_a_sweep_bounds_each_point_on_a_named_device_and_fits_those_too(tmp_path, capsys):
+def test_the_cli_sweeps_a_batch_decode_measured_and_bounded_on_a_named_device(tmp_path, capsys):
     import csv
 
     from relaytrace import cli
@@ -234,8 +202,20 @@ def test_a_sweep_bounds_each_point_on_a_named_device_and_fits_those_too(tmp_path
     (tmp_path / "llm.py").write_text(FACTORY)
     out = tmp_path / "sweep"
     args = ["sweep", f"{tmp_path / 'llm.py'}:make", "--entry", "batch_decode", "--context", "64,1024", "--batch", "1,8"]
-    assert cli.main([*args, "--repeat", "1", "--device", "nvidia-a100-sxm4-80gb", "--out", str(out)]) == 0
-    assert "ESTIMATE, not a measurement" in capsys.readouterr().out
+    args += ["--repeat", "1", "--project", "8192", "--device", "nvidia-a100-sxm4-80gb"]
+    assert cli.main([*args, "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "fitted to 4 points (C = 64, 1024; B = 1, 8)" in said and "at 8192, B=8" in said
+    assert "ESTIMATE, not a measurement" in said
+    with open(out / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    attention = [r for r in rows if r["layer"] == "model.layers.0.self_attn"]
+    assert sorted((int(r["context"]), int(r["batch"])) for r in attention) == [(64, 1), (64, 8), (1024, 1), (1024, 8)]
+    with open(out / "fits.csv", newline="") as f:
+        measured = {r["layer"]: r for r in csv.DictReader(f)}
+    assert {"model.layers.0.self_attn", "model.embed_tokens", "(step)"} <= set(measured)
+    assert all(float(r["per_cached_token_us"]) >= 0 for r in measured.values())
+    assert (out / "sweep.svg").read_text().startswith("<svg")
     with open(out / "device_fits.csv", newline="") as f:
         fits = {r["layer"]: r for r in csv.DictReader(f)}
     # a decode's attention reads each cached token's key and value once: 2 x kv_heads x head_dim float32 of it
