@@ -94,8 +94,15 @@ def run() -> None:
     during the command does; threads a model's factory left running are waited for
     ``THREAD_WAIT_S``, then said and left (Python would wait for them forever). The
     workers of a ``concurrent.futures`` executor (TVM's tuning uses them) are no such
-    threads: Python's shutdown releases them when idle."""
+    threads: Python's shutdown releases them when idle. An interrupted command exits
+    at once: TVM's threads (a pass's, the code generator's) may still be running, and
+    the interpreter's teardown would then die by ``std::terminate`` (SIGABRT) after the
+    line was said; its outputs were never published, so nothing is left to finish."""
     code = main()
+    if code == 130:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
     def interrupted(signum, frame):
         print("relaytrace: interrupted", file=sys.stderr, flush=True)
