@@ -160,7 +160,10 @@ def test_an_estimate_bounds_decode_attention_by_its_context(built):
     assert short > 0 and 12 < long / short < 17  # its keys and values grow 16x; the query does not
 
 
-@pytest.mark.parametrize("target, entry", [("cuda", "decode"), ("llvm", "prefill")])
+@pytest.mark.parametrize(
+    "target, entry",
+    [pytest.param("cuda", "decode", marks=pytest.mark.slow), ("llvm", "prefill")],  # a cuda build: among the slow
+)
 def test_the_cli_estimates_a_packed_parameter_llm_as_the_api_does(tmp_path, target, entry):
     """One signature per entry, its parameters' tensors as compiled (the packed weights
     field by field): the estimate's inputs are the ones the report's check of a profile

@@ -194,6 +194,7 @@ def test_the_cli_with_no_entry_serves_the_prompt_then_a_decode_step_in_one_run(t
     assert "expected DIM=VALUE" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # eight served profiles; the fit itself is tests/pure/test_sweep.py's
 def test_the_cli_sweeps_a_batch_decode_measured_and_bounded_on_a_named_device(tmp_path, capsys):
     import csv
 
