@@ -98,8 +98,10 @@ def run() -> None:
     at once: TVM's threads (a pass's, the code generator's) may still be running, and
     the interpreter's teardown would then die by ``std::terminate`` (SIGABRT) after the
     line was said; its outputs were never published, so nothing is left to finish."""
+    from .failures import INTERRUPTED
+
     code = main()
-    if code == 130:
+    if code == INTERRUPTED:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

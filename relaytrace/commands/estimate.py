@@ -91,7 +91,7 @@ def served_shapes(lineage, entry: str | None, args, given: dict) -> tuple[dict[s
     ``--bind`` sized, as ``Profile.bound`` says them). A token dim takes ``--tokens``
     (default 32), a sequences dim ``--batch``, a weight's ``vocab_size`` the model's own
     or ``--bind`` (``model.entry.step_dims``); for any other entry, none of those options."""
-    from ..model.entry import batched, cache_param, of_any_length, signature, step_dims
+    from ..model.entry import batched, cache_param, signature, step_dims, step_tokens
 
     name = lineage.entry(entry)
     params = lineage.build.params.get(name, ())
@@ -103,8 +103,7 @@ def served_shapes(lineage, entry: str | None, args, given: dict) -> tuple[dict[s
     if batch not in (None, 1) and not batched(params):
         raise UsageError(f"{name} serves one sequence: --batch applies to a batch entry (MLC-LLM's batch_decode)")
     sequences = batch or 1
-    first = next((t for p in params if not p.weight for t in p.tensors), None)
-    length = (tokens or 32) if of_any_length(params) or first is None or len(first.shape) < 2 else first.shape[-2]
+    length = step_tokens(params, tokens or 32)
     declared = lineage.program.sizes if lineage.program is not None else {}
     dims, bound = step_dims(name, params, length, sequences, {**declared, **bind}, declared)
     shapes = {

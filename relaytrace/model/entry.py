@@ -225,6 +225,16 @@ def served_steps(params: dict[str, tuple[Param, ...]]) -> tuple[str, str] | None
     return ("prefill" if "prefill" in fills else fills[0]), ("decode" if "decode" in steps else steps[0])
 
 
+def step_tokens(params: tuple[Param, ...], tokens: int) -> int:
+    """The tokens a served step runs for each sequence: ``tokens`` for an entry with a
+    symbolic token dim, else its first input's second-to-last dim ((batch, tokens,
+    hidden), as MLC-LLM's entries take embeddings), 1 without one."""
+    if of_any_length(params):
+        return tokens
+    first = next((t for t in _inputs(params)), None)
+    return int(first.shape[-2]) if first is not None and len(first.shape) >= 2 else 1
+
+
 def of_any_length(params: tuple[Param, ...]) -> bool:
     """Whether a served entry takes any number of tokens (a prefill, a verify), not one
     token per sequence (a decode): it has a symbolic token dim (``step_shape``)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from attrs import define, field
 
 from ..errors import RelaytraceError, UsageError, describe
-from ..model.entry import APPEND, ParamKind, batched, cache_param, kernel_role, of_any_length, step_dims
+from ..model.entry import APPEND, ParamKind, batched, cache_param, kernel_role, of_any_length, step_dims, step_tokens
 from . import runner
 
 
@@ -60,7 +60,7 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
             f"{entry} serves one sequence (no input dim counts sequences): --batch {serving.sequences} applies to "
             "a batch entry (MLC-LLM's batch_decode, batch_prefill)"
         )
-    tokens = _length(params, serving)
+    tokens = step_tokens(params, serving.tokens)
     prefill = _prefill_entry(lineage) if serving.context else None
     declared = lineage.program.sizes if lineage.program is not None else {}
     dims, bound = step_dims(entry, params, tokens, sequences, model_sizes, declared)
@@ -139,13 +139,3 @@ def _prefill_entry(lineage) -> str:
             "a context cannot be filled; profile with context 0"
         )
     return "prefill" if "prefill" in fills else fills[0]
-
-
-def _length(params, serving: Serving) -> int:
-    """The tokens a step runs for each sequence: ``serving.tokens`` for an entry with a
-    symbolic token dim, else its first input's second-to-last dim ((batch, tokens,
-    hidden), as MLC-LLM's entries take embeddings)."""
-    if of_any_length(params):
-        return serving.tokens
-    first = next((t for p in params if p.kind == ParamKind.TENSOR and not p.weight for t in p.tensors), None)
-    return int(first.shape[-2]) if first is not None and len(first.shape) >= 2 else 1
