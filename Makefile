@@ -13,7 +13,7 @@ demo: setup
 # make test-slow: the full-size builds, transformers through ONNX, symbolic lengths, the
 # browser's. CI runs both.
 test: lint browser cross
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=15
 
 # ruff's lint and format check over all the code (pyproject.toml [tool.ruff]; `ruff
 # format` rewrites it); mypy over the modules [tool.mypy] lists.
@@ -23,7 +23,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 test-slow: setup browser cross
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow --durations=0
 
 bench: setup
 	$(PY) benchmarks/compile_overhead.py

@@ -80,7 +80,7 @@ def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=
     if trials_per_task < 1:
         raise RelaytraceError("--tune needs at least 1 trial per task")
     runner = "local" if remote is None else fleet_runner(remote)
-    builder = ms.builder.LocalBuilder(initializer=_import_tensor_intrinsics)
+    builder = ms.builder.LocalBuilder(f_build=build_candidate)
     fused = fused_module(mod, target)
     if progress:
         where = f", measured on {remote.describe()}" if remote is not None else ""
@@ -101,13 +101,18 @@ def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=
     return tuned_pipeline(target, database)
 
 
-def _import_tensor_intrinsics():
-    """Run once in each of MetaSchedule's build workers before its first build: the
-    import its default build function makes first (every target's tensor intrinsics,
-    parsed from TVMScript) can take as long as LocalBuilder's timeout on a small
-    machine, so inside the timed build every candidate failed as "Timeout" and the
-    database held only failed records. An initializer's time is not timed."""
-    import tvm.s_tir.tensor_intrin  # noqa: F401
+def build_candidate(mod, target, _params):
+    """Build one scheduled candidate in a MetaSchedule build worker, as its default build
+    does (the weight-layout rewrite blocks dropped, then ``tvm.build``) but without first
+    importing every target's tensor intrinsics: that import parses them all from
+    TVMScript, and LocalBuilder starts new workers for each batch, so each batch paid it
+    again (most of a tuning run's time on a small machine). A candidate reaches the
+    builder already scheduled, with any tensorized block's body in place, so its build
+    does not look the intrinsics up."""
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return tvm.build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
 
 def fleet_runner(remote):
