@@ -562,7 +562,10 @@ def test_a_warning_quoting_a_name_is_shown_as_text():
 
 
 def test_hostile_names_are_text_in_the_terminal_csv_svg_and_json(hostile_run):
-    from relaytrace.render.safe_text import terminal
+    from relaytrace.render.safe_text import DOT_CHARS, shortened, terminal
+
+    def drawn(name):
+        return shortened(terminal(name), DOT_CHARS)
 
     out, done = hostile_run
     assert done.returncode == 0, done.stderr
@@ -585,8 +588,8 @@ def test_hostile_names_are_text_in_the_terminal_csv_svg_and_json(hostile_run):
     for name in ("layers.svg", "kernels.svg"):
         root = ET.parse(out / name).getroot()  # well-formed XML
         svg_text[name] = "\n".join(t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text"))
-    for name in HOSTILE_NAMES:
-        assert terminal(name) in svg_text["layers.svg"].splitlines(), name
+    for name in HOSTILE_NAMES:  # a 20 KB name shortened in the middle (safe_text.DOT_CHARS)
+        assert drawn(name) in svg_text["layers.svg"].splitlines(), name
     assert terminal(MODEL_NAME) in svg_text["kernels.svg"]
     for name in ("trace.json", "lineage.json", "profile.json", "run.json") + tuple(EXPLORER):
         json.loads((out / name).read_text(encoding="utf-8"))  # strict: no raw control character in a string
@@ -631,7 +634,10 @@ def test_hostile_names_are_text_in_query_diff_and_errors(hostile_run, tmp_path):
 
 
 def test_hostile_kernel_names_are_text_in_the_terminal_csv_and_svg(tmp_path):
-    from relaytrace.render.safe_text import csv_value, terminal
+    from relaytrace.render.safe_text import DOT_CHARS, csv_value, shortened, terminal
+
+    def drawn(name):
+        return shortened(terminal(name), DOT_CHARS)
 
     from .fixtures.hostile import HOSTILE_NAMES
 
@@ -660,9 +666,9 @@ def test_hostile_kernel_names_are_text_in_the_terminal_csv_and_svg(tmp_path):
     assert calls == {f"{kernel}#0" for kernel in kernels}
     root = ET.parse(out / "kernels.svg").getroot()
     text = {t.text for t in root.iter("{http://www.w3.org/2000/svg}text")}
-    assert {terminal(f"{kernel}#0") for kernel in kernels} <= text
+    assert {drawn(f"{kernel}#0") for kernel in kernels} <= text
     ids = {e.get("id") for e in root.iter()}
-    assert {terminal(f"site:{kernel}#0") for kernel in kernels} <= ids
+    assert {drawn(f"site:{kernel}#0") for kernel in kernels} <= ids
     ET.parse(out / "layers.svg")
 
 

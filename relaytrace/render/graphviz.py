@@ -312,4 +312,18 @@ def render(graph, path, fmt: str | None = None, overwrite: bool = False) -> Path
         raise RelaytraceError(f"unknown graph format {fmt!r}: use one of {', '.join(FORMATS)}")
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; replace it with --force (API: overwrite=True)")
-    return write_atomic(path, graph.source if fmt == "dot" else graph.pipe(format=fmt), overwrite)
+    return write_atomic(path, graph.source if fmt == "dot" else _drawn(graph, fmt, path), overwrite)
+
+
+def _drawn(graph, fmt: str, path: Path) -> bytes:
+    """``graph`` drawn by graphviz's ``dot`` in ``fmt``; dot's refusal is a
+    ``RelaytraceError`` naming ``path`` and dot's own first line, never a broken pipe
+    (which the CLI would take for a reader that stopped, and end quietly)."""
+    try:
+        return graph.pipe(format=fmt, quiet=True)
+    except graphviz.ExecutableNotFound as exc:
+        raise RelaytraceError(f"cannot draw {path}: graphviz's dot is not installed (apt install graphviz)") from exc
+    except (graphviz.CalledProcessError, BrokenPipeError) as exc:
+        said = (getattr(exc, "stderr", None) or b"").decode(errors="replace").strip().splitlines()
+        why = f": dot said {said[0]!r}" if said else ""
+        raise RelaytraceError(f"graphviz's dot could not draw {path}{why}; write the .dot file instead") from exc

@@ -11,7 +11,8 @@ writer puts a name through one of these pure functions:
   (``render/export.py``) and reads (``diff --reference``);
 - ``dot_text``: every graphviz label, id and tooltip (``render/graphviz.py``,
   ``render/diff_graph.py``), so dot's SVG is well-formed XML showing the name as the
-  terminal does.
+  terminal does, a name longer than ``DOT_CHARS`` shortened in the middle (dot refuses
+  a quoted string over 16 KB and draws nothing at all).
 
 JSON outputs (the Chrome trace, Model Explorer node data, the lineage) need nothing:
 ``json.dumps`` escapes every control character, and ``json.loads`` refuses a raw one.
@@ -19,8 +20,11 @@ JSON outputs (the Chrome trace, Model Explorer node data, the lineage) need noth
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
+
+DOT_CHARS = 600  # the most characters of one name a graph shows
 
 # bidirectional formatting (they reorder the text shown after them: "Trojan source"),
 # line and paragraph separators (line breaks to some terminals and editors), the two
@@ -86,14 +90,27 @@ def dot_text(text: str) -> str:
     (``\\N``, ``\\l`` are no escapes), and ``& " < >`` are written as entities (an
     ``&amp;`` in a name stays as written; no quote reaches the DOT source for the
     python graphviz package to mis-escape; a label is never taken for an HTML-like
-    ``<...>`` one). Not for record-shaped nodes (relaytrace draws none), whose labels
-    would need ``{ } |`` escaped too, nor for graph or node IDs, which are no
-    escStrings (relaytrace's are its own: ``n0``, ``cluster_3``)."""
+    ``<...>`` one). A line over ``DOT_CHARS`` keeps its start and end around a short
+    hash of the whole (``shortened``: two long names stay two ids). Not for
+    record-shaped nodes (relaytrace draws none), whose labels would need ``{ } |``
+    escaped too, nor for graph or node IDs, which are no escStrings (relaytrace's are
+    its own: ``n0``, ``cluster_3``)."""
     return (
-        terminal(text)
+        shortened(terminal(text), DOT_CHARS)
         .replace("\\", "\\\\")
         .replace("&", "&amp;")
         .replace('"', "&quot;")
         .replace("<", "&lt;")
         .replace(">", "&gt;")
     )
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` itself when it has at most ``limit`` characters, else its start and end
+    around ``…[hash]…`` (a hash of the whole ``text``), ``limit`` characters in all, so
+    that different long names stay different."""
+    if len(text) <= limit:
+        return text
+    mark = f"…[{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}]…"
+    head = (limit - len(mark)) * 2 // 3
+    return text[:head] + mark + text[len(text) - (limit - len(mark) - head) :]

@@ -131,10 +131,10 @@ def test_dot_text_is_shown_as_the_terminal_text_by_graphviz(name):
         cluster.attr(label=text)
         cluster.node("n1", text)
     root = ET.fromstring(g.pipe(format="svg"))
-    shown = S.terminal(name)
+    shown = S.shortened(S.terminal(name), S.DOT_CHARS)
     texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
     assert texts.count(shown) == 4 and "second line" in texts  # the graph, the cluster, the two nodes
-    assert f"origin:{shown}" in [e.get("id") for e in root.iter()]
+    assert S.shortened(f"origin:{S.terminal(name)}", S.DOT_CHARS) in [e.get("id") for e in root.iter()]
     assert shown in [e.get("{http://www.w3.org/1999/xlink}title") for e in root.iter()]
 
 
@@ -145,3 +145,13 @@ def test_json_outputs_hold_every_name_as_it_is():
     text = json.dumps(data)
     assert not _controls(text)
     assert json.loads(text) == data  # json.loads is strict: a raw control character in a string fails
+
+
+def test_a_long_name_is_shortened_in_the_middle_and_two_stay_two():
+    """dot refuses a quoted string over 16 KB (and draws nothing): a name over
+    ``DOT_CHARS`` keeps its start and end around a hash of the whole."""
+    a, b = "a" * 20_000 + "end", "a" * 20_001 + "end"
+    short_a, short_b = S.shortened(a, 600), S.shortened(b, 600)
+    assert len(short_a) == len(short_b) == 600 and short_a != short_b
+    assert short_a.startswith("aaa") and short_a.endswith("aend") and "…[" in short_a
+    assert S.shortened("short", 600) == "short"
