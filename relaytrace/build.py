@@ -162,7 +162,9 @@ def build_pipeline(
     accumulators (conv, matmul outputs) are ``mixed_precision`` ("float32" or
     "float16"): float16 compute for the ops it converts, after an optional
     ``relax.transform.FoldBatchnormToConv2D`` (``fold_batch_norm``: each batch norm
-    after a conv folded into its weights and a bias add)."""
+    after a conv folded into its weights and a bias add; with a layout conversion,
+    ``FoldConstant`` computes the folded weights first, and the fold must come first:
+    it matches NCHW convs only)."""
     import tvm
     from tvm import relax
 
@@ -188,6 +190,10 @@ def build_pipeline(
             f"pipeline must be 'fused', 'unfused' or a tvm.transform.Pass, not {type(pipeline).__name__}"
         )
     before = [relax.transform.FoldBatchnormToConv2D()] if fold_batch_norm else []
+    if fold_batch_norm and convert_layout:
+        # the folded weights computed before ConvertLayout sees them: TVM 0.27's
+        # ConvertLayout segfaults on the fold's unfolded weight arithmetic
+        before.append(relax.transform.FoldConstant())
     if mixed_precision is not None:
         if mixed_precision not in ("float32", "float16"):
             raise RelaytraceError(f"mixed precision accumulates in float32 or float16, not {mixed_precision!r}")

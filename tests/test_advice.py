@@ -98,6 +98,32 @@ def test_convs_with_a_bias_before_their_norm_are_not_told_to_fold_and_the_fold_i
     )  # the same finding there: the rebuild did not apply it
 
 
+def test_the_fold_with_an_nhwc_layout_builds_folds_and_computes_the_models_output():
+    """``--layout NHWC --fold-batch-norm``: TVM's ConvertLayout segfaulted on the fold's
+    weight arithmetic (the process died); the folded weights are now computed first.
+    Each conv's kernel runs its norm, and the output is the torch module's."""
+    import numpy as np
+    import torch
+    import tvm
+    from tvm import relax
+
+    from relaytrace.zoo.models import randomize_batchnorm
+
+    module, example = convbn(False)
+    randomize_batchnorm(module, seed=3)  # a fold that is no identity
+    executable, lineage = relaytrace.build(
+        from_torch(module, (example,)), "llvm", convert_layout=NHWC, fold_batch_norm=True
+    )
+    assert lineage.coverage().complete and not lineage.unresolved()
+    convs = [s for s in lineage.call_sites if any(lineage.origins[o].short_op == "conv2d" for o in s.origin_ids)]
+    assert len(convs) == 2
+    for site in convs:
+        assert "batch_norm" in {lineage.origins[o].short_op for o in site.origin_ids}
+    out = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(example.numpy()))
+    with torch.no_grad():
+        np.testing.assert_allclose(out.numpy(), module(example).numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_a_change_measured_inside_the_runs_scatter_is_no_measurable_change(convbns):
     """Two builds with the same kernels (the convs with a bias, plain and with the fold
     that does not apply), profiled as ``advise --verify`` does in one sitting: the first
