@@ -148,6 +148,92 @@ def test_a_library_of_another_build_is_refused(tiny, tmp_path):
     assert not (other / "profile.json").exists()
 
 
+def _tampered(bundle: Path, where: Path, change) -> subprocess.CompletedProcess:
+    """run.py on a copy of ``bundle`` after ``change(copy, manifest)`` (its manifest
+    written back after)."""
+    import shutil
+
+    copy = where / "copy"
+    shutil.copytree(bundle, copy, symlinks=True, ignore=shutil.ignore_patterns("profile.json"))
+    manifest = json.loads((copy / "bundle.json").read_text())
+    change(copy, manifest)
+    (copy / "bundle.json").write_text(json.dumps(manifest))
+    done = run_py(copy, "--repeat", "1", "--no-peaks")
+    assert not (copy / "profile.json").exists() and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr  # one line, no signal
+    return done
+
+
+def test_a_tampered_bundle_is_refused_before_anything_of_it_is_loaded(tiny, tmp_path):
+    """Every file the manifest names is sealed (size and sha256) and inside the bundle:
+    a library named out of it, one whose constructor would run when loaded, a copy cut
+    short (SIGBUS when mapped), a link out of the bundle, a damaged manifest, each one
+    line from run.py before any load; the build machine's paths are not in the bundle."""
+    import shutil
+
+    bundle, _ = tiny
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    assert "/" not in manifest["run"]["model"].partition(":")[0] and str(Path.home()) not in json.dumps(manifest)
+    marker = tmp_path / "constructor-ran"
+    source = tmp_path / "evil.c"
+    source.write_text(
+        "#include <stdio.h>\n__attribute__((constructor)) static void ran(void) "
+        f'{{ FILE *f = fopen("{marker}", "w"); if (f) fclose(f); }}\n'
+    )
+    evil = tmp_path / "evil.so"
+    if shutil.which("gcc"):
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", evil, source], check=True)
+    else:
+        evil.write_bytes(b"\x7fELF")
+
+    def library_out_of_the_bundle(copy, m):
+        m["runtime"] = ["../../evil.so", *m["runtime"]]
+        m["files"]["../../evil.so"] = {"bytes": evil.stat().st_size, "sha256": "0"}
+
+    def library_not_sealed(copy, m):
+        shutil.copy(evil, copy / "lib" / "evil.so")
+        m["runtime"] = ["lib/evil.so", *m["runtime"]]
+
+    def library_changed(copy, m):  # of the same size
+        data = bytearray((copy / m["library"]).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (copy / m["library"]).write_bytes(data)
+
+    def library_cut_short(copy, m):
+        data = (copy / m["library"]).read_bytes()
+        (copy / m["library"]).write_bytes(data[: len(data) // 2])
+
+    def input_linked_out(copy, m):
+        name = m["inputs"][0]["files"][0]
+        outside = tmp_path / "outside.npy"
+        shutil.copy(copy / name, outside)
+        (copy / name).unlink()
+        (copy / name).symlink_to(outside)
+
+    def entry_missing(copy, m):
+        del m["entry"]
+
+    said = {
+        library_out_of_the_bundle: "a bundle's files are relative paths inside it",
+        library_not_sealed: "not among its sealed files",
+        library_changed: "is not the file bundled (its sha256 differs)",
+        library_cut_short: "(a copy cut short?)",
+        input_linked_out: "leads out of the bundle",
+        entry_missing: "bundle.json's 'entry' is missing or no str",
+    }
+    for change, words in said.items():
+        done = _tampered(bundle, tmp_path / change.__name__, change)
+        assert words in done.stderr, (change.__name__, done.stderr)
+    assert not marker.exists()  # no library of the tampered bundles was loaded
+
+
+def test_run_py_refuses_an_out_it_cannot_write_before_the_run(tiny, tmp_path):
+    bundle, _ = tiny
+    done = run_py(bundle, "--out", tmp_path / "no" / "such" / "dir" / "p.json")
+    assert done.returncode == 1 and "is no writable directory" in done.stderr
+    assert "capturing" not in done.stderr  # said before the run, not after it
+
+
 def test_nvtx_without_the_library_is_one_note(tiny, tmp_path):
     bundle, _ = tiny
     done = run_py(bundle, "--nvtx", "--repeat", "1", "--out", tmp_path / "p.json")

@@ -24,6 +24,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
+import attrs
 import numpy as np
 
 from ..errors import RelaytraceError, UsageError
@@ -115,18 +116,37 @@ def write_bundle(
             "builtins": sorted({b.name for b in view.builtins}),
             "layers": _site_layers(view),
             "profile": {"schema": template.schema, **encode(template)},
-            "run": run.to_json() if run else None,
+            "run": portable(run).to_json() if run else None,
             "tvm_ffi": metadata.version("apache-tvm-ffi"),
             "peaks": {"library": PEAKS, **peak_kernels},
             "serve": served,
         }
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
         shutil.copyfile(runner.__file__, staging / RUNNER)
+        manifest["files"] = _seals(staging)
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
         os.chmod(staging, 0o755)
         os.rename(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def _seals(root: Path) -> dict[str, dict]:
+    """Each file under ``root`` (``run.py`` and the rest; ``bundle.json`` is written
+    after): ``{relative path: {bytes, sha256}}``, which ``run.py`` checks before it
+    loads anything (``runner.check_seal``)."""
+    return {
+        path.relative_to(root).as_posix(): {"bytes": path.stat().st_size, "sha256": runner.file_sha256(path)}
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def portable(run: RunSpec) -> RunSpec:
+    """``run`` without the paths of the machine that bundled it: the model's file and
+    the tuning database by their names alone (``m.py:make``, not ``/home/me/m.py:make``)."""
+    path, colon, factory = run.model.partition(":")
+    return attrs.evolve(run, model=Path(path).name + colon + factory, db=Path(run.db).name if run.db else None)
 
 
 def _copy_runtime(out: Path, device: str) -> list[str]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import hashlib
 import json
 import os
 import platform
@@ -39,7 +40,7 @@ import numpy as np
 
 NO_OP = 0  # relax.VMInstrumentReturnKind.NO_OP: the instrument lets the call run
 KERNEL, BUILTIN, CACHE = "kernel", "builtin", "cache"  # model.profile.CallKind's values
-BUNDLE_SCHEMA = "relaytrace.bundle/2"  # /2: the peak kernels (peaks.so)
+BUNDLE_SCHEMA = "relaytrace.bundle/3"  # /2: the peak kernels (peaks.so); /3: each file sealed ("files")
 DEVICE_TYPES = {"cpu": 1, "cuda": 2}  # DLPack device types
 POOLED = 2  # the VM's pooled allocator
 
@@ -574,6 +575,73 @@ class BundleError(Exception):
     """A bundle that cannot run here, said in one line."""
 
 
+FIELDS = {  # what run.py reads of bundle.json, each checked for its kind before the run
+    "library": str,
+    "runtime": list,
+    "device": str,
+    "entry": str,
+    "inputs": list,
+    "kernels": dict,
+    "library_calls": list,
+    "subfunctions": list,
+    "builtins": list,
+    "layers": dict,
+    "profile": dict,
+    "peaks": dict,
+    "files": dict,
+}
+
+
+def check_seal(bundle: Path, manifest: dict) -> None:
+    """Refuse, in one ``BundleError`` line, a bundle whose files are not the ones
+    ``relaytrace bundle`` wrote, before any of them is loaded: each of ``FIELDS`` of
+    its kind, every file ``bundle.json``
+    names must be among its sealed ``files`` (``{path: {bytes, sha256}}``), each sealed
+    path relative and inside the bundle once links are resolved, each file of its size
+    (a copy cut short would die by SIGBUS when loaded) and its sha256."""
+    for key, kind in FIELDS.items():
+        if not isinstance(manifest.get(key), kind):
+            raise BundleError(f"bundle.json's {key!r} is missing or no {kind.__name__}: bundle the model again")
+    files = manifest["files"]
+    named = [manifest["library"], *manifest["runtime"], manifest["peaks"]["library"]]
+    named += [name for param in manifest["inputs"] for name in param["files"]]  # a damaged one: KeyError
+    for name in named:
+        if name not in files:
+            raise BundleError(f"bundle.json names {name!r}, not among its sealed files: bundle the model again")
+    root = bundle.resolve()
+    for name, seal in files.items():
+        path = inside(root, name)
+        if not path.is_file():
+            raise BundleError(f"{name} is missing from the bundle: copy the whole bundle again")
+        size = path.stat().st_size
+        if size != seal["bytes"]:
+            raise BundleError(
+                f"{name} has {size} bytes, not the {seal['bytes']} bundled (a copy cut short?): copy the bundle again"
+            )
+        if file_sha256(path) != seal["sha256"]:
+            raise BundleError(f"{name} is not the file bundled (its sha256 differs): copy the bundle again")
+
+
+def inside(root: Path, name) -> Path:
+    """``root / name`` resolved, for a ``name`` that is a relative path without ``..``
+    whose resolved path (links followed) stays inside ``root``; else a ``BundleError``."""
+    if not isinstance(name, str) or not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise BundleError(f"bundle.json names {name!r}: a bundle's files are relative paths inside it")
+    path = (root / name).resolve()
+    if path != root and root not in path.parents:
+        raise BundleError(f"{name} leads out of the bundle (a link to {path}): a bundle's files are inside it")
+    return path
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of the file at ``path``, as hex (what ``bundle.json`` seals)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def load_runtime(bundle: Path, manifest: dict, device: str):
     """``tvm_ffi`` with the bundle's runtime libraries loaded (global, so the exported
     library finds TVM's symbols); the device's runtime (``libtvm_runtime_cuda.so``)
@@ -682,6 +750,7 @@ def run_bundle(
             f"{bundle / 'bundle.json'} is not a relaytrace bundle of this runner ({BUNDLE_SCHEMA}): "
             "bundle the model again"
         )
+    check_seal(bundle, manifest)
     device = device or manifest["device"]
     if device != manifest["device"]:
         raise BundleError(
@@ -846,11 +915,14 @@ def main(argv=None) -> int:
     if args.repeat < 1 or args.number < 1 or args.warmup < 1:
         p.error("--repeat, --number and --warmup are whole numbers at least 1")
     bundle = Path(args.bundle)
+    out = Path(args.out) if args.out else bundle / "profile.json"
 
     def say(message: str) -> None:
         print(f"run.py: {message}", file=sys.stderr, flush=True)
 
     try:
+        if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
+            raise BundleError(f"cannot write {out}: {out.parent} is no writable directory (give --out FILE)")
         data = run_bundle(
             bundle,
             args.mode,
@@ -863,15 +935,29 @@ def main(argv=None) -> int:
             args.events,
             not args.no_peaks,
         )
-    except (BundleError, OSError, KeyError) as exc:
+        partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(data))
+        os.replace(partial, out)
+    except KeyboardInterrupt:
+        print("run.py: interrupted", file=sys.stderr)
+        return 130
+    except BundleError as exc:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 1
-    out = Path(args.out) if args.out else bundle / "profile.json"
-    partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    partial.write_text(json.dumps(data))
-    os.replace(partial, out)
+    except Exception as exc:  # noqa: BLE001 - every failure is one line, never a traceback
+        print(f"run.py: error: {_failure(exc)}", file=sys.stderr)
+        return 1
     say(f"wrote {out}: read it back with `relaytrace report {bundle}`")
     return 0
+
+
+def _failure(exc: Exception) -> str:
+    """A failure ``run_bundle`` did not foresee, in one line: a ``bundle.json`` field
+    missing or of the wrong kind names the bundle as damaged."""
+    if isinstance(exc, (KeyError, TypeError, ValueError, IndexError, AttributeError)):
+        return f"the bundle is damaged ({type(exc).__name__}: {exc}): bundle the model again"
+    first = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {first[0] if first else 'no message'}"
 
 
 if __name__ == "__main__":
