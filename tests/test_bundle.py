@@ -234,6 +234,25 @@ def test_run_py_refuses_an_out_it_cannot_write_before_the_run(tiny, tmp_path):
     assert "capturing" not in done.stderr  # said before the run, not after it
 
 
+@pytest.mark.parametrize("mode, started", [("timeline", "timeline run "), ("isolated", "isolated 1/")])
+def test_ctrl_c_ends_run_py_in_every_mode_and_writes_nothing(tiny, tmp_path, mode, started):
+    """A Ctrl-C raised inside the VM's instrument came back as the runtime's error with
+    no message (timeline), or was lost and the run went on to write its profile."""
+    import signal
+
+    bundle, _ = tiny
+    out = tmp_path / "p.json"
+    command = [sys.executable, "-c", BLOCKED_RUN, str(bundle / "run.py"), "--mode", mode, "--repeat", "1000000"]
+    process = subprocess.Popen([*command, "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if started in line:
+            break
+    process.send_signal(signal.SIGINT)
+    rest = process.communicate(timeout=120)[1]
+    assert process.returncode == 130 and rest.strip().splitlines()[-1] == "run.py: interrupted", rest[-2000:]
+    assert not out.exists()
+
+
 def test_nvtx_without_the_library_is_one_note(tiny, tmp_path):
     bundle, _ = tiny
     done = run_py(bundle, "--nvtx", "--repeat", "1", "--out", tmp_path / "p.json")

@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import platform
+import signal
 import struct
 import sys
 import time
@@ -917,7 +918,19 @@ def main(argv=None) -> int:
     bundle = Path(args.bundle)
     out = Path(args.out) if args.out else bundle / "profile.json"
 
+    # A Ctrl-C is noted as well as raised, and acted on again at the next progress line:
+    # raised inside the VM's instrument (a callback from TVM's runtime) it is lost there
+    interrupted: list[int] = []
+
+    def on_interrupt(signum, frame):
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_interrupt)
+
     def say(message: str) -> None:
+        if interrupted:
+            raise KeyboardInterrupt
         print(f"run.py: {message}", file=sys.stderr, flush=True)
 
     try:
@@ -935,17 +948,15 @@ def main(argv=None) -> int:
             args.events,
             not args.no_peaks,
         )
+        say("writing the profile")
         partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
         partial.write_text(json.dumps(data))
         os.replace(partial, out)
-    except KeyboardInterrupt:
-        print("run.py: interrupted", file=sys.stderr)
-        return 130
-    except BundleError as exc:
-        print(f"run.py: error: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - every failure is one line, never a traceback
-        print(f"run.py: error: {_failure(exc)}", file=sys.stderr)
+    except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - every failure is one line, never a traceback
+        if interrupted or isinstance(exc, KeyboardInterrupt):  # the runtime's error for a callback's interrupt
+            print("run.py: interrupted", file=sys.stderr)
+            return 130
+        print(f"run.py: error: {exc if isinstance(exc, BundleError) else _failure(exc)}", file=sys.stderr)
         return 1
     say(f"wrote {out}: read it back with `relaytrace report {bundle}`")
     return 0
