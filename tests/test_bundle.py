@@ -309,6 +309,8 @@ def test_an_llms_decode_is_served_by_run_py_through_its_kv_cache(tmp_path):
     with open(tmp_path / "report" / "kernels.csv", newline="") as f:
         row = next(r for r in csv.DictReader(f) if r["name"] == "batch_decode_paged_kv_cpu")
     assert row["layers"].split(" ") == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
+    done = _tampered(out, tmp_path, lambda copy, m: m["serve"].update(page_size=0))  # was SIGFPE
+    assert "the served step's page_size is 0" in done.stderr
     refused = run_py(out, "--mode", "isolated")
     assert refused.returncode == 1 and "takes a KV cache: it is profiled in timeline mode" in refused.stderr
 

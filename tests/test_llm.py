@@ -199,6 +199,29 @@ def test_a_served_entry_is_profiled_in_timeline_mode_only(built):
         relaytrace.profile(executable, lineage, [], entry="decode", mode="isolated")
 
 
+def test_serving_options_without_meaning_or_past_the_caches_count_are_refused(built):
+    """--tokens on a decode (its step is one token, fixed by its inputs) was ignored while
+    run.json recorded it; a context past the runtime's int32 slot count left run.py a
+    bad_alloc; a bundle's serve spec with page_size 0 died by SIGFPE."""
+    import argparse
+
+    from relaytrace.commands.shared import serving
+    from relaytrace.profiling import runner
+    from relaytrace.profiling.serve import served_spec
+
+    _, lineage = built
+    given = argparse.Namespace(tokens=5, context=None, batch=None, bind=None)
+    with pytest.raises(UsageError, match="decode runs 1 token.s. per sequence per step, fixed by its inputs"):
+        serving(given, lineage, "decode")
+    assert serving(given, lineage, "prefill").tokens == 5
+    with pytest.raises(UsageError, match=r"needs 2147483\d+ token slots, more than the runtime counts"):
+        served_spec(lineage, "decode", Serving(context=2**31))
+    spec = served_spec(lineage, "decode", Serving(context=24))
+    assert runner.serving_problem(spec) is None
+    assert "page_size is 0: a whole number at least 1" in runner.serving_problem({**spec, "page_size": 0})
+    assert "context is -1" in runner.serving_problem({**spec, "context": -1})
+
+
 def test_memory_counts_the_kv_cache_pages_the_run_allocated(built):
     executable, lineage = built
     prof = relaytrace.profile(executable, lineage, [], entry="decode", serving=Serving(context=40), repeat=1)

@@ -104,9 +104,14 @@ def serving(args, lineage, entry: str):
         return None
     if tokens is None and context is None and batch is None and not bind:
         return None
-    from ..model.entry import default_context
+    from ..model.entry import default_context, of_any_length, step_tokens
 
     params = lineage.build.params[entry]
+    if tokens is not None and not of_any_length(params):
+        raise UsageError(
+            f"{entry} runs {step_tokens(params, 1)} token(s) per sequence per step, fixed by its inputs: --tokens "
+            "sizes an entry of any length (a prefill); give --context for the tokens before the step"
+        )
     return Serving(
         tokens=tokens or 32,
         context=context if context is not None else default_context(params),

@@ -365,6 +365,34 @@ DECODE_MARGIN = 8  # tokens the cache holds beyond the context and the step
 _CACHE = object()  # where the KV cache goes among an entry's arguments
 
 
+MAX_CACHE_TOKENS = 2**31 - 1  # the runtime's paged KV cache counts its token slots in int32
+
+
+def cache_capacity(spec: dict) -> int:
+    """The token slots the cache of a served ``spec`` is made with: whole pages of each
+    sequence's context and step, and a margin."""
+    page = spec["page_size"]
+    return spec.get("sequences", 1) * -(-(spec["tokens"] + spec["context"] + DECODE_MARGIN) // page) * page
+
+
+def serving_problem(spec: dict) -> str | None:
+    """What makes a served ``spec`` unservable, in words, or None: its counts must be
+    whole numbers (``tokens``, ``sequences``, ``page_size`` at least 1, ``context`` at
+    least 0) whose cache fits the runtime's int32 slot count."""
+    least = {"tokens": 1, "sequences": 1, "page_size": 1, "context": 0}
+    for key, low in least.items():
+        value = spec.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            return f"the served step's {key} is {value!r}: a whole number at least {low}"
+    if cache_capacity(spec) > MAX_CACHE_TOKENS:
+        return (
+            f"a KV cache for {spec.get('sequences', 1)} sequence(s) of {spec['context']} + {spec['tokens']} tokens "
+            f"needs {cache_capacity(spec)} token slots, more than the runtime counts ({MAX_CACHE_TOKENS}): "
+            "give a smaller --context, --tokens or --batch"
+        )
+    return None
+
+
 class Server:
     """Sequences of a KV cache made by the build's create entry, and the arguments of an
     entry that takes it, with TVM's runtime alone (``tvm_ffi`` and the runtime's
@@ -393,10 +421,12 @@ class Server:
         self.sink: list | None = None
         self._sync, self._tensor = sync, tensor
         self.pages: dict[int, tuple[tuple[int, ...], str]] = {}  # data address -> (shape, dtype)
+        problem = serving_problem(spec)
+        if problem:
+            raise BundleError(problem)
         self.tokens, self.context = spec["tokens"], spec["context"]
         self.sequences = spec.get("sequences", 1)
-        page = spec["page_size"]  # each sequence holds whole pages
-        capacity = self.sequences * -(-(self.tokens + self.context + DECODE_MARGIN) // page) * page
+        capacity = cache_capacity(spec)
         self.cache = self._create(spec["cache"], set_instrument, capacity, timed)
         self.inputs, self.args = self._arguments(spec["params"], spec.get("dims"), self.tokens, seed)
         self._builtin = {
@@ -599,7 +629,8 @@ def check_seal(bundle: Path, manifest: dict) -> None:
     its kind, every file ``bundle.json``
     names must be among its sealed ``files`` (``{path: {bytes, sha256}}``), each sealed
     path relative and inside the bundle once links are resolved, each file of its size
-    (a copy cut short would die by SIGBUS when loaded) and its sha256."""
+    (a copy cut short would die by SIGBUS when loaded) and its sha256; a served step's
+    counts servable (``serving_problem``)."""
     for key, kind in FIELDS.items():
         if not isinstance(manifest.get(key), kind):
             raise BundleError(f"bundle.json's {key!r} is missing or no {kind.__name__}: bundle the model again")
@@ -609,6 +640,9 @@ def check_seal(bundle: Path, manifest: dict) -> None:
     for name in named:
         if name not in files:
             raise BundleError(f"bundle.json names {name!r}, not among its sealed files: bundle the model again")
+    problem = serving_problem(manifest["serve"]) if manifest.get("serve") else None
+    if problem:
+        raise BundleError(problem)
     root = bundle.resolve()
     for name, seal in files.items():
         path = inside(root, name)

@@ -64,7 +64,7 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
     prefill = _prefill_entry(lineage) if serving.context else None
     declared = lineage.program.sizes if lineage.program is not None else {}
     dims, bound = step_dims(entry, params, tokens, sequences, model_sizes, declared)
-    return {
+    spec = {
         "entry": entry,
         "params": _params(params),
         "tokens": tokens,
@@ -87,6 +87,10 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
         if prefill
         else None,
     }
+    problem = runner.serving_problem(spec)
+    if problem:
+        raise UsageError(problem)
+    return spec
 
 
 def Server(vm, lineage, entry: str, serving: Serving, device, seed: int = 0, timed: bool = True):  # noqa: N802
