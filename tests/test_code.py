@@ -5,6 +5,7 @@ computes told by data flow, the viewer in the report, ``query --code`` and the s
 from __future__ import annotations
 
 import json
+import shutil
 
 import attrs
 import pytest
@@ -141,6 +142,32 @@ def test_the_code_is_saved_apart_and_query_code_prints_the_layers_blocks(tiny_ou
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed: the code viewer was not exercised")
+def test_a_code_json_that_contradicts_itself_is_refused_naming_the_field(tiny_out, tmp_path):
+    """A block's range edited to end at line 10⁹ froze the report's page and marked
+    another block in query --code; a call past its function's text was an IndexError."""
+    from relaytrace.errors import FileFormatError
+
+    data = json.loads((tiny_out / "code.json").read_text())
+    kernel = next(k for k, v in data["kernels"].items() if v["blocks"])
+    function = next(f for f, v in data["functions"].items() if v["calls"])
+    edits = {
+        "spans lines": lambda d: d["kernels"][kernel]["blocks"][0].update(end=10**9),
+        "not a line of its": lambda d: d["functions"][function]["calls"][0].update(line=10**6),
+        "not one of the kernel's": lambda d: d["kernels"][kernel]["blocks"][0].update(member=99),
+    }
+    for words, edit in edits.items():
+        changed = json.loads(json.dumps(data))
+        edit(changed)
+        (tmp_path / "code.json").write_text(json.dumps(changed))
+        with pytest.raises(FileFormatError, match=f"code.json: .*{words}"):
+            Code.load(tmp_path / "code.json")
+    out = tmp_path / "run"
+    shutil.copytree(tiny_out, out)
+    (out / "code.json").write_text((tmp_path / "code.json").read_text())
+    code, _, err = run_cli(["query", str(out), "--code", "fc"])
+    assert code == 1 and err.count("\n") == 1 and "not one of the kernel's" in err, err
+
+
 def test_the_code_viewer_links_a_layer_its_relax_call_and_its_blocks(builds, input_data, tmp_path):
     import relaytrace
     from relaytrace.render.html import html_report

@@ -29,7 +29,7 @@ from pathlib import Path
 import attrs
 from attrs import field, frozen
 
-from ..errors import UsageError
+from ..errors import FileFormatError, UsageError
 from .codec import decode, encode
 from .entry import APPEND, PAGED_DECODE, PAGED_PREFILL, RAGGED_PREFILL, kernel_role, of_any_length, runs_attention
 from .jsonio import check_schema, read_json, write_json
@@ -130,7 +130,40 @@ class Code:
         where = str(path)
         data = read_json(path, "code")
         check_schema(data, SCHEMA, "code", where, "`relaytrace profile` (it writes code.json)")
-        return decode(cls, data, where)
+        code = decode(cls, data, where)
+        problem = next(contradictions(code), None)
+        if problem:
+            raise FileFormatError(f"{where}: {problem}: write it again with `relaytrace profile`")
+        return code
+
+
+def contradictions(code: Code):
+    """What in ``code`` contradicts itself, each in words naming the field: a call at a
+    line its function's text does not have, a block whose lines are not within its
+    kernel's text (a range to line 10⁹ froze the report's page), a block's member or a
+    member's consumer that is no member of its kernel."""
+    for name, function in code.functions.items():
+        count = function.text.count("\n") + 1
+        for i, call in enumerate(function.calls):
+            if not 1 <= call.line <= count:
+                yield f"functions[{name!r}].calls[{i}].line is {call.line}, not a line of its {count}"
+    for name, kernel in code.kernels.items():
+        members = len(kernel.members)
+        for part, text, blocks in (
+            ("blocks", kernel.fused, kernel.blocks),
+            ("built_blocks", kernel.built, kernel.built_blocks),
+        ):
+            count = text.count("\n") + 1
+            for i, block in enumerate(blocks):
+                where = f"kernels[{name!r}].{part}[{i}]"
+                if not 1 <= block.line <= block.end <= count:
+                    yield f"{where} spans lines {block.line} to {block.end}, not within its text's {count}"
+                if not -1 <= block.member < members:
+                    yield f"{where}.member is {block.member}, not one of the kernel's {members} members"
+        for i, member in enumerate(kernel.members):
+            for consumer in member.consumers:
+                if not 0 <= consumer < members:
+                    yield f"kernels[{name!r}].members[{i}] is read by member {consumer}, not one of its {members}"
 
 
 _SUFFIX = re.compile(r"_?\d+$")
