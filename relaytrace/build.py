@@ -215,6 +215,7 @@ def registered_pipeline(text: str, target):
     import inspect
     import json
 
+    import tvm
     from tvm import relax
     from tvm.target import Target
 
@@ -241,9 +242,15 @@ def registered_pipeline(text: str, target):
             f"the pipeline {name} takes no argument {unknown[0]!r}: it takes {', '.join(params) or 'none'}"
         )
     try:
-        return make(**kwargs)
+        made = make(**kwargs)
     except Exception as exc:
         raise RelaytraceError(f"the pipeline {name} could not be made: {describe(exc)}") from exc
+    if not isinstance(made, tvm.transform.Pass):
+        raise RelaytraceError(
+            f"the pipeline {name} made a {type(made).__name__}, not a tvm.transform.Pass: "
+            "a registered pipeline's function returns the pass to run"
+        )
+    return made
 
 
 def build(

@@ -63,3 +63,58 @@ def test_arguments_it_cannot_take_are_said_in_one_line(factory, tmp_path, capsys
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert said in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+USER = """import tvm
+from tvm import relax
+from tvm.script import ir as I, relax as R
+
+
+@I.ir_module
+class Mod:
+    @R.function
+    def main(x: R.Tensor((4, 8), "float32")):
+        with R.dataflow():
+            z = R.nn.relu(x)
+            R.output(z)
+        return z
+
+
+@tvm.transform.module_pass(opt_level=0, name="DropMain")
+def drop_main(mod, ctx):
+    return tvm.IRModule()
+
+
+for name, made in (("relaytrace_test_not_a_pass", lambda: 42), ("relaytrace_test_drop_main", lambda: drop_main)):
+    if name not in relax.pipeline.PIPELINE_MAP:
+        relax.register_pipeline(name)(made)
+
+
+def make():
+    return Mod
+
+
+def empty():
+    return tvm.IRModule()
+"""
+
+
+@pytest.mark.parametrize(
+    "factory, pipeline, said",
+    [
+        ("empty", "fused", "the model has no Relax function to run"),
+        ("make", "relaytrace_test_not_a_pass", "made a int, not a tvm.transform.Pass"),
+        ("make", "relaytrace_test_drop_main", "the built executable has no function main: the build's pipeline"),
+    ],
+)
+def test_a_factory_or_pipeline_that_breaks_its_contract_is_said_in_the_users_terms(
+    tmp_path, capsys, factory, pipeline, said
+):
+    """Each was `an unexpected KeyError / TypeError / AttributeError`."""
+    from relaytrace import cli
+
+    (tmp_path / "user.py").write_text(USER)
+    args = ["--quiet", "profile", f"{tmp_path / 'user.py'}:{factory}", "--pipeline", pipeline, "--repeat", "1"]
+    assert cli.main([*args, "--out", str(tmp_path / "out")]) in (1, 2)
+    err = capsys.readouterr().err
+    assert said in err and "unexpected" not in err and err.count("\n") == 1, err

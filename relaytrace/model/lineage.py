@@ -508,11 +508,15 @@ def choose_entry(entries, name: str | None = None) -> str:
     has it; by default ``main``, or the only one; several and none named: an error
     listing them."""
     entries = list(entries)
+    if not entries:
+        raise UsageError(
+            "the model has no Relax function to run: a factory returns a model or an IRModule with one (main)"
+        )
     if name is not None:
         if name not in entries:
             raise UnknownNameError("entry function", name, entries)
         return name
-    if "main" in entries or not entries:
+    if "main" in entries:
         return "main"
     if len(entries) == 1:
         return entries[0]

@@ -103,7 +103,13 @@ def profile(
     device = device or device_here(lineage.build.target)
     args = [_on_device(a, device) for a in arrays]
     vm = _vm(executable, device)
-    function = vm[entry]
+    try:
+        function = vm[entry]
+    except AttributeError:  # the VM's own words: "Module has no function 'main'"
+        raise RelaytraceError(
+            f"the built executable has no function {entry}: the build's pipeline dropped it "
+            "(a pipeline must keep the module's Relax functions)"
+        ) from None
     externals = {name: _external(executable, name) for name in lineage.library_calls} if mode == "isolated" else {}
     found = _local_runs(
         vm, lambda: function(*args), lineage, device, warmup, repeat, mode, (library, externals), number, say
