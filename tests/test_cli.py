@@ -164,6 +164,28 @@ def test_diff_fused_vs_unfused_lists_every_conv_layer_on_both_sides(two_runs, tm
     assert "B / A (green: B faster)" in svg and "no time on a side" in svg and "x2.00" in svg  # the legend
 
 
+def test_diff_of_an_estimate_and_a_measurement_says_which_is_which(two_runs, tmp_path):
+    """The ratio of a measured time to a roofline bound was printed as if both were
+    measurements (4822x on a CPU against an A100 estimate)."""
+    import shutil
+
+    from relaytrace.analysis.estimate import estimated_profile
+    from relaytrace.model.lineage import Lineage
+    from relaytrace.model.peaks import named
+
+    estimate = tmp_path / "estimate"
+    shutil.copytree(two_runs / "fused", estimate)
+    lineage = Lineage.load(estimate / "lineage.json")
+    estimated_profile(lineage, named("nvidia-a100-sxm4-80gb")).save(estimate / "profile.json", overwrite=True)
+    done = run("diff", estimate, two_runs / "fused")
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("A is an estimate (roofline lower bounds on ") and "B a measurement on " in first
+    assert "how far the measured run is from its estimate's bound" in first
+    done = run("diff", two_runs / "fused", two_runs / "fused")
+    assert not done.stdout.startswith("A is")  # two measurements: no such line
+
+
 def test_diff_reference_reports_missing_layers_not_zero(two_runs, tmp_path):
     reference = tmp_path / "hand.csv"
     reference.write_text("layer,time_us\nconv1,1000\nlayer1.0.conv1,250.5\nnot.in.model,3\n")

@@ -39,6 +39,9 @@ def run(args) -> int:
         if not args.b:
             raise UsageError("diff needs B (a second output DIR or profile.json) or --reference CSV")
         lineage_b, profile_b = load_pair(args.b)
+        said = kinds_said(profile_a, profile_b)
+        if said:
+            echo(said)
         rows, unknown = diff.compare(lineage_a, profile_a, lineage_b, profile_b, by_layer=args.by_layer), ()
         headers = ["layer", "A (ms)", "B (ms)", "B / A", "noise (ms)", "kernel calls A -> B"] + (
             ["match"] if args.by_layer else []
@@ -93,3 +96,24 @@ def run(args) -> int:
 
 
 COMMAND = Command("diff", "compare two profiles of one model layer by layer", add_arguments, run)
+
+
+def kinds_said(a, b) -> str:
+    """A line heading the table when A and B are not both measurements (``Profile.mode``
+    estimate): a ratio of a measurement to an estimate is how far a run is from its
+    roofline bound, not a speedup; "" when both are measurements."""
+    from ..model.profile import Mode
+
+    def what(p) -> str:
+        if p.mode == Mode.ESTIMATE:
+            return f"an estimate (roofline lower bounds on {terminal(p.device)})"
+        return f"a measurement on {terminal(p.device)}"
+
+    estimated = (a.mode == Mode.ESTIMATE, b.mode == Mode.ESTIMATE)
+    if not any(estimated):
+        return ""
+    if all(estimated):
+        return f"A is {what(a)}, B {what(b)}: not measurements"
+    if estimated[0]:
+        return f"A is {what(a)}, B {what(b)}: B / A is how far the measured run is from its estimate's bound"
+    return f"A is {what(a)}, B {what(b)}: B / A is the estimate's bound over the measured time, not a speedup"
