@@ -340,14 +340,16 @@ def contradiction_cases(source: Path, work: Path, seed: int, count: int):
     """``count`` runs of a reading command on a copy of ``source`` (``make_source``'s)
     with one contradiction made: a lineage's or profile's (``CONTRADICTIONS``, read by
     ``readers`` and ``query``), a compare.json's (``COMPARISONS``, read by ``render``) or
-    a reference table's (``REFERENCES``, read by ``diff --reference``): refused (code 1,
-    one line), never accepted, nothing written; yields (what, broken promise or None)."""
+    a reference table's (``REFERENCES``, read by ``diff --reference``), of the files the
+    source has: refused (code 1, one line), never accepted, nothing written; yields
+    (what, broken promise or None)."""
     rng = random.Random(seed)
     kinds = (
         [(name, edit, words, None) for name, edit, words in CONTRADICTIONS]
         + [("compare.json", edit, words, None) for edit, words in COMPARISONS]
         + [("ref.csv", None, words, table) for table, words in REFERENCES]
     )
+    kinds = [kind for kind in kinds if kind[3] is not None or (source / kind[0]).is_file()]  # what the source has
     for i in range(count):
         name, edit, words, table = rng.choice(kinds)
         case = work / f"contra{i}"
