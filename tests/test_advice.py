@@ -138,6 +138,21 @@ def test_a_change_measured_inside_the_runs_scatter_is_no_measurable_change(convb
     assert measured.verdict().startswith("no measurable change (")
 
 
+def test_advise_verify_refuses_a_model_file_changed_since_dir_was_made(tmp_path, capsys):
+    """--verify rebuilt whatever the model file was now and gave a verdict on DIR's
+    findings for another model."""
+    from relaytrace import cli
+
+    factory = tmp_path / "convbn.py"
+    factory.write_text("from tests.fixtures.repros import convbn\n\ndef make():\n    return convbn(False)\n")
+    assert cli.main(["--quiet", "profile", f"{factory}:make", "--repeat", "1", "--out", str(tmp_path / "run")]) == 0
+    factory.write_text("from tests.fixtures.repros import convbn\n\ndef make():\n    return convbn(True)\n")
+    capsys.readouterr()
+    assert cli.main(["--quiet", "advise", str(tmp_path / "run"), "--verify"]) == 2
+    err = capsys.readouterr().err
+    assert "rebuilt as it was is not the model DIR was made of (" in err and "profile it again" in err
+
+
 @pytest.mark.slow
 def test_advise_verify_checks_the_fold_applied_before_it_says_what_it_measured(tmp_path, capsys):
     """The convs without a bias: told to fold, and --verify's line says the fold applied

@@ -111,6 +111,12 @@ def _verify(args, report) -> None:
     say("verifying: rebuilding DIR's model as it was, to measure beside each change")
     as_was = options(info)
     base = build_traced(loaded.model, as_was, say)
+    changed = rebuilt_differs(report.build_lineage, base[1])
+    if changed:
+        raise UsageError(
+            f"{args.dir}'s model rebuilt as it was is not the model DIR was made of ({changed}): the model file "
+            f"changed since, or DIR's run.json does not say how it was built; profile it again, then advise"
+        )
     before = profile_built(base, as_was, say, loaded.inputs)
     for finding, field, value in todo:
         say(f"verifying {finding.rule}: rebuilding with {field} {value}")
@@ -121,6 +127,21 @@ def _verify(args, report) -> None:
         again = profile_built(base, as_was, say, loaded.inputs)
         _measured_change(args, finding, f"{field} {value}", (base[1], before, again), (built[1], after))
         before = again
+
+
+def rebuilt_differs(was, now) -> str:
+    """How the lineage ``now`` of a rebuild "as it was" differs from ``was``, the one its
+    directory holds, in words ("" when alike): other ops (stable origin ids), other
+    kernels or other ops in them. ``--verify`` measures a change against the rebuild,
+    so a rebuild of another model (the file edited since) would be a verdict on it."""
+    ops_was, ops_now = set(was.origins), set(now.origins)
+    if ops_was != ops_now:
+        return f"{len(ops_was ^ ops_now)} op(s) differ"
+    kernels_was = sorted((s.kernel, tuple(sorted(s.origin_ids))) for s in was.call_sites)
+    kernels_now = sorted((s.kernel, tuple(sorted(s.origin_ids))) for s in now.call_sites)
+    if kernels_was != kernels_now:
+        return f"its kernels differ ({len(kernels_was)} call sites before, {len(kernels_now)} now)"
+    return ""
 
 
 def _measured_change(args, finding, change: str, base, changed) -> None:
