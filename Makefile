@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.relaytrace-installed
 
-.PHONY: demo test test-slow lint bench setup bytecode graphviz browser cross clean
+.PHONY: demo test test-slow test-heavy lint bench setup bytecode graphviz browser cross clean
 
 demo: setup
 	$(VENV)/bin/relaytrace demo --out relaytrace-out --force
@@ -23,7 +23,11 @@ lint: setup
 	$(VENV)/bin/mypy
 
 test-slow: setup browser cross
-	$(PY) -m pytest -q -m slow --durations=0
+	$(PY) -m pytest -q -m "slow and not heavy" --durations=0
+
+# the slow tests whose coverage others hold at a smaller size: before a release, not in CI
+test-heavy: setup browser cross
+	$(PY) -m pytest -q -m heavy --durations=0
 
 bench: setup
 	$(PY) benchmarks/compile_overhead.py

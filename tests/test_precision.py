@@ -73,7 +73,7 @@ def test_resnet18_in_float16_names_every_sites_dtype_its_casts_and_the_layers_le
     from relaytrace import zoo
     from relaytrace.frontends.torch import from_torch
 
-    module, example = zoo.get("resnet18")
+    module, example = zoo.get("resnet18", image=64)  # the same kernels, a sixth of the run
     executable, lineage = relaytrace.build(
         from_torch(module, (example,), name="resnet18"), "llvm", mixed_precision="float32"
     )

@@ -91,6 +91,7 @@ def test_llama_tables_fit_100_columns(tmp_path, tables, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # the llama's tables above, and every command's on the small models, hold the widths
 def test_resnet50_tables_fit_100_columns(tmp_path, tables, capsys):
     _runs(tmp_path, "demo:resnet50", ["--layout", "NHWC"])
     _every_command(tmp_path, tables, capsys, "demo:resnet50", "layer3.1.conv2", "layer1.1.bn3")

@@ -94,6 +94,7 @@ def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=
         max_trials_per_task=trials_per_task,
         num_trials_per_iter=min(trials_per_task, 64),
         cost_model="random",
+        strategy="replay-trace",  # a random cost model ranks evolution's candidates at random: sample directly
         seed=0,
         builder=builder,
         runner=runner,
