@@ -44,6 +44,7 @@ KERNEL, BUILTIN, CACHE = "kernel", "builtin", "cache"  # model.profile.CallKind'
 BUNDLE_SCHEMA = "relaytrace.bundle/3"  # /2: the peak kernels (peaks.so); /3: each file sealed ("files")
 DEVICE_TYPES = {"cpu": 1, "cuda": 2}  # DLPack device types
 POOLED = 2  # the VM's pooled allocator
+TIMED_CHUNK = 50  # timings per call of the runtime's time evaluator (a Ctrl-C waits for one call)
 
 
 # -- the timing both relaytrace and the bundle's run.py use ----------------------------
@@ -598,8 +599,17 @@ class Runtime:
         self._sync(self.device, 0)
 
     def time_evaluator(self, module, name: str, number: int, repeat: int):
-        feval = self._evaluator(module, name, DEVICE_TYPES[self.kind], 0, number, repeat, 0, 100, 0, 1, 0, "")
-        return lambda *args: struct.unpack("@" + "d" * repeat, feval(*args))
+        """``f(*args)``: the ``repeat`` timings of the kernel ``name``, each the mean of
+        ``number`` calls, measured in calls of the runtime's evaluator of at most
+        ``TIMED_CHUNK`` timings each, so that a Ctrl-C is seen between them."""
+
+        def evaluator(n: int):
+            feval = self._evaluator(module, name, DEVICE_TYPES[self.kind], 0, number, n, 0, 100, 0, 1, 0, "")
+            return lambda *args: struct.unpack("@" + "d" * n, feval(*args))
+
+        chunks = [TIMED_CHUNK] * (repeat // TIMED_CHUNK) + [repeat % TIMED_CHUNK] * bool(repeat % TIMED_CHUNK)
+        made = {n: evaluator(n) for n in set(chunks)}
+        return lambda *args: tuple(t for n in chunks for t in made[n](*args))
 
 
 class BundleError(Exception):
