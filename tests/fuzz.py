@@ -299,6 +299,10 @@ COMPARISONS = [
         "layers[0] is within tolerance at a tolerance ratio of 1e",
     ),
     (lambda d: d["layers"].append(dict(d["layers"][0])), "again: each layer is compared once"),
+    (
+        lambda d: d["layers"][0].update(status="beyond", tolerance_ratio=0.0, nan=0, inf=0),
+        "layers[0] is beyond tolerance at a tolerance ratio of 0",
+    ),
 ]
 
 # `diff --reference` tables that say two things, with the words of the refusal

@@ -266,6 +266,12 @@ def _check_ranges(comparison: Comparison, where: str) -> None:
                 f"{e.tolerance_ratio:g}: above 1 is beyond it; the file was edited or is corrupt; "
                 "run `relaytrace compare` again"
             )
+        finite = not (e.nan or e.inf or e.reference_nan)  # else beyond by a non-finite value (``error_of``)
+        if e.status == BEYOND and finite and e.tolerance_ratio is not None and e.tolerance_ratio <= 1:
+            raise FileFormatError(
+                f"{where}: layers[{i}] is beyond tolerance at a tolerance ratio of {e.tolerance_ratio:g}: "
+                "1 or below is within it; the file was edited or is corrupt; run `relaytrace compare` again"
+            )
         if e.cosine is not None and not -1 - 1e-6 <= e.cosine <= 1 + 1e-6:
             raise FileFormatError(
                 f"{where}: layers[{i}].cosine must be from -1 to 1, not {e.cosine!r}: the file "

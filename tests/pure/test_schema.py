@@ -5,6 +5,7 @@ same lineage, and a broken field is named by its path in the current schema."""
 import json
 
 import attrs
+import numpy as np
 import pytest
 
 from relaytrace.errors import LineageFormatError
@@ -209,6 +210,27 @@ def test_a_schema_2_onnx_lineage_names_its_nodes_by_id():
     v2["program"]["nodes"] = [{**n, "node": outputs[n["node"]]} for n in v2["program"]["nodes"]]
     back = Lineage.from_json(v2)
     assert back == lineage and back.program.frontend is ONNX
+
+
+def test_a_layer_beyond_tolerance_at_a_ratio_within_it_is_a_contradiction():
+    """A row "beyond" at a tolerance ratio of 0 was read without complaint."""
+    from relaytrace.errors import FileFormatError
+    from relaytrace.model.numerics import BEYOND, Comparison, LayerError
+
+    def saved(ratio, nan=0):
+        layer = LayerError("fc", BEYOND, "matmul#0", max_abs=0.5, max_rel=0.1, tolerance_ratio=ratio, nan=nan)
+        return json.loads(json.dumps(Comparison("m", "main", 1e-4, 1e-4, "float32 as built", (layer,)).to_json()))
+
+    assert Comparison.from_json(saved(50.0)).layers[0].tolerance_ratio == 50.0
+    assert Comparison.from_json(saved(0.0, nan=3)).layers[0].nan == 3  # a NaN is beyond any tolerance
+    from relaytrace.model.numerics import error_of
+
+    beyond = error_of("fc", "matmul#0", np.array([1.0, 2.0]), np.array([1.0, np.nan]), 1e-4, 1e-4)
+    assert beyond.status == BEYOND and beyond.tolerance_ratio == 0.0  # a finite value against a NaN reference
+    again = json.loads(json.dumps(Comparison("m", "main", 1e-4, 1e-4, "float32 as built", (beyond,)).to_json()))
+    assert Comparison.from_json(again).layers[0] == beyond
+    with pytest.raises(FileFormatError, match=r"layers\[0\] is beyond tolerance at a tolerance ratio of 0: 1 or below"):
+        Comparison.from_json(saved(0.0))
 
 
 def test_a_comparison_of_schema_1_loads_without_routes():
