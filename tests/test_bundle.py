@@ -253,6 +253,20 @@ def test_ctrl_c_ends_run_py_in_every_mode_and_writes_nothing(tiny, tmp_path, mod
     assert not out.exists()
 
 
+def test_report_of_a_bundle_without_its_code_says_the_code_section_is_missing(tiny, tmp_path):
+    """It wrote a report without a Code section, without a word."""
+    import shutil
+
+    bundle, _ = tiny
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy, ignore=shutil.ignore_patterns("profile.json", "report"))
+    assert run_py(copy, "--repeat", "1", "--no-peaks").returncode == 0
+    (copy / "code.json").unlink()
+    done = cli("report", copy, "--out", tmp_path / "report")
+    assert done.returncode == 0, done.stderr
+    assert f"no code.json in {copy}: report.html has no Code section" in done.stdout
+
+
 def test_nvtx_without_the_library_is_one_note(tiny, tmp_path):
     bundle, _ = tiny
     done = run_py(bundle, "--nvtx", "--repeat", "1", "--out", tmp_path / "p.json")

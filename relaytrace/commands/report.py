@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import RelaytraceError
+from ..render.safe_text import terminal
 from .base import Command
 from .shared import add_peak_options, add_policy_option, given_peaks, print_summary, summary
 
@@ -54,6 +55,8 @@ def run(args) -> int:
     run = RunSpec.from_json(recorded, f"{source / MANIFEST}: run") if recorded else RunSpec(lineage.build.model)
     report = make_report(lineage, profile, policy=args.policy)
     text = summary(report)
+    if lineage.code is None:
+        text += f"\nno code.json in {terminal(str(source))}: report.html has no Code section (bundle the model again)"
     write_outputs(out, report, attrs.evolve(run, policy=args.policy), overwrite=args.force)
     print_summary(text, out)
     return 0
