@@ -749,10 +749,23 @@ def peak_rates(kernels: list[dict], best_s: dict[str, float]) -> tuple[dict[str,
     return gflops, gbps
 
 
-def measure_peaks(bundle: Path, manifest: dict, runtime: Runtime, ffi, say) -> dict:
+MAX_GFLOPS, MAX_GBPS = 1e7, 1e5  # 10 PFLOP/s, 100 TB/s: beyond any one device, a timer's fault
+
+
+def implausible(gflops: dict[str, float], gbps: float) -> str:
+    """Why measured peaks cannot be a device's (a rate of 0, or beyond ``MAX_GFLOPS`` /
+    ``MAX_GBPS``: a kernel timed at 0 s), in words; "" when they can."""
+    if not 0 < gbps <= MAX_GBPS:
+        return f"{gbps:.3g} GB/s"
+    wrong = [f"{rate:.3g} GFLOP/s ({dtype})" for dtype, rate in gflops.items() if not 0 < rate <= MAX_GFLOPS]
+    return ", ".join(wrong)
+
+
+def measure_peaks(bundle: Path, manifest: dict, runtime: Runtime, ffi, say) -> dict | None:
     """The device's peaks, measured by the bundle's peak kernels (``peaks.so``:
     ``profiling.peaks.fixed_kernels``) each timed by the time evaluator, best of 5: the
-    profile's ``peaks`` (``model.peaks.Peaks``' fields, ``peak_rates``' figures)."""
+    profile's ``peaks`` (``model.peaks.Peaks``' fields, ``peak_rates``' figures); None,
+    said, when they cannot be a device's (``implausible``)."""
     spec = manifest["peaks"]
     say(f"measuring the peak rates of {runtime.kind} ({len(spec['kernels'])} kernels)")
     library = ffi.load_module(str(bundle / spec["library"]))
@@ -765,6 +778,10 @@ def measure_peaks(bundle: Path, manifest: dict, runtime: Runtime, ffi, say) -> d
         args = (runtime.tensor(array), runtime.tensor(np.zeros_like(array)))
         best[kernel["name"]] = min(runtime.time_evaluator(module, kernel["name"], 3, 5)(*args))
     gflops, gbps = peak_rates(spec["kernels"], best)
+    wrong = implausible(gflops, gbps)
+    if wrong:
+        say(f"peak rates not recorded: {wrong} cannot be this device's (give them to report: --device or --peak-*)")
+        return None
     where = f"{runtime.device} of {platform.node() or 'an unnamed host'} (a bundle's run.py)"
     return {
         "gflops": gflops,
@@ -900,7 +917,8 @@ def run_bundle(
         call()
         runtime.sync()
         e2e.append((time.perf_counter() - start) * 1e6)
-    measured = {"peaks": measure_peaks(bundle, manifest, runtime, ffi, say)} if peaks else {}
+    found = measure_peaks(bundle, manifest, runtime, ffi, say) if peaks else None
+    measured = {"peaks": found} if found else {}
     how = (
         "each call timed by CUDA events around it"
         if timer is not None
