@@ -412,4 +412,4 @@ def load_lineage(path: Path):
 
     lineage = Lineage.load(path)
     code = Path(path).with_name("code.json")
-    return lineage.with_code(Code.load(code)) if code.is_file() else lineage
+    return lineage.with_code(Code.load(code), str(code)) if code.is_file() else lineage

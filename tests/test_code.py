@@ -12,7 +12,7 @@ import pytest
 
 from relaytrace.analysis.report import make_report
 from relaytrace.errors import UsageError
-from relaytrace.model.code import Code, block_origins, check_blocks
+from relaytrace.model.code import Code, block_origins, check_blocks, mismatches
 from relaytrace.model.lineage import Lineage
 from relaytrace.model.ops import is_prim_value_computation, is_shape_computation
 from relaytrace.render.provenance import SCHEMA, provenance
@@ -166,6 +166,44 @@ def test_a_code_json_that_contradicts_itself_is_refused_naming_the_field(tiny_ou
     (out / "code.json").write_text((tmp_path / "code.json").read_text())
     code, _, err = run_cli(["query", str(out), "--code", "fc"])
     assert code == 1 and err.count("\n") == 1 and "not one of the kernel's" in err, err
+
+
+def test_the_code_of_another_build_is_refused_by_the_lineage(builds, tiny_out, tmp_path):
+    """Issue 54: the code of the same model at another input size, or of another model,
+    was shown [verified] as this build's; a code.json of schema /1 still loads."""
+    import relaytrace
+    from relaytrace.errors import FileFormatError
+    from relaytrace.zoo.relax_models import resnet_style
+
+    _, lineage = builds["fused"]
+    _, smaller = relaytrace.build(resnet_style(blocks=3, image=16), "llvm", model="resnet_style")
+    assert set(smaller.code.kernels) == set(lineage.code.kernels)  # the same kernels, by name
+    with pytest.raises(
+        FileFormatError,
+        match=r"small is not the code of this lineage's build: kernels.*\.params\[\d\] is \[1, \d+, 16, 16\] float32, "
+        r"not the \[1",
+    ):
+        lineage.with_code(smaller.code, "small")
+    other = Code.load(tiny_out / "code.json")
+    with pytest.raises(FileFormatError, match=r"tiny's is not the code of this lineage's build: kernels\['\w+'\]"):
+        lineage.with_code(other, "tiny's")
+    assert any(p.endswith("is no kernel of this build (resnet_style)") for p in mismatches(lineage, other))
+    assert lineage.with_code(lineage.code).code is lineage.code
+    # on the command line: a directory whose code.json is another model's
+    out = tmp_path / "run"
+    shutil.copytree(tiny_out, out)
+    lineage.code.save(out / "code.json", overwrite=True)
+    code, _, err = run_cli(["query", str(out), "--code", "fc"])
+    assert code == 1 and err.count("\n") == 1 and "code.json is not the code of this lineage's build" in err, err
+    # an earlier version's code.json (no buffer types) loads, and is not judged by them
+    data = json.loads((tiny_out / "code.json").read_text())
+    data["schema"] = "relaytrace.code/1"
+    for kernel in data["kernels"].values():
+        kernel.pop("params", None)
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    old = Code.load(tmp_path / "old.json")
+    assert old.kernels and all(k.params == () for k in old.kernels.values())
+    assert Lineage.load(tiny_out / "lineage.json").with_code(old).code is old
 
 
 def test_the_code_viewer_links_a_layer_its_relax_call_and_its_blocks(builds, input_data, tmp_path):

@@ -18,7 +18,9 @@ layer a block is then comes from the call site (``block_origins``: the site's or
 matched to the kernel's members as verification matches them).
 
 Saved apart from the lineage (a lineage loads without it) and loaded only when asked:
-``Code.load(path)`` or ``Lineage.with_code``.
+``Code.load(path)`` or ``Lineage.with_code``, which holds it to the lineage
+(``mismatches``): the code of another model, or of the same model at another input
+size, is refused, never shown as this build's.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ from attrs import field, frozen
 from ..errors import FileFormatError, UsageError
 from .codec import decode, encode
 from .entry import APPEND, PAGED_DECODE, PAGED_PREFILL, RAGGED_PREFILL, kernel_role, of_any_length, runs_attention
-from .jsonio import check_schema, read_json, write_json
+from .jsonio import migrate, read_json, write_json
+from .shapes import ANY_RANK
 from .verification import SUSPECT, UNVERIFIED, VERIFIED, Member, Status, matching
 
-SCHEMA = "relaytrace.code/1"
+SCHEMA = "relaytrace.code/2"
+# /1 -> /2: kernels record their buffers' types (``KernelCode.params``); a /1 file has none
+_MIGRATIONS = {"relaytrace.code/1": lambda data, where: {**data, "schema": SCHEMA}}
 
 
 @frozen
@@ -90,7 +95,9 @@ class MemberCode:
 @frozen
 class KernelCode:
     """A kernel's TIR as fusion left it (``fused``) and as built (``built``: "" when no
-    schedule changed it), the blocks of each, its output buffers and its members."""
+    schedule changed it), the blocks of each, its output buffers and its members, and
+    the (shape, dtype) of each buffer the built kernel takes (``params``, in order; a
+    symbolic dim by its name): what its call sites pass (``CallSite.arguments``)."""
 
     kernel: str
     fused: str
@@ -99,6 +106,7 @@ class KernelCode:
     members: tuple[MemberCode, ...] = ()
     built: str = ""
     built_blocks: tuple[Block, ...] = ()
+    params: tuple[tuple[tuple, str], ...] = ()
 
 
 @frozen
@@ -129,7 +137,7 @@ class Code:
         ``FileFormatError`` naming the file and the field."""
         where = str(path)
         data = read_json(path, "code")
-        check_schema(data, SCHEMA, "code", where, "`relaytrace profile` (it writes code.json)")
+        data = migrate(data, _MIGRATIONS, SCHEMA, "code", where, "`relaytrace profile` (it writes code.json)")
         code = decode(cls, data, where)
         problem = next(contradictions(code), None)
         if problem:
@@ -164,6 +172,51 @@ def contradictions(code: Code):
             for consumer in member.consumers:
                 if not 0 <= consumer < members:
                     yield f"kernels[{name!r}].members[{i}] is read by member {consumer}, not one of its {members}"
+
+
+def mismatches(lineage, code: Code):
+    """What in ``code`` says it is not the code of ``lineage``'s build, each in words
+    naming the field: a kernel that is neither one its sites call nor one its KV cache
+    is given, a buffer of another dtype or fixed size than a call site of the kernel
+    passes (the same model at another input size), a function the lineage's sites run
+    in that the code lacks."""
+    cache = lineage.build.kv_cache
+    known = set(lineage.kernels) | set(cache.kernels if cache is not None else ())
+    for name, kernel in code.kernels.items():
+        where = f"kernels[{name!r}]"
+        if name not in known:
+            yield f"{where} is no kernel of this build ({lineage.build.model})"
+            continue
+        problem = next(
+            (
+                f"{where}.{p} {s.label} passes"
+                for s in lineage.kernels.get(name, ())
+                if (p := _params_problem(kernel.params, s.arguments))
+            ),
+            None,
+        )
+        if problem:
+            yield problem
+    if code.functions:
+        for function in dict.fromkeys(text_of(s) for s in lineage.call_sites if not s.library):
+            if function not in code.functions:
+                yield f"functions lacks {function!r}, which this build's kernels are called in"
+
+
+def _params_problem(params, arguments) -> str:
+    """How a kernel's buffer types (``KernelCode.params``) differ from what a call of
+    it passes (a dim compared where both are fixed), in words, or ""; a kernel saved
+    without them (schema /1), or a site whose arguments were not read, is not judged."""
+    if not params or not arguments:
+        return ""
+    if len(params) != len(arguments):
+        return f"params are {len(params)} buffers, not the {len(arguments)}"
+    for i, ((shape, dtype), (given, given_dtype)) in enumerate(zip(params, arguments)):
+        ranked = len(shape) == len(given) or ANY_RANK in (*shape, *given)
+        agree = all(a == b for a, b in zip(shape, given) if isinstance(a, int) and isinstance(b, int))
+        if dtype != given_dtype or not ranked or not agree:
+            return f"params[{i}] is {list(shape)} {dtype}, not the {list(given)} {given_dtype}"
+    return ""
 
 
 _SUFFIX = re.compile(r"_?\d+$")

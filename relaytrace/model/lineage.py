@@ -14,7 +14,7 @@ from attrs import define, field
 
 from ..errors import FileFormatError, UnknownNameError, UsageError, expect, expect_number
 from .build_facts import BuildFacts
-from .code import Code, LayerCode, layer_code, require
+from .code import Code, LayerCode, layer_code, mismatches, require
 from .codec import Codec, apart_field, codec_field, decode, encode
 from .entry import signature
 from .frontend import Program
@@ -462,8 +462,16 @@ class Lineage:
             raise UnknownNameError("kernel", kernel, self.kernels)
         return self.kernels[kernel]
 
-    def with_code(self, code: Code) -> Lineage:
-        """This lineage with the code of its build (``Code.load`` of the code.json beside it)."""
+    def with_code(self, code: Code, where: str = "the code") -> Lineage:
+        """This lineage with the code of its build (``Code.load`` of the code.json beside
+        it); code that is not its build's (``model.code.mismatches``) is a one-line
+        ``FileFormatError`` naming ``where`` and the field."""
+        problem = next(mismatches(self, code), None)
+        if problem:
+            raise FileFormatError(
+                f"{where} is not the code of this lineage's build: {problem}; write both again with "
+                "`relaytrace profile` (code.json and lineage.json are made together)"
+            )
         return attrs.evolve(self, code=code)
 
     def code_of(self, layer: str) -> LayerCode:

@@ -84,6 +84,7 @@ def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) ->
             members,
             built_text,
             tuple(_scheduled(_blocks(built_text), blocks, _params(text))) if built_text else (),
+            ir.buffer_types(final if final is not None else func),
         )
     return Code(functions, kernels)
 

@@ -226,6 +226,17 @@ def tensor_types(ty) -> list[tuple[tuple, str]]:
     return []
 
 
+def buffer_types(prim_func) -> tuple[tuple[tuple, str], ...]:
+    """(shape, dtype) of each buffer a PrimFunc takes, in parameter order (a scalar
+    parameter, a symbolic size, is none): what a call of it passes, as
+    ``tensor_types`` reads a call's arguments."""
+    return tuple(
+        (tuple(dim(v) for v in items(p.ty.shape)), str(p.ty.dtype))
+        for p in items(prim_func.params)
+        if isinstance(p.ty, tirx.BufferType)
+    )
+
+
 def dim(value):
     """A dimension as an int when it is one, else as printed (a symbolic dim)."""
     try:
