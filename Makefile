@@ -3,6 +3,9 @@ VENV   ?= .venv
 PYTHON ?= python3
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.relaytrace-installed
+# the tests in two processes, each test file in one of them (its module's builds shared);
+# PARALLEL= runs them in one
+PARALLEL ?= -n 2 --dist loadfile
 
 .PHONY: demo test test-slow test-heavy lint bench setup bytecode graphviz browser cross clean
 
@@ -13,7 +16,7 @@ demo: setup
 # make test-slow: the full-size builds, transformers through ONNX, symbolic lengths, the
 # browser's. CI runs both.
 test: lint browser cross
-	$(PY) -m pytest -q -m "not slow" --durations=15
+	$(PY) -m pytest -q -m "not slow" $(PARALLEL) --durations=15
 
 # ruff's lint and format check over all the code (pyproject.toml [tool.ruff]; `ruff
 # format` rewrites it); mypy over the modules [tool.mypy] lists.
@@ -23,11 +26,11 @@ lint: setup
 	$(VENV)/bin/mypy
 
 test-slow: setup browser cross
-	$(PY) -m pytest -q -m "slow and not heavy" --durations=0
+	$(PY) -m pytest -q -m "slow and not heavy" $(PARALLEL) --durations=0
 
 # the slow tests whose coverage others hold at a smaller size: before a release, not in CI
 test-heavy: setup browser cross
-	$(PY) -m pytest -q -m heavy --durations=0
+	$(PY) -m pytest -q -m heavy $(PARALLEL) --durations=0
 
 bench: setup
 	$(PY) benchmarks/compile_overhead.py

@@ -1,10 +1,17 @@
 """Shared fixtures. TVM, torch and numpy are imported inside the fixtures that need
 them: the pure tests (tests/pure) run with TVM, torch and ONNX blocked."""
 
+import os
+
 import attrs
 import pytest
 
 from relaytrace.build import BUILD_CONFIGS as CONFIGS
+
+# pytest-xdist's workers (make test runs two) set COLUMNS=80: the tests read tables as
+# output into a pipe or a file gets them, each name whole on its line
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture(scope="session")

@@ -148,9 +148,10 @@ def test_a_library_of_another_build_is_refused(tiny, tmp_path):
     assert not (other / "profile.json").exists()
 
 
-def _tampered(bundle: Path, where: Path, change) -> subprocess.CompletedProcess:
+def _tampered(bundle: Path, where: Path, change, loaded: bool = False) -> subprocess.CompletedProcess:
     """run.py on a copy of ``bundle`` after ``change(copy, manifest)`` (its manifest
-    written back after)."""
+    written back after): one error line, or (``loaded``: found once the library is
+    loaded) the loading line and the error."""
     import shutil
 
     copy = where / "copy"
@@ -160,7 +161,9 @@ def _tampered(bundle: Path, where: Path, change) -> subprocess.CompletedProcess:
     (copy / "bundle.json").write_text(json.dumps(manifest))
     done = run_py(copy, "--repeat", "1", "--no-peaks")
     assert not (copy / "profile.json").exists() and "Traceback" not in done.stderr, done.stderr
-    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr  # one line, no signal
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1 + loaded, done.stderr  # one line, no signal
+    assert lines[-1].startswith("run.py: error: "), done.stderr
     return done
 
 
@@ -267,6 +270,48 @@ def test_report_of_a_bundle_without_its_code_says_the_code_section_is_missing(ti
     assert f"no code.json in {copy}: report.html has no Code section" in done.stdout
 
 
+def test_report_refuses_a_bundle_whose_files_contradict_each_other(tiny, tmp_path):
+    """Issue 54: report read a bundle whose bundle.json, lineage, code or profile were
+    another build's (a CNN profile with a served step) without complaint; each is one
+    line now, and no report directory is made."""
+    import shutil
+
+    bundle, _ = tiny
+    ran = tmp_path / "ran"
+    shutil.copytree(bundle, ran, ignore=shutil.ignore_patterns("profile.json", "report"))
+    assert run_py(ran, "--repeat", "1", "--no-peaks").returncode == 0
+
+    def manifest(change):
+        return lambda d: (d / "bundle.json").write_text(json.dumps(change(json.loads((d / "bundle.json").read_text()))))
+
+    def json_edit(name, change):
+        return lambda d: (d / name).write_text(json.dumps(change(json.loads((d / name).read_text()))))
+
+    edits = {
+        "lineage.json is not the file bundled": lambda d: (d / "lineage.json").write_text(
+            (d / "lineage.json").read_text().replace('"main"', '"mair"', 1)  # another entry, as many bytes
+        ),
+        "code.json has": json_edit("code.json", lambda c: {**c, "problems": ["swapped"]}),
+        "bundle.json's kernels are not the kernels main calls": manifest(
+            lambda m: {**m, "kernels": {**m["kernels"], "fused_conv2d_add": 9}}
+        ),
+        "bundle.json's serve describes a served step, but main takes no KV cache": manifest(
+            lambda m: {**m, "serve": {"tokens": 1, "context": 8}}
+        ),
+        "bundle.json seals no files": manifest(lambda m: {k: v for k, v in m.items() if k != "files"}),
+        "records a served step [1, 8], but main takes no KV cache": json_edit(
+            "profile.json", lambda p: {**p, "step": [1, 8]}
+        ),
+    }
+    for i, (words, edit) in enumerate(edits.items()):
+        copy = tmp_path / f"c{i}"
+        shutil.copytree(ran, copy)
+        edit(copy)
+        done = cli("report", copy)
+        assert done.returncode == 1 and words in done.stderr and done.stderr.count("\n") == 1, (words, done.stderr)
+        assert not (copy / "report").exists()
+
+
 def test_nvtx_without_the_library_is_one_note(tiny, tmp_path):
     bundle, _ = tiny
     done = run_py(bundle, "--nvtx", "--repeat", "1", "--out", tmp_path / "p.json")
@@ -325,6 +370,11 @@ def test_an_llms_decode_is_served_by_run_py_through_its_kv_cache(tmp_path):
     assert row["layers"].split(" ") == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
     done = _tampered(out, tmp_path, lambda copy, m: m["serve"].update(page_size=0))  # was SIGFPE
     assert "the served step's page_size is 0" in done.stderr
+    (tmp_path / "k").mkdir()
+    done = _tampered(
+        out, tmp_path / "k", lambda copy, m: m["serve"]["cache"]["kernels"].pop(), loaded=True
+    )  # ran as "?"
+    assert "takes more kernels than the" in done.stderr and "the lineage is not of this executable" in done.stderr
     refused = run_py(out, "--mode", "isolated")
     assert refused.returncode == 1 and "takes a KV cache: it is profiled in timeline mode" in refused.stderr
 

@@ -24,13 +24,12 @@ def run(args) -> int:
     every output written (``jobs.write_outputs``) into DIR/report (the bundle itself
     holds files that are not outputs, so the outputs go in a directory of their own)
     and the summary printed, as `relaytrace profile` does."""
-    import json
-
     import attrs
 
     from ..analysis.report import make_report
     from ..jobs import load_pair, prepare_out_dir, write_outputs
     from ..model.run_spec import RunSpec
+    from ..profiling import bundle
     from ..profiling.bundle import MANIFEST, RUNNER
 
     source = Path(args.dir)
@@ -42,16 +41,20 @@ def run(args) -> int:
             "bundle was copied and bring its profile.json back into the DIR"
         )
     peaks = given_peaks(args)
-    out = prepare_out_dir(args.out or source / "report", args.force)
+    manifest = _sealed_manifest(source)
     lineage, profile = load_pair(source)
-    if peaks is not None:  # given here, they replace what the runner measured (run.py --no-peaks measures none)
-        profile = attrs.evolve(profile, peaks=peaks)
+    problem = next(bundle.mismatches(manifest, lineage), None)
+    if problem:
+        raise RelaytraceError(f"{source / MANIFEST}'s {problem}: bundle the model again")
     if profile.model != lineage.build.model or profile.target != lineage.build.target:
         raise RelaytraceError(
             f"{source / 'profile.json'} is of {profile.model} for {profile.target}, not this "
             "bundle's build: run this bundle's run.py again"
         )
-    recorded = json.loads((source / MANIFEST).read_text()).get("run")
+    out = prepare_out_dir(args.out or source / "report", args.force)
+    if peaks is not None:  # given here, they replace what the runner measured (run.py --no-peaks measures none)
+        profile = attrs.evolve(profile, peaks=peaks)
+    recorded = manifest.get("run")
     run = RunSpec.from_json(recorded, f"{source / MANIFEST}: run") if recorded else RunSpec(lineage.build.model)
     report = make_report(lineage, profile, policy=args.policy)
     text = summary(report)
@@ -60,6 +63,32 @@ def run(args) -> int:
     write_outputs(out, report, attrs.evolve(run, policy=args.policy), overwrite=args.force)
     print_summary(text, out)
     return 0
+
+
+def _sealed_manifest(source: Path) -> dict:
+    """The bundle's ``bundle.json``, once the lineage and the code beside it (when there
+    is one) are shown to be the files it sealed (``runner.check_files``: a lineage or a
+    code.json of another build put in the bundle is refused); a one-line error otherwise."""
+    import json
+
+    from ..profiling.bundle import MANIFEST
+    from ..profiling.runner import BundleError, check_files
+
+    try:
+        manifest = json.loads((source / MANIFEST).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RelaytraceError(f"{source / MANIFEST} cannot be read ({exc}): bundle the model again") from exc
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict):
+        raise RelaytraceError(
+            f"{source / MANIFEST} seals no files (a bundle of an earlier relaytrace?): bundle the model again"
+        )
+    names = ["lineage.json"] + ["code.json"] * (source / "code.json").exists()  # without it: no Code section
+    try:
+        check_files(source, files, names)
+    except BundleError as exc:
+        raise RelaytraceError(f"{source}: {exc}") from exc
+    return manifest
 
 
 COMMAND = Command("report", "write every output of a bundle's profile (after `python DIR/run.py`)", add_arguments, run)

@@ -12,7 +12,9 @@ than drawn as a figure that cannot be right.
 
 from __future__ import annotations
 
-from ..errors import FileFormatError
+from ..errors import FileFormatError, RelaytraceError
+from .entry import cache_param
+from .shapes import ANY_RANK, bind
 from .work import LIMIT, Poly, itemsize
 
 _REDO = "the file was edited or is corrupt; trace the build again"
@@ -116,11 +118,10 @@ def _check_dims(shape, where: str) -> None:
 def profile_mismatches(lineage, profile) -> list[str]:
     """How ``profile`` contradicts being a run of ``lineage``'s build beyond its kernel
     calls (``Lineage.call_count_mismatches``): the inputs it ran with against the
-    entry's parameters (``shapes.bind``), and each call site's arguments as they ran
-    against the site's as compiled (rank, dtype, every static dim). The same kernels at
-    another width or batch are another build; its times are not this one's."""
-    from ..errors import RelaytraceError
-    from .shapes import ANY_RANK, bind
+    entry's parameters (``shapes.bind``), each call site's arguments as they ran
+    against the site's as compiled (rank, dtype, every static dim), and a served step
+    recorded for an entry that takes no KV cache. The same kernels at another width or
+    batch are another build; its times are not this one's."""
 
     declared = {n: (n, s, d) for n, s, d in lineage.build.entries.get(profile.entry, ())}
     problems = [
@@ -156,4 +157,6 @@ def profile_mismatches(lineage, profile) -> list[str]:
                     f"{site.label} argument {i} ran as {got_dtype}{list(got)}, compiled as {dtype}{list(shape)}"
                 )
                 break
+    if profile.step and cache_param(lineage.build.params.get(profile.entry, ())) is None:
+        problems.append(f"it records a served step {list(profile.step)}, but {profile.entry} takes no KV cache")
     return problems

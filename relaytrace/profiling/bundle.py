@@ -211,6 +211,28 @@ def _save_inputs(out: Path, lineage: Lineage, entry: str, arrays) -> list[dict]:
     return saved
 
 
+def mismatches(manifest: dict, lineage: Lineage):
+    """What ``bundle.json`` (``manifest``) says that the bundle's lineage does not, each
+    in words naming the field: the entry, the kernels and their call counts, each site's
+    layers, a served step for an entry that takes no KV cache or the cache's kernels.
+    ``relaytrace report`` reads a bundle's profile through both; ``run.py`` ran by the
+    manifest alone."""
+    entry = manifest.get("entry")
+    if entry not in lineage.build.entries:
+        yield f"entry is {entry!r}, not an entry of the lineage ({', '.join(lineage.build.entries)})"
+        return
+    view = lineage.for_entry(entry)
+    if manifest.get("kernels") != {k: len(sites) for k, sites in view.kernels.items()}:
+        yield f"kernels are not the kernels {entry} calls and their call counts"
+    if manifest.get("layers") != _site_layers(view):
+        yield f"layers are not the layers of {entry}'s call sites"
+    serve, cache = manifest.get("serve"), lineage.build.kv_cache
+    if serve and not takes_cache(lineage, entry):
+        yield f"serve describes a served step, but {entry} takes no KV cache"
+    elif serve and (cache is None or (serve.get("cache") or {}).get("kernels") != list(cache.kernels)):
+        yield "serve.cache.kernels are not the KV cache's kernels of the lineage"
+
+
 def _site_layers(lineage: Lineage) -> dict[str, str]:
     """``kernel#call`` -> the layers its ops come from (what an NVTX range is named)."""
     out = {}

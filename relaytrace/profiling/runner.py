@@ -495,7 +495,13 @@ class Server:
 
         def wrap(arg):
             if isinstance(arg, self.ffi.Function):
-                return self.ffi.convert(self._timed(arg, next(names, "?"), cache["append"]))
+                name = next(names, None)
+                if name is None:
+                    raise BundleError(
+                        f"{cache['builtin']} takes more kernels than the {len(cache['kernels'])} the lineage names: "
+                        "the lineage is not of this executable"
+                    )
+                return self.ffi.convert(self._timed(arg, name, cache["append"]))
             if isinstance(arg, self.ffi.Array):
                 return self.ffi.convert([wrap(a) for a in arg])
             return arg
@@ -636,25 +642,29 @@ FIELDS = {  # what run.py reads of bundle.json, each checked for its kind before
 def check_seal(bundle: Path, manifest: dict) -> None:
     """Refuse, in one ``BundleError`` line, a bundle whose files are not the ones
     ``relaytrace bundle`` wrote, before any of them is loaded: each of ``FIELDS`` of
-    its kind, every file ``bundle.json``
-    names must be among its sealed ``files`` (``{path: {bytes, sha256}}``), each sealed
-    path relative and inside the bundle once links are resolved, each file of its size
-    (a copy cut short would die by SIGBUS when loaded) and its sha256; a served step's
-    counts servable (``serving_problem``)."""
+    its kind, a served step's counts servable (``serving_problem``), every file
+    ``bundle.json`` names and every file it seals as sealed (``check_files``: a copy cut
+    short would die by SIGBUS when loaded)."""
     for key, kind in FIELDS.items():
         if not isinstance(manifest.get(key), kind):
             raise BundleError(f"bundle.json's {key!r} is missing or no {kind.__name__}: bundle the model again")
-    files = manifest["files"]
     named = [manifest["library"], *manifest["runtime"], manifest["peaks"]["library"]]
     named += [name for param in manifest["inputs"] for name in param["files"]]  # a damaged one: KeyError
-    for name in named:
-        if name not in files:
-            raise BundleError(f"bundle.json names {name!r}, not among its sealed files: bundle the model again")
     problem = serving_problem(manifest["serve"]) if manifest.get("serve") else None
     if problem:
         raise BundleError(problem)
+    check_files(bundle, manifest["files"], list(dict.fromkeys([*named, *manifest["files"]])))
+
+
+def check_files(bundle: Path, files: dict, names: list) -> None:
+    """Refuse, in one ``BundleError`` line, any of ``names`` that is not sealed in
+    ``files`` (``bundle.json``'s ``{path: {bytes, sha256}}``) or not the file sealed:
+    missing, outside the bundle once links are resolved, of another size or sha256."""
     root = bundle.resolve()
-    for name, seal in files.items():
+    for name in names:
+        seal = files.get(name) if isinstance(name, str) else None
+        if not isinstance(seal, dict):
+            raise BundleError(f"bundle.json names {name!r}, not among its sealed files: bundle the model again")
         path = inside(root, name)
         if not path.is_file():
             raise BundleError(f"{name} is missing from the bundle: copy the whole bundle again")
