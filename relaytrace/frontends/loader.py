@@ -202,7 +202,9 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
     imported or while its factory runs (raises, a ``BaseException`` of its own too, calls
     ``sys.exit``, returns something else) is a one-line ``RelaytraceError`` naming the
     file and the factory. The working directory is put back as it was: a file that
-    ``os.chdir()``s moves no relative path of the command (``--out``, ``--db``)."""
+    ``os.chdir()``s moves no relative path of the command (``--out``, ``--db``). The
+    module stays importable (``sys.modules``, as ``relaytrace_user_STEM``), as a script's
+    own module does while it runs."""
     path, sep, factory = spec.rpartition(":")
     if not sep or not path.endswith(".py"):
         raise UsageError(f"MODEL must be an .onnx file or path/to/file.py:factory, not {spec!r}")
@@ -212,7 +214,9 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
     module = importlib.util.module_from_spec(loader)
     folder = str(Path(path).resolve().parent)
     sys.path.insert(0, folder)  # as `python file.py` has it: the file's own imports (from net import make) work
-    sys.modules[loader.name] = module  # TVMScript (@I.ir_module) reads its class's source through its module
+    # TVMScript (@I.ir_module) reads a class's source through its module, at import and in
+    # a pass the file defines while the build runs: the module stays for the whole command
+    sys.modules[loader.name] = module
     here = os.getcwd()
     try:
         try:
@@ -237,7 +241,6 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
             ) from None
     finally:
         sys.path.remove(folder)
-        sys.modules.pop(loader.name, None)
         _back_to(here, path)
     if isinstance(made, ImportedModel):
         return load(made, **options)  # named as its frontend named it
