@@ -222,6 +222,28 @@ def test_serving_options_without_meaning_or_past_the_caches_count_are_refused(bu
     assert "context is -1" in runner.serving_problem({**spec, "context": -1})
 
 
+def test_a_cache_beyond_the_machines_memory_is_refused_in_its_bytes_before_it_is_made(built):
+    """Issue 54: a context whose cache the machine cannot hold ran past 100 s, said
+    nothing, then failed in the runtime; it is refused with its bytes, before the cache
+    is made. The bytes a token slot holds are the page tensors' the runtime allocates."""
+    from relaytrace.profiling import runner
+    from relaytrace.profiling.serve import kv_bytes_per_token
+
+    executable, lineage = built
+    each = kv_bytes_per_token(lineage, "decode")
+    assert each == BLOCKS * 2 * KV_HEADS * HEAD_DIM * 4  # keys and values, float32, of every layer
+    context = runner.machine_memory() // each + 1000
+    with pytest.raises(UsageError, match=r"token slots of \d+ bytes of keys and values each, .* GiB, more than the"):
+        relaytrace.profile(executable, lineage, [], entry="decode", serving=Serving(context=context), repeat=1)
+    said = []
+    prof = relaytrace.profile(
+        executable, lineage, [], entry="decode", serving=Serving(context=24), repeat=1, progress=said.append
+    )
+    assert "filling a context of 24 tokens for each of 1 sequence(s)" in said
+    (_, kv, kv_heads, _, head_dim), dtype = prof.kv_pages[0]
+    assert each == BLOCKS * kv * kv_heads * head_dim * 4 and dtype == "float32"
+
+
 def test_memory_counts_the_kv_cache_pages_the_run_allocated(built):
     executable, lineage = built
     prof = relaytrace.profile(executable, lineage, [], entry="decode", serving=Serving(context=40), repeat=1)

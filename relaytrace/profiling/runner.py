@@ -376,22 +376,40 @@ def cache_capacity(spec: dict) -> int:
     return spec.get("sequences", 1) * -(-(spec["tokens"] + spec["context"] + DECODE_MARGIN) // page) * page
 
 
-def serving_problem(spec: dict) -> str | None:
+def serving_problem(spec: dict, memory: int | None = None) -> str | None:
     """What makes a served ``spec`` unservable, in words, or None: its counts must be
     whole numbers (``tokens``, ``sequences``, ``page_size`` at least 1, ``context`` at
-    least 0) whose cache fits the runtime's int32 slot count."""
+    least 0) whose cache fits the runtime's int32 slot count and, given the ``memory``
+    (bytes) of the device it runs on, whose keys and values fit in it
+    (``kv_bytes_per_token``: 0 when not known)."""
     least = {"tokens": 1, "sequences": 1, "page_size": 1, "context": 0}
     for key, low in least.items():
         value = spec.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             return f"the served step's {key} is {value!r}: a whole number at least {low}"
-    if cache_capacity(spec) > MAX_CACHE_TOKENS:
+    slots, each = cache_capacity(spec), spec.get("kv_bytes_per_token", 0)
+    what = f"a KV cache for {spec.get('sequences', 1)} sequence(s) of {spec['context']} + {spec['tokens']} tokens"
+    if slots > MAX_CACHE_TOKENS:
         return (
-            f"a KV cache for {spec.get('sequences', 1)} sequence(s) of {spec['context']} + {spec['tokens']} tokens "
-            f"needs {cache_capacity(spec)} token slots, more than the runtime counts ({MAX_CACHE_TOKENS}): "
+            f"{what} needs {slots} token slots, more than the runtime counts ({MAX_CACHE_TOKENS}): "
+            "give a smaller --context, --tokens or --batch"
+        )
+    if memory and isinstance(each, int) and slots * each > memory:
+        return (
+            f"{what} needs {slots} token slots of {each} bytes of keys and values each, "
+            f"{slots * each / 2**30:.1f} GiB, more than the device's {memory / 2**30:.1f} GiB: "
             "give a smaller --context, --tokens or --batch"
         )
     return None
+
+
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes (what a CPU's KV cache lives in), or
+    None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 class Server:
@@ -405,7 +423,10 @@ class Server:
     ``kernels`` in the order the builtin takes them, the ``append`` kernel), the
     ``prefill`` entry, params and dims that fill one sequence's context (or None),
     ``tokens`` each sequence runs in a step, ``sequences`` served at once (one when
-    absent), ``context`` tokens of each before it and ``page_size``. ``step()`` runs the
+    absent), ``context`` tokens of each before it, ``page_size`` and the bytes of keys
+    and values a token slot holds (``kv_bytes_per_token``, 0 when not known: a cache
+    beyond the device's ``memory`` is refused before it is made; ``serving_problem``);
+    ``say`` is told when a context is filled (a long one takes a while). ``step()`` runs the
     entry once as served; ``sink`` (a list, or None) takes ``(clock_ns, kernel, before)``
     stamps from the cache's kernels, as the timeline's instrument does for the VM's
     calls; ``pages``: each page tensor the cache's append kernel wrote to in an untimed
@@ -417,12 +438,24 @@ class Server:
     sees the same context. The cache is told each sequence's own length, so that a batch
     of one-token steps runs its decode kernels, as an engine's ``batch_decode`` does."""
 
-    def __init__(self, vm, set_instrument, ffi, spec: dict, tensor, sync, seed: int = 0, timed: bool = True):
+    def __init__(
+        self,
+        vm,
+        set_instrument,
+        ffi,
+        spec: dict,
+        tensor,
+        sync,
+        seed: int = 0,
+        timed: bool = True,
+        memory=None,
+        say=None,
+    ):
         self.vm, self.ffi, self.spec = vm, ffi, spec
         self.sink: list | None = None
         self._sync, self._tensor = sync, tensor
         self.pages: dict[int, tuple[tuple[int, ...], str]] = {}  # data address -> (shape, dtype)
-        problem = serving_problem(spec)
+        problem = serving_problem(spec, memory)
         if problem:
             raise BundleError(problem)
         self.tokens, self.context = spec["tokens"], spec["context"]
@@ -440,6 +473,8 @@ class Server:
         if self.context:  # each sequence filled apart: forked ones would share pages, and the cache then runs
             prefill = spec["prefill"]  # its cascade of shared-prefix attention and a merge, not a batch's decode
             fill = self._arguments(prefill["params"], prefill.get("dims"), self.context, seed)[1]
+            if say is not None:
+                say(f"filling a context of {self.context} tokens for each of {self.sequences} sequence(s)")
             for i in self._ids:
                 self._forward([i], self.context, vm[prefill["entry"]], fill)
         self._function = vm[spec["entry"]]
@@ -853,7 +888,8 @@ def run_bundle(
                 f"{manifest['entry']} takes a KV cache: it is profiled in timeline mode, its cache's "
                 "kernels timed with a synchronisation around each (not --mode isolated, not --events)"
             )
-        server = Server(vm, set_instrument, ffi, spec, runtime.tensor, runtime.sync if device != "cpu" else _no_op)
+        sync, memory = (_no_op, machine_memory()) if device == "cpu" else (runtime.sync, None)
+        server = Server(vm, set_instrument, ffi, spec, runtime.tensor, sync, memory=memory, say=say)
         cache = frozenset(spec["cache"]["kernels"])
         say(server.describe())
         call = server.step

@@ -15,7 +15,18 @@ from __future__ import annotations
 from attrs import define, field
 
 from ..errors import RelaytraceError, UsageError, describe
-from ..model.entry import APPEND, ParamKind, batched, cache_param, kernel_role, of_any_length, step_dims, step_tokens
+from ..model.entry import (
+    APPEND,
+    ParamKind,
+    batched,
+    cache_param,
+    kernel_role,
+    of_any_length,
+    runs_attention,
+    step_dims,
+    step_tokens,
+)
+from ..model.work import itemsize
 from . import runner
 
 
@@ -73,6 +84,7 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
         "bound": bound,
         "context": serving.context,
         "page_size": serving.page_size,
+        "kv_bytes_per_token": kv_bytes_per_token(lineage, entry),
         "cache": {
             "entry": facts.entry,
             "builtin": facts.builtin,
@@ -93,24 +105,49 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
     return spec
 
 
-def Server(vm, lineage, entry: str, serving: Serving, device, seed: int = 0, timed: bool = True):  # noqa: N802
+def Server(vm, lineage, entry: str, serving: Serving, device, seed: int = 0, timed: bool = True, say=None):  # noqa: N802
     """``runner.Server`` of ``entry`` on relaytrace's ``vm`` (a ``relax.VirtualMachine``
-    on ``device``): see ``served_spec``. Not ``timed``: the cache the create entry made
-    itself (``benchmarks/served_overhead.py``). The cache that cannot be made is a
-    one-line error naming the create entry."""
+    on ``device``): see ``served_spec``; on a CPU, a cache beyond this machine's memory
+    is refused before it is made. Not ``timed``: the cache the create entry made itself
+    (``benchmarks/served_overhead.py``). The cache that cannot be made is a one-line
+    error naming the create entry."""
     import tvm
     import tvm_ffi
 
     spec = served_spec(lineage, entry, serving)
-    sync = (lambda: None) if device.dlpack_device_type() == 1 else device.sync  # 1: kDLCPU
+    cpu = device.dlpack_device_type() == 1  # kDLCPU
+    problem = runner.serving_problem(spec, runner.machine_memory() if cpu else None)
+    if problem:
+        raise UsageError(problem)
+    sync = (lambda: None) if cpu else device.sync
     try:
         return runner.Server(
-            vm, vm.set_instrument, tvm_ffi, spec, lambda a: tvm.runtime.tensor(a, device), sync, seed, timed
+            vm, vm.set_instrument, tvm_ffi, spec, lambda a: tvm.runtime.tensor(a, device), sync, seed, timed, say=say
         )
     except Exception as exc:
         raise RelaytraceError(
             f"{entry} could not be served through the KV cache {spec['cache']['entry']} makes: {describe(exc)}"
         ) from exc
+
+
+def kv_bytes_per_token(lineage, entry: str) -> int:
+    """The bytes of keys and values one token slot of the build's KV cache holds: keys
+    and values of each attention layer (an attention builtin ``entry`` calls), each
+    ``kv_heads`` x ``head_dim`` elements of the model's float type (its first floating
+    weight's); 0 when the build does not say them."""
+    facts = lineage.build.kv_cache
+    layers = sum(1 for b in lineage.builtins if b.function == entry and runs_attention(b.name))
+    floats = [
+        t.dtype
+        for p in lineage.build.params.get(entry, ())
+        if p.weight
+        for t in p.tensors
+        if t.dtype.startswith(("float", "bfloat"))
+    ]
+    size = itemsize(floats[0]) if floats else None
+    if facts is None or not (facts.kv_heads and facts.head_dim and layers and size):
+        return 0
+    return 2 * layers * facts.kv_heads * facts.head_dim * size
 
 
 def _params(params) -> list[dict]:

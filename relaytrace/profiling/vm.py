@@ -189,7 +189,7 @@ def _served_profile(executable, lineage, entry, device, warmup, repeat, mode, pr
     params = lineage.build.params[entry]
     default = Serving(context=default_context(params))
     vm = _vm(executable, device)
-    server = Server(vm, lineage, entry, serving or default, device)
+    server = Server(vm, lineage, entry, serving or default, device, say=say)
     say(server.describe())
     records, arg_info = _local_runs(
         vm, server.step, lineage, device, warmup, repeat, mode, (library, {}), 1, say, server
