@@ -3,8 +3,9 @@ never a traceback; a failure is one line on stderr; nothing the user had is lost
 no temporary file is left behind.
 
 Classes: saved artifacts mutated (``artifact_cases``: a real output directory's
-``lineage.json``, ``profile.json``, ``run.json``, ``compare.json`` and reference CSVs, read by ``render``,
-``query``, ``diff``), legacy texts mutated (``legacy_cases``: the seed threads'
+``lineage.json``, ``profile.json``, ``run.json``, ``compare.json``, ``code.json`` and
+reference CSVs, read by ``render``, ``query``, ``diff``), a bundle's files tampered
+with, run by its ``run.py`` (``bundle_cases``), legacy texts mutated (``legacy_cases``: the seed threads'
 tables, IR and logs, read by the legacy parsers), command lines (``option_cases``),
 hostile names in every text output (``name_cases``), output-directory layouts given
 to ``--force`` (``layout_cases``), a whole run signalled at each of its writes
@@ -161,7 +162,7 @@ def mutate_text(text: str, rng: random.Random) -> str:
 
 # -- the case classes --------------------------------------------------------------
 
-ARTIFACTS = ("lineage.json", "profile.json", "run.json", "compare.json")  # those the source has
+ARTIFACTS = ("lineage.json", "profile.json", "run.json", "compare.json", "code.json")  # those the source has
 
 
 def artifact_cases(source: Path, work: Path, seed: int, count: int):
@@ -188,6 +189,7 @@ def artifact_cases(source: Path, work: Path, seed: int, count: int):
                 ["query", lineage, "--layer", rng.choice(("conv1", "fc", "nope", ""))],
                 ["query", lineage, "--kernel", rng.choice(("fused_conv2d_add_relu", "x#0", "#", ""))],
                 ["query", lineage, "--history", "conv1", "--json"],
+                ["query", case, "--code", rng.choice(("conv1", "fc", "relu"))],
                 ["diff", case, source],
                 ["diff", source, case, "--by-layer"],
                 ["tasks", case, "--target", "bogus"],  # reads run.json, then refuses the target: no build
@@ -202,6 +204,92 @@ def artifact_cases(source: Path, work: Path, seed: int, count: int):
         if problem is None and code and (case / name).read_bytes() != mutated:
             problem = f"{name} changed by a failed command"
         yield f"{name}: {change}; {' '.join(map(str, argv[:1] + argv[2:]))}", problem
+        shutil.rmtree(case)
+
+
+def make_bundle(directory: Path, model: str) -> Path:
+    """``relaytrace bundle MODEL --out DIRECTORY``: the bundle ``bundle_cases`` tampers with."""
+    code, _, err = run_cli(["--quiet", "bundle", model, "--out", directory])
+    assert code == 0, err
+    return directory
+
+
+def _tamper(bundle: Path, rng: random.Random) -> tuple[str, bool]:
+    """One change to a copy of a bundle: bundle.json mutated, or a sealed file other than
+    run.py (the code that checks the seals cannot vouch for itself) cut short, a byte of
+    it changed, garbage appended, emptied, removed, or made a link out of the bundle.
+    (what was done, whether a sealed file's bytes changed)."""
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    if rng.random() < 0.5:
+        data, change = mutate_json(manifest, rng)
+        (bundle / "bundle.json").write_text(json.dumps(data))
+        return f"bundle.json: {change}", False
+    name = rng.choice(sorted(set(manifest["files"]) - {"run.py"}))  # the runner cannot vouch for itself
+    path = bundle / name
+    raw = path.read_bytes()
+    choice = rng.randrange(6)
+    if choice == 0:
+        cut = rng.randrange(len(raw))
+        path.write_bytes(raw[:cut])
+        return f"{name} cut to {cut} bytes", True
+    if choice == 1:
+        at = rng.randrange(len(raw))
+        path.write_bytes(raw[:at] + bytes([raw[at] ^ 0xFF]) + raw[at + 1 :])
+        return f"{name}: byte {at} flipped", True
+    if choice == 2:
+        path.write_bytes(raw + bytes(rng.randrange(256) for _ in range(64)))
+        return f"{name}: garbage appended", True
+    if choice == 3:
+        path.write_bytes(b"")
+        return f"{name} emptied", True
+    if choice == 4:
+        path.unlink()
+        return f"{name} removed", True
+    outside = bundle.parent / f"outside-{rng.randrange(10**6)}"
+    outside.write_bytes(raw)
+    path.unlink()
+    path.symlink_to(outside)
+    return f"{name} a link out of the bundle", True
+
+
+def bundle_cases(bundle: Path, work: Path, seed: int, count: int, timeout_s: float = 120.0):
+    """``count`` runs of a tampered copy's ``run.py`` (``_tamper``); yields (what,
+    broken promise or None). Kept: exit 0 or 1, a failure one ``run.py: error:`` line
+    with no traceback, no death by a signal, no hang past ``timeout_s``, no profile.json
+    written by a failed run, and no run at all of a bundle whose sealed file changed."""
+    import subprocess
+    import sys
+
+    rng = random.Random(seed)
+    for i in range(count):
+        case = work / f"bundle{i}"
+        shutil.copytree(bundle, case, symlinks=True, ignore=shutil.ignore_patterns("profile.json", "report"))
+        what, sealed = _tamper(case, rng)
+        try:
+            done = subprocess.run(
+                [sys.executable, str(case / "run.py"), "--repeat", "1", "--no-peaks"],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                cwd=work,
+            )
+        except subprocess.TimeoutExpired:
+            yield what, f"a hang: run.py still running after {timeout_s:g} s"
+            continue
+        last = (done.stderr.strip().splitlines() or [""])[-1]
+        if done.returncode < 0:
+            problem = f"killed by signal {-done.returncode}: {done.stderr[-300:]}"
+        elif done.returncode not in (0, 1) or "Traceback" in done.stderr:
+            problem = f"exit {done.returncode}, a traceback: {done.stderr[-300:]}"
+        elif done.returncode == 1 and not last.startswith("run.py: error: "):
+            problem = f"no one-line error: {done.stderr[-300:]}"
+        elif done.returncode == 1 and (case / "profile.json").exists():
+            problem = "a failed run wrote profile.json"
+        elif done.returncode == 0 and sealed:
+            problem = "a bundle whose sealed file changed ran"
+        else:
+            problem = None
+        yield what, problem
         shutil.rmtree(case)
 
 

@@ -4,7 +4,16 @@ layouts under --force, every promise kept. tools/fuzz.py runs thousands."""
 
 import pytest
 
-from tests.fuzz import artifact_cases, layout_cases, legacy_cases, make_source, name_cases, option_cases
+from tests.fuzz import (
+    artifact_cases,
+    bundle_cases,
+    layout_cases,
+    legacy_cases,
+    make_bundle,
+    make_source,
+    name_cases,
+    option_cases,
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,3 +45,12 @@ def test_hostile_names_are_text_in_every_text_output():
 
 def test_force_never_loses_a_users_file(tmp_path):
     _kept(layout_cases(tmp_path, seed=17, count=300))
+
+
+def test_tampered_bundles_keep_every_promise(tmp_path):
+    """Issue 54: a bundle's files tampered with (bundle.json mutated, a sealed file cut
+    short, changed, emptied, removed or linked out) and run by its run.py."""
+    bundle = make_bundle(tmp_path / "bundle", "tests/fixtures/tiny_model.py:make")
+    work = tmp_path / "work"
+    work.mkdir()
+    _kept(bundle_cases(bundle, work, seed=17, count=16))

@@ -2,6 +2,7 @@
 
     .venv/bin/python tools/fuzz.py                 # 2000 each: artifacts, legacy, names, layouts; 285 options;
                                                    # 200 well-typed but contradictory files;
+                                                   # 100 tampered bundles run by their run.py;
                                                    # a whole run signalled at each of its writes (3 signals);
                                                    # a remote server stopped at each remote step
     .venv/bin/python tools/fuzz.py --cases 200 --seed 7
@@ -23,9 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fuzz import (  # noqa: E402
     artifact_cases,
+    bundle_cases,
     contradiction_cases,
     layout_cases,
     legacy_cases,
+    make_bundle,
     make_source,
     name_cases,
     option_cases,
@@ -43,6 +46,9 @@ CLASSES = {
     "options": lambda source, work, a: option_cases(source, work, a.seed, max(a.cases // 7, 20)),
     "names": lambda source, work, a: name_cases(a.seed, a.cases),
     "layouts": lambda source, work, a: layout_cases(work, a.seed, a.cases),
+    "bundles": lambda source, work, a: bundle_cases(
+        make_bundle(work / "bundle", f"{TINY}:make"), work, a.seed, max(a.cases // 20, 40)
+    ),
     "signals": lambda source, work, a: signal_cases(work, f"{TINY}:make"),
     "stopped": lambda source, work, a: stopped_server_cases(work, f"{TINY}:make"),
 }
