@@ -124,6 +124,7 @@ def test_the_fold_with_an_nhwc_layout_builds_folds_and_computes_the_models_outpu
         np.testing.assert_allclose(out.numpy(), module(example).numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.serial  # another test's load beside it is a change no build made
 def test_a_change_measured_inside_the_runs_scatter_is_no_measurable_change(convbns):
     """Two builds with the same kernels (the convs with a bias, plain and with the fold
     that does not apply), profiled as ``advise --verify`` does in one sitting: the first
