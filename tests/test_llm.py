@@ -244,6 +244,42 @@ def test_a_cache_beyond_the_machines_memory_is_refused_in_its_bytes_before_it_is
     assert each == BLOCKS * kv * kv_heads * head_dim * 4 and dtype == "float32"
 
 
+def test_a_context_is_filled_in_chunks_as_an_engine_fills_a_prompt_and_said_as_it_goes(built):
+    """Issue 54: a long context was filled by one prefill call of all its tokens, with no
+    word while it ran (and a prefill's activations for all of them at once). Filled in
+    chunks, the cache holds the whole context, the step runs after it and is taken back."""
+    import tvm
+    import tvm_ffi
+    from tvm import relax
+
+    from relaytrace.profiling.serve import Server
+
+    executable, lineage = built
+    said = []
+    server = Server(
+        relax.VirtualMachine(executable, tvm.cpu()),
+        lineage,
+        "decode",
+        Serving(context=40, fill_chunk=16),
+        tvm.cpu(),
+        say=said.append,
+    )
+    assert said == [
+        "filling a context of 40 tokens for each of 1 sequence(s) in 3 chunks of up to 16",
+        "filled 16 of 40 tokens of sequence 1 of 1",
+        "filled 32 of 40 tokens of sequence 1 of 1",
+        "filled 40 of 40 tokens of sequence 1 of 1",
+    ]
+    length = tvm_ffi.get_global_func("vm.builtin.attention_kv_cache_get_sequence_length")
+    assert length(server.cache, 0) == 40  # the runtime's own count of the tokens in the cache
+    server.step()
+    assert length(server.cache, 0) == 40
+    with pytest.raises(UsageError, match="fill_chunk=. must be a whole number of tokens at least 1, not 0"):
+        Server(
+            relax.VirtualMachine(executable, tvm.cpu()), lineage, "decode", Serving(context=4, fill_chunk=0), tvm.cpu()
+        )
+
+
 def test_memory_counts_the_kv_cache_pages_the_run_allocated(built):
     executable, lineage = built
     prof = relaytrace.profile(executable, lineage, [], entry="decode", serving=Serving(context=40), repeat=1)

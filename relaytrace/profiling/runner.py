@@ -363,6 +363,17 @@ def with_events(stamps, events: CudaEvents, t0: int) -> list:
 # -- serving an entry through its KV cache ------------------------------------------------
 
 DECODE_MARGIN = 8  # tokens the cache holds beyond the context and the step
+FILL_CHUNK = 2048  # tokens a context is filled with per prefill call (MLC-LLM's usual prefill_chunk_size)
+
+
+def fill_chunks(context: int, chunk: int = FILL_CHUNK) -> list[int]:
+    """The lengths of the prefill calls that fill a ``context`` of tokens, at most
+    ``chunk`` each, in order (none for no context)."""
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+        raise BundleError(f"a context is filled in chunks of a whole number of tokens at least 1, not {chunk!r}")
+    return [chunk] * (context // chunk) + ([context % chunk] if context % chunk else [])
+
+
 _CACHE = object()  # where the KV cache goes among an entry's arguments
 
 
@@ -379,14 +390,21 @@ def cache_capacity(spec: dict) -> int:
 def serving_problem(spec: dict, memory: int | None = None) -> str | None:
     """What makes a served ``spec`` unservable, in words, or None: its counts must be
     whole numbers (``tokens``, ``sequences``, ``page_size`` at least 1, ``context`` at
-    least 0) whose cache fits the runtime's int32 slot count and, given the ``memory``
-    (bytes) of the device it runs on, whose keys and values fit in it
-    (``kv_bytes_per_token``: 0 when not known)."""
+    least 0, filled by prefill chunks that add up to it) whose cache fits the runtime's
+    int32 slot count and, given the ``memory`` (bytes) of the device it runs on, whose
+    keys and values fit in it (``kv_bytes_per_token``: 0 when not known)."""
     least = {"tokens": 1, "sequences": 1, "page_size": 1, "context": 0}
     for key, low in least.items():
         value = spec.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             return f"the served step's {key} is {value!r}: a whole number at least {low}"
+    chunks = (spec.get("prefill") or {}).get("chunks")
+    if spec.get("prefill") and (
+        not isinstance(chunks, list)
+        or not all(isinstance(c, list) and len(c) == 2 and isinstance(c[0], int) and c[0] >= 1 for c in chunks)
+        or sum(c[0] for c in chunks) != spec["context"]
+    ):
+        return f"the served step's prefill chunks do not fill its context of {spec['context']} tokens"
     slots, each = cache_capacity(spec), spec.get("kv_bytes_per_token", 0)
     what = f"a KV cache for {spec.get('sequences', 1)} sequence(s) of {spec['context']} + {spec['tokens']} tokens"
     if slots > MAX_CACHE_TOKENS:
@@ -421,7 +439,8 @@ class Server:
     its name), the value of each symbolic dim (``dims``; a manifest without it gives
     every one the step's tokens), the ``cache`` (its create ``entry``, ``builtin``,
     ``kernels`` in the order the builtin takes them, the ``append`` kernel), the
-    ``prefill`` entry, params and dims that fill one sequence's context (or None),
+    ``prefill`` entry, params and the ``[length, dims]`` of each chunk that fills one
+    sequence's context (or None; ``_fill``),
     ``tokens`` each sequence runs in a step, ``sequences`` served at once (one when
     absent), ``context`` tokens of each before it, ``page_size`` and the bytes of keys
     and values a token slot holds (``kv_bytes_per_token``, 0 when not known: a cache
@@ -470,14 +489,30 @@ class Server:
         self._ids = list(range(self.sequences))
         for i in self._ids:
             self._builtin["add_sequence"](self.cache, i)
-        if self.context:  # each sequence filled apart: forked ones would share pages, and the cache then runs
-            prefill = spec["prefill"]  # its cascade of shared-prefix attention and a merge, not a batch's decode
-            fill = self._arguments(prefill["params"], prefill.get("dims"), self.context, seed)[1]
-            if say is not None:
-                say(f"filling a context of {self.context} tokens for each of {self.sequences} sequence(s)")
-            for i in self._ids:
-                self._forward([i], self.context, vm[prefill["entry"]], fill)
+        if self.context:
+            self._fill(vm, spec["prefill"], seed, say or (lambda message: None))
         self._function = vm[spec["entry"]]
+
+    def _fill(self, vm, prefill: dict, seed: int, say) -> None:
+        """Each sequence's context filled through the ``prefill`` entry, chunk by chunk
+        (``prefill["chunks"]``: ``[length, dims]`` in order), one sequence at a time:
+        forked ones would share pages, and the cache would then run its cascade of
+        shared-prefix attention and a merge, not a batch's decode. Said before it starts,
+        and as it goes when it takes more than one call."""
+        chunks = prefill["chunks"]
+        function = vm[prefill["entry"]]
+        made = {n: self._arguments(prefill["params"], dims, n, seed)[1] for n, dims in chunks}
+        calls = len(chunks) * self.sequences
+        each = f" in {len(chunks)} chunks of up to {chunks[0][0]}" if len(chunks) > 1 else ""
+        say(f"filling a context of {self.context} tokens for each of {self.sequences} sequence(s){each}")
+        done, every = 0, max(1, calls // 10)
+        for i in self._ids:
+            filled = 0
+            for n, _ in chunks:
+                self._forward([i], n, function, made[n])
+                filled, done = filled + n, done + 1
+                if calls > 1 and (done % every == 0 or done == calls):
+                    say(f"filled {filled} of {self.context} tokens of sequence {i + 1} of {self.sequences}")
 
     def describe(self) -> str:
         """What a step serves, in one line: its tokens, sequences, context and each dim

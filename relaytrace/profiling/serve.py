@@ -37,13 +37,18 @@ class Serving:
     says), for each of ``sequences`` sequences (an entry of any batch size,
     ``batch_decode``; others serve one), after ``context`` tokens already in each
     sequence's cache, in pages of ``page_size``; ``bind``: the value of a symbolic dim
-    the model does not give (``--bind NAME=VALUE``; it overrides the model's own)."""
+    the model does not give (``--bind NAME=VALUE``; it overrides the model's own). The
+    context is filled through the prefill entry in chunks of at most ``fill_chunk``
+    tokens, as an engine fills a prompt (MLC-LLM's ``prefill_chunk_size``): a long
+    context neither allocates a prefill's activations for all of it at once nor runs
+    without a word."""
 
     tokens: int = 32
     context: int = 0
     page_size: int = 16
     sequences: int = 1
     bind: dict[str, int] = field(factory=dict)
+    fill_chunk: int = runner.FILL_CHUNK
 
 
 def takes_cache(lineage, entry: str) -> bool:
@@ -62,6 +67,10 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
         raise RelaytraceError(
             f"{entry} takes a KV cache, but the build has no entry that makes one "
             "(a call of vm.builtin.*_kv_cache_create): relaytrace cannot serve it"
+        )
+    if not isinstance(serving.fill_chunk, int) or isinstance(serving.fill_chunk, bool) or serving.fill_chunk < 1:
+        raise UsageError(
+            f"Serving(fill_chunk=) must be a whole number of tokens at least 1, not {serving.fill_chunk!r}"
         )
     params = lineage.build.params[entry]
     model_sizes = {**(lineage.program.sizes if lineage.program is not None else {}), **serving.bind}
@@ -94,7 +103,10 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
         "prefill": {
             "entry": prefill,
             "params": _params(lineage.build.params[prefill]),
-            "dims": step_dims(prefill, lineage.build.params[prefill], serving.context, 1, model_sizes, declared)[0],
+            "chunks": [
+                [n, step_dims(prefill, lineage.build.params[prefill], n, 1, model_sizes, declared)[0]]
+                for n in runner.fill_chunks(serving.context, serving.fill_chunk)
+            ],
         }
         if prefill
         else None,
