@@ -5,7 +5,8 @@ no temporary file is left behind.
 Classes: saved artifacts mutated (``artifact_cases``: a real output directory's
 ``lineage.json``, ``profile.json``, ``run.json``, ``compare.json``, ``code.json`` and
 reference CSVs, read by ``render``, ``query``, ``diff``), a bundle's files tampered
-with, run by its ``run.py`` (``bundle_cases``), legacy texts mutated (``legacy_cases``: the seed threads'
+with, run by its ``run.py`` (``bundle_cases``), an LLM served with bad, huge and
+small serving options (``serving_cases``), legacy texts mutated (``legacy_cases``: the seed threads'
 tables, IR and logs, read by the legacy parsers), command lines (``option_cases``),
 hostile names in every text output (``name_cases``), output-directory layouts given
 to ``--force`` (``layout_cases``), a whole run signalled at each of its writes
@@ -556,6 +557,40 @@ def option_cases(source: Path, work: Path, seed: int, count: int):
         if problem is None and sorted(p.name for p in work.iterdir()) != before:
             problem = "wrote something"
         yield " ".join(argv), problem
+
+
+def serving_cases(work: Path, model: str, seed: int, count: int):
+    """``profile``, ``bundle`` and ``estimate`` of an LLM ``model`` (a factory of an
+    MLC-style Llama) with serving options drawn from bad, huge and small values; yields
+    (what, broken promise or None). Kept: exit 0, 1 or 2 with a one-line error, no
+    output directory left by a failure, and no run past the bounds (a context the cache
+    or the machine cannot hold is refused, not run)."""
+    rng = random.Random(seed)
+
+    def pick(*values):
+        return rng.choice(values)
+
+    for i in range(count):
+        out = work / f"served{i}"
+        command = pick("profile", "bundle", "estimate")
+        argv = [command, model, "--entry", pick("decode", "prefill", "embed", "nope")]
+        for option, values in (
+            ("--context", ("-1", "0", "x", "3.5", "", "8", "2147483648", "60000000", "99999999999999999999")),
+            ("--tokens", ("-1", "0", "4", "1e3", "2147483647", "x")),
+            ("--batch", ("0", "2", "-4", "x")),
+            ("--bind", ("x=1", "vocab_size=0", "=3", "vocab_size=-1", "nope")),
+        ):
+            if rng.random() < 0.4:
+                argv += [option, pick(*values)]
+        argv += ["--out", out] if command != "estimate" else ["--device", "nvidia-a100-sxm4-80gb"]
+        if command == "profile":
+            argv += ["--repeat", "1"]
+        code, _, err = run_cli(argv)
+        problem = broken_promise(code, err)
+        if problem is None and code and out.exists():
+            problem = "a failed command left its output directory"
+        yield " ".join(map(str, argv[:1] + argv[2:])), problem
+        shutil.rmtree(out, ignore_errors=True)
 
 
 # -- names as data ----------------------------------------------------------------

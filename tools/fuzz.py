@@ -3,6 +3,7 @@
     .venv/bin/python tools/fuzz.py                 # 2000 each: artifacts, legacy, names, layouts; 285 options;
                                                    # 200 well-typed but contradictory files;
                                                    # 100 tampered bundles run by their run.py;
+                                                   # 40 LLM serving option sets (profile, bundle, estimate);
                                                    # a whole run signalled at each of its writes (3 signals);
                                                    # a remote server stopped at each remote step
     .venv/bin/python tools/fuzz.py --cases 200 --seed 7
@@ -32,11 +33,13 @@ from tests.fuzz import (  # noqa: E402
     make_source,
     name_cases,
     option_cases,
+    serving_cases,
     signal_cases,
     stopped_server_cases,
 )
 
 TINY = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tiny_model.py"
+LLM = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "llm_model.py"  # the zoo's MLC-style Llama
 # class -> its cases, from (the source DIR to mutate, a work DIR, the parsed options); a
 # generator, so a class not chosen never starts
 CLASSES = {
@@ -49,6 +52,7 @@ CLASSES = {
     "bundles": lambda source, work, a: bundle_cases(
         make_bundle(work / "bundle", f"{TINY}:make"), work, a.seed, max(a.cases // 20, 40)
     ),
+    "serving": lambda source, work, a: serving_cases(work, f"{LLM}:make", a.seed, max(a.cases // 50, 30)),
     "signals": lambda source, work, a: signal_cases(work, f"{TINY}:make"),
     "stopped": lambda source, work, a: stopped_server_cases(work, f"{TINY}:make"),
 }
