@@ -182,6 +182,13 @@ def test_cli_compare_writes_its_outputs_and_the_report_shows_them(tmp_path, tiny
         ["render", tiny_out, "--format", "html", "--compare", tmp_path / "other.json", "--out", tmp_path / "r2.html"]
     )
     assert code == 1 and "compares 'another', not this lineage's model" in err and not (tmp_path / "r2.html").exists()
+    emptied = {**json.loads((out / "compare.json").read_text()), "layers": []}  # issue 54: was read as none compared
+    (tmp_path / "empty.json").write_text(json.dumps(emptied))
+    code, _, err = run_cli(
+        ["render", tiny_out, "--format", "html", "--compare", tmp_path / "empty.json", "--out", tmp_path / "r3.html"]
+    )
+    assert code == 1 and f"has no row for {len(result.layers)} of the {len(result.layers)} layers of main" in err, err
+    assert not (tmp_path / "r3.html").exists() and err.count("\n") == 1
     code, _, err = run_cli(
         ["render", tiny_out, "--format", "svg", "--compare", out / "compare.json", "--out", tmp_path / "r.svg"]
     )

@@ -89,7 +89,9 @@ def run(args) -> int:
 
 def _comparison(path, lineage):
     """The ``relaytrace compare`` result at ``path`` (None without one), refused when it
-    is of another model than ``lineage``."""
+    is of another model than ``lineage``, or of an entry it lacks, or lacks a row for one
+    of the entry's layers (``layer_outputs``: compare writes one for each)."""
+    from ..analysis.layer_outputs import layer_outputs
     from ..model.numerics import Comparison
 
     if path is None:
@@ -101,6 +103,16 @@ def _comparison(path, lineage):
             f"{path} compares {comparison.model!r}, not this lineage's model {lineage.build.model!r}"
             + (f" (layers {', '.join(unknown[:3])} are not in it)" if unknown else "")
             + ": pass the compare.json of the same model"
+        )
+    if comparison.entry not in lineage.build.entries:
+        raise RelaytraceError(f"{path} compares the entry {comparison.entry!r}, which this lineage does not have")
+    expected = {p.layer for p in layer_outputs(lineage, comparison.entry)}
+    missing = sorted(expected - {e.layer for e in comparison.layers})
+    if missing:
+        raise RelaytraceError(
+            f"{path} has no row for {len(missing)} of the {len(expected)} layers of {comparison.entry} "
+            f"({', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}): `relaytrace compare` writes "
+            "one for every layer; compare the model again"
         )
     return comparison
 
