@@ -12,7 +12,8 @@ from tvm.relax.frontend import nn
 
 import relaytrace
 from relaytrace.frontends.nn import from_nn
-from relaytrace.model.code import code_sites
+from relaytrace.model.code import check_blocks, code_sites
+from relaytrace.render.provenance import provenance
 from relaytrace.zoo import mlc_pipeline
 from relaytrace.zoo.mlc_llama import llama, mlc_style
 
@@ -125,6 +126,24 @@ def test_a_dequantize_fused_with_its_matmul_is_verified_op_for_op(quantized):
             assert [o.layer for o in ops if o.op.startswith("dequantize")] == [ops[0].layer]
             members = quantized.build.kernel_members[site.kernel]
             assert sum(1 for m in members if any(op.startswith("dequantize") for op in m.ops)) == 1
+
+
+def test_the_code_of_a_kernel_fused_again_lines_up_with_its_members_and_every_block_is_verified(quantized):
+    """A dequantize fused with an already fused matmul and add (FuseDequantizeMatmulEwise:
+    ``fused_dequantize*_fused_NT_matmul*_add*``) had two members in its code (the two
+    kernels fused) and four in the truth, so its blocks did not line up and were
+    unverified; each block is now its member op's, the dequantize's read by the matmul."""
+    again = {k: c for k, c in quantized.code.kernels.items() if "_fused_NT_matmul" in k and "dequantize" in k}
+    assert again
+    for name, kernel in again.items():
+        truth = [m.prim_func for m in quantized.build.kernel_members[name]]
+        assert [m.prim_func for m in kernel.members] == truth
+        assert {c.status for c in check_blocks(kernel)} == {"verified"}, name
+        dequantize = next(i for i, m in enumerate(kernel.members) if m.prim_func.startswith("dequantize"))
+        assert [kernel.members[c].prim_func for c in kernel.members[dequantize].consumers][0].startswith("NT_matmul")
+        assert kernel.members[-1].result and not any(m.result for m in kernel.members[:-1])
+    statuses = {b["status"] for k in provenance(quantized)["kernels"].values() for b in k["blocks"]}
+    assert statuses == {"verified"}
 
 
 def test_kernels_dlight_scheduled_keep_their_members_and_are_verified(gemv_lineage):

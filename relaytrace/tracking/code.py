@@ -64,7 +64,7 @@ def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) ->
         text = func.script(name=name)
         blocks = _blocks(text)
         members = _aligned(  # an unfused kernel: one member, itself
-            _members(groups[name], member_funcs, read)
+            _members(groups[name], member_funcs, read, groups)
             if name in groups
             else (MemberCode(name, tuple(b.name for b in blocks), (), True),),
             [m.prim_func for m in lineage.build.kernel_members.get(name, ())],
@@ -244,23 +244,57 @@ def _aligned(members: tuple[MemberCode, ...], truth: list[str]) -> tuple[MemberC
     return tuple(out)
 
 
-def _members(group, member_funcs: dict[str, Any], read) -> tuple[MemberCode, ...]:
+def _members(group, member_funcs: dict[str, Any], read, groups: dict[str, Any]) -> tuple[MemberCode, ...]:
     """A group's members in binding order (bookkeeping left out, as in
     ``truth.kernel_members``): each PrimFunc's block names, its consumers, whether its
-    value is the group's result."""
+    value is the group's result. A member that is itself a group fused before (in
+    ``groups``: a kernel fused again with another, MLC-LLM's dequantize and matmul) is
+    its own members, as the truth counts them, each reading what its group's
+    parameters bring."""
+    return tuple(_flow(group, member_funcs, read, groups, frozenset())[0])
+
+
+def _flow(group, member_funcs, read, groups, seen) -> tuple[list[MemberCode], list[set[int]]]:
+    """(the members of ``group``, ``_members``, each ``result`` when its value is the
+    group's; for each of the group's parameters, the members that read it)."""
     d = read(group)
     calls = group_calls(d)
-    member_of = {d.vars[p]: m for m, (p, _) in enumerate(calls)}
-    consumers: dict[int, set[int]] = {}
-    for m, (_, c) in enumerate(calls):
-        for atom in c.atoms:
-            if atom.handle in member_of:
-                consumers.setdefault(member_of[atom.handle], set()).add(m)
+    params = {h: i for i, h in enumerate(d.params)}
     out = d.output()
     results = {out.handle} | {f.handle for f in out.fields} if out is not None else set()
-    members = []
-    for m, (p, c) in enumerate(calls):
-        func = member_funcs.get(c.callee) if c.global_var else None
-        blocks = tuple(b.name for b in _blocks(func.script(name=c.callee))) if func is not None else ()
-        members.append(MemberCode(c.callee, blocks, tuple(sorted(consumers.get(m, ()))), d.vars[p] in results))
-    return tuple(members)
+    members: list[MemberCode] = []
+    spans: list[tuple[int, list[MemberCode], list[set[int]] | None]] = []  # per call: first, members, readers
+    for _, c in calls:
+        if c.global_var and c.callee in groups and c.callee not in seen:
+            inner, readers = _flow(groups[c.callee], member_funcs, read, groups, seen | {c.callee})
+        else:
+            func = member_funcs.get(c.callee) if c.global_var else None
+            blocks = tuple(b.name for b in _blocks(func.script(name=c.callee))) if func is not None else ()
+            inner, readers = [MemberCode(c.callee, blocks, (), True)], None
+        first = len(members)
+        members += [attrs.evolve(m, consumers=tuple(first + k for k in m.consumers)) for m in inner]
+        spans.append((first, inner, readers))
+    made_by = {d.vars[p]: m for m, (p, _) in enumerate(calls)}
+    consumers: dict[int, set[int]] = {}
+    param_readers: list[set[int]] = [set() for _ in d.params]
+    for m, (_, c) in enumerate(calls):
+        first, _, readers = spans[m]
+        for k, atom in enumerate(c.arguments()):
+            targets = {first + r for r in readers[k]} if readers is not None and k < len(readers) else {first}
+            if atom.handle in made_by:
+                source_first, source, _ = spans[made_by[atom.handle]]
+                for j, member in enumerate(source):
+                    if member.result:
+                        consumers.setdefault(source_first + j, set()).update(targets)
+            elif atom.handle in params:
+                param_readers[params[atom.handle]].update(targets)
+    for m, (p, _) in enumerate(calls):
+        first, inner, _ = spans[m]
+        for j, member in enumerate(inner):
+            k = first + j
+            members[k] = attrs.evolve(
+                members[k],
+                consumers=tuple(sorted(set(members[k].consumers) | consumers.get(k, set()))),
+                result=member.result and d.vars[p] in results,
+            )
+    return members, param_readers
