@@ -159,6 +159,12 @@ def test_memory_of_two_different_models_is_refused(out_dir, tmp_path):
     _refused(["memory", out_dir, other], 1, "memory compares two builds of one model")
 
 
+def test_a_bad_target_read_from_run_json_is_named_as_run_jsons(out_dir, tmp_path):
+    """Issue 54: it was said as a --target the user had not given."""
+    case = _corrupt(out_dir, tmp_path, *_edit("run.json", lambda d: d.update(target="bogus")))
+    _refused(["tasks", case], 2, f"{case / 'run.json'}'s target 'bogus' is not a TVM target")
+
+
 def test_a_byte_order_mark_is_read(out_dir, tmp_path):
     case = _corrupt(out_dir, tmp_path, "lineage.json", lambda raw: b"\xef\xbb\xbf" + raw)
     code, out, err = run_cli(["query", case / "lineage.json", "--layer", "conv1"])

@@ -148,15 +148,16 @@ def given_peaks(args):
         raise UsageError(str(exc)) from None
 
 
-def check_target(text: str):
-    """The TVM target ``--target`` names, refused in one line before any work."""
+def check_target(text: str, given: str = "--target"):
+    """The TVM target ``--target`` names, refused in one line before any work; ``given``
+    says where the text came from (``DIR/run.json's target`` when read from a run)."""
     import tvm
 
     try:
         return tvm.target.Target(text)
     except Exception as exc:  # TVM's parser: ValueError, TVMError, ...
         raise UsageError(
-            f"--target {text!r} is not a TVM target ({describe(exc, 160)}): give a kind (llvm, "
+            f"{given} {text!r} is not a TVM target ({describe(exc, 160)}): give a kind (llvm, "
             'cuda) or JSON such as \'{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}\''
         ) from None
 

@@ -41,6 +41,7 @@ def run(args) -> int:
     if remote is not None and args.tune is None:
         raise UsageError("--tracker measures tuning candidates: give --tune N --db DIR with it")
     spec, shapes, dtype, target = args.model, args.input_shape, args.dtype, args.target or "llvm"
+    given = "--target"
     if Path(spec).is_dir():  # an output DIR: rebuild the model it was made from, as it was made
         info = RunSpec.load(spec)
         if info.pipeline != "fused" or info.layout != "NCHW" or info.precision != "fp32":
@@ -50,13 +51,14 @@ def run(args) -> int:
                 "itself"
             )
         spec, shapes, dtype, target = info.model, info.input_shapes, info.dtype, args.target or info.target
+        given = given if args.target else f"{Path(args.model) / 'run.json'}'s target"
     target_text = target
-    if remote is not None and "num-cores" not in check_target(target).attrs:
+    if remote is not None and "num-cores" not in check_target(target, given).attrs:
         raise UsageError(
             "tuning on a tracker's devices needs their core count in the target: give --target as JSON "
             'with "num-cores", e.g. \'{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "num-cores": 4}\''
         )
-    target = tasks.tuning_target(check_target(target)) if args.tune else check_target(target)
+    target = tasks.tuning_target(check_target(target, given)) if args.tune else check_target(target, given)
     loaded = load(spec, shapes=[parse_shape(s) for s in shapes], dtype=dtype, with_inputs=False)
     mod = loaded.model.mod
     say("building (fused) and extracting MetaSchedule tasks")
