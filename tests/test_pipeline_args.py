@@ -85,7 +85,27 @@ def drop_main(mod, ctx):
     return tvm.IRModule()
 
 
-for name, made in (("relaytrace_test_not_a_pass", lambda: 42), ("relaytrace_test_drop_main", lambda: drop_main)):
+@tvm.transform.module_pass(opt_level=0, name="ParseHelper")
+def parse_helper(mod, ctx):
+    @I.ir_module
+    class Helper:  # TVMScript read from this file's source while the build runs
+        @R.function
+        def helper(x: R.Tensor((4,), "float32")):
+            return x
+
+    assert [gv.name_hint for gv in Helper.get_global_vars()] == ["helper"]
+    return mod
+
+
+def parsing(target):
+    return tvm.transform.Sequential([parse_helper, relax.get_default_pipeline(target)])
+
+
+for name, made in (
+    ("relaytrace_test_not_a_pass", lambda: 42),
+    ("relaytrace_test_drop_main", lambda: drop_main),
+    ("relaytrace_test_parsing", parsing),
+):
     if name not in relax.pipeline.PIPELINE_MAP:
         relax.register_pipeline(name)(made)
 
@@ -120,51 +140,13 @@ def test_a_factory_or_pipeline_that_breaks_its_contract_is_said_in_the_users_ter
     assert said in err and "unexpected" not in err and err.count("\n") == 1, err
 
 
-PARSING = """import tvm
-from tvm import relax
-from tvm.script import ir as I, relax as R
-
-
-@tvm.transform.module_pass(opt_level=0, name="ParseHelper")
-def parse_helper(mod, ctx):
-    @I.ir_module
-    class Helper:  # TVMScript read from this file's source while the build runs
-        @R.function
-        def helper(x: R.Tensor((4,), "float32")):
-            return x
-
-    assert [gv.name_hint for gv in Helper.get_global_vars()] == ["helper"]
-    return mod
-
-
-if "relaytrace_test_parsing" not in relax.pipeline.PIPELINE_MAP:
-    relax.register_pipeline("relaytrace_test_parsing")(
-        lambda target: tvm.transform.Sequential([parse_helper, relax.get_default_pipeline(target)])
-    )
-
-
-@I.ir_module
-class Mod:
-    @R.function
-    def main(x: R.Tensor((4, 8), "float32")):
-        with R.dataflow():
-            z = R.nn.relu(x)
-            R.output(z)
-        return z
-
-
-def make():
-    return Mod
-"""
-
-
 def test_a_pass_that_parses_tvmscript_from_the_users_file_builds(tmp_path, capsys):
     """Issue 54: relaytrace dropped the user's module from sys.modules once the factory
     had run, so a pass parsing TVMScript written in that file failed under relaytrace
     only (and, checked in the same process, was called TVM's own failure)."""
     from relaytrace import cli
 
-    (tmp_path / "parsing.py").write_text(PARSING)
-    args = ["--quiet", "profile", f"{tmp_path / 'parsing.py'}:make", "--pipeline", "relaytrace_test_parsing"]
+    (tmp_path / "user.py").write_text(USER)
+    args = ["--quiet", "profile", f"{tmp_path / 'user.py'}:make", "--pipeline", "relaytrace_test_parsing"]
     assert cli.main([*args, "--repeat", "1", "--out", str(tmp_path / "out")]) == 0, capsys.readouterr().err
     assert (tmp_path / "out" / "lineage.json").is_file()
