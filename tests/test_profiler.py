@@ -1,5 +1,6 @@
 """The VM profiler and time attribution, on real runs."""
 
+import csv
 import json
 
 import pytest
@@ -80,7 +81,15 @@ def test_outputs_as_text_csv_and_json(small):
     report = make_report(lineage, prof)
     csv_text = export.layers_csv(report)
     assert csv_text.splitlines()[0].startswith("layer,time_us")
-    assert len(csv_text.splitlines()) == len(report.layers) + 1
+    rows = list(csv.DictReader(csv_text.splitlines()))
+    # every layer: the timed, slowest first, then those billed no time (their ops ran in
+    # another layer's kernel) with their FLOPs (a new user found layers.csv short of them)
+    assert [r["layer"] for r in rows[: len(report.layers)]] == [r.layer for r in report.layers]
+    assert {r["layer"] for r in rows} == {r.layer for r in report.layers} | {r.name for r in report.roofline.layers}
+    untimed = rows[len(report.layers) :]
+    assert untimed and all(float(r["time_us"]) == 0 and r["kernel_calls"] and r["ops"] for r in untimed)
+    flops = {r.name: r.flops for r in report.roofline.layers}
+    assert all(float(r["flops"]) == flops[r["layer"]] for r in untimed)
     data = json.loads(json.dumps(export.attribution_json(report)))
     assert sum(layer["us"] for layer in data["layers"]) == pytest.approx(prof.kernel_us)
     assert {k["verification"] for k in data["kernels"]} == {"verified"}

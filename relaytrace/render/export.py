@@ -56,7 +56,8 @@ def roof_cells(roof) -> list[str]:
 
 
 def layers_csv(report) -> str:
-    """``layers.csv`` of a ``Report``: one row per layer, slowest first; ``source``:
+    """``layers.csv`` of a ``Report``: one row per layer, slowest first, then each layer
+    billed no time with its FLOPs (``_untimed``: its ops ran in another layer's kernel); ``source``:
     where its ops came from (``Lineage.sources``); the roofline's figures
     (``ROOF_COLUMNS``: its time, bytes and bound as ``policy`` bills them, its FLOPs its
     own ops'); ``precision``: the dtype(s) its ops compute in; ``policy``: the
@@ -95,8 +96,39 @@ def layers_csv(report) -> str:
                 report.policy,
             ]
             for r in rows
-        ],
+        ]
+        + [_untimed_row(report, roof, sources, precision) for roof in _untimed(report)],
     )
+
+
+def _untimed(report) -> list:
+    """The roofline's layers no time was billed to (under ``anchor``, a layer whose ops
+    ran in another layer's kernel): listed after the timed ones, with their FLOPs."""
+    timed = {r.layer for r in report.layers}
+    return [roof for roof in report.roofline.layers if roof.name not in timed]
+
+
+def _untimed_row(report, roof, sources, precision) -> list[str]:
+    """``layers.csv``'s row of a layer billed no time (``_untimed``): 0 µs, its ops, the
+    call sites that ran them, its verdict and its roofline figures."""
+    lineage = report.lineage
+    sites = lineage.kernels_of(roof.name)
+    ops = dict.fromkeys(lineage.origins[o].short_op for o in sorted(lineage.resolve(roof.name)))
+    check = lineage.verification.by_layer().get(roof.name) if lineage.verification is not None else None
+    return [
+        roof.name,
+        "0.000",
+        "0.0000",
+        "0.000",
+        "0.000",
+        " ".join(ops),
+        " ".join(s.key.label for s in sites),
+        check.status if check is not None else "",
+        " ".join(sources.get(roof.name, ())),
+        *roof_cells(roof),
+        _dtype(precision.layer(roof.name)),
+        report.policy,
+    ]
 
 
 def _dtype(layer) -> str:
