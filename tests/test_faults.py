@@ -396,6 +396,8 @@ class NonZero(torch.nn.Module):
         return torch.nonzero(x)
 def nonzero():
     return NonZero(), torch.randn(4, 4)
+def pair():
+    return "hello", 3
 """
 
 
@@ -407,6 +409,8 @@ def nonzero():
         ("needs", "facs.py:needs takes arguments; relaytrace calls the factory with none"),
         ("notcallable", "facs.py:notcallable is of type int, not a function returning (model, inputs)"),
         ("nonzero", "TVM's torch importer could not import nonzero (NonZero)"),  # the model: its factory
+        ("pair", "pair() must return (torch module, example inputs), "),  # was a usage error on MODEL 'hello'
+        ("missing", "facs.py has no function 'missing' (it defines raises, stops, needs, nonzero, pair)"),
     ],
 )
 def test_a_users_factory_that_fails_is_said_as_its_own(factory, words, tmp_path):

@@ -16,6 +16,7 @@ symbolic dim that gets no size either way is refused, naming the input.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -231,7 +232,11 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
         except BaseException as exc:  # noqa: BLE001 - the file's own failure, said as its own
             raise RelaytraceError(f"{path} failed to import: {type(exc).__name__}: {exc}") from exc
         if not hasattr(module, factory):
-            raise RelaytraceError(f"{path} has no function {factory!r}")
+            own = [n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == loader.name]
+            raise RelaytraceError(
+                f"{path} has no function {factory!r}"
+                + (f" (it defines {', '.join(n for n in own if not n.startswith('_')) or 'none'})" if own else "")
+            )
         try:
             made = _call_factory(getattr(module, factory), f"{path}:{factory}")
         except SystemExit as exc:
@@ -251,8 +256,15 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
         return load(
             made_module, example, name=name or model_name(path, factory), dynamic_shapes=dynamic_shapes, **options
         )
-    if not (isinstance(made, tuple) and len(made) == 2):
-        raise RelaytraceError(f"{factory}() must return {FACTORY_RESULTS}, not {_kind(made)}")
+    if not (
+        isinstance(made, tuple)
+        and len(made) == 2
+        and any(f(made[0]) for f in (_is_torch_module, _is_nn_module, _is_onnx))
+    ):
+        what = (
+            f"({', '.join(_kind(v)[2:] for v in made)})" if isinstance(made, tuple) and len(made) == 2 else _kind(made)
+        )
+        raise RelaytraceError(f"{factory}() must return {FACTORY_RESULTS}, not {what}")
     made_module, example = made
     return load(made_module, example, name=name or model_name(path, factory), **options)
 
@@ -299,8 +311,6 @@ def _kind(value) -> str:
 
 def _call_factory(factory, where: str):
     """The user's factory called with no arguments; whatever it raises is said as its own."""
-    import inspect
-
     if not callable(factory):
         raise RelaytraceError(f"{where} is of type {type(factory).__name__}, not a function returning (model, inputs)")
     try:
