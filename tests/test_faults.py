@@ -398,6 +398,8 @@ def nonzero():
     return NonZero(), torch.randn(4, 4)
 def pair():
     return "hello", 3
+def wrong_shape():
+    return torch.nn.Linear(4, 4), torch.randn(1, 5)
 """
 
 
@@ -410,13 +412,22 @@ def pair():
         ("notcallable", "facs.py:notcallable is of type int, not a function returning (model, inputs)"),
         ("nonzero", "TVM's torch importer could not import nonzero (NonZero)"),  # the model: its factory
         ("pair", "pair() must return (torch module, example inputs), "),  # was a usage error on MODEL 'hello'
-        ("missing", "facs.py has no function 'missing' (it defines raises, stops, needs, nonzero, pair)"),
+        ("missing", "facs.py has no function 'missing' (it defines raises, stops, needs, nonzero, pair, wrong_shape)"),
     ],
 )
 def test_a_users_factory_that_fails_is_said_as_its_own(factory, words, tmp_path):
     (tmp_path / "facs.py").write_text(FACTORIES)
     _refused(["--quiet", "profile", f"{tmp_path / 'facs.py'}:{factory}", "--out", tmp_path / "out"], 1, words)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_input_the_model_cannot_take_is_one_line_without_torchs_log(tmp_path):
+    """A new user's find: torch logged ~19 lines of traceback (fake_tensor.py) before the
+    one-line error, even with --quiet."""
+    (tmp_path / "facs.py").write_text(FACTORIES)
+    code, _, err = run_cli(["--quiet", "profile", f"{tmp_path / 'facs.py'}:wrong_shape", "--out", tmp_path / "out"])
+    assert code == 1 and err.count("\n") == 1, err
+    assert "torch.export could not export wrong_shape (Linear): RuntimeError: a and b must have same reduction" in err
 
 
 def test_one_slow_run_does_not_move_a_sites_figure_and_is_said(out_dir, tmp_path):

@@ -19,6 +19,8 @@ the name of its node in the program ``torch.export.export`` gives before decompo
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import operator
 import os
 import re
@@ -27,6 +29,22 @@ from ..errors import RelaytraceError, describe, require
 from ..model.frontend import TORCH, Program, SourceNode
 from ..model.layer_name import layer_name
 from .common import ImportedModel
+
+# torch logs a failed shape check as a traceback (``E1205 ... fake_tensor.py``) before it
+# raises the same error, which relaytrace says in one line
+FAKE_TENSOR_LOG = "torch._subclasses.fake_tensor"
+
+
+@contextlib.contextmanager
+def _quiet(logger: str):
+    """``logger`` (a ``logging`` name) silent inside the block, as it was after."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def from_torch(module, example_args, name: str | None = None, dynamic_shapes=None) -> ImportedModel:
@@ -39,8 +57,9 @@ def from_torch(module, example_args, name: str | None = None, dynamic_shapes=Non
         example_args = (example_args,)
     label = name or type(module).__name__
     try:
-        original = torch.export.export(module.eval(), example_args, dynamic_shapes=dynamic_shapes)
-        exported = original.run_decompositions()
+        with _quiet(FAKE_TENSOR_LOG):
+            original = torch.export.export(module.eval(), example_args, dynamic_shapes=dynamic_shapes)
+            exported = original.run_decompositions()
     except Exception as exc:
         raise RelaytraceError(
             f"torch.export could not export {label} ({type(module).__name__}): {describe(exc)}"
