@@ -154,6 +154,25 @@ def test_kernels_dlight_scheduled_keep_their_members_and_are_verified(gemv_linea
     assert sorted(scheduled) == sorted({s.kernel for s in gemv_lineage.call_sites})
 
 
+def test_a_torch_linear_whose_weight_is_a_constant_goes_through_the_pipeline():
+    """A new user's find: a torch import binds weights as constants inside the composite,
+    and FuseTransposeMatmul failed on it with a KeyError (then called TVM's own failure)."""
+    import numpy as np
+    import torch
+    import tvm
+
+    from relaytrace.frontends.torch import from_torch
+
+    torch.manual_seed(0)
+    net, x = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU()).eval(), torch.randn(2, 8)
+    executable, lineage = relaytrace.build(from_torch(net, (x,)), "llvm", pipeline=mlc_pipeline.pipeline(gemv=False))
+    assert lineage.verification.count("verified") == len(lineage.call_sites) == 1
+    assert _transposing_prim_funcs(lineage, lineage.call_sites[0].kernel)  # its matmul is an NT_matmul
+    out = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()))
+    with torch.no_grad():
+        np.testing.assert_allclose(out.numpy(), net(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_clean_up_tir_attrs_rewrites_each_primfunc_without_the_attributes():
     x = relax.Var("x", relax.TensorType((2, 3), "float32"))
     bb = relax.BlockBuilder()

@@ -74,12 +74,14 @@ class _TransposeMatmulToTE(PyExprMutator):
 
 
 def _matmul_operands(func, args):
-    """The call arguments a composite ``matmul(x, permute_dims(w))`` takes as ``x`` and ``w``."""
+    """The call arguments a composite ``matmul(x, permute_dims(w))`` takes as ``x`` and
+    ``w``; an operand the composite holds itself (a model's weight bound as a constant, as
+    a torch import makes it) as it is."""
     by_param = dict(zip(func.params, args))
     made = {b.var: b.value for block in func.body.blocks for b in block.bindings}
     matmul = func.body.body if isinstance(func.body.body, relax.Call) else made[func.body.body]
     permute = made.get(matmul.args[1], matmul.args[1])
-    return by_param[matmul.args[0]], by_param[permute.args[0]]
+    return by_param.get(matmul.args[0], matmul.args[0]), by_param.get(permute.args[0], permute.args[0])
 
 
 @tvm.transform.module_pass(opt_level=0, name="FuseTransposeMatmul")
