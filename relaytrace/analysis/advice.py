@@ -267,7 +267,8 @@ class UntunedKernels:
 class FarBelowRoofline:
     """Layers that run far below their roofline bound (under ``FAR_BELOW`` efficiency)
     and spend a share of the time above it: their schedule holds them back; on a CPU
-    (an ``llvm`` target) the build is also told to use the CPU's own instructions.
+    (an ``llvm`` target) whose own instructions lift the ceiling past ``NATIVE_GAIN``
+    (``Peaks.native_gain``: the GENERIC CODE line) the build is also told to use them.
     Saving: the time above the bound (an upper bound: no schedule reaches the roof)."""
 
     name = "far-below-roofline"
@@ -286,7 +287,8 @@ class FarBelowRoofline:
         if not slow:
             return ()
         wasted = sum(r.wasted_us for r in slow)
-        cpu = _target_kind(report.lineage.build.target) == "llvm"
+        peaks = report.roofline.peaks
+        native = peaks.native_gain if _target_kind(report.lineage.build.target) == "llvm" else None
         return (
             Finding(
                 self.name,
@@ -301,9 +303,10 @@ class FarBelowRoofline:
                 wasted,
                 Change(
                     "schedule these kernels (tune them), and build for this CPU's instructions",
-                    "relaytrace tasks DIR --tune N --db DIR; --target with -mcpu (see the GENERIC CODE line)",
+                    "relaytrace tasks DIR --tune N --db DIR; --target with -mcpu (see the GENERIC CODE line: "
+                    f"{native:.1f}x the ceiling)",
                 )
-                if cpu
+                if native is not None
                 else Change("schedule these kernels (tune them)", "relaytrace tasks DIR --tune N --db DIR"),
             ),
         )

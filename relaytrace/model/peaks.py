@@ -34,6 +34,9 @@ MEASURED, GIVEN, NAMED = Source.MEASURED, Source.GIVEN, Source.NAMED
 COMPUTE_BOUND, MEMORY_BOUND = Bound.COMPUTE, Bound.MEMORY
 
 
+NATIVE_GAIN = 2.0  # a native build's ceiling over generic code's worth saying
+
+
 @define(frozen=True)
 class Peaks:
     """``gflops``: dtype -> peak GFLOP/s (``float32`` always); ``gbps``: peak memory
@@ -64,6 +67,16 @@ class Peaks:
         compute = flops / (self.for_dtype(dtype) * 1e3)  # GFLOP/s is 1e3 FLOPs per microsecond
         memory = moved / (self.gbps * 1e3)
         return max(compute, memory), COMPUTE_BOUND if compute >= memory else MEMORY_BOUND
+
+    @property
+    def native_gain(self) -> float | None:
+        """How many times the float32 ceiling of generic code a build for this CPU's own
+        instructions reaches, when over ``NATIVE_GAIN`` (what the summary's GENERIC CODE
+        line and the advice to name an ``mcpu`` rest on), else None."""
+        if not self.native_gflops:
+            return None
+        gain = self.native_gflops / self.gflops["float32"]
+        return gain if gain > NATIVE_GAIN else None
 
     def line(self) -> str:
         """One line for the terminal: the figures and how they were found."""

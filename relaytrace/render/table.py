@@ -387,11 +387,11 @@ def roofline_summary(roofline, top: int = 10, estimate: bool = False) -> str:
             "TRANSCENDENTAL-HEAVY (their exp/erf/sqrt/tanh calls are not in the bound, which is then "
             "low): " + ", ".join(f"{terminal(r.name)} ({r.transcendentals:,.0f} calls)" for r in heavy[:5])
         )
-    if peaks is not None and peaks.native_gflops and peaks.native_gflops > 2 * peaks.gflops["float32"]:
+    if peaks is not None and peaks.native_gain is not None:
         lines.append(
             f"GENERIC CODE: the target names no CPU, so the ceiling above is generic code's; the same FMA "
             f"kernel built for this CPU ({terminal(peaks.native_mcpu or 'its mcpu')}) reaches "
-            f"{peaks.native_gflops:,.1f} GFLOP/s ({peaks.native_gflops / peaks.gflops['float32']:.1f}x). A "
+            f"{peaks.native_gflops:,.1f} GFLOP/s ({peaks.native_gain:.1f}x). A "
             "kernel far below its ceiling is held back by its schedule, not the instruction set: building "
             f'with --target \'{{"kind": "llvm", "mcpu": "{terminal(peaks.native_mcpu or "MCPU")}"}}\' '
             "raises the ceiling, and may not speed up untuned kernels (measure it; relaytrace tasks --tune)"

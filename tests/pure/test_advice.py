@@ -93,6 +93,12 @@ def test_layers_far_below_their_roofline_are_told_to_tune_and_none_without_peaks
     (found,) = A.FarBelowRoofline().find(slow)
     assert "conv1" in found.layers and found.saving_us > 0 and "efficient" in found.evidence[0]
     assert A.FarBelowRoofline().find(make_report(worked(), measured(None))) == ()
+    # -mcpu is told only where the GENERIC CODE line is printed: the native build's ceiling
+    # over twice the generic's (a new user was sent to a line that was not there at 1.6x)
+    for native, told in ((1.6e6, False), (2.5e6, True)):
+        peaks = Peaks({"float32": 1e6}, 1e6, "given", "by hand", "a fast device", native_gflops=native)
+        (found,) = A.FarBelowRoofline().find(make_report(worked(), measured(peaks)))
+        assert ("-mcpu" in found.change.how) is told and (peaks.native_gain is not None) is told
 
 
 def test_many_tiny_calls_are_told_to_fuse_or_graph_for_the_target_saving_only_the_dispatch_gap():
