@@ -314,7 +314,7 @@ def test_a_torch_run_and_an_onnx_run_of_one_model_diff_layer_by_layer(two_runs, 
     done = run("--quiet", "profile", onnx_file, "--repeat", "1", "--out", out)
     assert done.returncode == 0, done.stderr
     done = run("diff", two_runs / "fused", out)
-    assert done.returncode == 1 and "compare --by-layer" in done.stderr  # different ops: not silently matched
+    assert done.returncode == 1 and "diff them --by-layer" in done.stderr  # different ops: not silently matched
     done = run("diff", two_runs / "fused", out, "--by-layer")
     assert done.returncode == 0, done.stderr
     rows = {r.layer: r for r in diff.compare(*load_pair(two_runs / "fused"), *load_pair(out), by_layer=True)}

@@ -54,7 +54,9 @@ class LayerDiff:
 
 
 def same_model(
-    lineage_a, lineage_b, why: str = "for one model through two frontends (torch and ONNX), compare --by-layer"
+    lineage_a,
+    lineage_b,
+    why: str = "if they are one model through two frontends (torch and ONNX), diff them --by-layer",
 ) -> None:
     """Refuses two lineages whose model ops differ (by origin id), naming some on each
     side, and ``why`` (what to do instead, or why one model is needed)."""
