@@ -80,7 +80,9 @@ class Peaks:
 
     def line(self) -> str:
         """One line for the terminal: the figures and how they were found."""
-        rates = ", ".join(f"{dtype} {g:,.1f} GFLOP/s" for dtype, g in self.gflops.items())
+        rates = ", ".join(
+            f"{dtype} {g:,.1f} GFLOP/s" if g >= 1 else f"{dtype} {g:.2g} GFLOP/s" for dtype, g in self.gflops.items()
+        )
         native = (
             f"; built for this CPU's own instructions ({self.native_mcpu or 'its mcpu'}) float32 reaches "
             f"{self.native_gflops:,.1f} GFLOP/s"

@@ -17,3 +17,11 @@ def test_a_device_s_rates_are_kept_and_a_timer_s_fault_is_named():
     assert gbps > MAX_GBPS and implausible(gflops, gbps) == f"{gbps:.3g} GB/s"
     assert implausible({"float32": 0.0}, 20.0) == "0 GFLOP/s (float32)"
     assert implausible({"float32": 100.0}, 0.0) == "0 GB/s"
+
+
+def test_a_rate_under_one_gflops_is_printed_with_its_digits():
+    """A float16 peak of 0.05 GFLOP/s (a CPU without float16 arithmetic) printed as 0.0."""
+    from relaytrace.model.peaks import Peaks
+
+    line = Peaks({"float32": 24.6, "float16": 0.05}, 10.0, "given", "by hand", "a CPU").line()
+    assert "float32 24.6 GFLOP/s, float16 0.05 GFLOP/s" in line
