@@ -13,7 +13,7 @@ demo: setup
 	$(VENV)/bin/relaytrace demo --out relaytrace-out --force
 
 # make test: the lint step, then every test not marked slow (18 minutes on 2 cores), those
-# marked serial (timings compared) alone after the others;
+# marked serial (timings compared, ranked or limited) alone after the others;
 # make test-slow: the full-size builds, transformers through ONNX, symbolic lengths, the
 # browser's. CI runs both.
 test: lint browser cross
@@ -28,7 +28,8 @@ lint: setup
 	$(VENV)/bin/mypy
 
 test-slow: setup browser cross
-	$(PY) -m pytest -q -m "slow and not heavy" $(PARALLEL) --durations=0
+	$(PY) -m pytest -q -m "slow and not heavy and not serial" $(PARALLEL) --durations=0
+	$(PY) -m pytest -q -m "slow and serial and not heavy" --durations=0
 
 # the slow tests whose coverage others hold at a smaller size: before a release, not in CI
 test-heavy: setup browser cross

@@ -212,6 +212,7 @@ def test_a_convnext_built_nhwc_is_told_its_layout_transforms_and_the_nchw_rebuil
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # findings ranked by measured time: another test's load beside it reordered them
 def test_advise_verify_rebuilds_with_the_change_and_measures_it(tmp_path):
     factory = tmp_path / "r18.py"
     factory.write_text("from relaytrace import zoo\n\ndef make():\n    return zoo.get('resnet18', image=64)\n")

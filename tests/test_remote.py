@@ -163,6 +163,7 @@ def test_a_server_killed_mid_run_is_a_one_line_error_and_the_directory_is_not_cr
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a limit in seconds: another test's load beside it ran it 48 s of 45
 @pytest.mark.parametrize("step", ["uploading the executable", "remote isolated 2/", "remote end-to-end timing"])
 def test_a_server_that_stops_answering_ends_the_run_within_its_limit_and_ctrl_c_ends_it_at_once(tmp_path, step):
     """A server stopped (SIGSTOP, not killed) mid-run, at upload, while sites are timed,
