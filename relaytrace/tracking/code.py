@@ -278,9 +278,16 @@ def _flow(group, member_funcs, read, groups, seen) -> tuple[list[MemberCode], li
     consumers: dict[int, set[int]] = {}
     param_readers: list[set[int]] = [set() for _ in d.params]
     for m, (_, c) in enumerate(calls):
-        first, _, readers = spans[m]
-        for k, atom in enumerate(c.arguments()):
-            targets = {first + r for r in readers[k]} if readers is not None and k < len(readers) else {first}
+        first, inner, readers = spans[m]
+        k = -1  # the argument an atom is (a tuple's fields: of the tuple before them)
+        for atom in c.atoms:
+            k += not atom.field
+            if readers is None:
+                targets = {first}
+            elif atom.field or k >= len(readers):  # a field of a tuple argument: any member may read it
+                targets = {first + j for j in range(len(inner))}
+            else:
+                targets = {first + r for r in readers[k]}
             if atom.handle in made_by:
                 source_first, source, _ = spans[made_by[atom.handle]]
                 for j, member in enumerate(source):
