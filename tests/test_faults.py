@@ -400,6 +400,11 @@ def pair():
     return "hello", 3
 def wrong_shape():
     return torch.nn.Linear(4, 4), torch.randn(1, 5)
+class InPlace(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1)
+def in_place():
+    return InPlace(), torch.randn(2, 3)
 """
 
 
@@ -412,7 +417,7 @@ def wrong_shape():
         ("notcallable", "facs.py:notcallable is of type int, not a function returning (model, inputs)"),
         ("nonzero", "TVM's torch importer could not import nonzero (NonZero)"),  # the model: its factory
         ("pair", "pair() must return (torch module, example inputs), "),  # was a usage error on MODEL 'hello'
-        ("missing", "facs.py has no function 'missing' (it defines raises, stops, needs, nonzero, pair, wrong_shape)"),
+        ("missing", "facs.py has no function 'missing' (it defines raises, stops, needs, nonzero, pair, wrong_shape, "),
     ],
 )
 def test_a_users_factory_that_fails_is_said_as_its_own(factory, words, tmp_path):
@@ -428,6 +433,15 @@ def test_an_input_the_model_cannot_take_is_one_line_without_torchs_log(tmp_path)
     code, _, err = run_cli(["--quiet", "profile", f"{tmp_path / 'facs.py'}:wrong_shape", "--out", tmp_path / "out"])
     assert code == 1 and err.count("\n") == 1, err
     assert "torch.export could not export wrong_shape (Linear): RuntimeError: a and b must have same reduction" in err
+
+
+def test_a_model_that_returns_nothing_is_said_to_run_nothing(tmp_path):
+    """A new user's find: a forward that only changed its input in place profiled as
+    0 call sites, 100 % attributed, without a word."""
+    (tmp_path / "facs.py").write_text(FACTORIES)
+    code, out, err = run_cli(["--quiet", "profile", f"{tmp_path / 'facs.py'}:in_place", "--out", tmp_path / "out"])
+    assert code == 0, err
+    assert "NOTHING RAN: the compiled entry calls no kernel" in out
 
 
 def test_one_slow_run_does_not_move_a_sites_figure_and_is_said(out_dir, tmp_path):

@@ -183,7 +183,7 @@ def remote_device(args):
 
 def summary(report, top: int = 10) -> str:
     """What ``profile``, ``demo``, ``report`` and ``estimate --out`` print: the profile's
-    summary and warnings, the ``top`` layers, time by category, the peaks and the
+    summary and warnings (and a line when nothing ran), the ``top`` layers, time by category, the peaks and the
     ``top`` layers by time above the roofline, the precision of a build not all
     float32, the memory peak and coverage. Rendered whole before any output is written,
     so that no command writes its outputs and then fails."""
@@ -192,6 +192,11 @@ def summary(report, top: int = 10) -> str:
     from ..render.table import category_table, coverage_summary, layer_table, precision_summary, roofline_summary
 
     lines = [f"{terminal(report.lineage.build.model)}: {report.profile.summary()}", *report.profile.warnings(), ""]
+    if not report.lineage.call_sites:  # a forward that returns nothing compiles to nothing, and ran
+        lines[-1:-1] = [
+            "NOTHING RAN: the compiled entry calls no kernel; no op of the model reaches its result "
+            "(does the model return what it computes? an op on an input in place is not kept)"
+        ]
     lines += [f"top {top} layers (attribution policy {report.policy}):", layer_table(report.layers, top=top), ""]
     lines += [category_table(report.categories), ""]
     lines += [roofline_summary(report.roofline, top, estimate=report.profile.mode == ESTIMATE), ""]
