@@ -276,7 +276,13 @@ def _decoder_report(layers: int):
 
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed: the HTML report was not opened")
-@pytest.mark.parametrize("model", ["decoder24", "resnet50"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        pytest.param("decoder24", marks=pytest.mark.serial),
+        "resnet50",
+    ],  # serial: a limit in seconds (2.7 s beside a worker)
+)
 def test_the_reports_overview_opens_fast_and_answers_clicks(model, tmp_path, request):
     """The new overview on a 24-block decoder (461 call sites) and zoo ResNet-50: open
     (time to interactive logged; under 2 s for the decoder here), click a module in the
