@@ -6,6 +6,7 @@ fused into one, PrimFunc attributes cleaned up, DLight's CPU GEMV)."""
 from __future__ import annotations
 
 import pytest
+import tvm
 import tvm_ffi
 from tvm import relax
 from tvm.relax.frontend import nn
@@ -218,3 +219,69 @@ def test_a_quantized_linear_asks_2mnk_and_its_dequantize_is_executed_work_shown_
         assert row.useful == 2 * n * k, name
         assert row.flops == pytest.approx(2 * n * k + 2 * n * k, rel=0.02), name  # the matmul and the dequantize
         assert row.excess == (DEQUANTIZED,), name
+
+
+@pytest.fixture(scope="module")
+def cuda_quantized():
+    """The q4f16_1 Llama as MLC-LLM exports it (one block) built for cuda through the
+    pipeline, DLight's GPU schedules in (compiled, not run: no GPU here)."""
+    module, spec = mlc_style(layers=1, quantization="q4f16_1", target="cuda")
+    try:
+        return relaytrace.build(from_nn(module, spec, name="q4"), "cuda", pipeline=mlc_pipeline.NAME)[1]
+    except tvm_ffi.Error as exc:
+        pytest.skip(f"cuda code generation cannot run here: {type(exc).__name__}: {str(exc)[:200]}")
+
+
+def test_every_site_after_the_attention_of_a_cuda_build_is_on_its_layer_and_verified(cuda_quantized):
+    """DLight's GPU schedule makes a kernel of two reshapes one block, which
+    RewriteDataflowReshape turns back into ``R.reshape``; ToNonDataflow's new var then
+    had two earlier values of one key (the reshape as imported, fused away, and the
+    kernel's) and took the fused-away one, so every site after the first attention was
+    unresolved, billed to ``self_attn`` and suspect (52 of 60 verified before)."""
+    lineage = cuda_quantized
+    verification = lineage.verification
+    assert verification.count("verified") == len(lineage.call_sites) > 0, verification.summary()
+    assert not any(lineage.origins[o].kind == "unresolved" for s in lineage.call_sites for o in s.origin_ids)
+    _assert_linear_sites(lineage, [f"model.layers.0.{linear}" for linear in LINEARS], extra="dequantize")
+    decode = [s for s in lineage.call_sites if s.function == "decode"]
+    norms = [s for s in decode if {lineage.origins[o].op for o in s.origin_ids} == {"relax.nn.rms_norm"}]
+    assert [{lineage.origins[o].layer for o in s.origin_ids} for s in norms] == [
+        {"model.layers.0.input_layernorm"},
+        {"model.layers.0.post_attention_layernorm"},
+        {"model.norm"},
+    ]
+
+
+@tvm.transform.module_pass(opt_level=0, name="AttachSoftmaxWithTemperature")
+def _attach_softmax(mod, _ctx):
+    """A function of the pipeline's own, as MLC-LLM's pass of this name adds its
+    engine's sampling softmax: no op of the model is in it."""
+    from tvm import te, topi
+
+    batch, vocab = tvm.tirx.Var("batch", "int64"), tvm.tirx.Var("vocab", "int64")
+    logits = relax.Var("logits", relax.TensorType((batch, vocab), "float32"))
+    temperature = relax.Var("temperature", relax.TensorType((batch,), "float32"))
+    bb = relax.BlockBuilder(mod)
+    with bb.function("softmax_with_temperature", [logits, temperature]):
+        scaled = bb.emit_te(
+            lambda x, t: te.compute(x.shape, lambda i, j: x[i, j] / t[i], "scaled"), logits, temperature
+        )
+        bb.emit_func_output(bb.emit_te(topi.nn.softmax, scaled))
+    return bb.get()
+
+
+def test_a_function_the_pipeline_adds_is_verified_as_no_layer_of_the_model():
+    """MLC-LLM's pipeline adds functions of its own (``softmax_with_temperature``,
+    ``gather_hidden_states``): their kernels compute no op of the model, and were each
+    unverified ("not seen being made by any recorded pass")."""
+    pipeline = tvm.transform.Sequential([_attach_softmax, mlc_pipeline.pipeline(gemv=False)])
+    lineage = _build(_Mlp(), {"forward": {"x": nn.spec.Tensor([1, 16], "float32")}}, "mlp", pipeline)
+    checks = lineage.verification.by_position()
+    added = [s for s in lineage.call_sites if s.function == "softmax_with_temperature"]
+    assert len(added) >= 2
+    for site in added:
+        assert checks[site.position].status == "verified", checks[site.position].reasons
+        assert "softmax_with_temperature holds no op of the model" in checks[site.position].reasons[0]
+        assert not any(lineage.origins[o].kind == "op" for o in site.origin_ids)
+    assert lineage.verification.count("verified") == len(lineage.call_sites)
+    _assert_linear_sites(lineage, ["up", "down"])

@@ -44,13 +44,20 @@ class ValueKeys:
         if tok not in bucket:
             self.table[key] = bucket + (tok,)
 
-    def match(self, key: tuple, claimed: set[int]) -> int | None:
-        """The first token with this key that no binding of this walk claimed: never
-        hand one value's origins to two bindings."""
-        for tok in self.table.get(key, ()):
-            if tok not in claimed:
-                return tok
-        return None
+    def match(self, key: tuple, claimed: set[int], held=None) -> int | None:
+        """The token with this key that no binding of this walk claimed (never hand one
+        value's origins to two bindings): of several, the first the function held
+        before the pass (``held()``, asked only then), else the first. The key leaves
+        out what is no atom (a reshape's target shape), so a value the pass found
+        equal may also fit an op an earlier pass fused away; the one the function
+        still held is the one its later bindings name."""
+        fits = [tok for tok in self.table.get(key, ()) if tok not in claimed]
+        if len(fits) > 1 and held is not None:
+            before = held()
+            for tok in fits:
+                if tok in before:
+                    return tok
+        return fits[0] if fits else None
 
     def defer(self, var: int, d: reader.FunctionView, position: int, tok: int) -> None:
         """Register the key of a value identity carried later, at the first look-up:

@@ -171,7 +171,7 @@ class ValueKey:
         claimed = walk.claimed
         if not any(a.kind == VAR and walk.tokens.of_handle.get(a.handle) is not None for a in binding.call.atoms):
             claimed = claimed | walk.elsewhere()
-        tok = walk.keys.match(binding.key, claimed)
+        tok = walk.keys.match(binding.key, claimed, walk.held)
         return None if tok is None else Found(tok)
 
 

@@ -77,14 +77,16 @@ class FunctionState:
 class _Memos:
     """What a ``Walk`` builds on first use: the var handles bound after the pass
     (``present``), each var's callee after it (``callees``), each var's position
-    (``position``), which vars are made of constants alone (``from_constants``), and the
-    tokens the other model functions hold (``elsewhere``). None: not built yet."""
+    (``position``), which vars are made of constants alone (``from_constants``), the
+    tokens the other model functions hold (``elsewhere``) and those the function held
+    before the pass (``held``). None: not built yet."""
 
     present: set[int] | None = None
     callees: dict[int, str] | None = None
     position: dict[int, int] | None = None
     from_constants: dict[int, frozenset | None] = field(factory=dict)
     elsewhere: frozenset[int] | None = None
+    held: frozenset[int] | None = None
 
 
 @define
@@ -122,6 +124,13 @@ class Walk:
         if self.memo.elsewhere is None:
             self.memo.elsewhere = frozenset().union(*(state.tokens for state in self.others.values()))
         return self.memo.elsewhere
+
+    def held(self) -> frozenset[int]:
+        """The tokens the function held before the pass (none for its first); built on
+        first use."""
+        if self.memo.held is None:
+            self.memo.held = frozenset(self.old.tokens) if self.old is not None else frozenset()
+        return self.memo.held
 
     def old_index(self) -> _Index:
         """Look-ups into the function as the pass before left it (``old`` must be set)."""

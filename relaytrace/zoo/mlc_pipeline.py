@@ -11,9 +11,12 @@ and FuseTIR. The code is our own; its passes do what MLC's of the same name do:
   PrimFunc ``fused_dequantize*_NT_matmul*``;
 - ``CleanUpTIRAttrs``: PrimFuncs rewritten without the named attributes (new objects,
   the same names, changed in the module in place);
-- DLight's CPU ``GEMV`` schedule (``ApplyDefaultSchedule``, in place);
+- DLight's schedules (``ApplyDefaultSchedule``, in place): the CPU ``GEMV`` for llvm,
+  the GPU ``Matmul``, ``GEMV``, ``Reduction``, ``GeneralReduction`` and ``Fallback`` for
+  any other target, where a kernel of reshapes scheduled into one block is then a
+  reshape ``RewriteDataflowReshape`` turns back into ``R.reshape``;
 
-then the rest of TVM's default CPU pipeline. ``pipeline(target)`` returns the pipeline
+then TVM's VM lowering. ``pipeline(target)`` returns the pipeline
 as a Pass; importing this module registers it as the pipeline ``"mlc_style"`` (the
 CLI's ``--pipeline mlc_style``, a ``FILE.py`` that imports it)."""
 
@@ -146,12 +149,22 @@ class CleanUpTIRAttrs:
         return mod
 
 
+def _schedules(target) -> tvm.transform.Pass:
+    """DLight's schedules for ``target``, as MLC-LLM's pipeline picks them."""
+    if target.kind.name == "llvm":
+        return dlight.ApplyDefaultSchedule(dlight.cpu.GEMV())
+    gpu = dlight.gpu
+    return dlight.ApplyDefaultSchedule(
+        gpu.Matmul(), gpu.GEMV(), gpu.Reduction(), gpu.GeneralReduction(), gpu.Fallback()
+    )
+
+
 def pipeline(target=None, gemv: bool = True) -> tvm.transform.Pass:
     """The pipeline for ``target`` (default: the current one, as ``tvm.compile`` enters
     it): MLC-LLM's graph passes, TVM's lowering and fusion, MLC's TIR passes, DLight's
-    CPU GEMV (unless ``gemv`` is False: LLVM takes minutes over the 128-lane vectors its
-    schedule makes of a decode's matmuls, even at the zoo Llama's hidden size of 64),
-    TVM's VM lowering."""
+    schedules (unless ``gemv`` is False, for llvm only: LLVM takes minutes over the
+    128-lane vectors the CPU GEMV makes of a decode's matmuls, even at the zoo Llama's
+    hidden size of 64; a GPU target needs its schedules), TVM's VM lowering."""
 
     @tvm.transform.module_pass(opt_level=0, name=NAME)
     def run(mod, _ctx):
@@ -170,7 +183,7 @@ def pipeline(target=None, gemv: bool = True) -> tvm.transform.Pass:
                     FuseDequantizeMatmulEwise(),
                     relax.transform.DeadCodeElimination(),
                     CleanUpTIRAttrs(("op_pattern",)),
-                    dlight.ApplyDefaultSchedule(dlight.cpu.GEMV()) if gemv else tvm.transform.Sequential([]),
+                    _schedules(chosen) if gemv or chosen.kind.name != "llvm" else tvm.transform.Sequential([]),
                     relax.transform.RewriteDataflowReshape(),
                     relax.transform.ToNonDataflow(),
                     relax.transform.RemovePurityChecking(),
