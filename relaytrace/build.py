@@ -153,6 +153,7 @@ def build_pipeline(
     convert_layout: Mapping[str, list] | None = None,
     mixed_precision: str | None = None,
     fold_batch_norm: bool = False,
+    lift_params: bool = False,
 ):
     """The Relax pipeline to run: "fused", "unfused", the name of a pipeline registered
     with TVM (``tvm.relax.register_pipeline``: a model's file may register one, such as
@@ -164,7 +165,10 @@ def build_pipeline(
     ``relax.transform.FoldBatchnormToConv2D`` (``fold_batch_norm``: each batch norm
     after a conv folded into its weights and a bias add; with a layout conversion,
     ``FoldConstant`` computes the folded weights first, and the fold must come first:
-    it matches NCHW convs only)."""
+    it matches NCHW convs only), and last before the pipeline an optional
+    ``relax.transform.LiftTransformParams`` (``lift_params``: what each entry computes
+    from weights alone moves into ``X_transform_params``, run once when the weights are
+    loaded)."""
     import tvm
     from tvm import relax
 
@@ -200,6 +204,8 @@ def build_pipeline(
         before.append(relax.transform.ToMixedPrecision(out_dtype=mixed_precision))
     if convert_layout:
         before.append(relax.transform.ConvertLayout({op: list(layouts) for op, layouts in convert_layout.items()}))
+    if lift_params:
+        before.append(relax.transform.LiftTransformParams())
     if not before:
         return base
     return tvm.transform.Sequential([*before, base], name="relaytrace_pipeline")
@@ -267,6 +273,7 @@ def build(
     database=None,
     mixed_precision: str | None = None,
     fold_batch_norm: bool = False,
+    lift_params: bool = False,
 ):
     """Compile ``mod`` for ``target``; return ``(executable, lineage)``.
 
@@ -280,6 +287,9 @@ def build(
     ``fold_batch_norm``: fold each batch norm into the conv before it first
     (``relax.transform.FoldBatchnormToConv2D``; the tracker's ``constants`` rule follows
     it: the conv keeps its origin, the bias add takes the norm's).
+    ``lift_params``: ``relax.transform.LiftTransformParams`` first, so that what each
+    entry computes from weights alone (a Linear's weight transposed) runs once, in
+    ``X_transform_params``, not at every call (``advise``'s weight-only-compute).
 
     When TVM fails (a pass, code generation), a ``diagnosis.BuildFailedError`` says
     where, on which PrimFunc and layers, and whether plain ``tvm.compile`` (run again
@@ -289,27 +299,28 @@ def build(
 
     from .frontends.loader import load
 
-    _check_arguments(target, convert_layout, model, opt_level, layer_of, database, fold_batch_norm)
+    _check_arguments(target, convert_layout, model, opt_level, layer_of, database, fold_batch_norm, lift_params)
     imported = load(mod, example_args, name=model, with_inputs=False).model
     mod, layer_of, name = imported.mod, layer_of or imported.layer_of, model or imported.name
     target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
     if database is not None:
         from .profiling import tasks
 
-        if pipeline != "fused" or convert_layout or mixed_precision or fold_batch_norm:
+        if pipeline != "fused" or convert_layout or mixed_precision or fold_batch_norm or lift_params:
             raise RelaytraceError(
                 "a tuning database applies to the fused pipeline without --layout NHWC or mixed precision"
             )
         target = tasks.tuning_target(target)
         seq = tasks.tuned_pipeline(target, tasks.open_database(database))
     else:
-        seq = build_pipeline(pipeline, target, convert_layout, mixed_precision, fold_batch_norm)
+        seq = build_pipeline(pipeline, target, convert_layout, mixed_precision, fold_batch_norm, lift_params)
     options = BuildOptions(
         pipeline if isinstance(pipeline, str) else str(pipeline.info.name),
         str(database or ""),
         {op: tuple(v) for op, v in (convert_layout or {}).items()},
         mixed_precision,
         bool(fold_batch_norm),
+        bool(lift_params),
     )
     plain_context = _composed(None, opt_level)  # the caller's, before ours is entered
     with trace(
@@ -343,7 +354,9 @@ def build(
     return executable, lineage
 
 
-def _check_arguments(target, convert_layout, model, opt_level, layer_of, database, fold_batch_norm) -> None:
+def _check_arguments(
+    target, convert_layout, model, opt_level, layer_of, database, fold_batch_norm, lift_params
+) -> None:
     """``build``'s arguments, each of its type and range, or a ``UsageError`` saying what
     to give (``pipeline``, ``mixed_precision`` and ``progress`` are checked where used)."""
     import os
@@ -364,6 +377,7 @@ def _check_arguments(target, convert_layout, model, opt_level, layer_of, databas
     expect("build(layer_of=)", layer_of, (Callable, None), "a function layer_of(function, var_handle, position)")
     expect("build(database=)", database, (str, os.PathLike, None), "a MetaSchedule database directory")
     expect("build(fold_batch_norm=)", fold_batch_norm, bool, "True or False")
+    expect("build(lift_params=)", lift_params, bool, "True or False")
 
 
 _POLICIES = dict(enumerate(PrecisionPolicy))  # TVM's MixedPrecisionPolicyKind: 0 always, 1 follow, 2 never

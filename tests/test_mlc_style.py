@@ -169,6 +169,24 @@ def test_advice_names_the_weight_transposes_run_in_every_decode_step(built):
     assert not any("matmul" in s or "rms_norm" in s for s in found.sites)
 
 
+@pytest.mark.slow  # five builds and profiles
+def test_advise_verify_rebuilds_with_the_weight_transposes_lifted_out_of_the_step(tmp_path, capsys):
+    from relaytrace import cli
+
+    (tmp_path / "llm.py").write_text(FACTORY)
+    out = tmp_path / "decode"
+    args = ["profile", f"{tmp_path / 'llm.py'}:make", "--entry", "decode", "--context", "16", "--repeat", "2"]
+    assert cli.main([*args, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert cli.main(["advise", str(out), "--verify", "--repeat", "2"]) == 0
+    said = capsys.readouterr().out
+    assert "weight-only-compute with lift_params True: end to end" in said
+    assert "still run in every call" not in said and "kernels are the same" not in said  # it applied
+    layers = next(line for line in said.splitlines() if line.startswith("its 5 layer(s): "))  # 4 Linears, the head
+    before, after = (float(v) for v in layers.split(": ")[1].split(" ms")[0].split(" -> "))
+    assert after < before  # the transposes' time left the step
+
+
 def test_the_cli_with_no_entry_serves_the_prompt_then_a_decode_step_in_one_run(tmp_path, capsys):
     """Through the CLI, of a factory returning a ``ModuleSpec``, as MLC-LLM's models give one."""
     import csv
@@ -217,6 +235,10 @@ def test_the_cli_sweeps_a_batch_decode_measured_and_bounded_on_a_named_device(tm
     assert {"model.layers.0.self_attn", "model.embed_tokens", "(step)"} <= set(measured)
     assert all(float(r["per_cached_token_us"]) >= 0 for r in measured.values())
     assert (out / "sweep.svg").read_text().startswith("<svg")
+    page = (out / "report.html").read_text()  # the plot and each fit, measured and bounded, on one page
+    assert page.count("<svg") == 2 and "ESTIMATE, not a measurement" in page
+    assert all(f"<td>{layer}</td>" in page for layer in measured)
+    assert "report.html" in said
     with open(out / "device_fits.csv", newline="") as f:
         fits = {r["layer"]: r for r in csv.DictReader(f)}
     # a decode's attention reads each cached token's key and value once: 2 x kv_heads x head_dim float32 of it

@@ -17,7 +17,7 @@ import relaytrace
 from relaytrace.analysis.memory import memory_at
 from relaytrace.frontends.nn import from_nn
 from relaytrace.model.origin import OP
-from relaytrace.zoo.mlc_llama import llama
+from relaytrace.zoo.mlc_llama import llama, mlc_style
 
 LINEARS = {
     f"model.layers.{i}.{name}"
@@ -77,6 +77,22 @@ def test_lifted_lineage_complete_and_verified(build, packed, request):
     # nothing eliminated runs elsewhere, and PartitionTransformParams eliminates nothing
     assert not set(lineage.journal.eliminated_by) & _ops_run(lineage)
     assert "PartitionTransformParams" not in set(lineage.journal.eliminated_by.values())
+
+
+def test_weights_of_a_symbolic_vocabulary_are_lifted_and_every_site_stays_verified():
+    """MLC-LLM's export (``mlc_style``): the tied head's transposed weight is
+    ``(hidden, vocab_size)``, and each function has its own ``vocab_size`` variable, so
+    the transform's result and the entry's new parameters did not compare equal: every
+    entry's ops were unresolved after ``PartitionTransformParams`` (37 of 91 sites
+    verified)."""
+    module, spec = mlc_style(layers=1)
+    lineage = relaytrace.build(from_nn(module, spec), "llvm", lift_params=True)[1]  # advise's rebuild
+    assert lineage.build.options.label == "fused+lift_params"
+    assert lineage.verification.count("verified") == len(lineage.call_sites) > 0, lineage.verification.summary()
+    assert not [o for o in lineage.origins.values() if o.kind == "unresolved"]
+    moved = lineage.for_entry("decode_transform_params").call_sites
+    head = [lineage.origins[o] for s in moved for o in s.origin_ids if lineage.origins[o].layer == "model.embed_tokens"]
+    assert [o.op for o in head] == ["relax.permute_dims"]  # the tied head's transpose, moved out of the step
 
 
 @pytest.mark.parametrize("build", ["lifted", "bundled_lifted"])

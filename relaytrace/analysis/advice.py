@@ -33,7 +33,8 @@ from ..model.origin import INSERTED, OP
 from .attribution import Category
 
 FOLD_BATCH_NORM, LAYOUT_NCHW, FUSED, FLOAT32 = "fold-batch-norm", "layout NCHW", "pipeline fused", "precision fp32"
-REBUILDS = (FOLD_BATCH_NORM, LAYOUT_NCHW, FUSED, FLOAT32)  # the changes relaytrace can rebuild with itself
+LIFT_PARAMS = "lift-params"
+REBUILDS = (FOLD_BATCH_NORM, LAYOUT_NCHW, FUSED, FLOAT32, LIFT_PARAMS)  # the changes relaytrace can rebuild with itself
 SHARE = 0.002  # a finding below this share of the end-to-end time is not worth a line
 FAR_BELOW = 0.10  # a layer at under this roofline efficiency is far below its bound
 TINY_US = 5.0  # a kernel call under this many microseconds is dominated by the VM's dispatch
@@ -381,9 +382,9 @@ class WeightOnlyCompute:
     pipeline leave it), a quantized weight dequantized whole. Their result is the same in
     every step: computed once when the weights are loaded, the step saves their time.
     The change is TVM's ``LiftTransformParams`` (the computation moved into a
-    ``transform_params`` function run once) or a fusion that folds the transpose into the
-    matmul's kernel (MLC-LLM's ``FuseTransposeMatmul``); relaytrace makes no rebuild for
-    it (the lifted entry takes other parameters). Saving: those kernels' time."""
+    ``transform_params`` function run once; relaytrace's rebuild ``--lift-params``) or a
+    fusion that folds the transpose into the matmul's kernel (MLC-LLM's
+    ``FuseTransposeMatmul``). Saving: those kernels' time."""
 
     name = "weight-only-compute"
 
@@ -424,13 +425,22 @@ class WeightOnlyCompute:
                     "relax.transform.LiftTransformParams() (moves them into a transform_params function run once), "
                     "or store the weights transposed / fuse the transpose into the matmul (MLC-LLM's "
                     "FuseTransposeMatmul)",
+                    LIFT_PARAMS,
                 ),
             ),
         )
 
     def left(self, finding: Finding, before, after) -> str:
-        """Nothing: relaytrace makes no rebuild for this change."""
-        return ""
+        """Which of the finding's ops the rebuild still runs in its entry, at every call:
+        those ``LiftTransformParams`` did not move out ("" when it moved them all)."""
+        positions = {s.label: s for s in before.call_sites}
+        moved = {o for label in finding.sites if label in positions for o in positions[label].origin_ids}
+        entry = {positions[label].function for label in finding.sites if label in positions}
+        still = {o for s in after.call_sites if s.function in entry for o in s.origin_ids} & moved
+        if not still:
+            return ""
+        ops = ", ".join(dict.fromkeys(after.origins[o].short_op for o in sorted(still)))
+        return f"{len(still)} of its {len(moved)} op(s) still run in every call ({ops})"
 
 
 RULES: tuple[AdviceRule, ...] = (

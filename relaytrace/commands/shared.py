@@ -62,6 +62,7 @@ def build_traced(model, args, say, elsewhere: bool = False):
         database=getattr(args, "db", None),
         mixed_precision="float32" if fp16 else None,
         fold_batch_norm=getattr(args, "fold_batch_norm", False),
+        lift_params=getattr(args, "lift_params", False),
     )
     return executable, lineage, remote
 
@@ -354,6 +355,11 @@ def add_build_options(p, profiling: bool = True) -> None:
         "--fold-batch-norm",
         action="store_true",
         help="fold each batch norm into the conv before it (relax.transform.FoldBatchnormToConv2D)",
+    )
+    p.add_argument(
+        "--lift-params",
+        action="store_true",
+        help="compute what depends on weights alone once, when they are loaded (relax.transform.LiftTransformParams)",
     )
     p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
     if not profiling:

@@ -43,18 +43,21 @@ class BuildOptions:
     ``trace()`` was told: ``user`` by default), the MetaSchedule ``database`` its
     schedules came from ("" untuned), ``convert_layout`` (op -> desired layouts, empty
     when kept), ``mixed_precision`` (the dtype ``ToMixedPrecision`` accumulated in,
-    None when not) and ``fold_batch_norm``. ``label`` is the one line that shows them."""
+    None when not), ``fold_batch_norm`` and ``lift_params`` (``LiftTransformParams``
+    first: what is computed from weights alone runs once, in ``X_transform_params``).
+    ``label`` is the one line that shows them."""
 
     pipeline: str
     database: str = ""
     convert_layout: dict[str, tuple[str, ...]] = field(factory=dict)
     mixed_precision: str | None = None
     fold_batch_norm: bool = False
+    lift_params: bool = False
 
     @property
     def label(self) -> str:
         """``fused+tuned(DB)+convert_layout(conv2d=NHWC/default)+mixed_precision(float16,
-        accumulate float32)+fold_batch_norm``, each part only when it applies."""
+        accumulate float32)+fold_batch_norm+lift_params``, each part only when it applies."""
         parts = [f"{self.pipeline}+tuned({self.database})" if self.database else self.pipeline]
         if self.convert_layout:
             layouts = ", ".join(f"{op}={'/'.join(v)}" for op, v in self.convert_layout.items())
@@ -63,6 +66,8 @@ class BuildOptions:
             parts.append(f"mixed_precision(float16, accumulate {self.mixed_precision})")
         if self.fold_batch_norm:
             parts.append("fold_batch_norm")
+        if self.lift_params:
+            parts.append("lift_params")
         return "+".join(parts)
 
 

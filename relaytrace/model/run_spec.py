@@ -37,7 +37,8 @@ class RunSpec:
     options it was built and profiled with, as the CLI names them: ``input_shapes``
     (``--input-shape`` as given), ``dtype``, the tuning database ``db``, ``target``,
     ``pipeline``, ``layout``, ``entry``, the peaks' ``device`` or ``peak_gflops`` and
-    ``peak_gbps``, ``precision``, the attribution ``policy``, ``fold_batch_norm``, a
+    ``peak_gbps``, ``precision``, the attribution ``policy``, ``fold_batch_norm``,
+    ``lift_params``, a
     served step's ``tokens`` and ``context``; ``estimate``: the device an estimate's
     figures are of (None for a measurement)."""
 
@@ -55,6 +56,7 @@ class RunSpec:
     precision: str = "fp32"
     policy: str = "anchor"
     fold_batch_norm: bool = False
+    lift_params: bool = False
     tokens: int | None = None
     context: int | None = None
     estimate: str | None = None

@@ -44,6 +44,13 @@ def transform_sources(before: dict, changed: list[str]) -> dict[str, str]:
     return out
 
 
+def _same_types(ty, params) -> bool:
+    """Whether tuple type ``ty``'s fields are the types of ``params``, a symbolic dim of
+    one function (MLC-LLM's ``vocab_size``) matching the same dim of the other: each
+    function has its own variable for it."""
+    return tvm_ffi.structural_equal(ty, relax.TupleType([ir.expr_type(p) for p in params]), map_free_vars=True)
+
+
 def bundled_fields(func, old_func) -> tuple[Any, list] | None:
     """``(tuple parameter, the earlier parameters that are its fields)`` when ``func``
     takes, in place of ``old_func``'s weight parameters, one tuple parameter with a field
@@ -56,7 +63,7 @@ def bundled_fields(func, old_func) -> tuple[Any, list] | None:
     ty = ir.expr_type(new[0])
     if not isinstance(ty, relax.TupleType) or len(ty.fields) != len(old):
         return None
-    if not all(tvm_ffi.structural_equal(field, ir.expr_type(p)) for field, p in zip(ty.fields, old)):
+    if not _same_types(ty, old):
         return None
     return new[0], old
 
@@ -70,7 +77,7 @@ def lifted_fields(func, transform) -> list[tuple[Any, Any, int]] | None:
     ty = ir.expr_type(result) if result is not None else None
     if not params or not isinstance(ty, relax.TupleType) or len(ty.fields) != len(params):
         return None
-    if not all(tvm_ffi.structural_equal(field, ir.expr_type(p)) for field, p in zip(ty.fields, params)):
+    if not _same_types(ty, params):
         return None
     if ir.is_tuple(result):
         return [(p, f, -1) if ir.is_var(f) else (p, None, -1) for p, f in zip(params, ir.items(result.fields))]
