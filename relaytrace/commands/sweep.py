@@ -103,7 +103,10 @@ def run(args) -> int:
     echo(sweep_table(sweep, args.project))
     if device is not None:
         echo(f"\nESTIMATE, not a measurement: each point's roofline lower bound\n{sweep_table(device, args.project)}")
-    echo(f"\nwritten to {out}/: sweep.csv, fits.csv, sweep.svg{', device.csv, device_fits.csv' if device else ''}")
+    echo(
+        f"\nwritten to {out}/: report.html, sweep.csv, fits.csv, sweep.svg"
+        f"{', device.csv, device_fits.csv' if device else ''}"
+    )
     return 0
 
 

@@ -254,6 +254,11 @@ SWEEP: tuple[Output[SweepRun], ...] = (
         lambda run, d: _text(d, "sweep.svg", _sweep().sweep_svg(run.sweep)),
         "the slowest layers' time against context per batch size, measured and fitted",
     ),
+    Output(
+        ("report.html",),
+        lambda run, d: _text(d, "report.html", _sweep().sweep_html(run.sweep, run.project, run.device)),
+        "the plot and every layer's fit on one page (and the device bound's, with --device)",
+    ),
 )
 
 

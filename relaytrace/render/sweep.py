@@ -2,7 +2,8 @@
 layer at each measured point, with its fit there), ``fits.csv`` (each layer's curve,
 its error and its time projected to a context), ``sweep.svg`` (a panel per batch size,
 time against context on log axes: the measured points and the fitted curves of the
-slowest layers). Reads only the sweep; names from the model are escaped as text in
+slowest layers), ``report.html`` (the plot and every layer's fit on one page, and the
+same for the device bound with ``--device``). Reads only the sweep; names from the model are escaped as text in
 every format."""
 
 from __future__ import annotations
@@ -130,6 +131,55 @@ def sweep_svg(sweep: Sweep) -> str:
         out.append(f'<text x="{pad + 16}" y="{y}">{_text(f.layer)} (fit error {100 * f.error:.1f}%)</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def sweep_html(sweep: Sweep, project: int | None, device: Sweep | None = None) -> str:
+    """The sweep's page: for the measured sweep (and ``device``'s bound, labelled an
+    estimate) the plot and a table of every layer's fit, its error and, given
+    ``project``, its time there at the largest batch. One self-contained file, no
+    script; every name from the model is escaped."""
+    sections = [_html_section(sweep, project, "measured")]
+    if device is not None:
+        sections.append(_html_section(device, project, "ESTIMATE, not a measurement: each point's roofline bound"))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>relaytrace sweep: {_text(sweep.entry)}</title><style>{_STYLE}</style></head>\n<body>\n"
+        f"<h1>relaytrace sweep: {_text(sweep.entry)}</h1>\n"
+        "<p>Each layer's time per step fitted as base + B &times; (per sequence + per cached token &times; C), "
+        "B the sequences served at once, C the tokens in each one's KV cache; fit error: the root mean square "
+        "of the relative residuals over the measured points.</p>\n" + "\n".join(sections) + "\n</body></html>\n"
+    )
+
+
+_STYLE = (
+    "body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;margin:.5em 0 1.5em}"
+    "td,th{border-bottom:1px solid #ddd;padding:2px 8px;text-align:right}td:first-child,th:first-child"
+    "{text-align:left}.warn{color:#a60}"
+)
+
+
+def _html_section(sweep: Sweep, project: int | None, label: str) -> str:
+    """One sweep's plot and fit table, under ``label``."""
+    big = max(p.batch for p in sweep.points)
+    head = ["layer", "base µs", "µs per sequence", "µs per 1k cached tokens", "fit error", "worst point"]
+    if project:
+        head.append(f"at context {project}, batch {big} (ms)")
+    rows = []
+    for f in (*sweep.fits, sweep.step):
+        cells = [
+            _text(f.layer),
+            f"{f.base_us:.4g}",
+            f"{f.per_sequence_us:.4g}",
+            f"{1000 * f.per_cached_token_us:.4g}",
+            f"{100 * f.error:.1f}%",
+            f"{100 * f.worst:.1f}%",
+        ]
+        if project:
+            cells.append(f"{f.at(project, big) / 1e3:.4g}")
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    heading = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+    warn = ' class="warn"' if label != "measured" else ""
+    return f"<h2{warn}>{html.escape(label)}</h2>\n{sweep_svg(sweep)}<table>{heading}{''.join(rows)}</table>"
 
 
 def _measured(sweep: Sweep, layer: str) -> list[tuple[int, int, float]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from relaytrace.analysis.sweep import SweepPoint, fit_sweep
-from relaytrace.render.sweep import fits_csv, sweep_csv, sweep_svg, sweep_table
+from relaytrace.render.sweep import fits_csv, sweep_csv, sweep_html, sweep_svg, sweep_table
 
 
 def _points(curves, contexts=(64, 256, 1024), batches=(1, 8)):
@@ -47,3 +47,21 @@ def test_the_files_hold_every_point_and_escape_hostile_names():
     svg = sweep_svg(sweep)
     assert "<script>" not in svg and "&lt;script&gt;" in svg and "\x1b" not in svg
     assert "\x1b" not in sweep_table(sweep, 8192)
+
+
+def test_the_page_plots_the_sweep_and_tables_every_fit_with_the_device_bound_labelled():
+    hostile = "<img src=x onerror=alert(1)>\x1b[31m"
+    curves = {hostile: (2.0, 1.0, 0.05), "mlp": (5.0, 3.0, 0.0)}
+    sweep, device = fit_sweep("batch_decode", _points(curves)), fit_sweep("bound", _points(curves))
+    page = sweep_html(sweep, 8192, device)
+    assert "<img" not in page and "&lt;img" in page and "\x1b" not in page and "<script" not in page
+    assert page.count("<svg") == 2 and "ESTIMATE, not a measurement" in page
+    rows = [r for r in page.split("<tr>") if r.startswith("<td>")]
+    assert len(rows) == 2 * 3  # two layers and the step, measured and bounded
+    # the hostile layer's row: 2 us base, 1 per sequence, 50 per 1k cached, at 8192 x 8 in ms
+    row = next(r for r in rows if "onerror" in r)
+    cells = [c.split("</td>")[0] for c in row.split("<td>")[1:]]
+    assert cells[1:4] == ["2", "1", "50"] and float(cells[-1]) == pytest.approx(
+        (2 + 8 * (1 + 0.05 * 8192)) / 1e3, rel=1e-3
+    )
+    assert "at context" not in sweep_html(sweep, None)
