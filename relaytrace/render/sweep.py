@@ -74,9 +74,10 @@ def sweep_table(sweep: Sweep, project: int | None, top: int = 10) -> str:
     return "\n".join(lines)
 
 
-def sweep_svg(sweep: Sweep) -> str:
+def sweep_svg(sweep: Sweep, dots: str = "measured") -> str:
     """The plot: one panel per batch size, each layer of the slowest ``SHOWN`` in its
-    colour, measured points as dots and the fit as a line, both axes logarithmic."""
+    colour, its points as dots (``dots`` says what they are) and the fit as a line, both
+    axes logarithmic."""
     batches = sorted({p.batch for p in sweep.points})
     contexts = sorted({p.context for p in sweep.points})
     shown = sweep.fits[:SHOWN]
@@ -95,8 +96,8 @@ def sweep_svg(sweep: Sweep) -> str:
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{total_h}" '
         f'font-family="sans-serif" font-size="11">',
-        f'<text x="{pad}" y="18" font-size="13">{_text(sweep.entry)}: time per layer against context '
-        "(dots measured, lines fitted; log axes)</text>",
+        f'<text x="{pad}" y="16" font-size="13">{_text(sweep.entry)}: time per layer against context</text>',
+        f'<text x="{pad}" y="30">dots {_text(dots)}, lines fitted; log axes</text>',
     ]
 
     def place(x0, context, us):
@@ -138,9 +139,10 @@ def sweep_html(sweep: Sweep, project: int | None, device: Sweep | None = None) -
     estimate) the plot and a table of every layer's fit, its error and, given
     ``project``, its time there at the largest batch. One self-contained file, no
     script; every name from the model is escaped."""
-    sections = [_html_section(sweep, project, "measured")]
+    sections = [_html_section(sweep, project, "measured", "measured")]
     if device is not None:
-        sections.append(_html_section(device, project, "ESTIMATE, not a measurement: each point's roofline bound"))
+        label = "ESTIMATE, not a measurement: each point's roofline bound"
+        sections.append(_html_section(device, project, label, "each point's bound"))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>relaytrace sweep: {_text(sweep.entry)}</title><style>{_STYLE}</style></head>\n<body>\n"
@@ -158,8 +160,8 @@ _STYLE = (
 )
 
 
-def _html_section(sweep: Sweep, project: int | None, label: str) -> str:
-    """One sweep's plot and fit table, under ``label``."""
+def _html_section(sweep: Sweep, project: int | None, label: str, dots: str) -> str:
+    """One sweep's plot (its points ``dots``) and fit table, under ``label``."""
     big = max(p.batch for p in sweep.points)
     head = ["layer", "base µs", "µs per sequence", "µs per 1k cached tokens", "fit error", "worst point"]
     if project:
@@ -179,7 +181,7 @@ def _html_section(sweep: Sweep, project: int | None, label: str) -> str:
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     heading = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
     warn = ' class="warn"' if label != "measured" else ""
-    return f"<h2{warn}>{html.escape(label)}</h2>\n{sweep_svg(sweep)}<table>{heading}{''.join(rows)}</table>"
+    return f"<h2{warn}>{html.escape(label)}</h2>\n{sweep_svg(sweep, dots)}<table>{heading}{''.join(rows)}</table>"
 
 
 def _measured(sweep: Sweep, layer: str) -> list[tuple[int, int, float]]:

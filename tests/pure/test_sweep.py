@@ -55,7 +55,7 @@ def test_the_page_plots_the_sweep_and_tables_every_fit_with_the_device_bound_lab
     sweep, device = fit_sweep("batch_decode", _points(curves)), fit_sweep("bound", _points(curves))
     page = sweep_html(sweep, 8192, device)
     assert "<img" not in page and "&lt;img" in page and "\x1b" not in page and "<script" not in page
-    assert page.count("<svg") == 2 and "ESTIMATE, not a measurement" in page
+    assert page.count("<svg") == 2 and "ESTIMATE, not a measurement" in page and "dots each point&#x27;s bound" in page
     rows = [r for r in page.split("<tr>") if r.startswith("<td>")]
     assert len(rows) == 2 * 3  # two layers and the step, measured and bounded
     # the hostile layer's row: 2 us base, 1 per sequence, 50 per 1k cached, at 8192 x 8 in ms
