@@ -174,7 +174,11 @@ def test_a_byte_order_mark_is_read(out_dir, tmp_path):
 def test_a_directory_where_a_file_belongs_is_named(out_dir, tmp_path):
     _refused(["query", tmp_path, "--layer", "conv1"], 1, "no lineage file at")
     (tmp_path / "g.dot").mkdir()
-    _refused(["render", out_dir, "--format", "dot", "--out", tmp_path / "g.dot", "--force"], 1, "")
+    _refused(
+        ["render", out_dir, "--format", "dot", "--out", tmp_path / "g.dot", "--force"],
+        1,
+        f"{tmp_path / 'g.dot'} (a directory is in the way: name a file)",
+    )
 
 
 def test_output_piped_into_head_is_not_an_error(out_dir):
