@@ -67,7 +67,7 @@ def test_batch_norms_after_their_convs_are_found_and_the_folded_rebuild_runs_the
         assert ("conv2d" in ops) == ("batch_norm" in ops)
     rows = {r.layer: r for r in D.compare(plain.build_lineage, plain.profile, folded.build_lineage, folded.profile)}
     assert rows["layer1.0.bn1"].a_us > 0 and rows["layer1.0.bn1"].b_us is None
-    assert rows["layer1.0.bn1"].absent_b == "fused into layer1.0.conv1"  # its time is the conv's now
+    assert rows["layer1.0.bn1"].absent_b == D.Absence(D.Why.FUSED, ("layer1.0.conv1",))  # its time is the conv's now
 
 
 @pytest.fixture(scope="module")

@@ -359,12 +359,12 @@ def test_diff_says_where_a_layer_without_time_went_totals_and_sorts(two_runs):
     assert done.returncode == 0, done.stderr
     rows = D.compare(*load_pair(two_runs / "unfused"), *load_pair(two_runs / "fused"))
     fused = [r for r in rows if r.b_us is None and r.a_us is not None]
-    assert fused and all(r.absent_b.startswith("fused into ") for r in fused)
+    assert fused and all(r.absent_b.why == D.Why.FUSED for r in fused)
     by_layer = {r.layer: r for r in rows}
     for r in fused:  # the layer named hosts it: it has time in B, in a kernel call the fused layer's ops run in
-        host = by_layer[r.absent_b[len("fused into ") :].split(", ")[0]]
+        host = by_layer[r.absent_b.hosts[0]]
         assert host.b_us and set(host.kernels_b) & set(r.kernels_b), (r, host)
-    assert by_layer["relu"].absent_b == "fused into bn1"
+    assert by_layer["relu"].absent_b == D.Absence(D.Why.FUSED, ("bn1",))
     assert "missing" not in done.stdout and "fused into bn1" in done.stdout
     changes = [abs(r.change_us) for r in rows]
     assert changes == sorted(changes, reverse=True)

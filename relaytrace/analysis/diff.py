@@ -15,24 +15,65 @@ from pathlib import Path
 from attrs import define
 
 from ..errors import FileFormatError, RelaytraceError
+from ..model.names import Name
 from ..model.origin import OP
 from ..render.safe_text import csv_value, terminal
 from . import attribution
 
 
+class Match(Name):
+    """How a layer's ops compare between two imports matched by layer name."""
+
+    SAME = "same ops"
+    DIFFERENT = "different ops"
+    ONLY_A = "only in A"
+    ONLY_B = "only in B"
+
+
+class Why(Name):
+    """Why one side of a diff has no time of its own for a layer."""
+
+    FUSED = "fused into"  # its ops run in kernels other layers anchor
+    NO_KERNEL = "no kernel"  # eliminated, or run by VM builtins only
+    NOT_IN = "not in"  # that side has no such layer
+
+
+@define(frozen=True)
+class Absence:
+    """Why a side has no time for a layer (``why``), with the layers whose kernels its
+    ops run in (``hosts``, for ``FUSED``) or the side that lacks it (``side``, for
+    ``NOT_IN``: "A", "B", "the reference"). ``str()`` is the words a table shows; code
+    reads the fields, never the words."""
+
+    why: Why
+    hosts: tuple[str, ...] = ()
+    side: str = ""
+
+    def __str__(self) -> str:
+        if self.why == Why.FUSED:
+            return f"fused into {', '.join(self.hosts[:3])}{' ...' if len(self.hosts) > 3 else ''}"
+        return f"not in {self.side}" if self.why == Why.NOT_IN else str(self.why)
+
+
 @define(frozen=True)
 class LayerDiff:
-    """One layer in two runs A and B: each run's time (None where it is absent) and kernels."""
+    """One layer in two runs A and B: each run's time (None where it is absent, and
+    ``absent_a`` / ``absent_b`` why) and kernels."""
 
     layer: str
     a_us: float | None
     b_us: float | None
     kernels_a: tuple[str, ...]
     kernels_b: tuple[str, ...]
-    match: str = ""  # by layer name: same ops | different ops | only in A | only in B
-    absent_a: str = ""  # why A has no time for it: "fused into LAYER", "no kernel", "not in A"
-    absent_b: str = ""
+    match: Match | None = None  # by layer name only
+    absent_a: Absence | None = None
+    absent_b: Absence | None = None
     spread_us: float = 0.0  # how far the runs scatter this layer's time, both sides together
+
+    def shown(self, side: str) -> str:
+        """Side "a" or "b" as a table cell: its time in ms, or why it has none."""
+        us, absence = (self.a_us, self.absent_a) if side == "a" else (self.b_us, self.absent_b)
+        return str(absence) if us is None else f"{us / 1e3:.3f}"
 
     @property
     def within_noise(self) -> bool:
@@ -91,9 +132,9 @@ def compare(
             b[layer].us if layer in b else None,
             _kernels(lineage_a, layer),
             _kernels(lineage_b, layer),
-            _match(ops_a.get(layer), ops_b.get(layer)) if by_layer else "",
-            "" if layer in a else absent(lineage_a, layer, "A"),
-            "" if layer in b else absent(lineage_b, layer, "B"),
+            _match(ops_a.get(layer), ops_b.get(layer)) if by_layer else None,
+            None if layer in a else absent(lineage_a, layer, "A"),
+            None if layer in b else absent(lineage_b, layer, "B"),
             spread_a.get(layer, 0.0) + spread_b.get(layer, 0.0),
         )
         for layer in layers
@@ -120,15 +161,15 @@ def layer_spread(shares, profile) -> dict[str, float]:
     return spread
 
 
-def absent(lineage, layer: str, side: str) -> str:
+def absent(lineage, layer: str, side: str) -> Absence:
     """Why a layer has no time of its own in a lineage's profile: its ops run inside
     kernels another layer anchors (``fused into conv1``), in no kernel (eliminated, or
     VM builtins only), or the model has no such layer."""
     if layer not in lineage.layers():
-        return f"not in {side}"
+        return Absence(Why.NOT_IN, side=side)
     anchors = [lineage.origins[s.anchor].layer for s in lineage.kernels_of(layer) if s.anchor]
-    hosts = [a for a in dict.fromkeys(anchors) if a != layer]
-    return f"fused into {', '.join(hosts[:3])}{' ...' if len(hosts) > 3 else ''}" if hosts else "no kernel"
+    hosts = tuple(a for a in dict.fromkeys(anchors) if a != layer)
+    return Absence(Why.FUSED, hosts) if hosts else Absence(Why.NO_KERNEL)
 
 
 def totals(rows: tuple[LayerDiff, ...]) -> tuple[float, float]:
@@ -139,18 +180,16 @@ def totals(rows: tuple[LayerDiff, ...]) -> tuple[float, float]:
 def match_summary(rows: tuple[LayerDiff, ...]) -> str:
     """One line on how ``compare(..., by_layer=True)`` matched the layers (names as
     ``terminal`` shows them)."""
-    found = {
-        m: [r.layer for r in rows if r.match == m] for m in ("same ops", "different ops", "only in A", "only in B")
-    }
-    both = len(found["same ops"]) + len(found["different ops"])
+    found = {m: [r.layer for r in rows if r.match == m] for m in Match}
+    both = len(found[Match.SAME]) + len(found[Match.DIFFERENT])
     only = [
         f"{len(v)} {k} ({', '.join(map(terminal, v[:5]))}{' ...' if len(v) > 5 else ''})"
         for k, v in found.items()
-        if k.startswith("only") and v
+        if k in (Match.ONLY_A, Match.ONLY_B) and v
     ]
     return (
-        f"matched by layer name: {both} layers on both sides ({len(found['same ops'])} with the same ops, "
-        f"{len(found['different ops'])} with different ops)" + "".join(f"; {o}" for o in only)
+        f"matched by layer name: {both} layers on both sides ({len(found[Match.SAME])} with the same ops, "
+        f"{len(found[Match.DIFFERENT])} with different ops)" + "".join(f"; {o}" for o in only)
     )
 
 
@@ -163,12 +202,12 @@ def _layer_ops(lineage) -> dict[str, Counter]:
     return out
 
 
-def _match(ops_a, ops_b) -> str:
+def _match(ops_a, ops_b) -> Match:
     if ops_a is None:
-        return "only in B"
+        return Match.ONLY_B
     if ops_b is None:
-        return "only in A"
-    return "same ops" if ops_a == ops_b else "different ops"
+        return Match.ONLY_A
+    return Match.SAME if ops_a == ops_b else Match.DIFFERENT
 
 
 def _some_common_layer(lineage_a, lineage_b) -> None:
@@ -257,8 +296,8 @@ def compare_reference(lineage, profile, reference: dict[str, float], policy: str
             reference.get(layer),
             _kernels(lineage, layer),
             (),
-            absent_a="" if layer in ours else absent(lineage, layer, "A"),
-            absent_b="" if layer in reference else "not in the reference",
+            absent_a=None if layer in ours else absent(lineage, layer, "A"),
+            absent_b=None if layer in reference else Absence(Why.NOT_IN, side="the reference"),
             spread_us=spread.get(layer, 0.0),
         )
         for layer in layers

@@ -163,6 +163,7 @@ def _measured_change(args, finding, change: str, base, changed) -> None:
     profile."""
     from ..analysis import diff
     from ..analysis.advice import Measured, not_applied
+    from ..analysis.diff import Why
     from ..render.table import format_table
 
     (lineage_a, profile_a, again), (lineage_b, profile_b) = base, changed
@@ -179,7 +180,7 @@ def _measured_change(args, finding, change: str, base, changed) -> None:
     rows = diff.compare(lineage_a, profile_a, lineage_b, profile_b)
     named = [r for r in rows if r.layer in set(finding.layers)]
     if named:
-        inside = sum(r.b_us is None and r.absent_b.startswith("fused into") for r in named)
+        inside = sum(r.b_us is None and r.absent_b is not None and r.absent_b.why == Why.FUSED for r in named)
         echo(
             f"its {len(named)} layer(s): {sum(r.a_us or 0 for r in named) / 1e3:.3f} -> "
             f"{sum(r.b_us or 0 for r in named) / 1e3:.3f} ms"
@@ -193,8 +194,8 @@ def _measured_change(args, finding, change: str, base, changed) -> None:
             [
                 [
                     r.layer,
-                    _ms(r.a_us, r.absent_a),
-                    _ms(r.b_us, r.absent_b),
+                    r.shown("a"),
+                    r.shown("b"),
                     "-" if r.ratio is None else f"{r.ratio:.3f}" + (" ~" if r.within_noise else ""),
                 ]
                 for r in top
@@ -205,10 +206,6 @@ def _measured_change(args, finding, change: str, base, changed) -> None:
     if unverified:
         echo(f"({unverified} call site(s) of the rebuild are not verified: their layers' times are not sure)")
     echo()
-
-
-def _ms(us, why: str) -> str:
-    return why if us is None else f"{us / 1e3:.3f}"
 
 
 COMMAND = Command(

@@ -47,14 +47,11 @@ def run(args) -> int:
             ["match"] if args.by_layer else []
         )
 
-    def ms(us, why):
-        return why if us is None else f"{us / 1e3:.3f}"
-
     table = [
         [
             r.layer,
-            ms(r.a_us, r.absent_a),
-            ms(r.b_us, r.absent_b),
+            r.shown("a"),
+            r.shown("b"),
             "-" if r.ratio is None else f"{r.ratio:.3f}" + (" ~" if r.within_noise else ""),
             f"±{r.spread_us / 1e3:.3g}" if r.spread_us else "-",
             " ".join(r.kernels_a) + ("" if args.reference else " -> " + " ".join(r.kernels_b)),
