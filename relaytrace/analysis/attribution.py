@@ -218,8 +218,8 @@ def cache_shares(lineage: Lineage, profile: Profile) -> tuple[Share, ...]:
         listed = sites.get(parent.kernel, []) if parent else []
         ran_in = listed[parent.call].origins if parent is not None and parent.call < len(listed) else ()
         ops = [lineage.origins[o] for o in ran_in if o in lineage.origins and lineage.origins[o].kind == OP]
-        if len(ops) == 1:  # the op must be the builtin the run saw it inside
-            status = VERIFIED if parent is not None and parent.kernel.endswith(ops[0].short_op) else SUSPECT
+        if len(ops) == 1:  # the op must be a call of the very builtin the run saw it inside
+            status = VERIFIED if parent is not None and parent.kernel == ops[0].op else SUSPECT
             out.append(Share(key, ops[0].layer, ops[0].id, ops[0].short_op, Category.COMPUTE, us, status))
         else:
             out.append(Share(key, KV_CACHE, key.kernel, key.kernel, Category.UNRESOLVED, us, UNVERIFIED))
