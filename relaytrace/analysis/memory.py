@@ -30,7 +30,7 @@ from ..model.memory import Block, Held, MemoryPlan
 from ..model.names import Name
 from ..model.origin import OP
 from ..model.sitekey import SiteKey
-from ..model.work import LIMIT, Poly, concrete, evaluate, itemsize, normal, tensor_bytes
+from ..model.work import LIMIT, NotEvaluable, Poly, concrete, evaluate, itemsize, normal, tensor_bytes
 
 NO_SITE = "(no kernel)"  # the layer of a value no kernel call writes
 TVM_SAYS = "relax.analysis.estimate_memory_usage"
@@ -237,7 +237,7 @@ def memory_at(
         sizes = [_size(block.bytes, env) for block in plan.blocks]
         weights = [(w, _bytes(w.shape, w.dtype, env)) for w in plan.weights]
         inputs = sum(_bytes(shape, dtype, env) for _, shape, dtype in plan.inputs)
-    except KeyError as exc:
+    except NotEvaluable as exc:
         return Memory(
             entry,
             env,
@@ -290,19 +290,19 @@ def live_at(memory: Memory, step: int) -> tuple[LiveValue, ...]:
 def _size(poly: Poly, env: Mapping[str, int]) -> float:
     value = evaluate(poly, env)
     if not 0 <= value <= LIMIT:
-        raise KeyError(f"a size out of range ({value})")
+        raise NotEvaluable(f"a size out of range ({value})")
     return value
 
 
 def _bytes(shape, dtype: str, env: Mapping[str, int]) -> float:
     dims = concrete(shape, env)
     if dims is None:
-        raise KeyError(next((str(d) for d in shape if not isinstance(d, int)), "a dim"))
+        raise NotEvaluable(next((str(d) for d in shape if not isinstance(d, int)), "a dim"))
     if itemsize(dtype) is None:
         return 0.0  # a dtype of no known size (an opaque handle) is counted as none
     found = tensor_bytes((dims,), (dtype,))
     if found is None:
-        raise KeyError(f"a size out of range ({dims} of {dtype})")
+        raise NotEvaluable(f"a size out of range ({dims} of {dtype})")
     return found
 
 
@@ -365,7 +365,7 @@ def _live(spans, lifetimes, step: int) -> tuple[LiveValue, ...]:
 def _own(held: Held, env) -> float:
     try:
         return _bytes(held.shape, held.dtype, env)
-    except KeyError:
+    except NotEvaluable:
         return 0.0
 
 
@@ -427,7 +427,7 @@ def _layers(plan: MemoryPlan, weights, at_peak, layer_of, anchor_of, env) -> tup
         for held in block.tensors:
             try:
                 written[layer_of.get(held.site, NO_SITE)] += _bytes(held.shape, held.dtype, env)
-            except KeyError:
+            except NotEvaluable:
                 continue
     peak: dict[str, float] = defaultdict(float)
     for value in at_peak:

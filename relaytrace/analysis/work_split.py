@@ -29,7 +29,17 @@ from ..model.ops import estimated_flops, is_dequantize
 from ..model.peaks import Peaks
 from ..model.profile import ArgInfo
 from ..model.verification import matching
-from ..model.work import LIMIT, KernelWork, bind, concrete, evaluate, excess_why, tensor_bytes, useful_flops
+from ..model.work import (
+    LIMIT,
+    KernelWork,
+    NotEvaluable,
+    bind,
+    concrete,
+    evaluate,
+    excess_why,
+    tensor_bytes,
+    useful_flops,
+)
 
 FLOPS_PER_BYTE = 10.0
 EXCESS = 0.05  # executed FLOPs beyond useful ones by more than this fraction are named, with why
@@ -115,7 +125,7 @@ def _useful(origin, env: dict[str, int]) -> float | None:
     poly = useful_flops(origin)
     try:
         return None if poly is None else evaluate(poly, env)
-    except KeyError:
+    except NotEvaluable:
         return None
 
 
@@ -134,7 +144,7 @@ def _own_counts(lineage: Lineage, site: CallSite, origins: list, arg: ArgInfo | 
             return None
         try:
             counts.append((evaluate(work.flops, env), evaluate(work.transcendentals, env)))
-        except KeyError:
+        except NotEvaluable:
             return None
     asks = [_useful(o, env) or 0.0 for o in origins]
     out = []
@@ -169,7 +179,7 @@ def _bound(work: KernelWork | None, env: dict[str, int], peaks: Peaks | None) ->
         return None
     try:
         flops = evaluate(work.flops, env)
-    except KeyError:
+    except NotEvaluable:
         return None
     shapes = [concrete(dims, env) for dims, _ in work.params]
     moved = None if None in shapes else tensor_bytes(shapes, [dtype for _, dtype in work.params])

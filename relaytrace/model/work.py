@@ -308,35 +308,43 @@ def work_at(work: KernelWork | None, shapes, dtypes) -> Work:
         return Work(None, None, moved, "its arguments do not match the kernel's parameters")
     try:
         flops, trans = evaluate(work.flops, env), evaluate(work.transcendentals, env)
-    except KeyError as exc:
+    except NotEvaluable as exc:
         return Work(None, None, moved, f"its formula does not evaluate at these shapes ({exc.args[0]})")
     if not (0 <= flops <= LIMIT and 0 <= trans <= LIMIT):
         return Work(None, None, moved, "its formula gives no count at these shapes (negative or beyond 1e30)")
     return Work(flops, trans, moved)
 
 
+class NotEvaluable(Exception):
+    """A formula or size that has no value at the dims given: a dim missing, an atom no
+    expression ``shapes.evaluate_dim`` reads, or a value beyond range. Its own class, so
+    that "cannot be evaluated" is never a ``KeyError`` a bug raised."""
+
+
 def evaluate(poly: Poly, env: Mapping[str, int]) -> float:
-    """A formula's value with each dim name as ``env`` gives it (a KeyError names a dim
-    missing, or an atom that is no expression ``shapes.evaluate_dim`` reads, or a
+    """A formula's value with each dim name as ``env`` gives it (``NotEvaluable`` names a
+    dim missing, or an atom that is no expression ``shapes.evaluate_dim`` reads, or a
     value beyond a float)."""
     total = 0
     for coef, atoms in poly:
         if abs(coef) > LIMIT:
-            raise KeyError("a coefficient beyond 1e30")
+            raise NotEvaluable("a coefficient beyond 1e30")
         value = coef
         for atom in atoms:
             if _is_name(atom):
+                if atom not in env:
+                    raise NotEvaluable(atom)
                 value *= env[atom]
                 continue
             found = evaluate_dim(atom, env)
             if found is None:
-                raise KeyError(atom)
+                raise NotEvaluable(atom)
             value *= found
         total += value
     try:
         return float(total)
     except OverflowError:
-        raise KeyError("a value beyond a float") from None
+        raise NotEvaluable("a value beyond a float") from None
 
 
 def _is_name(atom: str) -> bool:
