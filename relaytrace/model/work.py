@@ -187,7 +187,7 @@ def library_work(ops, params) -> KernelWork:
         )
     return KernelWork(
         params,
-        _merged(terms),
+        normal(terms),
         (),
         FROM_OPS,
         (
@@ -208,14 +208,6 @@ def _product(factors) -> Term:
         else:
             atoms.append(str(f))
     return coef, tuple(sorted(atoms))
-
-
-def _merged(terms) -> Poly:
-    """Terms with equal atoms added up, in the order of their atoms."""
-    out: dict[tuple[str, ...], int] = {}
-    for coef, atoms in terms:
-        out[atoms] = out.get(atoms, 0) + coef
-    return tuple((coef, atoms) for atoms, coef in sorted(out.items()) if coef)
 
 
 def itemsize(dtype: str) -> int | None:
