@@ -29,12 +29,35 @@ from typing import Protocol
 
 from attrs import define
 
+from ..model.names import Name
 from ..model.origin import INSERTED, OP
 from .attribution import Category
 
-FOLD_BATCH_NORM, LAYOUT_NCHW, FUSED, FLOAT32 = "fold-batch-norm", "layout NCHW", "pipeline fused", "precision fp32"
-LIFT_PARAMS = "lift-params"
-REBUILDS = (FOLD_BATCH_NORM, LAYOUT_NCHW, FUSED, FLOAT32, LIFT_PARAMS)  # the changes relaytrace can rebuild with itself
+
+class Rebuild(Name):
+    """A change relaytrace can rebuild with itself (``advise --verify``), and the run.json
+    option and value that make it (``option``)."""
+
+    FOLD_BATCH_NORM = "fold-batch-norm"
+    LAYOUT_NCHW = "layout NCHW"
+    FUSED = "pipeline fused"
+    FLOAT32 = "precision fp32"
+    LIFT_PARAMS = "lift-params"
+
+    @property
+    def option(self) -> tuple[str, object]:
+        """``(RunSpec field, value)``: how the rebuild is made."""
+        return _OPTIONS[self]
+
+
+_OPTIONS: dict[Rebuild, tuple[str, object]] = {
+    Rebuild.FOLD_BATCH_NORM: ("fold_batch_norm", True),
+    Rebuild.LAYOUT_NCHW: ("layout", "NCHW"),
+    Rebuild.FUSED: ("pipeline", "fused"),
+    Rebuild.FLOAT32: ("precision", "fp32"),
+    Rebuild.LIFT_PARAMS: ("lift_params", True),
+}
+FOLD_BATCH_NORM, LAYOUT_NCHW, FUSED, FLOAT32, LIFT_PARAMS = Rebuild
 SHARE = 0.002  # a finding below this share of the end-to-end time is not worth a line
 FAR_BELOW = 0.10  # a layer at under this roofline efficiency is far below its bound
 TINY_US = 5.0  # a kernel call under this many microseconds is dominated by the VM's dispatch
@@ -43,12 +66,12 @@ TINY_US = 5.0  # a kernel call under this many microseconds is dominated by the 
 @define(frozen=True)
 class Change:
     """What to change: in words (``what``), the TVM API or relaytrace option that does it
-    (``how``), and the rebuild relaytrace makes to measure it (one of ``REBUILDS``; ""
-    when it cannot, e.g. tuning, which takes its own time budget)."""
+    (``how``), and the rebuild relaytrace makes to measure it (None when it cannot,
+    e.g. tuning, which takes its own time budget)."""
 
     what: str
     how: str
-    rebuild: str = ""
+    rebuild: Rebuild | None = None
 
 
 @define(frozen=True)

@@ -56,19 +56,9 @@ def _finding_text(i: int, finding, e2e_us: float) -> str:
         lines.append(f"   layers: {', '.join(terminal(n) for n in finding.layers[:6])}{more}")
     lines.append(
         f"   change: {finding.change.what}: {finding.change.how}"
-        + ("" if finding.change.rebuild else " (not rebuilt by --verify)")
+        + ("" if finding.change.rebuild is not None else " (not rebuilt by --verify)")
     )
     return "\n".join(lines) + "\n"
-
-
-# how each change relaytrace can make is made: the run.json field and its value
-_CHANGES = {
-    "fold-batch-norm": ("fold_batch_norm", True),
-    "layout NCHW": ("layout", "NCHW"),
-    "pipeline fused": ("pipeline", "fused"),
-    "precision fp32": ("precision", "fp32"),
-    "lift-params": ("lift_params", True),
-}
 
 
 def _verify(args, report) -> None:
@@ -89,9 +79,9 @@ def _verify(args, report) -> None:
     say = progress(args)
     todo = []
     for finding in report.advice:
-        if finding.change.rebuild not in _CHANGES:
+        if finding.change.rebuild is None:
             continue
-        field, value = _CHANGES[finding.change.rebuild]
+        field, value = finding.change.rebuild.option
         if getattr(info, field) == value:
             echo(f"{finding.rule}: DIR was built with {field} {value} already: nothing to rebuild")
         else:

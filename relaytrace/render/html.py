@@ -118,7 +118,7 @@ def report_data(report) -> dict:
                 "saving_ms": f.saving_us / 1e3,
                 "what": f.change.what,
                 "how": f.change.how,
-                "measured": bool(f.change.rebuild),
+                "measured": f.change.rebuild is not None,
             }
             for f in report.advice
         ],

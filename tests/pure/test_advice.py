@@ -179,6 +179,6 @@ def test_kernels_on_weights_alone_are_told_to_be_computed_once_and_one_fed_by_th
                          report.profile)  # fmt: skip
     (found,) = A.WeightOnlyCompute().find(report)
     assert found.sites == ("transpose#0",) and found.layers == ("fc",) and found.saving_us == 300.0
-    assert "LiftTransformParams" in found.change.how and found.change.rebuild == "lift-params"
+    assert "LiftTransformParams" in found.change.how and found.change.rebuild == A.Rebuild.LIFT_PARAMS
     unplanned = _timed(sites, {"transpose#0": 300.0, "matmul#0": 700.0}, origins, 1000.0, edges=((0, 1),))
     assert A.WeightOnlyCompute().find(unplanned) == ()  # no memory plan: which tensors are weights is not known
