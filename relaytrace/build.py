@@ -308,7 +308,8 @@ def build(
 
         if pipeline != "fused" or convert_layout or mixed_precision or fold_batch_norm or lift_params:
             raise RelaytraceError(
-                "a tuning database applies to the fused pipeline without --layout NHWC or mixed precision"
+                "a tuning database applies to the fused pipeline alone: without --layout NHWC, mixed precision, "
+                "--fold-batch-norm or --lift-params"
             )
         target = tasks.tuning_target(target)
         seq = tasks.tuned_pipeline(target, tasks.open_database(database))

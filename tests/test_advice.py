@@ -15,7 +15,7 @@ import pytest
 import relaytrace
 from relaytrace import zoo
 from relaytrace.analysis import diff as D
-from relaytrace.analysis.advice import FOLD_BATCH_NORM, LAYOUT_NCHW, SHARE, Measured, not_applied
+from relaytrace.analysis.advice import SHARE, Measured, Rebuild, not_applied
 from relaytrace.analysis.attribution import Category
 from relaytrace.analysis.report import make_report
 from relaytrace.build import NHWC
@@ -57,7 +57,7 @@ def test_batch_norms_after_their_convs_are_found_and_the_folded_rebuild_runs_the
     assert len({o for s in norms for o in s.origin_ids if plain.lineage.origins[o].short_op == "batch_norm"}) == 20
     assert set(found.layers) == {o.layer for o in plain.lineage.origins.values() if o.short_op == "batch_norm"}
     assert found.saving_us == pytest.approx(sum(plain.site_us[s.label] for s in norms))
-    assert found.change.rebuild == FOLD_BATCH_NORM
+    assert found.change.rebuild == Rebuild.FOLD_BATCH_NORM
     folded = _report(model, example, fold_batch_norm=True)
     coverage = folded.lineage.coverage()
     assert coverage.verified_sites == coverage.call_sites == len(plain.lineage.call_sites) - len(norms)
@@ -204,7 +204,7 @@ def test_a_convnext_built_nhwc_is_told_its_layout_transforms_and_the_nchw_rebuil
             for s in lineage.call_sites
             if any(lineage.origins[o].pass_name == "ConvertLayout" for o in s.origin_ids)
         }
-        assert set(finding.sites) == inserted and finding.change.rebuild == LAYOUT_NCHW
+        assert set(finding.sites) == inserted and finding.change.rebuild == Rebuild.LAYOUT_NCHW
         assert finding.saving_us == pytest.approx(spent)
         assert {name for name, _ in nhwc.categories.inserted_by_layer} == set(finding.layers)
     nchw = _report(model, example)

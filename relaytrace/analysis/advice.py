@@ -57,7 +57,6 @@ _OPTIONS: dict[Rebuild, tuple[str, object]] = {
     Rebuild.FLOAT32: ("precision", "fp32"),
     Rebuild.LIFT_PARAMS: ("lift_params", True),
 }
-FOLD_BATCH_NORM, LAYOUT_NCHW, FUSED, FLOAT32, LIFT_PARAMS = Rebuild
 SHARE = 0.002  # a finding below this share of the end-to-end time is not worth a line
 FAR_BELOW = 0.10  # a layer at under this roofline efficiency is far below its bound
 TINY_US = 5.0  # a kernel call under this many microseconds is dominated by the VM's dispatch
@@ -157,7 +156,7 @@ class SeparateBatchNorm:
                 Change(
                     "fold each batch norm into the conv before it",
                     "relax.transform.FoldBatchnormToConv2D() before the pipeline (relaytrace: --fold-batch-norm)",
-                    FOLD_BATCH_NORM,
+                    Rebuild.FOLD_BATCH_NORM,
                 ),
             ),
         )
@@ -187,12 +186,12 @@ class InsertedOverhead:
         "ConvertLayout": Change(
             "build in the model's own layout (NCHW), or convert only the ops that gain",
             "drop relax.transform.ConvertLayout (relaytrace: --layout NCHW)",
-            LAYOUT_NCHW,
+            Rebuild.LAYOUT_NCHW,
         ),
         "ToMixedPrecision": Change(
             "compute in float32, or cast fewer ops (the ops it keeps in float32 need casts)",
             "drop relax.transform.ToMixedPrecision (relaytrace: --precision fp32)",
-            FLOAT32,
+            Rebuild.FLOAT32,
         ),
         "AlterOpImpl": Change(
             "keep the default operator implementation for these ops",
@@ -361,7 +360,9 @@ class VmOverhead:
         kind = _target_kind(build.target)
         if build.options.pipeline != "fused":
             change = Change(
-                "fuse the ops into fewer kernels", "relax.get_default_pipeline (relaytrace: --pipeline fused)", FUSED
+                "fuse the ops into fewer kernels",
+                "relax.get_default_pipeline (relaytrace: --pipeline fused)",
+                Rebuild.FUSED,
             )
         elif kind == "cuda":
             change = Change(
@@ -448,7 +449,7 @@ class WeightOnlyCompute:
                     "relax.transform.LiftTransformParams() (moves them into a transform_params function run once), "
                     "or store the weights transposed / fuse the transpose into the matmul (MLC-LLM's "
                     "FuseTransposeMatmul)",
-                    LIFT_PARAMS,
+                    Rebuild.LIFT_PARAMS,
                 ),
             ),
         )
@@ -456,9 +457,9 @@ class WeightOnlyCompute:
     def left(self, finding: Finding, before, after) -> str:
         """Which of the finding's ops the rebuild still runs in its entry, at every call:
         those ``LiftTransformParams`` did not move out ("" when it moved them all)."""
-        positions = {s.label: s for s in before.call_sites}
-        moved = {o for label in finding.sites if label in positions for o in positions[label].origin_ids}
-        entry = {positions[label].function for label in finding.sites if label in positions}
+        sites = [s for s in before.call_sites if s.label in set(finding.sites)]
+        moved = {o for s in sites for o in s.origin_ids}
+        entry = {s.function for s in sites}
         still = {o for s in after.call_sites if s.function in entry for o in s.origin_ids} & moved
         if not still:
             return ""

@@ -139,10 +139,9 @@ def sweep_html(sweep: Sweep, project: int | None, device: Sweep | None = None) -
     estimate) the plot and a table of every layer's fit, its error and, given
     ``project``, its time there at the largest batch. One self-contained file, no
     script; every name from the model is escaped."""
-    sections = [_html_section(sweep, project, "measured", "measured")]
+    sections = [_html_section(sweep, project, estimate=False)]
     if device is not None:
-        label = "ESTIMATE, not a measurement: each point's roofline bound"
-        sections.append(_html_section(device, project, label, "each point's bound"))
+        sections.append(_html_section(device, project, estimate=True))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>relaytrace sweep: {_text(sweep.entry)}</title><style>{_STYLE}</style></head>\n<body>\n"
@@ -160,8 +159,9 @@ _STYLE = (
 )
 
 
-def _html_section(sweep: Sweep, project: int | None, label: str, dots: str) -> str:
-    """One sweep's plot (its points ``dots``) and fit table, under ``label``."""
+def _html_section(sweep: Sweep, project: int | None, estimate: bool) -> str:
+    """One sweep's plot and fit table: measured, or each point's bound (``estimate``),
+    headed and coloured as such."""
     big = max(p.batch for p in sweep.points)
     head = ["layer", "base µs", "µs per sequence", "µs per 1k cached tokens", "fit error", "worst point"]
     if project:
@@ -180,8 +180,13 @@ def _html_section(sweep: Sweep, project: int | None, label: str, dots: str) -> s
             cells.append(f"{f.at(project, big) / 1e3:.4g}")
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     heading = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
-    warn = ' class="warn"' if label != "measured" else ""
-    return f"<h2{warn}>{html.escape(label)}</h2>\n{sweep_svg(sweep, dots)}<table>{heading}{''.join(rows)}</table>"
+    title = (
+        '<h2 class="warn">ESTIMATE, not a measurement: each point\'s roofline bound</h2>'
+        if estimate
+        else "<h2>measured</h2>"
+    )
+    plot = sweep_svg(sweep, "each point's bound" if estimate else "measured")
+    return f"{title}\n{plot}<table>{heading}{''.join(rows)}</table>"
 
 
 def _measured(sweep: Sweep, layer: str) -> list[tuple[int, int, float]]:

@@ -43,7 +43,7 @@ def test_a_batch_norm_after_its_conv_is_told_to_fold_and_one_fused_with_it_is_no
     report = _timed(sites, {"conv2d#0": 900.0, "fused_batch_norm#0": 100.0}, CONV_BN, 1000.0, edges=((0, 1),))
     (found,) = A.SeparateBatchNorm().find(report)
     assert found.layers == ("bn1",) and found.sites == ("fused_batch_norm#0",) and found.saving_us == 100.0
-    assert found.change.rebuild == A.FOLD_BATCH_NORM and "FoldBatchnormToConv2D" in found.change.how
+    assert found.change.rebuild == A.Rebuild.FOLD_BATCH_NORM and "FoldBatchnormToConv2D" in found.change.how
     fused = (CallSite("fused_conv2d_batch_norm", 0, 0, (Role("c", "anchor"), Role("b", "fused"))),)
     assert A.SeparateBatchNorm().find(_timed(fused, {"fused_conv2d_batch_norm#0": 1000.0}, CONV_BN, 1000.0)) == ()
     unfed = _timed(sites, {"conv2d#0": 900.0, "fused_batch_norm#0": 100.0}, CONV_BN, 1000.0)  # no data flow between
@@ -67,7 +67,7 @@ def test_inserted_layout_transforms_are_billed_to_their_pass_with_the_layers_tha
     (found,) = A.InsertedOverhead().find(report)
     assert found.title.startswith("ops ConvertLayout inserted take 0.010 ms")
     assert set(found.layers) == {"conv1", "fc"} and found.sites == ("layout_transform#0",)
-    assert found.saving_us == 10.0 and found.change.rebuild == A.LAYOUT_NCHW
+    assert found.saving_us == 10.0 and found.change.rebuild == A.Rebuild.LAYOUT_NCHW
     clean = attrs.evolve(
         lineage(),
         origins={
@@ -107,7 +107,7 @@ def test_many_tiny_calls_are_told_to_fuse_or_graph_for_the_target_saving_only_th
     us = {s.label: 2.0 for s in sites}
     unfused = _timed(sites, us, origins, 100.0, pipeline="unfused", builtin_us=30.0)
     (found,) = A.VmOverhead().find(unfused)
-    assert len(found.sites) == 12 and found.change.rebuild == A.FUSED
+    assert len(found.sites) == 12 and found.change.rebuild == A.Rebuild.FUSED
     assert found.saving_us == 46.0  # the dispatch gap: the builtins (30) and the tiny calls' compute (24) stay
     assert "take 0.024 ms of their own compute, which the change keeps" in found.evidence[0]
     assert A.VmOverhead().find(_timed(sites, us, origins, 100.0, builtin_us=30.0)) == ()  # fused, on a CPU: no change
