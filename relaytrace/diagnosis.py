@@ -32,6 +32,7 @@ from collections.abc import Callable
 from attrs import define
 
 from .errors import RelaytraceError, describe
+from .model.names import Name
 from .model.ops import short_op
 
 CODEGEN = "code generation"
@@ -84,6 +85,16 @@ LIMITATIONS = (  # extend as more are met: a test builds each one's model and ch
 )
 
 
+class Plain(Name):
+    """What plain ``tvm.compile`` (the same module, target, pipeline and PassContext, no
+    instruments) did with a build relaytrace saw fail."""
+
+    NOT_TRIED = ""
+    SAME = "same"  # failed the same way
+    BUILT = "built"
+    OTHER = "other"  # failed another way
+
+
 @define(frozen=True)
 class BuildFailure:
     """Where TVM failed: ``step`` is ``pass NAME`` or ``code generation``;
@@ -91,15 +102,16 @@ class BuildFailure:
     generation met still as Relax ops (no pass lowered them), ``layers`` the layers of
     the ops they hold and ``sources`` where in the model's code those ops were made
     (``Origin.source``); ``cause`` TVM's error (``errors.describe``); ``plain`` what
-    plain ``tvm.compile`` did: ``same`` (failed the same way), ``built``, ``other:
-    CAUSE`` or ``""`` (not tried); ``limitation`` the known TVM limitation it matches
-    (``LIMITATIONS``), if any."""
+    plain ``tvm.compile`` did (``Plain``), ``plain_cause`` its error when it failed
+    otherwise; ``limitation`` the known TVM limitation it matches (``LIMITATIONS``), if
+    any."""
 
     step: str
     primfuncs: tuple[str, ...]
     layers: tuple[str, ...]
     cause: str
-    plain: str = ""
+    plain: Plain = Plain.NOT_TRIED
+    plain_cause: str = ""
     unlowered: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     limitation: Limitation | None = None
@@ -127,17 +139,17 @@ class BuildFailure:
         text += f": {self.cause}"
         if self.limitation is not None:
             text += f"; a known TVM limitation: {self.limitation.what}; to build: {self.limitation.workaround}"
-        if self.plain == "same":
+        if self.plain == Plain.SAME:
             text += "; plain tvm.compile fails the same way: TVM's own failure, not relaytrace's" + (
                 "" if self.limitation else " (change the model around it, or report it to TVM)"
             )
-        elif self.plain == "built":
+        elif self.plain == Plain.BUILT:
             text += (
                 "; plain tvm.compile (no instruments) builds it: relaytrace's tracing broke the build, "
                 "please report it to relaytrace"
             )
-        elif self.plain:
-            text += f"; plain tvm.compile fails too, otherwise: {self.plain.split(': ', 1)[1]}"
+        elif self.plain == Plain.OTHER:
+            text += f"; plain tvm.compile fails too, otherwise: {self.plain_cause}"
         return text
 
 
@@ -187,12 +199,14 @@ def diagnose(
     )
     limitation = next((lim for lim in LIMITATIONS for o in failing if lim.matches(step, cause, o)), None)
     named = [o for o in failing if limitation.matches(step, cause, o)] if limitation else failing
+    outcome, plain_cause = _plain_result(plain, exc) if plain else (Plain.NOT_TRIED, "")
     return BuildFailure(
         step,
         primfuncs,
         tuple(dict.fromkeys(o.layer for o in named)),
         cause,
-        _plain_result(plain, exc) if plain else "",
+        outcome,
+        plain_cause,
         tuple(dict.fromkeys(short_op(name) for name in unlowered)),
         tuple(dict.fromkeys(_short_source(o.source) for o in named if o.source)),
         limitation,
@@ -250,11 +264,11 @@ def _named_in(text: str, functions: dict) -> tuple[str, ...]:
     )
 
 
-def _plain_result(plain: Callable[[], object], exc: Exception) -> str:
-    """``same``, ``built`` or ``other: CAUSE`` for plain ``tvm.compile``."""
+def _plain_result(plain: Callable[[], object], exc: Exception) -> tuple[Plain, str]:
+    """What plain ``tvm.compile`` did, and its error when it failed otherwise."""
     try:
         plain()
     except Exception as again:  # noqa: BLE001 - its failure is the answer
         same = type(again) is type(exc) and describe(again) == describe(exc)
-        return "same" if same else f"other: {describe(again)}"
-    return "built"
+        return (Plain.SAME, "") if same else (Plain.OTHER, describe(again))
+    return Plain.BUILT, ""

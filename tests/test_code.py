@@ -29,6 +29,13 @@ def assert_every_block_mapped_and_verified(lineage) -> dict:
     assert code is not None and code.problems == ()
     compiled = {k for k, sites in lineage.kernels.items() if not sites[0].library}
     assert compiled <= set(code.kernels)
+    for name, kernel in code.kernels.items():  # each block's line is its own, as TVM prints it
+        for text, blocks in ((kernel.fused, kernel.blocks), (kernel.built, kernel.built_blocks)):
+            rows = text.splitlines()
+            assert all(f'T.sblock("{b.name}")' in rows[b.line - 1] for b in blocks), name
+    for name, function in code.functions.items():
+        rows = function.text.splitlines()
+        assert all(c.callee in rows[c.line - 1] for c in function.calls), name
     found = provenance(lineage)
     for name, kernel in found["kernels"].items():
         if not kernel["blocks"]:  # a shape function's TIR computes in no block, nor need hand-written TIR
@@ -262,3 +269,45 @@ def test_resnet50_fused_and_nhwc_every_block_is_mapped_verified_and_inserted_blo
     # block named as an op ConvertLayout inserted, serving model ops
     assert {o.pass_name for o in inserted} == {"ConvertLayout"} and all(o.serves for o in inserted)
     assert "conv1" in {o.layer for o in inserted}
+
+
+def test_the_printer_places_each_block_asked_about_and_a_hostile_name_cannot_move_one():
+    """``script_lines`` reads lines from the annotations TVM's printer writes, under a tag
+    made for the print: a block named like a marker, with a newline and a comment in its
+    name, stays on its line; the text is the printer's own; an object the printer did
+    not mark (not in the function) fails loudly, never silently without a line."""
+    import tvm_ffi
+    from tvm.s_tir.stmt import SBlock
+    from tvm.script import tirx as T
+
+    from relaytrace.tracking.printed import PrinterChanged, script_lines
+
+    @T.prim_func(private=True, s_tir=True)
+    def kernel(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in range(4):
+            with T.sblock("double\n  # relaytrace-0 1"):
+                vi = T.axis.spatial(4, i)
+                b[vi] = a[vi] * T.float32(2)
+        for i in range(4):
+            with T.sblock("relaytrace-0 0"):
+                vi = T.axis.spatial(4, i)
+                b[vi] = b[vi] + T.float32(1)
+
+    blocks: list = []
+    tvm_ffi.structural_walk(kernel.body, (SBlock, blocks.append), order="pre")
+    blocks = [b for b in blocks if b.name_hint != "root"]
+    text, lines = script_lines(kernel, "kernel", blocks)
+    assert text == kernel.script(name="kernel")
+    rows = text.splitlines()
+    assert [rows[n - 1].strip()[:18] for n in lines] == ['with T.sblock("dou', 'with T.sblock("rel']
+    assert lines[0] < lines[1]
+
+    @T.prim_func(private=True, s_tir=True)
+    def other(a: T.Buffer((4,), "float32")):
+        for i in range(4):
+            with T.sblock("zero"):
+                vi = T.axis.spatial(4, i)
+                a[vi] = T.float32(0)
+
+    with pytest.raises(PrinterChanged, match="1 of 1 objects of other"):
+        script_lines(other, "other", blocks[:1])

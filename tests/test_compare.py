@@ -165,7 +165,10 @@ def test_cli_compare_writes_its_outputs_and_the_report_shows_them(tmp_path, tiny
     assert result.tolerance == "the default for float32"
     routes = [row["read"] for row in csv.DictReader((out / "compare.csv").open())]
     assert routes == [e.route or "" for e in result.layers] and "direct" in routes
-    assert "max abs" in (out / "errors.svg").read_text()
+    svg = (out / "errors.svg").read_text()
+    assert "max abs" in svg
+    fused = [e for e in result.layers if e.status == FUSED]  # each names the call that holds its value
+    assert fused and all(f"fused: {e.site}" in svg for e in fused)
     code, stdout, err = run_cli(
         ["render", tiny_out, "--format", "html", "--compare", out / "compare.json", "--out", tmp_path / "r.html"]
     )

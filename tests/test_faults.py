@@ -861,7 +861,7 @@ def test_tvms_own_pass_failure_names_the_pass_and_the_api_keeps_tvms_error():
     from tvm.script import relax as R
 
     import relaytrace
-    from relaytrace.diagnosis import BuildFailedError
+    from relaytrace.diagnosis import BuildFailedError, Plain
 
     @tvm.script.ir_module
     class OpenShape:
@@ -875,7 +875,7 @@ def test_tvms_own_pass_failure_names_the_pass_and_the_api_keeps_tvms_error():
     with pytest.raises(BuildFailedError) as caught:
         relaytrace.build(OpenShape, "llvm")
     failure = caught.value.failure
-    assert failure.step == "pass DispatchSortScan" and failure.plain == "same"
+    assert failure.step == "pass DispatchSortScan" and failure.plain == Plain.SAME
     assert isinstance(caught.value.__cause__, ValueError)
     assert str(caught.value) == (
         "TVM's pass DispatchSortScan failed (TVM does not say on which op): ValueError: "

@@ -456,6 +456,23 @@ def test_every_block_of_every_kernel_and_of_the_kv_cache_kernels_is_mapped_and_v
     assert site.line and site.blocks
 
 
+def test_a_buffer_read_to_index_a_written_region_is_read_not_written(built):
+    """The KV cache's append writes its pages at the slots its position map names, and
+    its ragged prefill writes its output rows at offsets its ``q_indptr`` gives: the
+    map and the offsets are read (they are the kernel's inputs), not written, and no
+    output of the kernel."""
+    from relaytrace.model.entry import APPEND, RAGGED_PREFILL, kernel_role
+
+    _, lineage = built
+    cache = lineage.build.kv_cache
+    kernels = {kernel_role(cache, k): lineage.code.kernels[k] for k in cache.kernels}
+    append, prefill = kernels[APPEND], kernels[RAGGED_PREFILL]
+    assert {w for b in append.blocks for w in b.writes} == {"pages"} and append.outputs == ("pages",)
+    assert all("position_map" in b.reads for b in append.blocks)
+    assert set(prefill.outputs) == {"output", "lse"}
+    assert "q_indptr" in prefill.blocks[0].reads
+
+
 def test_an_attention_layers_code_holds_the_kv_cache_kernels_its_builtin_runs(built):
     from relaytrace.model.entry import PAGED_DECODE, RAGGED_PREFILL, kernel_role
 

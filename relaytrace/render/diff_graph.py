@@ -6,6 +6,7 @@ from __future__ import annotations
 import graphviz
 
 from ..analysis import attribution
+from ..model.numerics import FUSED
 from .graphviz import _label, _node_names
 
 _FASTER = ("#edf8e9", "#bae4b3", "#74c476", "#31a354", "#006d2c")
@@ -45,7 +46,7 @@ def error_graph(lineage, comparison):
     def describe(layer):
         e = by_layer.get(layer)
         if e is None or not e.compared:
-            note = e.note.split(":")[0] if e else "not in the comparison"
+            note = _not_compared(e) if e else "not in the comparison"
             return note, {"fillcolor": "#eeeeee", "style": "rounded,filled,dashed", "fontcolor": "#555555"}
         text = f"max abs {e.max_abs:.3g}" if e.max_abs is not None else f"{e.nan} NaN, {e.inf} Inf"
         if e.status == "beyond":
@@ -61,6 +62,12 @@ def error_graph(lineage, comparison):
         f"{comparison.rtol:g}; darker: closer to the tolerance; red: beyond)",
         describe,
     )
+
+
+def _not_compared(e) -> str:
+    """Why a layer's node shows no error: its outcome, and for a fused layer the call
+    that holds its value (the full reason is the comparison's note)."""
+    return f"{e.status.value}: {e.site}" if e.status == FUSED and e.site else e.status.value
 
 
 def _layers(lineage, name: str, title: str, describe):

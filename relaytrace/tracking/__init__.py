@@ -16,6 +16,8 @@ Modules:
 - ``origins``: an ``Origin`` and a stable id for every op of the input
 - ``params``: weights a pass moved between parameters and functions, as MLC-LLM's
   pipeline moves them
+- ``printed``: a function's TVMScript and the line the printer put each of some of its
+  IR objects on
 - ``passlog``: the pass log the tracker keeps while it follows a build
 - ``reader``: a Relax function as the tracker reads it: named records, read on demand
 - ``recorder``: the PassInstrument: records what each pass left, and says when the Relax

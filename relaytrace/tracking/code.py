@@ -3,10 +3,13 @@
 ``code_of`` prints each Relax function of the last module with Relax functions (the
 program the VM runs) and each kernel's PrimFunc twice: in the first module that has it
 after fusion (as ``FuseTIR`` left it) and in the last (as built, when a schedule
-changed it). Blocks, buffers and calls are read from the printed TVMScript, the text
-the user reads: a block is ``with T.sblock("name"):`` and the lines under it, its
-buffers those its ``T.reads`` / ``T.writes`` name. The members of a fused kernel are
-the group FuseOps made, read as ``truth.kernel_members`` reads them (same order).
+changed it). Blocks, buffers and calls are read from the IR (TVM's structural walk over
+the TIR and Relax ASTs), never from the printed text: a block is an ``SBlock`` but the
+root, its buffers those its ``reads`` / ``writes`` regions name (an opaque block's: the
+buffers it stores to); a call is a binding naming a function or a kernel. The text is
+what the user reads, and only the lines come from it (``printed.script_lines``). The
+members of a fused kernel are the group FuseOps made, read as ``truth.kernel_members``
+reads them (same order).
 """
 
 from __future__ import annotations
@@ -16,26 +19,23 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import tvm_ffi
+from tvm import relax
+from tvm.ir import GlobalVar, Op, TensorLoad
+from tvm.s_tir.stmt import SBlock
+from tvm.tirx import BufferType
+from tvm.tirx.stmt import BufferStore
+from tvm_ffi.structural import WalkResult
 
 from ..model.code import Block, Call, Code, FunctionCode, KernelCode, MemberCode
 from . import ir, reader
+from .printed import script_lines
 from .recorder import FUSE_TIR
 from .truth import fusion_groups, group_calls
 
 if TYPE_CHECKING:
     from ..model.lineage import Lineage
     from .recorder import PassRecord
-
-_BLOCK = re.compile(r'^(\s*)with T\.sblock\("([^"]*)"')
-_ACCESS = re.compile(r"^\s*T\.(reads|writes)\((.*)\)\s*$")
-_BUFFER = re.compile(r"([A-Za-z_]\w*)\s*\[")
-_STORE = re.compile(r"^\s*([A-Za-z_]\w*)\[[^=]*\]\s*=[^=]")
-_PARAM = re.compile(r"([A-Za-z_]\w*): T\.Buffer\(")
-_MATCHED = re.compile(r"^\s*([A-Za-z_]\w*) = T\.match_buffer\(")
-# a kernel called as ``R.call_tir(cls.k, ...)`` before lowering, ``k(...)`` after
-_KERNEL_CALL = re.compile(r"\bcls\.([A-Za-z_]\w*)|(?<![\w.])([A-Za-z_]\w*)\(")
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_NAMED_CALL = re.compile(r'R\.(?:call_packed|call_dps_packed|call_pure_packed|ExternFunc)\("([^"]+)"')
 
 
 def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) -> Code:
@@ -46,8 +46,7 @@ def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) ->
     if not relax_records:
         return Code()
     functions = {
-        name: _function_code(name, func.script(name=name))
-        for name, func in ir.model_functions(relax_records[-1].functions).items()
+        name: _function_code(name, func) for name, func in ir.model_functions(relax_records[-1].functions).items()
     }
     wanted = [k for k, sites in lineage.kernels.items() if sites and not sites[0].library]
     if lineage.build.kv_cache is not None:
@@ -61,8 +60,7 @@ def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) ->
         func = fused_at.get(name) or built.get(name)
         if func is None:
             continue
-        text = func.script(name=name)
-        blocks = _blocks(text)
+        text, blocks = _kernel_code(func, name)
         members = _aligned(  # an unfused kernel: one member, itself
             _members(groups[name], member_funcs, read, groups)
             if name in groups
@@ -73,89 +71,149 @@ def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) ->
         if len(owners) == len(blocks):
             blocks = [attrs.evolve(b, member=m) for b, m in zip(blocks, owners)]
         final = built.get(name)
-        built_text = final.script(name=name) if final is not None and not final.same_as(func) else ""
-        if _body(built_text) == _body(text):  # only attributes added (a global symbol): no schedule
-            built_text = ""
+        scheduled = final is not None and not _same_body(final, func)  # not only attributes added: a symbol
+        built_text, built_blocks = _kernel_code(final, name) if scheduled else ("", [])
         kernels[name] = KernelCode(
             name,
             text,
             tuple(blocks),
-            _outputs(text, blocks),
+            _outputs(func, blocks),
             members,
             built_text,
-            tuple(_scheduled(_blocks(built_text), blocks, _params(text))) if built_text else (),
+            tuple(_scheduled(built_blocks, blocks, _params(func))),
             ir.buffer_types(final if final is not None else func),
         )
     return Code(functions, kernels)
 
 
-def _function_code(name: str, text: str) -> FunctionCode:
-    """A Relax function's text and the line of each call its body makes, in text order
-    (the printer's header above the ``def``, ``n = T.int64()``, is no call)."""
+def _function_code(name: str, func) -> FunctionCode:
+    """A Relax function's text and the line of each call its bindings make (``_callee``),
+    in text order, an ``If``'s branches included."""
+    bindings: list = []
+    tvm_ffi.structural_walk(func, ((relax.VarBinding, relax.MatchCast), bindings.append), order="pre")
+    text, lines = script_lines(func, name, bindings)
     calls: list[Call] = []
     seen: dict[str, int] = {}
-    body = False
-    for number, line in enumerate(text.splitlines(), 1):
-        body = body or line.startswith("def ")
-        if not body or line.lstrip().startswith(("#", "def ", "@")):
-            continue
-        code = _STRING.sub('""', line)  # a call named inside a string literal is no call
-        named = [a or b for a, b in _KERNEL_CALL.findall(code)] + _NAMED_CALL.findall(line)
-        for callee in named:
-            calls.append(Call(number, callee, seen.get(callee, 0)))
+    for line, binding in sorted(zip(lines, bindings), key=lambda lb: lb[0]):
+        callee = _callee(binding.value)
+        if callee is not None:
+            calls.append(Call(line, callee, seen.get(callee, 0)))
             seen[callee] = seen.get(callee, 0) + 1
     return FunctionCode(name, text, tuple(calls))
 
 
-def _blocks(text: str) -> list[Block]:
-    """Every block of a PrimFunc's text but the root, with its lines and the buffers its
-    ``T.reads`` / ``T.writes`` name (a block that declares no writes: the buffers it
-    stores to)."""
-    lines = text.splitlines()
+def _callee(value) -> str | None:
+    """The function a bound value calls, if it is a call: a global function by name
+    (``k(...)``, ``R.call_tir(cls.k, ...)``), a packed function by symbol
+    (``R.call_packed("vm.builtin.x", ...)``); a kernel passed as a value, to a KV cache's
+    creation, is not called there."""
+    if not isinstance(value, relax.Call):
+        return None
+    target = value.args[0] if isinstance(value.op, Op) and value.args else value.op
+    if isinstance(target, GlobalVar):
+        return target.name_hint
+    return target.global_symbol if isinstance(target, relax.ExternFunc) else None
+
+
+def _kernel_code(func, name: str) -> tuple[str, list[Block]]:
+    """A PrimFunc's text and every block of it but the root, in text order, each with its
+    lines (the block's ``with`` and those indented under it) and the buffers its regions
+    read and write (a block that declares no writes, opaque hand-written TIR: the
+    buffers it stores to)."""
+    sblocks = _sblocks(func)
+    text, lines = script_lines(func, name, sblocks)
+    rows = text.splitlines()
+    names = _buffer_names(func)
     out: list[Block] = []
-    for i, line in enumerate(lines):
-        found = _BLOCK.match(line)
-        if found is None or found.group(2) == "root":
+    for block, line in zip(sblocks, lines):
+        reads = [names.get(b) or _identifier(b.name) for r in block.reads for b in _region_buffers(r)]
+        writes = [names.get(w.source) or _identifier(w.source.name) for w in block.writes]
+        writes = writes or [names.get(b) or _identifier(b.name) for b in _stores(block)]
+        out.append(
+            Block(
+                block.name_hint, line, _last_line(rows, line), tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes))
+            )
+        )
+    return text, out
+
+
+def _sblocks(func) -> list:
+    """A PrimFunc's blocks but the root, in the order its text prints them."""
+    found: list = []
+    tvm_ffi.structural_walk(func.body, (SBlock, found.append), order="pre")
+    return [b for b in found if b.name_hint != "root"]
+
+
+def _last_line(rows: list[str], line: int) -> int:
+    """The last line of the statement on ``line`` (1-based): those after it indented deeper."""
+    indent = len(rows[line - 1]) - len(rows[line - 1].lstrip())
+    end = line
+    for j in range(line, len(rows)):
+        if rows[j].strip() and len(rows[j]) - len(rows[j].lstrip()) <= indent:
+            break
+        end = j + 1
+    return end
+
+
+def _region_buffers(region) -> list:
+    """The buffer a block's region accesses, then each buffer its bounds load (a page
+    table's entry that says where a KV page lies)."""
+    found: list = [region.source]
+    tvm_ffi.structural_walk(region.region, (TensorLoad, lambda load: found.append(load.source)), order="pre")
+    return found
+
+
+def _stores(block) -> list:
+    """The buffers a block's body stores to, itself (not a block nested in it)."""
+    found: list = []
+    tvm_ffi.structural_walk(
+        block.body,
+        [(SBlock, lambda _: WalkResult.SKIP), (BufferStore, lambda s: found.append(s.buffer))],
+        order="pre",
+    )
+    return found
+
+
+def _buffer_names(func) -> dict:
+    """Each buffer of a PrimFunc (its parameters and the buffers its blocks allocate) ->
+    its name as the text writes it (an identifier: ``T_sum.rf_local`` is
+    ``T_sum_rf_local``), made unique by a ``_<n>`` suffix where two buffers share one."""
+    buffers: list = [p for p in ir.items(func.params) if isinstance(p.ty, BufferType)]
+    tvm_ffi.structural_walk(func.body, (SBlock, lambda b: buffers.extend(ir.items(b.alloc_buffers))), order="pre")
+    names: dict = {}
+    taken: dict[str, int] = {}
+    for buffer in buffers:
+        if buffer in names:
             continue
-        indent = len(found.group(1))
-        end = i
-        reads: list[str] = []
-        writes: list[str] = []
-        stores: list[str] = []
-        nested = False  # past the first block inside this one: its accesses are that block's
-        for j in range(i + 1, len(lines)):
-            stripped = lines[j].strip()
-            if stripped and len(lines[j]) - len(lines[j].lstrip()) <= indent:
-                break
-            end = j
-            nested = nested or _BLOCK.match(lines[j]) is not None
-            access = None if nested else _ACCESS.match(lines[j])
-            if access is not None:
-                (reads if access.group(1) == "reads" else writes).extend(_BUFFER.findall(access.group(2)))
-            store = None if nested else _STORE.match(lines[j])
-            if store is not None:
-                stores.append(store.group(1))
-        writes = writes or stores  # an opaque block (hand-written TIR) declares none: what it stores
-        out.append(Block(found.group(2), i + 1, end + 1, tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes))))
-    return out
+        name = _identifier(buffer.name)
+        n = taken.get(name, 0)
+        taken[name] = n + 1
+        names[buffer] = name if n == 0 else f"{name}_{n}"
+    return names
 
 
-def _params(text: str) -> set[str]:
-    """The buffers a PrimFunc's text takes as parameters."""
-    return set(_PARAM.findall(text.split("):", 1)[0])) | set(_MATCHED.findall(text))
+def _identifier(name: str) -> str:
+    return re.sub(r"\W", "_", name)
 
 
-def _outputs(text: str, blocks: list[Block]) -> tuple[str, ...]:
+def _params(func) -> set[str]:
+    """The names of the buffers a PrimFunc takes as parameters."""
+    names = _buffer_names(func)
+    return {names[p] for p in ir.items(func.params) if isinstance(p.ty, BufferType)}
+
+
+def _outputs(func, blocks: list[Block]) -> tuple[str, ...]:
     """The kernel's parameters its blocks write: its outputs."""
-    params = _params(text)
+    params = _params(func)
     written = dict.fromkeys(w for b in blocks for w in b.writes)
     return tuple(w for w in written if w in params)
 
 
-def _body(text: str) -> list[str]:
-    """A PrimFunc's text but its decorator and attribute lines (a build makes a kernel
-    public and names its symbol: no change a user reads as a schedule)."""
-    return [line for line in text.splitlines() if not line.lstrip().startswith(("T.func_attr(", "@T.prim_func"))]
+def _same_body(built, fused) -> bool:
+    """Whether a built kernel computes as its fused self does, statement by statement (a
+    build makes a kernel public and names its symbol: no change a user reads as a
+    schedule)."""
+    return tvm_ffi.structural_equal(built.body, fused.body, map_free_vars=True)
 
 
 def _scheduled(built: list[Block], fused: list[Block], params: set[str]) -> list[Block]:
@@ -269,7 +327,7 @@ def _flow(group, member_funcs, read, groups, seen) -> tuple[list[MemberCode], li
             inner, readers = _flow(groups[c.callee], member_funcs, read, groups, seen | {c.callee})
         else:
             func = member_funcs.get(c.callee) if c.global_var else None
-            blocks = tuple(b.name for b in _blocks(func.script(name=c.callee))) if func is not None else ()
+            blocks = tuple(b.name_hint for b in _sblocks(func)) if func is not None else ()
             inner, readers = [MemberCode(c.callee, blocks, (), True)], None
         first = len(members)
         members += [attrs.evolve(m, consumers=tuple(first + k for k in m.consumers)) for m in inner]
