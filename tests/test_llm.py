@@ -203,14 +203,13 @@ def test_serving_options_without_meaning_or_past_the_caches_count_are_refused(bu
     """--tokens on a decode (its step is one token, fixed by its inputs) was ignored while
     run.json recorded it; a context past the runtime's int32 slot count left run.py a
     bad_alloc; a bundle's serve spec with page_size 0 died by SIGFPE."""
-    import argparse
-
+    from relaytrace.commands.options import Served
     from relaytrace.commands.shared import serving
     from relaytrace.profiling import runner
     from relaytrace.profiling.serve import served_spec
 
     _, lineage = built
-    given = argparse.Namespace(tokens=5, context=None, batch=None, bind=None)
+    given = Served(tokens=5)
     with pytest.raises(UsageError, match="decode runs 1 token.s. per sequence per step, fixed by its inputs"):
         serving(given, lineage, "decode")
     assert serving(given, lineage, "prefill").tokens == 5

@@ -21,6 +21,7 @@ Modules:
 - ``estimate``: ``relaytrace estimate``
 - ``legacy``: ``relaytrace legacy``
 - ``memory``: ``relaytrace memory``
+- ``options``: the profiling options as records, made once from the command line
 - ``peaks``: ``relaytrace peaks``
 - ``profile``: ``relaytrace profile``
 - ``query``: ``relaytrace query``

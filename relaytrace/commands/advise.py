@@ -71,7 +71,8 @@ def _verify(args, report) -> None:
     from ..frontends.loader import load
     from ..jobs import parse_shape
     from ..model.run_spec import RunSpec
-    from .shared import args_of, build_traced, profile_built, progress
+    from .options import Served, Timing
+    from .shared import build_traced, profile_built, progress
 
     if report.profile.remote:
         raise UsageError(f"{args.dir} was profiled on {report.profile.remote}: --verify rebuilds and profiles here")
@@ -90,33 +91,26 @@ def _verify(args, report) -> None:
         return
     loaded = load(info.model, shapes=[parse_shape(s) for s in info.input_shapes], dtype=info.dtype, entry=info.entry)
 
-    def options(run):
-        return args_of(
-            run,
-            entry=report.profile.entry,
-            repeat=args.repeat or report.profile.repeat,
-            device=None,
-            peak_gflops=None,
-            peak_gbps=None,
-        )
-
+    timing = Timing(
+        entry=report.profile.entry,
+        repeat=args.repeat or report.profile.repeat,
+        served=Served(info.tokens, info.context),
+    )
     say("verifying: rebuilding DIR's model as it was, to measure beside each change")
-    as_was = options(info)
-    base = build_traced(loaded.model, as_was, say)
+    base = build_traced(loaded.model, info, say)
     changed = rebuilt_differs(report.build_lineage, base[1])
     if changed:
         raise UsageError(
             f"{args.dir}'s model rebuilt as it was is not the model DIR was made of ({changed}): the model file "
             f"changed since, or DIR's run.json does not say how it was built; profile it again, then advise"
         )
-    before = profile_built(base, as_was, say, loaded.inputs)
+    before = profile_built(base, timing, say, loaded.inputs)
     for finding, field, value in todo:
         say(f"verifying {finding.rule}: rebuilding with {field} {value}")
-        change = options(info.with_change(field, value))
-        built = build_traced(loaded.model, change, say)
-        after = profile_built(built, change, say, loaded.inputs)
+        built = build_traced(loaded.model, info.with_change(field, value), say)
+        after = profile_built(built, timing, say, loaded.inputs)
         say("profiling DIR's model as it was again, after the change")
-        again = profile_built(base, as_was, say, loaded.inputs)
+        again = profile_built(base, timing, say, loaded.inputs)
         _measured_change(args, finding, f"{field} {value}", (base[1], before, again), (built[1], after))
         before = again
 

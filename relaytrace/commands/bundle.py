@@ -8,6 +8,7 @@ from ..errors import UsageError
 from ..jobs import echo
 from ..render.safe_text import terminal
 from .base import Command
+from .options import Served
 from .shared import (
     absolute_factory,
     add_build_options,
@@ -52,8 +53,9 @@ def run(args) -> int:
     say = progress(args)
     say(f"importing {args.model}")
     loaded = load(args.model, entry=args.entry, shapes=shapes, dtype=args.dtype)
-    executable, lineage, _ = build_traced(loaded.model, args, say, elsewhere=True)
     spec = str(Path(args.model).resolve()) if args.model.endswith(".onnx") else absolute_factory(args.model)
+    run = RunSpec.from_args(args, spec)
+    executable, lineage, _ = build_traced(loaded.model, run, say, elsewhere=True)
     entry = lineage.entry(args.entry)
     write_bundle(
         executable,
@@ -61,9 +63,9 @@ def run(args) -> int:
         loaded.inputs,
         out,
         entry=entry,
-        run=RunSpec.from_args(args, spec),
+        run=run,
         say=say,
-        serving=serving(args, lineage, entry),
+        serving=serving(Served.from_args(args), lineage, entry),
     )
     echo(
         f"bundle of {terminal(lineage.build.model)} ({lineage.entry(args.entry)}, {device}) written to {out}/: "

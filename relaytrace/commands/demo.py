@@ -13,14 +13,12 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default="relaytrace-out", help="output DIR (default relaytrace-out)")
     p.add_argument("--force", action="store_true", help="write into an existing DIR")
     add_build_options(p)
-    p.set_defaults(name=None)
 
 
 def run(args) -> int:
     """`relaytrace demo`: build, profile and write every output for a built-in model
     (docs/cli.md)."""
-    args.name = args.model
-    return profile_into_out(args, f"demo:{args.model}", args.model, f"demo:{args.model}")
+    return profile_into_out(args, f"demo:{args.model}", args.model, f"demo:{args.model}", name=args.model)
 
 
 COMMAND = Command("demo", "import, build, profile and report a built-in model", add_arguments, run)

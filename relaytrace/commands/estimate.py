@@ -7,6 +7,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..jobs import echo
 from .base import Command
+from .options import Served
 from .shared import (
     absolute_factory,
     add_model_options,
@@ -70,7 +71,7 @@ def run(args) -> int:
     say(f"building for {args.target} (traced, not run)")
     _, lineage = build(loaded.model, args.target, pipeline=args.pipeline, progress=say.passes)
     given = {name: dims for name, dims, _ in shapes}
-    served, sequences, bound = served_shapes(lineage, args.entry, args, given)
+    served, sequences, bound = served_shapes(lineage, args.entry, Served.from_args(args), given)
     profile = estimated_profile(lineage, peaks, args.entry, {**served, **given}, args.context, sequences, bound)
     report = make_report(lineage, profile, policy=args.policy)
     if out is not None:
@@ -85,7 +86,9 @@ def run(args) -> int:
     return 0
 
 
-def served_shapes(lineage, entry: str | None, args, given: dict) -> tuple[dict[str, tuple[int, ...]], int, tuple]:
+def served_shapes(
+    lineage, entry: str | None, served: Served, given: dict
+) -> tuple[dict[str, tuple[int, ...]], int, tuple]:
     """For an entry that takes a KV cache: (each of its tensors with a symbolic dim sized
     for one served step, unless ``given``; the step's sequences; the dims the model or
     ``--bind`` sized, as ``Profile.bound`` says them). A token dim takes ``--tokens``
@@ -95,7 +98,7 @@ def served_shapes(lineage, entry: str | None, args, given: dict) -> tuple[dict[s
 
     name = lineage.entry(entry)
     params = lineage.build.params.get(name, ())
-    tokens, batch, bind = args.tokens, args.batch, dict(args.bind or ())
+    tokens, batch, bind = served.tokens, served.batch, dict(served.bind)
     if cache_param(params) is None:
         if tokens is not None or batch is not None or bind:
             raise UsageError("--tokens, --batch and --bind are for an entry that takes a KV cache")

@@ -7,117 +7,118 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import attrs
+
 from ..errors import RelaytraceError, UsageError, describe
 from ..jobs import echo
+from ..model.run_spec import RunSpec
 from ..profiling.remote import LONGEST_WAIT_S
 from ..render.safe_text import terminal
+from .options import Served, Timing
 
 
 def progress(args):
     """The progress line writer of a command: silent under ``--quiet``."""
     from ..jobs import Progress
 
-    return Progress(getattr(args, "quiet", False))
+    return Progress(args.quiet)
 
 
-def build_and_profile(model, args, say, inputs):
-    """``(lineage, profile)`` of ``model`` built traced as the build options say and
-    profiled on ``inputs`` here or on the remote device they name (``build_traced``,
-    then ``profile_built``)."""
-    built = build_traced(model, args, say)
-    return built[1], profile_built(built, args, say, inputs)
+def timing(args) -> Timing:
+    """The profiling options of a command that takes them all (``add_build_options``),
+    checked: the peaks given (``given_peaks``)."""
+    return Timing(args.entry, args.mode, args.repeat, given_peaks(args), Served.from_args(args))
 
 
-def build_traced(model, args, say, elsewhere: bool = False):
-    """``(executable, lineage, remote)``: ``model`` built traced as the build options
-    say, for the device they name (``remote``: None for this machine). The device is
-    checked (compiler, address, key) before the build, and a build that cannot run here
-    without one is refused before it is made, unless it is to run ``elsewhere`` (a
+def build_traced(model, run: RunSpec, say, remote=None, elsewhere: bool = False, name: str | None = None):
+    """``(executable, lineage, remote)``: ``model`` built traced as ``run`` says (its
+    target, pipeline, layout, precision, tuning database and passes), named ``name``
+    (None: the model's own), for ``remote`` (a ``RemoteDevice``; None: this machine),
+    which is checked (compiler, address, key) before the build. A build that cannot run
+    here without one is refused before it is made, unless it is to run ``elsewhere`` (a
     bundle)."""
     from ..build import NHWC, build
     from ..profiling.remote import exporter, runs_here, target_name
 
-    remote = remote_device(args)
     if remote is not None:  # a missing compiler, an address or key that answers not: said before the build
-        exporter(args.target, remote.compiler)
+        exporter(run.target, remote.compiler)
         say(f"checking {remote.describe()}")
         remote.connect()
-    elif not elsewhere and not runs_here(args.target):
+    elif not elsewhere and not runs_here(run.target):
         raise UsageError(
-            f"a build for {target_name(args.target)} does not run on this machine: profile it on its "
+            f"a build for {target_name(run.target)} does not run on this machine: profile it on its "
             "device with --rpc HOST:PORT or --tracker HOST:PORT --key KEY (docs/remote.md)"
         )
-    fp16 = getattr(args, "precision", "fp32") == "fp16"
+    fp16 = run.precision == "fp16"
     say(
-        f"building {getattr(model, 'name', 'model')} ({args.pipeline}, {args.layout}"
-        f"{', float16 accumulating in float32' if fp16 else ''}) for {args.target}"
+        f"building {getattr(model, 'name', 'model')} ({run.pipeline}, {run.layout}"
+        f"{', float16 accumulating in float32' if fp16 else ''}) for {run.target}"
     )
     executable, lineage = build(
         model,
-        args.target,
-        pipeline=args.pipeline,
-        model=getattr(args, "name", None),
-        convert_layout=NHWC if args.layout == "NHWC" else None,
+        run.target,
+        pipeline=run.pipeline,
+        model=name,
+        convert_layout=NHWC if run.layout == "NHWC" else None,
         progress=say.passes,
-        database=getattr(args, "db", None),
+        database=run.db,
         mixed_precision="float32" if fp16 else None,
-        fold_batch_norm=getattr(args, "fold_batch_norm", False),
-        lift_params=getattr(args, "lift_params", False),
+        fold_batch_norm=run.fold_batch_norm,
+        lift_params=run.lift_params,
     )
     return executable, lineage, remote
 
 
-def profile_built(built, args, say, inputs):
-    """The ``Profile`` of a ``build_traced`` result on ``inputs``, as the options say
-    (entry, mode, runs, peaks, serving); a build may be profiled more than once."""
+def profile_built(built, options: Timing, say, inputs):
+    """The ``Profile`` of a ``build_traced`` result on ``inputs``, as ``options`` say; a
+    build may be profiled more than once."""
     from ..profiling.vm import profile
 
     executable, lineage, remote = built
-    entry = lineage.entry(args.entry)
-    mode = "isolated" if remote is not None else args.mode or "timeline"
-    say(f"profiling {entry} ({mode}{', on ' + remote.describe() if remote else ''}, {args.repeat} run(s))")
+    entry = lineage.entry(options.entry)
+    mode = "isolated" if remote is not None else options.mode or "timeline"
+    say(f"profiling {entry} ({mode}{', on ' + remote.describe() if remote else ''}, {options.repeat} run(s))")
     return profile(
         executable,
         lineage,
         list(inputs),
-        repeat=args.repeat,
+        repeat=options.repeat,
         mode=mode,
         progress=say,
         entry=entry,
         remote=remote,
-        peaks=given_peaks(args),
-        serving=serving(args, lineage, entry),
+        peaks=options.peaks,
+        serving=serving(options.served, lineage, entry),
     )
 
 
-def serving(args, lineage, entry: str):
-    """The ``Serving`` that ``--tokens``, ``--context``, ``--batch`` and ``--bind`` give an entry that takes a KV
-    cache (None leaves the defaults); an error for an entry that takes none."""
+def serving(served: Served, lineage, entry: str):
+    """The ``Serving`` that ``served`` (``--tokens``, ``--context``, ``--batch``, ``--bind``)
+    gives an entry that takes a KV cache (None leaves the defaults); an error for an
+    entry that takes none."""
     from ..profiling.serve import Serving, takes_cache
 
-    tokens, context = getattr(args, "tokens", None), getattr(args, "context", None)
-    batch, bind = getattr(args, "batch", None), dict(getattr(args, "bind", None) or ())
     if not takes_cache(lineage, entry):
-        if tokens is not None or context is not None or batch is not None or bind:
+        if served.given:
             raise UsageError(
                 f"--tokens, --context, --batch and --bind are for an entry that takes a KV cache; {entry} takes none"
             )
         return None
-    if tokens is None and context is None and batch is None and not bind:
+    if not served.given:
         return None
     from ..model.entry import default_context, of_any_length, step_tokens
 
     params = lineage.build.params[entry]
-    if tokens is not None and not of_any_length(params):
+    if served.tokens is not None and not of_any_length(params):
         raise UsageError(
             f"{entry} runs {step_tokens(params, 1)} token(s) per sequence per step, fixed by its inputs: --tokens "
             "sizes an entry of any length (a prefill); give --context for the tokens before the step"
         )
     return Serving(
-        tokens=tokens or 32,
-        context=context if context is not None else default_context(params),
-        sequences=batch or 1,
-        bind=bind,
+        tokens=served.tokens or 32,
+        context=served.context if served.context is not None else default_context(params),
+        sequences=served.batch or 1,
+        bind=dict(served.bind),
     )
 
 
@@ -134,11 +135,7 @@ def given_peaks(args):
     none is given (then they are measured where the profile runs)."""
     from ..model.peaks import given, named
 
-    name, gflops, gbps = (
-        getattr(args, "device", None),
-        getattr(args, "peak_gflops", None),
-        getattr(args, "peak_gbps", None),
-    )
+    name, gflops, gbps = args.device, args.peak_gflops, args.peak_gbps
     if name is not None and (gflops is not None or gbps is not None):
         raise UsageError("give --device NAME or --peak-gflops and --peak-gbps, not both")
     if (gflops is None) != (gbps is None):
@@ -216,75 +213,57 @@ def print_summary(text: str, out: Path) -> None:
     echo(f"written to {out}/: {', '.join(n for n in OUTPUTS if (out / n).exists())}")
 
 
-def profile_into_out(args, model: str, shown: str, spec: str, collapse: int | None = None, **load_options) -> int:
+def profile_into_out(
+    args, model: str, shown: str, spec: str, collapse: int | None = None, name: str | None = None, **load_options
+) -> int:
     """``profile`` and ``demo``: the target and device checked and ``--out`` prepared
     before any work, ``model`` (a model spec ``frontends.loader.load`` takes, with
-    ``load_options``; ``shown`` in the progress line) imported, built and profiled as the
-    options say, every output written (``spec``: run.json's model), the summary printed."""
+    ``load_options``; ``shown`` in the progress line) imported, built (named ``name``;
+    None: the model's own) and profiled as the options say, every output written
+    (``spec``: run.json's model), the summary printed."""
     from ..analysis.report import make_report
     from ..frontends.loader import load
     from ..jobs import prepare_out_dir, write_outputs
     from ..model.entry import served_steps
-    from ..model.run_spec import RunSpec
     from ..render.steps import steps_summary
 
     say = progress(args)
     check_target(args.target)
-    remote_device(args)
-    given_peaks(args)
+    remote = remote_device(args)
+    options = timing(args)
+    run = RunSpec.from_args(args, spec)
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {shown}")
     loaded = load(model, entry=args.entry, **load_options)
-    built = build_traced(loaded.model, args, say)
+    built = build_traced(loaded.model, run, say, remote, name=name)
     steps = served_steps(built[1].build.params) if args.entry is None and "main" not in built[1].build.entries else None
     prefill = None
     if steps is None:
-        report = make_report(built[1], profile_built(built, args, say, loaded.inputs), policy=args.policy)
+        report = make_report(built[1], profile_built(built, options, say, loaded.inputs), policy=args.policy)
         text = summary(report)
     else:  # an LLM: its prompt's prefill, then a decode step after it, each served as an engine serves them
         prefill, report = (
-            make_report(built[1], profile_built(built, step_args, say, ()), policy=args.policy)
-            for step_args in _step_args(args, steps)
+            make_report(built[1], profile_built(built, step, say, ()), policy=args.policy)
+            for step in _served_steps(options, steps)
         )
         text = f"{summary(report)}\n\n{steps_summary(prefill, report)}"
-    write_outputs(out, report, RunSpec.from_args(args, spec), collapse=collapse, overwrite=args.force, prefill=prefill)
+    write_outputs(out, report, run, collapse=collapse, overwrite=args.force, prefill=prefill)
     print_summary(text, out)
     return 0
 
 
-def _step_args(args, steps: tuple[str, str]) -> tuple[argparse.Namespace, argparse.Namespace]:
+def _served_steps(options: Timing, steps: tuple[str, str]) -> tuple[Timing, Timing]:
     """The options of an LLM's two served steps: the prefill of ``--tokens`` (default 32),
     then a decode after ``--context`` (default: that prompt)."""
-    tokens = getattr(args, "tokens", None) or 32
-    context = getattr(args, "context", None)
-    prefill = argparse.Namespace(**{**vars(args), "entry": steps[0], "tokens": tokens, "context": 0})
-    decode = argparse.Namespace(
-        **{**vars(args), "entry": steps[1], "tokens": None, "context": tokens if context is None else context}
+    tokens = options.served.tokens or 32
+    context = options.served.context
+    prefill = attrs.evolve(options, entry=steps[0], served=attrs.evolve(options.served, tokens=tokens, context=0))
+    decode = attrs.evolve(
+        options,
+        entry=steps[1],
+        served=attrs.evolve(options.served, tokens=None, context=tokens if context is None else context),
     )
     return prefill, decode
-
-
-def args_of(spec, **profiling) -> argparse.Namespace:
-    """The options a ``RunSpec`` (a run.json) was made with, as the parsed options
-    ``build_traced`` and ``profile_built`` read, on this machine (no remote device);
-    ``profiling`` adds what a run.json does not hold (``repeat``, ``entry``)."""
-    import attrs
-
-    fields = attrs.asdict(spec)
-    fields["input_shape"] = list(fields.pop("input_shapes"))
-    return argparse.Namespace(
-        **{
-            **fields,
-            "rpc": None,
-            "tracker": None,
-            "key": None,
-            "cc": None,
-            "kernel_timeout": None,
-            "mode": None,
-            "name": None,
-            **profiling,
-        }
-    )
 
 
 def absolute_factory(spec: str) -> str:

@@ -65,6 +65,7 @@ def run(args) -> int:
     from ..frontends.loader import load
     from ..jobs import echo, prepare_out_dir, write_sweep
     from ..model.peaks import named
+    from ..model.run_spec import RunSpec
     from ..profiling.serve import Serving, takes_cache
     from ..profiling.vm import profile
     from ..render.sweep import sweep_table
@@ -79,7 +80,16 @@ def run(args) -> int:
     shown = absolute_factory(args.model) if not args.model.endswith(".onnx") else args.model
     say(f"importing {args.model}")
     loaded = load(shown, entry=args.entry)
-    executable, lineage, _ = build_traced(loaded.model, args, say)
+    run = RunSpec(
+        shown,
+        target=args.target,
+        pipeline=args.pipeline,
+        layout=args.layout,
+        precision=args.precision,
+        fold_batch_norm=args.fold_batch_norm,
+        lift_params=args.lift_params,
+    )
+    executable, lineage, _ = build_traced(loaded.model, run, say)
     entry = lineage.entry(args.entry)
     if not takes_cache(lineage, entry):
         raise UsageError(f"sweep serves an entry that takes a KV cache (an LLM's decode); {entry} takes none")
@@ -117,9 +127,9 @@ def _bounded(lineage, entry: str, peaks, args, context: int, batch: int):
     from ..analysis.report import make_report
     from ..analysis.sweep import SweepPoint
     from .estimate import served_shapes
+    from .options import Served
 
-    step = argparse.Namespace(tokens=args.tokens, batch=batch, bind=args.bind)
-    shapes, sequences, bound = served_shapes(lineage, entry, step, {})
+    shapes, sequences, bound = served_shapes(lineage, entry, Served(args.tokens, batch=batch, bind=args.bind or ()), {})
     found = estimated_profile(lineage, peaks, entry, shapes, context, sequences, bound)
     layers = {r.layer: r.us for r in make_report(lineage, found).layers}
     return SweepPoint(context, batch, layers, sum(layers.values()))
