@@ -1,16 +1,20 @@
 """Relax as people compile it: symbolic shapes, several entry functions, calls between
 Relax functions, torch's dynamic shapes. Real builds, real runs."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
 import relaytrace
 from relaytrace.analysis.report import make_report
-from relaytrace.errors import RelaytraceError
+from relaytrace.errors import FileFormatError, RelaytraceError
+from relaytrace.model.lineage import Lineage
 from relaytrace.frontends.torch import from_torch
 from relaytrace.model.origin import INSERTED, OP
 from relaytrace.model.shapes import bind
+from relaytrace.model.sitekey import Frame
 
 from .fixtures.relax_modules import CallsBlockTwice, NoMainWithMatchCast, SharedSymbol, TwoEntries
 
@@ -77,12 +81,12 @@ def test_shape_expressions_are_checked_against_the_bound_symbols():
         bind(signature, [((3, 4), "float32"), ((5, 7), "float32")], "m")
 
 
-def test_a_subfunction_called_twice_runs_its_ops_at_each_call():
+def test_a_subfunction_called_twice_runs_its_ops_at_each_call(tmp_path):
     executable, lineage = relaytrace.build(CallsBlockTwice, "llvm")
     assert lineage.coverage().complete, lineage.coverage()
     assert list(lineage.build.entries) == ["main"] and lineage.subfunctions == ("block",)
     matmul_sites = [s for s in lineage.call_sites if any(lineage.origins[o].short_op == "matmul" for o in s.origin_ids)]
-    assert [s.scope for s in matmul_sites] == ["block#0", "block#1"]
+    assert [s.scope for s in matmul_sites] == [(Frame("block", 0),), (Frame("block", 1),)]
     assert [s.position for s in matmul_sites] == sorted(s.position for s in matmul_sites)
     for site in matmul_sites:
         assert {lineage.origins[o].layer for o in site.origin_ids if lineage.origins[o].kind == OP} == {
@@ -94,6 +98,14 @@ def test_a_subfunction_called_twice_runs_its_ops_at_each_call():
     report = _assert_layers_sum_to_kernels(lineage, prof)
     assert {"block.proj", "out"} <= {r.layer for r in report.layers}
     assert not any(r.name == "block" for r in prof.records)  # the call itself is not a record: its kernels are
+    saved = json.loads(lineage.save(tmp_path / "lineage.json").read_text())  # a scope is saved as its text
+    kernel = matmul_sites[1].kernel
+    assert [s["scope"] for s in saved["kernels"][kernel]] == ["block#0", "block#1"]
+    assert Lineage.load(tmp_path / "lineage.json").kernels[kernel] == lineage.kernels[kernel]
+    saved["kernels"][kernel][1]["scope"] = "block#one"
+    (tmp_path / "lineage.json").write_text(json.dumps(saved))
+    with pytest.raises(FileFormatError, match=r"kernels\['.*'\]\[1\]\.scope: 'block#one' is not a scope"):
+        Lineage.load(tmp_path / "lineage.json")
 
 
 class TwoLayer(torch.nn.Module):

@@ -391,7 +391,7 @@ class LayerCode:
 
 def text_of(site) -> str:
     """The Relax function whose text calls ``site``: its innermost subfunction, else its entry."""
-    return site.scope.split("/")[-1].split("#")[0] if site.scope else site.function
+    return site.scope[-1].function if site.scope else site.function
 
 
 def call_lines(code: Code) -> dict[tuple[str, str], list[int]]:

@@ -19,7 +19,7 @@ from .codec import Codec, apart_field, codec_field, decode, encode
 from .entry import signature
 from .frontend import Program
 from .journal import Change, Journal
-from .jsonio import read_json, write_json
+from .jsonio import check, read_json, write_json
 from .layer_name import layer_name
 from .lineage_index import LineageIndex, index_of
 from .lineage_schema import SCHEMA, migrate
@@ -27,7 +27,7 @@ from .names import Name
 from .ops import op_rank
 from .origin import INSERTED, OP, UNRESOLVED, Origin
 from .sense import check_facts, check_steps
-from .sitekey import SiteKey
+from .sitekey import Frame, SiteKey, parse_scope, scope_text
 from .verification import SUSPECT, UNVERIFIED, SiteCheck, Verification, verify
 
 
@@ -52,13 +52,25 @@ class Role(NamedTuple):
     role: Part
 
 
+def _scope(data, where: str) -> tuple[Frame, ...]:
+    check(data, str, where)
+    try:
+        return parse_scope(data)
+    except ValueError as exc:
+        raise FileFormatError(f"{where}: {exc}") from None
+
+
+SCOPE = Codec(scope_text, _scope)  # saved as its text, block#0/inner#1
+
+
 @define(frozen=True)
 class CallSite:
     """The ``call``-th run-time call of ``kernel`` in one run of the entry function
     ``function``; ``position`` orders all sites (an entry's sites in its run order, one
     entry after another). ``scope`` says which call of a Relax subfunction the site runs
-    in: ``""`` for the entry's own body, ``"block#1"`` for the second call of ``block``
-    (``"block#0/inner#0"`` nested); each call of a subfunction runs its ops again.
+    in: a ``Frame`` per subfunction call, outermost first (none for the entry's own body;
+    ``(Frame("block", 1),)`` for the second call of ``block``; saved as ``block#1``,
+    ``block#0/inner#0`` nested); each call of a subfunction runs its ops again.
     ``arguments``: ``(shape, dtype)`` of each argument (outputs last) as the compiled IR
     types it: a symbolic dim by its name where the IR keeps it (an entry's own input),
     ``"?"`` where the IR has left it open (VMShapeLower does, for every value it sizes at
@@ -73,7 +85,7 @@ class CallSite:
     position: int
     roles: tuple[Role, ...]
     function: str = "main"
-    scope: str = ""
+    scope: tuple[Frame, ...] = codec_field(SCOPE, default=())
     arguments: tuple[tuple[tuple, str], ...] = ()
     library: str = ""
 
@@ -104,13 +116,14 @@ class CallSite:
 
 @define(frozen=True)
 class BuiltinSite:
-    """A call site that the VM serves with a builtin (``vm.builtin.reshape``): no kernel."""
+    """A call site that the VM serves with a builtin (``vm.builtin.reshape``): no kernel;
+    ``scope`` as a ``CallSite``'s."""
 
     name: str
     position: int
     origins: tuple[str, ...]
     function: str = "main"
-    scope: str = ""
+    scope: tuple[Frame, ...] = codec_field(SCOPE, default=())
 
 
 @define(frozen=True)

@@ -7,7 +7,9 @@ table, graph and ``query --kernel`` shows: ``kernel#call``, or ``entry:kernel#ca
 outside ``main``, so that the sites of several entries never share one) and
 ``in_entry`` (``kernel#call``: how profile.json, which holds one entry's runs, keys
 its sites; also what a remote profile's progress lines print, which are about one
-entry)."""
+entry). A site's ``scope``, the subfunction calls it runs in, is a tuple of ``Frame``s;
+its text form (``block#0/inner#1``, what lineage.json saves) is made and read here too.
+"""
 
 from __future__ import annotations
 
@@ -44,6 +46,34 @@ class SiteKey(NamedTuple):
         if not sep or not kernel or not (call.isascii() and call.isdigit()) or (colon and not head):
             raise ValueError(f"{text!r} is not a call site: give KERNEL#CALL or ENTRY:KERNEL#CALL (e.g. matmul#0)")
         return cls(head if colon else entry, kernel, int(call))
+
+
+class Frame(NamedTuple):
+    """One call of a Relax subfunction in a run of an entry: its ``call``-th call of
+    ``function`` (numbered by ``Calls``, as kernels are)."""
+
+    function: str
+    call: int
+
+    @property
+    def text(self) -> str:
+        return f"{self.function}#{self.call}"
+
+
+def scope_text(scope: tuple[Frame, ...]) -> str:
+    """``block#0/inner#1``; "" for an entry's own body."""
+    return "/".join(f.text for f in scope)
+
+
+def parse_scope(text: str) -> tuple[Frame, ...]:
+    """The frames ``scope_text`` wrote; ``ValueError`` naming the form for anything else."""
+    frames = []
+    for part in text.split("/") if text else ():
+        function, sep, call = part.rpartition("#")
+        if not sep or not function or not (call.isascii() and call.isdigit()):
+            raise ValueError(f"{text!r} is not a scope: give FUNCTION#CALL, nested with / (e.g. block#0/inner#1)")
+        frames.append(Frame(function, int(call)))
+    return tuple(frames)
 
 
 class Calls:

@@ -398,7 +398,7 @@ def _foreign_ops(site, origins) -> tuple[list[str], tuple[str, ...]]:
     or, in ``X_transform_params``, ops of ``X`` computed from weights alone, which
     ``LiftTransformParams`` moves there (a fact the tracker relies on too: the verdict
     names it, ``TRANSFORM_PARAMS``). The reasons, and the facts relied on."""
-    running = site.scope.rsplit("/", 1)[-1].rpartition("#")[0] if site.scope else site.function
+    running = site.scope[-1].function if site.scope else site.function
     lifted_from = running[: -len(TRANSFORM_SUFFIX)] if running.endswith(TRANSFORM_SUFFIX) else None
     others = [origins[oid] for oid in site.origin_ids if origins[oid].function != running]
     lifted = [o for o in others if o.kind == OP and o.function == lifted_from]

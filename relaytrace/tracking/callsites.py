@@ -8,7 +8,7 @@ from ..model.entry import signature
 from ..model.journal import Change, Journal
 from ..model.lineage import PACKED, BuiltinSite, CallSite, Lineage, roles_for
 from ..model.ops import is_bookkeeping, is_external_call
-from ..model.sitekey import Calls
+from ..model.sitekey import Calls, Frame
 from . import ir, reader
 from .tracker import Tracker
 
@@ -33,10 +33,10 @@ class _Sites:
         offload = self.offloads.get(callee)
         return offload.codegen if offload is not None else PACKED
 
-    def run(self, entry: str, name: str, scope: str, calls: Calls, depth: int = 0) -> None:
-        """Walk function ``name`` as one run of it inside entry ``entry``; ``calls``
-        numbers the calls made so far in this entry, of kernels (``SiteKey.call``) and of
-        subfunctions (their scopes: ``block#0``, ...)."""
+    def run(self, entry: str, name: str, scope: tuple[Frame, ...], calls: Calls, depth: int = 0) -> None:
+        """Walk function ``name`` as one run of it inside entry ``entry``, in the
+        subfunction calls ``scope``; ``calls`` numbers the calls made so far in this
+        entry, of kernels (``SiteKey.call``) and of subfunctions (their ``Frame``s)."""
         tracker, tokens, functions = self.tracker, self.tracker.tokens, self.tracker.last_functions
         if depth > 64:
             raise RecursionError(f"Relax functions call each other more than 64 deep (at {name})")
@@ -51,7 +51,7 @@ class _Sites:
             callee, gv = made.callee, made.global_var
             if ir.is_subfunction(functions, callee, gv):
                 self.calls.setdefault(entry, set()).add(callee)
-                self.run(entry, callee, f"{scope}/{calls.key(callee).in_entry}".lstrip("/"), calls, depth + 1)
+                self.run(entry, callee, (*scope, Frame(callee, calls.key(callee).call)), calls, depth + 1)
                 continue
             if gv and callee in functions:
                 continue  # a fused group not yet lowered: its kernels are its own sites
@@ -121,12 +121,12 @@ def lineage_from(
     offloads = dict(offloads or {})
     found = _Sites(tracker, offloads)
     for name in names:
-        found.run(name, name, "", Calls(name))
+        found.run(name, name, (), Calls(name))
     called = {callee for callees in found.calls.values() for callee in callees}
     for name in public:
         if name not in names and name not in tracker.input_functions and name not in called:
             names.append(name)
-            found.run(name, name, "", Calls(name))
+            found.run(name, name, (), Calls(name))
     if not names:
         degraded.append("no Relax entry function (one with a global_symbol) was seen after the last pass")
     eliminated = {o: p for o, p in tracker.log.eliminated.items() if o not in found.present}
