@@ -487,3 +487,25 @@ def test_an_attention_layers_code_holds_the_kv_cache_kernels_its_builtin_runs(bu
         assert "attention_kv_cache" in line
         assert site.blocks == tuple(range(len(lineage.code.kernels[site.kernel].blocks)))
         assert all(c.status == "verified" for c in site.checks)
+
+
+def test_a_builtins_calls_are_numbered_per_entry_in_run_order_as_kernel_calls_are(built):
+    """``query --history`` names the attention builtin each layer's op runs in as the
+    n-th call of that builtin in its entry (layer 1's is the second: ``decode:...#1``),
+    not by its position among every site of every entry; the code view's KV-cache runs
+    carry the same label."""
+    from relaytrace.commands.query import histories
+    from relaytrace.model.entry import runs_attention
+
+    _, lineage = built
+    for i in range(BLOCKS):
+        labels = [
+            label
+            for h in histories(lineage, f"model.layers.{i}.self_attn")
+            for label in h["builtins"]
+            if runs_attention(label.split(":", 1)[1].rpartition("#")[0])
+        ]
+        name = "vm.builtin.attention_kv_cache_attention_with_fused_qkv"
+        assert sorted(labels) == [f"decode:{name}#{i}", f"prefill:{name}#{i}"]
+        runs = {s.label.split(" ")[0] for s in lineage.code_of(f"model.layers.{i}.self_attn").sites if " " in s.label}
+        assert runs == set(labels)

@@ -10,8 +10,8 @@ import torch
 import relaytrace
 from relaytrace.analysis.report import make_report
 from relaytrace.errors import FileFormatError, RelaytraceError
-from relaytrace.model.lineage import Lineage
 from relaytrace.frontends.torch import from_torch
+from relaytrace.model.lineage import Lineage
 from relaytrace.model.origin import INSERTED, OP
 from relaytrace.model.shapes import bind
 from relaytrace.model.sitekey import Frame

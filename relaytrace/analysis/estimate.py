@@ -28,6 +28,7 @@ from ..model.lineage import Lineage
 from ..model.peaks import Peaks
 from ..model.profile import CACHE, ESTIMATE, FROM_IR, KERNEL, ArgInfo, CallRecord, Profile
 from ..model.shapes import bind, match_input_names
+from ..model.sitekey import Calls
 from ..model.work import KernelWork, cache_work, concrete, work_at
 from .roofline import lower_bound
 
@@ -130,15 +131,14 @@ def cache_calls(
         [PAGED_DECODE] if tokens == 1 and context else [RAGGED_PREFILL] + ([PAGED_PREFILL, MERGE] if context else [])
     )
     names = [k for role in roles for k in cache.kernels if kernel_role(cache, k) == role]
-    counts: dict[str, int] = {}
+    calls = Calls()
     records = []
     for site in sorted((b for b in lineage.builtins if runs_attention(b.name)), key=lambda b: b.position):
-        j = counts[site.name] = counts.get(site.name, -1) + 1
+        within = calls.key(site.name).in_entry
         for name in names:
             work = cache_work(cache, name, tokens, context, sequences=sequences)
             us = lower_bound(work.flops, work.bytes, peaks, "float32")[0] or 0.0
-            k = counts[name] = counts.get(name, -1) + 1
-            records.append(CallRecord(name, k, 0, start, us, CACHE, f"{site.name}#{j}"))
+            records.append(CallRecord(name, calls.key(name).call, 0, start, us, CACHE, within))
             start += us
     return records
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..jobs import echo, load_lineage
-from ..model.sitekey import SiteKey
+from ..model.sitekey import SiteKey, builtin_keys
 from ..render.safe_text import terminal
 from .base import Command
 
@@ -176,9 +176,10 @@ def histories(lineage, name: str) -> list[dict]:
     codegen and its patterns: ``offloaded``) and how it ended: the pass that eliminated it, or the kernel call sites
     and VM builtins it runs in."""
     builtins: dict[str, list[str]] = {}
+    keys = builtin_keys(lineage.builtins)
     for b in lineage.builtins:
         for o in b.origins:
-            builtins.setdefault(o, []).append(f"{b.name}#{b.position}")
+            builtins.setdefault(o, []).append(keys[b.position].label)
     index = lineage.index()
     out = []
     for oid in sorted(lineage.resolve(name), key=lambda o: (lineage.origins[o].function, lineage.origins[o].index, o)):

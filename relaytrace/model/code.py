@@ -36,6 +36,7 @@ from .codec import decode, encode
 from .entry import APPEND, PAGED_DECODE, PAGED_PREFILL, RAGGED_PREFILL, kernel_role, of_any_length, runs_attention
 from .jsonio import migrate, read_json, write_json
 from .shapes import ANY_RANK
+from .sitekey import builtin_keys
 from .verification import SUSPECT, UNVERIFIED, VERIFIED, Member, Status, matching
 
 SCHEMA = "relaytrace.code/2"
@@ -444,12 +445,13 @@ def cache_runs(lineage, code: Code) -> tuple[CacheRun, ...]:
     if cache is None:
         return ()
     calls = call_lines(code)
+    keys = builtin_keys(lineage.builtins)
     seen: dict[tuple[str, str], int] = {}
     out = []
     for b in sorted(lineage.builtins, key=lambda b: b.position):
         if b.scope:  # a subfunction's builtin: its text is the subfunction's
             continue
-        n = seen[(b.function, b.name)] = seen.get((b.function, b.name), -1) + 1  # its place among its kind's calls
+        n = seen[(b.function, b.name)] = seen.get((b.function, b.name), -1) + 1  # its line: the n-th of its text's
         if not runs_attention(b.name) or not b.origins:
             continue
         lines = calls.get((b.function, b.name), [])
@@ -457,7 +459,7 @@ def cache_runs(lineage, code: Code) -> tuple[CacheRun, ...]:
         prefill = of_any_length(lineage.build.params.get(b.function, ()))
         roles = (APPEND, RAGGED_PREFILL, PAGED_PREFILL) if prefill else (APPEND, PAGED_DECODE)
         out += [
-            CacheRun(f"{b.function}:{b.name}#{n}", k, b.function, line, b.origins[0])
+            CacheRun(f"{b.function}:{keys[b.position].in_entry}", k, b.function, line, b.origins[0])
             for k in cache.kernels
             if k in code.kernels and kernel_role(cache, k) in roles
         ]

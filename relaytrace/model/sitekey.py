@@ -60,6 +60,17 @@ class Frame(NamedTuple):
         return f"{self.function}#{self.call}"
 
 
+def builtin_keys(builtins) -> dict[int, SiteKey]:
+    """Each VM builtin call's identity, by its position (``BuiltinSite``s): the ``n``-th
+    call of that builtin in one run of its entry, numbered by ``Calls`` in run order as
+    kernel calls are (``vm.builtin.reshape#2``, ``decode:vm.builtin.attention#0``)."""
+    calls: dict[str, Calls] = {}
+    return {
+        b.position: calls.setdefault(b.function, Calls(b.function)).key(b.name)
+        for b in sorted(builtins, key=lambda b: b.position)
+    }
+
+
 def scope_text(scope: tuple[Frame, ...]) -> str:
     """``block#0/inner#1``; "" for an entry's own body."""
     return "/".join(f.text for f in scope)
