@@ -8,6 +8,7 @@ from __future__ import annotations
 from attrs import field, frozen
 
 from ..model.peaks import Peaks
+from ..model.profile import Mode
 
 
 @frozen
@@ -39,7 +40,7 @@ class Timing:
     (None: measured where it runs) and how a KV-cache entry is ``served``."""
 
     entry: str | None = None
-    mode: str | None = None
+    mode: Mode | None = None
     repeat: int = 3
     peaks: Peaks | None = None
     served: Served = Served()

@@ -11,6 +11,7 @@ import attrs
 
 from ..errors import RelaytraceError, UsageError, describe
 from ..jobs import echo
+from ..model.profile import Mode
 from ..model.run_spec import RunSpec
 from ..profiling.remote import LONGEST_WAIT_S
 from ..render.safe_text import terminal
@@ -27,7 +28,8 @@ def progress(args):
 def timing(args) -> Timing:
     """The profiling options of a command that takes them all (``add_build_options``),
     checked: the peaks given (``given_peaks``)."""
-    return Timing(args.entry, args.mode, args.repeat, given_peaks(args), Served.from_args(args))
+    mode = Mode(args.mode) if args.mode else None
+    return Timing(args.entry, mode, args.repeat, given_peaks(args), Served.from_args(args))
 
 
 def build_traced(model, run: RunSpec, say, remote=None, elsewhere: bool = False, name: str | None = None):
@@ -76,7 +78,7 @@ def profile_built(built, options: Timing, say, inputs):
 
     executable, lineage, remote = built
     entry = lineage.entry(options.entry)
-    mode = "isolated" if remote is not None else options.mode or "timeline"
+    mode = Mode.ISOLATED if remote is not None else options.mode or Mode.TIMELINE
     say(f"profiling {entry} ({mode}{', on ' + remote.describe() if remote else ''}, {options.repeat} run(s))")
     return profile(
         executable,
@@ -168,7 +170,7 @@ def remote_device(args):
         return None
     if args.rpc and args.tracker:
         raise UsageError("give --rpc HOST:PORT or --tracker HOST:PORT --key KEY, not both")
-    if args.mode == "timeline":
+    if args.mode == Mode.TIMELINE:
         raise UsageError("a remote device is timed --mode isolated (the VM's per-call timer cannot run there)")
     from ..profiling.remote import RemoteDevice
 
@@ -346,7 +348,7 @@ def add_build_options(p, profiling: bool = True) -> None:
         return
     p.add_argument(
         "--mode",
-        choices=["timeline", "isolated"],
+        choices=[Mode.TIMELINE.value, Mode.ISOLATED.value],
         default=None,
         help="timeline (default here) or isolated (the only mode on a remote device)",
     )

@@ -27,6 +27,7 @@ from attrs import define, field
 
 from .names import Name
 from .ops import is_prim_func, short_op
+from .origin import OP
 
 
 class Frontend(Name):
@@ -300,7 +301,7 @@ def check_program(origins, program: Program | None) -> ProgramCheck:
     wrong, unknown = {}, {}
     claimed = set()
     for oid, origin in origins.items():
-        if origin.kind != "op" or not origin.source_op:
+        if origin.kind != OP or not origin.source_op:
             continue
         key = (origin.node, origin.source_op)
         claimed.add(key)

@@ -29,7 +29,7 @@ from attrs import define
 from .frontend import check_program, missing_reason
 from .names import Name
 from .ops import is_data_movement, is_shape_computation
-from .origin import OP, UNRESOLVED
+from .origin import INSERTED, OP, UNRESOLVED
 
 
 class Status(Name):
@@ -352,7 +352,7 @@ def _misplaced_inserted(site, lineage, where, neighbours) -> list[str]:
     reasons = []
     for oid in site.origin_ids:
         origin = lineage.origins[oid]
-        if origin.kind != "inserted" or not origin.serves:
+        if origin.kind != INSERTED or not origin.serves:
             continue
         served = [s.position for o in origin.serves for s in where.get((o, _frame(site)), ())]
         if not served:
@@ -372,7 +372,7 @@ def _shape_claims(site, lineage, where) -> tuple[list[str], list[str]]:
     reasons, unknown = [], []
     for oid in site.origin_ids:
         origin = lineage.origins[oid]
-        if origin.kind != "inserted" or not is_shape_computation(origin.op):
+        if origin.kind != INSERTED or not is_shape_computation(origin.op):
             continue
         consumers = lineage.build.shape_consumers.get(site.kernel)
         if consumers is None:

@@ -31,6 +31,7 @@ from ..errors import RelaytraceError, UsageError
 from ..model.codec import encode
 from ..model.entry import default_context
 from ..model.lineage import Lineage
+from ..model.profile import Mode
 from ..model.run_spec import RunSpec
 from . import peaks, runner
 from .serve import Serving, served_spec, takes_cache
@@ -102,7 +103,7 @@ def write_bundle(
         if lineage.code is not None:  # the report made where it ran shows the code
             lineage.code.save(staging / "code.json")
         params = _save_inputs(staging, lineage, entry, arrays)
-        template = _profile(lineage, entry, arrays, "", "timeline", 1, [], {}, [])
+        template = _profile(lineage, entry, arrays, "", Mode.TIMELINE, 1, [], {}, [])
         manifest = {
             "schema": runner.BUNDLE_SCHEMA,
             "library": LIBRARY,

@@ -22,7 +22,7 @@ from tvm import relax
 from ..errors import RelaytraceError, UsageError, describe, expect, expect_number
 from ..model.entry import ParamKind, default_context, grouped
 from ..model.lineage import Lineage
-from ..model.profile import FROM_IR, LOCAL_RUN, ArgInfo, CallKind, CallRecord, Profile
+from ..model.profile import FROM_IR, LOCAL_RUN, ArgInfo, CallKind, CallRecord, Mode, Profile
 from ..model.shapes import bind
 from ..model.sitekey import SiteKey
 from . import runner
@@ -36,7 +36,7 @@ def profile(
     device=None,
     warmup: int = 1,
     repeat: int = 5,
-    mode: str = "timeline",
+    mode: Mode | str = Mode.TIMELINE,
     number: int = 3,
     progress=None,
     entry: str | None = None,
@@ -77,9 +77,10 @@ def profile(
             executable, lineage, lineage.entry(entry), device, warmup, repeat, mode, progress, peaks, serving
         )
     if remote is not None:
-        mode = "isolated"
-    if mode not in ("timeline", "isolated"):
+        mode = Mode.ISOLATED
+    if mode not in (Mode.TIMELINE, Mode.ISOLATED):
         raise RelaytraceError(f"unknown profiling mode {mode!r}: use 'timeline' or 'isolated'")
+    mode = Mode(mode)
     entry = lineage.entry(entry)
     lineage = lineage.for_entry(entry)  # a run of one entry runs its sites only
     arrays = check_inputs(lineage, inputs, entry)
@@ -110,7 +111,7 @@ def profile(
             f"the built executable has no function {entry}: the build's pipeline dropped it "
             "(a pipeline must keep the module's Relax functions)"
         ) from None
-    externals = {name: _external(executable, name) for name in lineage.library_calls} if mode == "isolated" else {}
+    externals = {name: _external(executable, name) for name in lineage.library_calls} if mode == Mode.ISOLATED else {}
     found = _local_runs(
         vm, lambda: function(*args), lineage, device, warmup, repeat, mode, (library, externals), number, say
     )
@@ -147,11 +148,11 @@ def _local_runs(vm, call, lineage, device, warmup, repeat, mode, compiled, numbe
     stamp the timeline too."""
     skip = frozenset(lineage.subfunctions)
     say("capturing argument shapes")
-    arg_info, captured = _capture(vm, call, lineage, skip, copy=(mode == "isolated"))
+    arg_info, captured = _capture(vm, call, lineage, skip, copy=(mode == Mode.ISOLATED))
     _check_names(lineage, arg_info)
     for _ in range(max(warmup - 1, 0)):
         call()
-    if mode == "timeline":
+    if mode == Mode.TIMELINE:
         records = []
         for run in range(repeat):
             say(f"timeline run {run + 1}/{repeat}")
@@ -177,7 +178,7 @@ def _local_peaks(lineage, peaks, say):
 
 def _served_profile(executable, lineage, entry, device, warmup, repeat, mode, progress, peaks, serving):
     """``profile`` of an entry that takes a KV cache, run as served (``serve.Server``)."""
-    if mode != "timeline":
+    if mode != Mode.TIMELINE:
         raise UsageError(
             f"{entry} takes a KV cache: it is profiled in timeline mode, where the cache's own kernels "
             "are timed inside the builtin that runs them"
@@ -273,7 +274,7 @@ def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat,
         entry,
         arrays,
         where,
-        "isolated",
+        Mode.ISOLATED,
         repeat,
         _site_records(timings, repeat),
         arg_info,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import graphviz
 
 from ..analysis import attribution
-from ..model.numerics import FUSED
+from ..model.numerics import BEYOND, FUSED
 from .graphviz import _label, _node_names
 
 _FASTER = ("#edf8e9", "#bae4b3", "#74c476", "#31a354", "#006d2c")
@@ -49,7 +49,7 @@ def error_graph(lineage, comparison):
             note = _not_compared(e) if e else "not in the comparison"
             return note, {"fillcolor": "#eeeeee", "style": "rounded,filled,dashed", "fontcolor": "#555555"}
         text = f"max abs {e.max_abs:.3g}" if e.max_abs is not None else f"{e.nan} NaN, {e.inf} Inf"
-        if e.status == "beyond":
+        if e.status == BEYOND:
             return f"BEYOND: {text}", {"fillcolor": "#d7301f", "fontcolor": "white"}
         ratio = e.tolerance_ratio or 0.0
         step = sum(ratio >= limit for limit in (0.01, 0.1, 1, 10))

@@ -22,8 +22,10 @@ from pathlib import Path
 from ..analysis import attribution
 from ..analysis.memory import NO_SITE, ValueKind
 from ..model.lineage_index import billed_layers
+from ..model.numerics import BEYOND, Route
 from ..model.origin import INSERTED, OP
 from ..model.profile import CACHE, ESTIMATE, KERNEL, TIMELINE
+from ..model.verification import VERIFIED
 from .provenance import provenance
 from .table import figure, times
 
@@ -78,12 +80,12 @@ def report_data(report) -> dict:
         "checks": [
             {"site": s.label, "status": checks[s.position].status, "reasons": "; ".join(checks[s.position].reasons)}
             for s in lineage.call_sites
-            if checks[s.position].status != "verified"
+            if checks[s.position].status != VERIFIED
         ]
         + [
             {"site": f"layer {c.layer}", "status": c.status, "reasons": "; ".join(c.reasons)}
             for c in (lineage.verification.layers if lineage.verification is not None else ())
-            if c.status != "verified"
+            if c.status != VERIFIED
         ],
         "op_types": [
             {
@@ -318,9 +320,9 @@ def _numerics_line(comparison) -> str:
 
 def _read_from(route) -> str:
     """Where a compared layer's value was read, in words (its ``Route``)."""
-    if route == "observed build":
+    if route == Route.OBSERVED:
         return "a rebuild that writes it out"
-    return "the compared build" + (", through data movement" if route == "through data movement" else "")
+    return "the compared build" + (", through data movement" if route == Route.MOVED else "")
 
 
 def _errors(comparison) -> dict:
@@ -336,7 +338,7 @@ def _errors(comparison) -> dict:
                 else f"{e.nan} NaN, {e.inf} Inf (the reference has {e.reference_nan})"
             )
             text = (
-                f"{'BEYOND' if e.status == 'beyond' else 'within'} atol {comparison.atol:g} / rtol "
+                f"{'BEYOND' if e.status == BEYOND else 'within'} atol {comparison.atol:g} / rtol "
                 f"{comparison.rtol:g} ({comparison.precision}): {figures}, read from {e.site} of "
                 f"{_read_from(e.route)}{' (' + e.note + ')' if e.note else ''}"
             )

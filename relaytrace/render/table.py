@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 
 from ..model.lineage import Coverage, Lineage
+from ..model.numerics import BEYOND
 from .safe_text import terminal
 
 WRAP = 60  # a cell with spaces (a list of kernel calls) longer than this is wrapped onto more lines
@@ -430,7 +431,7 @@ def comparison_rows(comparison) -> tuple[list[str], list[list[str]]]:
     rows = [
         [
             e.layer,
-            e.status.upper() if e.status == "beyond" else e.status,
+            e.status.upper() if e.status == BEYOND else e.status,
             figure(e.max_abs),
             figure(e.max_rel),
             figure(e.tolerance_ratio),
