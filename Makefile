@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.relaytrace-installed
 # PARALLEL= runs them in one
 PARALLEL ?= -n 2 --dist loadfile
 
-.PHONY: demo test test-slow test-heavy lint bench setup bytecode graphviz browser cross clean
+.PHONY: demo test test-slow test-heavy lint bench setup bytecode graphviz browser cross node clean
 
 demo: setup
 	$(VENV)/bin/relaytrace demo --out relaytrace-out --force
@@ -16,7 +16,7 @@ demo: setup
 # marked serial (timings compared, ranked or limited) alone after the others;
 # make test-slow: the full-size builds, transformers through ONNX, symbolic lengths, the
 # browser's. CI runs both.
-test: lint browser cross
+test: lint browser cross node
 	$(PY) -m pytest -q -m "not slow and not serial" $(PARALLEL) --durations=15
 	$(PY) -m pytest -q -m "serial and not slow" --durations=5
 
@@ -68,6 +68,13 @@ browser:
 	  echo "installing Debian's chromium for the HTML report test"; \
 	  { apt-get update -q && apt-get install -y -q chromium; } >/dev/null 2>&1 || \
 	  echo "could not install chromium: the browser test will be skipped"; }
+
+# The report's pure JavaScript is tested in node (tests/pure/test_report_js.py).
+node:
+	@command -v node >/dev/null 2>&1 || { \
+	  echo "installing Debian's nodejs for the report's JavaScript tests"; \
+	  { apt-get update -q && apt-get install -y -q nodejs; } >/dev/null 2>&1 || \
+	  { echo "could not install nodejs; run: sudo apt-get install nodejs"; exit 1; }; }
 
 # A build for another CPU (aarch64) is linked by its cross compiler in
 # tests/test_remote.py; without it that test is skipped with a message saying so.

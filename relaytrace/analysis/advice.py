@@ -31,6 +31,7 @@ from attrs import define
 
 from ..model.names import Name
 from ..model.origin import INSERTED, OP
+from ..model.run_spec import Layout, Precision
 from .attribution import Category
 
 
@@ -52,9 +53,9 @@ class Rebuild(Name):
 
 _OPTIONS: dict[Rebuild, tuple[str, object]] = {
     Rebuild.FOLD_BATCH_NORM: ("fold_batch_norm", True),
-    Rebuild.LAYOUT_NCHW: ("layout", "NCHW"),
+    Rebuild.LAYOUT_NCHW: ("layout", Layout.NCHW),
     Rebuild.FUSED: ("pipeline", "fused"),
-    Rebuild.FLOAT32: ("precision", "fp32"),
+    Rebuild.FLOAT32: ("precision", Precision.FP32),
     Rebuild.LIFT_PARAMS: ("lift_params", True),
 }
 SHARE = 0.002  # a finding below this share of the end-to-end time is not worth a line

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..errors import UsageError
 from ..jobs import echo
+from ..model.run_spec import Layout, Precision
 from .base import Command
 from .shared import add_input_shape_option, add_pipeline_options, at_least, check_target, progress
 
@@ -21,8 +22,8 @@ def add_arguments(p) -> None:
     add_pipeline_options(p)
     p.add_argument(
         "--precision",
-        choices=["fp32", "fp16"],
-        default="fp32",
+        choices=[m.value for m in Precision],
+        default=Precision.FP32.value,
         help="fp16: build through relax.transform.ToMixedPrecision (default fp32: as imported)",
     )
     p.add_argument(
@@ -76,7 +77,7 @@ def run(args) -> int:
             f"compare runs the build here, and a build for {target_name(args.target)} does not run "
             "on this machine: compare with a target of this machine (llvm)"
         )
-    if args.accumulate and args.precision != "fp16":
+    if args.accumulate and args.precision != Precision.FP16:
         raise UsageError("--accumulate applies to --precision fp16")
     out = prepare_out_dir(args.out, args.force) if args.out else None
     say(f"importing {args.model}")
@@ -91,14 +92,14 @@ def run(args) -> int:
     if named and args.observe_all:
         raise UsageError("--observe names layers and --observe-all takes every fused one: give one of them")
     check_layers(loaded.model, named)
-    accumulate = (args.accumulate or "float32") if args.precision == "fp16" else None
+    accumulate = (args.accumulate or "float32") if args.precision == Precision.FP16 else None
     precision = f"float16, accumulating in {accumulate}" if accumulate else "float32 as built"
     say(f"building {loaded.model.name} ({args.pipeline}, {args.layout}, {precision}) for {args.target}")
     executable, lineage = build(
         loaded.model,
         args.target,
         pipeline=args.pipeline,
-        convert_layout=NHWC if args.layout == "NHWC" else None,
+        convert_layout=NHWC if args.layout == Layout.NHWC else None,
         progress=say.passes,
         mixed_precision=accumulate,
     )
@@ -119,7 +120,7 @@ def run(args) -> int:
             observed(loaded.model, wanted),
             args.target,
             pipeline=args.pipeline,
-            convert_layout=NHWC if args.layout == "NHWC" else None,
+            convert_layout=NHWC if args.layout == Layout.NHWC else None,
             progress=say.passes,
             mixed_precision=accumulate,
         )

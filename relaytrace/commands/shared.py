@@ -12,7 +12,7 @@ import attrs
 from ..errors import RelaytraceError, UsageError, describe
 from ..jobs import echo
 from ..model.profile import Mode
-from ..model.run_spec import RunSpec
+from ..model.run_spec import Layout, Precision, RunSpec
 from ..profiling.remote import LONGEST_WAIT_S
 from ..render.safe_text import terminal
 from .options import Served, Timing
@@ -51,7 +51,7 @@ def build_traced(model, run: RunSpec, say, remote=None, elsewhere: bool = False,
             f"a build for {target_name(run.target)} does not run on this machine: profile it on its "
             "device with --rpc HOST:PORT or --tracker HOST:PORT --key KEY (docs/remote.md)"
         )
-    fp16 = run.precision == "fp16"
+    fp16 = run.precision == Precision.FP16
     say(
         f"building {getattr(model, 'name', 'model')} ({run.pipeline}, {run.layout}"
         f"{', float16 accumulating in float32' if fp16 else ''}) for {run.target}"
@@ -61,7 +61,7 @@ def build_traced(model, run: RunSpec, say, remote=None, elsewhere: bool = False,
         run.target,
         pipeline=run.pipeline,
         model=name,
-        convert_layout=NHWC if run.layout == "NHWC" else None,
+        convert_layout=NHWC if run.layout == Layout.NHWC else None,
         progress=say.passes,
         database=run.db,
         mixed_precision="float32" if fp16 else None,
@@ -314,8 +314,8 @@ def add_pipeline_options(p, layout: bool = True) -> None:
     if layout:
         p.add_argument(
             "--layout",
-            choices=["NCHW", "NHWC"],
-            default="NCHW",
+            choices=[m.value for m in Layout],
+            default=Layout.NCHW.value,
             help="NHWC: ConvertLayout conv2d to NHWC/OHWI before the pipeline",
         )
 
@@ -327,8 +327,8 @@ def add_build_options(p, profiling: bool = True) -> None:
     add_pipeline_options(p)
     p.add_argument(
         "--precision",
-        choices=["fp32", "fp16"],
-        default="fp32",
+        choices=[m.value for m in Precision],
+        default=Precision.FP32.value,
         help="fp16: build through relax.transform.ToMixedPrecision, accumulating in float32 "
         "(default fp32: as imported)",
     )

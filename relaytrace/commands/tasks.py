@@ -30,7 +30,7 @@ def run(args) -> int:
     from ..build import build
     from ..frontends.loader import load
     from ..jobs import parse_shape
-    from ..model.run_spec import RunSpec
+    from ..model.run_spec import Layout, Precision, RunSpec
     from ..profiling import tasks
     from ..render.table import format_table
 
@@ -44,7 +44,7 @@ def run(args) -> int:
     given = "--target"
     if Path(spec).is_dir():  # an output DIR: rebuild the model it was made from, as it was made
         info = RunSpec.load(spec)
-        if info.pipeline != "fused" or info.layout != "NCHW" or info.precision != "fp32":
+        if info.pipeline != "fused" or info.layout != Layout.NCHW or info.precision != Precision.FP32:
             raise UsageError(
                 f"{spec} was built {info.pipeline} with layout {info.layout} in {info.precision}; tasks "
                 "are those of the fused NCHW fp32 build: profile the model that way, or pass the model "

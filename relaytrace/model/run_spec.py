@@ -18,9 +18,23 @@ from attrs import define, field
 from ..errors import FileFormatError
 from .codec import decode, encode
 from .jsonio import check, read_json
+from .names import Name
 
 FILE = "run.json"
-LAYOUTS, PRECISIONS = ("NCHW", "NHWC"), ("fp32", "fp16")  # the values --layout and --precision take
+
+
+class Layout(Name):
+    """``--layout``: conv2d as imported, or converted to NHWC/OHWI before the pipeline."""
+
+    NCHW = "NCHW"
+    NHWC = "NHWC"
+
+
+class Precision(Name):
+    """``--precision``: as imported, or float16 accumulating in float32 (ToMixedPrecision)."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
 
 
 def _shapes(value) -> tuple[str, ...]:
@@ -48,12 +62,12 @@ class RunSpec:
     db: str | None = None
     target: str = "llvm"
     pipeline: str = "fused"
-    layout: str = "NCHW"
+    layout: Layout = field(default=Layout.NCHW, converter=Layout)
     entry: str | None = None
     device: str | None = None
     peak_gflops: float | None = None
     peak_gbps: float | None = None
-    precision: str = "fp32"
+    precision: Precision = field(default=Precision.FP32, converter=Precision)
     policy: str = "anchor"
     fold_batch_norm: bool = False
     lift_params: bool = False
@@ -90,14 +104,7 @@ class RunSpec:
             raise FileFormatError(
                 f"{where} has no field 'model': pass the model itself (an .onnx file or file.py:factory)"
             )
-        spec = decode(cls, data, where)
-        for name, allowed in (("layout", LAYOUTS), ("precision", PRECISIONS)):
-            if getattr(spec, name) not in allowed:
-                raise FileFormatError(
-                    f"{where}: {name} must be one of {', '.join(allowed)}, not "
-                    f"{getattr(spec, name)!r}; the file was edited or is corrupt"
-                )
-        return spec
+        return decode(cls, data, where)
 
     @classmethod
     def load(cls, directory) -> RunSpec:

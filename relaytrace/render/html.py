@@ -626,6 +626,7 @@ graph).</p><table id="kernels"></table>
 <script type="application/json" id="relaytrace-data">{script_json(data)}</script>
 <script>{_asset("d3-hierarchy.min.js")}</script>
 <script>{_asset("dagre.min.js")}</script>
+<script>{_asset("pure.js")}</script>
 <script>{_asset("report.js")}</script>
 <script>{_asset("code.js")}</script>
 </body></html>

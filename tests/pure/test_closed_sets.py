@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[2] / "relaytrace"
 
 # The bundle's runner imports nothing of relaytrace (it runs where only TVM's runtime is):
@@ -69,3 +71,17 @@ def test_no_member_of_a_closed_set_is_compared_as_a_string():
 def test_the_check_finds_a_comparison_with_a_members_value():
     tree = ast.parse('if e.status == "beyond" or mode in ("timeline", "x"):\n    pass\n')
     assert _string_comparisons(tree) == [(1, "beyond"), (1, "timeline"), (1, "x")]
+
+
+def test_a_run_json_holds_its_layout_and_precision_as_members_and_refuses_others(tmp_path):
+    from relaytrace.errors import FileFormatError
+    from relaytrace.model.run_spec import Layout, Precision, RunSpec
+
+    RunSpec("m.py:make", layout="NHWC", precision="fp16").save(tmp_path)
+    spec = RunSpec.load(tmp_path)
+    assert spec.layout is Layout.NHWC and spec.precision is Precision.FP16
+    (tmp_path / "run.json").write_text(
+        (tmp_path / "run.json").read_text().replace('"NHWC"', '"nhwc"'), encoding="utf-8"
+    )
+    with pytest.raises(FileFormatError, match=r"run.json: layout must be one of NCHW, NHWC, not a string 'nhwc'"):
+        RunSpec.load(tmp_path)

@@ -23,7 +23,6 @@ function el(tag, attrs, parent){ const e = document.createElementNS(SVGNS, tag);
   Object.entries(attrs).forEach(([k, v]) => e.setAttribute(k, v)); if (parent) parent.appendChild(e); return e; }
 
 // ---- the sortable, searchable tables ----
-function cell(v){ if (v === null || v === undefined) return ''; return (typeof v === 'number') ? (Number.isInteger(v) ? String(v) : Math.abs(v) < 0.01 ? v.toPrecision(3) : v.toFixed(3)) : (Array.isArray(v) ? v.join(', ') : String(v)); }
 /** Fill table `id`: a header of columns ([title, field]), a row per item of rows, keyed
     (tr.dataset.key) by keyOf(row); a click on a row picks it. */
 function build(id, columns, rows, keyOf){
@@ -189,8 +188,6 @@ function axisTitles(svg, {width, ht, m}, x, y){
 
 // ---- the roofline: layers at their intensity and achieved rate, under both ceilings ----
 const roofByLayer = new Map(data.roofline.layers.map(r => [r.layer, r]));
-/** A number to p significant digits, '?' when not known. */
-function sig(v, p){ return v == null ? '?' : Number(v).toPrecision(p || 3); }
 function drawRoofline(){
   const svg = document.getElementById('roofline'); svg.replaceChildren();
   const peaks = data.roofline.peaks;
@@ -250,14 +247,6 @@ const memValues = new Map();  // block -> the values placed in it, in program or
 if (mem && mem.known) mem.values.forEach(([block, first, last, value, site, layer, own]) => {
   if (!memValues.has(block)) memValues.set(block, []);
   memValues.get(block).push({first, last, value, site, layer, own}); });
-/** Bytes in the unit a person reads (render/memory.py's size()). */
-function size(n){
-  for (const [unit, scale] of [['GiB', 2 ** 30], ['MiB', 2 ** 20], ['KiB', 2 ** 10]])
-    if (Math.abs(n) >= scale) return n / scale < 100 ? `${+(n / scale).toPrecision(3)} ${unit}` : `${(n / scale).toFixed(0)} ${unit}`;
-  return `${n.toFixed(0)} B`;
-}
-/** 1, 2 or 5 times a power of ten, the least at least v. */
-function nice(v){ const p = Math.pow(10, Math.floor(Math.log10(v))); return [1, 2, 5, 10].find(k => k * p >= v * 0.999) * p; }
 /** The values live at step, largest first (analysis/memory.py's live_at): each block live there with the
     value it holds (the latest written at or before it still read then) or, idle, the next written into it. */
 function liveAt(step){
@@ -418,13 +407,6 @@ function showOpType(op){
 // ---- the layer graph: grouped by module depth, laid out by dagre, pan and zoom ----
 const HEAT = ['#fff5f0', '#fee0d2', '#fcbba1', '#fc9272', '#fb6a4a', '#ef3b2c', '#cb181d', '#99000d'];
 const graph = {depth: 0, nodes: new Map(), box: null, full: null};  // nodes: group key -> {el, x, y, group}
-/** A layer's module path: its call suffix (the last `@` and digits alone: `relu@1`) dropped (model/layer_name.py). */
-function modulePath(layer){ return layer.replace(/@[0-9]+$/, ''); }
-function prefix(layer, depth){
-  if (!depth) return layer;
-  const sep = layer.startsWith('/') ? '/' : '.', parts = modulePath(layer).split(sep).filter(Boolean);
-  return (sep === '/' ? '/' : '') + parts.slice(0, depth).join(sep);
-}
 /** The layers grouped by their module prefix at depth (0: each its own): key -> {key, layers, ms, builtin}. */
 function groupsAt(depth){
   const groups = new Map();
