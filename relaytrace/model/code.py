@@ -25,6 +25,7 @@ size, is refused, never shown as this build's.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -127,6 +128,17 @@ class Code:
     kernels: dict[str, KernelCode] = field(factory=dict)
     problems: tuple[str, ...] = ()  # why some or all of the code is missing
     schema: str = SCHEMA
+
+    @functools.cached_property
+    def checks(self) -> dict[str, tuple[BlockCheck, ...]]:
+        """Kernel -> the verdict on each block of its fused text (``check_blocks``), made
+        once: the code view, the page and provenance.json all read these."""
+        return {name: check_blocks(kernel) for name, kernel in self.kernels.items()}
+
+    @functools.cached_property
+    def built_checks(self) -> dict[str, tuple[BlockCheck, ...]]:
+        """Kernel -> the verdict on each block of its built text (``built_checks``), made once."""
+        return {name: built_checks(kernel) for name, kernel in self.kernels.items()}
 
     def save(self, path, overwrite: bool = False) -> Path:
         """Write JSON atomically; an existing file is kept unless ``overwrite``."""
@@ -473,7 +485,7 @@ def code_sites(lineage, code: Code) -> tuple[SiteCode, ...]:
     (``cache_runs``: every block the attention op's)."""
     lines = site_lines(lineage, code)
     edges = set(lineage.edges)
-    checks = {name: check_blocks(kernel) for name, kernel in code.kernels.items()}
+    checks = code.checks
     out = []
     for site in lineage.call_sites:
         kernel = code.kernels.get(site.kernel)

@@ -12,7 +12,7 @@ profiler, a viewer or a test can hold a build to. ``layer_text`` prints what
 
 from __future__ import annotations
 
-from ..model.code import Code, built_checks, check_blocks, code_sites
+from ..model.code import Code, code_sites
 from .safe_text import terminal
 
 SCHEMA = "relaytrace.provenance/1"
@@ -35,7 +35,7 @@ def provenance(lineage) -> dict:
                     "status": str(c.status),
                     "reasons": list(c.reasons),
                 }
-                for b, c in zip(kernel.blocks, check_blocks(kernel))
+                for b, c in zip(kernel.blocks, code.checks[name])
             ],
             "scheduled": bool(kernel.built),
             "built_blocks": [
@@ -46,7 +46,7 @@ def provenance(lineage) -> dict:
                     "status": str(c.status),
                     "reasons": list(c.reasons),
                 }
-                for b, c in zip(kernel.built_blocks, built_checks(kernel))
+                for b, c in zip(kernel.built_blocks, code.built_checks[name])
             ],
             "sites": [],
         }
