@@ -61,6 +61,7 @@ def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) ->
         if func is None:
             continue
         text, blocks = _kernel_code(func, name)
+        params = _params(func)
         members = _aligned(  # an unfused kernel: one member, itself
             _members(groups[name], member_funcs, read, groups)
             if name in groups
@@ -77,10 +78,10 @@ def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) ->
             name,
             text,
             tuple(blocks),
-            _outputs(func, blocks),
+            _outputs(params, blocks),
             members,
             built_text,
-            tuple(_scheduled(built_blocks, blocks, _params(func))),
+            tuple(_scheduled(built_blocks, blocks, params)),
             ir.buffer_types(final if final is not None else func),
         )
     return Code(functions, kernels)
@@ -127,8 +128,7 @@ def _kernel_code(func, name: str) -> tuple[str, list[Block]]:
     out: list[Block] = []
     for block, line in zip(sblocks, lines):
         reads = [names.get(b) or _identifier(b.name) for r in block.reads for b in _region_buffers(r)]
-        writes = [names.get(w.source) or _identifier(w.source.name) for w in block.writes]
-        writes = writes or [names.get(b) or _identifier(b.name) for b in _stores(block)]
+        writes = [names.get(b) or _identifier(b.name) for b in [w.source for w in block.writes] or _stores(block)]
         out.append(
             Block(
                 block.name_hint, line, _last_line(rows, line), tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes))
@@ -202,9 +202,8 @@ def _params(func) -> set[str]:
     return {names[p] for p in ir.items(func.params) if isinstance(p.ty, BufferType)}
 
 
-def _outputs(func, blocks: list[Block]) -> tuple[str, ...]:
-    """The kernel's parameters its blocks write: its outputs."""
-    params = _params(func)
+def _outputs(params: set[str], blocks: list[Block]) -> tuple[str, ...]:
+    """The kernel's parameters (``params``, by name) its blocks write: its outputs."""
     written = dict.fromkeys(w for b in blocks for w in b.writes)
     return tuple(w for w in written if w in params)
 
