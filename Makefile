@@ -21,7 +21,7 @@ test: lint browser cross node
 	$(PY) -m pytest -q -m "serial and not slow" --durations=5
 
 # ruff's lint and format check over all the code (pyproject.toml [tool.ruff]; `ruff
-# format` rewrites it); mypy over the modules [tool.mypy] lists.
+# format` rewrites it); mypy over the whole package ([tool.mypy]).
 lint: setup
 	$(VENV)/bin/ruff check relaytrace tests tools benchmarks
 	$(VENV)/bin/ruff format --check relaytrace tests tools benchmarks
@@ -52,7 +52,7 @@ bytecode: $(STAMP)
 # tested with, which this install (and so CI) takes.
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q -c constraints.txt -e '.[torch,onnx,rpc,test]'
+	$(PY) -m pip install --disable-pip-version-check -q -c constraints.txt -e '.[torch,onnx,rpc,graph,test]'
 	touch $(STAMP)
 
 graphviz:

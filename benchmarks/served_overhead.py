@@ -21,7 +21,7 @@ from tvm import relax
 import relaytrace
 from relaytrace.frontends.nn import from_nn
 from relaytrace.model.profile import CACHE
-from relaytrace.profiling.serve import Server, Serving
+from relaytrace.profiling.serve import Server, Serving, served_spec
 from relaytrace.zoo.mlc_llama import llama
 
 
@@ -46,8 +46,8 @@ def main(argv=None) -> int:
     device = tvm.cpu()
     for entry, serving in (("prefill", Serving(tokens=args.tokens)), ("decode", Serving(context=args.context))):
         vm = relax.VirtualMachine(executable, device)
-        wrapped = Server(vm, lineage, entry, serving, device)
-        plain = Server(vm, lineage, entry, serving, device, timed=False)
+        spec = served_spec(lineage, entry, serving)
+        wrapped, plain = Server(vm, device, spec), Server(vm, device, spec, timed=False)
         ratios = []
         for _ in range(3):  # interleaved, so a change in the machine's load moves both
             a, b = _median_step(wrapped.step, args.runs), _median_step(plain.step, args.runs)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .errors import RelaytraceError, UsageError, describe, expect, expect_number
-from .model.build_facts import BuildOptions, PrecisionPolicy
+from .model.build_facts import BuildFacts, BuildOptions, PrecisionPolicy
 from .model.lineage import Lineage
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class Trace:
     ):
         from .tracking.ahead import FollowAhead
 
-        self.recorder = recorder
+        self.recorder: Recorder | None = recorder  # None once finished: the record is let go
         self.layer_of = layer_of
         self.program = program
         self.model = model
@@ -52,21 +52,16 @@ class Trace:
     def _follow(self, recording, on_step=None) -> Lineage:
         from .tracking.follow import follow
 
-        return follow(
-            recording,
-            self.layer_of,
-            model=self.model,
-            target=self.target,
-            pipeline=self.pipeline,
-            program=self.program,
-            on_step=on_step,
-        )
+        build = BuildFacts(self.model, self.target, self.pipeline)
+        return follow(recording, self.layer_of, build=build, program=self.program, on_step=on_step)
 
     def finish(self) -> Lineage:
         """Follow the recorded build into a lineage; the record (the IR) is let go."""
         from .tracking.ir import built_target
         from .tracking.recorder import gc_paused
 
+        if self.recorder is None:
+            raise RuntimeError("this trace is finished: its recording was followed once and let go")
         recording, self.recorder = self.recorder.recording, None
         if recording.input is None and not recording.degraded:
             self.ahead.wait()
@@ -86,7 +81,7 @@ class Trace:
 
 
 @contextlib.contextmanager
-def trace(
+def trace(  # noqa: PLR0913 - public API: keyword options, checked and then held in records
     model: str = "model",
     target: str = "",
     pipeline: str | BuildOptions = "user",
@@ -236,7 +231,7 @@ def registered_pipeline(text: str, target):
         raise UsageError(f"--pipeline {name}:ARGS takes a JSON object of its arguments, not {given!r}")
     make = relax.pipeline.PIPELINE_MAP[name]
     try:
-        params = inspect.signature(make).parameters
+        params: Mapping[str, inspect.Parameter] = inspect.signature(make).parameters
     except (TypeError, ValueError):
         params = {}
     if "target" in params and "target" not in kwargs:
@@ -259,7 +254,7 @@ def registered_pipeline(text: str, target):
     return made
 
 
-def build(
+def build(  # noqa: PLR0913 - public API: keyword options, checked and then held in records
     mod,
     target="llvm",
     pipeline="fused",
@@ -299,7 +294,8 @@ def build(
 
     from .frontends.loader import load
 
-    _check_arguments(target, convert_layout, model, opt_level, layer_of, database, fold_batch_norm, lift_params)
+    _check_target(target, convert_layout)
+    _check_options(model, opt_level, layer_of, database, fold_batch_norm, lift_params)
     imported = load(mod, example_args, name=model, with_inputs=False).model
     mod, layer_of, name = imported.mod, layer_of or imported.layer_of, model or imported.name
     target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
@@ -355,13 +351,9 @@ def build(
     return executable, lineage
 
 
-def _check_arguments(
-    target, convert_layout, model, opt_level, layer_of, database, fold_batch_norm, lift_params
-) -> None:
-    """``build``'s arguments, each of its type and range, or a ``UsageError`` saying what
-    to give (``pipeline``, ``mixed_precision`` and ``progress`` are checked where used)."""
-    import os
-
+def _check_target(target, convert_layout) -> None:
+    """``build``'s target and layouts, each of its type, or a ``UsageError`` saying what
+    to give."""
     import tvm
 
     expect("build(target=)", target, (str, dict, tvm.target.Target), "a TVM target: 'llvm', a dict or a Target")
@@ -373,6 +365,13 @@ def _check_arguments(
     )
     for op, layouts in (convert_layout or {}).items():
         expect(f"build(convert_layout=)'s {op!r}", layouts, (list, tuple), "a list of layouts, e.g. ['NHWC', 'OHWI']")
+
+
+def _check_options(model, opt_level, layer_of, database, fold_batch_norm, lift_params) -> None:
+    """``build``'s other arguments, each of its type and range, or a ``UsageError`` saying
+    what to give (``pipeline``, ``mixed_precision`` and ``progress`` are checked where used)."""
+    import os
+
     expect("build(model=)", model, (str, None), "the model's name (a str)")
     expect_number("build(opt_level=)", opt_level, 0, 4)
     expect("build(layer_of=)", layer_of, (Callable, None), "a function layer_of(function, var_handle, position)")
@@ -421,6 +420,8 @@ def _diagnosed(exc: Exception, handle: Trace, layer_of, target, plain):
     handle.ahead.cancel()
     stop_if_interrupted()
     handle.ahead.wait()
+    if handle.recorder is None:  # finished: the failure came after the recording was followed
+        return None
     recording = handle.recorder.recording
     if recording.degraded or recording.input is None or isinstance(exc, RelaytraceError):
         return None

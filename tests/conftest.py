@@ -100,3 +100,13 @@ def tiny_out(tmp_path_factory):
     code, _, err = run_cli(["--quiet", "profile", "tests/fixtures/tiny_model.py:make", "--repeat", "1", "--out", out])
     assert code == 0, err
     return out
+
+
+def assert_holds_to_schema(data: dict, file: str) -> None:
+    """``data`` (what relaytrace writes as ``file``: ``lineage.json``, ...) validates
+    against that file's JSON Schema (docs/schemas/), by ``jsonschema``'s validator."""
+    import jsonschema
+
+    from relaytrace.schemas import saved_files
+
+    jsonschema.validate(data, saved_files()[file], cls=jsonschema.Draft202012Validator)

@@ -281,6 +281,20 @@ def test_report_refuses_a_bundle_whose_files_contradict_each_other(tiny, tmp_pat
     shutil.copytree(bundle, ran, ignore=shutil.ignore_patterns("profile.json", "report"))
     assert run_py(ran, "--repeat", "1", "--no-peaks").returncode == 0
 
+    SERVE = {  # a served step whole, of a cache the lineage does not have
+        "entry": "main",
+        "params": [],
+        "tokens": 1,
+        "sequences": 1,
+        "dims": {},
+        "bound": [],
+        "context": 8,
+        "page_size": 16,
+        "kv_bytes_per_token": 0,
+        "cache": {"entry": "create", "builtin": "vm.builtin.create", "kernels": [], "append": None},
+        "prefill": None,
+    }
+
     def manifest(change):
         return lambda d: (d / "bundle.json").write_text(json.dumps(change(json.loads((d / "bundle.json").read_text()))))
 
@@ -296,7 +310,13 @@ def test_report_refuses_a_bundle_whose_files_contradict_each_other(tiny, tmp_pat
             lambda m: {**m, "kernels": {**m["kernels"], "fused_conv2d_add": 9}}
         ),
         "bundle.json's serve describes a served step, but main takes no KV cache": manifest(
-            lambda m: {**m, "serve": {"tokens": 1, "context": 8}}
+            lambda m: {**m, "serve": SERVE}
+        ),
+        "bundle.json: serve has no field 'entry'": manifest(  # every field read checked, named where it fails
+            lambda m: {**m, "serve": {k: v for k, v in SERVE.items() if k != "entry"}}
+        ),
+        "bundle.json: kernels['fused_conv2d_add'] must be an integer, not a string": manifest(
+            lambda m: {**m, "kernels": {**m["kernels"], "fused_conv2d_add": "9"}}
         ),
         "bundle.json seals no files": manifest(lambda m: {k: v for k, v in m.items() if k != "files"}),
         "records a served step [1, 8], but main takes no KV cache": json_edit(

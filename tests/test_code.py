@@ -15,7 +15,8 @@ from relaytrace.errors import UsageError
 from relaytrace.model.code import Code, block_origins, check_blocks, mismatches
 from relaytrace.model.lineage import Lineage
 from relaytrace.model.ops import is_prim_value_computation, is_shape_computation
-from relaytrace.render.provenance import SCHEMA, provenance
+from relaytrace.model.provenance import SCHEMA
+from relaytrace.render.provenance import provenance
 from tests.conftest import anchored_kernel
 from tests.fuzz import run_cli
 from tests.test_render import CHROMIUM, _browser, launch
@@ -36,7 +37,7 @@ def assert_every_block_mapped_and_verified(lineage) -> dict:
     for name, function in code.functions.items():
         rows = function.text.splitlines()
         assert all(c.callee in rows[c.line - 1] for c in function.calls), name
-    found = provenance(lineage)
+    found = provenance(lineage).to_json()
     for name, kernel in found["kernels"].items():
         if not kernel["blocks"]:  # a shape function's TIR computes in no block, nor need hand-written TIR
             cache = lineage.build.kv_cache.kernels if lineage.build.kv_cache else ()

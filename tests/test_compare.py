@@ -15,6 +15,7 @@ from relaytrace.build import NHWC
 from relaytrace.frontends.torch import from_torch
 from relaytrace.model.numerics import BEYOND, FUSED, WITHIN, Comparison, error_of
 
+from .conftest import assert_holds_to_schema
 from .fuzz import run_cli
 
 
@@ -158,6 +159,7 @@ def test_cli_compare_writes_its_outputs_and_the_report_shows_them(tmp_path, tiny
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["compare.csv", "compare.json", "errors.svg", "lineage.json"]
     result = Comparison.load(out / "compare.json")
+    assert_holds_to_schema(json.loads((out / "compare.json").read_text()), "compare.json")
     assert "no layer beyond the tolerance" in stdout and result.summary().splitlines()[0] in stdout
     rows = (out / "compare.csv").read_text().splitlines()
     assert rows[0].startswith("layer,status,max abs") and len(rows) == len(result.layers) + 1

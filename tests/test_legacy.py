@@ -100,6 +100,22 @@ def test_seed003_log_records_match_listed_workloads_and_weighted_total():
     assert M.weighted_total_s(matches) * 1e3 == pytest.approx(1836.68, abs=0.01)
 
 
+def test_a_torch_conv_padded_by_name_counts_as_the_same_workload_as_its_numbers():
+    """``padding="same"``/``"valid"`` were read letter by letter (``('s', 'a', 'm', 'e')``):
+    such a conv matched no workload of a log."""
+    import torch
+
+    def model(padding_3x3, padding_1x1):
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=padding_3x3), torch.nn.Conv2d(8, 8, 1, padding=padding_1x1)
+        )
+
+    example = torch.zeros(1, 3, 16, 16)
+    by_name = M.repeats_in_torch(model("same", "valid"), example)
+    assert by_name == M.repeats_in_torch(model(1, 0), example)
+    assert ("conv2d", (1, 3, 16, 16), (8, 3, 3, 3), (1, 1), (1, 1)) in by_name
+
+
 def test_malformed_and_truncated_pastes_report_line_numbers_and_keep_what_parsed():
     lines = SEED2.splitlines()
     truncated = "\n".join(lines[:80] + ["fused_nn_softmax    not-a-number   0.00   1   cpu0"])

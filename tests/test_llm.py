@@ -15,7 +15,10 @@ from relaytrace.model.entry import PAGED_DECODE, RAGGED_PREFILL, ParamKind, kern
 from relaytrace.model.peaks import named
 from relaytrace.model.profile import CACHE
 from relaytrace.profiling.serve import Serving
+from relaytrace.render.provenance import provenance
 from relaytrace.zoo.mlc_llama import llama
+
+from .conftest import assert_holds_to_schema
 
 HIDDEN, Q_HEADS, KV_HEADS, HEAD_DIM, INNER, VOCAB, BLOCKS = 64, 4, 2, 16, 128, 256, 2
 
@@ -205,6 +208,7 @@ def test_serving_options_without_meaning_or_past_the_caches_count_are_refused(bu
     bad_alloc; a bundle's serve spec with page_size 0 died by SIGFPE."""
     from relaytrace.commands.options import Served
     from relaytrace.commands.shared import serving
+    from relaytrace.model.codec import encode
     from relaytrace.profiling import runner
     from relaytrace.profiling.serve import served_spec
 
@@ -215,7 +219,7 @@ def test_serving_options_without_meaning_or_past_the_caches_count_are_refused(bu
     assert serving(given, lineage, "prefill").tokens == 5
     with pytest.raises(UsageError, match=r"needs 2147483\d+ token slots, more than the runtime counts"):
         served_spec(lineage, "decode", Serving(context=2**31))
-    spec = served_spec(lineage, "decode", Serving(context=24))
+    spec = encode(served_spec(lineage, "decode", Serving(context=24)))  # as a bundle's run.py reads it
     assert runner.serving_problem(spec) is None
     assert "page_size is 0: a whole number at least 1" in runner.serving_problem({**spec, "page_size": 0})
     assert "context is -1" in runner.serving_problem({**spec, "context": -1})
@@ -251,18 +255,12 @@ def test_a_context_is_filled_in_chunks_as_an_engine_fills_a_prompt_and_said_as_i
     import tvm_ffi
     from tvm import relax
 
-    from relaytrace.profiling.serve import Server
+    from relaytrace.profiling.serve import Server, served_spec
 
     executable, lineage = built
     said = []
-    server = Server(
-        relax.VirtualMachine(executable, tvm.cpu()),
-        lineage,
-        "decode",
-        Serving(context=40, fill_chunk=16),
-        tvm.cpu(),
-        say=said.append,
-    )
+    spec = served_spec(lineage, "decode", Serving(context=40, fill_chunk=16))
+    server = Server(relax.VirtualMachine(executable, tvm.cpu()), tvm.cpu(), spec, say=said.append)
     assert said == [
         "filling a context of 40 tokens for each of 1 sequence(s) in 3 chunks of up to 16",
         "filled 16 of 40 tokens of sequence 1 of 1",
@@ -274,14 +272,19 @@ def test_a_context_is_filled_in_chunks_as_an_engine_fills_a_prompt_and_said_as_i
     server.step()
     assert length(server.cache, 0) == 40
     with pytest.raises(UsageError, match="fill_chunk=. must be a whole number of tokens at least 1, not 0"):
-        Server(
-            relax.VirtualMachine(executable, tvm.cpu()), lineage, "decode", Serving(context=4, fill_chunk=0), tvm.cpu()
-        )
+        served_spec(lineage, "decode", Serving(context=4, fill_chunk=0))
 
 
 def test_memory_counts_the_kv_cache_pages_the_run_allocated(built):
     executable, lineage = built
     prof = relaytrace.profile(executable, lineage, [], entry="decode", serving=Serving(context=40), repeat=1)
+    for data, file in (
+        (prof.to_json(), "profile.json"),  # an LLM's files hold to their schemas: its cache, steps and pages
+        (lineage.to_json(), "lineage.json"),
+        (lineage.code.to_json(), "code.json"),
+        (provenance(lineage).to_json(), "provenance.json"),
+    ):
+        assert_holds_to_schema(data, file)
     memory = make_report(lineage, prof).memory
     assert len(memory.kv_pages) == BLOCKS  # one page tensor per layer
     (pages, kv, kv_heads, page_size, head_dim), dtype = memory.kv_pages[0]

@@ -14,6 +14,7 @@ from tvm.relax.frontend import nn
 import relaytrace
 from relaytrace.frontends.nn import from_nn
 from relaytrace.model.code import check_blocks, code_sites
+from relaytrace.model.verification import Status
 from relaytrace.render.provenance import provenance
 from relaytrace.zoo import mlc_pipeline
 from relaytrace.zoo.mlc_llama import llama, mlc_style
@@ -143,8 +144,8 @@ def test_the_code_of_a_kernel_fused_again_lines_up_with_its_members_and_every_bl
         dequantize = next(i for i, m in enumerate(kernel.members) if m.prim_func.startswith("dequantize"))
         assert [kernel.members[c].prim_func for c in kernel.members[dequantize].consumers][0].startswith("NT_matmul")
         assert kernel.members[-1].result and not any(m.result for m in kernel.members[:-1])
-    statuses = {b["status"] for k in provenance(quantized)["kernels"].values() for b in k["blocks"]}
-    assert statuses == {"verified"}
+    statuses = {b.status for k in provenance(quantized).kernels.values() for b in k.blocks}
+    assert statuses == {Status.VERIFIED}
 
 
 def test_kernels_dlight_scheduled_keep_their_members_and_are_verified(gemv_lineage):

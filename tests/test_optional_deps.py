@@ -10,12 +10,15 @@ def test_import_without_torch_or_onnx():
         import sys
         class Block:
             def find_spec(self, name, path=None, target=None):
-                if name.split('.')[0] in ('torch', 'onnx'):
+                if name.split('.')[0] in ('torch', 'onnx', 'networkx'):
                     raise ImportError('blocked ' + name)
         sys.meta_path.insert(0, Block())
         import relaytrace
         from relaytrace.frontends import torch as rt_torch, onnx as rt_onnx
-        for fn, args in ((rt_torch.from_torch, (None, ())), (rt_onnx.from_onnx, ('x.onnx',))):
+        from relaytrace.model.lineage import Lineage
+        from relaytrace.model.build_facts import BuildFacts
+        graph = Lineage(BuildFacts('m', 'llvm', 'user'), {}).graph
+        for fn, args in ((rt_torch.from_torch, (None, ())), (rt_onnx.from_onnx, ('x.onnx',)), (graph, ())):
             try:
                 fn(*args)
             except relaytrace.RelaytraceError as exc:
@@ -24,3 +27,4 @@ def test_import_without_torch_or_onnx():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install 'relaytrace[torch]'" in out
     assert "pip install 'relaytrace[onnx]'" in out
+    assert "pip install 'relaytrace[graph]'" in out

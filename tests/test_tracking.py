@@ -186,16 +186,11 @@ def test_trace_without_a_build_says_what_to_do():
 
 
 def _followed_after_the_build(handle, recording):
+    from relaytrace.model.build_facts import BuildFacts
     from relaytrace.tracking.follow import follow
 
-    return follow(
-        recording,
-        handle.layer_of,
-        model=handle.model,
-        target=handle.lineage.build.target,
-        pipeline=handle.pipeline,
-        program=handle.program,
-    )
+    build = BuildFacts(handle.model, handle.lineage.build.target, handle.pipeline)
+    return follow(recording, handle.layer_of, build=build, program=handle.program)
 
 
 def test_the_lineage_followed_during_code_generation_is_the_one_after_the_build(resnet_mod):

@@ -34,6 +34,7 @@ from ..model.names import Name
 from ..model.ops import estimated_flops
 from ..model.origin import OP, UNRESOLVED
 from ..model.profile import BUILTIN, CACHE, KERNEL, Profile
+from ..model.run_spec import PolicyName
 from ..model.sense import profile_mismatches
 from ..model.sitekey import SiteKey
 from ..model.verification import SUSPECT, UNVERIFIED, VERIFIED
@@ -171,16 +172,14 @@ def check_match(lineage: Lineage, profile: Profile) -> None:
         )
 
 
-def shares(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[Share, ...]:
+def shares(lineage: Lineage, profile: Profile, policy: PolicyName | str = PolicyName.ANCHOR) -> tuple[Share, ...]:
     """Every call site's median time cut into ``Share``s, one per layer it is billed to:
     under ``anchor`` a kernel with model ops goes to its anchor op's layer, under
     ``split`` over all its ops by their members' work (``work_split``); time of an inserted op (a kernel of
     them only, or its part under ``split``) is split evenly over the layers it serves.
     The shares add up to the profile's kernel time; each carries the worst of its
     site's and its layer's verdicts. A profile of another build is refused."""
-    if policy not in POLICIES:
-        raise RelaytraceError(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")
-    bill = POLICIES[policy].bill
+    bill = POLICIES[policy_named(policy)].bill
     lineage = lineage.for_entry(profile.entry)
     check_match(lineage, profile)
     times = profile.by_site(KERNEL)
@@ -267,18 +266,25 @@ class Policy:
     """How a call site's time is billed to layers: ``bill(lineage, site, us, profile)``
     gives its shares; ``about`` says so in the CLI's help."""
 
-    name: str
+    name: PolicyName
     about: str
     bill: Callable[[Lineage, Any, float, Profile], list[Share]]
 
 
-POLICIES: dict[str, Policy] = {
+POLICIES: dict[PolicyName, Policy] = {
     p.name: p
     for p in (
-        Policy("anchor", "a fused kernel's time to its anchor op's layer", _by_anchor),
-        Policy("split", "a fused kernel's time over its ops by their members' roofline bounds", _by_work),
+        Policy(PolicyName.ANCHOR, "a fused kernel's time to its anchor op's layer", _by_anchor),
+        Policy(PolicyName.SPLIT, "a fused kernel's time over its ops by their members' roofline bounds", _by_work),
     )
 }
+
+
+def policy_named(policy: PolicyName | str) -> PolicyName:
+    """The policy ``policy`` names, or an error listing those there are."""
+    if policy not in POLICIES:
+        raise RelaytraceError(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")
+    return PolicyName(policy)
 
 
 def _inserted_shares(lineage, site, origin, us):
@@ -288,7 +294,7 @@ def _inserted_shares(lineage, site, origin, us):
     return [Share(site.key, layer, origin.id, origin.short_op, Category.INSERTED, us / len(served)) for layer in served]
 
 
-def by_layer(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[LayerRow, ...]:
+def by_layer(lineage: Lineage, profile: Profile, policy: PolicyName | str = PolicyName.ANCHOR) -> tuple[LayerRow, ...]:
     """``layers_from(shares(...))``: time per layer, slowest first."""
     return layers_from(shares(lineage, profile, policy))
 
@@ -356,7 +362,9 @@ def module_prefix(layer: str, depth: int) -> str:
     return sep.join(parts[:depth]) if sep == "." else "/" + "/".join(parts[:depth])
 
 
-def by_op_type(lineage: Lineage, profile: Profile, policy: str = "anchor") -> tuple[OpTypeRow, ...]:
+def by_op_type(
+    lineage: Lineage, profile: Profile, policy: PolicyName | str = PolicyName.ANCHOR
+) -> tuple[OpTypeRow, ...]:
     """Time per op type, with how many ops of that type ran (repeats counted): a
     type's total is its ops' calls, each counted as often as it runs."""
     return op_types_from(lineage, shares(lineage, profile, policy))
@@ -463,7 +471,7 @@ def _cache_rows(lineage: Lineage, profile: Profile, kernel_total: float) -> list
     ]
 
 
-def by_category(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Categories:
+def by_category(lineage: Lineage, profile: Profile, policy: PolicyName | str = PolicyName.ANCHOR) -> Categories:
     """``categories_from(shares(...), profile, lineage)``."""
     return categories_from(shares(lineage, profile, policy), profile, lineage)
 

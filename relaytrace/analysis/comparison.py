@@ -15,6 +15,7 @@ At most one layer's pair of arrays is in memory at a time, besides the models.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -28,7 +29,7 @@ from ..model.sitekey import Calls, SiteKey
 from .layer_outputs import layer_outputs
 
 
-def compare(
+def compare(  # noqa: PLR0913 - public API: keyword options, checked and then held in records
     executable,
     lineage: Lineage,
     reference,
@@ -51,25 +52,12 @@ def compare(
     names must be those the lineage keeps (a reference whose graph lacks one of them
     is refused, naming them). Each is run once; neither is changed (a torch module is
     put in eval mode, as its import did)."""
-    import tvm
-    from tvm import relax
-
     from ..profiling.vm import check_inputs, device_here
 
     accumulate = lineage.build.accumulate
-    default_atol, default_rtol, why = default_tolerance(accumulate)
-    tolerance = {
-        (True, True): why,
-        (False, False): "given",
-        (False, True): f"atol given, rtol {why}",
-        (True, False): f"rtol given, atol {why}",
-    }[(atol is None, rtol is None)]
-    atol = default_atol if atol is None else atol
-    rtol = default_rtol if rtol is None else rtol
+    atol, rtol, tolerance = _tolerances(accumulate, atol, rtol)
     if precision is None:
         precision = f"float16, accumulating in {accumulate}" if accumulate else "float32 as built"
-    if atol < 0 or rtol < 0 or not np.isfinite(atol + rtol):
-        raise RelaytraceError(f"atol and rtol must be finite and at least 0, not {atol} and {rtol}")
     entry = lineage.entry(entry)
     arrays = check_inputs(lineage, inputs, entry)
     plan = layer_outputs(lineage, entry)
@@ -89,16 +77,8 @@ def compare(
             if not p.status and saved.get(p.node):
                 by_site.setdefault(SiteKey(entry, p.kernel, p.call), []).append(p)
                 uses[p.node] = uses.get(p.node, 0) + 1
-        device = device or device_here(lineage.build.target)
-        vm = relax.VirtualMachine(executable, device)
-        calls = Calls(entry)
-        pending: list[SiteKey] = []
 
-        def note(func, name, before, ret, *call_args):
-            if before:
-                pending.append(calls.key(name))
-                return relax.VMInstrumentReturnKind.NO_OP
-            site = pending.pop()  # calls nest (a Relax subfunction holds kernel calls): last in, first out
+        def judge(site: SiteKey, call_args) -> None:
             for p in by_site.get(site, ()):
                 tensors = [a for a in call_args if hasattr(a, "shape")]
                 got = [t.numpy() for t in tensors[-p.outputs :]] if len(tensors) >= p.outputs else []
@@ -107,16 +87,9 @@ def compare(
                 if not uses[p.node]:  # two layers may be read from one node (one through data movement)
                     for path in saved[p.node]:
                         Path(path).unlink()
-            return relax.VMInstrumentReturnKind.NO_OP
 
         say("running the compiled model")
-        vm.set_instrument(note)
-        try:
-            vm[entry](*[tvm.runtime.tensor(a, device) for a in arrays])
-        except Exception as exc:
-            raise RelaytraceError(f"the compiled model failed to run on these inputs: {describe(exc)}") from exc
-        finally:
-            vm.set_instrument(lambda *_: relax.VMInstrumentReturnKind.NO_OP)
+        _run_watched(executable, device or device_here(lineage.build.target), entry, arrays, judge)
         say(f"{len(results)} layer outputs compared")
     layers = tuple(
         results.get(p.layer)
@@ -140,6 +113,50 @@ def compare(
         layers=layers,
         tolerance=tolerance,
     )
+
+
+def _tolerances(accumulate, atol: float | None, rtol: float | None) -> tuple[float, float, str]:
+    """(atol, rtol, how they were set): each given, else the default for a build that
+    accumulates in ``accumulate`` (``numerics.default_tolerance``); a negative or
+    infinite one is an error."""
+    default_atol, default_rtol, why = default_tolerance(accumulate)
+    said = {
+        (True, True): why,
+        (False, False): "given",
+        (False, True): f"atol given, rtol {why}",
+        (True, False): f"rtol given, atol {why}",
+    }[(atol is None, rtol is None)]
+    atol = default_atol if atol is None else atol
+    rtol = default_rtol if rtol is None else rtol
+    if atol < 0 or rtol < 0 or not np.isfinite(atol + rtol):
+        raise RelaytraceError(f"atol and rtol must be finite and at least 0, not {atol} and {rtol}")
+    return atol, rtol, said
+
+
+def _run_watched(executable, device, entry: str, arrays, done: Callable[[SiteKey, tuple], None]) -> None:
+    """One run of ``entry`` on ``arrays``, ``done(site, arguments)`` told as each call
+    returns (its outputs are its last arguments); the VM's instrument taken off after."""
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(executable, device)
+    calls = Calls(entry)
+    pending: list[SiteKey] = []
+
+    def note(func, name, before, ret, *call_args):
+        if before:
+            pending.append(calls.key(name))
+        else:  # calls nest (a Relax subfunction holds kernel calls): last in, first out
+            done(pending.pop(), call_args)
+        return relax.VMInstrumentReturnKind.NO_OP
+
+    vm.set_instrument(note)
+    try:
+        vm[entry](*[tvm.runtime.tensor(a, device) for a in arrays])
+    except Exception as exc:
+        raise RelaytraceError(f"the compiled model failed to run on these inputs: {describe(exc)}") from exc
+    finally:
+        vm.set_instrument(lambda *_: relax.VMInstrumentReturnKind.NO_OP)
 
 
 def _judge(p, got: list, ref_paths: list[str], atol: float, rtol: float) -> LayerError:

@@ -17,6 +17,7 @@ from attrs import define
 from ..errors import FileFormatError, RelaytraceError
 from ..model.names import Name
 from ..model.origin import OP
+from ..model.run_spec import PolicyName
 from ..render.safe_text import csv_value, terminal
 from . import attribution
 
@@ -113,7 +114,7 @@ def same_model(
 
 
 def compare(
-    lineage_a, profile_a, lineage_b, profile_b, policy: str = "anchor", by_layer: bool = False
+    lineage_a, profile_a, lineage_b, profile_b, policy: PolicyName | str = PolicyName.ANCHOR, by_layer: bool = False
 ) -> tuple[LayerDiff, ...]:
     """Per layer of A then B: the time on each side (None: no time there). By origin
     ids (one model, two builds; refused otherwise), or ``by_layer`` name."""
@@ -283,7 +284,7 @@ def _reference_rows(path: Path) -> dict[str, float]:
     return out
 
 
-def compare_reference(lineage, profile, reference: dict[str, float], policy: str = "anchor"):
+def compare_reference(lineage, profile, reference: dict[str, float], policy: PolicyName | str = PolicyName.ANCHOR):
     """Layers of the model against the reference; a layer the reference lacks is None
     (missing), never zero. Reference layers the model does not have are returned too."""
     rows, spread = _timed(lineage, profile, policy)

@@ -33,7 +33,7 @@ from ..model.work import KernelWork, cache_work, concrete, work_at
 from .roofline import lower_bound
 
 
-def estimated_profile(
+def estimated_profile(  # noqa: PLR0913 - public API: keyword options, checked and then held in records
     lineage: Lineage,
     peaks: Peaks,
     entry: str | None = None,

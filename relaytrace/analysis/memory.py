@@ -252,7 +252,7 @@ def memory_at(
     peak_step = max(range(len(live)), key=live.__getitem__, default=-1)
     layer_of, anchor_of = _layers_of_sites(lineage, entry)
     spans = tuple(Span(b.name, size, b.start, b.end, b.returned) for b, size in zip(plan.blocks, sizes))
-    lives = _lifetimes(plan, sizes, weights, peak_step, layer_of, anchor_of, env)
+    lives = (*_activations(plan, sizes, peak_step, layer_of, env), *_weights_and_inputs(plan, weights, anchor_of, env))
     at_peak = _live(spans, lives, peak_step) if peak_step >= 0 else ()
     layers = _layers(plan, weights, at_peak, layer_of, anchor_of, env)
     formula = normal(term for b in plan.blocks if b.start <= peak_step <= b.end for term in b.bytes)
@@ -376,7 +376,10 @@ def _held_at(block: Block, step: int) -> Held | None:
     return now[-1] if now else None
 
 
-def _lifetimes(plan: MemoryPlan, sizes, weights, peak_step: int, layer_of, anchor_of, env) -> tuple[Lifetime, ...]:
+def _activations(plan: MemoryPlan, sizes, peak_step: int, layer_of, env) -> list[Lifetime]:
+    """The lifetime of each tensor the plan's blocks hold (``sizes``: each block's bytes),
+    billed to the layer of the site that made it; the one live at ``peak_step`` in each
+    block marked."""
     out = []
     for block, size in zip(plan.blocks, sizes):
         live = _held_at(block, peak_step) if block.start <= peak_step <= block.end else None
@@ -396,6 +399,14 @@ def _lifetimes(plan: MemoryPlan, sizes, weights, peak_step: int, layer_of, ancho
                     _own(held, env),
                 )
             )
+    return out
+
+
+def _weights_and_inputs(plan: MemoryPlan, weights, anchor_of, env) -> list[Lifetime]:
+    """The lifetime of each weight (``weights``: ``(weight, bytes)``), from the first
+    step that reads it to the last, billed to the layer anchoring its first site; then
+    each input's, for the whole run."""
+    out = []
     steps = {label: i for i, label in enumerate(plan.steps)}
     for w, size in weights:
         where = [steps[s] for s in w.sites if s in steps]
@@ -415,7 +426,7 @@ def _lifetimes(plan: MemoryPlan, sizes, weights, peak_step: int, layer_of, ancho
         )
     for name, shape, dtype in plan.inputs:
         out.append(Lifetime(ValueKind.INPUT, name, _bytes(shape, dtype, env), shape, dtype, "", "", -1, -1))
-    return tuple(out)
+    return out
 
 
 def _layers(plan: MemoryPlan, weights, at_peak, layer_of, anchor_of, env) -> tuple[LayerMemory, ...]:

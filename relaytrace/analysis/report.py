@@ -12,6 +12,7 @@ from attrs import define
 from ..errors import expect
 from ..model.lineage import Coverage, Lineage
 from ..model.profile import KERNEL, Profile
+from ..model.run_spec import PolicyName
 from . import attribution
 from .advice import Finding, advise
 from .memory import Memory, profiled_memory
@@ -26,7 +27,7 @@ class Report:
 
     lineage: Lineage
     profile: Profile
-    policy: str
+    policy: PolicyName
     shares: tuple[attribution.Share, ...]
     layers: tuple[attribution.LayerRow, ...]  # slowest first; they add up to the kernel time
     kernels: tuple[attribution.KernelRow, ...]
@@ -45,7 +46,7 @@ class Report:
         return attribution.by_prefix(self.layers, depth)
 
 
-def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> Report:
+def make_report(lineage: Lineage, profile: Profile, policy: PolicyName | str = PolicyName.ANCHOR) -> Report:
     """The report of a lineage and a profile of its build (refused when they do not
     match), about the entry function the profile ran (``Lineage.for_entry``); its
     roofline against the profile's peaks, its precision cut by the same shares; its memory at
@@ -53,6 +54,7 @@ def make_report(lineage: Lineage, profile: Profile, policy: str = "anchor") -> R
     expect("make_report's lineage", lineage, Lineage, "a Lineage (relaytrace.build's, or Lineage.load)")
     expect("make_report's profile", profile, Profile, "a Profile (relaytrace.profile's, or Profile.load)")
     build_lineage, lineage = lineage, lineage.for_entry(profile.entry)
+    policy = attribution.policy_named(policy)
     parts = attribution.shares(lineage, profile, policy)
     times = profile.by_site(KERNEL)
     site_us = {s.key: times[s.key] for s in lineage.call_sites}

@@ -27,13 +27,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from attrs import define
+from attrs import define, field
 
 from ..model.lineage import Lineage
 from ..model.lineage_index import billed_layers
 from ..model.origin import OP
 from ..model.peaks import COMPUTE_BOUND, MEMORY_BOUND, Peaks
 from ..model.profile import CACHE, KERNEL, Profile
+from ..model.run_spec import PolicyName
 from ..model.sitekey import SiteKey
 from ..model.work import Work, cache_work, work_at
 from .attribution import Category, Share, op_type_of
@@ -123,7 +124,7 @@ class Roofline:
     kernels: tuple[Roof, ...]
     counted: int  # sites whose FLOPs are known
     over_ceiling: tuple[tuple[str, str], ...]  # (site label, which ceiling and why) of sites above one
-    policy: str = "anchor"
+    policy: PolicyName = PolicyName.ANCHOR
 
     def layer(self, name: str) -> Roof | None:
         """The roll-up of one layer, None if no time was billed to it."""
@@ -220,7 +221,9 @@ def lower_bound(
     return peaks.bound(flops, moved, dtype)
 
 
-def roofline(lineage: Lineage, profile: Profile, parts: tuple[Share, ...], policy: str = "anchor") -> Roofline:
+def roofline(
+    lineage: Lineage, profile: Profile, parts: tuple[Share, ...], policy: PolicyName = PolicyName.ANCHOR
+) -> Roofline:
     """The ``Roofline`` of a profile of ``lineage``'s build (``lineage`` as the profiled
     entry sees it) against the profile's peaks, its roll-ups' time made of the same
     ``parts`` as the time tables (billed by ``policy``), their work of their own ops."""
@@ -266,6 +269,72 @@ def roofline(lineage: Lineage, profile: Profile, parts: tuple[Share, ...], polic
     )
 
 
+@define
+class _Sum:
+    """One name's running sums in ``_roll_up``: a figure is None once unknown at one of
+    its sites; ``by_bound``, the bound time set by compute and by memory."""
+
+    us: float = 0.0
+    flops: float | None = 0.0
+    trans: float | None = 0.0
+    useful: float | None = 0.0
+    bytes: float | None = 0.0
+    bound: float | None = 0.0
+    timed: bool = False
+    by_bound: dict = field(factory=lambda: dict.fromkeys((COMPUTE_BOUND, MEMORY_BOUND), 0.0))
+    notes: dict = field(factory=dict)
+    dtypes: dict = field(factory=lambda: defaultdict(float))
+    excess: dict = field(factory=dict)
+
+    def _add(self, name: str, value: float | None, share: float) -> None:
+        now = getattr(self, name)
+        setattr(self, name, None if value is None or now is None else now + share * value)
+
+    def bill(self, us: float, roof: Roof, part: float) -> None:
+        """A share of ``us`` of a site whose figures are ``roof``: ``part`` of its bytes and bound."""
+        self.us += us
+        self.timed = True
+        self._add("bytes", roof.bytes, part)
+        self._add("bound", roof.bound_us, part)
+        if roof.bound_by is not None:
+            self.by_bound[roof.bound_by] += part * (roof.bound_us or 0.0)
+        self.notes.update(dict.fromkeys(roof.notes))
+        self.dtypes[roof.dtype] += part * (roof.bound_us or roof.us)
+
+    def add_work(self, flops: float | None, trans: float | None, useful: float | None, share: float) -> None:
+        """``share`` of a piece of work's FLOPs, transcendental calls and useful FLOPs."""
+        self._add("flops", flops, share)
+        self._add("trans", trans, share)
+        self._add("useful", useful, share)
+
+    def add_op(self, op: OpWork, roof: Roof, share: float) -> None:
+        """``share`` of an op's own work at a site whose figures are ``roof``."""
+        self.add_work(op.flops, op.transcendentals, op.useful, share)
+        if op.excess:
+            self.excess[op.excess] = None
+        if op.flops is None:
+            self.notes.update(dict.fromkeys(roof.notes))
+
+    def roof(self, name: str) -> Roof:
+        """The sums as the ``Roof`` of ``name``."""
+        notes = {**self.notes, **({} if self.timed else {UNTIMED: None})}
+        compute, memory = self.by_bound[COMPUTE_BOUND], self.by_bound[MEMORY_BOUND]
+        by = None if self.bound is None or not self.timed else COMPUTE_BOUND if compute >= memory else MEMORY_BOUND
+        return Roof(
+            name,
+            self.us,
+            self.flops,
+            self.trans,
+            self.bytes,
+            self.bound,
+            by,
+            tuple(notes),
+            max(self.dtypes, key=self.dtypes.__getitem__, default="float32"),
+            self.useful,
+            _excess(self.flops, self.useful, self.excess),
+        )
+
+
 def _roll_up(
     parts: tuple[Share, ...],
     work: dict[SiteKey, tuple[Roof, tuple[OpWork, ...]]],
@@ -281,82 +350,18 @@ def _roll_up(
     billing: dict[SiteKey, list[Share]] = defaultdict(list)
     for s in parts:
         billing[s.key].append(s)
-    sums: dict[str, dict] = {}
-
-    def acc(name):
-        return sums.setdefault(
-            name,
-            {
-                "us": 0.0,
-                "flops": 0.0,
-                "trans": 0.0,
-                "useful": 0.0,
-                "bytes": 0.0,
-                "bound": 0.0,
-                "timed": False,
-                "compute": 0.0,
-                "memory": 0.0,
-                "notes": {},
-                "dtypes": defaultdict(float),
-                "excess": {},
-            },
-        )
-
-    def add(a, figures, share: float):
-        for field, value in figures:
-            a[field] = None if value is None or a[field] is None else a[field] + share * value
-
+    sums: dict[str, _Sum] = defaultdict(_Sum)
     for s in parts:
         roof = work[s.key][0]
-        part = s.us / roof.us if roof.us > 0 else 1.0 / len(billing[s.key])
-        a = acc(key(s))
-        a["us"] += s.us
-        a["timed"] = True
-        add(a, (("bytes", roof.bytes), ("bound", roof.bound_us)), part)
-        if roof.bound_by is not None:
-            a[roof.bound_by] += part * (roof.bound_us or 0.0)
-        a["notes"].update(dict.fromkeys(roof.notes))
-        a["dtypes"][roof.dtype] += part * (roof.bound_us or roof.us)
+        sums[key(s)].bill(s.us, roof, s.us / roof.us if roof.us > 0 else 1.0 / len(billing[s.key]))
     for site_key, (roof, ops) in work.items():
-        figures = (("flops", roof.flops), ("trans", roof.transcendentals), ("useful", roof.useful))
         if not ops:  # a KV-cache kernel call: its work goes where its time went
             for s in billing[site_key]:
-                add(acc(key(s)), figures, 1.0 / len(billing[site_key]))
+                sums[key(s)].add_work(roof.flops, roof.transcendentals, roof.useful, 1.0 / len(billing[site_key]))
             continue
         for op in ops:
             names = owners(site_key, op.origin)
             for name in names:
-                a = acc(name)
-                add(a, (("flops", op.flops), ("trans", op.transcendentals), ("useful", op.useful)), 1.0 / len(names))
-                if op.excess:
-                    a["excess"][op.excess] = None
-                if op.flops is None:
-                    a["notes"].update(dict.fromkeys(roof.notes))
-    rows = []
-    for name, a in sums.items():
-        flops, useful = a["flops"], a["useful"]
-        if not a["timed"]:
-            a["notes"][UNTIMED] = None
-        by = (
-            None
-            if a["bound"] is None or not a["timed"]
-            else COMPUTE_BOUND
-            if a["compute"] >= a["memory"]
-            else MEMORY_BOUND
-        )
-        rows.append(
-            Roof(
-                name,
-                a["us"],
-                flops,
-                a["trans"],
-                a["bytes"],
-                a["bound"],
-                by,
-                tuple(a["notes"]),
-                max(a["dtypes"], key=a["dtypes"].__getitem__, default="float32"),
-                useful,
-                _excess(flops, useful, a["excess"]),
-            )
-        )
+                sums[name].add_op(op, roof, 1.0 / len(names))
+    rows = [a.roof(name) for name, a in sums.items()]
     return tuple(sorted(rows, key=lambda r: (-(r.wasted_us or 0.0), -r.us, r.name)))

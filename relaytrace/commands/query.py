@@ -27,21 +27,35 @@ def run(args) -> int:
     """`relaytrace query DIR|lineage.json`: what a layer, kernel or origin became, from a
     saved lineage (no TVM)."""
     from ..model.lineage import Lineage
-    from ..render.table import format_table
 
     path = Path(args.lineage) / "lineage.json" if Path(args.lineage).is_dir() else Path(args.lineage)
     lineage = load_lineage(path) if args.code else Lineage.load(path)
+    result: dict | list
     if args.code:
         result, text = _code(lineage, path, args.code)
     elif args.kernel:
-        sites = _sites(lineage, args.kernel)
-        result = [
+        result, text = _kernel(lineage, args.kernel)
+    elif args.layer:
+        result, text = _layer(lineage, args.layer)
+    else:
+        result, text = _history(lineage, args.history)
+    echo(json.dumps(result, indent=1) if args.json else text)
+    return 0
+
+
+def _kernel(lineage, name: str) -> tuple[list[dict], str]:
+    """``--kernel``: each call of the kernel (or the one named), its verdict and the
+    origins it computes, as JSON and as text."""
+    result = []
+    for s in _sites(lineage, name):
+        check = lineage.check(s)
+        result.append(
             {
                 "site": s.label,
                 "library": s.library,
-                "verification": lineage.check(s).status,
-                "reasons": list(lineage.check(s).reasons),
-                "shared": list(lineage.check(s).shared),
+                "verification": check.status,
+                "reasons": list(check.reasons),
+                "shared": list(check.shared),
                 "origins": [
                     {
                         "origin": r.origin,
@@ -53,65 +67,79 @@ def run(args) -> int:
                     for r in s.roles
                 ],
             }
-            for s in sites
-        ]
-        text = "\n".join(
-            f"{terminal(s['site'])}: {s['verification'].upper()}"
-            + (f" (library call: {terminal(s['library'])})" if s["library"] else "")
-            + "\n"
-            + "".join(f"  ! {terminal(reason)}\n" for reason in s["reasons"])
-            + "".join(f"  (rests on a fact the tracker relies on too: {terminal(fact)})\n" for fact in s["shared"])
-            + "\n".join(
-                f"  {o['role']:<10} {terminal(o['layer'])}  ({terminal(o['op'])}, {terminal(o['origin'])})"
-                + (f"  at {terminal(o['source'])}" if o["source"] else "")
-                for o in s["origins"]
-            )
-            for s in result
         )
-    elif args.layer:
-        sites = lineage.kernels_of(args.layer)
-        verdict = lineage.verification.by_layer().get(args.layer) if lineage.verification is not None else None
-        result = {
-            "layer": args.layer,
-            "kernel_calls": [s.label for s in sites],
-            "source": list(lineage.sources().get(args.layer, ())),
-            "verification": verdict.status if verdict else "unverified",
-            "reasons": list(verdict.reasons) if verdict else ["this lineage has no layer verdicts"],
-        }
-        text = (
-            f"{terminal(args.layer)} runs in: "
-            + (", ".join(map(terminal, result["kernel_calls"])) or "no kernel")
-            + f"\nverification: {result['verification'].upper()}"
-            + "".join(f"\n  ! {terminal(r)}" for r in result["reasons"])
+    text = "\n".join(
+        f"{terminal(s['site'])}: {s['verification'].upper()}"
+        + (f" (library call: {terminal(s['library'])})" if s["library"] else "")
+        + "\n"
+        + "".join(f"  ! {terminal(reason)}\n" for reason in s["reasons"])
+        + "".join(f"  (rests on a fact the tracker relies on too: {terminal(fact)})\n" for fact in s["shared"])
+        + "\n".join(
+            f"  {o['role']:<10} {terminal(o['layer'])}  ({terminal(o['op'])}, {terminal(o['origin'])})"
+            + (f"  at {terminal(o['source'])}" if o["source"] else "")
+            for o in s["origins"]
         )
-        cache = cache_builtins(lineage, args.layer)
-        if cache:
-            result["kv_cache"] = {"builtins": cache, "kernels": list(lineage.build.kv_cache.kernels)}
-            text += (
-                f"\nand inside {', '.join(map(terminal, cache))}: the KV cache's kernels "
-                f"({', '.join(map(terminal, lineage.build.kv_cache.kernels))}); a served profile times those "
-                "that ran and bills them to this layer"
-            )
-        if result["source"]:
-            text += "\nmade at: " + ", ".join(map(terminal, result["source"]))
-        gone = [f"{o} (eliminated by {p})" for o, p in lineage.eliminated().items() if o in lineage.resolve(args.layer)]
-        if gone:
-            result["eliminated"] = gone
-            text += "\n" + "\n".join(map(terminal, gone))
-    else:
-        result = histories(lineage, args.history)
-        gone = sum(1 for h in result if h["eliminated_by"])
-        text = (
-            f"history of {terminal(args.history)}: {len(result)} op(s)"
-            + (f", {gone} eliminated" if gone else "")
-            + ", each with the passes that rewrote it and its end\n"
-            + format_table(
-                ["op", "passes (rule where not identity)", "carried by"],
-                [row for h in result for row in history_rows(h)],
-            )
+        for s in result
+    )
+    return result, text
+
+
+def _layer(lineage, layer: str) -> tuple[dict, str]:
+    """``--layer``: the kernel calls the layer runs in, its verdict, its source, the KV
+    cache's kernels it is billed, and its ops that were eliminated, as JSON and as text."""
+    sites = lineage.kernels_of(layer)
+    verdict = lineage.verification.by_layer().get(layer) if lineage.verification is not None else None
+    calls = [s.label for s in sites]
+    sources = list(lineage.sources().get(layer, ()))
+    reasons = list(verdict.reasons) if verdict else ["this lineage has no layer verdicts"]
+    result: dict = {
+        "layer": layer,
+        "kernel_calls": calls,
+        "source": sources,
+        "verification": verdict.status if verdict else "unverified",
+        "reasons": reasons,
+    }
+    text = (
+        f"{terminal(layer)} runs in: "
+        + (", ".join(map(terminal, calls)) or "no kernel")
+        + f"\nverification: {result['verification'].upper()}"
+        + "".join(f"\n  ! {terminal(r)}" for r in reasons)
+    )
+    cache = cache_builtins(lineage, layer)
+    if cache and lineage.build.kv_cache is not None:
+        kernels = list(lineage.build.kv_cache.kernels)
+        result["kv_cache"] = {"builtins": cache, "kernels": kernels}
+        text += (
+            f"\nand inside {', '.join(map(terminal, cache))}: the KV cache's kernels "
+            f"({', '.join(map(terminal, kernels))}); a served profile times those "
+            "that ran and bills them to this layer"
         )
-    echo(json.dumps(result, indent=1) if args.json else text)
-    return 0
+    if sources:
+        text += "\nmade at: " + ", ".join(map(terminal, sources))
+    gone = [f"{o} (eliminated by {p})" for o, p in lineage.eliminated().items() if o in lineage.resolve(layer)]
+    if gone:
+        result["eliminated"] = gone
+        text += "\n" + "\n".join(map(terminal, gone))
+    return result, text
+
+
+def _history(lineage, name: str) -> tuple[list[dict], str]:
+    """``--history``: each op of the layer (or origin) with the passes that rewrote it and
+    its end, as JSON and as a table."""
+    from ..render.table import format_table
+
+    result = histories(lineage, name)
+    gone = sum(1 for h in result if h["eliminated_by"])
+    text = (
+        f"history of {terminal(name)}: {len(result)} op(s)"
+        + (f", {gone} eliminated" if gone else "")
+        + ", each with the passes that rewrote it and its end\n"
+        + format_table(
+            ["op", "passes (rule where not identity)", "carried by"],
+            [row for h in result for row in history_rows(h)],
+        )
+    )
+    return result, text
 
 
 def _code(lineage, path: Path, layer: str) -> tuple[dict, str]:

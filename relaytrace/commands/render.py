@@ -83,7 +83,7 @@ def run(args) -> int:
             else graphviz.kernel_graph(lineage, report)
         )
         graphviz.render(graph, out, args.format, overwrite=args.force)
-    echo(out)
+    echo(str(out))
     return 0
 
 

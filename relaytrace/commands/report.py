@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import RelaytraceError
 from ..render.safe_text import terminal
 from .base import Command
 from .shared import add_peak_options, add_policy_option, given_peaks, print_summary, summary
+
+if TYPE_CHECKING:
+    from ..profiling.manifest import Manifest
 
 
 def add_arguments(p) -> None:
@@ -54,8 +58,7 @@ def run(args) -> int:
     out = prepare_out_dir(args.out or source / "report", args.force)
     if peaks is not None:  # given here, they replace what the runner measured (run.py --no-peaks measures none)
         profile = attrs.evolve(profile, peaks=peaks)
-    recorded = manifest.get("run")
-    run = RunSpec.from_json(recorded, f"{source / MANIFEST}: run") if recorded else RunSpec(lineage.build.model)
+    run = manifest.run or RunSpec(lineage.build.model)
     report = make_report(lineage, profile, policy=args.policy)
     text = summary(report)
     if lineage.code is None:
@@ -65,27 +68,24 @@ def run(args) -> int:
     return 0
 
 
-def _sealed_manifest(source: Path) -> dict:
-    """The bundle's ``bundle.json``, once the lineage and the code beside it (when there
-    is one) are shown to be the files it sealed (``runner.check_files``: a lineage or a
-    code.json of another build put in the bundle is refused); a one-line error otherwise."""
-    import json
-
+def _sealed_manifest(source: Path) -> Manifest:
+    """The bundle's ``bundle.json`` read checked (``manifest.read_manifest``), once the
+    lineage and the code beside it (when there is one) are shown to be the files it
+    sealed (``runner.check_files``: a lineage or a code.json of another build put in the
+    bundle is refused); a one-line error otherwise."""
+    from ..model.codec import encode
     from ..profiling.bundle import MANIFEST
+    from ..profiling.manifest import read_manifest
     from ..profiling.runner import BundleError, check_files
 
-    try:
-        manifest = json.loads((source / MANIFEST).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RelaytraceError(f"{source / MANIFEST} cannot be read ({exc}): bundle the model again") from exc
-    files = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(files, dict):
+    manifest = read_manifest(source / MANIFEST)
+    if not manifest.files:
         raise RelaytraceError(
             f"{source / MANIFEST} seals no files (a bundle of an earlier relaytrace?): bundle the model again"
         )
     names = ["lineage.json"] + ["code.json"] * (source / "code.json").exists()  # without it: no Code section
     try:
-        check_files(source, files, names)
+        check_files(source, encode(manifest.files), names)
     except BundleError as exc:
         raise RelaytraceError(f"{source}: {exc}") from exc
     return manifest

@@ -420,8 +420,8 @@ def add_policy_option(p) -> None:
 
     p.add_argument(
         "--policy",
-        choices=list(POLICIES),
-        default=next(iter(POLICIES)),
+        choices=[name.value for name in POLICIES],
+        default=next(iter(POLICIES)).value,
         help="how a kernel's time is billed to layers: "
         + "; ".join(f"{p.name}: {p.about}" for p in POLICIES.values())
         + " (the first is the default); each "

@@ -67,7 +67,7 @@ def run(args) -> int:
     echo(format_table(["task", "weight", "kernel", "layers"], [_task_row(r) for r in rows]))
     echo("\n" + _task_totals(rows, len(lineage.call_sites)))
     if args.tune:
-        tasks.tune(mod, target, args.db, args.tune, len(rows), progress=say, remote=remote)
+        tasks.tune(mod, target, args.db, tasks.Trials(args.tune, len(rows)), progress=say, remote=remote)
         say("rebuilding with the tuned schedules")
         _, tuned = build(loaded.model, target, progress=say.passes, database=args.db)
         cov = tuned.coverage()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from attrs import define, field
 
 from ..model.frontend import Program
@@ -20,7 +22,7 @@ class ImportedModel:
 
     mod: object
     name: str
-    layers: dict[int, tuple[str, ...]] = field(repr=False)
+    layers: Mapping[int, tuple[str, ...]] = field(repr=False)
     keep: tuple = field(default=(), repr=False)
     program: Program | None = field(default=None, repr=False)  # what the frontend translated: the layers' evidence
 

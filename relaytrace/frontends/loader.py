@@ -21,6 +21,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from attrs import define
 
@@ -72,12 +73,12 @@ class Frontend:
     whose ``layer_of`` names every op, and one line in ``FRONTENDS``."""
 
     name: str
-    accepts: Callable[[object], bool]
-    load: Callable[[object, Request], LoadedModel]
+    accepts: Callable[[Any], bool]
+    load: Callable[[Any, Request], LoadedModel]
     what: str
 
 
-def load(
+def load(  # noqa: PLR0913 - public API: keyword options, checked and then held in records
     source,
     example_args=None,
     shapes=(),
@@ -212,6 +213,8 @@ def _factory(spec: str, name: str | None, **options) -> LoadedModel:
     if not Path(path).is_file():
         raise RelaytraceError(f"no Python file at {path}")
     loader = importlib.util.spec_from_file_location(f"relaytrace_user_{Path(path).stem}", path)
+    if loader is None or loader.loader is None:
+        raise RelaytraceError(f"{path} cannot be imported as a Python module: give a .py file")
     module = importlib.util.module_from_spec(loader)
     folder = str(Path(path).resolve().parent)
     sys.path.insert(0, folder)  # as `python file.py` has it: the file's own imports (from net import make) work
@@ -346,7 +349,7 @@ def _back_to(directory: str, path: str) -> None:
 def given_shapes(shapes, dtype: str | None) -> dict[str, tuple[tuple[int, ...], str | None]]:
     """input name -> (shape, dtype or None) from ``(name, shape[, dtype])`` entries; an
     input named twice is a UsageError (which would win is no answer)."""
-    out = {}
+    out: dict[str, tuple[tuple[int, ...], str | None]] = {}
     for item in shapes:
         name, shape, *rest = item
         if name in out:
@@ -387,10 +390,10 @@ def _inputs(imported: ImportedModel, seed: int, given=None, entry: str | None = 
         size, dtype = given.get(pname, (default, None))
         symbolic = [str(d) for d in size if not isinstance(d, int)]  # "?" and "...": open shapes too
         if symbolic:
-            example = "x".join(str(d) if isinstance(d, int) else "1" for d in size)
+            fixed = "x".join(str(d) if isinstance(d, int) else "1" for d in size)
             raise UsageError(
                 f"input {pname} of {imported.name} has symbolic dims ({', '.join(symbolic)}): "
-                f"give its size, e.g. --input-shape {pname}:{example}"
+                f"give its size, e.g. --input-shape {pname}:{fixed}"
             )
         chosen.append((tuple(size), dtype or declared))
     bind(signature, chosen, imported.name)

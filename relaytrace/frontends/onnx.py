@@ -36,9 +36,9 @@ def from_onnx(model_or_path, shape_dict=None, name: str | None = None, layer_nam
     shape_dict = match_input_names(shape_dict or {}, inputs, f"ONNX model {label}") or None
     declared = {i.name: _declared_shape(i) for i in model.graph.input}
     for input_name, shape in (shape_dict or {}).items():
-        if declared[input_name] is not None:
-            check_rank(input_name, declared[input_name], tuple(shape), f"ONNX model {label}")
-            _check_fixed_dims(input_name, declared[input_name], tuple(shape), f"ONNX model {label}")
+        if (dims := declared[input_name]) is not None:
+            check_rank(input_name, dims, tuple(shape), f"ONNX model {label}")
+            _check_fixed_dims(input_name, dims, tuple(shape), f"ONNX model {label}")
     _check_zero_dims(inputs, declared, shape_dict or {}, f"ONNX model {label}")
     torch_names = layer_names == "torch" and model.producer_name == "pytorch"
     importer = _recording_importer(shape_dict, torch_names)
@@ -131,7 +131,9 @@ def layer_names(nodes, torch_names: bool, parameters=frozenset()) -> list[str]:
     (``scope_path``; a trailing ``_N`` read by ``_legacy_layers``, with ``parameters``:
     the graph's initializer names). The exporter may fuse ops across modules (Conv and
     the BatchNorm after it, under the BatchNorm's scope): the metadata is read as it is."""
-    out, calls, previous = [], {}, ()
+    out: list[str] = []
+    calls: dict[tuple[str, ...], int] = {}
+    previous: tuple[str, ...] = ()
     legacy = _legacy_layers(nodes, parameters) if torch_names else {}
     for index, node in enumerate(nodes):
         scopes = _name_scopes(node) if torch_names else None

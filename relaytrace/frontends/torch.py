@@ -205,7 +205,7 @@ def _assign(
     from ..tracking import ir
 
     torch_dir = os.path.dirname(torch.__file__)
-    boundary = {}
+    boundary: dict[str, object] = {}  # a value's name -> the node that made it; None: an input
     made: dict = {}  # node -> the names of the values it made (a multi-output op: its projections too)
     for node, value in order:
         if node.op != "call_function":  # an input: no binding of main

@@ -295,7 +295,7 @@ def match_tasks(tasks, graph: RelayGraph) -> tuple[TaskMatch, ...]:
         hits = tuple(
             c
             for c in all_chains
-            if c.workload() is not None and c.workload().op == w.op and c.data == w.data and c.weight == w.weight
+            if (cw := c.workload()) is not None and cw.op == w.op and c.data == w.data and c.weight == w.weight
         )
         out.append(TaskMatch(task, hits))
     return tuple(out)
@@ -325,7 +325,7 @@ def match_log(records, workloads, repeats: Counter) -> tuple[LogMatch, ...]:
 
 def repeats_in_graph(graph: RelayGraph) -> Counter:
     """How many conv2d and dense chains of ``graph`` run each workload, by ``Workload.key``."""
-    return Counter(c.workload().key() for c in chains(graph) if c.workload() is not None)
+    return Counter(w.key() for c in chains(graph) if (w := c.workload()) is not None)
 
 
 def repeats_in_torch(module, example) -> Counter:
@@ -338,7 +338,7 @@ def repeats_in_torch(module, example) -> Counter:
         data = tuple(inputs[0].shape)
         if isinstance(mod, torch.nn.Conv2d):
             kind = "depthwise_conv2d" if mod.groups > 1 and mod.groups == mod.in_channels else "conv2d"
-            w = Workload(kind, data, tuple(mod.weight.shape), tuple(mod.stride), tuple(mod.padding))
+            w = Workload(kind, data, tuple(mod.weight.shape), tuple(mod.stride), _padding(mod))
         else:
             w = Workload("dense", data, tuple(mod.weight.shape))
         seen[w.key()] += 1
@@ -351,6 +351,19 @@ def repeats_in_torch(module, example) -> Counter:
     for h in handles:
         h.remove()
     return seen
+
+
+_PADDED_BY_NAME = {"valid": False, "same": True}  # torch's padding by name: none, or half the kernel
+
+
+def _padding(conv) -> tuple[int, ...]:
+    """A torch conv's padding as AutoTVM spells it, per spatial dim: ``"valid"`` is none,
+    ``"same"`` is half the dilated kernel (torch puts an odd remainder after; AutoTVM's
+    two-value form keeps the leading half, as Relay's import of such a conv does)."""
+    if not isinstance(conv.padding, str):
+        return tuple(conv.padding)
+    padded = _PADDED_BY_NAME[conv.padding]
+    return tuple(d * (k - 1) // 2 if padded else 0 for d, k in zip(conv.dilation, conv.kernel_size))
 
 
 def weighted_total_s(matches) -> float:

@@ -108,7 +108,8 @@ def _continues(lines, i: int) -> bool:
 
 def _table(lines, at, source):
     columns = _cells(lines[at])
-    rows, issues = [], []
+    rows: list[ReportRow] = []
+    issues: list[Issue] = []
     sum_us = total_us = None
     if "Duration (us)" not in [c[0] for c in columns[1:]]:
         end = next((j for j in range(at + 1, len(lines)) if not lines[j].strip()), len(lines))
@@ -136,63 +137,69 @@ def _table(lines, at, source):
         if stripped.startswith("---"):
             i += 1
             continue
-        cells = _cells(line)
-        first = cells[0][0]
-        if " " in first and first not in ("Sum", "Total"):  # a kernel's name has no space: columns ran together
-            issues.append(
-                Issue(
-                    source,
-                    i + 1,
-                    f"row {stripped[:70]!r} has a name with a space ({first!r}): "
-                    "its columns ran together (a misaligned paste?); row not read",
-                )
-            )
-            i += 1
-            continue
-        placed = [(c, *_column(c, columns[1:])) for c in cells[1:]]
-        values = {name: c[0] for c, name, _ in placed}
-        astray = [c[0] for c, _, overlaps in placed if not overlaps]
-        if astray and first not in ("Sum", "Total"):
-            issues.append(
-                Issue(
-                    source,
-                    i + 1,
-                    f"cell {astray[0]!r} stands under no column (a misaligned row?): read under the nearest",
-                )
-            )
-        if first in ("Sum", "Total"):
-            try:
-                value = number(values.get("Duration (us)", "nan"))
-            except ValueError:
-                issues.append(Issue(source, i + 1, f"{first} line without a duration"))
-                value = None
-            sum_us, total_us = (value, total_us) if first == "Sum" else (sum_us, value)
-            i += 1
-            if first == "Total":
-                break
-            continue
-        if "Duration (us)" not in values:
-            issues.append(Issue(source, i + 1, f"row without a duration, skipped: {stripped[:70]!r}"))
-            i += 1
-            continue
-        try:
-            duration = number(values["Duration (us)"])
-            percent = number(values["Percent"]) if "Percent" in values else None
-            count = int(number(values.get("Count", "1")))
-        except ValueError as exc:
-            issues.append(Issue(source, i + 1, f"unreadable number ({exc}), row skipped"))
-            i += 1
-            continue
-        shapes = tuple(shape(s) for s in re.findall(r"\[([\d,\s]*)\]", values.get("Argument Shapes", "")))
-        rows.append(
-            ReportRow(
-                first, _function(first), duration, percent, count, shapes[-1] if shapes else (), shapes, values, i + 1
-            )
-        )
+        first, value, found = _row(line, columns, source, i + 1)
+        issues += found
         i += 1
+        if first == "Sum":
+            sum_us = value
+        elif first == "Total":
+            total_us = value
+            break
+        elif value is not None:
+            rows.append(value)
     if total_us is None:
         issues.append(Issue(source, i, f"report at line {at + 1} has no Total line (truncated paste?)"))
     return Report("table", at + 1, tuple(rows), sum_us, total_us, tuple(issues)), i
+
+
+def _row(line: str, columns, source, lineno: int):
+    """One line of a table: (its first cell, its ``ReportRow`` (for a Sum or Total line,
+    its duration) or None where it cannot be read, the issues it raised)."""
+    stripped = line.strip()
+    cells = _cells(line)
+    first = cells[0][0]
+    total = first in ("Sum", "Total")
+    if " " in first and not total:  # a kernel's name has no space: columns ran together
+        return (
+            first,
+            None,
+            [
+                Issue(
+                    source,
+                    lineno,
+                    f"row {stripped[:70]!r} has a name with a space ({first!r}): "
+                    "its columns ran together (a misaligned paste?); row not read",
+                )
+            ],
+        )
+    placed = [(c, *_column(c, columns[1:])) for c in cells[1:]]
+    values = {name: c[0] for c, name, _ in placed}
+    astray = [c[0] for c, _, overlaps in placed if not overlaps]
+    issues = []
+    if astray and not total:
+        issues.append(
+            Issue(
+                source, lineno, f"cell {astray[0]!r} stands under no column (a misaligned row?): read under the nearest"
+            )
+        )
+    if total:
+        try:
+            return first, number(values.get("Duration (us)", "nan")), issues
+        except ValueError:
+            return first, None, [*issues, Issue(source, lineno, f"{first} line without a duration")]
+    if "Duration (us)" not in values:
+        return first, None, [*issues, Issue(source, lineno, f"row without a duration, skipped: {stripped[:70]!r}")]
+    try:
+        duration = number(values["Duration (us)"])
+        percent = number(values["Percent"]) if "Percent" in values else None
+        count = int(number(values.get("Count", "1")))
+    except ValueError as exc:
+        return first, None, [*issues, Issue(source, lineno, f"unreadable number ({exc}), row skipped")]
+    shapes = tuple(shape(s) for s in re.findall(r"\[([\d,\s]*)\]", values.get("Argument Shapes", "")))
+    row = ReportRow(
+        first, _function(first), duration, percent, count, shapes[-1] if shapes else (), shapes, values, lineno
+    )
+    return first, row, issues
 
 
 def _function(name: str) -> str:
@@ -201,7 +208,8 @@ def _function(name: str) -> str:
 
 
 def _old_table(lines, at, source):
-    rows, issues = [], []
+    rows: list[ReportRow] = []
+    issues: list[Issue] = []
     total_us = None
     i = at + 1
     while i < len(lines):

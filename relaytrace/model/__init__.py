@@ -29,7 +29,10 @@ Modules:
   device's
 - ``profile``: the ``Profile``: every timed call of an entry, with its arguments and
   end-to-end times
+- ``provenance``: ``provenance.json`` as records: kernel to blocks to the origins they
+  compute at each call site
 - ``run_spec``: how an output directory was made
+- ``schema``: the JSON Schema of each saved file, made from its records
 - ``sense``: whether a saved build's facts make sense together, beyond each field's
   type, and whether a profile is a run of that build
 - ``shapes``: concrete inputs against a signature with symbolic dims (``("n", 64)``), no

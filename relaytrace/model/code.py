@@ -140,9 +140,13 @@ class Code:
         """Kernel -> the verdict on each block of its built text (``built_checks``), made once."""
         return {name: built_checks(kernel) for name, kernel in self.kernels.items()}
 
+    def to_json(self) -> dict:
+        """The code as plain JSON data, as ``save`` writes it."""
+        return {"schema": self.schema, **encode(self)}
+
     def save(self, path, overwrite: bool = False) -> Path:
         """Write JSON atomically; an existing file is kept unless ``overwrite``."""
-        return write_json(path, {"schema": self.schema, **encode(self)}, overwrite)
+        return write_json(path, self.to_json(), overwrite)
 
     @classmethod
     def load(cls, path) -> Code:

@@ -38,10 +38,13 @@ Decoder = Callable[[Any, Any], Any]  # (JSON value, path or None) -> value
 @attrs.define(frozen=True)
 class Codec:
     """How one field is saved when its saved form differs from its structure:
-    ``encode(value) -> JSON``, ``decode(JSON, where) -> value`` (checking what it reads)."""
+    ``encode(value) -> JSON``, ``decode(JSON, where) -> value`` (checking what it reads),
+    ``schema(of) -> dict``: the JSON Schema of the saved form (``of(kind)`` gives the
+    schema of an annotated type; ``model.schema``)."""
 
     encode: Callable[[Any], Any]
     decode: Decoder
+    schema: Callable[[Callable[[Any], dict]], dict]
 
 
 def codec_field(codec: Codec, **kwargs):
@@ -98,18 +101,19 @@ class _Invalid(Exception):
     """A fault found by the fast pass, which names nothing (``decode`` walks again)."""
 
 
-def _is_record(kind) -> bool:
+def is_record(kind) -> bool:
+    """Whether ``kind`` is a record class: an attrs class or a NamedTuple."""
     return isinstance(kind, type) and (attrs.has(kind) or (issubclass(kind, tuple) and hasattr(kind, "_fields")))
 
 
 @functools.cache
 def _nests_records(kind) -> bool:
     """Whether a value of ``kind`` holds a record or a codec field somewhere below it."""
-    if _is_record(kind):
-        return any(_nests_records(k) or _is_record(k) for k, _ in record_fields(kind).values()) or (
+    if is_record(kind):
+        return any(_nests_records(k) or is_record(k) for k, _ in record_fields(kind).values()) or (
             attrs.has(kind) and any("codec" in f.metadata for f in attrs.fields(kind))
         )
-    return any(_is_record(a) or _nests_records(a) for a in typing.get_args(kind) if a is not Ellipsis)
+    return any(is_record(a) or _nests_records(a) for a in typing.get_args(kind) if a is not Ellipsis)
 
 
 @functools.cache
@@ -120,20 +124,10 @@ def _decoder(kind) -> Decoder:
     records is checked by one predicate (``jsonio.make_record``'s); plain values are
     checked and turned back into tuples."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if _is_record(kind):
+    if is_record(kind):
         return _record_decoder(kind) if _nests_records(kind) else _leaf_decoder(kind)
     if not _nests_records(kind):
-        make = enum_reader(kind) or tuples
-        valid = is_valid(kind)
-
-        def plain(v, where):
-            if not valid(v):
-                if where is None:
-                    raise _Invalid
-                check(v, kind, where)
-            return make(v)
-
-        return plain
+        return _plain_decoder(kind)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in args if a is not type(None)]
         if len(options) != 1:
@@ -141,28 +135,45 @@ def _decoder(kind) -> Decoder:
         inner = _decoder(options[0])
         return lambda v, where: None if v is None else inner(v, where)
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        item = _decoder(args[0])
+        return _many_decoder(_decoder(args[0]), tuple)
+    if origin is dict:
+        return _many_decoder(_decoder(args[1]), dict)
+    raise TypeError(f"cannot decode {kind}")
 
-        def items(v, where):
-            if not isinstance(v, list):
-                _refuse(v, tuple, where)
+
+def _plain_decoder(kind) -> Decoder:
+    """The decoder of a type that holds no record: one predicate, then its enums and
+    tuples made."""
+    make = enum_reader(kind) or tuples
+    valid = is_valid(kind)
+
+    def plain(v, where):
+        if not valid(v):
+            if where is None:
+                raise _Invalid
+            check(v, kind, where)
+        return make(v)
+
+    return plain
+
+
+def _many_decoder(item: Decoder, container: type) -> Decoder:
+    """The decoder of ``tuple[X, ...]`` (``container`` tuple: a JSON list) or ``dict[K, X]``
+    (``container`` dict: a JSON object) of records, ``item`` decoding each X."""
+    listed = container is tuple
+
+    def many(v, where):
+        if not isinstance(v, list if listed else dict):
+            _refuse(v, container, where)
+        if listed:
             if where is None:
                 return tuple([item(x, None) for x in v])
             return tuple(item(x, f"{where}[{i}]") for i, x in enumerate(v))
+        if where is None:
+            return {k: item(x, None) for k, x in v.items()}
+        return {k: item(x, f"{where}[{k!r}]") for k, x in v.items()}
 
-        return items
-    if origin is dict:
-        item = _decoder(args[1])
-
-        def entries(v, where):
-            if not isinstance(v, dict):
-                _refuse(v, dict, where)
-            if where is None:
-                return {k: item(x, None) for k, x in v.items()}
-            return {k: item(x, f"{where}[{k!r}]") for k, x in v.items()}
-
-        return entries
-    raise TypeError(f"cannot decode {kind}")
+    return many
 
 
 def _refuse(v, kind, where: str | None):

@@ -9,7 +9,7 @@ from attrs import define, field
 
 from ..errors import FileFormatError
 from .codec import Codec, codec_field
-from .jsonio import check, items_of, make_record
+from .jsonio import check, items_of, make_record, record_fields
 
 
 @define(frozen=True)
@@ -67,7 +67,24 @@ def _history(data, where: str) -> dict[str, tuple[Change, ...]]:
     return out
 
 
-HISTORY = Codec(_history_json, _history)
+def _row(items: list[dict]) -> dict:
+    """The JSON Schema of a list of exactly ``items``, in order."""
+    return {"type": "array", "prefixItems": items, "minItems": len(items), "maxItems": len(items)}
+
+
+HISTORY = Codec(
+    _history_json,
+    _history,
+    lambda of: {  # each distinct change once, as a row of Change's fields; each origin's by index
+        "type": "object",
+        "properties": {
+            "changes": {"type": "array", "items": _row([of(kind) for kind, _ in record_fields(Change).values()])},
+            "by_origin": {"type": "object", "additionalProperties": {"type": "array", "items": of(int)}},
+        },
+        "required": ["changes", "by_origin"],
+        "additionalProperties": False,
+    },
+)
 
 
 # How the IR bears an elimination out (``Journal.explained``): the op's binding was

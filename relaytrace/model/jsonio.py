@@ -129,53 +129,60 @@ def check(value, kind, where: str) -> None:
         _explain(value, kind, where)
 
 
+_SCALARS: dict = {
+    type(None): lambda v: v is None,
+    bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    str: lambda v: isinstance(v, str),
+}
+
+
 def _explain(value, kind, where: str) -> None:
     """Raise the error that says where in ``value`` it is not of type ``kind``."""
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
-        for option in args:
-            try:
-                return check(value, option, where)
-            except FileFormatError:
-                continue
-        names = " or ".join(_KIND_NAMES.get(option, getattr(option, "__name__", str(option))) for option in args)
-        raise FileFormatError(f"{where} must be {names}, not {_json_kind(value)}")
-    if isinstance(kind, type) and issubclass(kind, Enum):
+        _explain_union(value, typing.get_args(kind), where)
+    elif isinstance(kind, type) and issubclass(kind, Enum):
         if not isinstance(value, str) or value not in _values(kind):
             raise FileFormatError(f"{where} must be one of {', '.join(m.value for m in kind)}, not {_json_kind(value)}")
-        return
-    if kind is type(None):
-        ok = value is None
-    elif kind is bool:
-        ok = isinstance(value, bool)
-    elif kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif kind is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    elif kind is str:
-        ok = isinstance(value, str)
+    elif kind in _SCALARS:
+        if not _SCALARS[kind](value):
+            raise FileFormatError(f"{where} must be {_KIND_NAMES[kind]}, not {_json_kind(value)}")
     elif kind is tuple or origin is tuple:
-        if not isinstance(value, list):
-            raise FileFormatError(f"{where} must be a list, not {_json_kind(value)}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            for i, item in enumerate(value):
-                check(item, args[0], f"{where}[{i}]")
-        elif args and args != ((),):
-            if len(value) != len(args):
-                raise FileFormatError(f"{where} must have {len(args)} items, not {len(value)}")
-            for i, (item, option) in enumerate(zip(value, args)):
-                check(item, option, f"{where}[{i}]")
-        return
+        _explain_list(value, typing.get_args(kind), where)
     elif kind is dict or origin is dict:
         if not isinstance(value, dict):
             raise FileFormatError(f"{where} must be an object, not {_json_kind(value)}")
+        args = typing.get_args(kind)
         for key, item in value.items():
             check(item, args[1] if args else typing.Any, f"{where}[{key!r}]")
-        return
-    else:
-        return
-    if not ok:
-        raise FileFormatError(f"{where} must be {_KIND_NAMES[kind]}, not {_json_kind(value)}")
+
+
+def _explain_union(value, options: tuple, where: str) -> None:
+    """Return when ``value`` is of one of ``options``, else raise naming them all."""
+    for option in options:
+        try:
+            return check(value, option, where)
+        except FileFormatError:
+            continue
+    names = " or ".join(_KIND_NAMES.get(option, getattr(option, "__name__", str(option))) for option in options)
+    raise FileFormatError(f"{where} must be {names}, not {_json_kind(value)}")
+
+
+def _explain_list(value, args: tuple, where: str) -> None:
+    """A JSON list for a tuple: ``tuple[X, ...]`` each item an X; ``tuple[X, Y]`` exactly
+    those items; a bare ``tuple`` any list."""
+    if not isinstance(value, list):
+        raise FileFormatError(f"{where} must be a list, not {_json_kind(value)}")
+    if len(args) == 2 and args[1] is Ellipsis:
+        for i, item in enumerate(value):
+            check(item, args[0], f"{where}[{i}]")
+    elif args and args != ((),):
+        if len(value) != len(args):
+            raise FileFormatError(f"{where} must have {len(args)} items, not {len(value)}")
+        for i, (item, option) in enumerate(zip(value, args)):
+            check(item, option, f"{where}[{i}]")
 
 
 # Checking a lineage of an LLM asks hundreds of thousands of values their type: each

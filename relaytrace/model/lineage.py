@@ -13,6 +13,7 @@ import attrs
 from attrs import define, field
 
 from ..errors import FileFormatError, UnknownNameError, UsageError, expect, expect_number
+from ..errors import require as require_package
 from .build_facts import BuildFacts
 from .code import Code, LayerCode, layer_code, mismatches, require
 from .codec import Codec, apart_field, codec_field, decode, encode
@@ -60,7 +61,9 @@ def _scope(data, where: str) -> tuple[Frame, ...]:
         raise FileFormatError(f"{where}: {exc}") from None
 
 
-SCOPE = Codec(scope_text, _scope)  # saved as its text, block#0/inner#1
+SCOPE = Codec(  # saved as its text, block#0/inner#1
+    scope_text, _scope, lambda of: {"type": "string", "pattern": r"^([^#/]+#[0-9]+(/[^#/]+#[0-9]+)*)?$"}
+)
 
 
 @define(frozen=True)
@@ -187,7 +190,9 @@ def _origins(data, where: str) -> dict[str, Origin]:
     return held
 
 
-ORIGINS = Codec(lambda origins: [encode(o) for o in origins.values()], _origins)  # saved as a list, held by id
+ORIGINS = Codec(  # saved as a list, held by id
+    lambda origins: [encode(o) for o in origins.values()], _origins, lambda of: {"type": "array", "items": of(Origin)}
+)
 
 
 @define(frozen=True)
@@ -452,9 +457,7 @@ class Lineage:
     def graph(self):
         """A networkx DiGraph: origin and call-site nodes; ``dataflow`` edges between
         origins and between sites, ``lineage`` edges from each origin to its sites."""
-        import networkx as nx
-
-        g = nx.DiGraph()
+        g = require_package("networkx", "graph").DiGraph()
         for o in self.origins.values():
             g.add_node(o.id, kind="origin", layer=o.layer, op=o.op, origin_kind=o.kind)
         for a, b in self.edges:
@@ -464,8 +467,8 @@ class Lineage:
             g.add_node(s.label, kind="call_site", kernel=s.kernel, call=s.call, position=s.position)
             for r in s.roles:
                 g.add_edge(r.origin, s.label, kind="lineage", role=r.role)
-        for a, b in self.site_edges:
-            g.add_edge(by_position[a].label, by_position[b].label, kind="dataflow")
+        for earlier, later in self.site_edges:
+            g.add_edge(by_position[earlier].label, by_position[later].label, kind="dataflow")
         return g
 
     def sites(self, kernel: str) -> tuple[CallSite, ...]:

@@ -119,6 +119,15 @@ RECORDS = Codec(
         [r.name, r.call, r.run, r.start_us, r.duration_us, r.kind] + ([r.within] if r.within else []) for r in records
     ],
     _records,
+    lambda of: {  # each record a row: name, call, run, start_us, duration_us, kind[, within]
+        "type": "array",
+        "items": {
+            "type": "array",
+            "prefixItems": [of(str), of(int), of(int), of(float), of(float), of(CallKind), of(str)],
+            "minItems": 6,
+            "maxItems": 7,
+        },
+    },
 )
 
 

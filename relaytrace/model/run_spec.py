@@ -37,6 +37,14 @@ class Precision(Name):
     FP16 = "fp16"
 
 
+class PolicyName(Name):
+    """``--policy``: how a fused kernel's time is billed to its layers (the policies
+    themselves: ``analysis.attribution.POLICIES``)."""
+
+    ANCHOR = "anchor"
+    SPLIT = "split"
+
+
 def _shapes(value) -> tuple[str, ...]:
     """``--input-shape``'s values as a tuple; one string alone is refused (a tuple of
     its characters is no list of shapes)."""
@@ -68,7 +76,7 @@ class RunSpec:
     peak_gflops: float | None = None
     peak_gbps: float | None = None
     precision: Precision = field(default=Precision.FP32, converter=Precision)
-    policy: str = "anchor"
+    policy: PolicyName = field(default=PolicyName.ANCHOR, converter=PolicyName)
     fold_batch_norm: bool = False
     lift_params: bool = False
     tokens: int | None = None

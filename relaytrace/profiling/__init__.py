@@ -4,6 +4,7 @@ Modules:
 
 - ``bundle``: a build and its lineage as a directory that profiles itself where it is
   copied
+- ``manifest``: ``bundle.json`` and the serve spec as records, read back checked
 - ``peaks``: the machine's peak rates, measured with small TVM-built kernels where a
   profile runs
 - ``remote``: profiling on a device reached over TVM RPC

@@ -28,12 +28,13 @@ import attrs
 import numpy as np
 
 from ..errors import RelaytraceError, UsageError
-from ..model.codec import encode
+from ..model.codec import decode, encode
 from ..model.entry import default_context
 from ..model.lineage import Lineage
 from ..model.profile import Mode
 from ..model.run_spec import RunSpec
 from . import peaks, runner
+from .manifest import Manifest, PeakKernels, SavedInput, Seal
 from .serve import Serving, served_spec, takes_cache
 
 LIBRARY = "model.so"
@@ -60,7 +61,7 @@ def device_of(target_text: str) -> str:
     )
 
 
-def write_bundle(
+def write_bundle(  # noqa: PLR0913 - public API: keyword options, checked and then held in records
     executable,
     lineage: Lineage,
     inputs,
@@ -77,7 +78,7 @@ def write_bundle(
     ``report`` writes). An entry that takes a KV cache is served by the runner as
     ``profile`` serves it (``serving``, default: ``profile``'s), its inputs made there;
     ``inputs`` are not taken."""
-    from .vm import _kernel_library, _profile, check_inputs
+    from .vm import Measured, Runs, _kernel_library, _profile, check_inputs
 
     say = say or (lambda message: None)
     entry = lineage.entry(entry)
@@ -103,28 +104,28 @@ def write_bundle(
         if lineage.code is not None:  # the report made where it ran shows the code
             lineage.code.save(staging / "code.json")
         params = _save_inputs(staging, lineage, entry, arrays)
-        template = _profile(lineage, entry, arrays, "", Mode.TIMELINE, 1, [], {}, [])
-        manifest = {
-            "schema": runner.BUNDLE_SCHEMA,
-            "library": LIBRARY,
-            "runtime": runtime,
-            "device": device,
-            "entry": entry,
-            "inputs": params,
-            "kernels": {k: len(sites) for k, sites in view.kernels.items()},
-            "library_calls": sorted(view.library_calls),
-            "subfunctions": list(view.subfunctions),
-            "builtins": sorted({b.name for b in view.builtins}),
-            "layers": _site_layers(view),
-            "profile": {"schema": template.schema, **encode(template)},
-            "run": portable(run).to_json() if run else None,
-            "tvm_ffi": metadata.version("apache-tvm-ffi"),
-            "peaks": {"library": PEAKS, **peak_kernels},
-            "serve": served,
-        }
+        template = _profile(lineage, entry, arrays, Runs(Mode.TIMELINE, 1), Measured([], {}, [], ""))
+        manifest = Manifest(
+            schema=runner.BUNDLE_SCHEMA,
+            library=LIBRARY,
+            runtime=tuple(runtime),
+            device=device,
+            entry=entry,
+            inputs=params,
+            kernels={k: len(sites) for k, sites in view.kernels.items()},
+            library_calls=tuple(sorted(view.library_calls)),
+            subfunctions=tuple(view.subfunctions),
+            builtins=tuple(sorted({b.name for b in view.builtins})),
+            layers=_site_layers(view),
+            profile=template,
+            run=portable(run) if run else None,
+            tvm_ffi=metadata.version("apache-tvm-ffi"),
+            peaks=decode(PeakKernels, {"library": PEAKS, **peak_kernels}, "the peak kernels"),
+            serve=served,
+        )
         shutil.copyfile(runner.__file__, staging / RUNNER)
-        manifest["files"] = _seals(staging)
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        manifest = attrs.evolve(manifest, files=_seals(staging))
+        (staging / MANIFEST).write_text(json.dumps(encode(manifest), indent=1))
         os.chmod(staging, 0o755)
         os.rename(staging, out)
     finally:
@@ -132,12 +133,12 @@ def write_bundle(
     return out
 
 
-def _seals(root: Path) -> dict[str, dict]:
+def _seals(root: Path) -> dict[str, Seal]:
     """Each file under ``root`` (``run.py`` and the rest; ``bundle.json`` is written
     after): ``{relative path: {bytes, sha256}}``, which ``run.py`` checks before it
     loads anything (``runner.check_seal``)."""
     return {
-        path.relative_to(root).as_posix(): {"bytes": path.stat().st_size, "sha256": runner.file_sha256(path)}
+        path.relative_to(root).as_posix(): Seal(path.stat().st_size, runner.file_sha256(path))
         for path in sorted(root.rglob("*"))
         if path.is_file()
     }
@@ -193,7 +194,7 @@ def _cudart() -> Path:
     )
 
 
-def _save_inputs(out: Path, lineage: Lineage, entry: str, arrays) -> list[dict]:
+def _save_inputs(out: Path, lineage: Lineage, entry: str, arrays) -> tuple[SavedInput, ...]:
     """Each input as ``inputs/N.npy`` (a tuple parameter's tensors one file each):
     ``[{name, files, tuple}]`` in parameter order."""
     (out / "inputs").mkdir()
@@ -206,31 +207,29 @@ def _save_inputs(out: Path, lineage: Lineage, entry: str, arrays) -> list[dict]:
             np.save(out / "inputs" / f"{n}.npy", np.asarray(array), allow_pickle=False)
             files.append(f"inputs/{n}.npy")
             n += 1
-        saved.append(
-            {"name": names[i] if i < len(names) else f"input{i}", "files": files, "tuple": isinstance(value, list)}
-        )
-    return saved
+        saved.append(SavedInput(names[i] if i < len(names) else f"input{i}", tuple(files), isinstance(value, list)))
+    return tuple(saved)
 
 
-def mismatches(manifest: dict, lineage: Lineage):
+def mismatches(manifest: Manifest, lineage: Lineage):
     """What ``bundle.json`` (``manifest``) says that the bundle's lineage does not, each
     in words naming the field: the entry, the kernels and their call counts, each site's
     layers, a served step for an entry that takes no KV cache or the cache's kernels.
     ``relaytrace report`` reads a bundle's profile through both; ``run.py`` ran by the
     manifest alone."""
-    entry = manifest.get("entry")
+    entry = manifest.entry
     if entry not in lineage.build.entries:
         yield f"entry is {entry!r}, not an entry of the lineage ({', '.join(lineage.build.entries)})"
         return
     view = lineage.for_entry(entry)
-    if manifest.get("kernels") != {k: len(sites) for k, sites in view.kernels.items()}:
+    if manifest.kernels != {k: len(sites) for k, sites in view.kernels.items()}:
         yield f"kernels are not the kernels {entry} calls and their call counts"
-    if manifest.get("layers") != _site_layers(view):
+    if manifest.layers != _site_layers(view):
         yield f"layers are not the layers of {entry}'s call sites"
-    serve, cache = manifest.get("serve"), lineage.build.kv_cache
+    serve, cache = manifest.serve, lineage.build.kv_cache
     if serve and not takes_cache(lineage, entry):
         yield f"serve describes a served step, but {entry} takes no KV cache"
-    elif serve and (cache is None or (serve.get("cache") or {}).get("kernels") != list(cache.kernels)):
+    elif serve and (cache is None or serve.cache.kernels != tuple(cache.kernels)):
         yield "serve.cache.kernels are not the KV cache's kernels of the lineage"
 
 

@@ -28,6 +28,7 @@ import json
 import os
 import platform
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tvm
@@ -53,7 +54,7 @@ def _fma_kernel(dtype: str, steps: int, lanes: int):
     shape = (CHUNKS, ACCUMULATORS, lanes)
 
     @T.prim_func
-    def fma(a: T.Buffer(shape, dtype), out: T.Buffer(shape, dtype)):
+    def fma(a: T.Buffer(shape, dtype), out: T.Buffer(shape, dtype)):  # type: ignore[valid-type]  # TVMScript
         T.func_attr({"tirx.noalias": True})
         for p in T.parallel(CHUNKS):
             acc = T.alloc_buffer((ACCUMULATORS, lanes), dtype, scope="local")
@@ -77,7 +78,7 @@ def _copy_kernel():
     block = 4096
 
     @T.prim_func
-    def copy(a: T.Buffer((COPY_ELEMENTS,), "float32"), b: T.Buffer((COPY_ELEMENTS,), "float32")):
+    def copy(a: T.Buffer((COPY_ELEMENTS,), "float32"), b: T.Buffer((COPY_ELEMENTS,), "float32")):  # type: ignore[valid-type]  # TVMScript
         T.func_attr({"tirx.noalias": True})
         for o in T.parallel(COPY_ELEMENTS // block):
             for i in T.vectorized(block):
@@ -98,7 +99,7 @@ def _gpu_fma_kernel(dtype: str, steps: int, lanes: int):
     shape = (GPU_BLOCKS, GPU_THREADS, ACCUMULATORS, lanes)
 
     @T.prim_func
-    def fma(a: T.Buffer(shape, dtype), out: T.Buffer(shape, dtype)):
+    def fma(a: T.Buffer(shape, dtype), out: T.Buffer(shape, dtype)):  # type: ignore[valid-type]  # TVMScript
         T.func_attr({"tirx.noalias": True})
         for b in T.thread_binding(GPU_BLOCKS, "blockIdx.x"):
             for t in T.thread_binding(GPU_THREADS, "threadIdx.x"):
@@ -121,7 +122,7 @@ def _gpu_copy_kernel():
     threads = 1024
 
     @T.prim_func
-    def copy(a: T.Buffer((GPU_COPY_ELEMENTS,), "float32"), b: T.Buffer((GPU_COPY_ELEMENTS,), "float32")):
+    def copy(a: T.Buffer((GPU_COPY_ELEMENTS,), "float32"), b: T.Buffer((GPU_COPY_ELEMENTS,), "float32")):  # type: ignore[valid-type]  # TVMScript
         T.func_attr({"tirx.noalias": True})
         for o in T.thread_binding(GPU_COPY_ELEMENTS // threads, "blockIdx.x"):
             for i in T.thread_binding(threads, "threadIdx.x"):
@@ -136,7 +137,7 @@ class PeakKernel:
     RPC, or by a bundle's runner): its function, what one call computes (``flops`` in
     ``dtype``) or moves (``bytes``), and its argument's shape."""
 
-    func: object
+    func: Any  # a tirx.PrimFunc
     dtype: str
     shape: tuple[int, ...]
     flops: float = 0.0
@@ -301,7 +302,7 @@ def measure_remote(target_text: str, device, refresh: bool = False, progress=Non
 def _measure_there(target_text: str, device, say) -> Peaks:
     from tvm import relax
 
-    from .remote import run_remote
+    from .remote import RemoteRun, run_remote
 
     target = tvm.target.Target(target_text)
     say(f"measuring the peak rates of {device.describe()} (once; cached)")
@@ -318,7 +319,9 @@ def _measure_there(target_text: str, device, say) -> Peaks:
     library = next(lib for lib in executable.mod.imports if lib.implements_function("copy", True))
     arrays = [np.ones(k.shape, k.dtype) for k in kernels]
     captured = [(k.name, 0, [a, np.zeros_like(a)]) for k, a in zip(kernels, arrays)]
-    timings, _, where = run_remote(executable, library, target_text, "main", arrays, captured, device, 5, 3, say)
+    timings, _, where = run_remote(
+        executable, library, target_text, RemoteRun("main", arrays, captured, 5, 3, say), device
+    )
     gflops, gbps = peak_rates([_spec(k) for k in kernels], {name: min(results) for name, _, results in timings})
     method = f"TVM kernels built for {_built_for(target)}, run on {device.describe()} ({where}), {fixed_method('llvm')}"
     return Peaks(gflops, gbps, MEASURED, method, device.describe())

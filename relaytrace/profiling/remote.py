@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 
 from attrs import frozen
 
@@ -164,7 +165,7 @@ def exporter(target_text: str, compiler: str | None):
     return cc.cross_compiler(compiler)
 
 
-def address(text: str) -> tuple[str, int]:
+def address(text: str | None) -> tuple[str, int]:
     """``(host, port)`` of ``HOST:PORT`` with a port of 1 to 65535; anything else is an
     error saying the form (a larger port would wrap around in the socket layer)."""
     host, sep, port = (text or "").rpartition(":")
@@ -196,21 +197,24 @@ def _bounded(call, seconds: float, failure: str, late: str | None = None):
     raise StoppedAnswering(f"{late or failure} within {seconds:g} s")
 
 
-def run_remote(
-    executable,
-    kernel_library,
-    target_text: str,
-    entry: str,
-    args,
-    captured,
-    device: RemoteDevice,
-    repeat: int,
-    number: int,
-    say,
-):
-    """(per-site timings, end-to-end seconds, device name) measured on ``device``:
-    ``captured`` is ``[(kernel, call, argument arrays)]``, ``args`` the entry's inputs
-    (numpy arrays), ``target_text`` the build's target."""
+@frozen
+class RemoteRun:
+    """What a remote run times: each of ``captured`` (``[(kernel, call, argument
+    arrays)]``) alone, and ``entry`` end to end on ``args`` (its inputs, numpy arrays):
+    ``repeat`` timings each, of ``number`` calls averaged; ``say`` told each step."""
+
+    entry: str
+    args: list
+    captured: list
+    repeat: int
+    number: int
+    say: Callable[[str], None]
+
+
+def run_remote(executable, kernel_library, target_text: str, run: RemoteRun, device: RemoteDevice):
+    """(per-site timings, end-to-end seconds, device name) of ``run`` measured on
+    ``device``; ``target_text`` is the build's target."""
+    say = run.say
     fcompile = exporter(target_text, device.compiler)
     kind = _target(target_text).kind.name
     kind = "cpu" if kind in ("llvm", "c") else kind
@@ -229,7 +233,7 @@ def run_remote(
             for name in paths:
                 _step(device, f"uploading {name}", functools.partial(session.upload, os.path.join(tmp, name)))
             dev = _step(device, f"finding its {kind} device", functools.partial(session.device, kind, 0))
-            result = _time_there(session, dev, kind, entry, args, captured, device, repeat, number, say, held)
+            result = _time_there(session, dev, kind, run, device, held)
         except (StoppedAnswering, KeyboardInterrupt):
             ABANDONED.append(held.take(session))  # freeing them would wait for the device
             raise
@@ -330,24 +334,13 @@ def _step(device: RemoteDevice, what: str, call, failure: str | None = None):
     )
 
 
-def _time_there(
-    session,
-    dev,
-    kind: str,
-    entry: str,
-    args,
-    captured,
-    device: RemoteDevice,
-    repeat: int,
-    number: int,
-    say,
-    held: _Held,
-):
+def _time_there(session, dev, kind: str, run: RemoteRun, device: RemoteDevice, held: _Held):
     """(site timings, end-to-end seconds, device name), every step bounded. Each remote
     object made is added to ``held``; a site's arguments and timer are freed after it
     (a model's every argument at once could fill a board), the build by the caller."""
     from tvm import relax
 
+    entry, args, captured, repeat, number, say = run.entry, run.args, run.captured, run.repeat, run.number, run.say
     if not _step(device, f"finding its {kind} device", lambda: dev.exist):
         raise RelaytraceError(
             f"{device.describe()} has no {kind} device, which this build's target needs: "

@@ -35,7 +35,10 @@ import signal
 import struct
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -89,26 +92,37 @@ def pair(stamps, run: int, t0: int, kernels, skip=frozenset(), cache=frozenset()
     return rows
 
 
-def timeline_run(
-    set_instrument,
-    call,
-    sync,
-    run: int,
-    kernels,
-    skip=frozenset(),
-    cache=frozenset(),
-    server=None,
-    sync_each: bool = False,
-    ranges=None,
-    events=None,
-) -> list[tuple]:
-    """One run (``call()``) stamped call by call through ``set_instrument`` (the VM's),
-    ``sync()`` after it; rows as ``pair`` makes them. ``server``: an object whose
+@dataclass(frozen=True)
+class Sites:
+    """Which of the VM's calls are sites of the entry: calls of ``kernels``; none of
+    ``skip`` (Relax subfunctions: their kernels are); the KV cache's ``cache`` kernels,
+    stamped by the server, records of their own."""
+
+    kernels: frozenset
+    skip: frozenset = frozenset()
+    cache: frozenset = frozenset()
+
+
+@dataclass(frozen=True)
+class Stamping:
+    """How a timeline run stamps each call: ``sync()`` waits for the device (after the
+    run; with ``sync_each``, before each after-stamp too: a GPU, whose calls return at
+    launch); ``ranges``, an ``Nvtx`` whose ranges wrap each call; ``events``, a
+    ``CudaEvents`` marked with every stamp, whose times replace the clock's (each call's
+    time on the device, no synchronisation between calls)."""
+
+    sync: Callable[[], None]
+    sync_each: bool = False
+    ranges: Nvtx | None = None
+    events: CudaEvents | None = None
+
+
+def timeline_run(set_instrument, call, run: int, sites: Sites, stamping: Stamping, server=None) -> list[tuple]:
+    """One run (``call()``) stamped call by call through ``set_instrument`` (the VM's)
+    as ``stamping`` says; rows as ``pair`` makes them. ``server``: an object whose
     ``sink`` is given the stamp list while the run lasts (``serve.Server``: its KV-cache
-    kernels stamp it too). ``sync_each``: ``sync()`` before each after-stamp (a GPU,
-    whose calls return at launch). ``ranges``: an ``Nvtx`` whose ranges wrap each call.
-    ``events``: a ``CudaEvents`` marked with every stamp, whose times replace the
-    clock's (each call's time on the device, no synchronisation between calls)."""
+    kernels stamp it too)."""
+    sync, sync_each, ranges, events = stamping.sync, stamping.sync_each, stamping.ranges, stamping.events
     stamps: list = []
     append = stamps.append
     clock = time.perf_counter_ns
@@ -160,7 +174,7 @@ def timeline_run(
             server.sink = None
     if events is not None:
         stamps = with_events(stamps, events, t0)
-    return pair(stamps, run, t0, kernels, skip, cache)
+    return pair(stamps, run, t0, sites.kernels, sites.skip, sites.cache)
 
 
 def _no_op(*_):
@@ -430,6 +444,21 @@ def machine_memory() -> int | None:
         return None
 
 
+@dataclass(frozen=True)
+class Host:
+    """What a ``Server`` serves on: the ``vm`` (its functions by name) and its
+    ``set_instrument``, ``ffi`` (``tvm_ffi``), ``tensor`` (a numpy array to a tensor on
+    the device), ``sync()`` (waits for the device) and the device's ``memory`` in bytes
+    (None: not known, a cache's size not checked against it)."""
+
+    vm: Any
+    set_instrument: Callable
+    ffi: Any
+    tensor: Callable
+    sync: Callable[[], None]
+    memory: int | None = None
+
+
 class Server:
     """Sequences of a KV cache made by the build's create entry, and the arguments of an
     entry that takes it, with TVM's runtime alone (``tvm_ffi`` and the runtime's
@@ -457,33 +486,22 @@ class Server:
     sees the same context. The cache is told each sequence's own length, so that a batch
     of one-token steps runs its decode kernels, as an engine's ``batch_decode`` does."""
 
-    def __init__(
-        self,
-        vm,
-        set_instrument,
-        ffi,
-        spec: dict,
-        tensor,
-        sync,
-        seed: int = 0,
-        timed: bool = True,
-        memory=None,
-        say=None,
-    ):
-        self.vm, self.ffi, self.spec = vm, ffi, spec
+    def __init__(self, host: Host, spec: dict, seed: int = 0, timed: bool = True, say=None):
+        vm = host.vm
+        self.vm, self.ffi, self.spec = vm, host.ffi, spec
         self.sink: list | None = None
-        self._sync, self._tensor = sync, tensor
+        self._sync, self._tensor = host.sync, host.tensor
         self.pages: dict[int, tuple[tuple[int, ...], str]] = {}  # data address -> (shape, dtype)
-        problem = serving_problem(spec, memory)
+        problem = serving_problem(spec, host.memory)
         if problem:
             raise BundleError(problem)
         self.tokens, self.context = spec["tokens"], spec["context"]
         self.sequences = spec.get("sequences", 1)
         capacity = cache_capacity(spec)
-        self.cache = self._create(spec["cache"], set_instrument, capacity, timed)
+        self.cache = self._create(spec["cache"], host.set_instrument, capacity, timed)
         self.inputs, self.args = self._arguments(spec["params"], spec.get("dims"), self.tokens, seed)
         self._builtin = {
-            name: ffi.get_global_func(f"vm.builtin.kv_state_{name}")
+            name: host.ffi.get_global_func(f"vm.builtin.kv_state_{name}")
             for name in ("add_sequence", "remove_sequence", "begin_forward", "end_forward", "popn")
         }
         self._ids = list(range(self.sequences))
@@ -872,20 +890,103 @@ def measure_peaks(bundle: Path, manifest: dict, runtime: Runtime, ffi, say) -> d
     }
 
 
-def run_bundle(
-    bundle: Path,
-    mode: str,
-    repeat: int,
-    warmup: int,
-    number: int,
-    device: str | None,
-    nvtx: bool,
-    say,
-    events: bool = False,
-    peaks: bool = True,
-) -> dict:
+@dataclass(frozen=True)
+class RunOptions:
+    """How run.py profiles a bundle: ``repeat`` timed runs in ``mode`` (``timeline`` or
+    ``isolated``) after ``warmup`` untimed ones, ``number`` calls averaged per isolated
+    timing, on ``device`` (None: the bundle's), with NVTX ranges (``nvtx``), timed by
+    CUDA events (``events``), the device's peak rates measured (``peaks``)."""
+
+    mode: str = "timeline"
+    repeat: int = 5
+    warmup: int = 1
+    number: int = 3
+    device: str | None = None
+    nvtx: bool = False
+    events: bool = False
+    peaks: bool = True
+
+
+def run_bundle(bundle: Path, options: RunOptions, say) -> dict:
     """Profile the bundle's entry here as ``profiling.vm.profile`` does: the profile's
     JSON (the bundle's template filled in)."""
+    manifest, ffi, library, device = _open_bundle(bundle, options.device, say)
+    mode, repeat = options.mode, options.repeat
+    vm = library["vm_load_executable"]()
+    vm["vm_initialization"](DEVICE_TYPES[device], 0, POOLED, *(() if device == "cpu" else (1, 0, POOLED)))
+    runtime = Runtime(ffi, device)
+    set_instrument = vm["set_instrument"]
+    sites = Sites(frozenset(manifest["kernels"]), frozenset(manifest["subfunctions"]))
+    spec, server = manifest.get("serve"), None
+    if spec:  # an entry that takes a KV cache: served through the cache the build's create entry makes
+        if mode != "timeline" or options.events:
+            raise BundleError(
+                f"{manifest['entry']} takes a KV cache: it is profiled in timeline mode, its cache's "
+                "kernels timed with a synchronisation around each (not --mode isolated, not --events)"
+            )
+        sync, memory = (_no_op, machine_memory()) if device == "cpu" else (runtime.sync, None)
+        server = Server(Host(vm, set_instrument, ffi, runtime.tensor, sync, memory), spec, say=say)
+        sites = Sites(sites.kernels, sites.skip, frozenset(spec["cache"]["kernels"]))
+        say(server.describe())
+        call = server.step
+    else:
+        function, args = vm[manifest["entry"]], _inputs(bundle, manifest, runtime, ffi)
+
+        def call():
+            return function(*args)
+
+    say("capturing argument shapes")
+    info, captured = capture(
+        set_instrument, call, sites.skip, sites.kernels, runtime.copy if mode == "isolated" else None
+    )
+    problems = count_mismatches(manifest["kernels"], ran_counts(info, frozenset(manifest["builtins"])), sites.skip)
+    if problems:
+        raise BundleError("the lineage does not match this library: " + "; ".join(problems[:8]))
+    for _ in range(max(options.warmup - 1, 0)):
+        call()
+    stamping, how = _stamping(options, runtime, manifest["layers"], say)
+    if mode == "timeline":
+        rows = []
+        for run in range(repeat):
+            say(f"timeline run {run + 1}/{repeat}")
+            rows.extend(timeline_run(set_instrument, call, run, sites, stamping, server))
+    else:
+        how = "each site timed alone"
+        rows = _isolated_rows(library, runtime, manifest, captured, options, say)
+    say("end-to-end timing")
+    e2e = []
+    for _ in range(max(repeat, 3)):
+        start = time.perf_counter()
+        call()
+        runtime.sync()
+        e2e.append((time.perf_counter() - start) * 1e6)
+    found = measure_peaks(bundle, manifest, runtime, ffi, say) if options.peaks else None
+    measured: dict[str, object] = {"peaks": found} if found else {}
+    if server is not None:
+        measured.update(
+            step=[server.tokens, server.context],
+            sequences=server.sequences,
+            bound=server.spec.get("bound", []),
+            inputs=[[name, list(a.shape), str(a.dtype)] for name, a in server.inputs],
+            kv_pages=[[list(shape), dtype] for shape, dtype in server.pages.values()],
+        )
+    return {
+        **manifest["profile"],
+        "device": str(runtime.device),
+        "mode": mode,
+        "repeat": repeat,
+        "records": [list(r[:6]) + ([r[6]] if r[6] else []) for r in rows],
+        "args": {f"{n}#{k}": {"shapes": s, "dtypes": d, "addresses": a} for (n, k), (s, d, a) in info.items()},
+        "e2e_us": e2e,
+        "remote": f"host {platform.node() or '(unnamed)'} (a bundle's run.py; {how})",
+        **measured,
+    }
+
+
+def _open_bundle(bundle: Path, device: str | None, say):
+    """(its manifest, ``tvm_ffi``, its library loaded, the device) of a bundle checked:
+    of this runner's schema, sealed, built for ``device`` (None: the one it was built
+    for), each of its kernels in its library; else a ``BundleError`` saying what to do."""
     manifest = json.loads((bundle / "bundle.json").read_text())
     if manifest.get("schema") != BUNDLE_SCHEMA:
         raise BundleError(
@@ -908,43 +1009,18 @@ def run_bundle(
             f"the lineage does not belong to this library: {len(missing)} of its kernels are not "
             f"compiled in it ({', '.join(missing[:6])}); bundle the model again"
         )
-    kernel_lib = next(
-        (lib for lib in library.imports if any(lib.implements_function(k, True) for k in manifest["kernels"])), library
-    )
-    vm = library["vm_load_executable"]()
-    vm["vm_initialization"](DEVICE_TYPES[device], 0, POOLED, *(() if device == "cpu" else (1, 0, POOLED)))
-    runtime = Runtime(ffi, device)
-    function, set_instrument = vm[manifest["entry"]], vm["set_instrument"]
-    kernels, skip = frozenset(manifest["kernels"]), frozenset(manifest["subfunctions"])
-    spec, server, cache = manifest.get("serve"), None, frozenset()
-    if spec:  # an entry that takes a KV cache: served through the cache the build's create entry makes
-        if mode != "timeline" or events:
-            raise BundleError(
-                f"{manifest['entry']} takes a KV cache: it is profiled in timeline mode, its cache's "
-                "kernels timed with a synchronisation around each (not --mode isolated, not --events)"
-            )
-        sync, memory = (_no_op, machine_memory()) if device == "cpu" else (runtime.sync, None)
-        server = Server(vm, set_instrument, ffi, spec, runtime.tensor, sync, memory=memory, say=say)
-        cache = frozenset(spec["cache"]["kernels"])
-        say(server.describe())
-        call = server.step
-    else:
-        args = _inputs(bundle, manifest, runtime, ffi)
+    return manifest, ffi, library, device
 
-        def call():
-            return function(*args)
 
-    say("capturing argument shapes")
-    info, captured = capture(set_instrument, call, skip, kernels, runtime.copy if mode == "isolated" else None)
-    problems = count_mismatches(manifest["kernels"], ran_counts(info, frozenset(manifest["builtins"])), skip)
-    if problems:
-        raise BundleError("the lineage does not match this library: " + "; ".join(problems[:8]))
-    for _ in range(max(warmup - 1, 0)):
-        call()
-    sync_each = device != "cpu"
+def _stamping(options: RunOptions, runtime: Runtime, layers: dict, say) -> tuple[Stamping, str]:
+    """How a timeline run stamps each call on this device, and how the profile says it
+    was timed: a GPU's calls each synchronised, or timed by CUDA events (``--events``,
+    never with ``--nvtx``); NVTX ranges named by ``layers`` when ``--nvtx`` finds the
+    library."""
+    sync_each = runtime.kind != "cpu"
     timer = None
-    if events:
-        if device == "cpu" or mode != "timeline" or nvtx:
+    if options.events:
+        if runtime.kind == "cpu" or options.mode != "timeline" or options.nvtx:
             raise BundleError(
                 "--events times a timeline run on a GPU, without --nvtx (whose calls would sit between "
                 "the events): give --device cuda and --mode timeline, and --nvtx in another run"
@@ -954,80 +1030,40 @@ def run_bundle(
             raise BundleError("--events needs the CUDA runtime library (libcudart.so.13), which did not load")
         sync_each = False
     ranges = None
-    if nvtx:
-        ranges = Nvtx.find(manifest["layers"])
+    if options.nvtx:
+        ranges = Nvtx.find(layers)
         say(
             "NVTX ranges per call site"
             if ranges
             else "--nvtx: no libnvToolsExt found (set RELAYTRACE_NVTX to its "
             "path, or pip install nvidia-nvtx-cu12); running without ranges"
         )
-    if mode == "timeline":
-        rows = []
-        for run in range(repeat):
-            say(f"timeline run {run + 1}/{repeat}")
-            rows.extend(
-                timeline_run(
-                    set_instrument,
-                    call,
-                    runtime.sync,
-                    run,
-                    kernels,
-                    skip,
-                    cache,
-                    server,
-                    sync_each=sync_each,
-                    ranges=ranges,
-                    events=timer,
-                )
-            )
-    else:
-        externals = {
-            name: clocked(_external(library, ffi, name), runtime.sync, repeat, number)
-            for name in manifest["library_calls"]
-        }
-
-        def timer_of(name):
-            return externals[name] if name in externals else runtime.time_evaluator(kernel_lib, name, number, repeat)
-
-        rows = site_rows(isolated(captured, timer_of, say), repeat)
-    say("end-to-end timing")
-    e2e = []
-    for _ in range(max(repeat, 3)):
-        start = time.perf_counter()
-        call()
-        runtime.sync()
-        e2e.append((time.perf_counter() - start) * 1e6)
-    found = measure_peaks(bundle, manifest, runtime, ffi, say) if peaks else None
-    measured = {"peaks": found} if found else {}
     how = (
         "each call timed by CUDA events around it"
         if timer is not None
         else "each call timed with a device synchronisation after it"
-        if sync_each and mode == "timeline"
+        if sync_each
         else "each call timed by the clock around it"
-        if mode == "timeline"
-        else "each site timed alone"
     )
-    if server is not None:
-        measured.update(
-            step=[server.tokens, server.context],
-            sequences=server.sequences,
-            bound=server.spec.get("bound", []),
-            inputs=[[name, list(a.shape), str(a.dtype)] for name, a in server.inputs],
-            kv_pages=[[list(shape), dtype] for shape, dtype in server.pages.values()],
-        )
-    return {
-        **manifest["profile"],
-        "device": str(runtime.device),
-        "mode": mode,
-        "repeat": repeat,
-        "records": [list(r[:6]) + ([r[6]] if r[6] else []) for r in rows],
-        "args": {f"{n}#{k}": {"shapes": s, "dtypes": d, "addresses": a} for (n, k), (s, d, a) in info.items()},
-        "e2e_us": e2e,
-        "remote": f"host {platform.node() or '(unnamed)'} (a bundle's run.py; {how})",
-        **measured,
+    return Stamping(runtime.sync, sync_each, ranges, timer), how
+
+
+def _isolated_rows(library, runtime: Runtime, manifest: dict, captured, options: RunOptions, say) -> list:
+    """Each captured site timed alone: a kernel by the runtime's time evaluator on the
+    library that holds the kernels, a library call by the clock around it."""
+    kernel_lib = next(
+        (lib for lib in library.imports if any(lib.implements_function(k, True) for k in manifest["kernels"])), library
+    )
+    repeat, number = options.repeat, options.number
+    externals = {
+        name: clocked(_external(library, runtime.ffi, name), runtime.sync, repeat, number)
+        for name in manifest["library_calls"]
     }
+
+    def timer_of(name):
+        return externals[name] if name in externals else runtime.time_evaluator(kernel_lib, name, number, repeat)
+
+    return site_rows(isolated(captured, timer_of, say), repeat)
 
 
 def main(argv=None) -> int:
@@ -1079,18 +1115,10 @@ def main(argv=None) -> int:
     try:
         if not out.parent.is_dir() or not os.access(out.parent, os.W_OK):
             raise BundleError(f"cannot write {out}: {out.parent} is no writable directory (give --out FILE)")
-        data = run_bundle(
-            bundle,
-            args.mode,
-            args.repeat,
-            args.warmup,
-            args.number,
-            args.device,
-            args.nvtx,
-            say,
-            args.events,
-            not args.no_peaks,
+        options = RunOptions(
+            args.mode, args.repeat, args.warmup, args.number, args.device, args.nvtx, args.events, not args.no_peaks
         )
+        data = run_bundle(bundle, options, say)
         say("writing the profile")
         partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
         partial.write_text(json.dumps(data))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from attrs import define, field
 
 from ..errors import RelaytraceError, UsageError, describe
+from ..model.codec import encode
 from ..model.entry import (
     APPEND,
     ParamKind,
@@ -28,6 +29,7 @@ from ..model.entry import (
 )
 from ..model.work import itemsize
 from . import runner
+from .manifest import CacheSpec, PrefillSpec, ServedParam, ServeSpec
 
 
 @define(frozen=True)
@@ -56,9 +58,9 @@ def takes_cache(lineage, entry: str) -> bool:
     return cache_param(lineage.build.params.get(entry, ())) is not None
 
 
-def served_spec(lineage, entry: str, serving: Serving) -> dict:
-    """What ``runner.Server`` needs to serve ``entry`` of the lineage's build, as JSON
-    (a bundle's manifest carries it): the entry's and the prefill's parameters, the
+def served_spec(lineage, entry: str, serving: Serving) -> ServeSpec:
+    """What ``runner.Server`` needs to serve ``entry`` of the lineage's build (its JSON
+    is what a bundle's manifest carries and the runner reads): the entry's and the prefill's parameters, the
     cache's create entry, builtin and kernels, and the step's tokens and context. A
     build without a create entry, an entry taking a shape or scalar, or a context with
     no prefill to fill it is a one-line error."""
@@ -84,61 +86,60 @@ def served_spec(lineage, entry: str, serving: Serving) -> dict:
     prefill = _prefill_entry(lineage) if serving.context else None
     declared = lineage.program.sizes if lineage.program is not None else {}
     dims, bound = step_dims(entry, params, tokens, sequences, model_sizes, declared)
-    spec = {
-        "entry": entry,
-        "params": _params(params),
-        "tokens": tokens,
-        "sequences": sequences,
-        "dims": dims,
-        "bound": bound,
-        "context": serving.context,
-        "page_size": serving.page_size,
-        "kv_bytes_per_token": kv_bytes_per_token(lineage, entry),
-        "cache": {
-            "entry": facts.entry,
-            "builtin": facts.builtin,
-            "kernels": list(facts.kernels),
-            "append": next((k for k in facts.kernels if kernel_role(facts, k) == APPEND), None),
-        },
-        "prefill": {
-            "entry": prefill,
-            "params": _params(lineage.build.params[prefill]),
-            "chunks": [
-                [n, step_dims(prefill, lineage.build.params[prefill], n, 1, model_sizes, declared)[0]]
+    spec = ServeSpec(
+        entry=entry,
+        params=_params(params),
+        tokens=tokens,
+        sequences=sequences,
+        dims=dims,
+        bound=tuple(tuple(b) for b in bound),
+        context=serving.context,
+        page_size=serving.page_size,
+        kv_bytes_per_token=kv_bytes_per_token(lineage, entry),
+        cache=CacheSpec(
+            facts.entry,
+            facts.builtin,
+            tuple(facts.kernels),
+            next((k for k in facts.kernels if kernel_role(facts, k) == APPEND), None),
+        ),
+        prefill=PrefillSpec(
+            prefill,
+            _params(lineage.build.params[prefill]),
+            tuple(
+                (n, step_dims(prefill, lineage.build.params[prefill], n, 1, model_sizes, declared)[0])
                 for n in runner.fill_chunks(serving.context, serving.fill_chunk)
-            ],
-        }
+            ),
+        )
         if prefill
         else None,
-    }
-    problem = runner.serving_problem(spec)
+    )
+    problem = runner.serving_problem(encode(spec))
     if problem:
         raise UsageError(problem)
     return spec
 
 
-def Server(vm, lineage, entry: str, serving: Serving, device, seed: int = 0, timed: bool = True, say=None):  # noqa: N802
-    """``runner.Server`` of ``entry`` on relaytrace's ``vm`` (a ``relax.VirtualMachine``
-    on ``device``): see ``served_spec``; on a CPU, a cache beyond this machine's memory
-    is refused before it is made. Not ``timed``: the cache the create entry made itself
-    (``benchmarks/served_overhead.py``). The cache that cannot be made is a one-line
-    error naming the create entry."""
+def Server(vm, device, spec: ServeSpec, timed: bool = True, say=None):  # noqa: N802
+    """``runner.Server`` of ``spec`` (``served_spec``) on relaytrace's ``vm`` (a
+    ``relax.VirtualMachine`` on ``device``); on a CPU, a cache beyond this machine's
+    memory is refused before it is made. Not ``timed``: the cache the create entry made
+    itself (``benchmarks/served_overhead.py``). The cache that cannot be made is a
+    one-line error naming the create entry."""
     import tvm
     import tvm_ffi
 
-    spec = served_spec(lineage, entry, serving)
     cpu = device.dlpack_device_type() == 1  # kDLCPU
-    problem = runner.serving_problem(spec, runner.machine_memory() if cpu else None)
+    given = encode(spec)  # the runner reads the spec as a bundle's run.py does: its JSON
+    problem = runner.serving_problem(given, runner.machine_memory() if cpu else None)
     if problem:
         raise UsageError(problem)
     sync = (lambda: None) if cpu else device.sync
     try:
-        return runner.Server(
-            vm, vm.set_instrument, tvm_ffi, spec, lambda a: tvm.runtime.tensor(a, device), sync, seed, timed, say=say
-        )
+        host = runner.Host(vm, vm.set_instrument, tvm_ffi, lambda a: tvm.runtime.tensor(a, device), sync)
+        return runner.Server(host, given, timed=timed, say=say)
     except Exception as exc:
         raise RelaytraceError(
-            f"{entry} could not be served through the KV cache {spec['cache']['entry']} makes: {describe(exc)}"
+            f"{spec.entry} could not be served through the KV cache {spec.cache.entry} makes: {describe(exc)}"
         ) from exc
 
 
@@ -162,7 +163,7 @@ def kv_bytes_per_token(lineage, entry: str) -> int:
     return 2 * layers * facts.kv_heads * facts.head_dim * size
 
 
-def _params(params) -> list[dict]:
+def _params(params) -> tuple[ServedParam, ...]:
     """An entry's parameters as ``runner.Server`` takes them; a shape or scalar
     parameter is a UsageError (relaytrace serves tensors, tuples of them and a cache)."""
     out = []
@@ -172,10 +173,8 @@ def _params(params) -> list[dict]:
                 f"{p.name} is a {p.kind} parameter: relaytrace serves entries that take tensors, "
                 "tuples of them and a KV cache"
             )
-        out.append(
-            {"name": p.name, "kind": str(p.kind.value), "tensors": [[list(t.shape), t.dtype] for t in p.tensors]}
-        )
-    return out
+        out.append(ServedParam(p.name, p.kind, tuple((tuple(t.shape), t.dtype) for t in p.tensors)))
+    return tuple(out)
 
 
 def _prefill_entry(lineage) -> str:

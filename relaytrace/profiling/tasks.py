@@ -7,7 +7,7 @@ log's costs."""
 
 from __future__ import annotations
 
-from attrs import define
+from attrs import define, frozen
 
 from ..errors import RelaytraceError
 
@@ -70,13 +70,22 @@ def extract(mod, target, lineage) -> tuple[TaskRow, ...]:
     return tuple(sorted(rows, key=lambda r: (not r.kernels, -r.weight, r.name)))
 
 
-def tune(mod, target, work_dir: str, trials_per_task: int, tasks: int, progress=None, remote=None):
-    """Tune every task for a few trials into the database in ``work_dir``; returns the
+@frozen
+class Trials:
+    """How much ``tune`` tunes: ``per_task`` trials for each of the ``tasks`` tasks."""
+
+    per_task: int
+    tasks: int
+
+
+def tune(mod, target, work_dir: str, trials: Trials, progress=None, remote=None):
+    """Tune every task for ``trials`` into the database in ``work_dir``; returns the
     pipeline that applies it (``tuned_pipeline``). Candidates are measured here, or on
     the devices of ``remote`` (a ``RemoteDevice`` naming a tracker and key), through
     MetaSchedule's RPC runner."""
     import tvm.s_tir.meta_schedule as ms
 
+    trials_per_task, tasks = trials.per_task, trials.tasks
     if trials_per_task < 1:
         raise RelaytraceError("--tune needs at least 1 trial per task")
     runner = "local" if remote is None else fleet_runner(remote)

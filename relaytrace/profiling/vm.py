@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import numpy as np
 import tvm
+from attrs import frozen
 from tvm import relax
 
 from ..errors import RelaytraceError, UsageError, describe, expect, expect_number
@@ -26,10 +28,48 @@ from ..model.profile import FROM_IR, LOCAL_RUN, ArgInfo, CallKind, CallRecord, M
 from ..model.shapes import bind
 from ..model.sitekey import SiteKey
 from . import runner
-from .serve import Server, Serving, takes_cache
+from .serve import Server, Serving, served_spec, takes_cache
 
 
-def profile(
+@frozen
+class Runs:
+    """How an entry is timed: ``warmup`` runs untimed (the first also captures each
+    site's arguments), then ``repeat`` timed runs in ``mode``, ``number`` calls averaged
+    per isolated timing; ``say`` is told each step."""
+
+    mode: Mode
+    repeat: int
+    warmup: int = 1
+    number: int = 3
+    say: Callable[[str], None] = lambda message: None
+
+
+@frozen
+class Local:
+    """An entry run on this machine: its VM, its device, and the entry's lineage
+    (``Lineage.for_entry``)."""
+
+    vm: Any
+    device: Any
+    lineage: Lineage
+
+
+@frozen
+class Measured:
+    """What the runs measured, before it is a ``Profile``: each call's records, each
+    site's argument shapes (``SiteKey`` -> ``ArgInfo``), the entry's end-to-end times in
+    seconds, the device they ran on, the remote device (``""``: here) and where the
+    timed arguments came from (``LOCAL_RUN`` or ``FROM_IR``)."""
+
+    records: list[CallRecord]
+    arg_info: dict
+    e2e_s: list[float]
+    device: str
+    remote: str = ""
+    arguments: str = LOCAL_RUN
+
+
+def profile(  # noqa: PLR0913 - the public API's keyword options, each checked and then held in a record
     executable,
     lineage: Lineage,
     inputs,
@@ -61,46 +101,30 @@ def profile(
     context (default: 32 new tokens for an entry of any length, one after a context of 32
     for the rest); timeline mode only, here only. An argument of the wrong type or out
     of its range is a ``UsageError`` saying what to give, before any work."""
-    _check_arguments(executable, lineage, warmup, repeat, number, progress, entry, remote, peaks, serving)
-    if serving is not None or (entry is not None and takes_cache(lineage, entry)):
-        if list(inputs):
-            raise UsageError(
-                f"{entry} takes a KV cache: it is profiled as served, on inputs relaytrace makes "
-                "(seeded random embeddings and weights); pass no inputs ([])"
-            )
-        if remote is not None:
-            raise UsageError(
-                f"{entry} takes a KV cache: it is profiled as served on this machine only (the cache's "
-                "kernels are timed inside the builtin that runs them, in this process)"
-            )
-        return _served_profile(
-            executable, lineage, lineage.entry(entry), device, warmup, repeat, mode, progress, peaks, serving
-        )
-    if remote is not None:
+    runs = _checked_runs(warmup, repeat, number, progress)
+    _check_arguments(executable, lineage, entry, remote, peaks, serving)
+    served = serving is not None or (entry is not None and takes_cache(lineage, entry))
+    if served:
+        _check_served(inputs, entry, remote, mode)
+    elif remote is not None:
         mode = Mode.ISOLATED
-    if mode not in (Mode.TIMELINE, Mode.ISOLATED):
+    elif mode not in (Mode.TIMELINE, Mode.ISOLATED):
         raise RelaytraceError(f"unknown profiling mode {mode!r}: use 'timeline' or 'isolated'")
-    mode = Mode(mode)
+    runs = attrs.evolve(runs, mode=Mode(mode))
     entry = lineage.entry(entry)
     lineage = lineage.for_entry(entry)  # a run of one entry runs its sites only
-    arrays = check_inputs(lineage, inputs, entry)
     library = _kernel_library(executable, lineage)
-    say = progress or (lambda message: None)
+    if served:
+        device = device or device_here(lineage.build.target)
+        found = _served_profile(Local(_vm(executable, device), device, lineage), entry, runs, serving)
+        return attrs.evolve(found, peaks=_local_peaks(lineage, peaks, runs.say))
+    arrays = check_inputs(lineage, inputs, entry)
     if remote is not None:
         from .remote import ABANDONED
 
         left = len(ABANDONED)
-        found = _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say)
-        if peaks is None and len(ABANDONED) > left:  # it stopped answering once every figure was in
-            say(f"peak rates not measured: {remote.describe()} stopped answering")
-        elif peaks is None:
-            from .peaks import measure_remote
-
-            try:
-                peaks = measure_remote(lineage.build.target, remote, progress=say)
-            except RelaytraceError as exc:  # the profile stands: its rates without ceilings
-                say(f"peak rates not measured on {remote.describe()}: {exc}")
-        return attrs.evolve(found, peaks=peaks)
+        found = _remote_profile(executable, library, lineage, arrays, remote, runs)
+        return attrs.evolve(found, peaks=peaks if peaks is not None else _remote_peaks(lineage, remote, left, runs.say))
     device = device or device_here(lineage.build.target)
     args = [_on_device(a, device) for a in arrays]
     vm = _vm(executable, device)
@@ -111,27 +135,34 @@ def profile(
             f"the built executable has no function {entry}: the build's pipeline dropped it "
             "(a pipeline must keep the module's Relax functions)"
         ) from None
-    externals = {name: _external(executable, name) for name in lineage.library_calls} if mode == Mode.ISOLATED else {}
-    found = _local_runs(
-        vm, lambda: function(*args), lineage, device, warmup, repeat, mode, (library, externals), number, say
+    externals = (
+        {name: _external(executable, name) for name in lineage.library_calls} if runs.mode == Mode.ISOLATED else {}
     )
-    e2e = vm.time_evaluator(entry, device, number=1, repeat=max(repeat, 3))(*args).results
+    at = Local(vm, device, lineage)
+    records, arg_info = _local_runs(at, lambda: function(*args), runs, (library, externals))
+    e2e = vm.time_evaluator(entry, device, number=1, repeat=max(runs.repeat, 3))(*args).results
     return attrs.evolve(
-        _profile(lineage, entry, arrays, str(device), mode, repeat, *found, e2e),
-        peaks=_local_peaks(lineage, peaks, say),
+        _profile(lineage, entry, arrays, runs, Measured(records, arg_info, list(e2e), str(device))),
+        peaks=_local_peaks(lineage, peaks, runs.say),
     )
 
 
-def _check_arguments(executable, lineage, warmup, repeat, number, progress, entry, remote, peaks, serving) -> None:
-    """``profile``'s arguments, each of its type and range, or a ``UsageError`` naming it;
-    the options first, so that each is refused without a look at the model."""
-    from ..model.peaks import Peaks
-    from .remote import RemoteDevice
-
+def _checked_runs(warmup, repeat, number, progress) -> Runs:
+    """``profile``'s timing options, each of its type and range (or a ``UsageError``
+    naming it), as ``Runs`` (the mode is settled after: it depends on the entry)."""
     for name, value in (("repeat", repeat), ("number", number)):  # they count timed runs
         expect_number(f"profile({name}=)", value, 1)
     expect_number("profile(warmup=)", warmup, 0)
     expect("profile(progress=)", progress, (Callable, None), "a function called with each progress line")
+    return Runs(Mode.TIMELINE, repeat, warmup, number, progress or (lambda message: None))
+
+
+def _check_arguments(executable, lineage, entry, remote, peaks, serving) -> None:
+    """``profile``'s other arguments, each of its type, or a ``UsageError`` naming it;
+    the options first, so that each is refused without a look at the model."""
+    from ..model.peaks import Peaks
+    from .remote import RemoteDevice
+
     expect("profile(entry=)", entry, (str, None), "an entry function's name")
     expect("profile(remote=)", remote, (RemoteDevice, None), "relaytrace.RemoteDevice(rpc='HOST:PORT')")
     expect("profile(peaks=)", peaks, (Peaks, None), "relaytrace.model.peaks.Peaks (given(gflops, gbps) or named(NAME))")
@@ -140,27 +171,46 @@ def _check_arguments(executable, lineage, warmup, repeat, number, progress, entr
     expect("profile's lineage", lineage, Lineage, "the Lineage relaytrace.build returned with the executable")
 
 
-def _local_runs(vm, call, lineage, device, warmup, repeat, mode, compiled, number, say, server=None):
-    """(records, argument shapes) of ``call`` (one run of the entry) on ``vm``: one run
+def _check_served(inputs, entry, remote, mode) -> None:
+    """An entry that takes a KV cache is served: no inputs given, on this machine, in
+    timeline mode; anything else is a ``UsageError`` saying why."""
+    if list(inputs):
+        raise UsageError(
+            f"{entry} takes a KV cache: it is profiled as served, on inputs relaytrace makes "
+            "(seeded random embeddings and weights); pass no inputs ([])"
+        )
+    if remote is not None:
+        raise UsageError(
+            f"{entry} takes a KV cache: it is profiled as served on this machine only (the cache's "
+            "kernels are timed inside the builtin that runs them, in this process)"
+        )
+    if mode != Mode.TIMELINE:
+        raise UsageError(
+            f"{entry} takes a KV cache: it is profiled in timeline mode, where the cache's own kernels "
+            "are timed inside the builtin that runs them"
+        )
+
+
+def _local_runs(at: Local, call, runs: Runs, compiled=None, server=None):
+    """(records, argument shapes) of ``call`` (one run of the entry) at ``at``: one run
     captures each site's arguments, ``warmup - 1`` more run untimed, then ``repeat``
-    timed runs in ``mode`` (isolated: each site timed alone with ``compiled``, the
+    timed runs in ``runs.mode`` (isolated: each site timed alone with ``compiled``, the
     kernel library and the library calls' functions); a ``server``'s KV-cache kernels
     stamp the timeline too."""
-    skip = frozenset(lineage.subfunctions)
-    say("capturing argument shapes")
-    arg_info, captured = _capture(vm, call, lineage, skip, copy=(mode == Mode.ISOLATED))
-    _check_names(lineage, arg_info)
-    for _ in range(max(warmup - 1, 0)):
+    skip = frozenset(at.lineage.subfunctions)
+    runs.say("capturing argument shapes")
+    arg_info, captured = _capture(at.vm, call, at.lineage, skip, copy=(runs.mode == Mode.ISOLATED))
+    _check_names(at.lineage, arg_info)
+    for _ in range(max(runs.warmup - 1, 0)):
         call()
-    if mode == Mode.TIMELINE:
+    if runs.mode == Mode.TIMELINE:
         records = []
-        for run in range(repeat):
-            say(f"timeline run {run + 1}/{repeat}")
-            records.extend(_timeline_run(vm, call, run, lineage, device, skip, server))
+        for run in range(runs.repeat):
+            runs.say(f"timeline run {run + 1}/{runs.repeat}")
+            records.extend(_timeline_run(at, call, run, skip, server))
     else:
-        library, externals = compiled
-        records = _isolated(library, captured, device, repeat, number, say, externals)
-    say("end-to-end timing")
+        records = _isolated(at.device, captured, runs, compiled)
+    runs.say("end-to-end timing")
     return records, arg_info
 
 
@@ -176,36 +226,23 @@ def _local_peaks(lineage, peaks, say):
         return None
 
 
-def _served_profile(executable, lineage, entry, device, warmup, repeat, mode, progress, peaks, serving):
-    """``profile`` of an entry that takes a KV cache, run as served (``serve.Server``)."""
-    if mode != Mode.TIMELINE:
-        raise UsageError(
-            f"{entry} takes a KV cache: it is profiled in timeline mode, where the cache's own kernels "
-            "are timed inside the builtin that runs them"
-        )
-    say = progress or (lambda message: None)
-    lineage = lineage.for_entry(entry)
-    library = _kernel_library(executable, lineage)
-    device = device or device_here(lineage.build.target)
-    params = lineage.build.params[entry]
-    default = Serving(context=default_context(params))
-    vm = _vm(executable, device)
-    server = Server(vm, lineage, entry, serving or default, device, say=say)
-    say(server.describe())
-    records, arg_info = _local_runs(
-        vm, server.step, lineage, device, warmup, repeat, mode, (library, {}), 1, say, server
-    )
+def _served_profile(at: Local, entry: str, runs: Runs, serving: Serving | None) -> Profile:
+    """``profile`` of an entry that takes a KV cache, run as served (``serve.Server``),
+    without the device's ceilings."""
+    default = Serving(context=default_context(at.lineage.build.params[entry]))
+    server = Server(at.vm, at.device, served_spec(at.lineage, entry, serving or default), say=runs.say)
+    runs.say(server.describe())
+    records, arg_info = _local_runs(at, server.step, runs, server=server)
     e2e = []
-    for _ in range(max(repeat, 3)):
+    for _ in range(max(runs.repeat, 3)):
         start = time.perf_counter()
         server.step()
-        device.sync()
+        at.device.sync()
         e2e.append(time.perf_counter() - start)
     arrays = [a for _, a in server.inputs]
-    found = _profile(lineage, entry, arrays, str(device), mode, repeat, records, arg_info, e2e)
+    found = _profile(at.lineage, entry, arrays, runs, Measured(records, arg_info, e2e, str(at.device)))
     return attrs.evolve(
         found,
-        peaks=_local_peaks(lineage, peaks, say),
         step=(server.tokens, server.context),
         sequences=server.sequences,
         bound=tuple((d, v, where) for d, v, where in server.spec["bound"]),
@@ -235,12 +272,12 @@ def _vm(executable, device, why: str = ""):
         raise RelaytraceError(f"this build cannot run on {device}{why}: {describe(exc)}") from exc
 
 
-def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat, number, say) -> Profile:
-    """Every site of ``entry`` timed isolated on ``remote``, plus the entry end to end:
-    on the arguments a local run gives each site when the build runs here, else on
-    arguments of the shapes the compiled IR gives it (``site_arguments``). A build with
-    library calls is refused: the device is sent the compiled kernels only."""
-    from .remote import local_device, run_remote
+def _remote_profile(executable, library, lineage, arrays, remote, runs: Runs) -> Profile:
+    """Every site of the lineage's entry timed isolated on ``remote``, plus the entry end
+    to end: on the arguments a local run gives each site when the build runs here, else
+    on arguments of the shapes the compiled IR gives it (``site_arguments``). A build
+    with library calls is refused: the device is sent the compiled kernels only."""
+    from .remote import RemoteRun, local_device, run_remote
 
     if lineage.library_calls:
         raise RelaytraceError(
@@ -248,7 +285,7 @@ def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat,
             "in a local profile only: a remote one sends the device the kernels TVM compiled, not external "
             "functions; profile on the machine that runs them"
         )
-
+    entry, say = lineage.entry(), runs.say
     device = local_device(lineage.build.target)
     if device is not None:
         say("capturing each site's arguments in a local run")
@@ -266,22 +303,27 @@ def _remote_profile(executable, library, lineage, entry, arrays, remote, repeat,
     else:
         arg_info, captured = site_arguments(lineage)
         source = FROM_IR
-    timings, e2e, where = run_remote(
-        executable, library, lineage.build.target, entry, arrays, captured, remote, repeat, number, say
-    )
-    return _profile(
-        lineage,
-        entry,
-        arrays,
-        where,
-        Mode.ISOLATED,
-        repeat,
-        _site_records(timings, repeat),
-        arg_info,
-        e2e,
-        remote.describe(),
-        source,
-    )
+    run = RemoteRun(entry, arrays, captured, runs.repeat, runs.number, say)
+    timings, e2e, where = run_remote(executable, library, lineage.build.target, run, remote)
+    records = _site_records(timings, runs.repeat)
+    return _profile(lineage, entry, arrays, runs, Measured(records, arg_info, e2e, where, remote.describe(), source))
+
+
+def _remote_peaks(lineage, remote, left: int, say):
+    """The remote device's ceilings, measured there; None (said) when it stopped answering
+    during the profile (``ABANDONED`` grew past ``left``) or the measurement failed: the
+    profile stands, its rates without ceilings."""
+    from .peaks import measure_remote
+    from .remote import ABANDONED
+
+    if len(ABANDONED) > left:  # it stopped answering once every figure was in
+        say(f"peak rates not measured: {remote.describe()} stopped answering")
+        return None
+    try:
+        return measure_remote(lineage.build.target, remote, progress=say)
+    except RelaytraceError as exc:
+        say(f"peak rates not measured on {remote.describe()}: {exc}")
+        return None
 
 
 def site_arguments(lineage: Lineage, seed: int = 0):
@@ -318,34 +360,24 @@ def _values(rng, shape, dtype: str, where: str) -> np.ndarray:
     return np.zeros(shape, dtype) if kind in "iub" else rng.standard_normal(shape).astype(dtype)
 
 
-def _profile(
-    lineage,
-    entry,
-    arrays,
-    device: str,
-    mode,
-    repeat,
-    records,
-    arg_info,
-    e2e_s,
-    remote: str = "",
-    arguments: str = LOCAL_RUN,
-) -> Profile:
+def _profile(lineage, entry, arrays, runs: Runs, measured: Measured) -> Profile:
+    """The ``Profile`` of what ``runs`` measured of ``entry`` on ``arrays`` (a tuple
+    parameter's list of arrays counts as its tensors)."""
     tensors = lineage.build.entries.get(entry, ())
     arrays = [a for value in arrays for a in (value if isinstance(value, list) else [value])]
     return Profile(
         model=lineage.build.model,
         target=lineage.build.target,
-        device=device,
-        mode=mode,
-        repeat=repeat,
-        records=tuple(records),
-        args={site.in_entry: a for site, a in arg_info.items()},
-        e2e_us=tuple(t * 1e6 for t in e2e_s),
+        device=measured.device,
+        mode=runs.mode,
+        repeat=runs.repeat,
+        records=tuple(measured.records),
+        args={site.in_entry: a for site, a in measured.arg_info.items()},
+        e2e_us=tuple(t * 1e6 for t in measured.e2e_s),
         entry=entry,
         inputs=tuple((name, tuple(a.shape), str(a.dtype)) for (name, _, _), a in zip(tensors, arrays)),
-        remote=remote,
-        arguments=arguments,
+        remote=measured.remote,
+        arguments=measured.arguments,
     )
 
 
@@ -368,7 +400,7 @@ def check_inputs(lineage: Lineage, inputs, entry: str | None = None) -> list:
         raise RelaytraceError(
             f"{what} takes {len(params)} input(s) ({', '.join(_said(p) for p in params)}), got {len(inputs)}"
         )
-    flat = []
+    flat: list = []
     for param, value in zip(params, inputs):
         if param.kind == ParamKind.TUPLE:
             if not isinstance(value, (list, tuple)) or len(value) != len(param.tensors):
@@ -448,12 +480,14 @@ def _check_names(lineage: Lineage, info: dict[SiteKey, ArgInfo]) -> None:
         raise RelaytraceError("the lineage does not match this executable: " + "; ".join(problems[:8]))
 
 
-def _timeline_run(vm, call, run: int, lineage, device, skip: frozenset, server=None) -> list[CallRecord]:
+def _timeline_run(at: Local, call, run: int, skip: frozenset, server=None) -> list[CallRecord]:
     """One timeline run (``runner.timeline_run``) as records; a ``server``'s KV-cache
     kernels are records of their own."""
+    lineage = at.lineage
     cache = frozenset(lineage.build.kv_cache.kernels) if server is not None and lineage.build.kv_cache else frozenset()
+    sites = runner.Sites(frozenset(lineage.kernels), skip, cache)
     return _records(
-        runner.timeline_run(vm.set_instrument, call, device.sync, run, lineage.kernels, skip, cache, server)
+        runner.timeline_run(at.vm.set_instrument, call, run, sites, runner.Stamping(at.device.sync), server)
     )
 
 
@@ -465,19 +499,20 @@ def _records(rows) -> list[CallRecord]:
     ]
 
 
-def _isolated(library, captured, device, repeat, number, say, externals=None) -> list[CallRecord]:
-    """Each captured site timed alone (``runner.isolated``): a kernel by
-    ``time_evaluator`` on its compiled module, a library call (``externals``: name ->
-    its function) by the clock around ``number`` calls of it."""
-    externals = externals or {}
+def _isolated(device, captured, runs: Runs, compiled) -> list[CallRecord]:
+    """Each captured site timed alone (``runner.isolated``) with ``compiled``, the kernel
+    library and the library calls' functions (name -> function): a kernel by
+    ``time_evaluator`` on its compiled module, a library call by the clock around
+    ``runs.number`` calls of it."""
+    library, externals = compiled
 
     def timer_of(name):
         if name in externals:
-            return runner.clocked(externals[name], device.sync, repeat, number)
-        timer = library.time_evaluator(name, device, number=number, repeat=repeat)
+            return runner.clocked(externals[name], device.sync, runs.repeat, runs.number)
+        timer = library.time_evaluator(name, device, number=runs.number, repeat=runs.repeat)
         return lambda *tensors: timer(*tensors).results
 
-    return _site_records(runner.isolated(captured, timer_of, say), repeat)
+    return _site_records(runner.isolated(captured, timer_of, runs.say), runs.repeat)
 
 
 def _external(executable, name: str):

@@ -38,15 +38,47 @@ def node_data(report) -> dict[str, dict]:
     node_of = {o.id: o.node for o in lineage.origins.values() if o.kind == OP and o.node}
     if not node_of:
         return {}
+    time, computed = _node_times(report, node_of)
+    sites, anchors = _node_sites(lineage, node_of)
+    category = _categories(lineage, node_of, time, computed, anchors)
+    name = f"{lineage.build.model}.{report.profile.entry}"
+    return {
+        FILES[0]: {
+            "name": f"{name}: time (us per run, billed by the {report.policy} policy)",
+            "results": {n: {"value": round(us, 3)} for n, us in time.items()},
+            "gradient": _GRADIENT,
+        },
+        FILES[1]: {
+            "name": f"{name}: kernel call sites",
+            "results": {n: {"value": " ".join(s)} for n, s in sites.items() if s},
+        },
+        FILES[2]: {"name": f"{name}: category", "results": {n: {"value": category[n]} for n in time}},
+        FILES[3]: {
+            "name": f"{name}: roofline efficiency (% of the lower bound's speed)",
+            "results": {n: {"value": round(100 * e, 2)} for n, e in _efficiency(report, node_of).items()},
+            "gradient": _GRADIENT[::-1],
+        },
+    }
+
+
+def _node_times(report, node_of: dict[str, str]) -> tuple[dict[str, float], set[str]]:
+    """(node -> µs per run billed to its ops, the nodes billed compute time and not only
+    the inserted ops that serve them)."""
     time = dict.fromkeys(node_of.values(), 0.0)
-    computed = set()  # nodes billed compute time (not only inserted ops that serve them)
+    computed = set()
     for share in report.shares:
-        node = node_of.get(share.origin) or _served_node(lineage, share, node_of)
+        node = node_of.get(share.origin) or _served_node(report.lineage, share, node_of)
         if node:
             time[node] += share.us
             if share.category == Category.COMPUTE:
                 computed.add(node)
-    sites: dict[str, list[str]] = {n: [] for n in time}
+    return time, computed
+
+
+def _node_sites(lineage, node_of: dict[str, str]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """(node -> the kernel call sites that run its ops, node -> ``fused into LAYER (SITE)``
+    for a node whose op runs in a kernel anchored by another node's op)."""
+    sites: dict[str, list[str]] = {n: [] for n in node_of.values()}
     anchors: dict[str, str] = {}
     for site in lineage.call_sites:
         anchor = lineage.origins[site.anchor] if site.anchor else None
@@ -56,6 +88,11 @@ def node_data(report) -> dict[str, dict]:
                 sites[runs_in].append(site.label)
                 if anchor is not None and node_of.get(anchor.id) != runs_in:
                     anchors.setdefault(runs_in, f"fused into {anchor.layer} ({site.label})")
+    return sites, anchors
+
+
+def _categories(lineage, node_of, time, computed, anchors) -> dict[str, str]:
+    """node -> its category (``node_data``'s list), the first that holds."""
     builtin = {node_of[o] for b in lineage.builtins for o in b.origins if o in node_of}
     eliminated: dict[str, str] = {}
     for oid, node in node_of.items():
@@ -73,24 +110,7 @@ def node_data(report) -> dict[str, dict]:
             return "VM builtin"
         return f"eliminated by {eliminated[node]}" if node in eliminated else "no kernel"
 
-    name = f"{lineage.build.model}.{report.profile.entry}"
-    return {
-        FILES[0]: {
-            "name": f"{name}: time (us per run, billed by the {report.policy} policy)",
-            "results": {n: {"value": round(us, 3)} for n, us in time.items()},
-            "gradient": _GRADIENT,
-        },
-        FILES[1]: {
-            "name": f"{name}: kernel call sites",
-            "results": {n: {"value": " ".join(s)} for n, s in sites.items() if s},
-        },
-        FILES[2]: {"name": f"{name}: category", "results": {n: {"value": category(n)} for n in time}},
-        FILES[3]: {
-            "name": f"{name}: roofline efficiency (% of the lower bound's speed)",
-            "results": {n: {"value": round(100 * e, 2)} for n, e in _efficiency(report, node_of).items()},
-            "gradient": _GRADIENT[::-1],
-        },
-    }
+    return {node: category(node) for node in time}
 
 
 def _efficiency(report, node_of: dict[str, str]) -> dict[str, float]:

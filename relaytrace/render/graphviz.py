@@ -144,6 +144,8 @@ def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
     )
     placed: set[str] = set()
     node = _node_names(lineage.origins)
+
+    heat = {oid: op_us.get(oid, 0.0) / hottest for oid in lineage.origins} if report is not None else {}
     for site in lineage.call_sites:
         us = site_us.get(site.label)
         timing = (f"{us / 1e3:.3f} ms ({100 * us / total:.1f}%)",) if us is not None else ()
@@ -158,16 +160,14 @@ def layer_graph(lineage: Lineage, report=None, collapse: int | None = None):
             for oid in site.origin_ids:
                 if oid not in placed:
                     placed.add(oid)
-                    _origin_node(cluster, node[oid], lineage.origins[oid], op_us, hottest, report is not None)
+                    _origin_node(cluster, node[oid], lineage.origins[oid], heat.get(oid))
     for origin in lineage.origins.values():
         if origin.id not in placed and (origin.kind == OP or origin.id in lineage.journal.eliminated_by):
             _origin_node(
                 g,
                 node[origin.id],
                 origin,
-                op_us,
-                hottest,
-                report is not None,
+                heat.get(origin.id),
                 eliminated=lineage.journal.eliminated_by.get(origin.id),
                 builtin=builtin.get(origin.id),
             )
@@ -191,8 +191,11 @@ def _node_names(items) -> dict[str, str]:
 
 
 def _origin_node(
-    graph, name, origin, op_us, hottest, timed: bool, eliminated: str | None = None, builtin: str | None = None
+    graph, name, origin, heat: float | None, eliminated: str | None = None, builtin: str | None = None
 ) -> None:
+    """One origin's node: an eliminated op greyed (and the pass named), an inserted op
+    dashed, a VM builtin's op dotted, else filled by ``heat`` (its time over the
+    hottest op's; None: not timed)."""
     label = [origin.layer, f"{origin.short_op} {_shape(origin)}"]
     attrs = {"id": _label(f"origin:{origin.id}"), "tooltip": _label(origin.id)}
     if eliminated:
@@ -204,8 +207,8 @@ def _origin_node(
     elif builtin:
         attrs.update(style="rounded,dotted,filled", fillcolor="#f4efe9", color="#9c755f")
         label.append(f"VM builtin {builtin}")
-    elif timed:
-        attrs.update(_fill(op_us.get(origin.id, 0.0) / hottest))
+    elif heat is not None:
+        attrs.update(_fill(heat))
     graph.node(name, _label(*label), **attrs)
 
 

@@ -21,11 +21,12 @@ from pathlib import Path
 
 from ..analysis import attribution
 from ..analysis.memory import NO_SITE, ValueKind
+from ..model.lineage import ANCHOR
 from ..model.lineage_index import billed_layers
 from ..model.numerics import BEYOND, Route
-from ..model.origin import INSERTED, OP
+from ..model.origin import INSERTED, OP, Kind
 from ..model.profile import CACHE, ESTIMATE, KERNEL, TIMELINE
-from ..model.verification import VERIFIED
+from ..model.verification import VERIFIED, Status
 from .provenance import provenance
 from .table import figure, times
 
@@ -296,7 +297,7 @@ def _cache_sites(report) -> list[dict]:
             "min_us": times[share.key].min_us,
             "max_us": times[share.key].max_us,
             "layers": [share.layer],
-            "roles": [(share.layer, "anchor")],
+            "roles": [(share.layer, ANCHOR)],
             "status": share.status,
             "reasons": f"a KV-cache kernel, run inside {within[share.key].label}" if share.key in within else "",
             "category": share.category,
@@ -406,6 +407,17 @@ def _asset(name: str) -> str:
     return (ASSETS / name).read_text()
 
 
+# The closed sets the page's scripts compare values with, mirrored into the page from
+# the enums themselves (``NAMES.Kind.INSERTED``), never spelled in the scripts: a member
+# renamed in Python cannot leave a comparison in JavaScript silently false.
+PAGE_NAMES = (Kind, Status, attribution.Category)
+
+
+def names_script() -> str:
+    """``const NAMES = {...};``: each of ``PAGE_NAMES`` as ``{MEMBER: value}``."""
+    return f"const NAMES = {script_json({e.__name__: {m.name: m.value for m in e} for e in PAGE_NAMES})};"
+
+
 def _target_words(target: str) -> str:
     """``llvm, x86_64, 2 cores`` from a target's JSON (the raw text when it is not JSON)."""
     try:
@@ -429,7 +441,7 @@ def code_data(report) -> dict | None:
     lineage = report.build_lineage
     if lineage.code is None:
         return None
-    found = provenance(lineage)
+    found = provenance(lineage).to_json()
     order = {s.label: i for i, s in enumerate(lineage.call_sites)}
     return {
         "entry": report.lineage.entry(),
@@ -626,7 +638,8 @@ graph).</p><table id="kernels"></table>
 <script type="application/json" id="relaytrace-data">{script_json(data)}</script>
 <script>{_asset("d3-hierarchy.min.js")}</script>
 <script>{_asset("dagre.min.js")}</script>
-<script>{_asset("pure.js")}</script>
+<script>{names_script()}
+{_asset("pure.js")}</script>
 <script>{_asset("report.js")}</script>
 <script>{_asset("code.js")}</script>
 </body></html>

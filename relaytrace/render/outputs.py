@@ -136,7 +136,7 @@ def _code(run: ProfileRun, d: Path) -> None:
     lineage = run.report.build_lineage
     if lineage.code is not None:
         lineage.code.save(d / "code.json")
-        _text(d, "provenance.json", json.dumps(provenance(lineage), indent=1))
+        _text(d, "provenance.json", json.dumps(provenance(lineage).to_json(), indent=1))
 
 
 def _steps_csv(run: ProfileRun, d: Path) -> None:

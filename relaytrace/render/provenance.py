@@ -1,11 +1,8 @@
 """The code's provenance as data other tools read (``provenance.json``), and as text.
 
-``provenance(lineage)`` is the sidecar: for each kernel, its blocks (name, lines in its
-TIR, member PrimFunc, verdict), the blocks of its scheduled TIR when a schedule changed
-it (each with the index of the fused block it was made from) and, for each call site, the Relax function and line
-that call it and each block's op, layer, kind and source line. Versioned
-(``SCHEMA``) and documented in docs/api.md ("provenance.json"): the contract a
-profiler, a viewer or a test can hold a build to. ``layer_text`` prints what
+``provenance(lineage)`` is the sidecar (``model.provenance.Provenance``: for each
+kernel, its blocks, its scheduled blocks and, for each call site, the Relax line that
+calls it and each block's op, layer, kind and source line); ``layer_text`` prints what
 ``relaytrace query --code LAYER`` shows. Both read a lineage that carries its code
 (``Lineage.code``) and compute nothing the records do not hold.
 """
@@ -13,66 +10,60 @@ profiler, a viewer or a test can hold a build to. ``layer_text`` prints what
 from __future__ import annotations
 
 from ..model.code import Code, code_sites
+from ..model.provenance import (
+    BlockProvenance,
+    BuiltBlockProvenance,
+    KernelProvenance,
+    Owner,
+    Provenance,
+    SiteProvenance,
+)
 from .safe_text import terminal
 
-SCHEMA = "relaytrace.provenance/1"
 
-
-def provenance(lineage) -> dict:
-    """The sidecar's JSON object (see the module's docstring)."""
+def provenance(lineage) -> Provenance:
+    """The sidecar of a lineage that carries its code (see the module's docstring)."""
     code: Code = lineage.code
-    kernels: dict[str, dict] = {}
+    sites: dict[str, list[SiteProvenance]] = {name: [] for name in code.kernels}
+    for site in code_sites(lineage, code):
+        if site.kernel in sites:
+            sites[site.kernel].append(
+                SiteProvenance(
+                    site.label,
+                    site.function,
+                    site.line,
+                    site.ambiguous,
+                    {str(i): _owner(lineage.origins[o]) for i, o in site.owners},
+                )
+            )
+    kernels = {}
     for name, kernel in code.kernels.items():
         index = {b.name: i for i, b in enumerate(kernel.blocks)}
-        kernels[name] = {
-            "blocks": [
-                {
-                    "name": b.name,
-                    "lines": [b.line, b.end],
-                    "member": kernel.members[b.member].prim_func if 0 <= b.member < len(kernel.members) else "",
-                    "reads": list(b.reads),
-                    "writes": list(b.writes),
-                    "status": str(c.status),
-                    "reasons": list(c.reasons),
-                }
-                for b, c in zip(kernel.blocks, code.checks[name])
-            ],
-            "scheduled": bool(kernel.built),
-            "built_blocks": [
-                {
-                    "name": b.name,
-                    "lines": [b.line, b.end],
-                    "sources": [index[n] for n in b.sources if n in index],
-                    "status": str(c.status),
-                    "reasons": list(c.reasons),
-                }
-                for b, c in zip(kernel.built_blocks, code.built_checks[name])
-            ],
-            "sites": [],
-        }
-    for site in code_sites(lineage, code):
-        if site.kernel in kernels:
-            kernels[site.kernel]["sites"].append(
-                {
-                    "label": site.label,
-                    "function": site.function,
-                    "relax_line": site.line,
-                    "ambiguous": site.ambiguous,
-                    "blocks": {str(i): _owner(lineage.origins[o]) for i, o in site.owners},
-                }
+        blocks = tuple(
+            BlockProvenance(
+                b.name,
+                (b.line, b.end),
+                kernel.members[b.member].prim_func if 0 <= b.member < len(kernel.members) else "",
+                b.reads,
+                b.writes,
+                c.status,
+                c.reasons,
             )
-    return {"schema": SCHEMA, "model": lineage.build.model, "kernels": kernels, "problems": list(code.problems)}
+            for b, c in zip(kernel.blocks, code.checks[name])
+        )
+        built = tuple(
+            BuiltBlockProvenance(
+                b.name, (b.line, b.end), tuple(index[n] for n in b.sources if n in index), c.status, c.reasons
+            )
+            for b, c in zip(kernel.built_blocks, code.built_checks[name])
+        )
+        kernels[name] = KernelProvenance(blocks, bool(kernel.built), built, tuple(sites[name]))
+    return Provenance(lineage.build.model, kernels, tuple(code.problems))
 
 
-def _owner(origin) -> dict:
+def _owner(origin) -> Owner:
     """What the sidecar says of the origin a block computes."""
-    return {
-        "origin": origin.id,
-        "op": origin.op,
-        "layer": origin.layer,
-        "kind": str(origin.kind),
-        "source": origin.source,
-    }
+    return Owner(origin.id, origin.op, origin.layer, origin.kind, origin.source)
 
 
 def _whose(origin, mine: bool) -> str:

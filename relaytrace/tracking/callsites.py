@@ -3,7 +3,9 @@ call sites in run order, a call of a Relax subfunction followed into it."""
 
 from __future__ import annotations
 
-from ..model.build_facts import BuildFacts, BuildOptions, Offload
+import attrs
+
+from ..model.build_facts import BuildFacts, Offload
 from ..model.entry import signature
 from ..model.journal import Change, Journal
 from ..model.lineage import PACKED, BuiltinSite, CallSite, Lineage, roles_for
@@ -94,32 +96,22 @@ class _Sites:
             self.position += 1
 
 
-def lineage_from(
-    tracker: Tracker,
-    model: str,
-    target: str,
-    pipeline: str | BuildOptions,
-    degraded=(),
-    entries=None,
-    params=None,
-    members=None,
-    offloads=None,
-) -> Lineage:
-    """The lineage the tracker's state describes, with ``members`` (kernel -> its
-    PrimFuncs, read from the recorded IR; ``truth.kernel_members``) to verify it
-    against (``follow`` does, once the rest of the IR's facts are in). ``entries``:
-    the input's entry functions (names); ``params``: every entry's parameters as the
-    last Relax module takes them (``entries.entry_params``), which give each entry's
-    tensors (``BuildFacts.entries``: ``model.entry.signature``, the one signature of an
-    entry); ``offloads``: the groups handed to external codegens (``truth.offloads``)."""
+def lineage_from(tracker: Tracker, build: BuildFacts, degraded=(), entries=None) -> Lineage:
+    """The lineage the tracker's state describes, of ``build``: its model, target and
+    options, and the facts read from the recorded IR: every entry's parameters as the
+    last Relax module takes them (``params``: ``entries.entry_params``), which give each
+    entry's tensors (``BuildFacts.entries``: ``model.entry.signature``, the one signature
+    of an entry); the kernels' members (``kernel_members``: kernel -> its PrimFuncs,
+    ``truth.kernel_members``) to verify it against (``follow`` does, once the rest of the
+    IR's facts are in); the groups handed to external codegens (``offloads``:
+    ``truth.offloads``). ``entries``: the input's entry functions (names)."""
     functions = tracker.last_functions  # every Relax function, fused groups included
     degraded = list(degraded)
     # the input's entries (passes give every function a global symbol: AttachGlobalSymbol),
     # then those a pass made that no other calls (LiftTransformParams' X_transform_params)
     public = ir.entry_functions(functions)
     names = [name for name in public if entries is None or name in entries]
-    offloads = dict(offloads or {})
-    found = _Sites(tracker, offloads)
+    found = _Sites(tracker, build.offloads)
     for name in names:
         found.run(name, name, (), Calls(name))
     called = {callee for callees in found.calls.values() for callee in callees}
@@ -139,16 +131,13 @@ def lineage_from(
                 merged.add(oid)
             else:
                 history[oid] = list(changes)
-    params = params if params is not None else {}
-    build = BuildFacts(
-        model=model,
-        target=target,
-        options=pipeline,
+    params = build.params
+    build = attrs.evolve(
+        build,
         entries={name: signature(params.get(name, ())) for name in names},
         params={name: params[name] for name in names if name in params},
         calls={entry: tuple(sorted(called)) for entry, called in sorted(found.calls.items())},
-        kernel_members=dict(sorted((members or {}).items())),
-        offloads=offloads,
+        kernel_members=dict(sorted(build.kernel_members.items())),
     )
     journal = Journal(
         events=tuple(tracker.log.events),

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import attrs
 
-from ..model.build_facts import BuildFacts, BuildOptions
+from ..model.build_facts import BuildFacts
 from ..model.code import Code
 from ..model.frontend import Program
 from ..model.journal import Journal
@@ -39,18 +39,19 @@ def follow(
     recording: Recording,
     layer_of: LayerNamer | None = None,
     *,
-    model: str = "model",
-    target: str = "",
-    pipeline: str | BuildOptions = "user",
+    build: BuildFacts | None = None,
     on_step: Callable[[str], None] | None = None,
     program: Program | None = None,
 ) -> Lineage:
-    """The verified lineage of a recorded build. ``layer_of`` names the input's ops
+    """The verified lineage of a recorded build: ``build`` is its model's name, its
+    target and its options (default: ``model``, no target, the user's pipeline), the rest
+    of its facts read from the recording. ``layer_of`` names the input's ops
     (the frontend's namer) and ``program`` is what the frontend translated (the
     evidence its layers are verified against); ``on_step(name)`` is called as each step
     ends (origin assignment, each pass, kernel members, call sites, the IR's facts;
     ``benchmarks/tracking_breakdown.py`` times them)."""
     done = on_step or (lambda name: None)
+    build = build or BuildFacts("model", "", "user")
     reads = reader.SharedReads()  # the tracker's reads, read again by verification
     degraded = list(recording.degraded)
     table = tracker = members = offloaded = None
@@ -73,17 +74,13 @@ def follow(
         degraded.append(f"tracking stopped at pass {step}: {_describe(exc)}")
     if tracker is not None:
         try:
-            lineage = lineage_from(
-                tracker,
-                model,
-                target,
-                pipeline,
-                degraded,
-                entries=recording.entries,
-                params=entry_params(_last_functions(recording)),
-                members=members,
-                offloads=offloaded,
+            found = attrs.evolve(
+                build,
+                params=entry_params(recording.last_functions()),
+                kernel_members=members or {},
+                offloads=offloaded or {},
             )
+            lineage = lineage_from(tracker, found, degraded, entries=recording.entries)
             done("call sites")
             tuned = [k for k in tuned_kernels(recording.passes) if k in lineage.kernels]
             consumers = shape_consumers(recording.passes, reads.read)
@@ -99,7 +96,7 @@ def follow(
                 shape_consumers=consumers,
                 work=work,
                 memory=memory,
-                kv_cache=kv_cache(_last_functions(recording)),
+                kv_cache=kv_cache(recording.last_functions()),
             )
             journal = attrs.evolve(lineage.journal, degraded=lineage.journal.degraded + tuple(faults))
             lineage = attrs.evolve(
@@ -117,9 +114,7 @@ def follow(
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")
     origins = tracker.origins if tracker is not None else table.origins if table is not None else {}
-    return Lineage(
-        BuildFacts(model, target, pipeline), dict(origins), journal=Journal(degraded=tuple(degraded)), program=program
-    )
+    return Lineage(build, dict(origins), journal=Journal(degraded=tuple(degraded)), program=program)
 
 
 def _input(recording: Recording) -> dict:
@@ -182,12 +177,6 @@ def _memory(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict
     except Exception as exc:
         degraded.append(f"memory plan not read: {_describe(exc)}")
         return {}
-
-
-def _last_functions(recording: Recording) -> dict:
-    """The functions of the last recorded Relax module: what the VM runs, after the
-    user's parameter passes too (each entry's parameters and the KV cache are read there)."""
-    return next((p.functions for p in reversed(recording.passes) if p.functions), recording.input or {})
 
 
 def _served_shapes(lineage: Lineage, consumers: dict[str, tuple[str, ...]]) -> dict:

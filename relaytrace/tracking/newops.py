@@ -14,7 +14,7 @@ of vars never do.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from attrs import frozen
 
@@ -22,6 +22,9 @@ from ..model import ops
 from ..model.origin import INSERTED, OP, UNRESOLVED, Origin
 from . import facts, reader
 from .tokens import Tokens
+
+if TYPE_CHECKING:
+    from .tracker import Walk
 
 IDENTITY, PART, NEW = "identity", "part", "new"
 
@@ -48,33 +51,24 @@ class NewOps:
     minted: dict[int, Origin]  # token of an inserted or unresolved binding -> its new origin
 
 
-def classify(
-    new: list[tuple[int, str]],
-    changes: Changes,
-    d: reader.FunctionView,
-    tokens: Tokens,
-    origins: dict[str, Origin],
-    fname: str,
-    pass_name: str,
-) -> NewOps:
-    """Judge the bindings of ``new`` ((token, callee), in binding order) that a pass
-    wrote into function ``fname`` (view ``d``; ``changes`` all it wrote). Reads
+def classify(walk: Walk, tokens: Tokens, origins: dict[str, Origin], fname: str, pass_name: str) -> NewOps:
+    """Judge the bindings of ``walk.new`` ((token, callee), in binding order) that a pass
+    wrote into function ``fname`` (view ``walk.d``; ``walk.changes`` all it wrote). Reads
     ``tokens`` and ``origins``; changes neither."""
+    new, changes, d = walk.new, walk.changes, walk.d
     uses, args_of = _links(changes, d, tokens)
     parts = _parts_of_lowered_ops(new, changes, uses)
     pending = {tok: callee for tok, callee in new if tok not in parts}
     rewritten = {tok for tok, _, _, _ in changes}
 
-    def origins_of(tok: int) -> tuple[str, ...]:
-        return tokens.origins[parts.get(tok, tok)]
-
+    search = _Search(pending, rewritten, uses, args_of, lambda tok: tokens.origins[parts.get(tok, tok)], origins)
     minted: dict[int, Origin] = {}
     taken = set(origins)
     constant = _of_constants(changes, d, tokens, set(pending))
     for tok, callee in pending.items():
         # whom a shape function serves is read from the IR's heap slots after the build (``follow``)
         shapes = ops.is_shape_computation(callee)
-        serves = [] if shapes else _serves(tok, pending, rewritten, uses, args_of, origins_of, origins, set())
+        serves = [] if shapes else search.serves(tok, set())
         kind = (
             INSERTED
             if (ops.is_data_movement(callee) or ops.is_shape_computation(callee) or tok in constant)
@@ -132,26 +126,40 @@ def _parts_of_lowered_ops(new, changes: Changes, uses) -> dict[int, int]:
     return facts.lowered_parts(candidates, uses, lowered.__contains__)
 
 
-def _serves(tok, pending, rewritten, uses, args_of, origins_of: Callable, origins, seen) -> list[str]:
-    """The model ops an inserted binding exists for: the neighbours this pass rewrote
-    (consumers first), else its consumers, else its producers; a neighbour that is new
-    too passes on the ops it serves. ``seen``: the tokens this search has visited, each
-    once (a new neighbour's answer does not depend on the side it was reached from), so
-    one search costs the bindings the pass wrote, not the paths between them."""
-    seen.add(tok)
-    for only_rewritten in (True, False):
-        for side in (uses.get(tok, []), args_of.get(tok, [])):
-            out: list[str] = []
-            for other in side:
-                if other in seen or (only_rewritten and other not in rewritten):
-                    continue
-                if other in pending:
-                    out.extend(_serves(other, pending, rewritten, uses, args_of, origins_of, origins, seen))
-                else:
-                    out.extend(o for o in sorted(origins_of(other)) if origins[o].kind == OP)
-            if out:
-                return list(dict.fromkeys(out))
-    return []
+@frozen
+class _Search:
+    """The bindings one pass wrote into one function, linked: those new (``pending``:
+    token -> callee), those it rewrote, each one's consumers (``uses``) and producers
+    (``args_of``), and the origins a binding carries (``origins_of``, of ``origins``)."""
+
+    pending: dict[int, str]
+    rewritten: set[int]
+    uses: dict[int, list[int]]
+    args_of: dict[int, list[int]]
+    origins_of: Callable[[int], tuple[str, ...]]
+    origins: dict[str, Origin]
+
+    def serves(self, tok: int, seen: set[int]) -> list[str]:
+        """The model ops an inserted binding exists for: the neighbours this pass rewrote
+        (consumers first), else its consumers, else its producers; a neighbour that is
+        new too passes on the ops it serves. ``seen``: the tokens this search has
+        visited, each once (a new neighbour's answer does not depend on the side it was
+        reached from), so one search costs the bindings the pass wrote, not the paths
+        between them."""
+        seen.add(tok)
+        for only_rewritten in (True, False):
+            for side in (self.uses.get(tok, []), self.args_of.get(tok, [])):
+                out: list[str] = []
+                for other in side:
+                    if other in seen or (only_rewritten and other not in self.rewritten):
+                        continue
+                    if other in self.pending:
+                        out.extend(self.serves(other, seen))
+                    else:
+                        out.extend(o for o in sorted(self.origins_of(other)) if self.origins[o].kind == OP)
+                if out:
+                    return list(dict.fromkeys(out))
+        return []
 
 
 def _fresh_id(base: str, taken: set[str]) -> str:

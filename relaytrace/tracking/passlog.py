@@ -5,10 +5,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from ..model.journal import Change, PassEvent
 from ..model.origin import INSERTED, UNRESOLVED, Origin
 from .newops import Changes
+
+
+class PassStep(NamedTuple):
+    """One pass over one function: the pass's place in the build, its name, the function."""
+
+    position: int
+    pass_name: str
+    function: str
 
 
 class PassLog:
@@ -32,18 +41,18 @@ class PassLog:
 
     def record(
         self,
-        index: int,
-        pass_name: str,
-        fname: str,
+        step: PassStep,
         changes: Changes,
         minted: Iterable[Origin],
         eliminated: list[str],
         merged: list[tuple[str, ...]],
         explained: dict[str, str] | None = None,
     ) -> None:
-        """One pass over one function: what it wrote (``changes``), the origins made for
-        bindings no rule explains, the origins gone (those the function bears out in
-        ``explained``), the tokens new in it that carry several origins (``merged``)."""
+        """One pass over one function (``step``): what it wrote (``changes``), the origins
+        made for bindings no rule explains, the origins gone (those the function bears
+        out in ``explained``), the tokens new in it that carry several origins
+        (``merged``)."""
+        index, pass_name, fname = step
         minted = list(minted)
         self.eliminate(eliminated, pass_name, explained)
         self.events.append(

@@ -51,6 +51,12 @@ class Recording:
     # after one failed, the pass that raised is last (a pass that raises reports no end)
     running: list[str] = field(factory=list)
 
+    def last_functions(self) -> dict:
+        """The functions of the last recorded Relax module (the input's before any pass
+        changed one; empty before the input was taken): what the VM runs, after the
+        user's parameter passes too."""
+        return next((p.functions for p in reversed(self.passes) if p.functions), self.input or {})
+
 
 @tvm.ir.instrument.pass_instrument
 class Recorder:
@@ -107,8 +113,7 @@ class Recorder:
                 tell, self.on_lowering = self.on_lowering, None
                 tell(self.recording)
             return
-        recorded = next((r.functions for r in reversed(self.recording.passes) if r.functions), self.recording.input)
-        last = {f.__chandle__() for f in recorded.values()}
+        last = {f.__chandle__() for f in self.recording.last_functions().values()}
         if not any(f.__chandle__() in last for f in functions.values()):
             self.recording.degraded.append(
                 f"another module entered the traced block at pass {pass_name} (two builds in one trace()?): "

@@ -195,35 +195,29 @@ class Replay:
         args = call.arguments()
         if len(recipe.params) != len(args):
             return None
-        tokens, keys = walk.tokens, walk.keys
+        tokens = walk.tokens
         env: dict[int, int | None] = {}  # None: an argument no key holds (as a key leaves it out)
         for param, tok, arg in zip(recipe.params, tokens.arguments(call), args):
             if tok is None:  # a constant seen first
                 tok = tokens.resolve(arg.kind, arg.handle)
             if tok is not None or arg.kind not in (VAR, CONST):
                 env[param] = tok
-        matched = _replay(recipe.steps, env, keys, walk.claimed)
+        matched = _replay(recipe.steps, env, walk)
         if not matched:
             return None
         if recipe.tuple_output:  # each field of the call's result is the value its step made
-            fields = tuple((i, env[field]) for i, field in enumerate(recipe.outputs) if env.get(field) is not None)
+            fields = tuple((i, tok) for i, field in enumerate(recipe.outputs) if (tok := env.get(field)) is not None)
             return Found(made_of=tuple(matched), fields=fields)
         carries = env.get(recipe.outputs[0]) if recipe.outputs else None
         return Found(made_of=tuple(matched), carries=carries)
 
 
 def _replay(
-    steps: tuple[Step, ...],
-    env: dict,
-    keys,
-    claimed: set[int],
-    start: int = 0,
-    taken: frozenset[int] = frozenset(),
-    trial: bool = False,
+    steps: tuple[Step, ...], env: dict, walk, start: int = 0, taken: frozenset[int] = frozenset(), trial: bool = False
 ) -> list[int]:
-    """Match a recipe's steps from ``start`` on by value key, their var arguments
-    resolved through ``env`` (param and step var handles -> tokens; filled in place);
-    return the tokens matched, none in ``claimed`` or ``taken``, each once.
+    """Match a recipe's steps from ``start`` on by value key (``walk.keys``), their var
+    arguments resolved through ``env`` (param and step var handles -> tokens; filled in
+    place); return the tokens matched, none in ``walk.claimed`` or ``taken``, each once.
 
     A key may fit several values: equal values made twice, such as the ``arange`` of
     a symbolic length that a causal mask and the positions each compute from no
@@ -231,6 +225,7 @@ def _replay(
     the first fit), and the one with which most of them match wins, the first on a
     tie: taking the first blindly hands one chain's ``arange`` to another's group,
     whose later steps then match nothing and are lost."""
+    keys, claimed = walk.keys, walk.claimed
     canon = keys.tokens.canon
     matched: list[int] = []
     for at in range(start, len(steps)):
@@ -256,22 +251,20 @@ def _replay(
                 if not fits:
                     continue
                 tok = (
-                    fits[0]
-                    if len(fits) == 1 or trial
-                    else _best_fit(fits, steps, at, env, keys, claimed, taken.union(matched))
+                    fits[0] if len(fits) == 1 or trial else _best_fit(fits, steps, at, env, walk, taken.union(matched))
                 )
                 matched.append(tok)
             env[var] = tok
     return matched
 
 
-def _best_fit(fits: list[int], steps, at: int, env: dict, keys, claimed: set[int], taken: frozenset[int]) -> int:
+def _best_fit(fits: list[int], steps, at: int, env: dict, walk, taken: frozenset[int]) -> int:
     """Of the values step ``at`` fits, the one with which most steps after it match
     (each of them taking its first fit); the first on a tie."""
     var = steps[at].var
 
     def agreement(candidate: int) -> int:
-        return len(_replay(steps, {**env, var: candidate}, keys, claimed, at + 1, taken | {candidate}, trial=True))
+        return len(_replay(steps, {**env, var: candidate}, walk, at + 1, taken | {candidate}, trial=True))
 
     return max(fits, key=agreement)
 

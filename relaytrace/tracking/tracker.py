@@ -25,7 +25,7 @@ from . import ir, newops, params, reader
 from .keys import ValueKeys
 from .newops import IDENTITY, NEW, Changes, Rewrite
 from .origins import OriginTable
-from .passlog import PassLog
+from .passlog import PassLog, PassStep
 from .reader import CONST, ITEM, TUPLE, VAR
 from .rules import DEFAULT_RULES, IDENTITY_EXCEPTIONS, Binding, Found, Recipe, read_recipe
 from .tokens import Tokens
@@ -442,7 +442,7 @@ class Tracker:
         """Give the bindings no rule explained their origins (``newops.classify``)."""
         if not walk.new:
             return []
-        verdict = newops.classify(walk.new, walk.changes, walk.d, self.tokens, self.origins, fname, pass_name)
+        verdict = newops.classify(walk, self.tokens, self.origins, fname, pass_name)
         for tok, whole in verdict.parts.items():
             self.tokens.origins[tok] = self.tokens.origins[whole]
         for tok, origin in verdict.minted.items():
@@ -469,7 +469,8 @@ class Tracker:
             ]
             if eliminated:
                 explained = self._explained(old, state, set(eliminated), walk.rebound)
-        self.log.record(self._pass_index, pass_name, fname, walk.changes, minted, eliminated, merged, explained)
+        step = PassStep(self._pass_index, pass_name, fname)
+        self.log.record(step, walk.changes, minted, eliminated, merged, explained)
 
     def _explained(
         self, old: FunctionState, state: FunctionState, eliminated: set[str], rebound: dict[int, int]

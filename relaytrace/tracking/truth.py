@@ -42,23 +42,7 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
     groups, members_at, fused_at = fusion_groups(passes)
     for record in passes[:fused_at]:  # once fused, ops are found through the groups, and main need not be read
         computes.record(record.functions)
-    offloaded: dict[str, object] = {}  # offloaded group's names -> its function (``offloads``)
-    for record in passes:
-        for name, func in record.functions.items():
-            if ir.is_offloaded(func):
-                offloaded.update(dict.fromkeys(_offload_names(name, func), func))
-    named = _declared_ops(members_at) if members_at is not None else {}
-    last = next((r.module for r in reversed(passes) if ir.model_functions(r.functions)), None)
-    if last is not None:  # the shape functions VMShapeLower made and the prim values ComputePrimValue made
-        # (explicit tables) compute what their name says
-        named.update(
-            {
-                name: name
-                for name in ir.prim_func_map(last)
-                if is_shape_computation(name) or is_prim_value_computation(name)
-            }
-        )
-    for prim, op in named.items():
+    for prim, op in _named_ops(passes, members_at).items():
         prim_ops.setdefault(prim, set()).add(op)
     out: dict[str, tuple[Member, ...]] = {}
     parts = computes.parts
@@ -96,11 +80,40 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
         out[name] = made_of(name)
     for prim in (*prim_ops, *computes.made_from):
         out.setdefault(prim, made_of(prim))
-    for name, func in offloaded.items():
+    for name, func in _offloaded(passes).items():
         out[name] = tuple(Member(pattern, (op,)) for pattern, op in _offloaded_ops(func, read))
     for callee in _external_calls(input_functions, read):  # the input calls it by name: it computes itself
         out.setdefault(callee, (Member(callee, (callee,)),))
     return out
+
+
+def _offloaded(passes: Sequence[PassRecord]) -> dict[str, object]:
+    """Each name an offloaded group goes by (``_offload_names``) -> its function, from
+    every recorded pass."""
+    found: dict[str, object] = {}
+    for record in passes:
+        for name, func in record.functions.items():
+            if ir.is_offloaded(func):
+                found.update(dict.fromkeys(_offload_names(name, func), func))
+    return found
+
+
+def _named_ops(passes: Sequence[PassRecord], members_at) -> dict[str, str]:
+    """PrimFunc -> the op its name or declaration says it computes: the ``operator_name``
+    of PrimFuncs the module ``members_at`` declares (``_declared_ops``), and the shape
+    functions VMShapeLower made and the prim values ComputePrimValue made (explicit
+    tables) in the last module with a Relax function, each computing what its name says."""
+    named = _declared_ops(members_at) if members_at is not None else {}
+    last = next((r.module for r in reversed(passes) if ir.model_functions(r.functions)), None)
+    if last is not None:
+        named.update(
+            {
+                name: name
+                for name in ir.prim_func_map(last)
+                if is_shape_computation(name) or is_prim_value_computation(name)
+            }
+        )
+    return named
 
 
 def group_calls(d: reader.FunctionView) -> list[tuple[int, reader.CallView]]:

@@ -180,21 +180,15 @@ class _Walk:
         self.accumulate: dict[str, int] = defaultdict(int)  # float dtype -> reduction stores (a block's with an init)
 
     def stmt(self, s, trips: Poly) -> None:
+        """Count statement ``s``, run ``trips`` times (a polynomial of the sizes)."""
         if isinstance(s, tirx.For):
-            self.stmt(s.body, _mul(trips, poly(s.extent)))
-            if s.step is not None and not (isinstance(s.step, tirx.IntImm) and s.step.value == 1):
-                self.notes.append("a loop with a step counted at its extent")
+            self._loop(s, trips)
         elif isinstance(s, tvm.s_tir.SBlockRealize):
             if not (isinstance(s.predicate, tirx.IntImm) and s.predicate.value == 1):
                 self.notes.append("a predicated tile counted whole")
             self.stmt(s.block, trips)
         elif isinstance(s, tvm.s_tir.SBlock):
-            if s.init is not None:
-                self.stmt(s.init, trips)
-                for store in _stores(s.body):
-                    if _is_float(store.value.ty):
-                        self.accumulate[str(store.value.ty)] += 1
-            self.stmt(s.body, trips)
+            self._block(s, trips)
         elif isinstance(s, tirx.SeqStmt):
             for child in s.seq:
                 self.stmt(child, trips)
@@ -212,6 +206,22 @@ class _Walk:
             self.notes.append("a while loop is not counted")
         elif getattr(s, "body", None) is not None:  # attributes, lets, allocations, asserts
             self.stmt(s.body, trips)
+
+    def _loop(self, s, trips: Poly) -> None:
+        """A loop's body, run its extent times as often (a stepped loop's too, noted)."""
+        self.stmt(s.body, _mul(trips, poly(s.extent)))
+        if s.step is not None and not (isinstance(s.step, tirx.IntImm) and s.step.value == 1):
+            self.notes.append("a loop with a step counted at its extent")
+
+    def _block(self, s, trips: Poly) -> None:
+        """A block's init and body; the float stores of a block with an init are
+        reductions (``accumulate``)."""
+        if s.init is not None:
+            self.stmt(s.init, trips)
+            for store in _stores(s.body):
+                if _is_float(store.value.ty):
+                    self.accumulate[str(store.value.ty)] += 1
+        self.stmt(s.body, trips)
 
     def _larger(self, then_case, else_case, trips: Poly) -> None:
         """Each figure of the branch that does more of it (FLOPs and transcendentals

@@ -70,8 +70,10 @@ def generate(seed: int):
     model (example ``input_ids`` of shape (1, T)) or an image model (an image)."""
     if token_model(seed):
         return generate_tokens(seed)
-    torch = require("torch", "torch")
-    nn = torch.nn
+    require("torch", "torch")  # a missing torch said as such, before the import below
+    import torch
+    from torch import nn
+
     rng = random.Random(seed)
     torch.manual_seed(seed)
 
@@ -116,12 +118,12 @@ def generate(seed: int):
     class SplitCat(nn.Module):
         def __init__(self, c, act):
             super().__init__()
-            self.half = c // 2
-            self.conv = nn.Conv2d(c - self.half, c - self.half, 1)
+            self.first = c // 2
+            self.conv = nn.Conv2d(c - self.first, c - self.first, 1)
             self.act = act
 
         def forward(self, x):
-            a, b = x.split([self.half, x.shape[1] - self.half], dim=1)
+            a, b = x.split([self.first, x.shape[1] - self.first], dim=1)
             return torch.cat([self.act(a), self.conv(b)], dim=1)
 
     class Twice(nn.Module):
@@ -136,6 +138,8 @@ def generate(seed: int):
             return self.shared(self.act(self.shared(x)))
 
     class Attention(nn.Module):
+        mask: torch.Tensor  # a buffer
+
         def __init__(self, d, heads, tokens):
             super().__init__()
             self.heads = heads
@@ -176,6 +180,7 @@ def generate(seed: int):
                 kind = rng.choice(IMAGE_BLOCKS)
                 if kind == "pool" and size < 4 or kind == "deconv" and size > 16:
                     kind = "conv"
+                layer: nn.Module
                 if kind == "conv":
                     out = rng.choice([c, 2 * c])
                     layer = nn.Sequential(nn.Conv2d(c, out, 3, padding=1), nn.BatchNorm2d(out), activation())
@@ -206,7 +211,7 @@ def generate(seed: int):
             self.tokens = None
             if rng.random() < 0.5:
                 t = size * size
-                stage = [Attention(c, rng.choice([1, 2]), t)]
+                stage: list[nn.Module] = [Attention(c, rng.choice([1, 2]), t)]
                 if rng.random() < 0.5:
                     stage.append(Mlp(c, activation()))
                 self.tokens = nn.Sequential(*stage)
@@ -226,7 +231,7 @@ def generate(seed: int):
     size_in = rng.choice([8, 16])
     module = Generated()
     for m in module.modules():  # batchnorm statistics that make a difference
-        if isinstance(m, nn.BatchNorm2d):
+        if isinstance(m, nn.BatchNorm2d) and m.running_mean is not None and m.running_var is not None:
             m.running_mean.uniform_(-0.5, 0.5)
             m.running_var.uniform_(0.5, 1.5)
     example = torch.randn(*module.input_shape, generator=torch.Generator().manual_seed(seed))
@@ -240,8 +245,10 @@ def generate_tokens(seed: int, blocks: int | None = None, **override):
     min, rotary embeddings, grouped-query attention), a final norm and an LM head.
     ``override`` sets kinds (``mask="triu"``) and ``blocks`` the number of blocks, for
     narrowing a failure down; the rest is drawn as for the seed."""
-    torch = require("torch", "torch")
-    nn = torch.nn
+    require("torch", "torch")  # a missing torch said as such, before the import below
+    import torch
+    from torch import nn
+
     F = nn.functional
     rng = random.Random(seed)
     torch.manual_seed(seed)
@@ -286,6 +293,8 @@ def generate_tokens(seed: int, blocks: int | None = None, **override):
     class RotaryEmbedding(nn.Module):
         """LlamaRotaryEmbedding: cos / sin of position ids times an inv_freq buffer."""
 
+        inv_freq: torch.Tensor  # a buffer
+
         def __init__(self, dim, base=10000.0):
             super().__init__()
             inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
@@ -315,6 +324,8 @@ def generate_tokens(seed: int, blocks: int | None = None, **override):
         return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, dim)
 
     class SelfAttention(nn.Module):
+        bias: torch.Tensor  # a buffer (GPT-2's causal mask), where one is made
+
         def __init__(self):
             super().__init__()
             bias = kinds["position"] != "rope"  # LLaMA's projections have no bias

@@ -10,7 +10,7 @@ def randomize_batchnorm(module: nn.Module, seed: int) -> None:
     """Non-trivial running statistics, so folding BatchNorm is actually tested."""
     gen = torch.Generator().manual_seed(seed + 2)
     for m in module.modules():
-        if isinstance(m, nn.BatchNorm2d):
+        if isinstance(m, nn.BatchNorm2d) and m.running_mean is not None and m.running_var is not None:
             with torch.no_grad():
                 m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
                 m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
@@ -137,7 +137,8 @@ class VGG(nn.Module):
 
     def __init__(self, cfg, num_classes=1000):
         super().__init__()
-        layers, channels = [], 3
+        layers: list[nn.Module] = []
+        channels = 3
         for v in cfg:
             if v == "M":
                 layers.append(nn.MaxPool2d(2, 2))
@@ -190,7 +191,7 @@ class InvertedResidual(nn.Module):
         super().__init__()
         hidden = int(round(cin * expand_ratio))
         self.use_res_connect = stride == 1 and cin == cout
-        layers = [] if expand_ratio == 1 else [Conv2dNormActivation(cin, hidden, 1)]
+        layers: list[nn.Module] = [] if expand_ratio == 1 else [Conv2dNormActivation(cin, hidden, 1)]
         layers += [
             Conv2dNormActivation(hidden, hidden, 3, stride, groups=hidden),
             nn.Conv2d(hidden, cout, 1, bias=False),
@@ -219,7 +220,7 @@ class MobileNetV2(nn.Module):
             [6, 160, 3, 2],
             [6, 320, 1, 1],
         ]
-        features = [Conv2dNormActivation(3, 32, stride=2)]
+        features: list[nn.Module] = [Conv2dNormActivation(3, 32, stride=2)]
         channels = 32
         for t, c, n, s in settings:
             for i in range(n):

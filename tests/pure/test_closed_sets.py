@@ -6,6 +6,7 @@ with a string constant that is one of them."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -68,20 +69,72 @@ def test_no_member_of_a_closed_set_is_compared_as_a_string():
     assert not found, "\n".join(found)
 
 
+# The page's scripts: a closed set's member is read from ``NAMES`` (``render.html.PAGE_NAMES``,
+# mirrored into the page from the enums), never spelled; the vendored libraries are not ours.
+SCRIPTS = [p for p in (PACKAGE / "render" / "assets").glob("*.js") if not p.name.endswith(".min.js")]
+ALSO_JS = {"object": "an answer of JavaScript's typeof"}
+_JS_COMPARISON = re.compile(
+    r"""(?:===|!==|==|!=)\s*(['"`])([^'"`]*)\1|(['"`])([^'"`]*)\3\s*(?:===|!==|==|!=)|case\s+(['"`])([^'"`]*)\5"""
+)
+
+
+def _js_string_comparisons(text: str) -> list[tuple[int, str]]:
+    """(line, literal) of every string literal compared in a script (``x === 'a'``,
+    ``case 'a'``)."""
+    return [
+        (text[: m.start()].count("\n") + 1, m.group(2) or m.group(4) or m.group(6) or "")
+        for m in _JS_COMPARISON.finditer(text)
+    ]
+
+
+def test_no_script_of_the_page_compares_a_members_value_as_a_string():
+    values = _member_values()
+    assert SCRIPTS and {"report.js", "code.js", "pure.js"} <= {p.name for p in SCRIPTS}
+    found = [
+        f"{path.name}:{line} compares {text!r}: use NAMES.{values[text]}'s member"
+        for path in SCRIPTS
+        for line, text in _js_string_comparisons(path.read_text(encoding="utf-8"))
+        if text in values and text not in ALSO_JS
+    ]
+    assert not found, "\n".join(found)
+    assert _js_string_comparisons("if (o.kind === 'inserted' || 'op' == k) {}\nswitch (s) { case \"verified\": }") == [
+        (1, "inserted"),
+        (1, "op"),
+        (2, "verified"),
+    ]
+
+
+def test_each_member_a_script_reads_from_names_is_one_the_page_mirrors():
+    from relaytrace.render.html import PAGE_NAMES, names_script
+
+    mirrored = {e.__name__: {m.name for m in e} for e in PAGE_NAMES}
+    read = {
+        (enum, member)
+        for path in SCRIPTS
+        for enum, member in re.findall(r"\bNAMES\.(\w+)\.(\w+)", path.read_text(encoding="utf-8"))
+    }
+    assert ("Kind", "INSERTED") in read
+    assert all(member in mirrored.get(enum, ()) for enum, member in read), read
+    assert names_script().startswith("const NAMES = {") and '"INSERTED": "inserted"' in names_script()
+
+
 def test_the_check_finds_a_comparison_with_a_members_value():
     tree = ast.parse('if e.status == "beyond" or mode in ("timeline", "x"):\n    pass\n')
     assert _string_comparisons(tree) == [(1, "beyond"), (1, "timeline"), (1, "x")]
 
 
-def test_a_run_json_holds_its_layout_and_precision_as_members_and_refuses_others(tmp_path):
+def test_a_run_json_holds_its_layout_precision_and_policy_as_members_and_refuses_others(tmp_path):
     from relaytrace.errors import FileFormatError
-    from relaytrace.model.run_spec import Layout, Precision, RunSpec
+    from relaytrace.model.run_spec import Layout, PolicyName, Precision, RunSpec
 
-    RunSpec("m.py:make", layout="NHWC", precision="fp16").save(tmp_path)
+    RunSpec("m.py:make", layout="NHWC", precision="fp16", policy="split").save(tmp_path)
     spec = RunSpec.load(tmp_path)
-    assert spec.layout is Layout.NHWC and spec.precision is Precision.FP16
-    (tmp_path / "run.json").write_text(
-        (tmp_path / "run.json").read_text().replace('"NHWC"', '"nhwc"'), encoding="utf-8"
-    )
-    with pytest.raises(FileFormatError, match=r"run.json: layout must be one of NCHW, NHWC, not a string 'nhwc'"):
-        RunSpec.load(tmp_path)
+    assert spec.layout is Layout.NHWC and spec.precision is Precision.FP16 and spec.policy is PolicyName.SPLIT
+    saved = (tmp_path / "run.json").read_text()
+    for old, new, error in (
+        ('"NHWC"', '"nhwc"', r"layout must be one of NCHW, NHWC, not a string 'nhwc'"),
+        ('"split"', '"spilt"', r"policy must be one of anchor, split, not a string 'spilt'"),
+    ):
+        (tmp_path / "run.json").write_text(saved.replace(old, new), encoding="utf-8")
+        with pytest.raises(FileFormatError, match=rf"run.json: {error}"):
+            RunSpec.load(tmp_path)

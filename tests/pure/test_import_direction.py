@@ -23,7 +23,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("profiling", ("profiling",)),
     ("analysis", ("analysis",)),
     ("render", ("render",)),
-    ("jobs", ("jobs",)),  # output directories, run records
+    ("jobs", ("jobs", "schemas")),  # output directories, run records; the saved files' schemas
     ("commands", ("commands", "cli", "legacy", "")),  # the CLI and its commands, the legacy readers, the API
 )
 

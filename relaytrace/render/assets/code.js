@@ -40,7 +40,7 @@
       for (let n = first; n <= last; n++){ const e = tir.children[n - 1]; if (!e) continue;
         e.dataset.block = String(j); e.classList.add(status);
         if (owners.some(o => o.layer === state.layer)) e.classList.add('on');
-        if (owners.some(o => o.kind === 'inserted')) e.classList.add('inserted'); } });
+        if (owners.some(o => o.kind === NAMES.Kind.INSERTED)) e.classList.add('inserted'); } });
     if (s.ambiguous) info.append(h('p', {class: 'warn'}, 'two ops of one kind in this kernel that data flow does not tell apart: the first way was taken'));
     reveal(tir, tir.querySelector('.on'));
   }
