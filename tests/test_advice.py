@@ -248,7 +248,7 @@ def test_kernels_a_tuning_database_misses_are_named_with_their_share(tmp_path):
     db = tmp_path / "db"
     _, lineage = relaytrace.build(model, target)
     rows = T.extract(model.mod, target, lineage)
-    T.tune(model.mod, target, str(db), 1, len(rows))
+    T.tune(model.mod, target, str(db), T.Trials(1, len(rows)))
     records = db / "database_tuning_record.json"
     lines = records.read_text().splitlines()
     dropped = json.loads(lines[0])[0]  # a workload's index: drop every record of it
