@@ -33,7 +33,6 @@ def test_each_file_of_a_run_holds_to_its_schema(tiny_out, file):
 def test_a_tampered_provenance_file_fails_its_schema_and_its_reader_alike(tiny_out, tmp_path):
     data = json.loads((tiny_out / "provenance.json").read_text())
     assert Provenance.from_json(data).to_json() == data  # read back whole, written again the same
-    kernel = next(k for k in data["kernels"].values() if k["blocks"])
     for where, value in (("status", "maybe"), ("lines", [3]), ("member", None)):
         tampered = json.loads(json.dumps(data))
         next(k for k in tampered["kernels"].values() if k["blocks"])["blocks"][0][where] = value
@@ -44,4 +43,3 @@ def test_a_tampered_provenance_file_fails_its_schema_and_its_reader_alike(tiny_o
     shutil.copy(tiny_out / "lineage.json", tmp_path / "provenance.json")
     with pytest.raises(FileFormatError, match="not a provenance sidecar"):
         Provenance.from_json(json.loads((tmp_path / "provenance.json").read_text()))
-    assert kernel["blocks"][0]["status"] in ("verified", "suspect", "unverified")

@@ -204,10 +204,11 @@ def _local_runs(at: Local, call, runs: Runs, compiled=None, server=None):
     for _ in range(max(runs.warmup - 1, 0)):
         call()
     if runs.mode == Mode.TIMELINE:
+        sites = _sites(at.lineage, skip, server)
         records = []
         for run in range(runs.repeat):
             runs.say(f"timeline run {run + 1}/{runs.repeat}")
-            records.extend(_timeline_run(at, call, run, skip, server))
+            records.extend(_timeline_run(at, call, run, sites, server))
     else:
         records = _isolated(at.device, captured, runs, compiled)
     runs.say("end-to-end timing")
@@ -480,12 +481,15 @@ def _check_names(lineage: Lineage, info: dict[SiteKey, ArgInfo]) -> None:
         raise RelaytraceError("the lineage does not match this executable: " + "; ".join(problems[:8]))
 
 
-def _timeline_run(at: Local, call, run: int, skip: frozenset, server=None) -> list[CallRecord]:
-    """One timeline run (``runner.timeline_run``) as records; a ``server``'s KV-cache
-    kernels are records of their own."""
-    lineage = at.lineage
+def _sites(lineage: Lineage, skip: frozenset, server) -> runner.Sites:
+    """The calls a timeline run of the lineage's entry records: its kernels, not the
+    Relax subfunctions in ``skip``; a ``server``'s KV-cache kernels as records of their own."""
     cache = frozenset(lineage.build.kv_cache.kernels) if server is not None and lineage.build.kv_cache else frozenset()
-    sites = runner.Sites(frozenset(lineage.kernels), skip, cache)
+    return runner.Sites(frozenset(lineage.kernels), skip, cache)
+
+
+def _timeline_run(at: Local, call, run: int, sites: runner.Sites, server=None) -> list[CallRecord]:
+    """One timeline run (``runner.timeline_run``) of ``sites`` as records."""
     return _records(
         runner.timeline_run(at.vm.set_instrument, call, run, sites, runner.Stamping(at.device.sync), server)
     )
