@@ -1,6 +1,8 @@
 """Each file relaytrace writes from a record, and its JSON Schema (``model.schema``):
 ``tools/schemas.py`` writes them into docs/schemas/, and a test holds the written ones
-to what this module makes and the files a run writes to them."""
+to what this module makes and the files a run writes to them. ``report.html``'s is the
+schema of the data inlined in the page (``<script id="relaytrace-data">``,
+``render.page``), what its scripts read."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from .model.run_spec import RunSpec
 from .model.schema import json_schema
 from .profiling.manifest import Manifest
 from .profiling.runner import BUNDLE_SCHEMA
+from .render.page import PageData
 
 
 def saved_files() -> dict[str, dict]:
@@ -34,6 +37,7 @@ def saved_files() -> dict[str, dict]:
         "provenance.json": (Provenance, "relaytrace provenance", {}),
         "run.json": (RunSpec, "relaytrace run", {}),
         "bundle.json": (Manifest, "relaytrace bundle manifest", {}),
+        "report.html": (PageData, "relaytrace report page data", {}),
     }
     out = {}
     for file, (cls, title, derived) in files.items():

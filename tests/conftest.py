@@ -72,7 +72,7 @@ def move_origin(lineage, origin: str, to):
     """The lineage with ``origin`` taken from its call site and put at call site ``to``,
     each site's roles given by its origins as the tracker gives them (``roles_for``):
     a deliberately wrong lineage, for verification to catch."""
-    from relaytrace.model.lineage import roles_for
+    from relaytrace.model.roles import roles_for
 
     kernels = {}
     for kernel, sites in lineage.kernels.items():

@@ -225,7 +225,7 @@ def test_a_click_on_each_kind_of_row_shows_its_detail(small_profiled, tmp_path):
         assert pane.locator("h3").inner_text() == f"kernel {kernel.name}"
         assert pane.locator("a[data-layer='layer1_conv2_conv']").count() >= 1  # its layers, as links
         sites = [s.label for s in lineage.sites(kernel.name)]
-        assert sorted(pane.locator("a[data-site]").evaluate_all("a => a.map(x => x.dataset.site)")) == sorted(sites)
+        assert sorted(pane.locator("a[data-site]").all_inner_texts()) == sorted(sites)
         assert kernel.shapes.split(",")[0] in pane.inner_text()
         pane.locator("a[data-layer='layer1_conv2_conv']").first.click()  # and on from there
         assert pane.locator("h3").inner_text() == "layer layer1_conv2_conv"
@@ -318,8 +318,9 @@ def test_the_reports_overview_opens_fast_and_answers_clicks(model, tmp_path, req
         ]
         assert shown == expected and shown
         assert pane.locator("td", has_text="float32[").count() >= 1  # the ops' shapes
-        first = report.lineage.call_sites[0].label
-        page.locator(f'#timeline rect[data-site="{first}"]').click(force=True)
+        first = report.lineage.call_sites[0].label  # the page's site 0: the first in run order
+        assert page.locator('#timeline rect[data-site="0"] title').text_content().startswith(f"{first}: ")
+        page.locator('#timeline rect[data-site="0"]').click(force=True)
         assert pane.locator("h3", has_text=f"call site {first}").count() == 1
         page.fill("#search", layer)
         assert page.locator("#layers tbody tr:visible").count() >= 1

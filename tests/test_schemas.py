@@ -8,7 +8,10 @@ import jsonschema
 import pytest
 
 from relaytrace.errors import FileFormatError
+from relaytrace.model.codec import decode
+from relaytrace.model.lineage import Lineage
 from relaytrace.model.provenance import Provenance
+from relaytrace.render.page import PageData
 from relaytrace.schemas import saved_files
 from tools.schemas import main as write_schemas
 from tools.schemas import schema_path, text
@@ -43,3 +46,26 @@ def test_a_tampered_provenance_file_fails_its_schema_and_its_reader_alike(tiny_o
     shutil.copy(tiny_out / "lineage.json", tmp_path / "provenance.json")
     with pytest.raises(FileFormatError, match="not a provenance sidecar"):
         Provenance.from_json(json.loads((tmp_path / "provenance.json").read_text()))
+
+
+def test_the_reports_page_data_holds_to_its_schema_and_names_each_site_by_its_id(tiny_out):
+    page = (tiny_out / "report.html").read_text()
+    inlined = page.split('<script type="application/json" id="relaytrace-data">', 1)[1].split("</script>", 1)[0]
+    data = json.loads(inlined)
+    jsonschema.validate(data, SCHEMAS["report.html"], cls=jsonschema.Draft202012Validator)
+    page_data = decode(PageData, data, "report.html")  # the records' own reader takes it too
+    lineage = Lineage.load(tiny_out / "lineage.json")
+    assert [s.id for s in page_data.sites] == list(range(len(page_data.sites)))
+    assert [s.label for s in page_data.sites] == [s.label for s in lineage.call_sites]  # run order
+    for layer, ids in page_data.layer_sites:  # a layer's sites by id: those whose ops it owns or that serve it
+        assert ids and all(layer in page_data.sites[i].layers or page_data.sites[i].category != "compute" for i in ids)
+    assert page_data.memory is not None and page_data.memory.steps
+    assert [page_data.sites[i].label for i in page_data.memory.step_sites if i is not None] == list(
+        page_data.memory.steps
+    )
+    assert page_data.code is not None and page_data.code.sites
+    assert all(page_data.sites[c.site].label == c.label for c in page_data.code.sites if c.site is not None)
+    tampered = json.loads(inlined)
+    tampered["layer_sites"][0][1][0] = "conv#0"  # a site named by its label, not its id
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(tampered, SCHEMAS["report.html"], cls=jsonschema.Draft202012Validator)

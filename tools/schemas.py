@@ -18,8 +18,9 @@ FOLDER = Path(__file__).resolve().parent.parent / "docs" / "schemas"
 
 
 def schema_path(file: str) -> Path:
-    """Where the schema of a saved ``file`` (``lineage.json``) is written."""
-    return FOLDER / file.replace(".json", ".schema.json")
+    """Where the schema of a saved ``file`` (``lineage.json``, ``report.html``) is written:
+    ``lineage.schema.json``, ``report.schema.json``."""
+    return FOLDER / f"{file.split('.')[0]}.schema.json"
 
 
 def text(schema: dict) -> str:

@@ -31,6 +31,7 @@ Modules:
   end-to-end times
 - ``provenance``: ``provenance.json`` as records: kernel to blocks to the origins they
   compute at each call site
+- ``roles``: an origin's part in a call site, and a site's roles from its origins
 - ``run_spec``: how an output directory was made
 - ``schema``: the JSON Schema of each saved file, made from its records
 - ``sense``: whether a saved build's facts make sense together, beyond each field's

@@ -138,6 +138,8 @@ def _decoder(kind) -> Decoder:
         return _many_decoder(_decoder(args[0]), tuple)
     if origin is dict:
         return _many_decoder(_decoder(args[1]), dict)
+    if origin is tuple and Ellipsis not in args:
+        return _fixed_decoder(tuple(_decoder(a) for a in args))
     raise TypeError(f"cannot decode {kind}")
 
 
@@ -174,6 +176,21 @@ def _many_decoder(item: Decoder, container: type) -> Decoder:
         return {k: item(x, f"{where}[{k!r}]") for k, x in v.items()}
 
     return many
+
+
+def _fixed_decoder(items: tuple[Decoder, ...]) -> Decoder:
+    """The decoder of ``tuple[X, Y]`` holding a record (a ``(name, record)`` pair): a JSON
+    list of exactly those items, each read by its own decoder."""
+
+    def fixed(v, where):
+        if not isinstance(v, list) or len(v) != len(items):
+            if where is None:
+                raise _Invalid
+            _refuse(v, tuple, where)  # not a list
+            raise FileFormatError(f"{where} must have {len(items)} items, not {len(v)}")
+        return tuple(item(x, None if where is None else f"{where}[{i}]") for i, (item, x) in enumerate(zip(items, v)))
+
+    return fixed
 
 
 def _refuse(v, kind, where: str | None):

@@ -5,9 +5,7 @@ without TVM."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
 
 import attrs
 from attrs import define, field
@@ -17,40 +15,19 @@ from ..errors import require as require_package
 from .build_facts import BuildFacts
 from .code import Code, LayerCode, layer_code, mismatches, require
 from .codec import Codec, apart_field, codec_field, decode, encode
-from .entry import signature
 from .frontend import Program
 from .journal import Change, Journal
 from .jsonio import check, read_json, write_json
 from .layer_name import layer_name
 from .lineage_index import LineageIndex, index_of
 from .lineage_schema import SCHEMA, migrate
-from .names import Name
-from .ops import op_rank
 from .origin import INSERTED, OP, UNRESOLVED, Origin
-from .sense import check_facts, check_steps
+from .roles import ANCHOR, Role
+from .sense import check_lineage
 from .sitekey import Frame, SiteKey, parse_scope, scope_text
 from .verification import SUSPECT, UNVERIFIED, SiteCheck, Verification, verify
 
-
-class Part(Name):
-    """An origin's part in a call site: the heaviest model op (``anchor``), another
-    model op fused with it, or an op of the other kinds (``Kind``) by its kind."""
-
-    ANCHOR = "anchor"
-    FUSED = "fused"
-    INSERTED = "inserted"
-    UNRESOLVED = "unresolved"
-
-
-ANCHOR, FUSED = Part.ANCHOR, Part.FUSED
 PACKED = "packed"  # ``CallSite.library`` of a call of a function registered by name
-
-
-class Role(NamedTuple):
-    """An origin's part in a call site. A NamedTuple for the same reason as Change."""
-
-    origin: str
-    role: Part
 
 
 def _scope(data, where: str) -> tuple[Frame, ...]:
@@ -509,11 +486,8 @@ class Lineage:
         (``where`` names the file) otherwise."""
         current = isinstance(data, dict) and data.get("schema") == SCHEMA
         lineage = decode(cls, migrate(data, where), where)
-        _check_references(lineage, where)
-        check_facts(lineage.build, where)
-        check_steps(lineage, where)
-        if current:  # a file of an earlier schema was made by earlier rules: its own are kept
-            _check_derived(lineage, where)
+        # a file of an earlier schema was made by earlier rules: its derived facts are kept
+        check_lineage(lineage, where, derived=current)
         return lineage
 
     def save(self, path, overwrite: bool = False) -> Path:
@@ -548,103 +522,3 @@ def choose_entry(entries, name: str | None = None) -> str:
         f"the model has several entry functions ({', '.join(entries)}) and no main: "
         "choose one (--entry NAME, entry=NAME)"
     )
-
-
-def _check_references(lineage: Lineage, where: str) -> None:
-    """Every origin id a site, builtin, history, elimination, served op or data-flow
-    edge names is one of the lineage's origins; every edge and verdict is about a site
-    that exists (kinds, roles and verdicts were checked as they were read: ``Name``)."""
-    known = lineage.origins
-    for kernel, sites in lineage.kernels.items():
-        calls: dict[str, list[int]] = {}
-        for site in sites:
-            if site.kernel != kernel:
-                raise FileFormatError(f"{where}: kernels[{kernel!r}] holds a site of {site.kernel!r}")
-            calls.setdefault(site.function, []).append(site.call)
-        for function, numbers in calls.items():
-            if sorted(numbers) != list(range(len(numbers))):
-                raise FileFormatError(
-                    f"{where}: kernels[{kernel!r}] calls in {function} are {sorted(numbers)}, "
-                    f"not 0 to {len(numbers) - 1}"
-                )
-    named = [(f"kernels[{s.kernel!r}] call {s.call}", r.origin) for s in lineage.call_sites for r in s.roles]
-    named += [(f"builtin {b.name!r}", o) for b in lineage.builtins for o in b.origins]
-    named += [("journal.history_by_origin", o) for o in lineage.journal.history_by_origin]
-    named += [("journal.eliminated_by", o) for o in lineage.journal.eliminated_by]
-    named += [("journal.explained", o) for o in lineage.journal.explained if o not in lineage.journal.eliminated_by]
-    named += [(f"origin {o.id!r} serves", s) for o in known.values() for s in o.serves]
-    named += [(f"edges[{i}]", o) for i, edge in enumerate(lineage.edges) for o in edge]
-    for what, origin in named:
-        if origin not in known:
-            raise FileFormatError(f"{where}: {what} names origin {origin!r}, which the lineage does not have")
-    positions = {s.position for s in lineage.call_sites} | {b.position for b in lineage.builtins}
-    stray = [p for edge in lineage.site_edges for p in edge if p not in positions]
-    if stray:
-        raise FileFormatError(f"{where}: site_edges name call site position {stray[0]}, which no site has")
-    if lineage.verification is not None:
-        stray = [c.position for c in lineage.verification.sites if c.position not in positions]
-        if stray:
-            raise FileFormatError(f"{where}: verification names call site position {stray[0]}, which no site has")
-
-
-def _check_derived(lineage: Lineage, where: str) -> None:
-    """What the build derived from the lineage's own facts is what they give now: each
-    entry's tensors (``signature`` of its recorded params: one signature per entry),
-    each site's roles (``roles_for`` its origins: one anchor, the heaviest model op) and
-    the verification (``verify`` against the kernel members the file holds). A stored
-    verdict its evidence does not give is an edited file, not a verified layer."""
-    for entry, params in lineage.build.params.items():
-        if lineage.build.entries.get(entry) != signature(params):
-            raise FileFormatError(
-                f"{where}: build.entries[{entry!r}] is not the tensors its build.params pass (each "
-                "entry's inputs are derived from its parameters); the file was edited or is "
-                "corrupt; trace the build again"
-            )
-    for site in lineage.call_sites:
-        if site.roles != roles_for(site.origin_ids, lineage.origins):
-            anchor = site.anchor or "none"
-            raise FileFormatError(
-                f"{where}: kernels[{site.kernel!r}] call {site.call} has roles its origins do "
-                f"not give (anchor {anchor!r}; a site's anchor is its heaviest model op); the "
-                "file was edited or is corrupt; trace the build again"
-            )
-    if lineage.verification is not None and lineage.verification != verify(lineage):
-        derived = verify(lineage)
-        stored_sites, sites = lineage.verification.by_position(), derived.by_position()
-        odd = next(
-            (
-                f"call site position {p}"
-                for p in sorted(set(stored_sites) | set(sites))
-                if stored_sites.get(p) != sites.get(p)
-            ),
-            None,
-        )
-        stored_layers, layers = lineage.verification.by_layer(), derived.by_layer()
-        odd = odd or next(
-            (
-                f"layer {name!r}"
-                for name in sorted(set(stored_layers) | set(layers))
-                if stored_layers.get(name) != layers.get(name)
-            ),
-            "its other problems",
-        )
-        raise FileFormatError(
-            f"{where}: verification of {odd} is not what the lineage's own evidence gives "
-            "(verification is derived from the sites and kernel members the file holds); "
-            "the file was edited or is corrupt; trace the build again"
-        )
-
-
-def roles_for(origin_ids: Iterable[str], origins: dict[str, Origin]) -> tuple[Role, ...]:
-    """Anchor = heaviest model op (ties: earliest); other model ops fused; the rest by kind."""
-    found = sorted(map(origins.__getitem__, set(origin_ids)), key=_site_order)
-    anchor = max((o for o in found if o.kind == OP), key=_op_rank, default=None)
-    return tuple(Role(o.id, ANCHOR if o is anchor else FUSED if o.kind == OP else Part(o.kind)) for o in found)
-
-
-def _op_rank(origin: Origin) -> int:
-    return op_rank(origin.op)
-
-
-def _site_order(origin: Origin) -> tuple:
-    return (origin.kind != OP, origin.function, origin.index, origin.id)

@@ -1,6 +1,7 @@
 """Whether a saved build's facts make sense together, beyond each field's type, and
 whether a profile is a run of that build: pure checks that ``Lineage.from_json`` runs
-on every file it reads, and ``analysis.attribution.check_match`` on every pair.
+on every file it reads (``check_lineage``: all of them, here and nowhere else), and
+``analysis.attribution.check_match`` on every pair.
 
 The decoder checks each field's type and the references check that every name points
 at something; an edited or corrupt file can still pass both and contradict itself (a
@@ -13,15 +14,30 @@ than drawn as a figure that cannot be right.
 from __future__ import annotations
 
 from ..errors import FileFormatError, RelaytraceError
-from .entry import cache_param
+from .entry import cache_param, signature
+from .roles import roles_for
 from .shapes import ANY_RANK, bind
+from .verification import verify
 from .work import LIMIT, Poly, itemsize
 
 _REDO = "the file was edited or is corrupt; trace the build again"
 MAX_BYTES = 2**60  # a memory block beyond an exbibyte is no device's
 
 
-def check_facts(build, where: str) -> None:
+def check_lineage(lineage, where: str, derived: bool = True) -> None:
+    """A ``Lineage`` just read makes sense: every name it holds points at something it
+    has, its counts and plans are ones a build can have, its memory plans name its own
+    call sites, and (``derived``: a file of the current schema, made by today's rules)
+    what the build derived from its facts is what they give now. A
+    ``FileFormatError`` naming the file (``where``) and the field otherwise."""
+    _check_references(lineage, where)
+    _check_facts(lineage.build, where)
+    _check_steps(lineage, where)
+    if derived:
+        _check_derived(lineage, where)
+
+
+def _check_facts(build, where: str) -> None:
     """``build`` (``BuildFacts``) holds counts and plans a build can have: every work
     formula's coefficients within ``LIMIT`` and its constant ones at least 0, its
     parameters' dims sizes or symbols; every
@@ -36,7 +52,7 @@ def check_facts(build, where: str) -> None:
         _check_plan(plan, f"{where}: build.memory[{entry!r}]")
 
 
-def check_steps(lineage, where: str) -> None:
+def _check_steps(lineage, where: str) -> None:
     """Each entry's memory plan names its steps as the lineage names its call sites: in
     the sites' run order, every step a site of that entry (a plan leaves out the host
     functions that run after its steps are read: shape functions, symbolic
@@ -49,6 +65,91 @@ def check_steps(lineage, where: str) -> None:
                     f"{where}: build.memory[{entry!r}].steps[{i}] {step!r} is no call site of "
                     f"{entry} after the one before it; {_REDO}"
                 )
+
+
+def _check_references(lineage, where: str) -> None:
+    """Every origin id a site, builtin, history, elimination, served op or data-flow
+    edge names is one of the lineage's origins; every edge and verdict is about a site
+    that exists (kinds, roles and verdicts were checked as they were read: ``Name``)."""
+    known = lineage.origins
+    for kernel, sites in lineage.kernels.items():
+        calls: dict[str, list[int]] = {}
+        for site in sites:
+            if site.kernel != kernel:
+                raise FileFormatError(f"{where}: kernels[{kernel!r}] holds a site of {site.kernel!r}")
+            calls.setdefault(site.function, []).append(site.call)
+        for function, numbers in calls.items():
+            if sorted(numbers) != list(range(len(numbers))):
+                raise FileFormatError(
+                    f"{where}: kernels[{kernel!r}] calls in {function} are {sorted(numbers)}, "
+                    f"not 0 to {len(numbers) - 1}"
+                )
+    named = [(f"kernels[{s.kernel!r}] call {s.call}", r.origin) for s in lineage.call_sites for r in s.roles]
+    named += [(f"builtin {b.name!r}", o) for b in lineage.builtins for o in b.origins]
+    named += [("journal.history_by_origin", o) for o in lineage.journal.history_by_origin]
+    named += [("journal.eliminated_by", o) for o in lineage.journal.eliminated_by]
+    named += [("journal.explained", o) for o in lineage.journal.explained if o not in lineage.journal.eliminated_by]
+    named += [(f"origin {o.id!r} serves", s) for o in known.values() for s in o.serves]
+    named += [(f"edges[{i}]", o) for i, edge in enumerate(lineage.edges) for o in edge]
+    for what, origin in named:
+        if origin not in known:
+            raise FileFormatError(f"{where}: {what} names origin {origin!r}, which the lineage does not have")
+    positions = {s.position for s in lineage.call_sites} | {b.position for b in lineage.builtins}
+    stray = [p for edge in lineage.site_edges for p in edge if p not in positions]
+    if stray:
+        raise FileFormatError(f"{where}: site_edges name call site position {stray[0]}, which no site has")
+    if lineage.verification is not None:
+        stray = [c.position for c in lineage.verification.sites if c.position not in positions]
+        if stray:
+            raise FileFormatError(f"{where}: verification names call site position {stray[0]}, which no site has")
+
+
+def _check_derived(lineage, where: str) -> None:
+    """What the build derived from the lineage's own facts is what they give now: each
+    entry's tensors (``signature`` of its recorded params: one signature per entry),
+    each site's roles (``roles_for`` its origins: one anchor, the heaviest model op) and
+    the verification (``verify`` against the kernel members the file holds). A stored
+    verdict its evidence does not give is an edited file, not a verified layer."""
+    for entry, params in lineage.build.params.items():
+        if lineage.build.entries.get(entry) != signature(params):
+            raise FileFormatError(
+                f"{where}: build.entries[{entry!r}] is not the tensors its build.params pass (each "
+                "entry's inputs are derived from its parameters); the file was edited or is "
+                "corrupt; trace the build again"
+            )
+    for site in lineage.call_sites:
+        if site.roles != roles_for(site.origin_ids, lineage.origins):
+            anchor = site.anchor or "none"
+            raise FileFormatError(
+                f"{where}: kernels[{site.kernel!r}] call {site.call} has roles its origins do "
+                f"not give (anchor {anchor!r}; a site's anchor is its heaviest model op); the "
+                "file was edited or is corrupt; trace the build again"
+            )
+    if lineage.verification is not None and lineage.verification != verify(lineage):
+        derived = verify(lineage)
+        stored_sites, sites = lineage.verification.by_position(), derived.by_position()
+        odd = next(
+            (
+                f"call site position {p}"
+                for p in sorted(set(stored_sites) | set(sites))
+                if stored_sites.get(p) != sites.get(p)
+            ),
+            None,
+        )
+        stored_layers, layers = lineage.verification.by_layer(), derived.by_layer()
+        odd = odd or next(
+            (
+                f"layer {name!r}"
+                for name in sorted(set(stored_layers) | set(layers))
+                if stored_layers.get(name) != layers.get(name)
+            ),
+            "its other problems",
+        )
+        raise FileFormatError(
+            f"{where}: verification of {odd} is not what the lineage's own evidence gives "
+            "(verification is derived from the sites and kernel members the file holds); "
+            "the file was edited or is corrupt; trace the build again"
+        )
 
 
 def _check_poly(poly: Poly | None, where: str, limit: float = LIMIT) -> None:

@@ -10,10 +10,11 @@ Modules:
 - ``export``: CSV and JSON forms of the attribution tables, for spreadsheets and scripts
 - ``graphviz``: graphviz pictures of a lineage, coloured by time when a ``Report`` is
   given
-- ``html``: the self-contained interactive HTML report
+- ``html``: the self-contained interactive HTML report (the template ``assets/report.html``)
 - ``memory``: a ``Memory`` (``analysis.memory``) as the terminal shows it and as
   ``memory.csv``
 - ``outputs``: the files a run writes into its output directory, each listed once
+- ``page``: the report page's data as records, each call site named by its id
 - ``provenance``: ``provenance.json`` (kernel → blocks → ops → layers) and ``query --code``'s
   text
 - ``safe_text``: names as text in every output but the HTML report (which escapes its

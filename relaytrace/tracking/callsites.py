@@ -8,8 +8,9 @@ import attrs
 from ..model.build_facts import BuildFacts, Offload
 from ..model.entry import signature
 from ..model.journal import Change, Journal
-from ..model.lineage import PACKED, BuiltinSite, CallSite, Lineage, roles_for
+from ..model.lineage import PACKED, BuiltinSite, CallSite, Lineage
 from ..model.ops import is_bookkeeping, is_external_call
+from ..model.roles import roles_for
 from ..model.sitekey import Calls, Frame
 from . import ir, reader
 from .tracker import Tracker

@@ -19,7 +19,7 @@ from relaytrace.model.profile import KERNEL, CallRecord, Profile
 from relaytrace.model.verification import Member
 from relaytrace.model.work import KernelWork
 from relaytrace.render.export import attribution_json, kernels_csv, layers_csv
-from relaytrace.render.html import report_data
+from relaytrace.render.page import page_data
 from relaytrace.render.table import precision_summary
 
 F16, F32 = "float16", "float32"
@@ -204,8 +204,8 @@ def test_the_outputs_carry_the_precision():
     data = json.loads(json.dumps(attribution_json(report)))["precision"]
     assert {c["origin"]: c["inserted_by"] for c in data["casts"]}["c0"] == MP
     assert {r["layer"]: r["float32"] for r in data["layers"]}["bn"] is True
-    page = dict(report_data(report)["precision"]["layers"])
-    assert page["bn"]["kind"] == "kept" and page["conv"]["kind"] == "reads-half" and page["head.cast"]["kind"] == "cast"
+    page = dict(page_data(report).precision.layers)
+    assert page["bn"].kind == "kept" and page["conv"].kind == "reads-half" and page["head.cast"].kind == "cast"
     text = precision_summary(report.precision)
     assert "casts: 3 (2 by ToMixedPrecision, 1 by model)" in text and "never converts batch_norm" in text
 

@@ -267,7 +267,7 @@ def test_a_layer_that_asks_no_flops_and_executes_some_says_its_ratio_is_unknown(
     from relaytrace.model.origin import Origin
     from relaytrace.model.work import RECOMPUTED
     from relaytrace.render.export import layers_csv
-    from relaytrace.render.html import report_data
+    from relaytrace.render.page import page_data
     from relaytrace.render.table import roofline_summary
 
     origins = {
@@ -292,7 +292,7 @@ def test_a_layer_that_asks_no_flops_and_executes_some_says_its_ratio_is_unknown(
         "",
         RECOMPUTED,
     )
-    assert [r for r in report_data(report)["roofline"]["layers"] if r["layer"] == "perm"][0]["excess"] == RECOMPUTED
+    assert next(r for r in page_data(report).roofline.layers if r.layer == "perm").excess == RECOMPUTED
 
 
 def test_a_kernels_count_cut_by_estimate_weighs_a_symbolic_dim_at_the_value_the_call_bound():

@@ -8,7 +8,7 @@ import attrs
 import numpy as np
 import pytest
 
-from relaytrace.errors import LineageFormatError
+from relaytrace.errors import FileFormatError, LineageFormatError
 from relaytrace.model.build_facts import BuildOptions
 from relaytrace.model.codec import decode, encode
 from relaytrace.model.entry import Param, ParamKind, Tensor, signature
@@ -182,6 +182,19 @@ def test_the_generic_codec_reads_what_it_writes_for_each_record_alone():
         (Program, lineage.program),
     ):
         assert decode(kind, json.loads(json.dumps(encode(value))), "x") == value
+
+
+def test_the_codec_reads_a_pair_that_holds_a_record_and_names_a_broken_one():
+    pairs = tuple[tuple[str, Role], ...]
+    value = (("conv", Role("o1", "anchor")), ("relu", Role("o2", "fused")))
+    assert decode(pairs, json.loads(json.dumps(encode(value))), "page") == value
+    for broken, message in (
+        ([["conv"]], r"page\[0\] must have 2 items, not 1"),
+        (["conv"], r"page\[0\] must be a list, not a string"),
+        ([["conv", {"origin": "o1", "role": 3}]], r"page\[0\]\[1\].*role must be"),
+    ):
+        with pytest.raises(FileFormatError, match=message):
+            decode(pairs, broken, "page")
 
 
 def test_a_schema_2_onnx_lineage_names_its_nodes_by_id():

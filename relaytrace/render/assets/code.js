@@ -1,31 +1,32 @@
 // The code viewer: model layers | Relax program | kernel TIR, linked by origin (data.code).
+// Its call sites are code.sites[i], named by i; a site the page times is data.sites[s.site].
 // Names and code are only ever text (textContent); a pane draws a kernel's TIR when one is picked.
 (function(){
   const code = data.code; if (!code) return;
-  const fnText = new Map(code.functions), kernels = new Map(code.kernels), sites = new Map(code.sites);
+  const fnText = new Map(code.functions), kernels = new Map(code.kernels), sites = code.sites;
   const layerList = document.getElementById('code-layers'), relax = document.getElementById('code-relax');
   const tir = document.getElementById('code-tir'), info = document.getElementById('code-info');
-  const state = {fn: null, site: null, layer: null};
+  const state = {fn: null, site: null, layer: null};  // site: an index of sites
   const built = document.getElementById('code-built');
-  built.onchange = () => { if (state.site) drawSite(state.site); };
+  built.onchange = () => { if (state.site !== null) drawSite(state.site); };
   // scroll a pane (not the page) to show one of its lines
   function reveal(box, e){ if (e) box.scrollTop = Math.max(0, e.offsetTop - 40); }
   function lines(pre, text, cls){ pre.replaceChildren(...text.split('\n').map((t, i) =>
     h('span', {class: cls, 'data-line': String(i + 1)}, `${String(i + 1).padStart(4)}  ${t}\n`))); }
   function drawRelax(fn){ if (state.fn === fn) return; state.fn = fn; lines(relax, fnText.get(fn) || '', 'rl'); }
-  function drawSite(label){
-    const s = sites.get(label); if (!s) return; state.site = label;
+  function drawSite(i){
+    const s = sites[i]; if (!s) return; state.site = i;
     drawRelax(s.function);
     relax.querySelectorAll('.on,.also').forEach(e => e.classList.remove('on', 'also'));
     sites.forEach(o => { if (o.function === s.function && Object.values(o.blocks).some(b => b.layer === state.layer)){
       const e = relax.querySelector(`[data-line="${o.relax_line}"]`); if (e) e.classList.add('also'); } });
-    info.querySelectorAll('a[data-site]').forEach(a => a.classList.toggle('on', a.dataset.site === label));
+    info.querySelectorAll('a[data-code-site]').forEach(a => a.classList.toggle('on', a.dataset.codeSite === String(i)));
     const at = relax.querySelector(`[data-line="${s.relax_line}"]`); if (at){ at.classList.add('on'); reveal(relax, at); }
     const k = kernels.get(s.kernel), kt = kernelByName.get(s.kernel);
     const asBuilt = k && k.built && built.checked;
     built.disabled = !(k && k.built);
-    const timed = siteByLabel.get(label);  // this call's time and work, else the kernel's over its calls
-    document.getElementById('code-kernel').textContent = `${label}: ${s.kernel}` +
+    const timed = s.site === null ? null : data.sites[s.site];  // this call's time and work, else the kernel's over its calls
+    document.getElementById('code-kernel').textContent = `${s.label}: ${s.kernel}` +
       (timed ? ` — ${timed.us.toFixed(1)} us median${timed.work ? '; ' + timed.work : ''}`
         : kt ? ` — ${kt.us.toFixed(1)} us in ${kt.count} call(s)` : '') +
       (k && k.built ? (asBuilt ? ' (as built)' : ' (as fusion left it)') : '');
@@ -47,17 +48,17 @@
   function pickLayer(name){
     state.layer = name;
     layerList.querySelectorAll('li').forEach(li => li.classList.toggle('on', li.dataset.layer === name));
-    const labels = Array.from(sites).filter(([, s]) => Object.values(s.blocks).some(o => o.layer === name)).map(([l]) => l);
-    if (!labels.length){ info.replaceChildren(`${name}: no kernel block computes it`); return; }
+    const found = sites.map((s, i) => i).filter(i => Object.values(sites[i].blocks).some(o => o.layer === name));
+    if (!found.length){ info.replaceChildren(`${name}: no kernel block computes it`); return; }
     // every call site of the layer, in run order, each a link to its Relax line and TIR
-    const links = labels.flatMap((l, i) => { const a = h('a', {href: '#', 'data-site': l}, l);
-      a.onclick = e => { e.preventDefault(); drawSite(l); }; return i ? [', ', a] : [a]; });
-    info.replaceChildren(`${name}: ${labels.length} call site(s): `, ...links);
+    const links = found.flatMap((i, n) => { const a = h('a', {href: '#', 'data-code-site': i}, sites[i].label);
+      a.onclick = e => { e.preventDefault(); drawSite(i); }; return n ? [', ', a] : [a]; });
+    info.replaceChildren(`${name}: ${found.length} call site(s): `, ...links);
     const roof = roofLine(name); if (roof) info.append(roof);
-    drawSite(labels[0]);
+    drawSite(found[0]);
   }
   function pickBlock(j){
-    const s = sites.get(state.site), k = s && kernels.get(s.kernel); if (!k) return;
+    const s = sites[state.site], k = s && kernels.get(s.kernel); if (!k) return;
     const b = state.built ? k.built_blocks[j] : k.blocks[j];
     const owners = (state.built ? b.sources : [j]).map(i => s.blocks[String(i)]).filter(Boolean);
     const what = owners.length ? owners.map(o => `${o.op} of layer ${o.layer} (${o.kind})` + (o.source ? ` at ${o.source}` : '')).join('; ')
@@ -71,12 +72,12 @@
     tir.querySelectorAll(`[data-block="${j}"]`).forEach(e => e.classList.add('on'));
   }
   // the layers in the order they first run
-  const names = Array.from(new Set(Array.from(sites.values()).flatMap(s => Object.values(s.blocks).map(o => o.layer))));
+  const names = Array.from(new Set(sites.flatMap(s => Object.values(s.blocks).map(o => o.layer))));
   layerList.replaceChildren(...names.map(n => { const li = h('li', {'data-layer': n}, n); li.onclick = () => pickLayer(n); return li; }));
   tir.addEventListener('click', e => { const t = e.target.closest('[data-block]'); if (t) pickBlock(Number(t.dataset.block)); });
   relax.addEventListener('click', e => { const t = e.target.closest('[data-line]'); if (!t) return;
-    const hit = Array.from(sites).find(([, s]) => s.function === state.fn && String(s.relax_line) === t.dataset.line);
-    if (hit) drawSite(hit[0]); });
+    const hit = sites.findIndex(s => s.function === state.fn && String(s.relax_line) === t.dataset.line);
+    if (hit >= 0) drawSite(hit); });
   document.getElementById('code-search').addEventListener('input', e => { const q = e.target.value.toLowerCase();
     layerList.querySelectorAll('li').forEach(li => { li.style.display = !q || li.dataset.layer.toLowerCase().includes(q) ? '' : 'none'; });
     [relax, tir].forEach(pre => { let first = null; pre.querySelectorAll('span').forEach(s => {

@@ -2,10 +2,9 @@
 // model) is data: the page is built of DOM nodes, names go in as text nodes and
 // attribute values (never parsed as markup), and whatever is looked up by a name is a Map.
 const data = JSON.parse(document.getElementById('relaytrace-data').textContent);
-const layerSites = new Map(data.layer_sites);    // layer -> the labels of the call sites running or serving it
+const layerSites = new Map(data.layer_sites);    // layer -> the ids of the call sites running or serving it (data.sites[id])
 const layerDetail = new Map(data.layer_detail);  // layer -> {ops, source}
 const layerErrors = new Map(data.errors);        // layer -> {status, text}: its numerical comparison
-const siteByLabel = new Map(data.sites.map(s => [s.label, s]));
 data.sites.forEach(s => { s.roles = new Map(s.roles); });  // layer -> its role at the site
 const tables = new Map();  // table id -> {body, keyOf, sorted}
 
@@ -56,7 +55,7 @@ function pick(id, r){
   const row = Array.from(t.body.rows).find(tr => tr.dataset.key === key);
   if (row) row.classList.add('pick');
   if (id === 'layers'){
-    mark('kernels', new Set((layerSites.get(r.layer) || []).map(label => siteByLabel.get(label).kernel)));
+    mark('kernels', new Set((layerSites.get(r.layer) || []).map(id => data.sites[id].kernel)));
     markLayers([r.layer]); }
   if (id === 'kernels'){ mark('layers', new Set(r.layers)); markLayers(r.layers); }
 }
@@ -152,7 +151,7 @@ function showModule(name){
   const total = layers.reduce((a, l) => a + l.ms, 0);
   detail(`module ${name === null ? data.model : name}`, [
     h('p', null, `${total.toFixed(3)} ms in ${layers.length} layer(s), ${sites.size} kernel call site(s)`),
-    table(['layer', 'ms', 'kernel calls'], layers.slice(0, 60).map(l => [link('layer', l.layer), l.ms.toFixed(3), l.sites.join(' ')])),
+    table(['layer', 'ms', 'kernel calls'], layers.slice(0, 60).map(l => [layerLink(l.layer), l.ms.toFixed(3), l.sites.join(' ')])),
   ]);
 }
 
@@ -165,10 +164,10 @@ function drawTimeline(){
   data.sites.forEach(s => {
     const x = s.start_us / end * width, w = Math.max(s.us / end * width, 0.5);
     const rect = el('rect', {x, y: 2, width: w, height: ht, fill: COLOURS.get(s.category) || COLOURS.get('compute'),
-      'data-site': s.label}, svg);
+      'data-site': s.id}, svg);
     el('title', {}, rect).textContent = `${s.label}: ${s.us.toFixed(1)} us (${s.layers.join(', ')})`;
     if (w > 70) el('text', {x: x + 3, y: 18}, svg).textContent = s.layers[0] || s.kernel;
-    rect.onclick = () => showSite(s.label);
+    rect.onclick = () => showSite(s.id);
   });
   el('text', {x: 2, y: ht + 14}, svg).textContent = `0 .. ${(end / 1e3).toFixed(3)} ms: the kernel call sites of one run in order (${data.timeline_note})`;
 }
@@ -244,16 +243,16 @@ function roofLine(name){
 // ---- memory: bytes live at each kernel call in run order, the peak, what is live at a step ----
 const mem = data.memory;
 const memValues = new Map();  // block -> the values placed in it, in program order
-if (mem && mem.known) mem.values.forEach(([block, first, last, value, site, layer, own]) => {
+if (mem && mem.known) mem.values.forEach(([block, first, last, value, site, siteId, layer, own]) => {
   if (!memValues.has(block)) memValues.set(block, []);
-  memValues.get(block).push({first, last, value, site, layer, own}); });
+  memValues.get(block).push({first, last, value, site, siteId, layer, own}); });
 /** The values live at step, largest first (analysis/memory.py's live_at): each block live there with the
     value it holds (the latest written at or before it still read then) or, idle, the next written into it. */
 function liveAt(step){
   return mem.spans.filter(([, , start, end]) => start <= step && step <= end).map(([block, bytes, , , returned]) => {
     const values = memValues.get(block) || [], now = values.filter(v => v.first <= step && step <= v.last);
     const v = now.length ? now[now.length - 1] : values.find(x => x.first > step);
-    return Object.assign({block, bytes, returned, value: '', site: '', layer: mem.nobody}, v || {},
+    return Object.assign({block, bytes, returned, value: '', site: '', siteId: null, layer: mem.nobody}, v || {},
       {idle: !now.length, own: now.length ? v.own : 0});
   }).sort((a, b) => b.bytes - a.bytes);
 }
@@ -266,7 +265,7 @@ function drawMemory(){
   const dims = mem.dims.map(([k, v]) => `${k}=${v}`).join(', ');
   const svg = el('svg', {id: 'memchart', class: 'memchart chart'});
   box.replaceChildren(h('p', null, `${mem.entry}${dims ? ' at ' + dims : ''}: peak ${size(mem.peak)} of activations at `,
-    link('site', mem.steps[mem.peak_step]), ` (step ${mem.peak_step + 1} of ${mem.steps.length}); ${mem.blocks} planned blocks, ` +
+    siteCell(mem.steps[mem.peak_step], mem.step_sites[mem.peak_step]), ` (step ${mem.peak_step + 1} of ${mem.steps.length}); ${mem.blocks} planned blocks, ` +
     `${size(mem.planned)} in all; weights ${size(mem.weights)}, inputs ${size(mem.inputs)}`),
     svg, h('p', {id: 'memhover', class: 'memhover'}, 'hover a point'), h('div', {id: 'memstep'}), ...notes);
   const frame = chartBox(svg, 300, {l: 70, r: 16, t: 26, b: 40}), {width, ht, m} = frame, n = mem.steps.length;
@@ -307,16 +306,15 @@ function showStep(i){
   const live = liveAt(i), total = live.reduce((a, v) => a + v.bytes, 0), idle = live.filter(v => v.idle);
   const byLayer = new Map(), weights = new Map(mem.layer_weights);
   live.filter(v => !v.idle).forEach(v => byLayer.set(v.layer, (byLayer.get(v.layer) || 0) + v.own));
-  const layerCell = name => layerDetail.has(name) ? link('layer', name) : name;
-  const siteCell = label => siteByLabel.has(label) ? link('site', label) : label;
+  const layerCell = name => layerDetail.has(name) ? layerLink(name) : name;
   document.getElementById('memstep').replaceChildren(
     h('p', {class: 'memhead'}, `step ${i + 1} of ${mem.steps.length}${i === mem.peak_step ? ' (the peak)' : ''}, `,
-      siteCell(mem.steps[i]), `: ${size(total)} live in ${live.length} block(s)` +
+      siteCell(mem.steps[i], mem.step_sites[i]), `: ${size(total)} live in ${live.length} block(s)` +
       (idle.length ? `, ${idle.length} of them (${size(idle.reduce((a, v) => a + v.bytes, 0))}) idle: kept for the next value written into them` : '')),
     h('div', {class: 'memtables'},
       table(['block', 'bytes', 'value', 'layer', 'written by', 'idle'], live.map(v => [v.block, size(v.bytes),
         v.idle ? `kept for ${v.value}` : `${v.value} (${size(v.own)})`,
-        layerCell(v.layer), h('span', null, v.site ? siteCell(v.site) : '', v.returned ? ' (returned)' : ''), v.idle ? 'idle' : ''])),
+        layerCell(v.layer), h('span', null, v.site ? siteCell(v.site, v.siteId) : '', v.returned ? ' (returned)' : ''), v.idle ? 'idle' : ''])),
       table(['layer', 'its values here', '% of live', 'its weights'], Array.from(byLayer).sort((a, b) => b[1] - a[1]).map(([name, bytes]) =>
         [layerCell(name), size(bytes), (100 * bytes / (total || 1)).toFixed(1), size(weights.get(name) || 0)]))));
 }
@@ -330,16 +328,25 @@ function drawAdvice(){
     h('ul', null, ...f.evidence.map(e => h('li', null, e)),
       h('li', null, `change: ${f.what}: ${f.how}` + (f.measured ? ' (relaytrace advise DIR --verify measures it)' : '')),
       f.layers.length ? h('li', null, 'layers: ', ...f.layers.slice(0, 12).flatMap((name, i) =>
-        [i ? ', ' : '', layerDetail.has(name) ? link('layer', name) : name]), f.layers.length > 12 ? ` and ${f.layers.length - 12} more` : '') : null)))));
+        [i ? ', ' : '', layerDetail.has(name) ? layerLink(name) : name]), f.layers.length > 12 ? ` and ${f.layers.length - 12} more` : '') : null)))));
 }
 
 // ---- the detail pane ----
 /** A link (data-layer or data-site: name) that opens the pane of that layer or call site. */
-function link(kind, name){
-  const a = h('a', {href: '#', [`data-${kind}`]: name}, name);
-  a.onclick = e => { e.preventDefault(); (kind === 'layer' ? showLayer : showSite)(name); };
+/** A link to layer `name`'s pane. */
+function layerLink(name){
+  const a = h('a', {href: '#', 'data-layer': name}, name);
+  a.onclick = e => { e.preventDefault(); showLayer(name); };
   return a;
 }
+/** A link to call site s's pane (data-site: its id), its label the text. */
+function siteLink(s){
+  const a = h('a', {href: '#', 'data-site': s.id}, s.label);
+  a.onclick = e => { e.preventDefault(); showSite(s.id); };
+  return a;
+}
+/** A call site's label, a link to its pane when the page has that site (id not null). */
+function siteCell(label, id){ return id === null || id === undefined ? label : siteLink(data.sites[id]); }
 /** A table of head (strings) and rows (arrays of cells, each a node or a string). */
 function table(head, rows){
   return h('table', null, h('thead', null, h('tr', null, ...head.map(x => h('th', null, x)))),
@@ -352,7 +359,7 @@ function detail(title, parts){
 function showLayer(name){
   const row = data.layers.find(l => l.layer === name), numerics = layerErrors.get(name);
   const d = layerDetail.get(name) || (row ? {ops: [], source: []} : null); if (!d) return;  // a row of no op: a shape function's
-  const sites = (layerSites.get(name) || []).map(label => siteByLabel.get(label));
+  const sites = (layerSites.get(name) || []).map(id => data.sites[id]);
   const time = h('p', null, row ? `${row.ms.toFixed(3)} ms (${row.percent.toFixed(2)}% of kernel time)` : 'no time of its own');
   if (d.source.length) time.append(h('br'), `made at: ${d.source.join(', ')}`);
   detail(`layer ${name}`, [
@@ -365,20 +372,20 @@ function showLayer(name){
     h('b', null, 'ops'), table(['op', 'inputs', 'output', 'passes'], d.ops.map(o => [o.op, o.inputs, o.output,
       o.history.join(' → ') || (o.eliminated ? 'eliminated by ' + o.eliminated : '')])),
     h('b', null, 'kernel call sites'), table(['site', 'role', 'median us', 'min', 'max', 'verdict'], sites.map(s =>
-      [link('site', s.label), s.roles.get(name) || 'serves', s.us.toFixed(1), s.min_us.toFixed(1), s.max_us.toFixed(1),
+      [siteLink(s), s.roles.get(name) || 'serves', s.us.toFixed(1), s.min_us.toFixed(1), s.max_us.toFixed(1),
        s.status + (s.reasons ? ': ' + s.reasons : '')])),
   ]);
   if (row) pick('layers', row);
   document.querySelectorAll('#roofline circle').forEach(c => c.classList.toggle('picked', c.dataset.layer === name));
 }
-function showSite(label){
-  const s = siteByLabel.get(label); if (!s) return;
-  document.querySelectorAll('.timeline rect').forEach(r => r.classList.toggle('picked', r.dataset.site === label));
-  detail(`call site ${label}`, [
+function showSite(id){
+  const s = data.sites[id]; if (!s) return;
+  document.querySelectorAll('.timeline rect').forEach(r => r.classList.toggle('picked', r.dataset.site === String(id)));
+  detail(`call site ${s.label}`, [
     h('p', null, `kernel ${s.kernel}: median ${s.us.toFixed(1)} us (min ${s.min_us.toFixed(1)}, max ${s.max_us.toFixed(1)})`,
       h('br'), `arguments: ${s.shapes}`, h('br'), `verification: ${s.status}${s.reasons ? ' — ' + s.reasons : ''}`,
       ...(s.work ? [h('br'), `work: ${s.work}`] : [])),
-    h('b', null, 'what it runs'), table(['layer', 'role'], Array.from(s.roles, ([layer, role]) => [link('layer', layer), role])),
+    h('b', null, 'what it runs'), table(['layer', 'role'], Array.from(s.roles, ([layer, role]) => [layerLink(layer), role])),
   ]);
 }
 const kernelByName = new Map(data.kernels.map(k => [k.name, k]));
@@ -390,9 +397,9 @@ function showKernel(name){
     h('p', null, `${k.us.toFixed(1)} us in ${k.count} call(s), ${k.percent.toFixed(2)}% of kernel time (min ${k.min_us.toFixed(1)}, max ${k.max_us.toFixed(1)}); ${k.device}`,
       h('br'), `arguments: ${k.shapes}`, h('br'), `verification: ${k.status}`),
     h('b', null, 'call sites'), table(['site', 'median us', 'layers'], sites.map(s =>
-      [link('site', s.label), s.us.toFixed(1), h('span', null, ...s.layers.flatMap((l, i) => [i ? ', ' : '', link('layer', l)]))])),
+      [siteLink(s), s.us.toFixed(1), h('span', null, ...s.layers.flatMap((l, i) => [i ? ', ' : '', layerLink(l)]))])),
     h('b', null, 'layers it runs'), table(['layer', 'ms'], k.layers.map(l => { const r = data.layers.find(x => x.layer === l);
-      return [link('layer', l), r ? r.ms.toFixed(3) : 'fused: billed to another layer']; })),
+      return [layerLink(l), r ? r.ms.toFixed(3) : 'fused: billed to another layer']; })),
   ]);
 }
 /** An op type's pane: its time and count, the layers whose ops are of it. */
@@ -401,7 +408,7 @@ function showOpType(op){
   detail(`op type ${op}`, [
     h('p', null, `${t.ms.toFixed(3)} ms (${t.percent.toFixed(2)}% of kernel time), ${t.count} op(s) in ${t.layers} layer(s)`),
     h('b', null, 'layers'), table(['layer', 'layer ms'], t.layer_list.map(l => { const r = data.layers.find(x => x.layer === l);
-      return [link('layer', l), r ? r.ms.toFixed(3) : 'fused: billed to another layer']; })),
+      return [layerLink(l), r ? r.ms.toFixed(3) : 'fused: billed to another layer']; })),
   ]);
 }
 // ---- the layer graph: grouped by module depth, laid out by dagre, pan and zoom ----
@@ -474,7 +481,7 @@ function markLayers(layers){
 }
 function findInGraph(q){
   let count = 0, first = null;
-  const matches = l => l.toLowerCase().includes(q) || (layerSites.get(l) || []).some(x => x.toLowerCase().includes(q));
+  const matches = l => l.toLowerCase().includes(q) || (layerSites.get(l) || []).some(id => data.sites[id].label.toLowerCase().includes(q));
   graph.nodes.forEach((n, key) => { const hit = !!q && n.group.layers.some(matches);
     n.el.classList.toggle('found', hit); if (hit) { count++; first = first || key; } });
   document.getElementById('found').textContent = q ? `${count} node(s) in the graph match` : '';
