@@ -16,7 +16,7 @@ from .model.provenance import Provenance
 from .model.run_spec import RunSpec
 from .model.schema import json_schema
 from .profiling.manifest import Manifest
-from .profiling.runner import BUNDLE_SCHEMA
+from .profiling.runner.files import BUNDLE_SCHEMA
 from .render.page import PageData
 
 

@@ -216,6 +216,14 @@ def test_a_tampered_bundle_is_refused_before_anything_of_it_is_loaded(tiny, tmp_
     def entry_missing(copy, m):
         del m["entry"]
 
+    def runner_changed(copy, m):  # the package run.py imports: checked before it is imported
+        (copy / "runner" / "timing.py").write_text(
+            (copy / "runner" / "timing.py").read_text() + "\nraise SystemExit(3)\n"
+        )
+
+    def runner_file_added(copy, m):
+        (copy / "runner" / "sitecustomize.py").write_text("raise SystemExit(3)\n")
+
     said = {
         library_out_of_the_bundle: "a bundle's files are relative paths inside it",
         library_not_sealed: "not among its sealed files",
@@ -223,6 +231,8 @@ def test_a_tampered_bundle_is_refused_before_anything_of_it_is_loaded(tiny, tmp_
         library_cut_short: "(a copy cut short?)",
         input_linked_out: "leads out of the bundle",
         entry_missing: "bundle.json's 'entry' is missing or no str",
+        runner_changed: "runner/timing.py is not the file bundled (its sha256 differs)",
+        runner_file_added: "runner/sitecustomize.py is not the runner bundled",
     }
     for change, words in said.items():
         done = _tampered(bundle, tmp_path / change.__name__, change)
@@ -335,7 +345,7 @@ def test_report_refuses_a_bundle_whose_files_contradict_each_other(tiny, tmp_pat
 def test_nvtx_without_the_library_is_one_note(tiny, tmp_path):
     bundle, _ = tiny
     done = run_py(bundle, "--nvtx", "--repeat", "1", "--out", tmp_path / "p.json")
-    from relaytrace.profiling.runner import Nvtx
+    from relaytrace.profiling.runner.gpu import Nvtx
 
     if Nvtx.find({}) is None:
         assert "--nvtx: no libnvToolsExt found" in done.stderr

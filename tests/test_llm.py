@@ -209,7 +209,7 @@ def test_serving_options_without_meaning_or_past_the_caches_count_are_refused(bu
     from relaytrace.commands.options import Served
     from relaytrace.commands.shared import serving
     from relaytrace.model.codec import encode
-    from relaytrace.profiling import runner
+    from relaytrace.profiling.runner import kvcache
     from relaytrace.profiling.serve import served_spec
 
     _, lineage = built
@@ -220,22 +220,22 @@ def test_serving_options_without_meaning_or_past_the_caches_count_are_refused(bu
     with pytest.raises(UsageError, match=r"needs 2147483\d+ token slots, more than the runtime counts"):
         served_spec(lineage, "decode", Serving(context=2**31))
     spec = encode(served_spec(lineage, "decode", Serving(context=24)))  # as a bundle's run.py reads it
-    assert runner.serving_problem(spec) is None
-    assert "page_size is 0: a whole number at least 1" in runner.serving_problem({**spec, "page_size": 0})
-    assert "context is -1" in runner.serving_problem({**spec, "context": -1})
+    assert kvcache.serving_problem(spec) is None
+    assert "page_size is 0: a whole number at least 1" in kvcache.serving_problem({**spec, "page_size": 0})
+    assert "context is -1" in kvcache.serving_problem({**spec, "context": -1})
 
 
 def test_a_cache_beyond_the_machines_memory_is_refused_in_its_bytes_before_it_is_made(built):
     """Issue 54: a context whose cache the machine cannot hold ran past 100 s, said
     nothing, then failed in the runtime; it is refused with its bytes, before the cache
     is made. The bytes a token slot holds are the page tensors' the runtime allocates."""
-    from relaytrace.profiling import runner
+    from relaytrace.profiling.runner import kvcache
     from relaytrace.profiling.serve import kv_bytes_per_token
 
     executable, lineage = built
     each = kv_bytes_per_token(lineage, "decode")
     assert each == BLOCKS * 2 * KV_HEADS * HEAD_DIM * 4  # keys and values, float32, of every layer
-    context = runner.machine_memory() // each + 1000
+    context = kvcache.machine_memory() // each + 1000
     with pytest.raises(UsageError, match=r"token slots of \d+ bytes of keys and values each, .* GiB, more than the"):
         relaytrace.profile(executable, lineage, [], entry="decode", serving=Serving(context=context), repeat=1)
     said = []

@@ -83,11 +83,11 @@ def test_a_layer_with_no_relative_error_or_cosine_is_shown_as_such():
     the report's pane said so with a TypeError."""
     import attrs
 
-    from relaytrace.render.html import _errors
+    from relaytrace.render.page import _errors
 
     comparison = _comparison()
     comparison = attrs.evolve(comparison, layers=(attrs.evolve(comparison.layers[0], max_rel=None, cosine=None),))
-    assert "max abs error 0.1, max rel n/a, cosine n/a" in _errors(comparison)["conv1"]["text"]
+    assert "max abs error 0.1, max rel n/a, cosine n/a" in dict(_errors(comparison))["conv1"].text
 
 
 # 3. data-flow edges naming origins the lineage does not have

@@ -71,12 +71,13 @@ def run(args) -> int:
 def _sealed_manifest(source: Path) -> Manifest:
     """The bundle's ``bundle.json`` read checked (``manifest.read_manifest``), once the
     lineage and the code beside it (when there is one) are shown to be the files it
-    sealed (``runner.check_files``: a lineage or a code.json of another build put in the
+    sealed (``runner.files.check_files``: a lineage or a code.json of another build put in the
     bundle is refused); a one-line error otherwise."""
     from ..model.codec import encode
     from ..profiling.bundle import MANIFEST
     from ..profiling.manifest import read_manifest
-    from ..profiling.runner import BundleError, check_files
+    from ..profiling.runner.errors import BundleError
+    from ..profiling.runner.files import check_files
 
     manifest = read_manifest(source / MANIFEST)
     if not manifest.files:

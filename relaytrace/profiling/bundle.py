@@ -10,8 +10,9 @@ runtime libraries copied from the installed wheel (``lib/libtvm_runtime.so``, an
 ``lib/libtvm_runtime_cuda.so`` for a CUDA build), ``bundle.json`` (what the runner
 needs: the entry, its inputs, the kernels and their call counts to check the library
 against, each site's layers for NVTX ranges, a template of ``profile.json`` and how
-the build was made) and ``run.py``: ``profiling/runner.py`` itself, relaytrace's own
-timing, which needs only ``tvm_ffi`` and numpy. ``python DIR/run.py`` writes
+the build was made), ``runner/`` (the package ``profiling/runner``, relaytrace's own
+timing, which needs only ``tvm_ffi`` and numpy) and ``run.py`` (its ``run.py``, which runs
+it). ``python DIR/run.py`` writes
 ``DIR/profile.json``; ``relaytrace report DIR`` reads it back with the lineage.
 """
 
@@ -35,6 +36,7 @@ from ..model.profile import Mode
 from ..model.run_spec import RunSpec
 from . import peaks, runner
 from .manifest import Manifest, PeakKernels, SavedInput, Seal
+from .runner import files as runner_files
 from .serve import Serving, served_spec, takes_cache
 
 LIBRARY = "model.so"
@@ -106,7 +108,7 @@ def write_bundle(  # noqa: PLR0913 - public API: keyword options, checked and th
         params = _save_inputs(staging, lineage, entry, arrays)
         template = _profile(lineage, entry, arrays, Runs(Mode.TIMELINE, 1), Measured([], {}, [], ""))
         manifest = Manifest(
-            schema=runner.BUNDLE_SCHEMA,
+            schema=runner_files.BUNDLE_SCHEMA,
             library=LIBRARY,
             runtime=tuple(runtime),
             device=device,
@@ -123,7 +125,11 @@ def write_bundle(  # noqa: PLR0913 - public API: keyword options, checked and th
             peaks=decode(PeakKernels, {"library": PEAKS, **peak_kernels}, "the peak kernels"),
             serve=served,
         )
-        shutil.copyfile(runner.__file__, staging / RUNNER)
+        package = Path(runner.__file__).parent
+        (staging / "runner").mkdir()
+        for source in sorted(package.glob("*.py")):
+            shutil.copyfile(source, staging / "runner" / source.name)
+        shutil.copyfile(package / "run.py", staging / RUNNER)
         manifest = attrs.evolve(manifest, files=_seals(staging))
         (staging / MANIFEST).write_text(json.dumps(encode(manifest), indent=1))
         os.chmod(staging, 0o755)
@@ -136,9 +142,9 @@ def write_bundle(  # noqa: PLR0913 - public API: keyword options, checked and th
 def _seals(root: Path) -> dict[str, Seal]:
     """Each file under ``root`` (``run.py`` and the rest; ``bundle.json`` is written
     after): ``{relative path: {bytes, sha256}}``, which ``run.py`` checks before it
-    loads anything (``runner.check_seal``)."""
+    loads anything (``runner.files.check_seal``)."""
     return {
-        path.relative_to(root).as_posix(): Seal(path.stat().st_size, runner.file_sha256(path))
+        path.relative_to(root).as_posix(): Seal(path.stat().st_size, runner_files.file_sha256(path))
         for path in sorted(root.rglob("*"))
         if path.is_file()
     }

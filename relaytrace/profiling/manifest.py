@@ -5,7 +5,7 @@ standard library alone where only TVM's runtime is installed.
 ``Manifest`` is what ``bundle.write_bundle`` writes and ``relaytrace report`` reads
 back checked (``read_manifest``: every field of its type, a ``FileFormatError``
 naming the field otherwise); ``ServeSpec`` is how an entry that takes a KV cache is
-served (``serve.served_spec``), in the manifest and given to ``runner.Server`` as its
+served (``serve.served_spec``), in the manifest and given to ``runner.kvcache.Server`` as its
 JSON. docs/schemas/bundle.schema.json is made from these records.
 """
 
@@ -21,7 +21,7 @@ from ..model.entry import ParamKind
 from ..model.jsonio import read_json
 from ..model.profile import Profile
 from ..model.run_spec import RunSpec
-from . import runner
+from .runner.files import BUNDLE_SCHEMA
 
 Shape = tuple[int | str, ...]  # a dim by its value, or a symbolic one by its name
 
@@ -149,8 +149,8 @@ def read_manifest(path) -> Manifest:
     """The manifest at ``path``, every field checked; one of another runner's schema is
     refused saying to bundle again."""
     data = read_json(path, "bundle")
-    if not isinstance(data, dict) or data.get("schema") != runner.BUNDLE_SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") != BUNDLE_SCHEMA:
         raise FileFormatError(
-            f"{path} is not a relaytrace bundle of this runner ({runner.BUNDLE_SCHEMA}): bundle the model again"
+            f"{path} is not a relaytrace bundle of this runner ({BUNDLE_SCHEMA}): bundle the model again"
         )
     return decode(Manifest, data, str(path))

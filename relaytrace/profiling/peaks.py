@@ -19,7 +19,7 @@ Measured once per (target, CPU) and cached in ``$XDG_CACHE_HOME/relaytrace/peaks
 A device measured elsewhere (over RPC, or by a bundle's runner where no compiler is)
 runs ``fixed_kernels``: the same kernels at a fixed size, and for an NVIDIA GPU their
 GPU form (each thread's chains in registers, a full wave of threads; float16 as half2);
-``runner.peak_rates`` turns their best times into the peaks.
+``runner.rates.peak_rates`` turns their best times into the peaks.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from ..errors import FileFormatError, RelaytraceError
 from ..model.codec import encode
 from ..model.jsonio import make_record, write_atomic
 from ..model.peaks import MEASURED, Peaks, problem
-from .runner import peak_rates
+from .runner.rates import peak_rates
 
 CHUNKS, ACCUMULATORS = 64, 8
 LANE_WIDTHS = (4, 8, 16)  # the widest that keeps 8 chains in the target's registers is the peak (SSE: 4)
@@ -177,7 +177,7 @@ def fixed_kernels(kind: str) -> tuple[PeakKernel, ...]:
 
 
 def _spec(kernel: PeakKernel) -> dict:
-    """A peak kernel as JSON: what ``runner.peak_rates`` and a bundle's manifest read."""
+    """A peak kernel as JSON: what ``runner.rates.peak_rates`` and a bundle's manifest read."""
     return {
         "name": kernel.name,
         "dtype": kernel.dtype,
@@ -329,7 +329,7 @@ def _measure_there(target_text: str, device, say) -> Peaks:
 
 def peak_library(target_text: str):
     """``fixed_kernels`` built for ``target_text`` (llvm or cuda) in one runtime module,
-    to export beside a bundle, and what its kernels are (``runner.measure_peaks`` times
+    to export beside a bundle, and what its kernels are (``runner.rates.measure_peaks`` times
     them there)."""
     target = tvm.target.Target(target_text)
     kind = "cuda" if target.kind.name == "cuda" else "llvm"

@@ -3,7 +3,7 @@
 An entry that takes a KV cache (``prefill``, ``decode``, as MLC-LLM writes them) cannot
 run on arrays alone: the cache is made by another entry (``create_paged_kv_cache``), a
 sequence is added to it, and each step is framed by ``begin_forward`` / ``end_forward``.
-``runner.Server`` does that with TVM's runtime builtins alone (a bundle's run.py serves
+``runner.kvcache.Server`` does that with TVM's runtime builtins alone (a bundle's run.py serves
 the same way), and makes the cache with each of its kernels (the PrimFuncs handed to
 the create builtin) wrapped in a timer, so that a timeline profile sees the attention
 kernels that run inside the builtin ``attention_with_fused_qkv``: the VM's instrument
@@ -28,8 +28,8 @@ from ..model.entry import (
     step_tokens,
 )
 from ..model.work import itemsize
-from . import runner
 from .manifest import CacheSpec, PrefillSpec, ServedParam, ServeSpec
+from .runner import kvcache
 
 
 @define(frozen=True)
@@ -50,7 +50,7 @@ class Serving:
     page_size: int = 16
     sequences: int = 1
     bind: dict[str, int] = field(factory=dict)
-    fill_chunk: int = runner.FILL_CHUNK
+    fill_chunk: int = kvcache.FILL_CHUNK
 
 
 def takes_cache(lineage, entry: str) -> bool:
@@ -59,7 +59,7 @@ def takes_cache(lineage, entry: str) -> bool:
 
 
 def served_spec(lineage, entry: str, serving: Serving) -> ServeSpec:
-    """What ``runner.Server`` needs to serve ``entry`` of the lineage's build (its JSON
+    """What ``runner.kvcache.Server`` needs to serve ``entry`` of the lineage's build (its JSON
     is what a bundle's manifest carries and the runner reads): the entry's and the prefill's parameters, the
     cache's create entry, builtin and kernels, and the step's tokens and context. A
     build without a create entry, an entry taking a shape or scalar, or a context with
@@ -107,20 +107,20 @@ def served_spec(lineage, entry: str, serving: Serving) -> ServeSpec:
             _params(lineage.build.params[prefill]),
             tuple(
                 (n, step_dims(prefill, lineage.build.params[prefill], n, 1, model_sizes, declared)[0])
-                for n in runner.fill_chunks(serving.context, serving.fill_chunk)
+                for n in kvcache.fill_chunks(serving.context, serving.fill_chunk)
             ),
         )
         if prefill
         else None,
     )
-    problem = runner.serving_problem(encode(spec))
+    problem = kvcache.serving_problem(encode(spec))
     if problem:
         raise UsageError(problem)
     return spec
 
 
 def Server(vm, device, spec: ServeSpec, timed: bool = True, say=None):  # noqa: N802
-    """``runner.Server`` of ``spec`` (``served_spec``) on relaytrace's ``vm`` (a
+    """``runner.kvcache.Server`` of ``spec`` (``served_spec``) on relaytrace's ``vm`` (a
     ``relax.VirtualMachine`` on ``device``); on a CPU, a cache beyond this machine's
     memory is refused before it is made. Not ``timed``: the cache the create entry made
     itself (``benchmarks/served_overhead.py``). The cache that cannot be made is a
@@ -130,13 +130,13 @@ def Server(vm, device, spec: ServeSpec, timed: bool = True, say=None):  # noqa: 
 
     cpu = device.dlpack_device_type() == 1  # kDLCPU
     given = encode(spec)  # the runner reads the spec as a bundle's run.py does: its JSON
-    problem = runner.serving_problem(given, runner.machine_memory() if cpu else None)
+    problem = kvcache.serving_problem(given, kvcache.machine_memory() if cpu else None)
     if problem:
         raise UsageError(problem)
     sync = (lambda: None) if cpu else device.sync
     try:
-        host = runner.Host(vm, vm.set_instrument, tvm_ffi, lambda a: tvm.runtime.tensor(a, device), sync)
-        return runner.Server(host, given, timed=timed, say=say)
+        host = kvcache.Host(vm, vm.set_instrument, tvm_ffi, lambda a: tvm.runtime.tensor(a, device), sync)
+        return kvcache.Server(host, given, timed=timed, say=say)
     except Exception as exc:
         raise RelaytraceError(
             f"{spec.entry} could not be served through the KV cache {spec.cache.entry} makes: {describe(exc)}"
@@ -164,7 +164,7 @@ def kv_bytes_per_token(lineage, entry: str) -> int:
 
 
 def _params(params) -> tuple[ServedParam, ...]:
-    """An entry's parameters as ``runner.Server`` takes them; a shape or scalar
+    """An entry's parameters as ``runner.kvcache.Server`` takes them; a shape or scalar
     parameter is a UsageError (relaytrace serves tensors, tuples of them and a cache)."""
     out = []
     for p in params:

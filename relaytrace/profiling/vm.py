@@ -27,7 +27,7 @@ from ..model.lineage import Lineage
 from ..model.profile import FROM_IR, LOCAL_RUN, ArgInfo, CallKind, CallRecord, Mode, Profile
 from ..model.shapes import bind
 from ..model.sitekey import SiteKey
-from . import runner
+from .runner import timing
 from .serve import Server, Serving, served_spec, takes_cache
 
 
@@ -201,16 +201,18 @@ def _local_runs(at: Local, call, runs: Runs, compiled=None, server=None):
     runs.say("capturing argument shapes")
     arg_info, captured = _capture(at.vm, call, at.lineage, skip, copy=(runs.mode == Mode.ISOLATED))
     _check_names(at.lineage, arg_info)
-    for _ in range(max(runs.warmup - 1, 0)):
-        call()
-    if runs.mode == Mode.TIMELINE:
-        sites = _sites(at.lineage, skip, server)
-        records = []
-        for run in range(runs.repeat):
-            runs.say(f"timeline run {run + 1}/{runs.repeat}")
-            records.extend(_timeline_run(at, call, run, sites, server))
-    else:
-        records = _isolated(at.device, captured, runs, compiled)
+    plan = timing.Plan(
+        call,
+        at.vm.set_instrument,
+        _sites(at.lineage, skip, server),
+        timing.Stamping(at.device.sync),
+        runs.mode.value,
+        runs.repeat,
+        runs.warmup,
+        server,
+    )
+    timer_of = _timer_of(at.device, runs, compiled) if runs.mode == Mode.ISOLATED else None
+    records = _records(timing.timed_rows(plan, captured, timer_of, runs.say))
     runs.say("end-to-end timing")
     return records, arg_info
 
@@ -459,13 +461,13 @@ def _kernel_library(executable, lineage: Lineage):
 
 def _capture(vm, call, lineage, skip: frozenset, copy: bool):
     """One run (``call()``) of the lineage's entry that notes every call's argument
-    shapes (and copies kernel arguments for isolated timing): ``runner.capture`` on the
+    shapes (and copies kernel arguments for isolated timing): ``timing.capture`` on the
     VM, its sites keyed by ``SiteKey``; calls of ``skip`` (Relax subfunctions) are no
     sites."""
     entry = lineage.entry()
     copier = (lambda a: tvm.runtime.tensor(a.numpy(), a.device)) if copy else None
     try:
-        noted, captured = runner.capture(vm.set_instrument, call, skip, lineage.kernels, copier)
+        noted, captured = timing.capture(vm.set_instrument, call, skip, lineage.kernels, copier)
     except Exception as exc:  # the VM's own checks (a match_cast the inputs break)
         raise RelaytraceError(f"the model failed to run on these inputs: {describe(exc)}") from exc
     return {SiteKey(entry, name, k): ArgInfo(*found) for (name, k), found in noted.items()}, captured
@@ -475,24 +477,17 @@ def _check_names(lineage: Lineage, info: dict[SiteKey, ArgInfo]) -> None:
     """The kernels and library calls that ran must be the lineage's, call for call; a
     VM builtin, or an external call the lineage lists among its builtins (it computes
     no model op), may run as it likes."""
-    ran = runner.ran_counts(((s.kernel, s.call) for s in info), {b.name for b in lineage.builtins})
+    ran = timing.ran_counts(((s.kernel, s.call) for s in info), {b.name for b in lineage.builtins})
     problems = lineage.call_count_mismatches(ran)
     if problems:
         raise RelaytraceError("the lineage does not match this executable: " + "; ".join(problems[:8]))
 
 
-def _sites(lineage: Lineage, skip: frozenset, server) -> runner.Sites:
+def _sites(lineage: Lineage, skip: frozenset, server) -> timing.Sites:
     """The calls a timeline run of the lineage's entry records: its kernels, not the
     Relax subfunctions in ``skip``; a ``server``'s KV-cache kernels as records of their own."""
     cache = frozenset(lineage.build.kv_cache.kernels) if server is not None and lineage.build.kv_cache else frozenset()
-    return runner.Sites(frozenset(lineage.kernels), skip, cache)
-
-
-def _timeline_run(at: Local, call, run: int, sites: runner.Sites, server=None) -> list[CallRecord]:
-    """One timeline run (``runner.timeline_run``) of ``sites`` as records."""
-    return _records(
-        runner.timeline_run(at.vm.set_instrument, call, run, sites, runner.Stamping(at.device.sync), server)
-    )
+    return timing.Sites(frozenset(lineage.kernels), skip, cache)
 
 
 def _records(rows) -> list[CallRecord]:
@@ -503,8 +498,8 @@ def _records(rows) -> list[CallRecord]:
     ]
 
 
-def _isolated(device, captured, runs: Runs, compiled) -> list[CallRecord]:
-    """Each captured site timed alone (``runner.isolated``) with ``compiled``, the kernel
+def _timer_of(device, runs: Runs, compiled):
+    """How isolated mode times a site alone, by its name, with ``compiled``, the kernel
     library and the library calls' functions (name -> function): a kernel by
     ``time_evaluator`` on its compiled module, a library call by the clock around
     ``runs.number`` calls of it."""
@@ -512,11 +507,11 @@ def _isolated(device, captured, runs: Runs, compiled) -> list[CallRecord]:
 
     def timer_of(name):
         if name in externals:
-            return runner.clocked(externals[name], device.sync, runs.repeat, runs.number)
+            return timing.clocked(externals[name], device.sync, runs.repeat, runs.number)
         timer = library.time_evaluator(name, device, number=runs.number, repeat=runs.repeat)
         return lambda *tensors: timer(*tensors).results
 
-    return _site_records(runner.isolated(captured, timer_of, runs.say), runs.repeat)
+    return timer_of
 
 
 def _external(executable, name: str):
@@ -530,5 +525,5 @@ def _external(executable, name: str):
 
 def _site_records(timings, repeat: int) -> list[CallRecord]:
     """Records of sites timed alone (``(kernel, call, seconds per run)``), laid end to
-    end in each run (``runner.site_rows``)."""
-    return _records(runner.site_rows(timings, repeat))
+    end in each run (``timing.site_rows``)."""
+    return _records(timing.site_rows(timings, repeat))

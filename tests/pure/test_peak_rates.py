@@ -1,7 +1,7 @@
 """The peaks a bundle's run.py measures, from its peak kernels' best times
-(``profiling.runner``: pure, no TVM)."""
+(``profiling.runner.rates``: pure, no TVM)."""
 
-from relaytrace.profiling.runner import MAX_GBPS, implausible, peak_rates
+from relaytrace.profiling.runner.rates import MAX_GBPS, implausible, peak_rates
 
 KERNELS = [
     {"name": "fma", "dtype": "float32", "flops": 2e9, "bytes": 0},
