@@ -8,6 +8,7 @@ Modules:
 - ``diff``: two profiles of one model, or one profile against external timings, layer by
   layer
 - ``estimate``: an estimate for a build that cannot run here
+- ``inside``: each op of each fused kernel as measured inside, beside the modelled split
 - ``layer_outputs``: where each layer's output can be read in a run of the compiled
   model
 - ``memory``: how much memory a compiled entry needs, and which layers hold it at the

@@ -240,11 +240,41 @@ def _by_work(lineage: Lineage, site, us: float, profile: Profile) -> list[Share]
     shapes (``work_split``), by estimated FLOPs at the call's dims where that cannot be
     weighed; an inserted
     op's part split evenly over the layers it serves."""
+    return _weighed(lineage, site, us, work_weights_of(lineage, site, profile))
+
+
+def work_weights_of(lineage: Lineage, site, profile: Profile) -> list[tuple[Any, float]]:
+    """Each of the site's origins with its weight by work, as ``--policy split`` weighs
+    them: its member's roofline bound at the call's shapes, else its estimated FLOPs."""
     origins = [lineage.origins[r.origin] for r in site.roles]
     arg = profile.arg(site.key)
     by_work = work_weights(lineage, site, origins, arg, profile.peaks) if len(origins) > 1 else None
     dims = call_dims(lineage, site, arg)
-    weights = list(zip(origins, by_work)) if by_work else [(o, estimated_flops(o, dims)) for o in origins]
+    return list(zip(origins, by_work)) if by_work else [(o, estimated_flops(o, dims)) for o in origins]
+
+
+def _by_measure(lineage: Lineage, site, us: float, profile: Profile) -> list[Share]:
+    """The time cut over the kernel's ops by what an instrumented copy measured inside
+    it (``Profile.inside``): each part's measured share to the ops its blocks compute,
+    shared by their weights by work where one part runs several; a part of no op's
+    blocks is left out of the shares. A site not timed inside: as ``_by_work``."""
+    inside = profile.inside_of(site.key)
+    work = work_weights_of(lineage, site, profile)
+    if inside is None or not any(p.origins for p in inside.parts):
+        return _weighed(lineage, site, us, work)
+    by_work = {o.id: w for o, w in work}
+    measured = dict.fromkeys(by_work, 0.0)
+    for op in inside.ops:
+        mine = [o for o in op.origins if o in by_work]
+        total = sum(by_work[o] for o in mine)
+        for o in mine:
+            measured[o] += op.median_us * (by_work[o] / total if total else 1 / len(mine))
+    return _weighed(lineage, site, us, [(o, measured[o.id]) for o, _ in work])
+
+
+def _weighed(lineage: Lineage, site, us: float, weights) -> list[Share]:
+    """The site's time cut over its origins by ``weights`` (``(origin, weight)``); an
+    inserted op's part split evenly over the layers it serves."""
     total = sum(w for _, w in weights) or 1.0
     result = []
     for origin, weight in weights:
@@ -276,6 +306,11 @@ POLICIES: dict[PolicyName, Policy] = {
     for p in (
         Policy(PolicyName.ANCHOR, "a fused kernel's time to its anchor op's layer", _by_anchor),
         Policy(PolicyName.SPLIT, "a fused kernel's time over its ops by their members' roofline bounds", _by_work),
+        Policy(
+            PolicyName.MEASURED,
+            "a fused kernel's time over its ops as measured inside it (profile --inside; else as split)",
+            _by_measure,
+        ),
     )
 }
 

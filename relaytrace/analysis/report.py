@@ -15,6 +15,7 @@ from ..model.profile import KERNEL, Profile
 from ..model.run_spec import PolicyName
 from . import attribution
 from .advice import Finding, advise
+from .inside import InsideRow, inside_rows
 from .memory import Memory, profiled_memory
 from .precision import Precision, precision
 from .roofline import Roofline, roofline
@@ -40,6 +41,7 @@ class Report:
     precision: Precision  # dtypes per site and layer, casts and their time, layers left in float32 and why
     memory: Memory | None = None  # the entry's memory plan at the dims it ran with (None: the lineage has none)
     advice: tuple[Finding, ...] = ()  # what to change, each with its evidence and estimated saving (``advice``)
+    inside: tuple[InsideRow, ...] = ()  # each fused kernel's parts as timed inside (profile --inside) and as modelled
 
     def modules(self, depth: int) -> tuple[tuple[str, float, float], ...]:
         """(module prefix, time, percent) at a module depth (``layer3`` at depth 1)."""
@@ -73,5 +75,6 @@ def make_report(lineage: Lineage, profile: Profile, policy: PolicyName | str = P
         roofline=roofline(lineage, profile, parts, policy),
         precision=precision(lineage, parts, site_us),
         memory=profiled_memory(build_lineage, profile),
+        inside=inside_rows(lineage, profile),
     )
     return attrs.evolve(report, advice=advise(report))

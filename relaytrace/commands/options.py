@@ -37,10 +37,12 @@ class Served:
 class Timing:
     """How a built model is profiled: its ``entry`` (None: main, or the only one), the
     ``mode`` (None: the default where it runs), ``repeat`` runs, the device's ``peaks``
-    (None: measured where it runs) and how a KV-cache entry is ``served``."""
+    (None: measured where it runs), how a KV-cache entry is ``served``, and whether
+    each fused kernel is timed ``inside`` too (``profiling.inside``)."""
 
     entry: str | None = None
     mode: Mode | None = None
     repeat: int = 3
     peaks: Peaks | None = None
     served: Served = Served()
+    inside: bool = False

@@ -12,7 +12,7 @@ import attrs
 from ..errors import RelaytraceError, UsageError, describe
 from ..jobs import echo
 from ..model.profile import Mode
-from ..model.run_spec import Layout, Precision, RunSpec
+from ..model.run_spec import Layout, PolicyName, Precision, RunSpec
 from ..profiling.remote import LONGEST_WAIT_S
 from ..render.safe_text import terminal
 from .options import Served, Timing
@@ -29,7 +29,7 @@ def timing(args) -> Timing:
     """The profiling options of a command that takes them all (``add_build_options``),
     checked: the peaks given (``given_peaks``)."""
     mode = Mode(args.mode) if args.mode else None
-    return Timing(args.entry, mode, args.repeat, given_peaks(args), Served.from_args(args))
+    return Timing(args.entry, mode, args.repeat, given_peaks(args), Served.from_args(args), args.inside)
 
 
 def build_traced(model, run: RunSpec, say, remote=None, elsewhere: bool = False, name: str | None = None):
@@ -189,7 +189,14 @@ def summary(report, top: int = 10) -> str:
     so that no command writes its outputs and then fails."""
     from ..model.profile import ESTIMATE
     from ..render.memory import memory_line
-    from ..render.table import category_table, coverage_summary, layer_table, precision_summary, roofline_summary
+    from ..render.table import (
+        category_table,
+        coverage_summary,
+        inside_summary,
+        layer_table,
+        precision_summary,
+        roofline_summary,
+    )
 
     lines = [f"{terminal(report.lineage.build.model)}: {report.profile.summary()}", *report.profile.warnings(), ""]
     if not report.lineage.call_sites:  # a forward that returns nothing compiles to nothing, and ran
@@ -202,6 +209,10 @@ def summary(report, top: int = 10) -> str:
     lines += [roofline_summary(report.roofline, top, estimate=report.profile.mode == ESTIMATE), ""]
     if report.precision.mixed:
         lines += [precision_summary(report.precision), ""]
+    if report.inside:
+        lines += [inside_summary(report.inside, top), ""]
+    elif report.policy == PolicyName.MEASURED:
+        lines += ["policy measured: no kernel was timed inside (profile --inside): each is billed as by split", ""]
     lines += [memory_line(report.memory), "", coverage_summary(report.lineage, report.coverage)]
     return "\n".join(lines)
 
@@ -234,6 +245,8 @@ def profile_into_out(
     remote = remote_device(args)
     options = timing(args)
     run = RunSpec.from_args(args, spec)
+    if options.inside:
+        _check_inside(run, remote)
     out = prepare_out_dir(args.out, args.force)
     say(f"importing {shown}")
     loaded = load(model, entry=args.entry, **load_options)
@@ -241,8 +254,13 @@ def profile_into_out(
     steps = served_steps(built[1].build.params) if args.entry is None and "main" not in built[1].build.entries else None
     prefill = None
     if steps is None:
-        report = make_report(built[1], profile_built(built, options, say, loaded.inputs), policy=args.policy)
+        profiled = profile_built(built, options, say, loaded.inputs)
+        if options.inside:
+            profiled = _timed_inside(profiled, loaded, built[1], run, options.repeat, say)
+        report = make_report(built[1], profiled, policy=args.policy)
         text = summary(report)
+    elif options.inside:
+        raise UsageError("--inside times one entry run on its inputs; an LLM served as prefill and decode: not yet")
     else:  # an LLM: its prompt's prefill, then a decode step after it, each served as an engine serves them
         prefill, report = (
             make_report(built[1], profile_built(built, step, say, ()), policy=args.policy)
@@ -252,6 +270,37 @@ def profile_into_out(
     write_outputs(out, report, run, collapse=collapse, overwrite=args.force, prefill=prefill)
     print_summary(text, out)
     return 0
+
+
+def _check_inside(run: RunSpec, remote) -> None:
+    """``--inside``'s refusals, before any work: an llvm build here, not tuned."""
+    from ..profiling.inside import check_target as inside_target
+
+    if remote is not None or run.db:
+        raise UsageError(
+            "--inside times an instrumented copy of the build on this machine, through the same pipeline: "
+            "not on a remote device, not with a tuning database (not yet)"
+        )
+    inside_target(run.target)
+
+
+def _timed_inside(profiled, loaded, lineage, run: RunSpec, repeat: int, say):
+    """``profiled`` with each fused kernel of its entry timed inside (``Profile.inside``)."""
+    import tvm
+
+    from ..build import NHWC, build_pipeline
+    from ..profiling.inside import measure_inside
+
+    pipeline = build_pipeline(
+        run.pipeline,
+        tvm.target.Target(run.target),
+        NHWC if run.layout == Layout.NHWC else None,
+        "float32" if run.precision == Precision.FP16 else None,
+        run.fold_batch_norm,
+        run.lift_params,
+    )
+    found = measure_inside(loaded.model.mod, pipeline, lineage.for_entry(profiled.entry), loaded.inputs, repeat, say)
+    return attrs.evolve(profiled, inside=found)
 
 
 def _served_steps(options: Timing, steps: tuple[str, str]) -> tuple[Timing, Timing]:
@@ -344,7 +393,7 @@ def add_build_options(p, profiling: bool = True) -> None:
     )
     p.add_argument("--entry", metavar="NAME", help="entry function to profile (default main, or the only one)")
     if not profiling:
-        p.set_defaults(rpc=None, tracker=None, key=None, cc=None, kernel_timeout=None, mode=None)
+        p.set_defaults(rpc=None, tracker=None, key=None, cc=None, kernel_timeout=None, mode=None, inside=False)
         return
     p.add_argument(
         "--mode",
@@ -367,6 +416,12 @@ def add_build_options(p, profiling: bool = True) -> None:
         help="seconds one call site may take on a remote device (default 120, at most a day)",
     )
     p.add_argument("--repeat", type=at_least(1), default=3, help="profiled runs (default 3)")
+    p.add_argument(
+        "--inside",
+        action="store_true",
+        help="also time each fused kernel's loop nests in an instrumented copy of the build (llvm on x86-64): "
+        "inside.csv, and --policy measured bills by it",
+    )
     add_serving_options(p)
     add_peak_options(p)
     add_policy_option(p)

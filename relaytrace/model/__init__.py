@@ -11,6 +11,7 @@ Modules:
 - ``codec``: records to JSON and back, driven by their annotations
 - ``entry``: an entry function as the VM runs it
 - ``frontend``: the frontend's own program, as evidence for the layers the lineage names
+- ``inside``: what an instrumented copy measured inside each fused kernel
 - ``journal``: the pass journal
 - ``jsonio``: files written atomically, and schema-checked JSON
 - ``layer_name``: a layer's name: the module path the user wrote, and which call of it

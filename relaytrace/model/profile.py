@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import statistics
 
 from attrs import define, field
 
 from ..errors import FileFormatError
 from .codec import Codec, codec_field, decode, encode
+from .inside import InsideSite
 from .jsonio import check, make_record, migrate, read_json, write_json
 from .names import Name
 from .peaks import Peaks, problem
 from .sitekey import SiteKey
 
-SCHEMA = "relaytrace.profile/3"  # /2 added peaks, /3 each argument's address; older files load without them
-# /2 added peaks, /3 each argument's address: an older file's data is the same under /3
+SCHEMA = "relaytrace.profile/4"  # /2 added peaks, /3 each argument's address, /4 the inside of kernels
+# each added a field an older file loads without: its data is the same under /4
 _MIGRATIONS = {
     "relaytrace.profile/1": lambda data, where: {**data, "schema": "relaytrace.profile/2"},
-    "relaytrace.profile/2": lambda data, where: {**data, "schema": SCHEMA},
+    "relaytrace.profile/2": lambda data, where: {**data, "schema": "relaytrace.profile/3"},
+    "relaytrace.profile/3": lambda data, where: {**data, "schema": SCHEMA},
 }
 
 
@@ -157,6 +160,7 @@ class Profile:
     kv_pages: tuple[tuple[tuple[int, ...], str], ...] = ()  # (shape, dtype) of each KV-cache page tensor it used
     sequences: int = 1  # a served step's sequences, each running ``step``'s tokens after its context
     bound: tuple[tuple[str, int, str], ...] = ()  # (dim, value, where from) of each dim the step's size did not give
+    inside: tuple[InsideSite, ...] = ()  # each fused kernel's parts timed by an instrumented copy (``--inside``)
     schema: str = SCHEMA
 
     @property
@@ -167,6 +171,14 @@ class Profile:
     def key(self, record: CallRecord) -> SiteKey:
         """The call site a record is a call of (the profile's entry, its name and call)."""
         return SiteKey(self.entry, record.name, record.call)
+
+    def inside_of(self, site: SiteKey) -> InsideSite | None:
+        """What the instrumented copy measured inside ``site``'s kernel, None if not timed inside."""
+        return self._inside.get(site) if site.entry == self.entry else None
+
+    @functools.cached_property
+    def _inside(self) -> dict[SiteKey, InsideSite]:
+        return {SiteKey(self.entry, s.kernel, s.call): s for s in self.inside}
 
     def arg(self, site: SiteKey) -> ArgInfo | None:
         """The shapes and dtypes ``site``'s arguments ran with, None if not recorded."""

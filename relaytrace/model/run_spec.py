@@ -43,6 +43,7 @@ class PolicyName(Name):
 
     ANCHOR = "anchor"
     SPLIT = "split"
+    MEASURED = "measured"
 
 
 def _shapes(value) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ def chrome_trace(report) -> dict:
     the anchor's layer and module path (``layer1`` / ``layer1.0`` / ``layer1.0.conv1``),
     origins with roles, source lines and argument shapes; a flow goes from every call of
     a site holding inserted ops to the next call, in the same run, of a site running an
-    op they serve."""
+    op they serve. A kernel call timed inside holds a slice per op (``_inside``)."""
     lineage, profile = report.lineage, report.profile
     sites = {s.key: s for s in lineage.call_sites}
     billed = {share.key: share.layer for share in report.shares if share.key not in sites}
@@ -70,6 +70,7 @@ def chrome_trace(report) -> dict:
             }
         )
     events.extend(_flows(lineage, profile, sites))
+    events.extend(_inside(report))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -81,6 +82,47 @@ def chrome_trace(report) -> dict:
             "policy": report.policy,
         },
     }
+
+
+def _inside(report) -> list[dict]:
+    """Each kernel call timed inside (``profile --inside``) as nested slices under its
+    own: one per op, in the order the kernel runs them, each the op's measured share of
+    the call's time (its time in the instrumented copy, scaled to this call); category
+    ``inside``."""
+    profile, out = report.profile, []
+    rows: dict[str, list] = {}
+    for row in report.inside:
+        rows.setdefault(row.site, []).append(row)
+    for r in profile.records:
+        if r.kind != KERNEL:
+            continue
+        found = rows.get(profile.key(r).label)
+        if not found:
+            continue
+        start, total = r.start_us, sum(x.us for x in found) or 1.0
+        for row in sorted(found, key=lambda x: x.parts):
+            dur = r.duration_us * row.us / total
+            out.append(
+                {
+                    "name": " ".join(row.ops) or "(no op)",
+                    "cat": "inside",
+                    "ph": "X",
+                    "ts": start,
+                    "dur": dur,
+                    "pid": r.run + 1,
+                    "tid": _LANES[KERNEL],
+                    "args": {
+                        "layers": list(row.layers),
+                        "blocks": list(row.blocks),
+                        "measured_us": row.us,
+                        "measured_percent": row.measured_percent,
+                        "modelled_percent": row.modelled_percent,
+                        "from": "an instrumented copy of the build (profile --inside), scaled to this call",
+                    },
+                }
+            )
+            start += dur
+    return out
 
 
 def _site_args(lineage, site) -> dict:

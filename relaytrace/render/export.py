@@ -182,6 +182,48 @@ def kernels_csv(report) -> str:
     )
 
 
+def inside_csv(report) -> str:
+    """``inside.csv`` of a ``Report`` profiled ``--inside``: one row per op of each fused
+    kernel's call site, its loop nests (``parts``) timed together
+    (``analysis.inside.InsideRow``), its measured time and share beside the share
+    ``--policy split`` models; every cell through ``safe_text.csv_cell``."""
+    return csv_text(
+        [
+            "site",
+            "kernel",
+            "parts",
+            "blocks",
+            "ops",
+            "layers",
+            "median_us",
+            "min_us",
+            "max_us",
+            "measured_percent",
+            "modelled_percent",
+            "differs",
+            "site_overhead_percent",
+        ],
+        [
+            [
+                r.site,
+                r.kernel,
+                " ".join(map(str, r.parts)),
+                " ".join(r.blocks),
+                " ".join(r.ops),
+                " ".join(r.layers),
+                f"{r.us:.3f}",
+                f"{r.min_us:.3f}",
+                f"{r.max_us:.3f}",
+                f"{r.measured_percent:.2f}",
+                f"{r.modelled_percent:.2f}",
+                "yes" if r.differs else "",
+                "" if r.overhead_percent is None else f"{r.overhead_percent:.2f}",
+            ]
+            for r in report.inside
+        ],
+    )
+
+
 def comparison_csv(comparison) -> str:
     """One row per layer of a ``Comparison``: the cells of the terminal table."""
     from .table import comparison_rows

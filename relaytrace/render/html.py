@@ -108,6 +108,7 @@ def html_report(report, comparison=None) -> str:
         ),
         problems=cov.problems,
         checks=bool(data.checks),
+        inside=bool(data.inside),
         code=data.code is not None,
         coverage=cov,
         eliminated=[

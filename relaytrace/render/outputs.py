@@ -146,6 +146,13 @@ def _steps_csv(run: ProfileRun, d: Path) -> None:
         _text(d, "steps.csv", steps_csv(run.prefill, run.report))
 
 
+def _inside_csv(run: ProfileRun, d: Path) -> None:
+    from . import export
+
+    if run.report.inside:
+        _text(d, "inside.csv", export.inside_csv(run.report))
+
+
 def _compare_csv(run: CompareRun, d: Path) -> None:
     from . import export
 
@@ -196,6 +203,11 @@ PROFILE: tuple[Output[ProfileRun], ...] = (
         ("steps.csv",),
         _steps_csv,
         "an LLM served with no entry named: each layer's time in the prefill and in the decode step",
+    ),
+    Output(
+        ("inside.csv",),
+        _inside_csv,
+        "profiled --inside: each fused kernel's loop nests timed, beside the split the model gives them",
     ),
     Output(
         ("memory.csv",),

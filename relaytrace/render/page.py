@@ -294,6 +294,24 @@ class PageCode:
 
 
 @frozen
+class PageInside:
+    """An op of a fused kernel's call site as timed inside (``profile --inside``): its
+    blocks, time, measured share beside the modelled one (``analysis.inside.InsideRow``)."""
+
+    key: str  # the row's key in its table: the site and its parts
+    site: str
+    ops: str
+    layers: str
+    blocks: str
+    us: float
+    min_us: float
+    max_us: float
+    measured_percent: float
+    modelled_percent: float
+    differs: str
+
+
+@frozen
 class PageData:
     """Everything the page's scripts read (``layer_sites``: layer -> the ids of the
     sites running or serving it; ``estimate``: its times are bounds, nothing was
@@ -317,6 +335,7 @@ class PageData:
     advice: tuple[PageAdvice, ...]
     errors: tuple[tuple[str, LayerError], ...] = ()
     code: PageCode | None = None
+    inside: tuple[PageInside, ...] = ()
 
 
 def page_data(report, comparison=None) -> PageData:
@@ -366,6 +385,22 @@ def page_data(report, comparison=None) -> PageData:
         ),
         errors=_errors(comparison),
         code=_code(report, by_label),
+        inside=tuple(
+            PageInside(
+                f"{r.site} {' '.join(map(str, r.parts))}",
+                r.site,
+                " ".join(r.ops),
+                " ".join(r.layers),
+                " ".join(r.blocks),
+                r.us,
+                r.min_us,
+                r.max_us,
+                r.measured_percent,
+                r.modelled_percent,
+                "yes" if r.differs else "",
+            )
+            for r in report.inside
+        ),
     )
 
 

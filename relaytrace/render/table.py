@@ -476,3 +476,46 @@ def precision_summary(precision, top: int = 5) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def inside_summary(rows, top: int = 10) -> str:
+    """What ``profile --inside`` measured inside the fused kernels (``analysis.inside``'s
+    rows): how many sites and ops, what the stamps cost, and the ``top`` ops whose
+    measured share differs from the modelled one beyond the scatter, the largest
+    difference first (or a line saying none does)."""
+    sites = {r.site: r.overhead_percent for r in rows}
+    costs = sorted(c for c in sites.values() if c is not None)
+    cost = (
+        f"; its calls took {costs[0]:+.1f}% to {costs[-1]:+.1f}% of the plain build's (the stamps' cost, within "
+        "the scatter between two builds' runs)"
+        if costs
+        else ""
+    )
+    lines = [
+        f"inside the fused kernels (timed by an instrumented copy, --inside): {len(rows)} ops at {len(sites)} "
+        f"call site(s){cost}"
+    ]
+    odd = sorted((r for r in rows if r.differs), key=lambda r: -abs(r.measured_percent - r.modelled_percent))
+    if not odd:
+        lines.append(
+            "the modelled split (--policy split) agrees with the measured one within the scatter on every part"
+        )
+        return "\n".join(lines)
+    lines.append(f"ops the modelled split misjudges ({len(odd)}; --policy measured bills by the measured share):")
+    lines.append(
+        format_table(
+            ["site", "ops", "layers", "measured %", "modelled %", "median us"],
+            [
+                [
+                    r.site,
+                    " ".join(r.ops),
+                    " ".join(r.layers),
+                    f"{r.measured_percent:.1f}",
+                    f"{r.modelled_percent:.1f}",
+                    f"{r.us:.1f}",
+                ]
+                for r in odd[:top]
+            ],
+        )
+    )
+    return "\n".join(lines)

@@ -70,6 +70,7 @@ build('kernels', [['Name','name'],['Duration (us, median)','us'],['min','min_us'
 if (data.checks.length) build('checks', [['call site','site'],['verdict','status'],['reasons','reasons']], data.checks, r => r.site);
 build('optypes', [['op type','op'],['time (ms)','ms'],['%','percent'],['count','count'],['layers','layers']], data.op_types, r => r.op);
 build('roof', [['layer','layer'],['time (ms)','ms'],['above bound (ms)','wasted_ms'],['efficiency (%)','efficiency'],['bound by','bound_by'],['GFLOP','gflop'],['useful GFLOP','useful_gflop'],['GFLOP/s','gflops_s'],['model GFLOP/s','model_gflops_s'],['GB/s','gbytes_s'],['FLOP/byte','intensity'],['executed beyond useful','excess']], data.roofline.layers, r => r.layer);
+if (data.inside.length) build('inside', [['call site','site'],['ops','ops'],['layers','layers'],['blocks','blocks'],['median us','us'],['min','min_us'],['max','max_us'],['measured %','measured_percent'],['modelled %','modelled_percent'],['differs','differs']], data.inside, r => r.key);
 build('categories', [['category','name'],['time (ms)','ms'],['% of end-to-end','percent']], data.categories, r => r.name);
 document.getElementById('search').oninput = e => search(e.target.value);
 

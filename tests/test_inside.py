@@ -1,0 +1,128 @@
+"""Inside a fused kernel (issue 56): ``profile --inside`` times each loop nest of each
+fused kernel in an instrumented copy of the build (``profiling.inside``), gives each
+op of each call site its measured time, and ``--policy measured`` bills by it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+import tvm
+from tvm.script import tirx as T
+
+from relaytrace.analysis.report import make_report
+from relaytrace.model.lineage import Lineage
+from relaytrace.model.origin import OP
+from relaytrace.model.profile import Profile
+from relaytrace.profiling.inside import Instrumented, cycles_per_us
+from tests.conftest import assert_holds_to_schema
+from tests.fuzz import run_cli
+
+REPEAT = 4
+
+
+@pytest.fixture(scope="module")
+def inside_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("inside") / "run"
+    code, _, err = run_cli(
+        [
+            "--quiet",
+            "profile",
+            "tests/fixtures/residual_block.py:make",
+            "--inside",
+            "--repeat",
+            str(REPEAT),
+            "--policy",
+            "measured",
+            "--out",
+            out,
+        ]
+    )
+    assert code == 0, err
+    return out
+
+
+def test_each_op_of_each_fused_kernel_is_timed_inside_and_measured_bills_by_it(inside_out):
+    lineage, profile = Lineage.load(inside_out / "lineage.json"), Profile.load(inside_out / "profile.json")
+    assert profile.inside, "profile.json holds what was measured inside, and reads back"
+    measured, split = make_report(lineage, profile, "measured"), make_report(lineage, profile, "split")
+    convs = [s for s in lineage.call_sites if any(lineage.origins[o].short_op == "conv2d" for o in s.origin_ids)]
+    assert len(convs) == 2
+    for site in convs:
+        rows = [r for r in measured.inside if r.site == site.label]
+        ops = {lineage.origins[o].short_op for o in site.origin_ids if lineage.origins[o].kind == OP}
+        assert {op for r in rows for op in r.ops} == ops  # every op of the kernel has its own measured time
+        conv = next(r for r in rows if r.ops == ("conv2d",))
+        assert "pad_temp" in conv.blocks and any(b.startswith("conv2d") for b in conv.blocks)  # its two nests, one op
+        assert all(len(inside.us) == REPEAT for inside in profile.inside_of(site.key).parts)
+        assert sum(r.measured_percent for r in rows) == pytest.approx(100.0)
+        assert conv.measured_percent == max(r.measured_percent for r in rows)
+        # the measured policy bills the plain build's time by the measured shares; split by the modelled ones
+        for report, field in ((measured, "measured_percent"), (split, "modelled_percent")):
+            mine = [s for s in report.shares if s.key == site.key]
+            total = sum(s.us for s in mine)
+            conv_us = sum(s.us for s in mine if s.op == "conv2d")
+            assert 100.0 * conv_us / total == pytest.approx(getattr(conv, field), rel=1e-6), field
+    trace = json.loads((inside_out / "trace.json").read_text())["traceEvents"]
+    for kernel in (e for e in trace if e.get("ph") == "X" and e["name"] in {s.kernel for s in convs}):
+        nested = [
+            e
+            for e in trace
+            if e.get("cat") == "inside"
+            and e["pid"] == kernel["pid"]
+            and kernel["ts"] <= e["ts"] < kernel["ts"] + kernel["dur"]
+        ]
+        assert {e["name"] for e in nested} >= {"conv2d", "relu"}  # a slice per op, under the kernel's own
+        assert sum(e["dur"] for e in nested) == pytest.approx(kernel["dur"])
+    page = (inside_out / "report.html").read_text()
+    data = json.loads(page.split('id="relaytrace-data">', 1)[1].split("</script>", 1)[0])
+    assert_holds_to_schema(data, "report.html")
+    assert [(r["site"], r["ops"]) for r in data["inside"]] == [(r.site, " ".join(r.ops)) for r in measured.inside]
+    assert '<table id="inside">' in page
+    text = (inside_out / "inside.csv").read_text()
+    table = list(csv.DictReader(io.StringIO(text)))
+    assert len(table) == len(measured.inside) and {r["site"] for r in table} == {s.label for s in convs}
+
+
+def test_a_kernel_of_one_loop_nest_is_left_alone_and_the_stamps_land_in_relaytraces_buffer():
+    @T.prim_func(private=True, s_tir=True)
+    def one(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32")):
+        for i in range(64):
+            with T.sblock("double"):
+                v = T.axis.spatial(64, i)
+                b[v] = a[v] * T.float32(2)
+
+    @T.prim_func(private=True, s_tir=True)
+    def two(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32")):
+        c = T.alloc_buffer((64,), "float32")
+        for i in range(64):
+            with T.sblock("double"):
+                v = T.axis.spatial(64, i)
+                c[v] = a[v] * T.float32(2)
+        for i in range(64):
+            with T.sblock("inc"):
+                v = T.axis.spatial(64, i)
+                b[v] = c[v] + T.float32(1)
+
+    mod = tvm.IRModule({"one": one.with_attr("global_symbol", "one"), "two": two.with_attr("global_symbol", "two")})
+    instrumented = Instrumented({"one", "two"})
+    built = tvm.compile(instrumented.pass_(mod), "llvm")
+    assert set(instrumented.plans) == {"two"} and instrumented.plans["two"].parts == (("double",), ("inc",))
+    a = tvm.runtime.tensor(np.arange(64, dtype="float32"))
+    b = tvm.runtime.tensor(np.zeros(64, dtype="float32"))
+    built["two"](a, b)
+    np.testing.assert_array_equal(b.numpy(), np.arange(64) * 2 + 1)  # the copy computes what the kernel does
+    first, second, third = instrumented.stamps[:3]
+    assert 0 < first <= second <= third  # the cycle counter, before, between and after the two nests
+    assert cycles_per_us(np.zeros(1, dtype="int64")) > 100
+
+
+def test_inside_is_refused_where_it_cannot_time_before_any_work(tmp_path):
+    code, _, err = run_cli(
+        ["profile", "tests/fixtures/tiny_model.py:make", "--inside", "--target", "cuda", "--out", tmp_path / "o"]
+    )
+    assert code != 0 and "--inside times the inside of kernels of an llvm build on an x86-64 CPU" in err
+    assert err.strip().count("\n") == 0 and not (tmp_path / "o").exists()
