@@ -21,7 +21,7 @@ from relaytrace.analysis.report import make_report
 from relaytrace.build import build, build_pipeline
 from relaytrace.frontends.loader import load
 from relaytrace.model.origin import OP
-from relaytrace.profiling.inside import measure_inside
+from relaytrace.profiling.inside import InsideRun, measure_inside
 from relaytrace.profiling.vm import profile
 
 MODEL = str(Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "residual_block.py") + ":make_large"
@@ -36,7 +36,8 @@ def main() -> None:
     fused_exe, fused = build(loaded.model, "llvm")
     plain = profile(fused_exe, fused, list(x), repeat=args.repeat)
     pipeline = build_pipeline("fused", tvm.target.Target("llvm"))
-    inside = measure_inside(loaded.model.mod, pipeline, fused, list(x), args.repeat, lambda m: None)
+    how = InsideRun(tuple(x), None, args.repeat)
+    inside = measure_inside(loaded.model.mod, pipeline, fused, plain.entry, how, lambda m: None)
     measured = attrs.evolve(plain, inside=inside)
     report = make_report(fused, measured, "measured")
     alone_exe, alone = build(loaded.model, "llvm", "unfused")

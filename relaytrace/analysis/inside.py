@@ -4,7 +4,8 @@ together) of each call site, its parts added run by run (a conv's padding nest a
 compute nest are one conv).
 
 A row's measured share is its median time over the medians of the site's rows that
-compute an op added (blocks of no op are timed, shown, and left out of the shares); its
+compute an op added; a row of no op (the call's time outside its loop nests, blocks of
+no op) shows its share of the whole call, and is left out of the ops' shares; its
 modelled share is what ``--policy split`` gives its ops (their members' roofline
 bounds). Where the two differ by more than the measurement's own scatter (the row's
 slowest run less its fastest, as a share of the kernel) and by more than ``MARGIN``
@@ -20,6 +21,9 @@ from attrs import frozen
 from ..model.profile import KERNEL
 from . import attribution
 
+TOGETHER = "ops one loop nest runs together: its time shared by their modelled weights"
+OUTSIDE = "the call's time outside its loop nests (its buffers allocated and freed): a share of the whole call"
+NO_OP = "blocks of no op: a share of the whole call, left out of the ops' shares"
 MARGIN = 5.0  # percentage points a measured share must differ from the modelled one by to be said to
 
 
@@ -46,6 +50,16 @@ class InsideRow:
     modelled_percent: float
     differs: bool
     overhead_percent: float | None
+    plain_us: float  # the plain build's time of the call (median; 0: not timed)
+    note: str = ""  # why the site's ops are not timed apart, or ops one nest runs together: how they are billed
+
+
+def _note(op, inside, ops: int) -> str:
+    """How a row's time is billed, when it is not simply its op's."""
+    if op.origins:
+        return TOGETHER if ops > 1 else ""
+    blocks = [b for i in op.parts for b in inside.parts[i].blocks]
+    return NO_OP if blocks else OUTSIDE
 
 
 def inside_rows(lineage, profile) -> tuple[InsideRow, ...]:
@@ -57,15 +71,39 @@ def inside_rows(lineage, profile) -> tuple[InsideRow, ...]:
         inside = profile.inside_of(site.key)
         if inside is None:
             continue
+        if not inside.parts:  # not timed apart: one row for the kernel, saying why
+            origins = [lineage.origins[o] for o in site.origin_ids]
+            rows.append(
+                InsideRow(
+                    site.label,
+                    site.kernel,
+                    (),
+                    (),
+                    tuple(o.id for o in origins),
+                    tuple(o.short_op for o in origins),
+                    tuple(dict.fromkeys(o.layer for o in origins)),
+                    0.0,
+                    0.0,
+                    0.0,
+                    100.0,
+                    100.0,
+                    False,
+                    None,
+                    times.get(site.key, 0.0),
+                    inside.note,
+                )
+            )
+            continue
         work = {o.id: w for o, w in attribution.work_weights_of(lineage, site, profile)}
         total_work = sum(work.values()) or 1.0
         total = sum(op.median_us for op in inside.ops if op.origins) or 1.0  # shares among ops (as ``measured`` bills)
         plain = times.get(site.key)
         overhead = None if not plain else 100.0 * (inside.median_us / plain - 1.0)
+        whole = inside.median_us or 1.0
         for op in inside.ops:
             origins = [lineage.origins[o] for o in op.origins if o in lineage.origins]
             runs = op.us
-            measured = 100.0 * op.median_us / total
+            measured = 100.0 * op.median_us / (total if op.origins else whole)
             modelled = 100.0 * sum(work.get(o.id, 0.0) for o in origins) / total_work if origins else 0.0
             scatter = 100.0 * (max(runs) - min(runs)) / total if runs else 0.0
             rows.append(
@@ -84,6 +122,8 @@ def inside_rows(lineage, profile) -> tuple[InsideRow, ...]:
                     modelled,
                     bool(origins) and abs(measured - modelled) > max(MARGIN, scatter),
                     overhead,
+                    plain or 0.0,
+                    _note(op, inside, len(origins)),
                 )
             )
     return tuple(rows)

@@ -256,7 +256,7 @@ def profile_into_out(
     if steps is None:
         profiled = profile_built(built, options, say, loaded.inputs)
         if options.inside:
-            profiled = _timed_inside(profiled, loaded, built[1], run, options.repeat, say)
+            profiled = _timed_inside(profiled, loaded, built[1], run, options, say)
         report = make_report(built[1], profiled, policy=args.policy)
         text = summary(report)
     elif options.inside:
@@ -284,12 +284,12 @@ def _check_inside(run: RunSpec, remote) -> None:
     inside_target(run.target)
 
 
-def _timed_inside(profiled, loaded, lineage, run: RunSpec, repeat: int, say):
+def _timed_inside(profiled, loaded, lineage, run: RunSpec, options: Timing, say):
     """``profiled`` with each fused kernel of its entry timed inside (``Profile.inside``)."""
     import tvm
 
     from ..build import NHWC, build_pipeline
-    from ..profiling.inside import measure_inside
+    from ..profiling.inside import InsideRun, measure_inside
 
     pipeline = build_pipeline(
         run.pipeline,
@@ -299,8 +299,8 @@ def _timed_inside(profiled, loaded, lineage, run: RunSpec, repeat: int, say):
         run.fold_batch_norm,
         run.lift_params,
     )
-    found = measure_inside(loaded.model.mod, pipeline, lineage.for_entry(profiled.entry), loaded.inputs, repeat, say)
-    return attrs.evolve(profiled, inside=found)
+    how = InsideRun(tuple(loaded.inputs), serving(options.served, lineage, profiled.entry), options.repeat)
+    return attrs.evolve(profiled, inside=measure_inside(loaded.model.mod, pipeline, lineage, profiled.entry, how, say))
 
 
 def _served_steps(options: Timing, steps: tuple[str, str]) -> tuple[Timing, Timing]:

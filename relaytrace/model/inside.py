@@ -15,7 +15,9 @@ from attrs import frozen
 class InsidePart:
     """One top-level statement of a kernel at one call site: its blocks' names, the
     origins they compute there (none: blocks of no op; several: ops the statement runs
-    together, which no stamp tells apart), its time in each run (µs)."""
+    together, which no stamp tells apart), its time in each run (µs). The kernel's time
+    outside its statements (its buffers allocated and freed, its arguments unpacked) is
+    a part of no blocks and no origins, its last."""
 
     blocks: tuple[str, ...]
     origins: tuple[str, ...]
@@ -43,11 +45,13 @@ class InsideOp:
 @frozen
 class InsideSite:
     """A call site (``kernel``'s ``call``-th call in the entry) timed inside: its parts
-    in the order the kernel runs them."""
+    in the order the kernel runs them, or none and why not (``note``: its ops run in
+    one loop nest)."""
 
     kernel: str
     call: int
     parts: tuple[InsidePart, ...]
+    note: str = ""
 
     @property
     def ops(self) -> tuple[InsideOp, ...]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tvm
@@ -39,17 +40,23 @@ from tvm.script import tirx as T
 
 from ..errors import RelaytraceError
 from ..model.code import code_sites
+from ..model.entry import default_context
 from ..model.inside import InsidePart, InsideSite
 from .runner.timing import NO_OP, do_nothing, numbering
+
+if TYPE_CHECKING:
+    from .serve import Serving
+
+ONE_NEST = "its ops run in one loop nest, which no stamp divides: billed as modelled"
 
 _COUNTER = "llvm.readcyclecounter"
 
 
 @frozen
 class Stamped:
-    """One instrumented kernel: its stamps start at ``slot`` of the buffer, one before
-    its first top-level statement that holds blocks and one after each; ``parts``: each
-    such statement's block names, in order."""
+    """One instrumented kernel: its stamps start at ``slot`` of the buffer: one as it
+    starts, one before its first top-level statement that holds blocks, one after each,
+    one as it ends; ``parts``: each such statement's block names, in order."""
 
     kernel: str
     slot: int
@@ -87,22 +94,24 @@ def _stamp_buffer(size: int, address: int):
 
 
 def _stamped(func, slot: int, declare, buffer):
-    """``func`` with the cycle counter stored at ``slot`` before its first top-level
-    statement that holds blocks and at ``slot + i + 1`` after the ``i``-th such statement
-    (one that holds none, a buffer's declaration, stays where it is)."""
+    """``func`` with the cycle counter stored at ``slot`` as it starts (before its root
+    block allocates its buffers), at ``slot + 1`` before its first top-level statement
+    that holds blocks and at ``slot + i + 1`` after the ``i``-th such statement (one
+    that holds none, a buffer's declaration, stays where it is), and after the root
+    block (its buffers freed) as it ends."""
 
     def stamp(at: int):
         return tirx.BufferStore(buffer, tirx.call_llvm_intrin("int64", _COUNTER), [tirx.IntImm("int32", at)])
 
-    body: list = [declare]
+    body: list = []
     parts = 0
     for stmt in statements(func):
         if block_names(stmt) and not parts:
-            body.append(stamp(slot))
+            body.append(stamp(slot + 1))
         body.append(stmt)
         if block_names(stmt):
             parts += 1
-            body.append(stamp(slot + parts))
+            body.append(stamp(slot + 1 + parts))
     root = func.body.block
     block = SBlock(
         root.iter_vars,
@@ -115,8 +124,8 @@ def _stamped(func, slot: int, declare, buffer):
         root.match_buffers,
         root.annotations,
     )
-    realize = func.body
-    return func.with_body(SBlockRealize(realize.iter_values, realize.predicate, block))
+    realize = SBlockRealize(func.body.iter_values, func.body.predicate, block)
+    return func.with_body(tirx.SeqStmt([declare, stamp(slot), realize, stamp(slot + parts + 2)]))
 
 
 class Instrumented:
@@ -138,7 +147,7 @@ class Instrumented:
             parts = [names for names in map(block_names, statements(funcs[name][1])) if names]
             if len(parts) > 1 and isinstance(funcs[name][1].body, SBlockRealize):
                 self.plans[name] = Stamped(name, slot, tuple(parts))
-                slot += len(parts) + 1
+                slot += len(parts) + 3
         self.stamps = np.zeros(max(slot, 1), dtype="int64")
         declare, buffer = _stamp_buffer(len(self.stamps), self.stamps.ctypes.data)
         for name, plan in self.plans.items():
@@ -161,13 +170,24 @@ def cycles_per_us(stamps: np.ndarray, seconds: float = 0.05) -> float:
     body = tirx.SeqStmt([declare, tirx.BufferStore(buffer, tirx.call_llvm_intrin("int64", _COUNTER), [0])])
     read = tvm.compile(tvm.IRModule({"tick": tick.with_body(body).with_attr("global_symbol", "tick")}), "llvm")["tick"]
 
+    def point() -> tuple[float, float]:
+        """(cycles, seconds) read together: of five tries, the one whose two counter
+        reads around the clock's lie closest (no preemption between them)."""
+        tries = []
+        for _ in range(5):
+            read()
+            before, now = int(stamps[0]), time.perf_counter()
+            read()
+            tries.append((int(stamps[0]) - before, (before + int(stamps[0])) / 2, now))
+        _, cycles, now = min(tries)
+        return cycles, now
+
     def rate() -> float:
-        read()
-        c0, t0 = int(stamps[0]), time.perf_counter()
+        c0, t0 = point()
         while time.perf_counter() - t0 < seconds:
             pass
-        read()
-        return (int(stamps[0]) - c0) / ((time.perf_counter() - t0) * 1e6)
+        c1, t1 = point()
+        return (c1 - c0) / ((t1 - t0) * 1e6)
 
     first, second = rate(), rate()
     if not first > 0 or abs(first - second) > 0.01 * first:
@@ -199,7 +219,7 @@ def stamped_runs(vm, call: Callable, instrumented: Instrumented, repeat: int, wa
     def note(func, name, before, ret, *args):
         if not before and name in plans:
             plan = plans[name]
-            stamped = stamps[plan.slot : plan.slot + len(plan.parts) + 1]
+            stamped = stamps[plan.slot : plan.slot + len(plan.parts) + 3]
             found.setdefault((name, number[0](name)), []).append(np.diff(stamped))
         return NO_OP
 
@@ -217,13 +237,16 @@ def stamped_runs(vm, call: Callable, instrumented: Instrumented, repeat: int, wa
 
 def inside_sites(lineage, instrumented: Instrumented, found: dict, rate: float) -> tuple[InsideSite, ...]:
     """Each call site's parts with their times per run (µs) and the origins their blocks
-    compute there (the code view's owners), in run order."""
+    compute there (the code view's owners), in run order; a site of several origins
+    whose kernel runs them in one loop nest has no parts and says so (``note``)."""
     code = lineage.code
     owners = {(s.label): s for s in code_sites(lineage, code)}
     out = []
     for site in lineage.call_sites:
         plan = instrumented.plans.get(site.kernel)
         runs = found.get((site.kernel, site.call))
+        if plan is None and len(site.origin_ids) > 1 and site.kernel in code.kernels:
+            out.append(InsideSite(site.kernel, site.call, (), ONE_NEST))
         if plan is None or not runs:
             continue
         kernel = code.kernels[site.kernel]
@@ -234,7 +257,9 @@ def inside_sites(lineage, instrumented: Instrumented, found: dict, rate: float) 
         for j, names in enumerate(plan.parts):
             fused = [f for n in names for f in (sources.get(n) or (n,))]
             origins = tuple(dict.fromkeys(by_block[index[f]] for f in fused if f in index and index[f] in by_block))
-            parts.append(InsidePart(names, origins, tuple(float(r[j]) / rate for r in runs)))
+            parts.append(InsidePart(names, origins, tuple(float(r[j + 1]) / rate for r in runs)))
+        outside = tuple(float(r[0] + r[-1]) / rate for r in runs)  # before the first nest and after the last
+        parts.append(InsidePart((), (), outside))
         out.append(InsideSite(site.kernel, site.call, tuple(parts)))
     return tuple(out)
 
@@ -255,34 +280,57 @@ def check_same_kernels(lineage, instrumented: Instrumented) -> None:
             )
 
 
-def measure_inside(mod, pipeline, lineage, inputs, repeat: int, say) -> tuple[InsideSite, ...]:
-    """Each fused kernel's parts timed at each call site of the lineage's entry: ``mod``
-    (the imported module the traced build was made from) built again through
-    ``pipeline`` (the same Relax pipeline, ``build.build_pipeline``'s) with the stamps
-    added at its end, checked to make the lineage's kernels, run on ``inputs`` (checked
-    as ``profile`` checks them) once untimed and ``repeat`` times stamped."""
-    from .vm import check_inputs, device_here
-
+def measure_inside(mod, pipeline, lineage, entry: str, run: InsideRun, say) -> tuple[InsideSite, ...]:
+    """Each fused kernel's parts timed at each call site of ``entry``: ``mod`` (the
+    imported module the traced build was made from) built again through ``pipeline``
+    (the same Relax pipeline, ``build.build_pipeline``'s) with the stamps added at its
+    end, checked to make the lineage's kernels, and run as ``run`` says: on its inputs
+    (checked as ``profile`` checks them), or, for an entry that takes a KV cache,
+    served as ``profile`` serves it (``run.serving``; None: its defaults); once
+    untimed, then ``run.repeat`` times stamped."""
     target = lineage.build.target
     check_target(target)
     if lineage.code is None:
         raise RelaytraceError("--inside needs the build's code (its blocks and their ops): build it traced again")
-    entry = lineage.entry()
-    arrays = check_inputs(lineage, inputs, entry)
     instrumented = Instrumented(lineage.kernels)
     say("building the instrumented copy (--inside)")
-    executable = tvm.compile(
-        mod, tvm.target.Target(target), relax_pipeline=tvm.transform.Sequential([pipeline, instrumented.pass_])
-    )
+    with tvm.transform.PassContext(opt_level=3):
+        executable = tvm.compile(
+            mod, tvm.target.Target(target), relax_pipeline=tvm.transform.Sequential([pipeline, instrumented.pass_])
+        )
     check_same_kernels(lineage, instrumented)
-    device = device_here(target)
+    vm, call = _runner(executable, lineage, entry, run, say)
+    rate = cycles_per_us(np.zeros(1, dtype="int64"))
+    say(f"timing the inside of {len(instrumented.plans)} kernels ({run.repeat} runs; {rate:.0f} cycles per us)")
+    found = stamped_runs(vm, call, instrumented, run.repeat)
+    return inside_sites(lineage.for_entry(entry), instrumented, found, rate)
+
+
+@frozen
+class InsideRun:
+    """How the instrumented copy's entry is run: on ``inputs``, or served as ``serving``
+    says (an entry that takes a KV cache; None: the defaults), ``repeat`` times."""
+
+    inputs: tuple = ()
+    serving: Serving | None = None
+    repeat: int = 3
+
+
+def _runner(executable, lineage, entry: str, run: InsideRun, say):
+    """(the VM of ``executable`` on this machine, one run of ``entry`` on it)."""
+    from .serve import Server, Serving, served_spec, takes_cache
+    from .vm import check_inputs, device_here
+
+    device = device_here(lineage.build.target)
     vm = relax.VirtualMachine(executable, device)
+    if takes_cache(lineage, entry):
+        default = Serving(context=default_context(lineage.build.params[entry]))
+        server = Server(vm, device, served_spec(lineage, entry, run.serving or default), timed=False, say=say)
+        return vm, server.step
+    arrays = check_inputs(lineage, list(run.inputs), entry)
     args = [
         [tvm.runtime.tensor(v, device) for v in a] if isinstance(a, list) else tvm.runtime.tensor(a, device)
         for a in arrays
     ]
     function = vm[entry]
-    rate = cycles_per_us(np.zeros(1, dtype="int64"))
-    say(f"timing the inside of {len(instrumented.plans)} kernels ({repeat} runs; the cycle counter: {rate:.0f}/us)")
-    found = stamped_runs(vm, lambda: function(*args), instrumented, repeat)
-    return inside_sites(lineage, instrumented, found, rate)
+    return vm, lambda: function(*args)

@@ -202,6 +202,7 @@ def inside_csv(report) -> str:
             "modelled_percent",
             "differs",
             "site_overhead_percent",
+            "note",
         ],
         [
             [
@@ -218,6 +219,7 @@ def inside_csv(report) -> str:
                 f"{r.modelled_percent:.2f}",
                 "yes" if r.differs else "",
                 "" if r.overhead_percent is None else f"{r.overhead_percent:.2f}",
+                r.note,
             ]
             for r in report.inside
         ],

@@ -389,7 +389,7 @@ def page_data(report, comparison=None) -> PageData:
             PageInside(
                 f"{r.site} {' '.join(map(str, r.parts))}",
                 r.site,
-                " ".join(r.ops),
+                " ".join(r.ops) or ("(outside its loop nests)" if not r.blocks else "(no op)"),
                 " ".join(r.layers),
                 " ".join(r.blocks),
                 r.us,
@@ -400,6 +400,7 @@ def page_data(report, comparison=None) -> PageData:
                 "yes" if r.differs else "",
             )
             for r in report.inside
+            if sum(x.site == r.site and bool(x.ops) for x in report.inside) > 1  # one op: nothing to tell apart
         ),
     )
 

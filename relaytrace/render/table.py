@@ -478,23 +478,32 @@ def precision_summary(precision, top: int = 5) -> str:
     return "\n".join(lines)
 
 
+LONG_CALL_US = 50.0  # a shorter call's time is mostly the VM's call overhead, which the stamps leave out
+
+
 def inside_summary(rows, top: int = 10) -> str:
     """What ``profile --inside`` measured inside the fused kernels (``analysis.inside``'s
     rows): how many sites and ops, what the stamps cost, and the ``top`` ops whose
     measured share differs from the modelled one beyond the scatter, the largest
     difference first (or a line saying none does)."""
-    sites = {r.site: r.overhead_percent for r in rows}
-    costs = sorted(c for c in sites.values() if c is not None)
+    long = {r.site: r.overhead_percent for r in rows if r.plain_us >= LONG_CALL_US and r.overhead_percent is not None}
+    costs = sorted(long.values())
     cost = (
-        f"; its calls took {costs[0]:+.1f}% to {costs[-1]:+.1f}% of the plain build's (the stamps' cost, within "
-        "the scatter between two builds' runs)"
+        f"; on the {len(costs)} call(s) over {LONG_CALL_US:g} us its calls took {costs[0]:+.1f}% to "
+        f"{costs[-1]:+.1f}% of the plain build's (the stamps' cost, within the scatter between two builds' runs)"
         if costs
         else ""
     )
+    apart = {r.site for r in rows if r.parts}
     lines = [
-        f"inside the fused kernels (timed by an instrumented copy, --inside): {len(rows)} ops at {len(sites)} "
-        f"call site(s){cost}"
+        f"inside the fused kernels (timed by an instrumented copy, --inside): {len(apart)} call site(s) timed op "
+        f"by op{cost}"
     ]
+    one = sorted({r.site for r in rows if not r.parts})
+    if one:
+        lines.append(
+            f"{len(one)} call site(s) of several ops in one loop nest, billed as modelled: {', '.join(one[:6])}"
+        )
     odd = sorted((r for r in rows if r.differs), key=lambda r: -abs(r.measured_percent - r.modelled_percent))
     if not odd:
         lines.append(
