@@ -52,7 +52,7 @@ def main() -> None:
     print(
         f"{'site':32} {'op':8} {'layer':8} {'inside us':>10} {'alone us':>10} {'ratio':>6} {'meas %':>7} {'split %':>8}"
     )
-    for row in report.inside:
+    for row in (r for r in report.inside if r.ops):
         alone_us = sum(by_origin.get(o, 0.0) for o in row.origins)
         ratio = row.us / alone_us if alone_us else float("nan")
         print(
