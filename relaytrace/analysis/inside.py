@@ -54,6 +54,29 @@ class InsideRow:
     note: str = ""  # why the site's ops are not timed apart, or ops one nest runs together: how they are billed
 
 
+def _untimed(lineage, site, inside, plain_us: float) -> InsideRow:
+    """The row of a site whose ops run in one loop nest: all of them, billed as modelled."""
+    origins = [lineage.origins[o] for o in site.origin_ids]
+    return InsideRow(
+        site.label,
+        site.kernel,
+        (),
+        (),
+        tuple(o.id for o in origins),
+        tuple(o.short_op for o in origins),
+        tuple(dict.fromkeys(o.layer for o in origins)),
+        0.0,
+        0.0,
+        0.0,
+        100.0,
+        100.0,
+        False,
+        None,
+        plain_us,
+        inside.note,
+    )
+
+
 def _note(op, inside, ops: int) -> str:
     """How a row's time is billed, when it is not simply its op's."""
     if op.origins:
@@ -72,27 +95,7 @@ def inside_rows(lineage, profile) -> tuple[InsideRow, ...]:
         if inside is None:
             continue
         if not inside.parts:  # not timed apart: one row for the kernel, saying why
-            origins = [lineage.origins[o] for o in site.origin_ids]
-            rows.append(
-                InsideRow(
-                    site.label,
-                    site.kernel,
-                    (),
-                    (),
-                    tuple(o.id for o in origins),
-                    tuple(o.short_op for o in origins),
-                    tuple(dict.fromkeys(o.layer for o in origins)),
-                    0.0,
-                    0.0,
-                    0.0,
-                    100.0,
-                    100.0,
-                    False,
-                    None,
-                    times.get(site.key, 0.0),
-                    inside.note,
-                )
-            )
+            rows.append(_untimed(lineage, site, inside, times.get(site.key, 0.0)))
             continue
         work = {o.id: w for o, w in attribution.work_weights_of(lineage, site, profile)}
         total_work = sum(work.values()) or 1.0

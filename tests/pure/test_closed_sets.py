@@ -133,7 +133,7 @@ def test_a_run_json_holds_its_layout_precision_and_policy_as_members_and_refuses
     saved = (tmp_path / "run.json").read_text()
     for old, new, error in (
         ('"NHWC"', '"nhwc"', r"layout must be one of NCHW, NHWC, not a string 'nhwc'"),
-        ('"split"', '"spilt"', r"policy must be one of anchor, split, not a string 'spilt'"),
+        ('"split"', '"spilt"', r"policy must be one of anchor, split, measured, not a string 'spilt'"),
     ):
         (tmp_path / "run.json").write_text(saved.replace(old, new), encoding="utf-8")
         with pytest.raises(FileFormatError, match=rf"run.json: {error}"):
