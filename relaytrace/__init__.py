@@ -1,8 +1,8 @@
 """relaytrace: map every TVM kernel, and every microsecond, back to model layers.
 
 The data (``Lineage``, ``Origin``, ``Profile``) is importable without TVM; ``build``,
-``trace``, ``build_pipeline``, ``profile`` and ``compare`` import TVM when first
-called; ``RemoteDevice`` names a device over TVM RPC for ``profile(..., remote=)``.
+``trace``, ``build_pipeline``, ``profile``, ``time_inside`` and ``compare`` import TVM
+when first called; ``RemoteDevice`` names a device over TVM RPC for ``profile(..., remote=)``.
 """
 
 from .build import build, build_pipeline, trace
@@ -19,6 +19,7 @@ __all__ = [
     "compare",
     "profile",
     "Profile",
+    "time_inside",
     "trace",
     "Lineage",
     "Origin",
@@ -34,6 +35,10 @@ def __getattr__(name: str):
         from .profiling.vm import profile
 
         return profile
+    if name == "time_inside":  # profiling/inside.py builds an instrumented copy with TVM
+        from .profiling.inside import time_inside
+
+        return time_inside
     if name == "compare":  # analysis/comparison.py runs the build on TVM's VM
         from .analysis.comparison import compare
 

@@ -151,3 +151,28 @@ def test_an_llms_decode_served_through_its_kv_cache_is_timed_inside(tmp_path):
         assert {("silu",), ("multiply",)} <= {r.ops for r in rows}
         assert sum(r.measured_percent for r in rows if r.ops) == pytest.approx(100.0)
     assert "inside the fused kernels (timed by an instrumented copy, --inside)" in stdout
+
+
+def test_the_api_times_a_builds_kernels_inside_through_the_pipeline_its_lineage_names():
+    import attrs
+
+    import relaytrace
+    from relaytrace.build import NHWC
+    from relaytrace.errors import RelaytraceError
+    from relaytrace.frontends.loader import load
+    from relaytrace.model.build_facts import BuildOptions
+    from relaytrace.profiling.inside import pipeline_of
+
+    loaded = load("tests/fixtures/residual_block.py:make")
+    executable, lineage = relaytrace.build(loaded.model, "llvm", convert_layout=NHWC)
+    profile = relaytrace.profile(executable, lineage, list(loaded.inputs), repeat=2)
+    inside = relaytrace.time_inside(loaded.model, lineage, loaded.inputs, repeat=2)
+    report = make_report(lineage, attrs.evolve(profile, inside=inside), "measured")
+    convs = [s.label for s in lineage.call_sites if any(lineage.origins[o].short_op == "conv2d" for o in s.origin_ids)]
+    assert convs and all({("conv2d",), ("relu",)} <= {r.ops for r in report.inside if r.site == c} for c in convs)
+    assert any(
+        any(b.startswith("conv2d_nhwc") for b in r.blocks) for r in report.inside
+    )  # the NHWC build's own kernels
+    for made_by in ("user", "fused+mine"):
+        with pytest.raises(RelaytraceError, match="relaytrace cannot make again"):
+            pipeline_of(attrs.evolve(lineage.build, options=BuildOptions(made_by)))

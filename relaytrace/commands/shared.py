@@ -256,7 +256,7 @@ def profile_into_out(
     if steps is None:
         profiled = profile_built(built, options, say, loaded.inputs)
         if options.inside:
-            profiled = _timed_inside(profiled, loaded, built[1], run, options, say)
+            profiled = _timed_inside(profiled, loaded, built[1], options, say)
         report = make_report(built[1], profiled, policy=args.policy)
         text = summary(report)
     elif options.inside:
@@ -284,23 +284,14 @@ def _check_inside(run: RunSpec, remote) -> None:
     inside_target(run.target)
 
 
-def _timed_inside(profiled, loaded, lineage, run: RunSpec, options: Timing, say):
-    """``profiled`` with each fused kernel of its entry timed inside (``Profile.inside``)."""
-    import tvm
+def _timed_inside(profiled, loaded, lineage, options: Timing, say):
+    """``profiled`` with each fused kernel of its entry timed inside (``Profile.inside``),
+    through the pipeline the lineage says it was built by."""
+    from ..profiling.inside import InsideRun, measure_inside, pipeline_of
 
-    from ..build import NHWC, build_pipeline
-    from ..profiling.inside import InsideRun, measure_inside
-
-    pipeline = build_pipeline(
-        run.pipeline,
-        tvm.target.Target(run.target),
-        NHWC if run.layout == Layout.NHWC else None,
-        "float32" if run.precision == Precision.FP16 else None,
-        run.fold_batch_norm,
-        run.lift_params,
-    )
     how = InsideRun(tuple(loaded.inputs), serving(options.served, lineage, profiled.entry), options.repeat)
-    return attrs.evolve(profiled, inside=measure_inside(loaded.model.mod, pipeline, lineage, profiled.entry, how, say))
+    found = measure_inside(loaded.model.mod, pipeline_of(lineage.build), lineage, profiled.entry, how, say)
+    return attrs.evolve(profiled, inside=found)
 
 
 def _served_steps(options: Timing, steps: tuple[str, str]) -> tuple[Timing, Timing]:

@@ -280,6 +280,58 @@ def check_same_kernels(lineage, instrumented: Instrumented) -> None:
             )
 
 
+def time_inside(  # noqa: PLR0913 - the public API's keyword options
+    model,
+    lineage,
+    inputs=(),
+    *,
+    example_args=None,
+    entry: str | None = None,
+    repeat: int = 3,
+    serving: Serving | None = None,
+    progress=None,
+) -> tuple[InsideSite, ...]:
+    """Each fused kernel's ops timed inside it (``relaytrace.time_inside``): ``model``
+    and ``example_args`` as ``relaytrace.build`` was given them, ``lineage`` that build's
+    (it says the pipeline and its options, ``pipeline_of``), run on ``inputs`` (or, for
+    an entry that takes a KV cache, served as ``serving`` says), ``repeat`` times.
+    ``attrs.evolve(profile, inside=...)`` of a profile of the same build then bills by
+    it under ``make_report(..., policy="measured")``."""
+    from ..frontends.loader import load
+
+    say = progress or (lambda message: None)
+    pipeline = pipeline_of(lineage.build)
+    imported = load(model, example_args, with_inputs=False).model
+    run = InsideRun(tuple(inputs) if isinstance(inputs, (list, tuple)) else (inputs,), serving, repeat)
+    return measure_inside(imported.mod, pipeline, lineage, lineage.entry(entry), run, say)
+
+
+def pipeline_of(build):
+    """The Relax pipeline ``build`` (``BuildFacts``) was made by, made again from its
+    options (``build.build_pipeline``): a tuned build's, and one made by a pipeline
+    relaytrace was not given by name (``trace()``'s, a ``Pass``), cannot be, and are
+    refused saying so."""
+    from ..build import build_pipeline
+
+    options = build.options
+    if options.database:
+        raise RelaytraceError("--inside rebuilds the model through its pipeline: not a tuned build's (not yet)")
+    try:
+        return build_pipeline(
+            options.pipeline,
+            tvm.target.Target(build.target),
+            {op: list(layouts) for op, layouts in options.convert_layout.items()} or None,
+            options.mixed_precision,
+            options.fold_batch_norm,
+            options.lift_params,
+        )
+    except RelaytraceError as exc:
+        raise RelaytraceError(
+            f"--inside rebuilds the model through its pipeline, which the lineage names {options.pipeline!r} "
+            f"and relaytrace cannot make again ({exc}): build with a pipeline given by name"
+        ) from None
+
+
 def measure_inside(mod, pipeline, lineage, entry: str, run: InsideRun, say) -> tuple[InsideSite, ...]:
     """Each fused kernel's parts timed at each call site of ``entry``: ``mod`` (the
     imported module the traced build was made from) built again through ``pipeline``
