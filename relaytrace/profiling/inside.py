@@ -141,6 +141,7 @@ class Instrumented:
         self.pass_ = tvm.transform.module_pass(self._run, opt_level=0, name="relaytrace.InsideStamps")
 
     def _run(self, mod, _ctx):
+        mod = mod.clone()  # the module the pipeline gave is not changed in place
         funcs = {gv.name_hint: (gv, f) for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
         slot = 0
         for name in sorted(self.kernels & set(funcs)):
