@@ -224,6 +224,10 @@ def test_a_tampered_bundle_is_refused_before_anything_of_it_is_loaded(tiny, tmp_
     def runner_file_added(copy, m):
         (copy / "runner" / "sitecustomize.py").write_text("raise SystemExit(3)\n")
 
+    def runner_bytecode_added(copy, m):  # Python would import it in place of the sealed source
+        (copy / "runner" / "__pycache__").mkdir()
+        (copy / "runner" / "__pycache__" / "cli.cpython-311.pyc").write_bytes(b"\0" * 16)
+
     said = {
         library_out_of_the_bundle: "a bundle's files are relative paths inside it",
         library_not_sealed: "not among its sealed files",
@@ -233,6 +237,7 @@ def test_a_tampered_bundle_is_refused_before_anything_of_it_is_loaded(tiny, tmp_
         entry_missing: "bundle.json's 'entry' is missing or no str",
         runner_changed: "runner/timing.py is not the file bundled (its sha256 differs)",
         runner_file_added: "runner/sitecustomize.py is not the runner bundled",
+        runner_bytecode_added: "runner/__pycache__ is not the runner bundled",
     }
     for change, words in said.items():
         done = _tampered(bundle, tmp_path / change.__name__, change)

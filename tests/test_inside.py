@@ -14,6 +14,7 @@ import tvm
 from tvm.script import tirx as T
 
 from relaytrace.analysis.report import make_report
+from relaytrace.errors import RelaytraceError
 from relaytrace.model.lineage import Lineage
 from relaytrace.model.origin import OP
 from relaytrace.model.profile import Profile
@@ -53,8 +54,10 @@ def test_each_op_of_each_fused_kernel_is_timed_inside_and_measured_bills_by_it(i
     assert len(convs) == 2
     for site in convs:
         rows = [r for r in measured.inside if r.site == site.label]
-        ops = {lineage.origins[o].short_op for o in site.origin_ids if lineage.origins[o].kind == OP}
-        assert {op for r in rows for op in r.ops} == ops  # every op of the kernel has its own measured time
+        ops = sorted(o for o in site.origin_ids if lineage.origins[o].kind == OP)
+        assert sorted(o for r in rows for o in r.origins) == ops  # every op of the kernel has its own measured time
+        for r in rows:  # each row's blocks are its op's: the bias add's and the residual add's apart
+            assert r.layers == tuple(dict.fromkeys(lineage.origins[o].layer for o in r.origins))
         conv = next(r for r in rows if r.ops == ("conv2d",))
         assert "pad_temp" in conv.blocks and any(b.startswith("conv2d") for b in conv.blocks)  # its two nests, one op
         assert all(len(inside.us) == REPEAT for inside in profile.inside_of(site.key).parts)
@@ -90,6 +93,13 @@ def test_each_op_of_each_fused_kernel_is_timed_inside_and_measured_bills_by_it(i
     assert [(r["site"], r["ops"]) for r in data["inside"]] == shown  # the kernels of more than one op
     assert '<table id="inside">' in page
     text = (inside_out / "inside.csv").read_text()
+    tampered = json.loads((inside_out / "profile.json").read_text())
+    tampered["inside"][0]["parts"][0]["us"][0] = -5000.0
+    with pytest.raises(RelaytraceError, match="a part's time is below 0 or not finite"):
+        make_report(lineage, Profile.from_json(tampered), "measured")
+    tampered["inside"][0]["parts"][0]["origins"] = [next(o for o in lineage.origins if o not in convs[0].origin_ids)]
+    with pytest.raises(RelaytraceError, match="which the call site does not run"):
+        make_report(lineage, Profile.from_json(tampered), "measured")
     table = list(csv.DictReader(io.StringIO(text)))
     assert len(table) == len(measured.inside) and {r["site"] for r in table} == {s.label for s in convs}
 

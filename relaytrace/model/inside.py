@@ -60,7 +60,7 @@ class InsideSite:
         ``measured`` policy)."""
         groups: dict[tuple[str, ...], list[int]] = {}
         for i, part in enumerate(self.parts):
-            groups.setdefault(part.origins, []).append(i)
+            groups.setdefault(tuple(sorted(set(part.origins))), []).append(i)
         return tuple(
             InsideOp(origins, tuple(ids), tuple(sum(run) for run in zip(*(self.parts[i].us for i in ids))))
             for origins, ids in groups.items()

@@ -13,6 +13,8 @@ than drawn as a figure that cannot be right.
 
 from __future__ import annotations
 
+import math
+
 from ..errors import FileFormatError, RelaytraceError
 from .entry import cache_param, signature
 from .roles import roles_for
@@ -260,4 +262,26 @@ def profile_mismatches(lineage, profile) -> list[str]:
                 break
     if profile.step and cache_param(lineage.build.params.get(profile.entry, ())) is None:
         problems.append(f"it records a served step {list(profile.step)}, but {profile.entry} takes no KV cache")
+    sites = {(s.kernel, s.call): s for s in lineage.call_sites if s.function == profile.entry}
+    for inside in profile.inside:
+        problems += _inside_problems(inside, sites.get((inside.kernel, inside.call)))
+    return problems
+
+
+def _inside_problems(inside, site) -> list[str]:
+    """How what was measured inside a kernel call (``model.inside.InsideSite``)
+    contradicts the call site it names: no such site, parts timed in different numbers
+    of runs, a time below 0 or not finite, an origin the site does not run."""
+    where = f"inside {inside.kernel}#{inside.call}"
+    if site is None:
+        return [f"{where}: the entry has no such call site"]
+    problems = []
+    runs = sorted({len(p.us) for p in inside.parts})
+    if len(runs) > 1:
+        problems.append(f"{where}: its parts were timed in different numbers of runs ({runs})")
+    if any(not math.isfinite(us) or us < 0 for p in inside.parts for us in p.us):
+        problems.append(f"{where}: a part's time is below 0 or not finite")
+    stray = [o for p in inside.parts for o in p.origins if o not in site.origin_ids]
+    if stray:
+        problems.append(f"{where}: a part computes origin {stray[0]!r}, which the call site does not run")
     return problems

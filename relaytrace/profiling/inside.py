@@ -298,8 +298,10 @@ def time_inside(  # noqa: PLR0913 - the public API's keyword options
     an entry that takes a KV cache, served as ``serving`` says), ``repeat`` times.
     ``attrs.evolve(profile, inside=...)`` of a profile of the same build then bills by
     it under ``make_report(..., policy="measured")``."""
+    from ..errors import expect_number
     from ..frontends.loader import load
 
+    expect_number("time_inside(repeat=)", repeat, low=1)
     say = progress or (lambda message: None)
     pipeline = pipeline_of(lineage.build)
     imported = load(model, example_args, with_inputs=False).model

@@ -338,6 +338,15 @@ class PageData:
     inside: tuple[PageInside, ...] = ()
 
 
+def _inside_rows(report) -> tuple:
+    """The rows the page's table shows: a site's when it has two or more ops timed apart,
+    or a note saying why not (a kernel of one op has nothing to tell apart)."""
+    ops: dict[str, int] = {}
+    for r in report.inside:
+        ops[r.site] = ops.get(r.site, 0) + bool(r.ops)
+    return tuple(r for r in report.inside if ops[r.site] > 1 or (r.note and not r.parts))
+
+
 def page_data(report, comparison=None) -> PageData:
     """The page's data of a ``Report`` (with a ``Comparison`` of the same model: each
     layer's error in words)."""
@@ -399,8 +408,7 @@ def page_data(report, comparison=None) -> PageData:
                 r.modelled_percent,
                 "yes" if r.differs else "",
             )
-            for r in report.inside
-            if sum(x.site == r.site and bool(x.ops) for x in report.inside) > 1  # one op: nothing to tell apart
+            for r in _inside_rows(report)
         ),
     )
 

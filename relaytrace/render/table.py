@@ -489,8 +489,8 @@ def inside_summary(rows, top: int = 10) -> str:
     long = {r.site: r.overhead_percent for r in rows if r.plain_us >= LONG_CALL_US and r.overhead_percent is not None}
     costs = sorted(long.values())
     cost = (
-        f"; on the {len(costs)} call(s) over {LONG_CALL_US:g} us its calls took {costs[0]:+.1f}% to "
-        f"{costs[-1]:+.1f}% of the plain build's (the stamps' cost, within the scatter between two builds' runs)"
+        f"; on the {len(costs)} call(s) over {LONG_CALL_US:g} us the copy's calls took {costs[0]:+.1f}% to "
+        f"{costs[-1]:+.1f}% of the plain build's (the copy is another binary: its shares are used, never its times)"
         if costs
         else ""
     )
@@ -501,9 +501,8 @@ def inside_summary(rows, top: int = 10) -> str:
     ]
     one = sorted({r.site for r in rows if not r.parts})
     if one:
-        lines.append(
-            f"{len(one)} call site(s) of several ops in one loop nest, billed as modelled: {', '.join(one[:6])}"
-        )
+        shown = ", ".join(terminal(s) for s in one[:6])
+        lines.append(f"{len(one)} call site(s) of several ops in one loop nest, billed as modelled: {shown}")
     odd = sorted((r for r in rows if r.differs), key=lambda r: -abs(r.measured_percent - r.modelled_percent))
     if not odd:
         lines.append(

@@ -12,11 +12,13 @@ from pathlib import Path
 
 def unsealed(bundle: Path) -> str | None:
     """Why the runner package in ``bundle`` is not the one bundled (None: it is): a
-    file of ``runner/`` missing, added or changed against ``bundle.json``'s seals."""
+    file of ``runner/`` missing, changed against ``bundle.json``'s seals, or anything
+    there it does not seal (an extension module or a ``__pycache__`` would be imported
+    in place of the sealed source)."""
     try:
         files = json.loads((bundle / "bundle.json").read_text())["files"]
         sealed = {name: seal for name, seal in files.items() if name.startswith("runner/")}
-        present = {f"runner/{p.name}" for p in (bundle / "runner").glob("*.py")}
+        present = {f"runner/{p.name}" for p in (bundle / "runner").iterdir()}  # any entry: a .so, a __pycache__
         for name in sorted(set(sealed) | present):
             path = bundle / name
             if name not in sealed or not path.is_file() or path.is_symlink():
