@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .serve import Serving
 
 ONE_NEST = "its ops run in one loop nest, which no stamp divides: billed as modelled"
+UNOWNED = "the code view gives none of its blocks an op at this call: billed as modelled"
 
 _COUNTER = "llvm.readcyclecounter"
 
@@ -238,12 +239,14 @@ def stamped_runs(vm, call: Callable, instrumented: Instrumented, repeat: int, wa
 
 def inside_sites(lineage, instrumented: Instrumented, found: dict, rate: float) -> tuple[InsideSite, ...]:
     """Each call site's parts with their times per run (µs) and the origins their blocks
-    compute there (the code view's owners), in run order; a site of several origins
-    whose kernel runs them in one loop nest has no parts and says so (``note``)."""
+    compute there (the code view's owners, ``code_sites``, which lists the lineage's call
+    sites first and in their order), in run order; a site of several origins whose
+    kernel runs them in one loop nest, or whose blocks the code view gives no origin
+    there, has no parts and says so (``note``): it is billed as modelled."""
     code = lineage.code
-    owners = {(s.label): s for s in code_sites(lineage, code)}
+    owners = code_sites(lineage, code)  # the lineage's call sites first, in their order (then cache runs)
     out = []
-    for site in lineage.call_sites:
+    for site, owned in zip(lineage.call_sites, owners):
         plan = instrumented.plans.get(site.kernel)
         runs = found.get((site.kernel, site.call))
         if plan is None and len(site.origin_ids) > 1 and site.kernel in code.kernels:
@@ -253,7 +256,7 @@ def inside_sites(lineage, instrumented: Instrumented, found: dict, rate: float) 
         kernel = code.kernels[site.kernel]
         index = {b.name: i for i, b in enumerate(kernel.blocks)}
         sources = {b.name: b.sources for b in kernel.built_blocks} if kernel.built else {}
-        by_block = dict(owners[site.label].owners) if site.label in owners else {}
+        by_block = dict(owned.owners)
         parts = []
         for j, names in enumerate(plan.parts):
             fused = [f for n in names for f in (sources.get(n) or (n,))]
@@ -261,7 +264,8 @@ def inside_sites(lineage, instrumented: Instrumented, found: dict, rate: float) 
             parts.append(InsidePart(names, origins, tuple(float(r[j + 1]) / rate for r in runs)))
         outside = tuple(float(r[0] + r[-1]) / rate for r in runs)  # before the first nest and after the last
         parts.append(InsidePart((), (), outside))
-        out.append(InsideSite(site.kernel, site.call, tuple(parts)))
+        owned_any = any(p.origins for p in parts)
+        out.append(InsideSite(site.kernel, site.call, tuple(parts) if owned_any else (), "" if owned_any else UNOWNED))
     return tuple(out)
 
 
