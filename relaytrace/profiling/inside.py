@@ -107,10 +107,11 @@ def _stamped(func, slot: int, declare, buffer):
     body: list = []
     parts = 0
     for stmt in statements(func):
-        if block_names(stmt) and not parts:
+        holds_blocks = bool(block_names(stmt))
+        if holds_blocks and not parts:
             body.append(stamp(slot + 1))
         body.append(stmt)
-        if block_names(stmt):
+        if holds_blocks:
             parts += 1
             body.append(stamp(slot + 1 + parts))
     root = func.body.block
@@ -378,7 +379,7 @@ class InsideRun:
 def _runner(executable, lineage, entry: str, run: InsideRun, say):
     """(the VM of ``executable`` on this machine, one run of ``entry`` on it)."""
     from .serve import Server, Serving, served_spec, takes_cache
-    from .vm import check_inputs, device_here
+    from .vm import check_inputs, device_here, on_device
 
     device = device_here(lineage.build.target)
     vm = relax.VirtualMachine(executable, device)
@@ -387,9 +388,6 @@ def _runner(executable, lineage, entry: str, run: InsideRun, say):
         server = Server(vm, device, served_spec(lineage, entry, run.serving or default), timed=False, say=say)
         return vm, server.step
     arrays = check_inputs(lineage, list(run.inputs), entry)
-    args = [
-        [tvm.runtime.tensor(v, device) for v in a] if isinstance(a, list) else tvm.runtime.tensor(a, device)
-        for a in arrays
-    ]
+    args = [on_device(a, device) for a in arrays]
     function = vm[entry]
     return vm, lambda: function(*args)

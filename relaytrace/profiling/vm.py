@@ -126,7 +126,7 @@ def profile(  # noqa: PLR0913 - the public API's keyword options, each checked a
         found = _remote_profile(executable, library, lineage, arrays, remote, runs)
         return attrs.evolve(found, peaks=peaks if peaks is not None else _remote_peaks(lineage, remote, left, runs.say))
     device = device or device_here(lineage.build.target)
-    args = [_on_device(a, device) for a in arrays]
+    args = [on_device(a, device) for a in arrays]
     vm = _vm(executable, device)
     try:
         function = vm[entry]
@@ -297,7 +297,7 @@ def _remote_profile(executable, library, lineage, arrays, remote, runs: Runs) ->
             device,
             " (a remote profile of a build for this machine captures each site's arguments in one local run)",
         )
-        args = [_on_device(a, device) for a in arrays]
+        args = [on_device(a, device) for a in arrays]
         function = vm[entry]
         arg_info, captured = _capture(vm, lambda: function(*args), lineage, frozenset(lineage.subfunctions), copy=True)
         _check_names(lineage, arg_info)
@@ -435,7 +435,7 @@ def _said(param) -> str:
     )
 
 
-def _on_device(value, device):
+def on_device(value, device):
     """An input on ``device``: a tensor, or a tuple parameter's list of them."""
     return (
         [tvm.runtime.tensor(v, device) for v in value] if isinstance(value, list) else tvm.runtime.tensor(value, device)
