@@ -142,13 +142,14 @@ def _composed(recorder, opt_level: int | None = None):
     )
 
 
-def build_pipeline(
+def build_pipeline(  # noqa: PLR0913 - public API: the build's options, each optional
     pipeline,
     target,
     convert_layout: Mapping[str, list] | None = None,
     mixed_precision: str | None = None,
     fold_batch_norm: bool = False,
     lift_params: bool = False,
+    observe=None,
 ):
     """The Relax pipeline to run: "fused", "unfused", the name of a pipeline registered
     with TVM (``tvm.relax.register_pipeline``: a model's file may register one, such as
@@ -163,7 +164,9 @@ def build_pipeline(
     it matches NCHW convs only), and last before the pipeline an optional
     ``relax.transform.LiftTransformParams`` (``lift_params``: what each entry computes
     from weights alone moves into ``X_transform_params``, run once when the weights are
-    loaded)."""
+    loaded). ``observe``: a pass run right after ToMixedPrecision (where it would run
+    when there is none), before ConvertLayout: ``analysis.observe``'s, which writes
+    chosen values out of their kernels as the build computes them."""
     import tvm
     from tvm import relax
 
@@ -197,6 +200,8 @@ def build_pipeline(
         if mixed_precision not in ("float32", "float16"):
             raise RelaytraceError(f"mixed precision accumulates in float32 or float16, not {mixed_precision!r}")
         before.append(relax.transform.ToMixedPrecision(out_dtype=mixed_precision))
+    if observe is not None:
+        before.append(observe)
     if convert_layout:
         before.append(relax.transform.ConvertLayout({op: list(layouts) for op, layouts in convert_layout.items()}))
     if lift_params:

@@ -301,7 +301,7 @@ def test_a_perturbed_layer_is_the_first_beyond_and_nothing_is_beyond_unperturbed
     kernel with its ReLU, which never writes its value: alone, its error first shows at
     the ReLU; with a rebuild that writes the batch norms out (``observe``, differing in
     those kernels only) it is named itself."""
-    from relaytrace.analysis.observe import observed
+    from relaytrace.analysis.observe import build_observed
     from relaytrace.model.numerics import OBSERVED, with_observed
 
     from .fixtures.compare_models import WEIGHTED, perturbed
@@ -315,7 +315,7 @@ def test_a_perturbed_layer_is_the_first_beyond_and_nothing_is_beyond_unperturbed
     assert set(fused) == (set() if pipeline == "unfused" else {"b1.bn", "b2.bn"})
     assert all(e.compared for e in clean.layers if e.layer not in fused), [e for e in clean.layers if not e.compared]
     if fused:
-        kept_executable, kept = relaytrace.build(observed(from_torch(module, (example,)), fused), "llvm")
+        kept_executable, kept = build_observed(from_torch(module, (example,)), lineage.build.options, "llvm", fused)
 
         def runs(build):  # each call site as the set of layers whose ops it runs
             return [frozenset(build.origins[o].layer for o in s.origin_ids) for s in build.call_sites]

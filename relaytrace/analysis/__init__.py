@@ -13,8 +13,9 @@ Modules:
   model
 - ``memory``: how much memory a compiled entry needs, and which layers hold it at the
   peak
-- ``observe``: a rebuild that writes out chosen layers' values (for ``compare
-  --observe``)
+- ``narrow``: the first op beyond the tolerance inside a fused kernel, by rebuilds
+- ``observe``: a rebuild that writes out chosen layers' and ops' values (for ``compare
+  --observe`` and ``narrow``)
 - ``precision``: each site's and layer's dtypes, the casts and who inserted them, layers
   left in float32
 - ``report``: the ``Report``: every figure of one profile, computed once for every

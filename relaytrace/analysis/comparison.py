@@ -15,13 +15,13 @@ At most one layer's pair of arrays is in memory at a time, besides the models.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import attrs
 import numpy as np
 
-from ..errors import RelaytraceError, describe
+from ..errors import RelaytraceError, UnknownNameError, describe
 from ..model.frontend import ONNX, onnx_node_id
 from ..model.lineage import Lineage
 from ..model.numerics import NOT_COMPARABLE, Comparison, LayerError, default_tolerance, error_of
@@ -41,6 +41,7 @@ def compare(  # noqa: PLR0913 - public API: keyword options, checked and then he
     device=None,
     progress=None,
     dynamic_shapes=None,
+    ops: Collection[str] = (),
 ) -> Comparison:
     """Every layer of ``lineage``'s entry (default ``main``) compared: the compiled
     ``executable`` against ``reference``, the torch module or ONNX model (or path) it
@@ -51,7 +52,10 @@ def compare(  # noqa: PLR0913 - public API: keyword options, checked and then he
     reference is exported with ``dynamic_shapes``, as the build's import was: its node
     names must be those the lineage keeps (a reference whose graph lacks one of them
     is refused, naming them). Each is run once; neither is changed (a torch module is
-    put in eval mode, as its import did)."""
+    put in eval mode, as its import did). ``ops`` (origin ids of the entry's ops)
+    compares those ops' values instead of the layers', each row named by its op's id
+    (``layer_outputs``); an id that is not an op of the entry is an
+    ``UnknownNameError``."""
     from ..profiling.vm import check_inputs, device_here
 
     accumulate = lineage.build.accumulate
@@ -60,7 +64,12 @@ def compare(  # noqa: PLR0913 - public API: keyword options, checked and then he
         precision = f"float16, accumulating in {accumulate}" if accumulate else "float32 as built"
     entry = lineage.entry(entry)
     arrays = check_inputs(lineage, inputs, entry)
-    plan = layer_outputs(lineage, entry)
+    strays = [oid for oid in ops if oid not in lineage.origins or lineage.origins[oid].function != entry]
+    if strays:
+        raise UnknownNameError(
+            f"op of {entry}", strays[0], [o.id for o in lineage.origins.values() if o.function == entry]
+        )
+    plan = layer_outputs(lineage, entry, ops)
     say = progress or (lambda message: None)
     wanted = {p.node for p in plan if not p.status}
     results: dict[str, LayerError] = {}

@@ -29,6 +29,8 @@ whose outputs have other shapes.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import attrs
 from attrs import define
 
@@ -63,14 +65,17 @@ class LayerOutput:
     reshaped: bool = False
 
 
-def layer_outputs(lineage: Lineage, entry: str = "main") -> tuple[LayerOutput, ...]:
+def layer_outputs(lineage: Lineage, entry: str = "main", ops: Collection[str] = ()) -> tuple[LayerOutput, ...]:
     """Every layer with ops in the function ``entry``, in the run order of the sites
     that write or hold their outputs (layers with none last). Ops of Relax functions
-    the entry calls are not layers here: their values are not compared."""
+    the entry calls are not layers here: their values are not compared. With ``ops``
+    (origin ids of the entry's ops), each of those ops instead, as if it were a layer
+    of its own named by its id: where its value is read (``analysis.narrow`` compares
+    ops of a rebuild that writes them out)."""
     lineage = lineage.for_entry(entry)
-    last: dict[str, object] = {}
+    last: dict[str, object] = {oid: lineage.origins[oid] for oid in ops}
     for o in sorted(
-        (o for o in lineage.origins.values() if o.kind == OP and o.function == entry),
+        (o for o in lineage.origins.values() if o.kind == OP and o.function == entry and not ops),
         key=lambda o: (not _dead(lineage, o), o.index),
     ):
         last[o.layer] = o  # the latest live op, or the latest of a layer all dead

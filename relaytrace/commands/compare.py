@@ -53,6 +53,20 @@ def add_arguments(p) -> None:
         "written out and compare them there (repeatable)",
     )
     p.add_argument("--observe-all", action="store_true", help="--observe every layer the build fuses away")
+    p.add_argument(
+        "--no-search",
+        action="store_true",
+        help="do not search the kernel of the first layer beyond the tolerance for its first op beyond it "
+        "(a search rebuilds the model with some of that kernel's ops' values written out)",
+    )
+    p.add_argument(
+        "--per-rebuild",
+        type=at_least(1),
+        default=8,
+        metavar="N",
+        help="at most N ops' values written out per rebuild of the search (default 8: a kernel of up to 9 ops "
+        "takes one rebuild; a larger one is bisected)",
+    )
     p.add_argument("--out", help="output DIR: lineage.json, compare.json, compare.csv, errors.svg")
     p.add_argument("--force", action="store_true", help="replace an existing DIR")
 
@@ -60,8 +74,11 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     """`relaytrace compare MODEL`: each layer's value in the build against the framework's,
     and the first layer beyond tolerance."""
+    import attrs
+
     from ..analysis.comparison import compare
-    from ..analysis.observe import check_layers, observed
+    from ..analysis.narrow import narrow, rebuilding
+    from ..analysis.observe import build_observed, check_layers
     from ..build import NHWC, build
     from ..frontends.loader import load
     from ..jobs import parse_shape, prepare_out_dir, write_compare
@@ -116,13 +133,8 @@ def run(args) -> int:
     wanted = [e.layer for e in comparison.layers if e.status == FUSED] if args.observe_all else named
     if wanted:
         say(f"rebuilding with the values of {len(wanted)} layer(s) written out: {', '.join(wanted)}")
-        kept_executable, kept = build(
-            observed(loaded.model, wanted),
-            args.target,
-            pipeline=args.pipeline,
-            convert_layout=NHWC if args.layout == Layout.NHWC else None,
-            progress=say.passes,
-            mixed_precision=accumulate,
+        kept_executable, kept = build_observed(
+            loaded.model, lineage.build.options, args.target, layers=wanted, progress=say.passes
         )
         again = compare(
             kept_executable,
@@ -135,6 +147,12 @@ def run(args) -> int:
             dynamic_shapes=loaded.dynamic_shapes,
         )
         comparison = with_observed(comparison, again, wanted)
+    if comparison.first_beyond is not None and not args.no_search:
+        recompare = rebuilding(
+            loaded.model, lineage, loaded.source, loaded.inputs, comparison, loaded.dynamic_shapes, progress=say
+        )
+        found = narrow(lineage, comparison, recompare, args.per_rebuild, progress=say)
+        comparison = attrs.evolve(comparison, divergence=found)
     echo(comparison_table(comparison))
     echo()
     echo(comparison.summary())

@@ -20,8 +20,10 @@ from .codec import decode, encode
 from .jsonio import migrate, read_json, write_json
 from .names import Name
 
-SCHEMA = "relaytrace.compare/2"  # /2 added each layer's route; /1 files load (no route known)
-_MIGRATIONS = {"relaytrace.compare/1": lambda data, where: {**data, "schema": SCHEMA}}  # /2 only added fields
+SCHEMA = "relaytrace.compare/3"  # /3 added the divergence found inside a kernel, /2 each layer's route
+_MIGRATIONS = {  # each only added fields: older files load (no route known, no divergence searched)
+    old: lambda data, where: {**data, "schema": SCHEMA} for old in ("relaytrace.compare/1", "relaytrace.compare/2")
+}
 
 
 class Outcome(Name):
@@ -80,6 +82,58 @@ class LayerError:
 
 
 @define(frozen=True)
+class Probe:
+    """One rebuild of a search inside a kernel (``analysis.narrow``): the ops whose
+    values it wrote out (origin ids, in run order) and which of them were beyond the
+    tolerance; an op it could not compare is in neither ``within`` nor ``beyond``."""
+
+    ops: tuple[str, ...]
+    beyond: tuple[str, ...] = ()
+    within: tuple[str, ...] = ()
+
+
+@define(frozen=True)
+class Divergence:
+    """The first op beyond the tolerance inside the kernel that writes the first layer
+    beyond it, found by rebuilds that write the kernel's ops' values out
+    (``analysis.narrow``). ``error``: that op's value compared (its row's ``layer`` is
+    the op's origin id); ``after``: the op before it in the kernel found within the
+    tolerance ("" when none: it is the first op of the kernel compared, so the
+    divergence may come in with the kernel's inputs, ``note`` says so); ``candidates``:
+    the kernel's ops up to the layer's, with a value of their own in the source program
+    (the last op of each source node), the search chose from."""
+
+    layer: str  # the first layer beyond the tolerance, where the search began
+    site: str  # the kernel call site that writes it
+    op: str  # the first op found beyond: its origin id
+    op_layer: str
+    short_op: str
+    source: str  # where in the user's code it was made ("file.py:LINE", an ONNX node), "" unknown
+    error: LayerError
+    after: str = ""
+    candidates: tuple[str, ...] = ()
+    rebuilds: tuple[Probe, ...] = ()
+    note: str = ""
+
+    def summary(self) -> str:
+        """One line: the op, its layer and line, its error, and what it took."""
+        where = f" at {self.source}" if self.source else ""
+        observed = sum(len(p.ops) for p in self.rebuilds)
+        took = (
+            f"{len(self.rebuilds)} rebuild{'s' if len(self.rebuilds) != 1 else ''} writing out {observed} of its "
+            f"{len(self.candidates)} ops' values"
+            if self.rebuilds
+            else "no rebuild: the layer's own op is the kernel's only one compared"
+        )
+        error = self.error
+        bad = f"{error.nan} NaN, {error.inf} Inf" if error.nan or error.inf else f"max abs error {_num(error.max_abs)}"
+        before = f", after {self.after} within" if self.after else ""
+        line = f"first op beyond the tolerance inside {self.site}: {self.short_op} of {self.op_layer}{where}"
+        line += f" ({bad}{before}; {took})"
+        return f"{line}; {self.note}" if self.note else line
+
+
+@define(frozen=True)
 class Comparison:
     """Every layer of one entry in run order, and the tolerance they were judged by."""
 
@@ -90,6 +144,7 @@ class Comparison:
     precision: str  # "as built", or the ToMixedPrecision setting the build was made with
     layers: tuple[LayerError, ...]
     tolerance: str = "given"  # where atol and rtol came from: "given", or the default they are for
+    divergence: Divergence | None = None  # the first op beyond inside its kernel, when searched
     schema: str = SCHEMA
 
     @property
@@ -138,6 +193,8 @@ class Comparison:
         worst = self.worst()
         if len(worst) > 1 or (worst and worst[0] is not first):
             lines.append("farthest beyond it: " + ", ".join(f"{e.layer} (x{_num(e.tolerance_ratio)})" for e in worst))
+        if self.divergence is not None:
+            lines.append(self.divergence.summary())
         if self.first_nan:
             e = self.first_nan
             lines.append(

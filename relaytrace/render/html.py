@@ -98,6 +98,7 @@ def html_report(report, comparison=None) -> str:
         caused=[(layer, us / 1e3) for layer, us in cats.inserted_by_layer[:6]],
         warnings=profile.warnings(),
         numerics=comparison.summary().splitlines()[0] if comparison is not None else "",
+        divergence=comparison.divergence.summary() if comparison is not None and comparison.divergence else "",
         verdict=_verdict(report),
         verdict_class=(
             "bad"

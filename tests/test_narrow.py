@@ -1,0 +1,106 @@
+"""The search inside a fused kernel for the first op beyond the tolerance (issue 56,
+item 4): a float16 overflow injected into one op of a kernel of six, found by
+``compare`` with no ``--observe``, named by its op, layer and line, with the rebuilds
+it took; nothing searched where nothing diverges."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import relaytrace
+from relaytrace import compare
+from relaytrace.analysis.narrow import candidates, narrow, rebuilding, spread
+from relaytrace.frontends.torch import from_torch
+from relaytrace.model.numerics import BEYOND, OBSERVED, WITHIN, Comparison
+
+from .conftest import assert_holds_to_schema
+from .fixtures import overflow_inside
+from .fuzz import run_cli
+
+FIXTURE = "tests/fixtures/overflow_inside.py"
+OVERFLOW_LINE = next(
+    n for n, line in enumerate(Path(FIXTURE).read_text().splitlines(), 1) if "# OVERFLOWS" in line
+)  # the line of the add the search must name
+
+
+@pytest.fixture(scope="module")
+def overflowing():
+    """The fixture's float16 build and its comparison (the overflow shows first at the
+    residual add, the block's last op, the one its kernel writes)."""
+    module, example = overflow_inside.make()
+    imported = from_torch(module, (example,))
+    executable, lineage = relaytrace.build(imported, "llvm", mixed_precision="float32")
+    return module, example, imported, lineage, compare(executable, lineage, module, [example.numpy()])
+
+
+def test_the_kernel_searched_is_the_one_that_writes_the_first_layer_beyond(overflowing):
+    _, _, _, lineage, comparison = overflowing
+    first = comparison.first_beyond
+    assert first.layer == "block" and first.inf > 0  # the layer, not the op: the add is fused away
+    site, ops = candidates(lineage, comparison)
+    assert site == first.site
+    kernel = [lineage.origins[o] for o in lineage.site_by_label(site).origin_ids]
+    assert len([o for o in kernel if o.kind == "op"]) >= 4  # conv2d, bias add, add, subtract, relu, add
+    assert [o.short_op for o in ops] == ["add", "add", "subtract", "relu", "add"]  # each node's last op
+    assert [o.layer for o in ops] == ["block.conv", "block", "block", "block", "block"]
+    assert ops[1].source.endswith(f"overflow_inside.py:{OVERFLOW_LINE}")
+
+
+@pytest.mark.parametrize("per_rebuild", [8, 2, 1])
+def test_the_overflowing_add_is_named_whatever_the_rebuilds_write_out(overflowing, per_rebuild):
+    """Writing out all the kernel's ops at once, or bisecting two and one at a time,
+    finds the same op: the add of the offset, after the conv found within."""
+    module, example, imported, lineage, comparison = overflowing
+    asked = []
+
+    def recompare(ops):
+        asked.append(ops)
+        return rebuilding(imported, lineage, module, [example.numpy()], comparison)(ops)
+
+    found = narrow(lineage, comparison, recompare, per_rebuild)
+    assert found.short_op == "add" and found.op_layer == "block"
+    assert found.source.endswith(f"overflow_inside.py:{OVERFLOW_LINE}")
+    assert found.error.status == BEYOND and found.error.inf > 0 and found.error.reference_nan == 0
+    assert lineage.origins[found.after].layer == "block.conv"  # the conv's bias add, within
+    assert all(len(ops) <= per_rebuild for ops in asked) and len(found.rebuilds) == len(asked)
+    assert len({o for ops in asked for o in ops}) == sum(map(len, asked))  # no op written out twice
+    assert len(asked) == {8: 1, 2: 2, 1: 3}[per_rebuild]
+    assert found.after in {o for p in found.rebuilds for o in p.within}
+    assert found.op in {o for p in found.rebuilds for o in p.beyond}
+
+
+def test_cli_compare_names_the_op_its_line_and_the_rebuilds(tmp_path):
+    out = tmp_path / "cmp"
+    code, stdout, err = run_cli(
+        ["compare", f"{FIXTURE}:make", "--precision", "fp16", "--observe", "block.conv", "--out", out]
+    )
+    assert code == 0, err
+    said = next(line for line in stdout.splitlines() if line.startswith("first op beyond the tolerance inside"))
+    assert f"add of block at {Path(FIXTURE).resolve()}:{OVERFLOW_LINE}" in said and "1 rebuild writing out 4" in said
+    assert "rebuild 1: writing out 4 of" in err
+    data = json.loads((out / "compare.json").read_text())
+    assert_holds_to_schema(data, "compare.json")
+    saved = Comparison.load(out / "compare.json")
+    assert saved.divergence.short_op == "add" and saved.divergence.source.endswith(f":{OVERFLOW_LINE}")
+    conv = next(e for e in saved.layers if e.layer == "block.conv")  # --observe in float16 (it crashed before)
+    assert conv.status == WITHIN and conv.route == OBSERVED
+    code, stdout, err = run_cli(["compare", f"{FIXTURE}:make", "--precision", "fp16", "--no-search"])
+    assert code == 0 and "first op beyond" not in stdout and "rebuild" not in err
+    assert "first layer beyond the tolerance: block " in stdout
+    code, _, err = run_cli(["compare", f"{FIXTURE}:make", "--per-rebuild", "0"])
+    assert code == 2 and "--per-rebuild" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_clean_float16_build_searches_nothing():
+    code, stdout, err = run_cli(["compare", f"{FIXTURE}:clean", "--precision", "fp16"])
+    assert code == 0, err
+    assert "no layer beyond the tolerance" in stdout and "first op beyond" not in stdout and "rebuild" not in err
+
+
+def test_spread_cuts_the_ops_in_question_evenly():
+    ops = [f"op{i}" for i in range(9)]
+    assert spread(ops[:3], 4) == tuple(ops[:3])
+    assert spread(ops, 2) == ("op3", "op6")
+    assert spread(ops, 1) == ("op4",)
+    assert len(set(spread(ops, 8))) == 8
