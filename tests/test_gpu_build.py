@@ -112,3 +112,77 @@ def test_an_mlc_style_llm_built_for_cuda_is_traced_and_its_decode_estimated_at_a
         for context in (512, 4096)
     }
     assert bound[512] > 0 and 7 < bound[4096] / bound[512] < 8.1  # 4097 against 513 keys and values
+
+
+def test_the_inside_of_cuda_kernels_is_stamped_by_the_global_timer_one_writer_per_block(tmp_path):
+    """Issue 56, item 5, checked statically (no GPU here): a CUDA build's multi-stage
+    kernels (a layer norm's two sums and its output, a softmax's maximum, sum and
+    normalisation) built again with each stage stamped: before the first stage and
+    after each, a barrier, then thread 0 of each block stores ``%globaltimer`` at its
+    block's slots; compiled for sm_90, the PTX reads the global timer."""
+    import re
+    import shutil
+    import subprocess
+
+    import torch
+
+    from relaytrace.profiling.inside import pipeline_of
+    from relaytrace.profiling.inside_gpu import TIMER, instrumented_copy
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(64, 64)
+            self.ln = torch.nn.LayerNorm(64)
+
+        def forward(self, x):
+            return torch.softmax(self.ln(self.fc(x)) * 2.0, dim=-1)
+
+    imported = from_torch(Block().eval(), (torch.randn(4, 64),), name="block")
+    target = {"kind": "cuda", "arch": "sm_90"}
+    try:
+        _, lineage = relaytrace.build(imported, target)
+        executable, instrumented = instrumented_copy(imported.mod, pipeline_of(lineage.build), lineage)
+    except Exception as exc:  # code generation this wheel or machine cannot do
+        pytest.skip(f"cuda code generation cannot run here: {type(exc).__name__}: {str(exc)[:200]}")
+    ops_of = {s.kernel: {lineage.origins[o].short_op for o in s.origin_ids} for s in lineage.call_sites}
+    staged = {k for k, ops in ops_of.items() if {"layer_norm"} <= ops or {"softmax"} <= ops}
+    assert staged and set(instrumented.plans) == staged  # the matmul's kernel runs one stage: left alone
+    sources = []
+
+    def collect(module):
+        for kind in ("", "ptx"):
+            try:
+                sources.append(module.inspect_source(kind) if kind else module.inspect_source())
+            except Exception:  # a module without that form
+                pass
+        for child in module.imports:
+            collect(child)
+
+    collect(executable.mod)
+    cuda = next(s for s in sources if f"{TIMER}()" in s and "__global__" in s)
+    for name, plan in instrumented.plans.items():
+        code = lineage.code.kernels[name]
+        assert sorted(n for part in plan.parts for n in part) == sorted(b.name for b in code.built_blocks)
+        assert len(plan.parts) >= 2 and plan.blocks == 4  # one block per row of the 4x64 input
+        body = cuda.split(f"void __launch_bounds__(256) {name}_kernel(", 2)[2].split("\nextern", 1)[0]
+        stamps = re.findall(
+            r"__syncthreads\(\);\s*(?:int \w+ = [^;]+;\s*)*if \(\(\(int\)threadIdx\.x\) == 0\) \{\s*"
+            r"stamps_ptr\[([^\]]+)\] = " + TIMER + r"\(\);",
+            body,
+        )
+        per_block = len(plan.parts) + 1
+        assert len(stamps) == per_block, body
+        for block in range(plan.blocks):  # each store's index, evaluated at each block
+            at = [eval(index.replace("((int)blockIdx.x)", str(block))) for index in stamps]  # noqa: S307 - C index
+            assert at == [plan.slot + block * per_block + k for k in range(per_block)], (name, block, stamps)
+    compiler = shutil.which("nvcc")
+    if compiler is None:
+        pytest.skip("no nvcc to compile the copy's CUDA source to PTX")
+    (tmp_path / "copy.cu").write_text(cuda)
+    subprocess.run(
+        [compiler, "-arch=sm_90", "-ptx", str(tmp_path / "copy.cu"), "-o", str(tmp_path / "copy.ptx")], check=True
+    )
+    ptx = (tmp_path / "copy.ptx").read_text()
+    reads = re.findall(r"mov\.u64\s+%rd\d+, %globaltimer;", ptx)
+    assert len(reads) == sum(len(plan.parts) + 1 for plan in instrumented.plans.values())  # one per stamp

@@ -5,6 +5,8 @@ Modules:
 - ``bundle``: a build and its lineage as a directory that profiles itself where it is
   copied
 - ``inside``: each fused kernel's loop nests timed in an instrumented copy of the build
+- ``inside_gpu``: the CUDA form of that copy, stages stamped by the GPU's global timer
+  (built and checked, not yet run)
 - ``manifest``: ``bundle.json`` and the serve spec as records, read back checked
 - ``peaks``: the machine's peak rates, measured with small TVM-built kernels where a
   profile runs

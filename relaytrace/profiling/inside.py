@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -81,14 +81,15 @@ def block_names(stmt) -> tuple[str, ...]:
     return tuple(b.name_hint for b in found)
 
 
-def _stamp_buffer(size: int, address: int):
-    """(the ``DeclBuffer`` statement, the buffer) of ``size`` int64 stamps at ``address``,
-    as TVMScript declares a buffer over a pointer it is given."""
+def stamp_buffer(size: int, address: int, dtype: str = "int64"):
+    """(the ``DeclBuffer`` statement, the buffer) of ``size`` stamps of ``dtype`` at
+    ``address`` (a host address here, a device one for ``inside_gpu``), as TVMScript
+    declares a buffer over a pointer it is given."""
 
     @T.prim_func(private=True)
     def template():
-        stamps = T.decl_buffer((size,), "int64", data=T.reinterpret("handle", T.uint64(address)))
-        stamps[0] = T.int64(0)
+        stamps = T.decl_buffer((size,), dtype, data=T.reinterpret("handle", T.uint64(address)))
+        stamps[0] = T.cast(0, dtype)
 
     declare = template.body.seq[0]
     return declare, declare.buffer
@@ -104,30 +105,44 @@ def _stamped(func, slot: int, declare, buffer):
     def stamp(at: int):
         return tirx.BufferStore(buffer, tirx.call_llvm_intrin("int64", _COUNTER), [tirx.IntImm("int32", at)])
 
-    body: list = []
-    parts = 0
-    for stmt in statements(func):
-        holds_blocks = bool(block_names(stmt))
-        if holds_blocks and not parts:
-            body.append(stamp(slot + 1))
-        body.append(stmt)
-        if holds_blocks:
-            parts += 1
-            body.append(stamp(slot + 1 + parts))
+    body = between(statements(func), lambda k: stamp(slot + 1 + k))
+    parts = sum(1 for stmt in statements(func) if block_names(stmt))
+    realize = root_with(func, tirx.SeqStmt(body))
+    return func.with_body(tirx.SeqStmt([declare, stamp(slot), realize, stamp(slot + parts + 2)]))
+
+
+def between(stmts, stamp: Callable) -> list:
+    """``stmts`` with ``stamp(0)`` before the first that holds blocks and ``stamp(k)``
+    after the ``k``-th such (one that holds none, a buffer's declaration, stays where it
+    is)."""
+    out: list = []
+    k = 0
+    for stmt in stmts:
+        holds = bool(block_names(stmt))
+        if holds and not k:
+            out.append(stamp(0))
+        out.append(stmt)
+        if holds:
+            k += 1
+            out.append(stamp(k))
+    return out
+
+
+def root_with(func, body):
+    """``func``'s root block realize with ``body`` in place of its block's body."""
     root = func.body.block
     block = SBlock(
         root.iter_vars,
         root.reads,
         root.writes,
         root.name_hint,
-        tirx.SeqStmt(body),
+        body,
         root.init,
         root.alloc_buffers,
         root.match_buffers,
         root.annotations,
     )
-    realize = SBlockRealize(func.body.iter_values, func.body.predicate, block)
-    return func.with_body(tirx.SeqStmt([declare, stamp(slot), realize, stamp(slot + parts + 2)]))
+    return SBlockRealize(func.body.iter_values, func.body.predicate, block)
 
 
 class Instrumented:
@@ -152,7 +167,7 @@ class Instrumented:
                 self.plans[name] = Stamped(name, slot, tuple(parts))
                 slot += len(parts) + 3
         self.stamps = np.zeros(max(slot, 1), dtype="int64")
-        declare, buffer = _stamp_buffer(len(self.stamps), self.stamps.ctypes.data)
+        declare, buffer = stamp_buffer(len(self.stamps), self.stamps.ctypes.data)
         for name, plan in self.plans.items():
             gv, func = funcs[name]
             mod[gv] = _stamped(func, plan.slot, declare, buffer)
@@ -164,7 +179,7 @@ def cycles_per_us(stamps: np.ndarray, seconds: float = 0.05) -> float:
     over ``seconds`` by a kernel that stamps it into ``stamps[0]``; a rate that two
     measurements do not agree on within 1 % is refused (a counter that does not run at
     one rate cannot time anything)."""
-    declare, buffer = _stamp_buffer(len(stamps), stamps.ctypes.data)
+    declare, buffer = stamp_buffer(len(stamps), stamps.ctypes.data)
 
     @T.prim_func(private=True)
     def tick():
@@ -207,7 +222,8 @@ def check_target(target: str) -> None:
     if kind != "llvm" or platform.machine() not in ("x86_64", "AMD64"):
         raise RelaytraceError(
             f"--inside times the inside of kernels of an llvm build on an x86-64 CPU (its cycle counter), "
-            f"not a {kind} build on {platform.machine()}: profile without --inside"
+            f"not a {kind} build on {platform.machine()} (a CUDA build's copy is made and checked, not yet timed): "
+            "profile without --inside"
         )
 
 
@@ -270,12 +286,13 @@ def inside_sites(lineage, instrumented: Instrumented, found: dict, rate: float) 
     return tuple(out)
 
 
-def check_same_kernels(lineage, instrumented: Instrumented) -> None:
-    """Each instrumented kernel holds the blocks the lineage's code says it holds (the
+def check_same_kernels(lineage, plans: Mapping) -> None:
+    """Each instrumented kernel (``plans``: name -> its plan, whose ``parts`` name its
+    blocks) holds the blocks the lineage's code says it holds (the
     same pipeline made the same kernels); otherwise no figure of the copy is about the
     user's build, and it is said so."""
     code = lineage.code
-    for name, plan in instrumented.plans.items():
+    for name, plan in plans.items():
         kernel = code.kernels.get(name)
         want = [b.name for b in (kernel.built_blocks if kernel.built else kernel.blocks)] if kernel else []
         got = [n for part in plan.parts for n in part]
@@ -358,7 +375,7 @@ def measure_inside(mod, pipeline, lineage, entry: str, run: InsideRun, say) -> t
         executable = tvm.compile(
             mod, tvm.target.Target(target), relax_pipeline=tvm.transform.Sequential([pipeline, instrumented.pass_])
         )
-    check_same_kernels(lineage, instrumented)
+    check_same_kernels(lineage, instrumented.plans)
     vm, call = _runner(executable, lineage, entry, run, say)
     rate = cycles_per_us(np.zeros(1, dtype="int64"))
     say(f"timing the inside of {len(instrumented.plans)} kernels ({run.repeat} runs; {rate:.0f} cycles per us)")
