@@ -21,6 +21,7 @@ from relaytrace.model.profile import Profile
 from relaytrace.profiling.inside import Instrumented, cycles_per_us
 from tests.conftest import assert_holds_to_schema
 from tests.fuzz import run_cli
+from tests.test_render import CHROMIUM, _browser, launch
 
 REPEAT = 4
 
@@ -92,6 +93,25 @@ def test_each_op_of_each_fused_kernel_is_timed_inside_and_measured_bills_by_it(i
     ]
     assert [(r["site"], r["ops"]) for r in data["inside"]] == shown  # the kernels of more than one op
     assert '<table id="inside">' in page
+    assert all(data["sites"][r["site_id"]]["label"] == r["site"] for r in data["inside"])  # joined by id
+    if CHROMIUM is not None:  # the timeline cuts each kernel's slice by its ops' measured shares, under it
+        with _browser() as pw:
+            browser = launch(pw)
+            view = browser.new_page()
+            view.goto((inside_out / "report.html").as_uri())
+            view.wait_for_selector("body[data-ready]")
+            slices = view.evaluate(
+                "() => [...document.querySelectorAll('#timeline rect')].map(r => "
+                "[r.classList.contains('inside'), +r.dataset.site, +r.getAttribute('width')])"
+            )
+            browser.close()
+        kernel = {site: width for nested, site, width in slices if not nested}
+        under = [(site, width) for nested, site, width in slices if nested]
+        assert len(under) == len(data["inside"])
+        for r, (site, width) in zip(data["inside"], under):
+            assert site == r["site_id"] and width == pytest.approx(
+                max(kernel[site] * r["measured_percent"] / 100, 0.3), abs=0.01
+            )
     text = (inside_out / "inside.csv").read_text()
     tampered = json.loads((inside_out / "profile.json").read_text())
     tampered["inside"][0]["parts"][0]["us"][0] = -5000.0

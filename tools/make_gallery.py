@@ -1,14 +1,16 @@
 """Regenerate docs/gallery/: real pictures of zoo models, and screenshots of their HTML
 reports in headless Chromium (run: python tools/make_gallery.py [--screenshots | --memory |
---llm]: only retake the screenshots of the reports already there; or first make again only
-the reports they are of that have a memory section, ResNet-50's and the decoder's; or only
-the MLC-style Llama's served decode, its report and screenshot)."""
+--llm | --inside]: only retake the screenshots of the reports already there; or first make
+again only the reports they are of that have a memory section, ResNet-50's and the
+decoder's; or only the MLC-style Llama's served decode, its report and screenshot; or only
+ResNet-18 timed inside its kernels, its report and its timeline's screenshot)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import attrs
 import numpy as np
 
 import relaytrace
@@ -30,6 +32,9 @@ def main() -> int:
         return 0
     if sys.argv[1:] == ["--llm"]:
         _llm_decode()
+        return 0
+    if sys.argv[1:] == ["--inside"]:
+        _inside()
         return 0
     if sys.argv[1:] == ["--code"]:
         for name, layout in (("resnet50", None), ("resnet50", NHWC)):
@@ -59,6 +64,7 @@ def main() -> int:
     print(roofline_summary(decoder.roofline))
     _screenshots()
     _code_screenshots()
+    _inside()
     return 0
 
 
@@ -134,17 +140,7 @@ def _llm_decode() -> None:
     (OUT / "llama4_decode_report.html").write_text(html_report(report))
     print("llama4 decode", report.profile.summary())
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path="/usr/bin/chromium",
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
+        browser = _browser(pw)
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.goto((OUT / "llama4_decode_report.html").as_uri())
         page.wait_for_selector("body[data-ready]")
@@ -168,17 +164,7 @@ def _screenshots() -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path="/usr/bin/chromium",
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
+        browser = _browser(pw)
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.goto((OUT / "decoder24_report.html").as_uri())
         page.wait_for_selector("body[data-ready]")
@@ -242,7 +228,7 @@ def _code_screenshots() -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        browser = _browser(pw)
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.goto((OUT / "resnet50_report.html").as_uri())
         page.wait_for_selector("body[data-code-ready]")
@@ -259,6 +245,52 @@ def _code_screenshots() -> None:
             path=str(OUT / "report_code_resnet50_nhwc_block.png"), full_page=True, clip=_section(page, "code", 4)
         )
         browser.close()
+
+
+def _inside() -> None:
+    """Zoo ResNet-18 at 64x64, its batch norms folded into the convs (so that each conv
+    runs fused with its bias add, ReLU and residual add), each fused kernel timed inside
+    (``time_inside``) and billed by ``--policy measured``: its report, and a screenshot
+    of its timeline, each kernel's slice with its ops' measured shares under it (the
+    nested slices)."""
+    from playwright.sync_api import sync_playwright
+
+    from relaytrace import zoo
+    from relaytrace.frontends.torch import from_torch
+
+    module, example = zoo.get("resnet18", image=64)
+    executable, lineage = relaytrace.build(
+        from_torch(module, (example,), name="resnet18"), "llvm", fold_batch_norm=True
+    )
+    profile = relaytrace.profile(executable, lineage, [example.numpy()], repeat=5)
+    inside = relaytrace.time_inside(module, lineage, [example.numpy()], example_args=(example,), repeat=5)
+    report = make_report(lineage, attrs.evolve(profile, inside=inside), policy="measured")
+    (OUT / "resnet18_inside_report.html").write_text(html_report(report))
+    print("resnet18 inside", report.profile.summary())
+    with sync_playwright() as pw:
+        browser = _browser(pw)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.goto((OUT / "resnet18_inside_report.html").as_uri())
+        page.wait_for_selector("body[data-ready]")
+        page.screenshot(
+            path=str(OUT / "report_inside_timeline_resnet18.png"), full_page=True, clip=_section(page, "timeline", 1)
+        )
+        browser.close()
+
+
+def _browser(pw):
+    """Headless Chromium, as every screenshot here is taken."""
+    return pw.chromium.launch(
+        executable_path="/usr/bin/chromium",
+        args=[
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+        ],
+    )
 
 
 def _section(page, box: str, before: int) -> dict:

@@ -300,6 +300,7 @@ class PageInside:
 
     key: str  # the row's key in its table: the site and its parts
     site: str
+    site_id: int  # the site's id in ``sites``: the timeline draws the row under its kernel's slice
     ops: str
     layers: str
     blocks: str
@@ -398,6 +399,7 @@ def page_data(report, comparison=None) -> PageData:
             PageInside(
                 f"{r.site} {' '.join(map(str, r.parts))}",
                 r.site,
+                by_label[r.site],
                 " ".join(r.ops) or ("(outside its loop nests)" if not r.blocks else "(no op)"),
                 " ".join(r.layers),
                 " ".join(r.blocks),

@@ -159,9 +159,11 @@ function showModule(name){
 // ---- one run, site by site ----
 function drawTimeline(){
   const svg = document.getElementById('timeline'); svg.replaceChildren();
-  const width = svg.clientWidth || 900, ht = 26;
+  const width = svg.clientWidth || 900, ht = 26, lane = data.inside.length ? 16 : 0;
   const end = data.sites.reduce((a, s) => Math.max(a, s.start_us + s.us), 0) || 1;
-  svg.setAttribute('height', ht + 18);
+  svg.setAttribute('height', ht + lane + 18);
+  const inside = new Map();  // site id -> its ops as timed inside (profile --inside), in part order
+  data.inside.forEach(r => { if (!inside.has(r.site_id)) inside.set(r.site_id, []); inside.get(r.site_id).push(r); });
   data.sites.forEach(s => {
     const x = s.start_us / end * width, w = Math.max(s.us / end * width, 0.5);
     const rect = el('rect', {x, y: 2, width: w, height: ht, fill: COLOURS.get(s.category) || COLOURS.get('compute'),
@@ -169,8 +171,19 @@ function drawTimeline(){
     el('title', {}, rect).textContent = `${s.label}: ${s.us.toFixed(1)} us (${s.layers.join(', ')})`;
     if (w > 70) el('text', {x: x + 3, y: 18}, svg).textContent = s.layers[0] || s.kernel;
     rect.onclick = () => showSite(s.id);
+    let at = x;  // the kernel's slice cut by the measured shares of its ops, under it
+    (inside.get(s.id) || []).forEach((r, i) => {
+      const part = w * r.measured_percent / 100;
+      const slice = el('rect', {x: at, y: ht + 3, width: Math.max(part, 0.3), height: lane - 2, class: 'inside',
+        fill: i % 2 ? '#8fb8de' : '#3f7cbf', 'data-site': s.id}, svg);
+      el('title', {}, slice).textContent = `${s.label}, inside: ${r.ops} (${r.layers}): ${r.measured_percent.toFixed(1)} % measured, ${r.modelled_percent.toFixed(1)} % modelled`;
+      if (part > 50) el('text', {x: at + 2, y: ht + lane - 2, class: 'inside-label'}, svg).textContent = r.ops;
+      slice.onclick = () => showSite(s.id);
+      at += part;
+    });
   });
-  el('text', {x: 2, y: ht + 14}, svg).textContent = `0 .. ${(end / 1e3).toFixed(3)} ms: the kernel call sites of one run in order (${data.timeline_note})`;
+  const nested = lane ? '; under each kernel timed inside (--inside), its ops by their measured shares' : '';
+  el('text', {x: 2, y: ht + lane + 14}, svg).textContent = `0 .. ${(end / 1e3).toFixed(3)} ms: the kernel call sites of one run in order (${data.timeline_note})${nested}`;
 }
 
 // ---- the charts' frame: a plot area inside margins m, grid lines with their labels, axis titles ----
