@@ -19,9 +19,11 @@ from .fixtures import overflow_inside
 from .fuzz import run_cli
 
 FIXTURE = "tests/fixtures/overflow_inside.py"
-OVERFLOW_LINE = next(
-    n for n, line in enumerate(Path(FIXTURE).read_text().splitlines(), 1) if "# OVERFLOWS" in line
-)  # the line of the add the search must name
+LINES = {
+    mark: next(n for n, line in enumerate(Path(FIXTURE).read_text().splitlines(), 1) if line.endswith(mark))
+    for mark in ("# OVERFLOWS: the line the search must name", "# OVERFLOWS LATE")
+}
+OVERFLOW_LINE, LATE_LINE = LINES.values()  # the lines of the adds the search must name
 
 
 @pytest.fixture(scope="module")
@@ -70,15 +72,46 @@ def test_the_overflowing_add_is_named_whatever_the_rebuilds_write_out(overflowin
     assert found.op in {o for p in found.rebuilds for o in p.beyond}
 
 
+@pytest.mark.parametrize("per_rebuild", [1, 2])
+def test_a_late_overflow_is_named_after_rebuilds_that_wrote_out_earlier_ops(per_rebuild):
+    """The overflow fourth of the kernel's five ops searched: bisecting, the rebuilds
+    write out ops before it first; each rebuild marks the module as the user gave it
+    (a rebuild that kept the last one's marks would write out other ops)."""
+    module, example = overflow_inside.late()
+    imported = from_torch(module, (example,))
+    executable, lineage = relaytrace.build(imported, "llvm", mixed_precision="float32")
+    comparison = compare(executable, lineage, module, [example.numpy()])
+    found = narrow(
+        lineage, comparison, rebuilding(imported, lineage, module, [example.numpy()], comparison), per_rebuild
+    )
+    assert (found.short_op, found.op_layer) == ("add", "block") and found.source.endswith(f":{LATE_LINE}")
+    assert lineage.origins[found.after].short_op == "subtract" and not found.note  # nothing left out
+    assert len(found.rebuilds) == {1: 3, 2: 2}[per_rebuild]
+    assert lineage.origins[found.op].index > lineage.origins[found.rebuilds[0].within[0]].index  # an earlier op first
+
+
+def test_an_unfused_build_is_searched_on_its_own_kernels_without_a_rebuild(tmp_path):
+    """Unfused, each op runs in a kernel of its own, which writes its value: the search
+    reads the ops there, and names the add though the layer beyond is the block's last."""
+    code, stdout, err = run_cli(
+        ["compare", f"{FIXTURE}:make", "--precision", "fp16", "--pipeline", "unfused", "--out", tmp_path / "o"]
+    )
+    assert code == 0, err
+    found = Comparison.load(tmp_path / "o" / "compare.json").divergence
+    assert (found.short_op, found.source.split(":")[-1]) == ("add", str(OVERFLOW_LINE))
+    assert found.rebuilds == () and found.read_here and "rebuild" not in err
+    assert "read from the build itself" in stdout
+
+
 def test_cli_compare_names_the_op_its_line_and_the_rebuilds(tmp_path):
     out = tmp_path / "cmp"
     code, stdout, err = run_cli(
         ["compare", f"{FIXTURE}:make", "--precision", "fp16", "--observe", "block.conv", "--out", out]
     )
     assert code == 0, err
-    said = next(line for line in stdout.splitlines() if line.startswith("first op beyond the tolerance inside"))
-    assert f"add of block at {Path(FIXTURE).resolve()}:{OVERFLOW_LINE}" in said and "1 rebuild writing out 4" in said
-    assert "rebuild 1: writing out 4 of" in err
+    said = next(line for line in stdout.splitlines() if line.startswith("first op beyond the tolerance, in"))
+    assert f"add of block at {Path(FIXTURE).resolve()}:{OVERFLOW_LINE}" in said
+    assert "1 rebuild writing out 4 of the 5 ops' values" in said and "rebuild 1: writing out 4 of 5" in err
     data = json.loads((out / "compare.json").read_text())
     assert_holds_to_schema(data, "compare.json")
     saved = Comparison.load(out / "compare.json")
@@ -88,8 +121,9 @@ def test_cli_compare_names_the_op_its_line_and_the_rebuilds(tmp_path):
     code, stdout, err = run_cli(["compare", f"{FIXTURE}:make", "--precision", "fp16", "--no-search"])
     assert code == 0 and "first op beyond" not in stdout and "rebuild" not in err
     assert "first layer beyond the tolerance: block " in stdout
-    code, _, err = run_cli(["compare", f"{FIXTURE}:make", "--per-rebuild", "0"])
-    assert code == 2 and "--per-rebuild" in err and len(err.strip().splitlines()) == 1
+    for bad, says in ((["--per-rebuild", "0"], "--per-rebuild"), (["--no-search", "--per-rebuild", "2"], "give one")):
+        code, _, err = run_cli(["compare", f"{FIXTURE}:make", *bad])
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_clean_float16_build_searches_nothing():

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
+from attrs import define
 
 from ..errors import RelaytraceError
 from ..model.lineage import Lineage
@@ -38,9 +39,11 @@ Recompare = Callable[[tuple[str, ...]], Comparison]
 def candidates(lineage: Lineage, comparison: Comparison) -> tuple[str, tuple[Origin, ...]]:
     """``(site label, ops)`` for the search: the kernel call site that writes (or, for a
     layer compared through a rebuild, holds) the first layer of ``comparison`` beyond
-    its tolerance, and the ops of ``comparison.entry`` it runs up to that layer's
-    last op, in run order, each with a value of its own in the source program (the
-    last op of its source node; the layer's own op always). ``("", ())`` when no layer
+    its tolerance, and the ops of ``comparison.entry`` up to that layer's last op, in
+    run order, that run in that kernel or are that layer's own (in whatever kernel: an
+    unfused build runs each op alone; a ``Linear`` on a 3-D input ends in a reshape run
+    apart), each the last op of its source node (whose value the source program holds;
+    the layer's last op always), none eliminated by a pass. ``("", ())`` when no layer
     is beyond or the layer's op runs in no kernel."""
     first = comparison.first_beyond
     if first is None:
@@ -50,21 +53,20 @@ def candidates(lineage: Lineage, comparison: Comparison) -> tuple[str, tuple[Ori
     step = plan.get(first.layer)
     if step is None or not step.site:
         return "", ()
-    site = lineage.site_by_label(step.site)
+    in_site = set(lineage.site_by_label(step.site).origin_ids)
     last = lineage.origins[step.origin]
-    last_of_node: dict[str, str] = {}
-    for o in sorted(lineage.origins.values(), key=lambda o: o.index):
-        if o.kind == OP and o.function == entry and o.node:
-            last_of_node[o.node] = o.id
+    mine = sorted((o for o in lineage.origins.values() if o.kind == OP and o.function == entry), key=lambda o: o.index)
+    last_of_node = {o.node: o.id for o in mine if o.node}
+    eliminated = lineage.journal.eliminated_by
     ops = [
         o
-        for o in (lineage.origins[oid] for oid in site.origin_ids)
-        if o.kind == OP
-        and o.function == entry
-        and o.index <= last.index
+        for o in mine
+        if o.index <= last.index
+        and (o.id in in_site or o.layer == first.layer)
+        and o.id not in eliminated
         and (last_of_node.get(o.node) == o.id or o is last)
     ]
-    return step.site, tuple(sorted(ops, key=lambda o: o.index))
+    return step.site, tuple(ops)
 
 
 def spread(between: list[str], most: int) -> tuple[str, ...]:
@@ -76,20 +78,24 @@ def spread(between: list[str], most: int) -> tuple[str, ...]:
     return tuple(between[(i + 1) * len(between) // (most + 1)] for i in range(most))
 
 
-def narrow(
+def narrow(  # noqa: PLR0913 - public API: the search's inputs and its two ways of comparing ops
     lineage: Lineage,
     comparison: Comparison,
     recompare: Recompare,
     per_rebuild: int = 8,
     progress=None,
+    here: Recompare | None = None,
 ) -> Divergence | None:
-    """The first op beyond the tolerance inside the kernel that writes ``comparison``'s
-    first layer beyond it (``candidates``), or None when no layer is beyond.
-    ``recompare(ops)`` rebuilds the model with those ops' values written out and
-    compares them (``compare(..., ops=ops)`` of the rebuild, at the same tolerance);
-    it is called once per rebuild, with at most ``per_rebuild`` (at least 1) ops. The
-    layer's own op is known beyond (``comparison`` says so); an op a rebuild cannot
-    compare is left out of the search, said in the note."""
+    """The first op beyond the tolerance among the ``candidates`` of ``comparison``'s
+    first layer beyond it, or None when no layer is beyond. ``here(ops)``, when given,
+    compares the ops on the build that was compared (those its kernels write, as an
+    unfused build's, need no rebuild); ``recompare(ops)`` rebuilds the model with those
+    ops' values written out and compares them (``compare(..., ops=ops)`` of the
+    rebuild, at the same tolerance), called once per rebuild with at most
+    ``per_rebuild`` (at least 1) ops still in question, spread between the last op
+    known within and the first known beyond. The layer's own op is known beyond
+    (``comparison`` says so); an op a rebuild cannot compare is left out, said in the
+    note."""
     if per_rebuild < 1:
         raise RelaytraceError(f"a search inside a kernel writes out at least 1 op per rebuild, not {per_rebuild}")
     say = progress or (lambda message: None)
@@ -99,13 +105,21 @@ def narrow(
     first = comparison.first_beyond
     assert first is not None  # candidates found some
     order = [o.id for o in ops]
-    known: dict[str, LayerError] = {}  # op -> its comparison in a rebuild
+    known: dict[str, LayerError] = {}  # op -> its comparison
+    if here is not None and len(order) > 1:
+        rows = {e.layer: e for e in here(tuple(order[:-1])).layers}
+        known.update({oid: rows[oid] for oid in order[:-1] if oid in rows and rows[oid].compared})
+    read_here = tuple(known)
     probes: list[Probe] = []
     skipped: list[str] = []
-    low, high = -1, len(order) - 1  # order[low] within (none yet), order[high] beyond: the layer's op
-    while high - low > 1:
-        asked = spread(order[low + 1 : high], per_rebuild)
-        say(f"rebuild {len(probes) + 1}: writing out {len(asked)} of {site}'s ops to compare them")
+    while True:
+        high = next((i for i, oid in enumerate(order) if oid in known and known[oid].status == BEYOND), len(order) - 1)
+        low = max((i for i, oid in enumerate(order[:high]) if oid in known and known[oid].status == WITHIN), default=-1)
+        between = [oid for oid in order[low + 1 : high] if oid not in known]
+        if not between:
+            break
+        asked = spread(between, per_rebuild)
+        say(f"rebuild {len(probes) + 1}: writing out {len(asked)} of {len(order)} ops' values to compare them")
         rows = {e.layer: e for e in recompare(asked).layers}
         found = {oid: rows[oid] for oid in asked if oid in rows and rows[oid].compared}
         known.update(found)
@@ -116,42 +130,66 @@ def narrow(
                 within=tuple(oid for oid in asked if oid in found and found[oid].status == WITHIN),
             )
         )
-        lost = [oid for oid in asked if oid not in found]
+        lost = [oid for oid in asked if oid not in found]  # no rebuild can compare them: out of the search
         skipped += lost
-        beyond = next((oid for oid in asked if oid in found and found[oid].status == BEYOND), None)
-        if beyond is not None:
-            high = order.index(beyond)
-        within = [oid for oid in asked if oid in found and found[oid].status == WITHIN and order.index(oid) < high]
-        if within:
-            low = max(low, order.index(within[-1]))
-        for oid in lost:  # an op no rebuild can compare is out of the search
-            at = order.index(oid)
-            if low < at < high:
-                del order[at]
-                high -= 1
-    culprit = lineage.origins[order[high]]
-    error = known.get(culprit.id) or attrs.evolve(first, layer=culprit.id)
+        order = [oid for oid in order if oid not in lost]
+    searched = _Searched(order[high], order[low] if low >= 0 else "", known, tuple(probes), tuple(skipped), read_here)
+    return _divergence(lineage, comparison, ops, searched)
+
+
+@define(frozen=True)
+class _Searched:
+    """What a search found: the first op beyond (``op``), the op before it within
+    (``after``, "" none), every op's comparison it made, its rebuilds, the ops no
+    rebuild could compare, and those compared on the build itself."""
+
+    op: str
+    after: str
+    known: dict
+    probes: tuple[Probe, ...]
+    skipped: tuple[str, ...]
+    read_here: tuple[str, ...]
+
+
+def _divergence(lineage, comparison, ops, searched: _Searched) -> Divergence:
+    """The ``Divergence`` a search found among ``ops``: its culprit, where it runs in the
+    build compared, its source node's ops, and what the search took."""
+    first = comparison.first_beyond
+    op, after, known, read_here = searched.op, searched.after, searched.known, searched.read_here
+    culprit = lineage.origins[op]
+    node = [
+        o
+        for o in sorted(lineage.origins.values(), key=lambda o: o.index)
+        if o.kind == OP and o.function == culprit.function and culprit.node and o.node == culprit.node
+    ] or [culprit]
+    ids = {o.id for o in node}
+    runs = ", ".join(s.label for s in lineage.call_sites if ids & set(s.origin_ids))  # the node's kernels
+    error = known.get(op) or attrs.evolve(first, layer=op)
+    if op in known and op not in read_here:
+        error = attrs.evolve(error, site=runs, note=f"read from a rebuild that writes it out of {runs}")
+    node_ops = tuple(o.short_op for o in node)
     notes = []
-    if low < 0:
+    if not after and len(ops) > 1:
         notes.append(
-            f"it is the first of {site}'s ops compared: the divergence may come in with the kernel's inputs"
-            if len(ops) > 1
-            else f"it is {site}'s only op with a value in the source program"
+            f"it is the first of the {len(ops)} ops searched: the divergence is in its own "
+            f"({', '.join(node_ops)}) or comes in with its inputs"
         )
-    if skipped:
-        notes.append(f"not comparable, left out of the search: {', '.join(skipped)}")
+    if searched.skipped:
+        notes.append(f"not comparable, left out of the search: {', '.join(searched.skipped)}")
     return Divergence(
         layer=first.layer,
-        site=site,
-        op=culprit.id,
+        site=runs,
+        op=op,
         op_layer=culprit.layer,
         short_op=culprit.short_op,
         source=culprit.source,
         error=error,
-        after=order[low] if low >= 0 else "",
+        after=after,
         candidates=tuple(o.id for o in ops),
-        rebuilds=tuple(probes),
+        rebuilds=searched.probes,
         note="; ".join(notes),
+        node_ops=node_ops,
+        read_here=read_here,
     )
 
 

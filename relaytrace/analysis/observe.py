@@ -45,7 +45,9 @@ def build_observed(imported, options, target, layers=(), at: Collection[int] = (
         raise RelaytraceError("a rebuild that writes values out cannot apply a tuning database (not yet)")
     check_layers(imported, layers)
     main = imported.mod["main"]
-    marker = _marker()(imported.mod, _targets(main, imported.layers, set(layers), set(at)))
+    # a copy of the module: the builder adds to the module it is given, and the user's
+    # module (and the next rebuild's positions) must stay as they were
+    marker = _marker()(imported.mod.clone(), _targets(main, imported.layers, set(layers), set(at)))
     body = marker.visit_expr(main)
     mod = marker.builder_.get()
     mod.update_func(mod.get_global_var("main"), body)

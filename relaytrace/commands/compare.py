@@ -62,7 +62,6 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--per-rebuild",
         type=at_least(1),
-        default=8,
         metavar="N",
         help="at most N ops' values written out per rebuild of the search (default 8: a kernel of up to 9 ops "
         "takes one rebuild; a larger one is bisected)",
@@ -74,10 +73,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     """`relaytrace compare MODEL`: each layer's value in the build against the framework's,
     and the first layer beyond tolerance."""
-    import attrs
-
     from ..analysis.comparison import compare
-    from ..analysis.narrow import narrow, rebuilding
     from ..analysis.observe import build_observed, check_layers
     from ..build import NHWC, build
     from ..frontends.loader import load
@@ -96,6 +92,8 @@ def run(args) -> int:
         )
     if args.accumulate and args.precision != Precision.FP16:
         raise UsageError("--accumulate applies to --precision fp16")
+    if args.no_search and args.per_rebuild is not None:
+        raise UsageError("--per-rebuild sizes the search that --no-search turns off: give one of them")
     out = prepare_out_dir(args.out, args.force) if args.out else None
     say(f"importing {args.model}")
     loaded = load(args.model, shapes=[parse_shape(x) for x in args.input_shape])
@@ -120,39 +118,27 @@ def run(args) -> int:
         progress=say.passes,
         mixed_precision=accumulate,
     )
-    comparison = compare(
-        executable,
-        lineage,
-        loaded.source,
-        list(loaded.inputs),
-        atol=args.atol,
-        rtol=args.rtol,
-        progress=say,
-        dynamic_shapes=loaded.dynamic_shapes,
-    )
+
+    def against(built, traced, **options):
+        """``compare`` of a build of the model against its source, on its inputs."""
+        return compare(
+            built, traced, loaded.source, list(loaded.inputs), dynamic_shapes=loaded.dynamic_shapes, **options
+        )
+
+    comparison = against(executable, lineage, atol=args.atol, rtol=args.rtol, progress=say)
     wanted = [e.layer for e in comparison.layers if e.status == FUSED] if args.observe_all else named
     if wanted:
         say(f"rebuilding with the values of {len(wanted)} layer(s) written out: {', '.join(wanted)}")
         kept_executable, kept = build_observed(
             loaded.model, lineage.build.options, args.target, layers=wanted, progress=say.passes
         )
-        again = compare(
-            kept_executable,
-            kept,
-            loaded.source,
-            list(loaded.inputs),
-            atol=comparison.atol,
-            rtol=comparison.rtol,
-            progress=say,
-            dynamic_shapes=loaded.dynamic_shapes,
-        )
+        again = against(kept_executable, kept, atol=comparison.atol, rtol=comparison.rtol, progress=say)
         comparison = with_observed(comparison, again, wanted)
     if comparison.first_beyond is not None and not args.no_search:
-        recompare = rebuilding(
-            loaded.model, lineage, loaded.source, loaded.inputs, comparison, loaded.dynamic_shapes, progress=say
+        tolerance = {"atol": comparison.atol, "rtol": comparison.rtol}
+        comparison = _searched(
+            args, loaded, lineage, comparison, say, lambda ops: against(executable, lineage, ops=ops, **tolerance)
         )
-        found = narrow(lineage, comparison, recompare, args.per_rebuild, progress=say)
-        comparison = attrs.evolve(comparison, divergence=found)
     echo(comparison_table(comparison))
     echo()
     echo(comparison.summary())
@@ -160,6 +146,21 @@ def run(args) -> int:
         write_compare(out, lineage, comparison, overwrite=args.force)
         echo(f"\nwritten to {out}/: {', '.join(names(COMPARE))}")
     return 0
+
+
+def _searched(args, loaded, lineage, comparison, say, here):
+    """``comparison`` with the first op beyond the tolerance among the ops of its first
+    layer beyond it and of the kernel that writes it (``analysis.narrow``): compared on
+    the build where its kernels write them (``here``), else by rebuilds."""
+    import attrs
+
+    from ..analysis.narrow import narrow, rebuilding
+
+    recompare = rebuilding(
+        loaded.model, lineage, loaded.source, loaded.inputs, comparison, loaded.dynamic_shapes, progress=say
+    )
+    found = narrow(lineage, comparison, recompare, args.per_rebuild or 8, progress=say, here=here)
+    return attrs.evolve(comparison, divergence=found)
 
 
 COMMAND = Command("compare", "compare every layer's output of the build with the torch model's", add_arguments, run)

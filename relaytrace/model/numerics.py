@@ -104,7 +104,7 @@ class Divergence:
     (the last op of each source node), the search chose from."""
 
     layer: str  # the first layer beyond the tolerance, where the search began
-    site: str  # the kernel call site that writes it
+    site: str  # the kernel call sites that run the op's source node, in run order, ", "-joined
     op: str  # the first op found beyond: its origin id
     op_layer: str
     short_op: str
@@ -114,22 +114,23 @@ class Divergence:
     candidates: tuple[str, ...] = ()
     rebuilds: tuple[Probe, ...] = ()
     note: str = ""
+    node_ops: tuple[str, ...] = ()  # the ops its source node was translated into (conv2d, add), in order
+    read_here: tuple[str, ...] = ()  # the candidates compared on the build itself (its kernels write them)
 
     def summary(self) -> str:
         """One line: the op, its layer and line, its error, and what it took."""
         where = f" at {self.source}" if self.source else ""
         observed = sum(len(p.ops) for p in self.rebuilds)
-        took = (
-            f"{len(self.rebuilds)} rebuild{'s' if len(self.rebuilds) != 1 else ''} writing out {observed} of its "
-            f"{len(self.candidates)} ops' values"
-            if self.rebuilds
-            else "no rebuild: the layer's own op is the kernel's only one compared"
-        )
+        took = [
+            f"{len(self.rebuilds)} rebuild{'s' if len(self.rebuilds) != 1 else ''} writing out {observed} of "
+            f"the {len(self.candidates)} ops' values"
+        ] * bool(self.rebuilds)
+        took += [f"{len(self.read_here)} read from the build itself"] * bool(self.read_here)
         error = self.error
-        bad = f"{error.nan} NaN, {error.inf} Inf" if error.nan or error.inf else f"max abs error {_num(error.max_abs)}"
         before = f", after {self.after} within" if self.after else ""
-        line = f"first op beyond the tolerance inside {self.site}: {self.short_op} of {self.op_layer}{where}"
-        line += f" ({bad}{before}; {took})"
+        what = "+".join(self.node_ops) if len(self.node_ops) > 1 else self.short_op
+        line = f"first op beyond the tolerance, in {self.site}: {what} of {self.op_layer}{where}"
+        line += f" ({_badness(error)}{before}; {', '.join(took) or 'the layer compared says it'})"
         return f"{line}; {self.note}" if self.note else line
 
 
@@ -185,14 +186,13 @@ class Comparison:
             f"{_routes(moved, kept)}" + (f"; not compared: {', '.join(skipped)}" if skipped else "")
         ]
         first = self.first_beyond
+        none = "no layer beyond the tolerance" if c[WITHIN] else "no layer compared, so none beyond the tolerance"
         lines.append(
-            f"first layer beyond the tolerance: {first.layer} (max abs error {_num(first.max_abs)}, in {first.site})"
-            if first
-            else "no layer beyond the tolerance"
+            f"first layer beyond the tolerance: {first.layer} ({_badness(first)}, in {first.site})" if first else none
         )
         worst = self.worst()
         if len(worst) > 1 or (worst and worst[0] is not first):
-            lines.append("farthest beyond it: " + ", ".join(f"{e.layer} (x{_num(e.tolerance_ratio)})" for e in worst))
+            lines.append("farthest beyond it: " + ", ".join(f"{e.layer} ({_farness_said(e)})" for e in worst))
         if self.divergence is not None:
             lines.append(self.divergence.summary())
         if self.first_nan:
@@ -336,6 +336,12 @@ def _check_ranges(comparison: Comparison, where: str) -> None:
             )
 
 
+def _farness_said(e: LayerError) -> str:
+    """How far beyond its tolerance a layer is, as the summary says it: its NaNs and
+    Infs, or the times its tolerance its worst element is off."""
+    return _badness(e) if e.nan or e.inf else f"x{_num(e.tolerance_ratio)}"
+
+
 def _farness(e: LayerError) -> float:
     """How far beyond its tolerance a layer is, as a sort key (farthest first)."""
     if e.nan or e.inf or e.tolerance_ratio is None:
@@ -355,6 +361,15 @@ def _routes(moved: int, kept: int) -> str:
     said = [f"{moved} read through data movement"] * bool(moved)
     said += [f"{kept} from a rebuild that writes them out"] * bool(kept)
     return f" ({', '.join(said)})" if said else ""
+
+
+def _badness(e: LayerError) -> str:
+    """How far a compared output is from the reference, in words: its NaNs and Infs
+    when it has any (an error over the finite elements alone says little then), else
+    its largest error."""
+    if e.nan or e.inf:
+        return f"{e.nan} NaN, {e.inf} Inf"
+    return f"max abs error {_num(e.max_abs)}"
 
 
 def _num(value) -> str:
