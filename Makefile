@@ -36,6 +36,7 @@ test-heavy: setup browser cross
 	$(PY) -m pytest -q -m heavy $(PARALLEL) --durations=0
 
 bench: setup
+	$(PY) benchmarks/summary.py
 	$(PY) benchmarks/compile_overhead.py
 	$(PY) benchmarks/tracking_breakdown.py
 	$(PY) benchmarks/profiler_fidelity.py

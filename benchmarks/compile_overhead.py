@@ -98,7 +98,7 @@ def _traced(model, target, passes=()):
 def measure(name, model, runs: int, passes: tuple[str, ...] = ()):
     """The ratio for ``model`` (an IRModule, or a frontend's ImportedModel: traced with
     its layer names, built plainly from its module), ``passes`` run before TVM's
-    pipeline on both sides; returns (ratio, a lineage)."""
+    pipeline on both sides; returns (wall ratio, a lineage, CPU ratio)."""
     target = tvm.target.Target("llvm")
     mod = getattr(model, "mod", model)
     _plain(mod, target, passes)  # warm caches on both sides
@@ -120,7 +120,7 @@ def measure(name, model, runs: int, passes: tuple[str, ...] = ()):
         f"cpu ratio={cpu_ratio:.3f} (IQR {cpu_low:.3f}-{cpu_high:.3f})",
         flush=True,
     )
-    return ratio, lineage
+    return ratio, lineage, cpu_ratio
 
 
 def _ratio(plain: list[float], traced: list[float]) -> tuple[float, float, float]:
