@@ -5,6 +5,7 @@ without TVM."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -194,10 +195,25 @@ class Lineage:
     journal: Journal = field(factory=Journal)
     verification: Verification | None = None  # ``verify()`` of this lineage, made by the build
     program: Program | None = None  # what the frontend translated: the evidence for the layers (``model.frontend``)
-    code: Code | None = apart_field()  # the code the build made (``model.code``): code.json, not lineage.json
+    # the code the build made (``model.code``): code.json, not lineage.json; read as ``code``
+    _code: Code | None = apart_field(alias="code")
+    # what makes it at the first ask, when the build put it off (``tracking.code.code_later``)
+    _code_later: Callable[[Lineage], Code] | None = apart_field(alias="code_later")
     schema: str = SCHEMA
     _index: LineageIndex | None = field(default=None, init=False, eq=False, repr=False)
     _entry_views: dict = field(factory=dict, init=False, eq=False, repr=False)  # entry -> ``for_entry``'s lineage
+
+    @property
+    def code(self) -> Code | None:
+        """The code the build made (``model.code``), None when it was not read (a lineage
+        loaded without its code.json). A build puts it off until it is first asked for
+        here: printing it is a third of tracking's time, and only outputs that show the
+        code need it."""
+        if self._code is None and self._code_later is not None:
+            later = self._code_later
+            object.__setattr__(self, "_code", later(self))
+            object.__setattr__(self, "_code_later", None)
+        return self._code
 
     def index(self) -> LineageIndex:
         """The look-ups queries use (``lineage_index``), built at the first query:

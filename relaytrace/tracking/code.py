@@ -1,6 +1,7 @@
 """The code of a recorded build (``model.code.Code``), read from the modules the passes left.
 
-``code_of`` prints each Relax function of the last module with Relax functions (the
+``code_later`` picks, and the function it returns prints, each Relax function of the last
+module with Relax functions (the
 program the VM runs) and each kernel's PrimFunc twice: in the first module that has it
 after fusion (as ``FuseTIR`` left it) and in the last (as built, when a schedule
 changed it). Blocks, buffers and calls are read from the IR (TVM's structural walk over
@@ -38,16 +39,19 @@ if TYPE_CHECKING:
     from .recorder import PassRecord
 
 
-def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) -> Code:
-    """The code of the build ``passes`` recorded and ``lineage`` describes: every Relax
+def code_later(passes: Sequence[PassRecord], lineage: Lineage):
+    """The code of the build ``passes`` recorded and ``lineage`` describes (every Relax
     function the VM runs, every kernel its sites call and every kernel its KV cache is
-    given. Raises what TVM's printer raises."""
+    given), made later: the functions and kernels are picked from ``passes`` now (a pass
+    may change a module object in place later, and the record is let go), and the
+    function returned, ``(lineage, read=reader.read) -> Code``, prints and reads them
+    when called (raising what TVM's printer raises). Why: printing the code is a third
+    of tracking's time, and only an output that shows the code needs it
+    (``Lineage.code``, made at the first ask)."""
     relax_records = [r for r in passes if ir.model_functions(r.functions)]
     if not relax_records:
-        return Code()
-    functions = {
-        name: _function_code(name, func) for name, func in ir.model_functions(relax_records[-1].functions).items()
-    }
+        return lambda lineage, read=reader.read: Code()
+    functions = ir.model_functions(relax_records[-1].functions)
     wanted = [k for k, sites in lineage.kernels.items() if sites and not sites[0].library]
     if lineage.build.kv_cache is not None:
         wanted += [k for k in lineage.build.kv_cache.kernels if k not in lineage.kernels]
@@ -55,36 +59,44 @@ def code_of(passes: Sequence[PassRecord], lineage: Lineage, read=reader.read) ->
     built = ir.prim_func_map(relax_records[-1].module)
     groups, members_at, _ = fusion_groups(passes)
     member_funcs = ir.prim_func_map(members_at) if members_at is not None else {}
-    kernels: dict[str, KernelCode] = {}
-    for name in wanted:
-        func = fused_at.get(name) or built.get(name)
-        if func is None:
-            continue
-        text, blocks = _kernel_code(func, name)
-        params = _params(func)
-        members = _aligned(  # an unfused kernel: one member, itself
-            _members(groups[name], member_funcs, read, groups)
-            if name in groups
-            else (MemberCode(name, tuple(b.name for b in blocks), (), True),),
-            [m.prim_func for m in lineage.build.kernel_members.get(name, ())],
-        )
-        owners = [m for m, member in enumerate(members) for _ in member.blocks]
-        if len(owners) == len(blocks):
-            blocks = [attrs.evolve(b, member=m) for b, m in zip(blocks, owners)]
-        final = built.get(name)
-        scheduled = final is not None and not _same_body(final, func)  # not only attributes added: a symbol
-        built_text, built_blocks = _kernel_code(final, name) if scheduled else ("", [])
-        kernels[name] = KernelCode(
-            name,
-            text,
-            tuple(blocks),
-            _outputs(params, blocks),
-            members,
-            built_text,
-            tuple(_scheduled(built_blocks, blocks, params)),
-            ir.buffer_types(final if final is not None else func),
-        )
-    return Code(functions, kernels)
+
+    def make(lineage: Lineage, read=reader.read) -> Code:
+        kernels: dict[str, KernelCode] = {}
+        for name in wanted:
+            func = fused_at.get(name) or built.get(name)
+            if func is not None:
+                kernels[name] = _kernel(name, func, built.get(name), groups, member_funcs, lineage, read)
+        return Code({name: _function_code(name, func) for name, func in functions.items()}, kernels)
+
+    return make
+
+
+def _kernel(name: str, func, final, groups, member_funcs, lineage: Lineage, read) -> KernelCode:  # noqa: PLR0913 - its two forms, its fusion and the reader
+    """One kernel's code: ``func`` as fusion left it, ``final`` as built (None: not in the
+    last module), its members (``groups``' of ``member_funcs``) aligned with the truth's."""
+    text, blocks = _kernel_code(func, name)
+    params = _params(func)
+    members = _aligned(  # an unfused kernel: one member, itself
+        _members(groups[name], member_funcs, read, groups)
+        if name in groups
+        else (MemberCode(name, tuple(b.name for b in blocks), (), True),),
+        [m.prim_func for m in lineage.build.kernel_members.get(name, ())],
+    )
+    owners = [m for m, member in enumerate(members) for _ in member.blocks]
+    if len(owners) == len(blocks):
+        blocks = [attrs.evolve(b, member=m) for b, m in zip(blocks, owners)]
+    scheduled = final is not None and not _same_body(final, func)  # not only attributes added: a symbol
+    built_text, built_blocks = _kernel_code(final, name) if scheduled else ("", [])
+    return KernelCode(
+        name,
+        text,
+        tuple(blocks),
+        _outputs(params, blocks),
+        members,
+        built_text,
+        tuple(_scheduled(built_blocks, blocks, params)),
+        ir.buffer_types(final if final is not None else func),
+    )
 
 
 def _function_code(name: str, func) -> FunctionCode:

@@ -25,7 +25,7 @@ from ..model.verification import verify
 from ..model.work import library_work
 from . import ir, reader
 from .callsites import lineage_from
-from .code import code_of
+from .code import code_later
 from .entries import entry_params, kv_cache
 from .memory import memory_plans
 from .origins import LayerNamer, assign_origins
@@ -105,16 +105,33 @@ def follow(
             done("served shapes")
             lineage = attrs.evolve(lineage, verification=verify(lineage))
             try:
-                code = code_of(recording.passes, lineage, reads.read)
+                make = code_later(recording.passes, lineage)
             except Exception as exc:  # the lineage stands without its code, which says why
-                code = Code(problems=(f"the code could not be read: {_describe(exc)}",))
+                make = _unreadable(exc)
             done("code")
-            lineage = attrs.evolve(lineage, code=code)
-            return lineage
+            return attrs.evolve(lineage, code_later=_guarded(make))
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")
     origins = tracker.origins if tracker is not None else table.origins if table is not None else {}
     return Lineage(build, dict(origins), journal=Journal(degraded=tuple(degraded)), program=program)
+
+
+def _guarded(make):
+    """``make`` (``code_later``'s), made to give a ``Code`` that says why when reading
+    the code fails: the lineage stands without it."""
+
+    def code(lineage):
+        try:
+            return make(lineage)
+        except Exception as exc:
+            return _unreadable(exc)(lineage)
+
+    return code
+
+
+def _unreadable(exc: Exception):
+    """What makes the ``Code`` of a build whose code could not be read: why, alone."""
+    return lambda lineage: Code(problems=(f"the code could not be read: {_describe(exc)}",))
 
 
 def _input(recording: Recording) -> dict:
