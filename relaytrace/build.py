@@ -34,14 +34,22 @@ class Trace:
     (``tracking.ahead``); ``finish`` takes that lineage, or follows the recording itself
     when the thread's snapshot no longer describes it."""
 
-    def __init__(
-        self, recorder: Recorder, layer_of, model: str, target: str, pipeline: str | BuildOptions, program=None
+    def __init__(  # noqa: PLR0913 - what trace() was given
+        self,
+        recorder: Recorder,
+        layer_of,
+        model: str,
+        target: str,
+        pipeline: str | BuildOptions,
+        program=None,
+        read_code: bool = False,
     ):
         from .tracking.ahead import FollowAhead
 
         self.recorder: Recorder | None = recorder  # None once finished: the record is let go
         self.layer_of = layer_of
         self.program = program
+        self.read_code = read_code
         self.model = model
         self.target = target
         self.pipeline = pipeline
@@ -53,7 +61,9 @@ class Trace:
         from .tracking.follow import follow
 
         build = BuildFacts(self.model, self.target, self.pipeline)
-        return follow(recording, self.layer_of, build=build, program=self.program, on_step=on_step)
+        return follow(
+            recording, self.layer_of, build=build, program=self.program, on_step=on_step, read_code=self.read_code
+        )
 
     def finish(self) -> Lineage:
         """Follow the recorded build into a lineage; the record (the IR) is let go."""
@@ -89,6 +99,7 @@ def trace(  # noqa: PLR0913 - public API: keyword options, checked and then held
     progress=None,
     opt_level: int | None = None,
     program=None,
+    read_code: bool = False,
 ):
     """Trace every pass run inside the block, e.g. around your own ``tvm.compile``.
 
@@ -100,7 +111,9 @@ def trace(  # noqa: PLR0913 - public API: keyword options, checked and then held
     The current PassContext is kept: its opt_level (unless ``opt_level`` is given),
     config, required/disabled passes and instruments stay in force, with ours added
     last. Trace one build per block: a second module entering it stops the recording
-    and marks the lineage degraded (not complete), saying so.
+    and marks the lineage degraded (not complete), saying so. ``read_code``: as
+    ``build``'s (the code view's code read while following the build, not at its first
+    ask).
     """
     from .tracking.recorder import Recorder
 
@@ -108,7 +121,7 @@ def trace(  # noqa: PLR0913 - public API: keyword options, checked and then held
     if opt_level is not None:
         expect_number("opt_level", opt_level, 0, 4)
     recorder = Recorder(progress)
-    handle = Trace(recorder, layer_of, model, target, pipeline, program)
+    handle = Trace(recorder, layer_of, model, target, pipeline, program, read_code)
     with _composed(recorder, opt_level):
         try:
             yield handle
@@ -274,6 +287,7 @@ def build(  # noqa: PLR0913 - public API: keyword options, checked and then held
     mixed_precision: str | None = None,
     fold_batch_norm: bool = False,
     lift_params: bool = False,
+    read_code: bool = False,
 ):
     """Compile ``mod`` for ``target``; return ``(executable, lineage)``.
 
@@ -290,6 +304,10 @@ def build(  # noqa: PLR0913 - public API: keyword options, checked and then held
     ``lift_params``: ``relax.transform.LiftTransformParams`` first, so that what each
     entry computes from weights alone (a Linear's weight transposed) runs once, in
     ``X_transform_params``, not at every call (``advise``'s weight-only-compute).
+    ``read_code``: read the code view's code (``lineage.code``) during the build, on
+    the thread that follows it behind LLVM's code generation, rather than at its first
+    ask (the default: printing it is a third of tracking's time, and only outputs that
+    show the code need it; the CLI, which always writes code.json, reads it now).
 
     When TVM fails (a pass, code generation), a ``diagnosis.BuildFailedError`` says
     where, on which PrimFunc and layers, and whether plain ``tvm.compile`` (run again
@@ -333,6 +351,7 @@ def build(  # noqa: PLR0913 - public API: keyword options, checked and then held
         progress=progress,
         opt_level=opt_level,
         program=imported.program,
+        read_code=read_code,
     ) as handle:
         try:
             executable = tvm.compile(mod, target, relax_pipeline=seq)

@@ -313,3 +313,23 @@ def test_the_printer_places_each_block_asked_about_and_a_hostile_name_cannot_mov
 
     with pytest.raises(PrinterChanged, match="1 of 1 objects of other"):
         script_lines(other, "other", blocks[:1])
+
+
+def test_the_code_is_read_at_its_first_ask_and_is_what_reading_it_during_the_build_gives():
+    """Issue 57: a build puts the code off (printing it is a third of tracking's time)
+    until ``lineage.code`` is first read; then it is the code a build that read it
+    while following (``read_code=True``, the CLI's way) holds, and it is made once."""
+    import relaytrace
+    from relaytrace.zoo.relax_models import resnet_style
+
+    _, later = relaytrace.build(resnet_style(blocks=1), "llvm")
+    _, now = relaytrace.build(resnet_style(blocks=1), "llvm", read_code=True)
+    assert later._code is None and later._code_later is not None  # nothing printed yet
+    assert now._code is not None and now._code_later is None
+    evolved = attrs.evolve(later, schema=later.schema)  # the promise travels with the lineage
+    assert evolved._code is None and evolved._code_later is not None
+    code = later.code
+    assert code == now.code and code.kernels and code.functions
+    assert later._code_later is None and later.code is code  # made once
+    assert evolved.code == code  # its own, made alike
+    assert Lineage.from_json(later.to_json()).code is None  # lineage.json never holds it

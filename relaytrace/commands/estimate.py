@@ -69,7 +69,9 @@ def run(args) -> int:
     )
     loaded = load(model, entry=args.entry, shapes=shapes, dtype=args.dtype, with_inputs=False)
     say(f"building for {args.target} (traced, not run)")
-    _, lineage = build(loaded.model, args.target, pipeline=args.pipeline, progress=say.passes)
+    _, lineage = build(
+        loaded.model, args.target, pipeline=args.pipeline, progress=say.passes, read_code=out is not None
+    )
     given = {name: dims for name, dims, _ in shapes}
     served, sequences, bound = served_shapes(lineage, args.entry, Served.from_args(args), given)
     profile = estimated_profile(lineage, peaks, args.entry, {**served, **given}, args.context, sequences, bound)

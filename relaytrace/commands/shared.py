@@ -67,6 +67,7 @@ def build_traced(model, run: RunSpec, say, remote=None, elsewhere: bool = False,
         mixed_precision="float32" if fp16 else None,
         fold_batch_norm=run.fold_batch_norm,
         lift_params=run.lift_params,
+        read_code=True,  # every output directory holds code.json: read behind LLVM's code generation
     )
     return executable, lineage, remote
 

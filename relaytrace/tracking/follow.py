@@ -42,6 +42,7 @@ def follow(
     build: BuildFacts | None = None,
     on_step: Callable[[str], None] | None = None,
     program: Program | None = None,
+    read_code: bool = False,
 ) -> Lineage:
     """The verified lineage of a recorded build: ``build`` is its model's name, its
     target and its options (default: ``model``, no target, the user's pipeline), the rest
@@ -49,7 +50,8 @@ def follow(
     (the frontend's namer) and ``program`` is what the frontend translated (the
     evidence its layers are verified against); ``on_step(name)`` is called as each step
     ends (origin assignment, each pass, kernel members, call sites, the IR's facts;
-    ``benchmarks/tracking_breakdown.py`` times them)."""
+    ``benchmarks/tracking_breakdown.py`` times them). The code view's code is read at
+    the first ask of ``lineage.code`` (``code_later``), or here with ``read_code``."""
     done = on_step or (lambda name: None)
     build = build or BuildFacts("model", "", "user")
     reads = reader.SharedReads()  # the tracker's reads, read again by verification
@@ -108,8 +110,10 @@ def follow(
                 make = code_later(recording.passes, lineage)
             except Exception as exc:  # the lineage stands without its code, which says why
                 make = _unreadable(exc)
+            if read_code:
+                lineage = attrs.evolve(lineage, code=_guarded(make)(lineage))
             done("code")
-            return attrs.evolve(lineage, code_later=_guarded(make))
+            return lineage if read_code else attrs.evolve(lineage, code_later=_guarded(make))
         except Exception as exc:
             degraded.append(f"lineage extraction failed: {_describe(exc)}")
     origins = tracker.origins if tracker is not None else table.origins if table is not None else {}
