@@ -333,3 +333,8 @@ def test_the_code_is_read_at_its_first_ask_and_is_what_reading_it_during_the_bui
     assert later._code_later is None and later.code is code  # made once
     assert evolved.code == code  # its own, made alike
     assert Lineage.from_json(later.to_json()).code is None  # lineage.json never holds it
+    import pickle
+
+    _, unread = relaytrace.build(resnet_style(blocks=1), "llvm")
+    pickled = pickle.loads(pickle.dumps(unread))  # the code made first: what makes it holds TVM objects
+    assert pickled == unread and pickled._code_later is None and pickled.code == now.code

@@ -109,9 +109,11 @@ def test_each_op_of_each_fused_kernel_is_timed_inside_and_measured_bills_by_it(i
         under = [(site, width) for nested, site, width in slices if nested]
         assert len(under) == len(data["inside"])
         for r, (site, width) in zip(data["inside"], under):
-            assert site == r["site_id"] and width == pytest.approx(
-                max(kernel[site] * r["measured_percent"] / 100, 0.3), abs=0.01
-            )
+            whole = sum(x["us"] for x in data["inside"] if x["site_id"] == site)
+            assert site == r["site_id"] and width == pytest.approx(max(kernel[site] * r["us"] / whole, 0.3), abs=0.01)
+        for site in {r["site_id"] for r in data["inside"]}:  # the parts tile the kernel's slice, no more
+            mine = [w for (s, w) in under if s == site]
+            assert sum(mine) == pytest.approx(kernel[site], abs=0.3 * len(mine))
     text = (inside_out / "inside.csv").read_text()
     tampered = json.loads((inside_out / "profile.json").read_text())
     tampered["inside"][0]["parts"][0]["us"][0] = -5000.0

@@ -138,3 +138,17 @@ def test_spread_cuts_the_ops_in_question_evenly():
     assert spread(ops, 2) == ("op3", "op6")
     assert spread(ops, 1) == ("op4",)
     assert len(set(spread(ops, 8))) == 8
+
+
+def test_a_rebuild_that_could_not_be_the_builds_is_refused_and_compare_keeps_its_answer(overflowing):
+    """A value written out between a conv and its batch norm would keep FoldBatchnormToConv2D
+    from folding: a build that folded is not rebuilt so, and says why."""
+    import attrs
+
+    from relaytrace.analysis.observe import build_observed
+    from relaytrace.errors import RelaytraceError
+
+    _, _, imported, lineage, _ = overflowing
+    folded = attrs.evolve(lineage.build.options, fold_batch_norm=True)
+    with pytest.raises(RelaytraceError, match="cannot fold batch norms as the build did"):
+        build_observed(imported, folded, "llvm", at=[0])

@@ -99,7 +99,7 @@ def narrow(  # noqa: PLR0913 - public API: the search's inputs and its two ways 
     if per_rebuild < 1:
         raise RelaytraceError(f"a search inside a kernel writes out at least 1 op per rebuild, not {per_rebuild}")
     say = progress or (lambda message: None)
-    site, ops = candidates(lineage, comparison)
+    _, ops = candidates(lineage, comparison)
     if not ops:
         return None
     first = comparison.first_beyond
@@ -137,6 +137,24 @@ def narrow(  # noqa: PLR0913 - public API: the search's inputs and its two ways 
     return _divergence(lineage, comparison, ops, searched)
 
 
+def _first_searched(lineage, comparison, culprit, node, searched: int) -> str:
+    """What the note says of a culprit that is the first op the search compared: where
+    the divergence may come from, its own ops or its inputs, with what the comparison
+    says of the layers its inputs come from (within: its own ops, then)."""
+    ids = {o.id for o in node}
+    feeding = sorted({lineage.origins[a].layer for a, b in lineage.edges if b in ids and a not in ids})
+    said = {e.layer: e for e in comparison.layers}
+    ops = ", ".join(o.short_op for o in node)
+    if feeding and all(layer in said and said[layer].status == WITHIN for layer in feeding):
+        return (
+            f"its inputs come from layers compared within ({', '.join(feeding)}): the divergence is in its own ({ops})"
+        )
+    return (
+        f"it is the first of the {searched} ops searched: the divergence is in its own ({ops}) or comes in "
+        "with its inputs"
+    )
+
+
 @define(frozen=True)
 class _Searched:
     """What a search found: the first op beyond (``op``), the op before it within
@@ -170,10 +188,7 @@ def _divergence(lineage, comparison, ops, searched: _Searched) -> Divergence:
     node_ops = tuple(o.short_op for o in node)
     notes = []
     if not after and len(ops) > 1:
-        notes.append(
-            f"it is the first of the {len(ops)} ops searched: the divergence is in its own "
-            f"({', '.join(node_ops)}) or comes in with its inputs"
-        )
+        notes.append(_first_searched(lineage, comparison, culprit, node, len(ops)))
     if searched.skipped:
         notes.append(f"not comparable, left out of the search: {', '.join(searched.skipped)}")
     return Divergence(

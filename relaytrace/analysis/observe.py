@@ -34,8 +34,9 @@ def build_observed(imported, options, target, layers=(), at: Collection[int] = (
     the value of each layer in ``layers`` and of each binding of ``main`` at a
     position in ``at`` (an op's ``Origin.index``) written out by the kernel that
     computes it. The model's ops keep their origin ids. An unknown layer is an
-    ``UnknownNameError`` listing the known ones; a tuned build cannot be made again
-    so: a ``RelaytraceError`` saying so."""
+    ``UnknownNameError`` listing the known ones; a tuned build, or one that folded its
+    batch norms (a value written out between a conv and its norm would keep the fold
+    from happening), cannot be made again so: a ``RelaytraceError`` saying so."""
     import attrs
     import tvm
 
@@ -43,6 +44,8 @@ def build_observed(imported, options, target, layers=(), at: Collection[int] = (
 
     if options.database:
         raise RelaytraceError("a rebuild that writes values out cannot apply a tuning database (not yet)")
+    if options.fold_batch_norm:  # a marker after a conv would keep FoldBatchnormToConv2D from folding its norm
+        raise RelaytraceError("a rebuild that writes values out cannot fold batch norms as the build did (not yet)")
     check_layers(imported, layers)
     main = imported.mod["main"]
     # a copy of the module: the builder adds to the module it is given, and the user's

@@ -3,7 +3,7 @@ first layer beyond tolerance."""
 
 from __future__ import annotations
 
-from ..errors import UsageError
+from ..errors import RelaytraceError, UsageError
 from ..jobs import echo
 from ..model.run_spec import Layout, Precision
 from .base import Command
@@ -159,7 +159,11 @@ def _searched(args, loaded, lineage, comparison, say, here):
     recompare = rebuilding(
         loaded.model, lineage, loaded.source, loaded.inputs, comparison, loaded.dynamic_shapes, progress=say
     )
-    found = narrow(lineage, comparison, recompare, args.per_rebuild or 8, progress=say, here=here)
+    try:
+        found = narrow(lineage, comparison, recompare, args.per_rebuild or 8, progress=say, here=here)
+    except RelaytraceError as exc:  # the comparison stands without it
+        echo(f"the search for the first op beyond the tolerance stopped: {exc}")
+        return comparison
     return attrs.evolve(comparison, divergence=found)
 
 

@@ -5,6 +5,7 @@ without TVM."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -173,6 +174,9 @@ ORIGINS = Codec(  # saved as a list, held by id
 )
 
 
+_CODE_MADE = threading.Lock()  # held while a lineage's put-off code is made
+
+
 @define(frozen=True)
 class Lineage:
     """Where every kernel call of a build came from: the ``build`` it is about (target,
@@ -198,7 +202,7 @@ class Lineage:
     # the code the build made (``model.code``): code.json, not lineage.json; read as ``code``
     _code: Code | None = apart_field(alias="code")
     # what makes it at the first ask, when the build put it off (``tracking.code.code_later``)
-    _code_later: Callable[[Lineage], Code] | None = apart_field(alias="code_later")
+    _code_later: Callable[[Lineage], Code | None] | None = apart_field(alias="code_later")
     schema: str = SCHEMA
     _index: LineageIndex | None = field(default=None, init=False, eq=False, repr=False)
     _entry_views: dict = field(factory=dict, init=False, eq=False, repr=False)  # entry -> ``for_entry``'s lineage
@@ -210,10 +214,22 @@ class Lineage:
         here: printing it is a third of tracking's time, and only outputs that show the
         code need it."""
         if self._code is None and self._code_later is not None:
-            later = self._code_later
-            object.__setattr__(self, "_code", later(self))
-            object.__setattr__(self, "_code_later", None)
+            with _CODE_MADE:  # two threads asking at once: one makes it, the other finds it made
+                later = self._code_later
+                if later is not None:
+                    object.__setattr__(self, "_code", later(self))
+                    object.__setattr__(self, "_code_later", None)
         return self._code
+
+    def __getstate__(self):
+        """What pickles a lineage: its fields, the code made first if it was put off (what
+        makes it holds TVM objects, which do not pickle)."""
+        _ = self.code
+        return {f.name: getattr(self, f.name) for f in attrs.fields(type(self)) if f.name != "_code_later"}
+
+    def __setstate__(self, state) -> None:
+        for name, value in {"_code_later": None, "_entry_views": {}, "_index": None, **state}.items():
+            object.__setattr__(self, name, value)
 
     def index(self) -> LineageIndex:
         """The look-ups queries use (``lineage_index``), built at the first query:
@@ -297,6 +313,8 @@ class Lineage:
                 explained={k: v for k, v in journal.explained.items() if k in keep},
             ),
             verification=verification,
+            # the whole build's code, as the lineage's: made once, for the lineage and its views
+            code_later=None if self._code_later is None else (lambda view: self.code),
         )
 
     # -- queries --------------------------------------------------------------
@@ -481,7 +499,7 @@ class Lineage:
                 f"{where} is not the code of this lineage's build: {problem}; write both again with "
                 "`relaytrace profile` (code.json and lineage.json are made together)"
             )
-        return attrs.evolve(self, code=code)
+        return attrs.evolve(self, code=code, code_later=None)
 
     def code_of(self, layer: str) -> LayerCode:
         """What the compiler made of ``layer``: its Relax lines, its kernels' blocks that

@@ -134,8 +134,10 @@ def _guarded(make):
 
 
 def _unreadable(exc: Exception):
-    """What makes the ``Code`` of a build whose code could not be read: why, alone."""
-    return lambda lineage: Code(problems=(f"the code could not be read: {_describe(exc)}",))
+    """What makes the ``Code`` of a build whose code could not be read: why, alone (the
+    words, not the exception, whose traceback holds the recording)."""
+    why = f"the code could not be read: {_describe(exc)}"
+    return lambda lineage: Code(problems=(why,))
 
 
 def _input(recording: Recording) -> dict:

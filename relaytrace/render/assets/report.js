@@ -171,9 +171,10 @@ function drawTimeline(){
     el('title', {}, rect).textContent = `${s.label}: ${s.us.toFixed(1)} us (${s.layers.join(', ')})`;
     if (w > 70) el('text', {x: x + 3, y: 18}, svg).textContent = s.layers[0] || s.kernel;
     rect.onclick = () => showSite(s.id);
-    let at = x;  // the kernel's slice cut by the measured shares of its ops, under it
-    (inside.get(s.id) || []).forEach((r, i) => {
-      const part = w * r.measured_percent / 100;
+    let at = x;  // the kernel's slice cut by its parts' measured times (its ops', and the rest of the call), under it
+    const rows = inside.get(s.id) || [], whole = rows.reduce((a, r) => a + r.us, 0) || 1;
+    rows.forEach((r, i) => {
+      const part = w * r.us / whole;
       const slice = el('rect', {x: at, y: ht + 3, width: Math.max(part, 0.3), height: lane - 2, class: 'inside',
         fill: i % 2 ? '#8fb8de' : '#3f7cbf', 'data-site': s.id}, svg);
       el('title', {}, slice).textContent = `${s.label}, inside: ${r.ops} (${r.layers}): ${r.measured_percent.toFixed(1)} % measured, ${r.modelled_percent.toFixed(1)} % modelled`;
