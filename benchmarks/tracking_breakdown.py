@@ -19,8 +19,9 @@ from pathlib import Path
 
 import tvm
 
+from relaytrace.model.jsonio import gc_paused
 from relaytrace.tracking.follow import follow
-from relaytrace.tracking.recorder import Recorder, gc_paused
+from relaytrace.tracking.recorder import Recorder
 from relaytrace.zoo.relax_models import deep_chain, resnet_style
 
 sys.path.insert(0, str(Path(__file__).parent))

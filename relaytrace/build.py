@@ -67,8 +67,8 @@ class Trace:
 
     def finish(self) -> Lineage:
         """Follow the recorded build into a lineage; the record (the IR) is let go."""
+        from .model.jsonio import gc_paused
         from .tracking.ir import built_target
-        from .tracking.recorder import gc_paused
 
         if self.recorder is None:
             raise RuntimeError("this trace is finished: its recording was followed once and let go")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
 import math
 import os
@@ -414,3 +416,21 @@ def read_json(path, what: str):
             f"{path} holds a number too long (thousands of digits) to be in a relaytrace "
             f"{what} file: was it edited or corrupted?"
         ) from None
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Python's cyclic collector paused for a block that makes many small objects and
+    keeps most of them: tracking a build, reading a lineage back. Each collection they
+    would set off walks every object alive (TVM's and torch's large heaps too), and the
+    collections of one such block cost more than the block; what they keep is mostly
+    atomic tuples and records, which hold no cycles. One pause around all of it (a
+    pause per step let a collection of everything the step made run at its end);
+    re-entrant: the collector is turned on again only by the block that turned it off."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()

@@ -19,7 +19,7 @@ from .code import Code, LayerCode, layer_code, mismatches, require
 from .codec import Codec, apart_field, codec_field, decode, encode
 from .frontend import Program
 from .journal import Change, Journal
-from .jsonio import check, read_json, write_json
+from .jsonio import check, gc_paused, read_json, write_json
 from .layer_name import layer_name
 from .lineage_index import LineageIndex, index_of
 from .lineage_schema import SCHEMA, migrate
@@ -519,9 +519,10 @@ class Lineage:
         every record and reference checked: a ``FileFormatError`` naming the field
         (``where`` names the file) otherwise."""
         current = isinstance(data, dict) and data.get("schema") == SCHEMA
-        lineage = decode(cls, migrate(data, where), where)
-        # a file of an earlier schema was made by earlier rules: its derived facts are kept
-        check_lineage(lineage, where, derived=current)
+        with gc_paused():  # thousands of records, no cycles: a collection would walk them all, again and again
+            lineage = decode(cls, migrate(data, where), where)
+            # a file of an earlier schema was made by earlier rules: its derived facts are kept
+            check_lineage(lineage, where, derived=current)
         return lineage
 
     def save(self, path, overwrite: bool = False) -> Path:

@@ -109,7 +109,7 @@ _quiet_saved: tuple[float, bool] = (0.0, True)
 
 @contextlib.contextmanager
 def _quiet_process():
-    """The collector paused (as ``recorder.gc_paused``) and the switch interval at
+    """The collector paused (as ``jsonio.gc_paused``) and the switch interval at
     ``SWITCH_INTERVAL`` while any follow thread runs; the first thread in saves both,
     the last one out restores them, so threads of builds traced at once (or nested
     ``trace()`` blocks) leave them as they found them."""

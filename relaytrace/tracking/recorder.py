@@ -5,8 +5,6 @@ the tracker does can break or change the user's build, or slow its passes."""
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from typing import Any, NamedTuple
 
 import tvm
@@ -156,19 +154,3 @@ class Recorder:
             fn(*args)
         except Exception as exc:  # tracing must never break the build
             self.recording.degraded.append(f"recording stopped at pass {pass_name}: {type(exc).__name__}: {exc}")
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Tracking allocates many small, short-lived objects; each collection they would
-    set off walks TVM's and torch's large heaps, and would cost more than the tracking.
-    What tracking keeps is mostly atomic tuples, which the collector does not track.
-    One pause around all of it: a pause per step let a collection of everything the
-    step made run at each step's end."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()

@@ -263,7 +263,7 @@ class Tracker:
         behind them must outlive the tracking; pinning each pass's function map (every
         function the tracker reads is in one) does that. (The views hold a wrapper per
         binding a pass wrote, for reading it on demand; tracking runs with the garbage
-        collector paused, ``recorder.gc_paused``.)"""
+        collector paused, ``jsonio.gc_paused``.)"""
         self._pins.append(obj)
 
     # -- one function ---------------------------------------------------------
