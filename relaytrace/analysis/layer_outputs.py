@@ -87,14 +87,22 @@ def layer_outputs(lineage: Lineage, entry: str = "main", ops: Collection[str] = 
     inputs: dict[str, list[str]] = {}
     for a, b in lineage.edges:
         inputs.setdefault(b, []).append(a)
-    last_of_node = {}
-    for o in sorted((o for o in lineage.origins.values() if o.kind == OP and o.node), key=lambda o: o.index):
-        last_of_node[o.node] = o.id  # a node's value is that of the last op it was translated into
+    last_of_node = {node: ops[-1].id for node, ops in node_ops(lineage.origins.values()).items()}
     look = _Lookup(lineage, sites_of, builtin, inputs, last_of_node)
     out = [_output(look, layer, op) for layer, op in last.items()]
     out = _name_hosts(lineage, out)
     end = len(lineage.call_sites) + 1
     return tuple(sorted(out, key=lambda x: (x.position if x.site else end, lineage.origins[x.origin].index)))
+
+
+def node_ops(origins) -> dict[str, list]:
+    """Node of the source program -> the model ops among ``origins`` it was translated
+    into, in op order; the node's value is that of the last (a Linear's bias add, after
+    its matmul)."""
+    out: dict[str, list] = {}
+    for o in sorted((o for o in origins if o.kind == OP and o.node), key=lambda o: o.index):
+        out.setdefault(o.node, []).append(o)
+    return out
 
 
 @define(frozen=True)

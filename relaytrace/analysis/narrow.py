@@ -30,7 +30,7 @@ from ..errors import RelaytraceError
 from ..model.lineage import Lineage
 from ..model.numerics import BEYOND, WITHIN, Comparison, Divergence, LayerError, Probe
 from ..model.origin import OP, Origin
-from .layer_outputs import layer_outputs
+from .layer_outputs import layer_outputs, node_ops
 
 # ops -> the comparison, op by op, of a rebuild that writes those ops' values out
 Recompare = Callable[[tuple[str, ...]], Comparison]
@@ -56,7 +56,7 @@ def candidates(lineage: Lineage, comparison: Comparison) -> tuple[str, tuple[Ori
     in_site = set(lineage.site_by_label(step.site).origin_ids)
     last = lineage.origins[step.origin]
     mine = sorted((o for o in lineage.origins.values() if o.kind == OP and o.function == entry), key=lambda o: o.index)
-    last_of_node = {o.node: o.id for o in mine if o.node}
+    last_of_node = {node: made[-1].id for node, made in node_ops(mine).items()}
     eliminated = lineage.journal.eliminated_by
     ops = [
         o
@@ -175,17 +175,14 @@ def _divergence(lineage, comparison, ops, searched: _Searched) -> Divergence:
     first = comparison.first_beyond
     op, after, known, read_here = searched.op, searched.after, searched.known, searched.read_here
     culprit = lineage.origins[op]
-    node = [
-        o
-        for o in sorted(lineage.origins.values(), key=lambda o: o.index)
-        if o.kind == OP and o.function == culprit.function and culprit.node and o.node == culprit.node
-    ] or [culprit]
+    same_function = (o for o in lineage.origins.values() if o.function == culprit.function)
+    node = node_ops(same_function).get(culprit.node) or [culprit]
     ids = {o.id for o in node}
     runs = ", ".join(s.label for s in lineage.call_sites if ids & set(s.origin_ids))  # the node's kernels
     error = known.get(op) or attrs.evolve(first, layer=op)
     if op in known and op not in read_here:
         error = attrs.evolve(error, site=runs, note=f"read from a rebuild that writes it out of {runs}")
-    node_ops = tuple(o.short_op for o in node)
+    short_ops = tuple(o.short_op for o in node)
     notes = []
     if not after and len(ops) > 1:
         notes.append(_first_searched(lineage, comparison, culprit, node, len(ops)))
@@ -203,7 +200,7 @@ def _divergence(lineage, comparison, ops, searched: _Searched) -> Divergence:
         candidates=tuple(o.id for o in ops),
         rebuilds=searched.probes,
         note="; ".join(notes),
-        node_ops=node_ops,
+        node_ops=short_ops,
         read_here=read_here,
     )
 
