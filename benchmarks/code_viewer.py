@@ -1,9 +1,10 @@
 """What the code of a build costs a user of the 32-block decoder (``zoo.nn_decoder``), in one run.
 
 Prints:
-- what reading the code costs a traced build: builds with it and without it (``code_of``
-  replaced by an empty ``Code``), alternating, their median wall and CPU seconds and
-  the ratio (with / without);
+- what reading the code costs a traced build: builds that read it (``read_code=True``,
+  as the CLI's builds do) and builds that put it off (the API's default: made at the
+  first ask of ``lineage.code``, never here), alternating, their median wall and CPU
+  seconds and the ratio (with / without);
 - code.json's size and its load time (``Code.load``), beside lineage.json's;
 - the report's size with the code viewer and without it (the same report, its code
   taken off), and in headless Chromium: the time until the page's scripts are done,
@@ -27,7 +28,6 @@ from pathlib import Path
 import attrs
 
 import relaytrace
-import relaytrace.tracking.follow as follow
 from relaytrace.analysis.estimate import estimated_profile
 from relaytrace.analysis.report import make_report
 from relaytrace.frontends.nn import from_nn
@@ -60,19 +60,14 @@ def _page_times(path: Path, layer: str | None) -> tuple[float, float]:
 
 def _builds(model, runs: int):
     """(lineage, {"with": [(wall, cpu)], "without": [...]}) of ``runs`` builds each way, alternating."""
-    code_of = follow.code_of
     times: dict[str, list[tuple[float, float]]] = {"with": [], "without": []}
     lineage = None
-    try:
-        for _ in range(runs):
-            for way in ("without", "with"):
-                follow.code_of = code_of if way == "with" else (lambda *a, **k: Code())
-                wall, cpu = time.perf_counter(), time.process_time()
-                _, built = relaytrace.build(model, "llvm")
-                times[way].append((time.perf_counter() - wall, time.process_time() - cpu))
-                lineage = built if way == "with" else lineage
-    finally:
-        follow.code_of = code_of
+    for _ in range(runs):
+        for way in ("without", "with"):
+            wall, cpu = time.perf_counter(), time.process_time()
+            _, built = relaytrace.build(model, "llvm", read_code=way == "with")
+            times[way].append((time.perf_counter() - wall, time.process_time() - cpu))
+            lineage = built if way == "with" else lineage
     return lineage, times
 
 

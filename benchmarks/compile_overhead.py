@@ -9,7 +9,10 @@ ratio of the two sides' medians does not. Also printed: bindings, the plain and
 traced medians, the extra time, and the same ratio of the process's CPU time (both
 threads: what tracking costs when no core is free, and less moved by other
 processes on a shared machine than the wall time). Each build starts after a full garbage
-collection, so that one side does not pay for garbage the other left.
+collection, so that one side does not pay for garbage the other left. With
+``--beside``, another process builds deep_chain(2000) plainly, over and over, for as long
+as the measurement runs: a second build running beside it (a build farm running one
+build per core), so that the follow-ahead thread finds no free core either.
 Targets: ratio <= 1.05 on the 32-block decoder (``zoo.nn_decoder``, prefill and
 decode, through ``from_nn``), <= 1.10 on deep_chain(2000), <= 1.03 on resnet_style and
 zoo resnet50, <= 1.10 on the MLC-style Llama (``zoo.mlc_llama``, 2 and 32 blocks) as
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import gc
 import statistics
 import subprocess
@@ -174,9 +178,33 @@ def lineage_figures(lineage) -> None:
         )
 
 
+@contextlib.contextmanager
+def _beside(on: bool):
+    """A process building deep_chain(2000) plainly, again and again, while the block runs (``on``)."""
+    if not on:
+        yield
+        return
+    busy = subprocess.Popen([sys.executable, __file__, "--busy"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(3)  # its imports done, its first build under way
+        yield
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def _busy() -> None:
+    """What ``--beside`` runs in the other process: plain builds of deep_chain(2000), forever."""
+    mod, target = deep_chain(2000), tvm.target.Target("llvm")
+    while True:
+        _plain(mod, target)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--beside", action="store_true", help="measure with a second build running beside")
+    parser.add_argument("--busy", action="store_true", help=argparse.SUPPRESS)  # the process --beside starts
     parser.add_argument("--deep", type=int, default=2000, help="bindings of the generated deep model")
     parser.add_argument("--blocks", type=int, default=32, help="blocks of the decoder")
     parser.add_argument("--llama-blocks", type=int, nargs="+", default=[2, 32], help="blocks of the MLC-style Llama")
@@ -186,6 +214,13 @@ def main(argv=None) -> int:
         help="the decoder alone, the MLC-style Llama alone, or the rest alone",
     )
     args = parser.parse_args(argv)
+    if args.busy:
+        _busy()
+    with _beside(args.beside):
+        return _measure_all(args)
+
+
+def _measure_all(args) -> int:
     if args.only in (None, "decoder"):
         lineage_figures(measure(f"decoder({args.blocks} blocks)", _decoder(args.blocks), args.runs)[1])
     if args.only in (None, "llama"):

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from .errors import RelaytraceError, UsageError
 from .failures import stop_if_interrupted
 from .model.jsonio import current_umask, raise_naming_target
-from .render.outputs import NAMES as OUTPUTS  # what a directory of ours may hold
 from .render.safe_text import terminal, terminal_lines
 
 if TYPE_CHECKING:
@@ -224,7 +223,11 @@ _PARTIAL = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp")  # jsonio.write_a
 
 def _ours(p: Path) -> bool:
     """A file relaytrace writes into an output directory, or the temporary file one is
-    written through (a run killed mid-write leaves it): by name, and a regular file."""
+    written through (a run killed mid-write leaves it): by name, and a regular file.
+    The names come from the writers' one list (``render.outputs.NAMES``), imported
+    here: a command that writes nothing (``query``) does not load the writers."""
+    from .render.outputs import NAMES as OUTPUTS
+
     partial = _PARTIAL.fullmatch(p.name)
     name = partial["name"] if partial else p.name
     return (name in OUTPUTS or name in RENDERED_OUTPUTS) and p.is_file() and not p.is_symlink()

@@ -701,7 +701,8 @@ def layout_cases(work: Path, seed: int, count: int):
     import os
 
     from relaytrace.errors import RelaytraceError
-    from relaytrace.jobs import OUTPUTS, RENDERED_OUTPUTS, _staged, prepare_out_dir
+    from relaytrace.jobs import RENDERED_OUTPUTS, _staged, prepare_out_dir
+    from relaytrace.render.outputs import NAMES as OUTPUTS
 
     rng = random.Random(seed)
     ours = sorted(OUTPUTS) + sorted(RENDERED_OUTPUTS)

@@ -220,11 +220,11 @@ def summary(report, top: int = 10) -> str:
 
 def print_summary(text: str, out: Path) -> None:
     """``text`` (``summary``) and the files written to ``out``."""
-    from ..jobs import OUTPUTS
+    from ..render.outputs import NAMES
 
     echo(text)
     echo()
-    echo(f"written to {out}/: {', '.join(n for n in OUTPUTS if (out / n).exists())}")
+    echo(f"written to {out}/: {', '.join(n for n in NAMES if (out / n).exists())}")
 
 
 def profile_into_out(

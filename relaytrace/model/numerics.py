@@ -1,6 +1,7 @@
 """A numerical comparison of a compiled model against its source framework, layer by
 layer: the data (``LayerError``, ``Comparison``) and the statistics of one pair of
-arrays (``error_of``). Needs numpy only, not TVM or torch.
+arrays (``error_of``, which alone needs numpy: reading a comparison does not import it).
+Needs neither TVM nor torch.
 
 A layer's output is its last op's output. It is compared where a kernel call site
 writes it (``relaytrace.analysis.layer_outputs``); a layer whose output stays inside a kernel
@@ -10,15 +11,18 @@ writes it (``relaytrace.analysis.layer_outputs``); a layer whose output stays in
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import attrs
-import numpy as np
 from attrs import define
 
 from ..errors import FileFormatError
 from .codec import decode, encode
 from .jsonio import migrate, read_json, write_json
 from .names import Name
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SCHEMA = "relaytrace.compare/3"  # /3 added the divergence found inside a kernel, /2 each layer's route
 _MIGRATIONS = {  # each only added fields: older files load (no route known, no divergence searched)
@@ -384,6 +388,8 @@ def error_of(layer: str, site: str, got: np.ndarray, ref: np.ndarray, atol: floa
     finite on both sides (None when there are none); ``max_rel`` is None when the
     reference is all zeros and the output is not, ``tolerance_ratio`` when atol is 0
     and an element differs where the reference is 0 (both beyond)."""
+    import numpy as np
+
     got = np.asarray(got, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     nan, inf = int(np.isnan(got).sum()), int(np.isinf(got).sum())
@@ -415,6 +421,8 @@ def error_of(layer: str, site: str, got: np.ndarray, ref: np.ndarray, atol: floa
 def _cosine(got: np.ndarray, ref: np.ndarray) -> float:
     """Cosine similarity of the flattened arrays; two all-zero arrays are alike (1),
     an all-zero one and another are not (0)."""
+    import numpy as np
+
     a, b = float(np.linalg.norm(got)), float(np.linalg.norm(ref))
     if a == 0 or b == 0:
         return 1.0 if a == b else 0.0
