@@ -35,9 +35,10 @@ test-slow: setup browser cross
 test-heavy: setup browser cross
 	$(PY) -m pytest -q -m heavy $(PARALLEL) --durations=0
 
-bench: setup
+bench: setup browser
 	$(PY) benchmarks/summary.py
 	$(PY) benchmarks/compile_overhead.py
+	$(PY) benchmarks/readers.py
 	$(PY) benchmarks/tracking_breakdown.py
 	$(PY) benchmarks/profiler_fidelity.py
 

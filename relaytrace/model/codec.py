@@ -24,12 +24,11 @@ import attrs
 from ..errors import FileFormatError
 from .jsonio import (
     check,
-    enum_reader,
+    converter,
     is_valid,
     make_record,
     member,
     record_fields,
-    tuples,
 )
 
 Decoder = Callable[[Any, Any], Any]  # (JSON value, path or None) -> value
@@ -146,7 +145,7 @@ def _decoder(kind) -> Decoder:
 def _plain_decoder(kind) -> Decoder:
     """The decoder of a type that holds no record: one predicate, then its enums and
     tuples made."""
-    make = enum_reader(kind) or tuples
+    make = converter(kind) or _same
     valid = is_valid(kind)
 
     def plain(v, where):
@@ -157,6 +156,10 @@ def _plain_decoder(kind) -> Decoder:
         return make(v)
 
     return plain
+
+
+def _same(value):
+    return value
 
 
 def _many_decoder(item: Decoder, container: type) -> Decoder:

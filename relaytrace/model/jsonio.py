@@ -15,6 +15,7 @@ import typing
 from collections.abc import Callable, Mapping
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from ..errors import FileFormatError
 
@@ -62,19 +63,54 @@ def make_record(cls, data, where: str):
     in the error (``kernels['k'][0]``), which is a ``FileFormatError``."""
     if not record_is_valid(cls, data):
         _explain_record(cls, data, where)
-    names = name_fields(cls)
-    return cls(**{k: names[k](v) if k in names else tuples(v) for k, v in data.items()})
+    made = _field_converters(cls)
+    return cls(**{k: v if (make := made[k]) is None else make(v) for k, v in data.items()})
 
 
-def name_fields(cls) -> dict[str, Callable[[object], object]]:
-    """field -> what reads its value as a member of its ``Name`` Enum, for the fields
-    annotated with one (or with one or None: None stays None)."""
-    found = _NAME_FIELDS.get(cls)
+def _field_converters(cls) -> dict[str, Callable[[Any], Any] | None]:
+    """field -> its ``converter``, made once per record class."""
+    found = _CONVERTERS.get(cls)
     if found is None:
-        found = _NAME_FIELDS[cls] = {
-            name: reader for name, (kind, _) in record_fields(cls).items() if (reader := enum_reader(kind)) is not None
-        }
+        found = _CONVERTERS[cls] = {name: converter(kind) for name, (kind, _) in record_fields(cls).items()}
     return found
+
+
+_CONVERTERS: dict[type, dict[str, Callable[[Any], Any] | None]] = {}
+
+
+@functools.cache
+def converter(kind) -> Callable[[Any], Any] | None:
+    """What makes the value of annotated type ``kind`` from its JSON value, once that
+    is checked: its lists as tuples, its ``Name`` strings as members (``enum_reader``),
+    as deep as the type holds them; None where the JSON value is the value (a scalar, a
+    dict of scalars), so that reading it costs no call. A type that does not say what
+    it holds (a bare ``tuple``, ``object``) is read by ``tuples``, all the way down.
+    Made once per type: a lineage holds thousands of records, each field read by it."""
+    if kind in _SCALARS:  # str, int, float, bool, None
+        return None
+    name = enum_reader(kind)
+    if name is not None:
+        return name
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        inner = [converter(option) for option in args if option is not type(None)]
+        if all(c is None for c in inner):
+            return None
+        if len(inner) == 1 and (one := inner[0]) is not None:
+            return lambda v: None if v is None else one(v)
+        return tuples
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item = converter(args[0])
+        return tuple if item is None else (lambda v: tuple([item(x) for x in v]))
+    if origin is tuple and args and args != ((),):
+        items = tuple(converter(a) for a in args)
+        if all(c is None for c in items):
+            return tuple
+        return lambda v: tuple([x if c is None else c(x) for c, x in zip(items, v)])
+    if origin is dict and len(args) == 2:
+        value = converter(args[1])
+        return None if value is None else (lambda v: {k: value(x) for k, x in v.items()})
+    return tuples
 
 
 def enum_reader(kind) -> Callable[[object], object] | None:
@@ -102,9 +138,6 @@ def enum_reader(kind) -> Callable[[object], object] | None:
         member = enums[0]
         return lambda v: None if v is None else member(v)
     return None
-
-
-_NAME_FIELDS: dict[type, dict[str, Callable[[object], object]]] = {}
 
 
 def _explain_record(cls, data, where: str) -> None:
