@@ -112,8 +112,8 @@ def trace(  # noqa: PLR0913 - public API: keyword options, checked and then held
     config, required/disabled passes and instruments stay in force, with ours added
     last. Trace one build per block: a second module entering it stops the recording
     and marks the lineage degraded (not complete), saying so. ``read_code``: as
-    ``build``'s (the code view's code read while following the build, not at its first
-    ask).
+    ``build``'s (the code view's code and the memory plans read while following the
+    build, not at their first ask).
     """
     from .tracking.recorder import Recorder
 
@@ -307,7 +307,8 @@ def build(  # noqa: PLR0913 - public API: keyword options, checked and then held
     ``read_code``: read the code view's code (``lineage.code``) during the build, on
     the thread that follows it behind LLVM's code generation, rather than at its first
     ask (the default: printing it is a third of tracking's time, and only outputs that
-    show the code need it; the CLI, which always writes code.json, reads it now).
+    show the code need it; the CLI, which always writes code.json, reads it now), and
+    each entry's memory plan (``lineage.build.memory``, likewise put off by default).
 
     When TVM fails (a pass, code generation), a ``diagnosis.BuildFailedError`` says
     where, on which PrimFunc and layers, and whether plain ``tvm.compile`` (run again

@@ -114,6 +114,34 @@ def test_prefill_grows_with_its_length_and_decode_is_static(nn_decoder):
     assert memory_at(lineage, "prefill", {}).known is False
 
 
+def test_the_plans_are_read_at_their_first_ask_and_are_what_reading_them_during_the_build_gives():
+    """Issue 57: a build puts the memory plans off (a tenth of tracking's time) until
+    ``build.memory`` is first read, once for the lineage and its entry views; then they
+    are the plans a build that read them while following (``read_code=True``, the CLI's
+    way) holds, the lineages equal, and saved and pickled alike."""
+    import pickle
+
+    import attrs
+
+    from relaytrace.model.lineage import Lineage
+
+    module, spec = decoder(layers=2)
+    _, later = relaytrace.build(from_nn(module, spec, name="decoder"), "llvm")
+    _, now = relaytrace.build(from_nn(module, spec, name="decoder"), "llvm", read_code=True)
+    assert later.build._memory_later is not None and later.build._memory == {}  # nothing read yet
+    assert now.build._memory_later is None and set(now.build.memory) == {"decode", "prefill"}
+    view = later.for_entry("decode")  # an entry's view shares what reads them
+    assert view.build._memory_later is not None
+    assert later.build.memory == now.build.memory and later == now
+    assert later.build._memory_later is None and view.build.memory["decode"] is later.build.memory["decode"]  # once
+    assert attrs.evolve(later.build, model="x").memory is later.build.memory
+    _, unread = relaytrace.build(from_nn(module, spec, name="decoder"), "llvm")
+    assert Lineage.from_json(unread.to_json()) == now  # saving reads them
+    _, unread = relaytrace.build(from_nn(module, spec, name="decoder"), "llvm")
+    pickled = pickle.loads(pickle.dumps(unread))  # read first: what reads them holds TVM's module
+    assert pickled.build._memory_later is None and pickled.build.memory == now.build.memory
+
+
 def lineage_weight_bytes(lineage) -> float:
     params = lineage.build.entries["prefill"][1:]  # tokens is the one input
     return sum(4 * np.prod(shape) for _, shape, _ in params)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
+import attrs
 from attrs import define, field
 
+from .codec import apart_field
 from .entry import KVCache, Param
 from .memory import MemoryPlan
 from .names import Name
@@ -81,7 +86,7 @@ def as_options(value: BuildOptions | str) -> BuildOptions:
     return value
 
 
-@define(frozen=True)
+@define(frozen=True, eq=False)
 class BuildFacts:
     """The build a lineage describes, as read from the build and its IR (not from the
     tracker's following of passes): the ``model``'s name, the ``target`` it was built
@@ -110,7 +115,11 @@ class BuildFacts:
     PrimFuncs handed to it (None without one); ``offloads``: each group handed to an
     external codegen, by its name and by its symbol (the library call's name), as
     ``Offload``. Saved as the lineage's ``build``; the last three read as absent from a
-    file written before them."""
+    file written before them.
+
+    A build may put its memory plans off (``memory_later``: what reads them, made once,
+    at the first read of ``memory``): only outputs need them, and reading them is a
+    tenth of tracking. Equality, saving and pickling read them first."""
 
     model: str
     target: str
@@ -123,12 +132,52 @@ class BuildFacts:
     accumulate: str | None = None
     policies: dict[str, PrecisionPolicy] = field(factory=dict)
     work: dict[str, KernelWork] = field(factory=dict)
-    memory: dict[str, MemoryPlan] = field(factory=dict)
+    _memory: dict[str, MemoryPlan] = field(factory=dict, alias="memory")  # read as ``memory``
     params: dict[str, tuple[Param, ...]] = field(factory=dict)
     kv_cache: KVCache | None = None
     offloads: dict[str, Offload] = field(factory=dict)
+    # what reads the memory plans at the first ask, when the build put them off
+    _memory_later: Callable[[], dict[str, MemoryPlan]] | None = apart_field(alias="memory_later")
+
+    @property
+    def memory(self) -> dict[str, MemoryPlan]:
+        """Entry -> its memory plan (see the class), read now if the build put it off."""
+        if self._memory_later is not None:
+            with _MEMORY_READ:  # two threads asking at once: one reads, the other finds it read
+                later = self._memory_later
+                if later is not None:
+                    object.__setattr__(self, "_memory", later())
+                    object.__setattr__(self, "_memory_later", None)
+        return self._memory
+
+    def __eq__(self, other) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return _compared(self) == _compared(other)
+
+    __hash__ = None  # type: ignore[assignment]  # its dicts are not hashable either
+
+    def __getstate__(self):
+        """What pickles it: its fields, the memory plans read first if they were put off
+        (what reads them holds TVM's module, which does not pickle)."""
+        _ = self.memory
+        return {f.name: getattr(self, f.name) for f in attrs.fields(type(self)) if f.name != "_memory_later"}
+
+    def __setstate__(self, state) -> None:
+        for name, value in {"_memory_later": None, **state}.items():
+            object.__setattr__(self, name, value)
 
     @property
     def pipeline(self) -> str:
         """The build's options in one line (``BuildOptions.label``), for people to read."""
         return self.options.label
+
+
+def _compared(build: BuildFacts) -> tuple:
+    """What two ``BuildFacts`` are compared by: every field, the memory plans as read."""
+    return tuple(
+        build.memory if f.name == "_memory" else getattr(build, f.name) for f in attrs.fields(BuildFacts) if f.eq
+    )
+
+
+_MEMORY_READ = threading.Lock()  # held while a build's put-off memory plans are read

@@ -60,14 +60,16 @@ def apart_field(**kwargs):
 def encode(value):
     """A record, Enum, tuple, dict or scalar as plain JSON data: a record as an object of
     its fields (an attrs field with ``init=False`` is no saved state, and one made with
-    ``apart_field`` is saved in a file of its own: both are left out)."""
+    ``apart_field`` is saved in a file of its own: both are left out), each under the
+    name its record is made with (attrs' ``alias``: a private ``_memory`` read through a
+    property is saved as ``memory``), its value as that property gives it."""
     if attrs.has(type(value)):
         out = {}
         for f in attrs.fields(type(value)):
             if f.init and not f.metadata.get("apart"):
                 codec = f.metadata.get("codec")
-                item = getattr(value, f.name)
-                out[f.name] = codec.encode(item) if codec is not None else encode(item)
+                item = getattr(value, f.alias)
+                out[f.alias] = codec.encode(item) if codec is not None else encode(item)
         return out
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         return {name: encode(item) for name, item in zip(value._fields, value)}
@@ -212,7 +214,9 @@ def _leaf_decoder(cls) -> Decoder:
 def _record_decoder(cls) -> Decoder:
     """The decoder of a record with records (or codec fields) among its fields."""
     fields = record_fields(cls)
-    codecs = {f.name: f.metadata["codec"] for f in attrs.fields(cls) if "codec" in f.metadata} if attrs.has(cls) else {}
+    codecs = (
+        {f.alias: f.metadata["codec"] for f in attrs.fields(cls) if "codec" in f.metadata} if attrs.has(cls) else {}
+    )
     readers = {name: codecs[name].decode if name in codecs else _decoder(kind) for name, (kind, _) in fields.items()}
     known = frozenset(readers)
     required = frozenset(name for name, (_, needed) in fields.items() if needed)

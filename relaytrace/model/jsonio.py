@@ -336,7 +336,8 @@ _FIELDS: dict[type, dict[str, tuple[object, bool]]] = {}
 
 
 def record_fields(cls) -> dict[str, tuple[object, bool]]:
-    """name -> (annotated type, required) of an attrs or NamedTuple record class."""
+    """name -> (annotated type, required) of an attrs or NamedTuple record class, each
+    field by the name its record is made with and saved under."""
     if cls not in _FIELDS:
         hints = typing.get_type_hints(cls)
         defaults = getattr(cls, "_field_defaults", None)
@@ -345,8 +346,8 @@ def record_fields(cls) -> dict[str, tuple[object, bool]]:
         else:
             import attrs
 
-            found = {
-                f.name: (hints.get(f.name), f.default is attrs.NOTHING)
+            found = {  # by the name the record is made with (``alias``: ``memory`` for ``_memory``)
+                f.alias: (hints.get(f.name), f.default is attrs.NOTHING)
                 for f in attrs.fields(cls)
                 if f.init and not f.metadata.get("apart")
             }

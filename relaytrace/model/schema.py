@@ -79,7 +79,7 @@ class _Schemas:
         if name not in self.defs:
             self.defs[name] = {}  # a record that holds itself refers to its entry while it is made
             saved_as = attrs.fields(cls) if attrs.has(cls) else ()
-            codecs = {f.name: f.metadata["codec"] for f in saved_as if "codec" in f.metadata}
+            codecs = {f.alias: f.metadata["codec"] for f in saved_as if "codec" in f.metadata}
             fields = record_fields(cls)
             self.defs[name] = {
                 "type": "object",

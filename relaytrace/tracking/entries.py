@@ -8,7 +8,7 @@ import tvm
 from tvm import relax
 
 from ..model.entry import KVCache, Param, ParamKind, Tensor
-from . import ir
+from . import ir, reader
 from .params import weight_params
 
 CACHE_CREATE = "_kv_cache_create"  # the suffix of the builtins that make a KV cache (paged, rnn state)
@@ -44,18 +44,22 @@ def _param(name: str, ty, weight: bool) -> Param:
     return Param(name, ParamKind.OBJECT)
 
 
-def kv_cache(functions: dict) -> KVCache | None:
+def kv_cache(functions: dict, read=reader.read) -> KVCache | None:
     """The first entry that calls a ``*_kv_cache_create`` builtin, with the PrimFuncs
-    its arguments name (inside tuples too), in order; None for a build without one."""
+    its arguments name (inside tuples too), in order; None for a build without one.
+    ``read`` reads a function's view (the build's shared reads, where the call sites'
+    reading of the same functions found each callee): only the call found is read
+    from TVM again."""
     for name in ir.entry_functions(functions):
-        for binding in ir.bindings(functions[name]):
-            value = binding.value
-            if not ir.is_call(value):
+        d = read(functions[name])
+        for position in range(len(d.vars)):
+            called = d.callee(position)
+            if called is None or not called.endswith(CACHE_CREATE):
                 continue
+            value = d.value_object(position)
             packed = isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.call_pure_packed" and value.args
             callee, args = (value.args[0], value.args[1:]) if packed else (value.op, value.args)
-            kind, called = ir.callee_category(callee)
-            if kind == "extern" and called.endswith(CACHE_CREATE):
+            if ir.callee_category(callee)[0] == "extern":
                 heads = [_prim(a) for a in args[2:5]] if called == PAGED else [0, 0, 0]
                 return KVCache(name, called, tuple(_globals(args)), *heads)
     return None

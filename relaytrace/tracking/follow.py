@@ -9,7 +9,9 @@ and never raised: the user's build has already succeeded.
 
 from __future__ import annotations
 
+import functools
 import traceback
+import warnings
 from collections.abc import Callable
 
 import attrs
@@ -27,7 +29,7 @@ from . import ir, reader
 from .callsites import lineage_from
 from .code import code_later
 from .entries import entry_params, kv_cache
-from .memory import memory_plans
+from .memory import memory_plans, planned_by
 from .origins import LayerNamer, assign_origins
 from .recorder import Recording
 from .tracker import Tracker
@@ -51,7 +53,9 @@ def follow(
     evidence its layers are verified against); ``on_step(name)`` is called as each step
     ends (origin assignment, each pass, kernel members, call sites, the IR's facts;
     ``benchmarks/tracking_breakdown.py`` times them). The code view's code is read at
-    the first ask of ``lineage.code`` (``code_later``), or here with ``read_code``."""
+    the first ask of ``lineage.code`` (``code_later``), and each entry's memory plan at the
+    first ask of ``lineage.build.memory``; both are read here with ``read_code`` (a build
+    whose outputs show them: a fault in the memory plans is then said in the journal)."""
     done = on_step or (lambda name: None)
     build = build or BuildFacts("model", "", "user")
     reads = reader.SharedReads()  # the tracker's reads, read again by verification
@@ -90,7 +94,7 @@ def follow(
             faults: list[str] = []
             work = _work(recording, lineage, faults)
             done("work")
-            memory = _memory(recording, lineage, faults)
+            memory, memory_later = _memory(recording.passes, tuple(lineage.build.entries), faults, now=read_code)
             done("memory plans")
             build = attrs.evolve(
                 lineage.build,
@@ -98,7 +102,8 @@ def follow(
                 shape_consumers=consumers,
                 work=work,
                 memory=memory,
-                kv_cache=kv_cache(recording.last_functions()),
+                memory_later=memory_later,
+                kv_cache=kv_cache(recording.last_functions(), reads.read),
             )
             journal = attrs.evolve(lineage.journal, degraded=lineage.journal.degraded + tuple(faults))
             lineage = attrs.evolve(
@@ -192,11 +197,31 @@ def _signature(origin) -> tuple:
     return tuple(zip(origin.input_shapes, origin.input_dtypes)) + tuple(zip(origin.output_shapes, origin.output_dtypes))
 
 
-def _memory(recording: Recording, lineage: Lineage, degraded: list[str]) -> dict:
-    """Each entry's memory plan (``memory.memory_plans``); a fault in reading it is said
-    in ``degraded`` and leaves the memory unknown, the lineage whole."""
+def _memory(passes, entries: tuple[str, ...], degraded: list[str], now: bool) -> tuple[dict, Callable | None]:
+    """(plans, what reads them later): each entry's memory plan (``memory.memory_plans``)
+    read ``now``, a fault said in ``degraded``; or what reads them when first asked
+    (``BuildFacts.memory``), once for the lineage and its entry views, from the one module
+    they are read from, picked now (the lineage holds no other), a fault then said as a
+    ``RuntimeWarning`` (the journal was written with the build). A fault leaves the
+    memory unknown, the lineage whole."""
+    if now:
+        return _plans(passes, entries, degraded), None
+    planned = planned_by(passes)
+
+    @functools.cache
+    def later() -> dict:
+        faults: list[str] = []
+        found = _plans((planned,), entries, faults) if planned is not None else {}
+        for fault in faults:
+            warnings.warn(f"relaytrace: {fault}", RuntimeWarning, stacklevel=4)
+        return found
+
+    return {}, later
+
+
+def _plans(passes, entries: tuple[str, ...], degraded: list[str]) -> dict:
     try:
-        return memory_plans(recording.passes, tuple(lineage.build.entries))
+        return memory_plans(passes, entries)
     except Exception as exc:
         degraded.append(f"memory plan not read: {_describe(exc)}")
         return {}

@@ -37,9 +37,10 @@ def memory_plans(passes: Sequence, entries: Sequence[str]) -> dict[str, MemoryPl
     of the recorded ``passes`` left; empty when the build ran no such pass (a pipeline
     without the VM's memory passes). Raises what reading the IR raises (``follow``
     says it in the lineage's ``degraded`` and goes on)."""
-    module = next((r.module for r in reversed(passes) if r.pass_name == PLANNED_BY), None)
-    if module is None:
+    record = planned_by(passes)
+    if record is None:
         return {}
+    module = record.module
     plans = {}
     for entry in entries:
         func = ir.lookup(module, entry)
@@ -48,6 +49,12 @@ def memory_plans(passes: Sequence, entries: Sequence[str]) -> dict[str, MemoryPl
             walk.entry(func)
             plans[entry] = walk.plan(entry, _tvm_estimate(func))
     return plans
+
+
+def planned_by(passes: Sequence):
+    """The record of the last ``PLANNED_BY`` pass of ``passes`` (the plans are read from its
+    module), or None when the build ran none."""
+    return next((r for r in reversed(passes) if r.pass_name == PLANNED_BY), None)
 
 
 class _Block:

@@ -180,6 +180,11 @@ class FunctionView:
         value = self._value_objects[position]
         return ir.called_function(value, self._bindings[:position]) if ir.kind(value) == "call" else None
 
+    def value_object(self, position: int):
+        """The value of a binding written in full, as TVM holds it: for what a view does
+        not say (a builtin's arguments)."""
+        return self._value_objects[position]
+
     def value(self, position: int) -> Node:
         """The value of a binding written in full that is not a call (an alias, a tuple,
         a projection, a constant, a shape)."""
