@@ -1,10 +1,11 @@
 """What the code of a build costs a user of the 32-block decoder (``zoo.nn_decoder``), in one run.
 
 Prints:
-- what reading the code costs a traced build: builds that read it (``read_code=True``,
-  as the CLI's builds do) and builds that put it off (the API's default: made at the
-  first ask of ``lineage.code``, never here), alternating, their median wall and CPU
-  seconds and the ratio (with / without);
+- what reading what outputs show costs a traced build: builds that read it
+  (``read_code=True``, as the CLI's builds do: the code and, since session 66, the
+  memory plans) and builds that put it off (the API's default: each read at its first
+  ask, never here), alternating, their median wall and CPU seconds and the ratio (with
+  / without);
 - code.json's size and its load time (``Code.load``), beside lineage.json's;
 - the report's size with the code viewer and without it (the same report, its code
   taken off), and in headless Chromium: the time until the page's scripts are done,

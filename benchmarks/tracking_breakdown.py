@@ -5,7 +5,8 @@ several times and prints the fastest time of each stage: what the instrument doe
 during the build (record each pass's functions), then, as after a traced build
 (``follow``), origin assignment with the input walk, each pass the tracker follows,
 kernel members, call sites, the IR's facts (tuned kernels, shape consumers) and
-verification. Use it to see what a change to the tracker buys; use
+verification; the code and the memory plans only with ``--outputs`` (an API build puts
+them off until they are first asked for). Use it to see what a change to the tracker buys; use
 compile_overhead.py for the ratio the target is about.
 """
 
@@ -45,7 +46,7 @@ def record(mod, target, passes=()) -> list[tuple[bool, object, object]]:
     return calls
 
 
-def replay(calls, layer_of=None) -> dict[str, float]:
+def replay(calls, layer_of=None, outputs: bool = False) -> dict[str, float]:
     stages: dict[str, float] = defaultdict(float)
     recorder = Recorder()
     start = time.perf_counter()
@@ -61,7 +62,7 @@ def replay(calls, layer_of=None) -> dict[str, float]:
 
     with gc_paused():  # as Trace.finish does
         clock[0] = time.perf_counter()
-        lineage = follow(recorder.recording, layer_of, on_step=step)
+        lineage = follow(recorder.recording, layer_of, on_step=step, read_code=outputs)
         step("verification")
     if lineage.journal.degraded:
         raise SystemExit(f"tracking degraded: {lineage.journal.degraded}")
@@ -86,6 +87,11 @@ def main(argv=None) -> int:
         help="the MLC-style Llama of this many blocks, weights bundled and lifted, instead",
     )
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument(
+        "--outputs",
+        action="store_true",
+        help="read what outputs show during the follow, as the CLI's builds do (the code, the memory plans)",
+    )
     args = parser.parse_args(argv)
     layer_of, passes = None, ()
     if args.llama:
@@ -105,7 +111,7 @@ def main(argv=None) -> int:
     calls = record(mod, tvm.target.Target("llvm"), passes)
     best: dict[str, float] = {}
     for _ in range(args.runs):
-        for stage, seconds in replay(calls, layer_of).items():
+        for stage, seconds in replay(calls, layer_of, args.outputs).items():
             best[stage] = min(best.get(stage, seconds), seconds)
     total = sum(best.values())
     for stage, seconds in sorted(best.items(), key=lambda item: -item[1]):

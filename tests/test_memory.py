@@ -140,6 +140,21 @@ def test_the_plans_are_read_at_their_first_ask_and_are_what_reading_them_during_
     _, unread = relaytrace.build(from_nn(module, spec, name="decoder"), "llvm")
     pickled = pickle.loads(pickle.dumps(unread))  # read first: what reads them holds TVM's module
     assert pickled.build._memory_later is None and pickled.build.memory == now.build.memory
+    # an entry view made before the read shares what reads them, which drops the module once read
+    _, unread = relaytrace.build(from_nn(module, spec, name="decoder"), "llvm")
+    view = unread.for_entry("prefill")
+    assert unread.build.memory == now.build.memory and view.build._memory_later._planned is None
+    assert view.build.memory is unread.build.memory
+    # a view of a lineage whose code and plans were not read pickles (the view's code is its lineage's)
+    _, unread = relaytrace.build(from_nn(module, spec, name="decoder"), "llvm")
+    view = pickle.loads(pickle.dumps(unread.for_entry("decode")))
+    assert view.code == unread.code and view.code.kernels and view.build.memory == now.build.memory
+    # a pickle made before the plans were a property (its state names them "memory") loads
+    state = {**unread.build.__getstate__()}
+    state["memory"] = state.pop("_memory")
+    older = object.__new__(type(unread.build))
+    older.__setstate__(state)
+    assert older == now.build
 
 
 def lineage_weight_bytes(lineage) -> float:
@@ -203,3 +218,29 @@ def test_resnet50_peak_its_layers_and_weights_apart_from_activations():
     biggest = max(4 * 64 * 112 * 112, 4 * 256 * 56 * 56)  # conv1's output; layer1's outputs
     assert max(v.bytes for v in m.at_peak) >= biggest
     assert m.layers[0].at_peak > 0
+
+
+def test_a_fault_in_plans_read_late_is_one_warning_and_the_memory_unknown():
+    """Put off, the plans are read after the journal was written: a fault then leaves
+    the memory unknown and is said once, as a RuntimeWarning naming it, after the
+    result is kept (so that warnings made errors do not make every later read fail)."""
+    import warnings
+
+    from relaytrace.model.build_facts import BuildFacts
+    from relaytrace.tracking.follow import _PlansLater
+    from relaytrace.tracking.memory import PLANNED_BY
+
+    class Unreadable:  # a pass record whose module cannot be read
+        pass_name = PLANNED_BY
+
+        @property
+        def module(self):
+            raise RuntimeError("unreadable module")
+
+    later = _PlansLater(Unreadable(), ("main",))
+    build = BuildFacts("m", "llvm", "fused", memory_later=later)
+    with pytest.warns(RuntimeWarning, match="memory plan not read: RuntimeError: unreadable module"):
+        assert build.memory == {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert later() == {} and build.memory == {}  # said once

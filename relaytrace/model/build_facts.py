@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import attrs
@@ -117,9 +116,12 @@ class BuildFacts:
     ``Offload``. Saved as the lineage's ``build``; the last three read as absent from a
     file written before them.
 
-    A build may put its memory plans off (``memory_later``: what reads them, made once,
-    at the first read of ``memory``): only outputs need them, and reading them is a
-    tenth of tracking. Equality, saving and pickling read them first."""
+    A build may put its memory plans off (``memory_later``: what reads them, once, at
+    the first read of ``memory``): only outputs need them, and reading them is a tenth
+    of tracking. Equality, saving and pickling read them first; ``repr``,
+    ``attrs.asdict`` and ``attrs.evolve`` see the fields as they are (``_memory`` empty
+    until read; an evolve giving ``memory=`` gives ``memory_later=None`` too, or the
+    promise still reads the build's)."""
 
     model: str
     target: str
@@ -141,13 +143,12 @@ class BuildFacts:
 
     @property
     def memory(self) -> dict[str, MemoryPlan]:
-        """Entry -> its memory plan (see the class), read now if the build put it off."""
-        if self._memory_later is not None:
-            with _MEMORY_READ:  # two threads asking at once: one reads, the other finds it read
-                later = self._memory_later
-                if later is not None:
-                    object.__setattr__(self, "_memory", later())
-                    object.__setattr__(self, "_memory_later", None)
+        """Entry -> its memory plan (see the class), read now if the build put it off
+        (what reads them reads once, for every thread and view asking)."""
+        later = self._memory_later
+        if later is not None:
+            object.__setattr__(self, "_memory", later())
+            object.__setattr__(self, "_memory_later", None)
         return self._memory
 
     def __eq__(self, other) -> bool:
@@ -164,6 +165,7 @@ class BuildFacts:
         return {f.name: getattr(self, f.name) for f in attrs.fields(type(self)) if f.name != "_memory_later"}
 
     def __setstate__(self, state) -> None:
+        state = {"_memory" if name == "memory" else name: value for name, value in state.items()}  # an older pickle's
         for name, value in {"_memory_later": None, **state}.items():
             object.__setattr__(self, name, value)
 
@@ -178,6 +180,3 @@ def _compared(build: BuildFacts) -> tuple:
     return tuple(
         build.memory if f.name == "_memory" else getattr(build, f.name) for f in attrs.fields(BuildFacts) if f.eq
     )
-
-
-_MEMORY_READ = threading.Lock()  # held while a build's put-off memory plans are read

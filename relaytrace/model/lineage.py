@@ -174,7 +174,8 @@ ORIGINS = Codec(  # saved as a list, held by id
 )
 
 
-_CODE_MADE = threading.Lock()  # held while a lineage's put-off code is made
+# held while a lineage's put-off code is made; re-entrant: an entry view's code is its lineage's, made inside
+_CODE_MADE = threading.RLock()
 
 
 @define(frozen=True)

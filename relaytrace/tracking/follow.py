@@ -9,7 +9,7 @@ and never raised: the user's build has already succeeded.
 
 from __future__ import annotations
 
-import functools
+import threading
 import traceback
 import warnings
 from collections.abc import Callable
@@ -199,24 +199,12 @@ def _signature(origin) -> tuple:
 
 def _memory(passes, entries: tuple[str, ...], degraded: list[str], now: bool) -> tuple[dict, Callable | None]:
     """(plans, what reads them later): each entry's memory plan (``memory.memory_plans``)
-    read ``now``, a fault said in ``degraded``; or what reads them when first asked
-    (``BuildFacts.memory``), once for the lineage and its entry views, from the one module
-    they are read from, picked now (the lineage holds no other), a fault then said as a
-    ``RuntimeWarning`` (the journal was written with the build). A fault leaves the
-    memory unknown, the lineage whole."""
+    read ``now``, a fault said in ``degraded``; or a ``_PlansLater`` that reads them when
+    first asked (``BuildFacts.memory``). A fault leaves the memory unknown, the lineage
+    whole."""
     if now:
         return _plans(passes, entries, degraded), None
-    planned = planned_by(passes)
-
-    @functools.cache
-    def later() -> dict:
-        faults: list[str] = []
-        found = _plans((planned,), entries, faults) if planned is not None else {}
-        for fault in faults:
-            warnings.warn(f"relaytrace: {fault}", RuntimeWarning, stacklevel=4)
-        return found
-
-    return {}, later
+    return {}, _PlansLater(planned_by(passes), entries)
 
 
 def _plans(passes, entries: tuple[str, ...], degraded: list[str]) -> dict:
@@ -225,6 +213,31 @@ def _plans(passes, entries: tuple[str, ...], degraded: list[str]) -> dict:
     except Exception as exc:
         degraded.append(f"memory plan not read: {_describe(exc)}")
         return {}
+
+
+class _PlansLater:
+    """Each entry's memory plan, read at the first call from the module of ``planned``
+    (the ``PLANNED_BY`` pass's record, picked during the build: the lineage holds no
+    other), once for the lineage and every entry view that shares this object, two
+    threads calling at once reading it once; the module is dropped once read. A fault
+    leaves the memory unknown and is said as a ``RuntimeWarning``, once, after the
+    result is kept (the journal was written with the build)."""
+
+    def __init__(self, planned, entries: tuple[str, ...]):
+        self._lock = threading.Lock()
+        self._planned = planned
+        self._entries = entries
+        self._read: dict | None = None
+
+    def __call__(self) -> dict:
+        faults: list[str] = []
+        with self._lock:
+            if self._read is None:
+                planned, self._planned = self._planned, None
+                self._read = _plans((planned,), self._entries, faults) if planned is not None else {}
+        for fault in faults:  # the caller of ``BuildFacts.memory``'s line
+            warnings.warn(f"relaytrace: {fault}", RuntimeWarning, stacklevel=3)
+        return self._read
 
 
 def _served_shapes(lineage: Lineage, consumers: dict[str, tuple[str, ...]]) -> dict:
