@@ -165,7 +165,7 @@ class BuildFacts:
         return {f.name: getattr(self, f.name) for f in attrs.fields(type(self)) if f.name != "_memory_later"}
 
     def __setstate__(self, state) -> None:
-        state = {"_memory" if name == "memory" else name: value for name, value in state.items()}  # an older pickle's
+        state = {_RENAMED.get(name, name): value for name, value in state.items()}  # an older pickle's names
         for name, value in {"_memory_later": None, **state}.items():
             object.__setattr__(self, name, value)
 
@@ -176,7 +176,9 @@ class BuildFacts:
 
 
 def _compared(build: BuildFacts) -> tuple:
-    """What two ``BuildFacts`` are compared by: every field, the memory plans as read."""
-    return tuple(
-        build.memory if f.name == "_memory" else getattr(build, f.name) for f in attrs.fields(BuildFacts) if f.eq
-    )
+    """What two ``BuildFacts`` are compared by: every field by the name it is made with
+    (``memory``: the plans as read)."""
+    return tuple(getattr(build, f.alias or f.name) for f in attrs.fields(BuildFacts) if f.eq)
+
+
+_RENAMED = {"memory": "_memory"}  # a field's name in a pickle made before it was read through a property
