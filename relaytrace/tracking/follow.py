@@ -204,7 +204,8 @@ def _memory(passes, entries: tuple[str, ...], degraded: list[str], now: bool) ->
     whole."""
     if now:
         return _plans(passes, entries, degraded), None
-    return {}, _PlansLater(planned_by(passes), entries)
+    planned = planned_by(passes)
+    return {}, _PlansLater(planned, entries) if planned is not None else None  # no plan to read: none later
 
 
 def _plans(passes, entries: tuple[str, ...], degraded: list[str]) -> dict:
@@ -234,7 +235,7 @@ class _PlansLater:
         with self._lock:
             if self._read is None:
                 planned, self._planned = self._planned, None
-                self._read = _plans((planned,), self._entries, faults) if planned is not None else {}
+                self._read = _plans((planned,), self._entries, faults)
         for fault in faults:  # the caller of ``BuildFacts.memory``'s line
             warnings.warn(f"relaytrace: {fault}", RuntimeWarning, stacklevel=3)
         return self._read
