@@ -5,7 +5,8 @@ several times and prints the fastest time of each stage: what the instrument doe
 during the build (record each pass's functions), then, as after a traced build
 (``follow``), origin assignment with the input walk, each pass the tracker follows,
 kernel members, call sites, the IR's facts (tuned kernels, shape consumers) and
-verification; the code and the memory plans only with ``--outputs`` (an API build puts
+verification, and the collection the collector's pause held back (objects the
+follow left in reference cycles wait for it); the code and the memory plans only with ``--outputs`` (an API build puts
 them off until they are first asked for). Use it to see what a change to the tracker buys; use
 compile_overhead.py for the ratio the target is about.
 """
@@ -13,6 +14,7 @@ compile_overhead.py for the ratio the target is about.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from collections import defaultdict
@@ -64,6 +66,8 @@ def replay(calls, layer_of=None, outputs: bool = False) -> dict[str, float]:
         clock[0] = time.perf_counter()
         lineage = follow(recorder.recording, layer_of, on_step=step, read_code=outputs)
         step("verification")
+    gc.collect(0)  # the objects the pause held back from the collector, walked once when it ends
+    step("collection after the pause")
     if lineage.journal.degraded:
         raise SystemExit(f"tracking degraded: {lineage.journal.degraded}")
     return stages

@@ -304,20 +304,22 @@ def matching(members: list[Member], origins: list) -> dict[int, int]:
     most). Verification holds a site to it; a fused kernel's time is split by it
     (``analysis.work_split``)."""
     owner: dict[int, int] = {}  # origin index -> member index
-
-    def place(i: int, seen: set[int]) -> bool:
-        for j, origin in enumerate(origins):
-            if j in seen or origin.op not in members[i].ops:
-                continue
-            seen.add(j)
-            if j not in owner or place(owner[j], seen):
-                owner[j] = i
-                return True
-        return False
-
     for i in range(len(members)):
-        place(i, set())
+        _place(i, set(), members, origins, owner)
     return {i: j for j, i in owner.items()}
+
+
+def _place(i: int, seen: set[int], members: list[Member], origins: list, owner: dict[int, int]) -> bool:
+    """``matching``'s augmenting path from member ``i``: a function of the module, not a
+    closure that calls itself (a reference cycle for the collector, one per site)."""
+    for j, origin in enumerate(origins):
+        if j in seen or origin.op not in members[i].ops:
+            continue
+        seen.add(j)
+        if j not in owner or _place(owner[j], seen, members, origins, owner):
+            owner[j] = i
+            return True
+    return False
 
 
 def _out_of_order(lineage, where) -> dict[int, list[str]]:

@@ -44,47 +44,61 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
         computes.record(record.functions)
     for prim, op in _named_ops(passes, members_at).items():
         prim_ops.setdefault(prim, set()).add(op)
+    kernels = _Kernels(read, computes, {**computes.groups, **groups})  # every group a recorded pass made
     out: dict[str, tuple[Member, ...]] = {}
-    parts = computes.parts
+    for name in groups:
+        out[name] = kernels.made_of(name)
+    for prim in (*prim_ops, *computes.made_from):
+        out.setdefault(prim, kernels.made_of(prim))
+    for name, func in _offloaded(passes).items():
+        out[name] = tuple(Member(pattern, (op,)) for pattern, op in _offloaded_ops(func, read))
+    for callee in _external_calls(input_functions, read):  # the input calls it by name: it computes itself
+        out.setdefault(callee, (Member(callee, (callee,)),))
+    return out
 
-    def member(prim: str) -> Member:
+
+class _Kernels:
+    """What each kernel or PrimFunc is made of (``made_of``), from what the model
+    functions showed (``_Computes``) and the groups fusion made (``bodies``: name -> its
+    function). A class, not a closure that calls itself: such a closure is a reference
+    cycle, and every view the build's reads hold would wait for Python's cyclic
+    collector instead of being freed when the follow ends."""
+
+    def __init__(self, read, computes: _Computes, bodies: dict[str, Any]):
+        self.read = read
+        self.computes = computes
+        self.bodies = bodies
+
+    def member(self, prim: str) -> Member:
+        """``prim`` as a member: the ops it computes, whether it computes a part of one,
+        and what it shares (``facts``)."""
+        computes, ops = self.computes, self.computes.prim_ops.get(prim, ())
         shared = (
-            (facts.LOWERED_PART,) * (prim in parts)
+            (facts.LOWERED_PART,) * (prim in computes.parts)
             + (facts.LAYOUT_REUSE,) * (prim in computes.reused)
-            + (facts.FOLDED_NORM,) * (facts.NORM in prim_ops.get(prim, ()) and "relax.add" in prim_ops.get(prim, ()))
+            + (facts.FOLDED_NORM,) * (facts.NORM in ops and "relax.add" in ops)
         )
-        return Member(prim, tuple(sorted(prim_ops.get(prim, ()))), prim in parts, shared)
+        return Member(prim, tuple(sorted(ops)), prim in computes.parts, shared)
 
-    bodies = {**computes.groups, **groups}  # every group a recorded pass made -> its function
-
-    def made_of(name: str, seen: frozenset[str] = frozenset()) -> tuple[Member, ...]:
+    def made_of(self, name: str, seen: frozenset[str] = frozenset()) -> tuple[Member, ...]:
         """What PrimFunc or group ``name`` is made of, down to the PrimFuncs ops were
         lowered to: a group's members, each as made of (a kernel fused again with
         another, MLC's dequantize and matmul, is its own members'); a Relax op left in
         a group, itself; a PrimFunc made in place of a group's call (``call_te``), the
         group's ops under its own name; else the PrimFunc, computing what the evidence says."""
         seen = seen | {name}
-        if name in bodies:
+        if name in self.bodies:
             found: list[Member] = []
-            for _, c in group_calls(read(bodies[name])):
+            for _, c in group_calls(self.read(self.bodies[name])):
                 if not c.global_var:
                     found.append(Member(c.callee, (c.callee,)))
                 else:
-                    found += made_of(c.callee, seen) if c.callee not in seen else (member(c.callee),)
+                    found += self.made_of(c.callee, seen) if c.callee not in seen else (self.member(c.callee),)
             return tuple(found)
-        if name in computes.made_from and computes.made_from[name] not in seen:
-            return tuple(attrs.evolve(m, prim_func=name) for m in made_of(computes.made_from[name], seen))
-        return (member(name),)
-
-    for name in groups:
-        out[name] = made_of(name)
-    for prim in (*prim_ops, *computes.made_from):
-        out.setdefault(prim, made_of(prim))
-    for name, func in _offloaded(passes).items():
-        out[name] = tuple(Member(pattern, (op,)) for pattern, op in _offloaded_ops(func, read))
-    for callee in _external_calls(input_functions, read):  # the input calls it by name: it computes itself
-        out.setdefault(callee, (Member(callee, (callee,)),))
-    return out
+        made_from = self.computes.made_from
+        if name in made_from and made_from[name] not in seen:
+            return tuple(attrs.evolve(m, prim_func=name) for m in self.made_of(made_from[name], seen))
+        return (self.member(name),)
 
 
 def _offloaded(passes: Sequence[PassRecord]) -> dict[str, object]:
