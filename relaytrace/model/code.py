@@ -35,7 +35,7 @@ from attrs import field, frozen
 from ..errors import FileFormatError, UsageError
 from .codec import decode, encode
 from .entry import APPEND, PAGED_DECODE, PAGED_PREFILL, RAGGED_PREFILL, kernel_role, of_any_length, runs_attention
-from .jsonio import migrate, read_json, write_json
+from .jsonio import migrate, read_record, write_json
 from .shapes import ANY_RANK
 from .sitekey import builtin_keys
 from .verification import SUSPECT, UNVERIFIED, VERIFIED, Member, Status, matching
@@ -152,14 +152,18 @@ class Code:
     def load(cls, path) -> Code:
         """The code saved at ``path``; a file that is not one is a one-line
         ``FileFormatError`` naming the file and the field."""
-        where = str(path)
-        data = read_json(path, "code")
-        data = migrate(data, _MIGRATIONS, SCHEMA, "code", where, "`relaytrace profile` (it writes code.json)")
-        code = decode(cls, data, where)
-        problem = next(contradictions(code), None)
-        if problem:
-            raise FileFormatError(f"{where}: {problem}: write it again with `relaytrace profile`")
-        return code
+        return read_record(path, "code", _code_of)
+
+
+def _code_of(data, where: str) -> Code:
+    """The code a ``code.json``'s JSON value holds (``where`` names the file), migrated
+    from an earlier schema, checked field by field and against itself."""
+    data = migrate(data, _MIGRATIONS, SCHEMA, "code", where, "`relaytrace profile` (it writes code.json)")
+    code = decode(Code, data, where)
+    problem = next(contradictions(code), None)
+    if problem:
+        raise FileFormatError(f"{where}: {problem}: write it again with `relaytrace profile`")
+    return code
 
 
 def contradictions(code: Code):

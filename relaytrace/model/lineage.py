@@ -19,7 +19,7 @@ from .code import Code, LayerCode, layer_code, mismatches, require
 from .codec import Codec, apart_field, codec_field, decode, encode
 from .frontend import Program
 from .journal import Change, Journal
-from .jsonio import check, gc_paused, read_json, write_json
+from .jsonio import check, gc_paused, read_record, write_json
 from .layer_name import layer_name
 from .lineage_index import LineageIndex, index_of
 from .lineage_schema import SCHEMA, migrate
@@ -534,7 +534,7 @@ class Lineage:
     def load(cls, path) -> Lineage:
         """The lineage saved at ``path``; a file that is not one is a one-line
         ``FileFormatError`` naming the file and the field."""
-        return cls.from_json(read_json(path, "lineage"), str(path))
+        return read_record(path, "lineage", cls.from_json)
 
 
 def choose_entry(entries, name: str | None = None) -> str:

@@ -18,7 +18,7 @@ from attrs import define
 
 from ..errors import FileFormatError
 from .codec import decode, encode
-from .jsonio import migrate, read_json, write_json
+from .jsonio import migrate, read_record, write_json
 from .names import Name
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ class Comparison:
     @classmethod
     def load(cls, path) -> Comparison:
         """The comparison saved at ``path``; a corrupt file is a one-line format error."""
-        return cls.from_json(read_json(path, "compare"), str(path))
+        return read_record(path, "compare", cls.from_json)
 
 
 _DERIVED = ("first_beyond", "first_nan")  # written for scripts, made again from the layers

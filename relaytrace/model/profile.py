@@ -10,7 +10,7 @@ from attrs import define, field
 from ..errors import FileFormatError
 from .codec import Codec, codec_field, decode, encode
 from .inside import InsideSite
-from .jsonio import check, make_record, migrate, read_json, write_json
+from .jsonio import check, make_record, migrate, read_record, write_json
 from .names import Name
 from .peaks import Peaks, problem
 from .sitekey import SiteKey
@@ -393,7 +393,7 @@ class Profile:
     def load(cls, path) -> Profile:
         """The profile saved at ``path``; a file that is not one is a one-line
         ``FileFormatError`` naming the file and the field."""
-        return cls.from_json(read_json(path, "profile"), str(path))
+        return read_record(path, "profile", cls.from_json)
 
 
 MAX_US = 1e12  # a call or run over 11 days is a corrupt file, not a measurement

@@ -17,7 +17,7 @@ from attrs import define, field
 
 from ..errors import FileFormatError
 from .codec import decode, encode
-from .jsonio import check, read_json
+from .jsonio import check, read_record
 from .names import Name
 
 FILE = "run.json"
@@ -121,4 +121,4 @@ class RunSpec:
         path = Path(directory) / FILE
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing: pass the model itself (an .onnx file or file.py:factory)")
-        return cls.from_json(read_json(path, "run"), str(path))
+        return read_record(path, "run", cls.from_json)
