@@ -38,6 +38,7 @@ test-heavy: setup browser cross
 bench: setup browser
 	$(PY) benchmarks/summary.py
 	$(PY) benchmarks/compile_overhead.py
+	$(PY) benchmarks/compile_overhead.py --only scale --runs 7
 	$(PY) benchmarks/readers.py
 	$(PY) benchmarks/tracking_breakdown.py
 	$(PY) benchmarks/profiler_fidelity.py

@@ -25,6 +25,11 @@ For the decoder and the 32-block Llama it then prints what a user of its lineage
 over every kernel (mean per call), and ``relaytrace query DIR --kernel K`` as a
 command (median of 5), relaytrace's modules compiled to bytecode first, as a pip
 install or ``make setup`` leaves them.
+
+``--only scale``: the ratio as the model grows (``scale``): deep_chain of 1,000 /
+2,000 / 4,000 bindings and the decoder of 8 / 32 / 80 blocks, each series' spread of
+CPU ratios, each side's CPU time per 1,000 bindings, and the decoder lineage's size
+and load time per block.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import tvm
 from tvm import relax
@@ -76,6 +82,17 @@ LLAMA_BUILDS = (  # (label, param_mode, the passes run before TVM's pipeline)
 )
 
 
+class Measured(NamedTuple):
+    """One model's paired builds: the median wall and CPU ratios, a lineage of its
+    traced build, and the median CPU seconds of each side."""
+
+    wall: float
+    lineage: object
+    cpu: float
+    plain_cpu: float
+    traced_cpu: float
+
+
 def _bindings(mod) -> int:
     from relaytrace.tracking import ir
 
@@ -102,7 +119,7 @@ def _traced(model, target, passes=()):
 def measure(name, model, runs: int, passes: tuple[str, ...] = ()):
     """The ratio for ``model`` (an IRModule, or a frontend's ImportedModel: traced with
     its layer names, built plainly from its module), ``passes`` run before TVM's
-    pipeline on both sides; returns (wall ratio, a lineage, CPU ratio)."""
+    pipeline on both sides."""
     target = tvm.target.Target("llvm")
     mod = getattr(model, "mod", model)
     _plain(mod, target, passes)  # warm caches on both sides
@@ -124,7 +141,7 @@ def measure(name, model, runs: int, passes: tuple[str, ...] = ()):
         f"cpu ratio={cpu_ratio:.3f} (IQR {cpu_low:.3f}-{cpu_high:.3f})",
         flush=True,
     )
-    return ratio, lineage, cpu_ratio
+    return Measured(ratio, lineage, cpu_ratio, statistics.median(plain_cpu), statistics.median(traced_cpu))
 
 
 def _ratio(plain: list[float], traced: list[float]) -> tuple[float, float, float]:
@@ -134,8 +151,9 @@ def _ratio(plain: list[float], traced: list[float]) -> tuple[float, float, float
     return statistics.median(ratios), quartiles[0], quartiles[2]
 
 
-def lineage_figures(lineage) -> None:
-    """Size, load and query times of a saved lineage (see the module docstring)."""
+def lineage_figures(lineage) -> tuple[float, float]:
+    """Size, load and query times of a saved lineage (see the module docstring), printed;
+    returns (size in MB, median load seconds)."""
     from relaytrace.model.lineage import Lineage
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -176,6 +194,7 @@ def lineage_figures(lineage) -> None:
             f"query --kernel={statistics.median(queries) * 1e3:.0f}ms",
             flush=True,
         )
+        return path.stat().st_size / 1e6, statistics.median(loads)
 
 
 @contextlib.contextmanager
@@ -210,8 +229,9 @@ def main(argv=None) -> int:
     parser.add_argument("--llama-blocks", type=int, nargs="+", default=[2, 32], help="blocks of the MLC-style Llama")
     parser.add_argument(
         "--only",
-        choices=("decoder", "llama", "small"),
-        help="the decoder alone, the MLC-style Llama alone, or the rest alone",
+        choices=("decoder", "llama", "small", "scale"),
+        help="the decoder alone, the MLC-style Llama alone, the rest alone, or the scale series alone "
+        "(deep_chain of 1,000 / 2,000 / 4,000 bindings, the decoder of 8 / 32 / 80 blocks)",
     )
     args = parser.parse_args(argv)
     if args.busy:
@@ -221,12 +241,14 @@ def main(argv=None) -> int:
 
 
 def _measure_all(args) -> int:
+    if args.only == "scale":
+        return scale(args.runs)
     if args.only in (None, "decoder"):
-        lineage_figures(measure(f"decoder({args.blocks} blocks)", _decoder(args.blocks), args.runs)[1])
+        lineage_figures(measure(f"decoder({args.blocks} blocks)", _decoder(args.blocks), args.runs).lineage)
     if args.only in (None, "llama"):
         for blocks in args.llama_blocks:
             for label, mode, passes in LLAMA_BUILDS:
-                lineage = measure(f"llama({blocks}) {label}", _llama(blocks, mode), args.runs, passes)[1]
+                lineage = measure(f"llama({blocks}) {label}", _llama(blocks, mode), args.runs, passes).lineage
                 if blocks == max(args.llama_blocks):
                     lineage_figures(lineage)
     if args.only in ("decoder", "llama"):
@@ -236,6 +258,51 @@ def _measure_all(args) -> int:
     measure(f"deep_chain({args.deep})", deep_chain(args.deep), args.runs)
     measure(f"deep_chain({args.deep // 2})", deep_chain(args.deep // 2), args.runs)
     return 0
+
+
+DEEP_SIZES = (1000, 2000, 4000)
+DECODER_BLOCKS = (8, 32, 80)
+
+
+def scale(runs: int) -> int:
+    """Item 2 of the overhead target: the ratio as the model grows, on deep_chain of
+    ``DEEP_SIZES`` bindings and the decoder of ``DECODER_BLOCKS`` blocks (80: a
+    70-B-shaped graph). Per series: the spread of the CPU ratios (flat: within 0.02),
+    and the least-squares slope of each side's CPU time per 1,000 bindings (tracking is
+    flat when the traced side's slope over the plain side's is the ratio itself); for
+    the decoders, the slopes of the lineage's size and load time per block."""
+    series = {
+        "deep_chain": [(n, f"deep_chain({n})", deep_chain(n)) for n in DEEP_SIZES],
+        "decoder": [(b, f"decoder({b} blocks)", _decoder(b)) for b in DECODER_BLOCKS],
+    }
+    for label, models in series.items():
+        rows = []
+        for size, name, model in models:
+            got = measure(name, model, runs)
+            files = lineage_figures(got.lineage) if label == "decoder" else None
+            rows.append((size, _bindings(getattr(model, "mod", model)), got, files))
+        ratios = [got.cpu for _, _, got, _ in rows]
+        bindings = [n / 1000 for _, n, _, _ in rows]
+        plain = _slope(bindings, [got.plain_cpu for _, _, got, _ in rows])
+        traced = _slope(bindings, [got.traced_cpu for _, _, got, _ in rows])
+        print(
+            f"{label}: CPU ratios {' / '.join(f'{r:.3f}' for r in ratios)}, spread {max(ratios) - min(ratios):.3f} "
+            f"({'flat' if max(ratios) - min(ratios) <= 0.02 else 'not flat'} within 0.02); CPU per 1,000 bindings: "
+            f"plain {plain * 1e3:.0f} ms, traced {traced * 1e3:.0f} ms, marginal ratio {traced / plain:.3f}",
+            flush=True,
+        )
+        if label == "decoder":
+            blocks = [size for size, _, _, _ in rows]
+            size_slope = _slope(blocks, [files[0] for _, _, _, files in rows])
+            load_slope = _slope(blocks, [files[1] for _, _, _, files in rows])
+            print(f"  lineage per block: {size_slope * 1e3:.0f} KB, load {load_slope * 1e3:.1f} ms", flush=True)
+    return 0
+
+
+def _slope(xs: list[float], ys: list[float]) -> float:
+    """The least-squares slope of ys over xs."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
 if __name__ == "__main__":

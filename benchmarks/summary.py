@@ -50,7 +50,8 @@ def _llama():
 
 def row(name: str, model, inputs, options: dict, runs: int, repeat: int) -> tuple:
     """(name, compile wall ratio, compile CPU ratio, profile ratio, attributed %, verified %)."""
-    wall, _, cpu = measure(name, model, runs)
+    got = measure(name, model, runs)
+    wall, cpu = got.wall, got.cpu
     executable, lineage = relaytrace.build(model, "llvm")
     profile = relaytrace.profile(executable, lineage, inputs, repeat=repeat, **options)
     timed = profile.timed_run_us / profile.e2e_median_us if profile.e2e_median_us else float("nan")
