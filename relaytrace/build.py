@@ -54,16 +54,13 @@ class Trace:
         self.target = target
         self.pipeline = pipeline
         self.lineage: Lineage | None = None
+        # what follows a recording, holding the build's facts and not this handle: the
+        # thread's holder (``ahead``) is the handle's, and a method of the handle would
+        # make a reference cycle that keeps the snapshot, every recorded module, alive
+        # until the collector finds it
+        self._follow = _follower(BuildFacts(model, target, pipeline), layer_of, program, read_code)
         self.ahead = FollowAhead(self._follow)
         recorder.on_lowering = self.ahead.start
-
-    def _follow(self, recording, on_step=None) -> Lineage:
-        from .tracking.follow import follow
-
-        build = BuildFacts(self.model, self.target, self.pipeline)
-        return follow(
-            recording, self.layer_of, build=build, program=self.program, on_step=on_step, read_code=self.read_code
-        )
 
     def finish(self) -> Lineage:
         """Follow the recorded build into a lineage; the record (the IR) is let go."""
@@ -88,6 +85,18 @@ class Trace:
             lineage = attrs.evolve(lineage, build=built)
         self.lineage = lineage
         return lineage
+
+
+def _follower(build: BuildFacts, layer_of, program, read_code: bool):
+    """``(recording, on_step=None) -> Lineage``: ``follow`` of a recording of ``build``
+    (its model, target and options) with the frontend's ``layer_of`` and ``program``."""
+
+    def follow_recording(recording, on_step=None) -> Lineage:
+        from .tracking.follow import follow
+
+        return follow(recording, layer_of, build=build, program=program, on_step=on_step, read_code=read_code)
+
+    return follow_recording
 
 
 @contextlib.contextmanager
