@@ -49,7 +49,6 @@ class Trace:
         self.recorder: Recorder | None = recorder  # None once finished: the record is let go
         self.layer_of = layer_of
         self.program = program
-        self.read_code = read_code
         self.model = model
         self.target = target
         self.pipeline = pipeline
@@ -87,9 +86,10 @@ class Trace:
         return lineage
 
 
-def _follower(build: BuildFacts, layer_of, program, read_code: bool):
+def _follower(build: BuildFacts, layer_of, program, read_code: bool) -> Callable[..., Lineage]:
     """``(recording, on_step=None) -> Lineage``: ``follow`` of a recording of ``build``
-    (its model, target and options) with the frontend's ``layer_of`` and ``program``."""
+    (its model, target and options) with the frontend's ``layer_of`` and ``program``,
+    reading what outputs show during it when ``read_code``."""
 
     def follow_recording(recording, on_step=None) -> Lineage:
         from .tracking.follow import follow

@@ -63,12 +63,13 @@ def test_json_round_trip_is_exact(builds, tmp_path, name):
     assert history and all(type(c) is Change for c in history)
 
 
-def test_loading_a_lineage_sets_off_no_collection(builds, tmp_path):
+def test_loading_a_lineage_sets_off_at_most_the_collection_its_pause_held_back(builds, tmp_path):
     """The parsed JSON and the records made of it are read with the collector paused:
     collections set off while parsing walked every object of the process (TVM's and
     torch's, in a build's), and made an 80-block decoder's lineage load twice as long
     there as in a fresh process. At most the one collection the pause held back runs,
-    as it ends, and it is a young one."""
+    as it ends (its generation is not asserted: CPython numbers them differently
+    across versions)."""
     import gc
 
     path = builds["unfused"][1].save(tmp_path / "lineage.json")
@@ -85,7 +86,7 @@ def test_loading_a_lineage_sets_off_no_collection(builds, tmp_path):
     finally:
         gc.callbacks.remove(seen)
     assert loaded == builds["unfused"][1]
-    assert len(collections) <= 1 and set(collections) <= {0}
+    assert len(collections) <= 1, collections
 
 
 def test_save_never_overwrites_unless_asked(builds, tmp_path):

@@ -328,24 +328,32 @@ def block_origins(
         return _with_parts(found, members, kernel, origins), ways > 1
     flows = [(a, c) for a, m in enumerate(kernel.members) for c in m.consumers]
     leaves: list[tuple[int, int, dict[int, str]]] = []
-
-    def place(k: int, taken: dict[int, str]) -> None:
-        if k == len(known):
-            leaves.append((sum((taken.get(a), taken.get(c)) in edges for a, c in flows), len(taken), dict(taken)))
-            return
-        used = set(taken.values())
-        for oid in options[k]:
-            if oid not in used:
-                taken[known[k]] = oid
-                place(k + 1, taken)
-                del taken[known[k]]
-        if not options[k] or all(o in used for o in options[k]):
-            place(k + 1, taken)
-
-    place(0, {})
+    _place(0, {}, known, options, flows, edges, leaves)
     top = max((score, size) for score, size, _ in leaves)
     best = [found for score, size, found in leaves if (score, size) == top]
     return _with_parts(best[0], members, kernel, origins), len(best) > 1
+
+
+def _place(  # noqa: PLR0913 - the search's state, passed down rather than closed over
+    k: int, taken: dict[int, str], known: list[int], options: list[list[str]], flows, edges: set, leaves: list
+) -> None:
+    """``block_origins``' search from member ``known[k]`` on, ``taken`` (member index ->
+    origin id) so far: each way to give the rest an origin of its ``options`` one to one
+    (a member whose options are all taken, or that has none, goes without) is appended
+    to ``leaves`` as (the data-flow edges it keeps, how many members it gives an origin,
+    the assignment), in search order. A function of the module, not a closure that
+    calls itself: that is a reference cycle per call, left for the collector."""
+    if k == len(known):
+        leaves.append((sum((taken.get(a), taken.get(c)) in edges for a, c in flows), len(taken), dict(taken)))
+        return
+    used = set(taken.values())
+    for oid in options[k]:
+        if oid not in used:
+            taken[known[k]] = oid
+            _place(k + 1, taken, known, options, flows, edges, leaves)
+            del taken[known[k]]
+    if not options[k] or all(o in used for o in options[k]):
+        _place(k + 1, taken, known, options, flows, edges, leaves)
 
 
 def _with_parts(found: dict[int, str], members, kernel: KernelCode, origins) -> dict[int, str]:

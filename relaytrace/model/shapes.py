@@ -98,36 +98,41 @@ def evaluate_dim(text: str, values: Mapping[str, int]) -> int | None:
     except (SyntaxError, RecursionError, MemoryError, ValueError):
         return None
 
-    def value(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if (
-            isinstance(node, ast.Call)
-            and len(node.args) == 1
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("int64", "int32")
-        ):  # TVM prints constants as T.int64(2)
-            return value(node.args[0])
-        if isinstance(node, ast.Name) and node.id in values:
-            return values[node.id]
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            left, right = value(node.left), value(node.right)
-            return None if left is None or right is None else _OPS[type(node.op)](left, right)
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("min", "max")
-            and node.args
-            and not node.keywords
-        ):
-            args = [value(a) for a in node.args]
-            return None if None in args else (min if node.func.id == "min" else max)(args)
-        return None
-
     try:
-        return value(tree)
+        return _dim_value(tree, values)
     except (ZeroDivisionError, RecursionError, OverflowError, MemoryError):
         return None
+
+
+def _dim_value(node, values: Mapping[str, int]) -> int | None:
+    """``evaluate_dim`` of one node of the parsed expression (it raises what arithmetic
+    raises). A function of the module, not a closure that calls itself: that is a
+    reference cycle per call, left for the collector."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if (
+        isinstance(node, ast.Call)
+        and len(node.args) == 1
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("int64", "int32")
+    ):  # TVM prints constants as T.int64(2)
+        return _dim_value(node.args[0], values)
+    if isinstance(node, ast.Name) and node.id in values:
+        return values[node.id]
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        left, right = _dim_value(node.left, values), _dim_value(node.right, values)
+        return None if left is None or right is None else _OPS[type(node.op)](left, right)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("min", "max")
+        and node.args
+        and not node.keywords
+    ):
+        args = [_dim_value(a, values) for a in node.args]
+        known = [a for a in args if a is not None]
+        return None if len(known) < len(args) else (min if node.func.id == "min" else max)(known)
+    return None
 
 
 def match_input_names(given: Mapping[str, object], names: list[str], what: str) -> dict:

@@ -310,8 +310,10 @@ def matching(members: list[Member], origins: list) -> dict[int, int]:
 
 
 def _place(i: int, seen: set[int], members: list[Member], origins: list, owner: dict[int, int]) -> bool:
-    """``matching``'s augmenting path from member ``i``: a function of the module, not a
-    closure that calls itself (a reference cycle for the collector, one per site)."""
+    """``matching``'s augmenting path from member ``i``: True when ``i`` was given an
+    origin (``owner``, origin index -> member index, updated along the path; ``seen``,
+    the origins tried, grows). A function of the module, not a closure that calls
+    itself (a reference cycle for the collector, one per site)."""
     for j, origin in enumerate(origins):
         if j in seen or origin.op not in members[i].ops:
             continue

@@ -18,7 +18,7 @@ from attrs import field, frozen
 from ..errors import FileFormatError
 from ..model.codec import decode
 from ..model.entry import ParamKind
-from ..model.jsonio import read_json
+from ..model.jsonio import read_record
 from ..model.profile import Profile
 from ..model.run_spec import RunSpec
 from .runner.files import BUNDLE_SCHEMA
@@ -148,9 +148,13 @@ class Manifest:
 def read_manifest(path) -> Manifest:
     """The manifest at ``path``, every field checked; one of another runner's schema is
     refused saying to bundle again."""
-    data = read_json(path, "bundle")
+    return read_record(path, "bundle", _manifest_of)
+
+
+def _manifest_of(data, where: str) -> Manifest:
+    """The manifest a bundle.json's JSON value holds (``where`` names the file)."""
     if not isinstance(data, dict) or data.get("schema") != BUNDLE_SCHEMA:
         raise FileFormatError(
-            f"{path} is not a relaytrace bundle of this runner ({BUNDLE_SCHEMA}): bundle the model again"
+            f"{where} is not a relaytrace bundle of this runner ({BUNDLE_SCHEMA}): bundle the model again"
         )
-    return decode(Manifest, data, str(path))
+    return decode(Manifest, data, where)

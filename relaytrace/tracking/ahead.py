@@ -51,6 +51,8 @@ class FollowAhead:
         self._snapshot: Recording | None = None
         self._lineage: Lineage | None = None
         self._cancelled = False
+        self._decided = False  # ``result`` answered, and let the snapshot go
+        self._answer: Lineage | None = None
 
     def start(self, recording: Recording) -> None:
         """Snapshot ``recording`` and follow the snapshot on a daemon thread (a build
@@ -90,8 +92,16 @@ class FollowAhead:
             self._thread.join()
 
     def result(self, recording: Recording) -> Lineage | None:
-        """The thread's lineage if it still describes ``recording`` (see the class), else None."""
+        """The thread's lineage if it still describes ``recording`` (see the class), else
+        None. Decided once: the snapshot (every module the build recorded) is let go then,
+        and asked again, the answer is the same (a handle the user keeps keeps no IR)."""
         self.wait()
+        if not self._decided:
+            self._answer = self._describes(recording)
+            self._decided, self._snapshot = True, None
+        return self._answer
+
+    def _describes(self, recording: Recording) -> Lineage | None:
         snap, lineage = self._snapshot, self._lineage
         if snap is None or lineage is None or self._cancelled or recording.degraded != snap.degraded:
             return None
