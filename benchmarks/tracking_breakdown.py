@@ -5,9 +5,10 @@ several times and prints the fastest time of each stage: what the instrument doe
 during the build (record each pass's functions), then, as after a traced build
 (``follow``), origin assignment with the input walk, each pass the tracker follows,
 kernel members, call sites, the IR's facts (tuned kernels, shape consumers) and
-verification, and the collection the collector's pause held back (objects the
-follow left in reference cycles wait for it); the code and the memory plans only with ``--outputs`` (an API build puts
-them off until they are first asked for). Use it to see what a change to the tracker buys; use
+verification (the tracker's reads freed as it returns), and the collection the
+collector's pause held back (what the follow left in reference cycles would wait for
+it); the code and the memory plans only with ``--outputs`` (an API build puts them off
+until they are first asked for). Use it to see what a change to the tracker buys; use
 compile_overhead.py for the ratio the target is about.
 """
 

@@ -328,13 +328,13 @@ def block_origins(
         return _with_parts(found, members, kernel, origins), ways > 1
     flows = [(a, c) for a, m in enumerate(kernel.members) for c in m.consumers]
     leaves: list[tuple[int, int, dict[int, str]]] = []
-    _place(0, {}, known, options, flows, edges, leaves)
+    _search_blocks(0, {}, known, options, flows, edges, leaves)
     top = max((score, size) for score, size, _ in leaves)
     best = [found for score, size, found in leaves if (score, size) == top]
     return _with_parts(best[0], members, kernel, origins), len(best) > 1
 
 
-def _place(  # noqa: PLR0913 - the search's state, passed down rather than closed over
+def _search_blocks(  # noqa: PLR0913 - the search's state, passed down rather than closed over
     k: int, taken: dict[int, str], known: list[int], options: list[list[str]], flows, edges: set, leaves: list
 ) -> None:
     """``block_origins``' search from member ``known[k]`` on, ``taken`` (member index ->
@@ -350,10 +350,10 @@ def _place(  # noqa: PLR0913 - the search's state, passed down rather than close
     for oid in options[k]:
         if oid not in used:
             taken[known[k]] = oid
-            _place(k + 1, taken, known, options, flows, edges, leaves)
+            _search_blocks(k + 1, taken, known, options, flows, edges, leaves)
             del taken[known[k]]
     if not options[k] or all(o in used for o in options[k]):
-        _place(k + 1, taken, known, options, flows, edges, leaves)
+        _search_blocks(k + 1, taken, known, options, flows, edges, leaves)
 
 
 def _with_parts(found: dict[int, str], members, kernel: KernelCode, origins) -> dict[int, str]:

@@ -44,7 +44,7 @@ def kernel_members(input_functions: dict, passes: Sequence[PassRecord], read) ->
         computes.record(record.functions)
     for prim, op in _named_ops(passes, members_at).items():
         prim_ops.setdefault(prim, set()).add(op)
-    kernels = _Kernels(read, computes, {**computes.groups, **groups})  # every group a recorded pass made
+    kernels = _Kernels(computes, {**computes.groups, **groups})  # every group a recorded pass made
     out: dict[str, tuple[Member, ...]] = {}
     for name in groups:
         out[name] = kernels.made_of(name)
@@ -64,9 +64,8 @@ class _Kernels:
     cycle, and every view the build's reads hold would wait for Python's cyclic
     collector instead of being freed when the follow ends."""
 
-    def __init__(self, read, computes: _Computes, bodies: dict[str, Any]):
-        self.read = read
-        self.computes = computes
+    def __init__(self, computes: _Computes, bodies: dict[str, Any]):
+        self.computes = computes  # its ``read`` reads the groups' bodies too
         self.bodies = bodies
 
     def member(self, prim: str) -> Member:
@@ -89,7 +88,7 @@ class _Kernels:
         seen = seen | {name}
         if name in self.bodies:
             found: list[Member] = []
-            for _, c in group_calls(self.read(self.bodies[name])):
+            for _, c in group_calls(self.computes.read(self.bodies[name])):
                 if not c.global_var:
                     found.append(Member(c.callee, (c.callee,)))
                 else:
